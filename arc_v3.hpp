@@ -1,0 +1,179 @@
+// arc_v3: lossless compression of BF16 weight-update deltas.
+//
+// This is the only header users include. It has no Highway, zstd or lz4 in it; the
+// implementation lives in src/ and is linked as the Bazel target //:arc_v3 (or the CMake
+// target arc_v3::arc_v3).
+//
+// Usage (the C++ twin of the published Python API):
+//
+//   arc_v3::Delta delta;
+//   arc_v3::Status s = arc_v3::delta_compress(prev, next, count, &delta);
+//   ... send delta.bytes and delta.checksum ...
+//   s = arc_v3::delta_decompress(prev, count, delta.bytes.data(), delta.bytes.size(),
+//                                delta.checksum, restored);
+//
+// `prev`, `next` and `restored` are BF16 bit patterns (uint16_t, host order = little
+// endian). The payload format is specified in src/FORMAT.md.
+//
+// Guarantees:
+// - Lossless: every bit pattern round-trips (NaN payloads, +-Inf, denormals, -0).
+// - Errors are returned as Status, never thrown; nothing aborts on bad input.
+// - The decoder validates every field before use, never reads outside `bytes` nor writes
+//   outside `out`, and verifies XXH3-64 of the result against `checksum`. On any error,
+//   `out` is left exactly as it was (also when `out == src`).
+// - The payload bytes do not depend on the SIMD target, thread count or machine.
+#ifndef ARC_V3_HPP_7193046521
+#define ARC_V3_HPP_7193046521
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+//------------------------------------------------------------------------------
+// Version
+#define ARC_V3_VERSION_MAJOR 0
+#define ARC_V3_VERSION_MINOR 1
+#define ARC_V3_VERSION_PATCH 0
+#define ARC_V3_VERSION_NUMBER \
+  (ARC_V3_VERSION_MAJOR * 10000 + ARC_V3_VERSION_MINOR * 100 + ARC_V3_VERSION_PATCH)
+
+namespace arc_v3 {
+
+// The library's version (may differ from the header's ARC_V3_VERSION_NUMBER if the
+// library was rebuilt separately), e.g. 100 for 0.1.0.
+uint32_t VersionNumber();
+// "0.1.0".
+const char* VersionString();
+// Highest payload format version this library writes and reads (src/FORMAT.md).
+uint32_t FormatVersion();
+
+//------------------------------------------------------------------------------
+// Errors. Values are stable: never renumbered, only appended.
+enum class ErrorCode : uint16_t {
+  kOk = 0,
+  kInvalidArgument = 1,    // null pointer with a nonzero count, bad option value
+  kSizeMismatch = 2,       // element count differs from the payload's
+  kTruncated = 3,          // payload ends before its fields do
+  kBadMagic = 4,           // not an arc_v3 payload
+  kUnsupportedVersion = 5, // payload written by a newer format version
+  kReservedBitsSet = 6,    // a reserved field is nonzero
+  kCorruptHeader = 7,      // frame header or chunk table inconsistent
+  kCorruptChunk = 8,       // a chunk's streams are inconsistent
+  kCodecFailure = 9,       // zstd / lz4 failed on a stream
+  kChecksumMismatch = 10,  // result differs from the checksum: wrong src or corrupt payload
+  kOutputTooSmall = 11,    // out has room for fewer elements than the payload holds
+  kOutOfMemory = 12,
+  kInternal = 13,          // a bug; please report
+  kMaxCode = 14            // sentinel: never returned, may grow
+};
+
+// Stable name of an error code, e.g. "checksum_mismatch".
+const char* ErrorName(ErrorCode code);
+
+class Status {
+ public:
+  Status() = default;
+  Status(ErrorCode code, std::string message) : code_(code), message_(std::move(message)) {}
+  static Status Ok() { return Status(); }
+
+  bool ok() const { return code_ == ErrorCode::kOk; }
+  ErrorCode code() const { return code_; }
+  // Human-readable explanation ("" when ok).
+  const std::string& message() const { return message_; }
+  // "ok" or "<error name>: <message>".
+  std::string ToString() const;
+
+ private:
+  ErrorCode code_ = ErrorCode::kOk;
+  std::string message_;
+};
+
+//------------------------------------------------------------------------------
+// Options
+
+// Payload formats this library can write. kDefault is the best general choice and may
+// change between releases (decoders read every format of this library and its ancestors).
+enum class Format : uint8_t {
+  kDefault = 0,
+  kArcV3 = 1,  // ARCv3 as published: XOR fields, 7-bit mantissas, compressor race
+};
+
+struct Options {
+  Format format = Format::kDefault;
+  // 0 (fastest) .. 3 (smallest). Chooses how many compressors race for each stream.
+  int effort = 2;
+  // Worker threads; 0 = all hardware threads. Output bytes do not depend on it.
+  int threads = 0;
+  // Elements per independently coded chunk: a power of two in [2^10, 2^24].
+  uint32_t chunk_elements = 1u << 20;
+};
+
+//------------------------------------------------------------------------------
+// Stable API
+
+// The result of delta_compress: payload bytes plus XXH3-64 (seed 0) of dst's bytes.
+struct Delta {
+  std::vector<uint8_t> bytes;
+  uint64_t checksum = 0;
+};
+
+// Encodes the change from `src` (previous weights) to `dst` (new weights), `count`
+// BF16 bit patterns each. `out` is overwritten.
+// @return ok, or kInvalidArgument (null pointers with count > 0, bad options),
+//         kOutOfMemory.
+Status delta_compress(const uint16_t* src, const uint16_t* dst, size_t count, Delta* out,
+                      const Options& options = Options());
+
+// Rebuilds dst from `src` (count elements) and a payload, writing `count` elements to
+// `out`. `out` may equal `src` (apply in place); otherwise the two must not overlap.
+// The result is verified against `checksum` (XXH3-64 of dst's bytes).
+// @return ok, or an error; on error `out` is unchanged.
+Status delta_decompress(const uint16_t* src, size_t count, const uint8_t* bytes, size_t size,
+                        uint64_t checksum, uint16_t* out);
+
+// As above, with the capacity of `out` (in elements) checked: kOutputTooSmall when the
+// payload holds more elements than `out_capacity`, kSizeMismatch when `count` differs from
+// the payload's count. `threads`: 0 = all hardware threads.
+Status delta_decompress(const uint16_t* src, size_t count, const uint8_t* bytes, size_t size,
+                        uint64_t checksum, uint16_t* out, size_t out_capacity,
+                        int threads = 0);
+
+// Convenience overloads on vectors.
+Status delta_compress(const std::vector<uint16_t>& src, const std::vector<uint16_t>& dst,
+                      Delta* out, const Options& options = Options());
+Status delta_decompress(const std::vector<uint16_t>& src, const Delta& delta,
+                        std::vector<uint16_t>* out);
+
+// What a payload's header says, read without decoding it. Fields from untrusted input:
+// the element count may be a lie until delta_decompress has verified the checksum.
+struct PayloadInfo {
+  uint32_t format_version = 0;
+  uint64_t element_count = 0;
+  uint32_t chunk_elements = 0;
+  uint64_t chunk_count = 0;
+};
+Status delta_inspect(const uint8_t* bytes, size_t size, PayloadInfo* info);
+
+// Per-payload statistics for tools and benchmarks (decodes the whole payload).
+struct PayloadStats {
+  PayloadInfo info;
+  uint64_t changed = 0;        // elements whose bits differ
+  uint64_t exponent_or_sign = 0;  // of those, with a changed sign or exponent field
+  // Bytes per stream kind, summed over chunks, as stored (after compression).
+  uint64_t position_bytes = 0, mantissa_bytes = 0, high_bytes = 0, overhead_bytes = 0;
+  // How often each compressor won a stream: [stored, lz4, zstd].
+  uint64_t codec_wins[3] = {0, 0, 0};
+};
+Status delta_stats(const uint8_t* bytes, size_t size, PayloadStats* stats);
+
+// XXH3-64 (seed 0) of `count` BF16 values' bytes: the checksum delta_compress reports.
+uint64_t Checksum(const uint16_t* values, size_t count);
+
+// Name of the SIMD target the kernels dispatch to on this machine, e.g. "AVX3".
+const char* ActiveTarget();
+
+}  // namespace arc_v3
+
+#endif  // ARC_V3_HPP_7193046521

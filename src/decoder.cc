@@ -1,0 +1,450 @@
+// delta_decompress, delta_inspect and delta_stats: the decoder of src/FORMAT.md.
+//
+// Three phases, so that `out` is written only once the result is known to be right:
+//  1. parse and validate the frame, then decode every chunk (in parallel) into its list
+//     of changes (position, XOR) - every malformed field is reported here;
+//  2. stream the would-be result tile by tile through XXH3 and compare with the checksum;
+//  3. write the result (in parallel): out = src ^ changes.
+// Does not depend on the encoder.
+#include <xxhash.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "arc_v3.hpp"
+#include "src/entropy.h"
+#include "src/format.h"
+#include "src/kernels.h"
+#include "src/parallel.h"
+
+namespace arc_v3 {
+namespace {
+
+#define ARC_V3_RETURN_IF_ERROR(expr)  \
+  do {                                \
+    Status status_ = (expr);          \
+    if (!status_.ok()) return status_; \
+  } while (0)
+
+struct FrameHeader {
+  uint64_t element_count = 0;
+  int chunk_log = 0;
+  uint64_t num_chunks = 0;
+  // Byte range of each chunk in the payload.
+  std::vector<size_t> chunk_offset, chunk_size;
+};
+
+Status ParseHeader(const uint8_t* bytes, size_t size, bool with_chunk_table,
+                   FrameHeader* header) {
+  if (bytes == nullptr && size > 0) return Status(ErrorCode::kInvalidArgument, "bytes is null");
+  ByteReader reader(bytes, size);
+  const uint8_t* magic;
+  if (!reader.ReadSpan(sizeof(kMagic), &magic)) {
+    return Status(ErrorCode::kTruncated, "payload shorter than its magic number");
+  }
+  if (std::memcmp(magic, kMagic, sizeof(kMagic)) != 0) {
+    return Status(ErrorCode::kBadMagic, "not an arc_v3 payload (bad magic number)");
+  }
+  uint8_t version, flags, chunk_log;
+  if (!reader.ReadByte(&version)) return Status(ErrorCode::kTruncated, "no format version");
+  if (version == 0 || version > kFormatVersion) {
+    return Status(ErrorCode::kUnsupportedVersion,
+                  "format version " + std::to_string(version) + " is not supported (this library reads 1.." +
+                      std::to_string(kFormatVersion) + ")");
+  }
+  if (!reader.ReadByte(&flags)) return Status(ErrorCode::kTruncated, "no flags byte");
+  if (flags != 0) return Status(ErrorCode::kReservedBitsSet, "reserved frame flags are set");
+  if (!reader.ReadVarint(&header->element_count)) {
+    return Status(reader.remaining() == 0 ? ErrorCode::kTruncated : ErrorCode::kCorruptHeader,
+                  "bad element count");
+  }
+  if (header->element_count > (uint64_t{1} << 62)) {
+    return Status(ErrorCode::kCorruptHeader, "element count out of range");
+  }
+  if (!reader.ReadByte(&chunk_log)) return Status(ErrorCode::kTruncated, "no chunk size");
+  if (chunk_log < kMinChunkLog || chunk_log > kMaxChunkLog) {
+    return Status(ErrorCode::kCorruptHeader, "chunk size out of range");
+  }
+  header->chunk_log = chunk_log;
+  header->num_chunks = (header->element_count + (uint64_t{1} << chunk_log) - 1) >> chunk_log;
+  if (!with_chunk_table) return Status::Ok();
+
+  // Each chunk takes at least one byte in the table and one in the body.
+  if (header->num_chunks > reader.remaining() / 2) {
+    return Status(ErrorCode::kTruncated, "payload too short for its chunk table");
+  }
+  header->chunk_size.resize(header->num_chunks);
+  header->chunk_offset.resize(header->num_chunks);
+  uint64_t body_size = 0;
+  for (uint64_t c = 0; c < header->num_chunks; ++c) {
+    uint64_t chunk_size;
+    if (!reader.ReadVarint(&chunk_size)) {
+      return Status(reader.remaining() == 0 ? ErrorCode::kTruncated : ErrorCode::kCorruptHeader,
+                    "bad chunk table entry");
+    }
+    if (chunk_size == 0 || chunk_size > size) {
+      return Status(ErrorCode::kCorruptHeader, "chunk size out of range");
+    }
+    header->chunk_size[c] = chunk_size;
+    header->chunk_offset[c] = body_size;  // relative for now
+    body_size += chunk_size;
+  }
+  if (body_size > reader.remaining()) {
+    return Status(ErrorCode::kTruncated, "payload ends before its last chunk");
+  }
+  if (body_size < reader.remaining()) {
+    return Status(ErrorCode::kCorruptHeader, "bytes after the last chunk");
+  }
+  for (auto& offset : header->chunk_offset) offset += reader.position();
+  return Status::Ok();
+}
+
+// The changes of one chunk: positions relative to the chunk, ascending, with their XORs.
+struct ChunkChanges {
+  std::vector<uint32_t> positions;
+  std::vector<uint16_t> xors;
+};
+
+struct ChunkStats {
+  uint64_t high = 0;
+  uint64_t stream_bytes[3] = {0, 0, 0};  // positions, mantissas, high records
+  uint64_t codec_wins[kNumStreamCodecs] = {0, 0, 0};
+};
+
+class ChunkDecoder {
+ public:
+  // Decodes one chunk of `chunk_len` elements from `bytes`.
+  Status Decode(const uint8_t* bytes, size_t size, size_t chunk_len, ChunkChanges* changes,
+                ChunkStats* stats) {
+    ByteReader reader(bytes, size);
+    uint64_t num_changed, num_high;
+    if (!reader.ReadVarint(&num_changed)) return Corrupt(reader, "bad change count");
+    if (num_changed > chunk_len) return Corrupt(reader, "more changes than elements");
+    changes->positions.resize(num_changed);
+    changes->xors.resize(num_changed);
+    if (num_changed == 0) {
+      return reader.remaining() == 0 ? Status::Ok() : Corrupt(reader, "bytes after an empty chunk");
+    }
+    if (!reader.ReadVarint(&num_high)) return Corrupt(reader, "bad high count");
+    if (num_high > num_changed) return Corrupt(reader, "more sign/exponent changes than changes");
+    uint8_t layout;
+    if (!reader.ReadByte(&layout)) return Corrupt(reader, "no layout byte");
+    if ((layout & ~kPositionModeMask) != 0 || (layout & kPositionModeMask) > kPositionsGaps) {
+      return Status(ErrorCode::kReservedBitsSet, "reserved chunk layout bits are set");
+    }
+    const size_t n = num_changed;
+
+    // Positions.
+    if ((layout & kPositionModeMask) == kPositionsBitmap) {
+      const size_t bitmap_size = (chunk_len + 7) / 8;
+      ARC_V3_RETURN_IF_ERROR(ReadStream(&reader, bitmap_size, bitmap_size, stats, 0));
+      ARC_V3_RETURN_IF_ERROR(PositionsFromBitmap(chunk_len, n, changes->positions.data()));
+    } else {
+      // A gap takes 1..4 bytes (positions < 2^24).
+      ARC_V3_RETURN_IF_ERROR(ReadStream(&reader, n, 4 * n, stats, 0));
+      ARC_V3_RETURN_IF_ERROR(PositionsFromGaps(chunk_len, n, changes->positions.data()));
+    }
+
+    // Mantissa XORs of every change.
+    const size_t mantissa_size = PackedMantissaBytes(n);
+    ARC_V3_RETURN_IF_ERROR(ReadStream(&reader, mantissa_size, mantissa_size, stats, 1));
+    UnpackMantissas(raw_.data(), n, changes->xors.data());
+    // The bits past the last field must be zero (one encoding per payload).
+    if ((n * 7) % 8 != 0 && (raw_[mantissa_size - 1] >> ((n * 7) % 8)) != 0) {
+      return Corrupt(reader, "nonzero padding bits in the mantissa stream");
+    }
+
+    // Sign/exponent records: rank gap (1..4 bytes) + 2 bytes each.
+    if (num_high > 0) {
+      ARC_V3_RETURN_IF_ERROR(ReadStream(&reader, 3 * num_high, 6 * num_high, stats, 2));
+      ARC_V3_RETURN_IF_ERROR(ApplyHighRecords(num_high, n, changes->xors.data()));
+    }
+    for (size_t k = 0; k < n; ++k) {
+      // A listed change must change something; a mantissa-only change has no record.
+      if (changes->xors[k] == 0) return Corrupt(reader, "a listed change has a zero XOR");
+    }
+    if (reader.remaining() != 0) return Corrupt(reader, "bytes after the last stream");
+    if (stats != nullptr) stats->high = num_high;
+    return Status::Ok();
+  }
+
+ private:
+  static Status Corrupt(const ByteReader& reader, const char* what) {
+    return Status(reader.remaining() == 0 ? ErrorCode::kTruncated : ErrorCode::kCorruptChunk,
+                  what);
+  }
+
+  // Reads one stream record into raw_, checking its raw size is in [min_raw, max_raw].
+  Status ReadStream(ByteReader* reader, size_t min_raw, size_t max_raw, ChunkStats* stats,
+                    int kind) {
+    const size_t start = reader->position();
+    uint8_t codec;
+    uint64_t raw_size, stored_size;
+    if (!reader->ReadByte(&codec)) return Corrupt(*reader, "no stream codec");
+    if (codec >= kNumStreamCodecs) {
+      return Status(ErrorCode::kReservedBitsSet, "unknown stream codec id");
+    }
+    if (!reader->ReadVarint(&raw_size)) return Corrupt(*reader, "bad stream size");
+    if (raw_size < min_raw || raw_size > max_raw) {
+      return Status(ErrorCode::kCorruptChunk, "stream size inconsistent with the change counts");
+    }
+    stored_size = raw_size;
+    if (codec != kCodecStored && !reader->ReadVarint(&stored_size)) {
+      return Corrupt(*reader, "bad stored stream size");
+    }
+    const uint8_t* body;
+    if (!reader->ReadSpan(stored_size, &body)) return Corrupt(*reader, "stream body cut short");
+    raw_.resize(raw_size);
+    ARC_V3_RETURN_IF_ERROR(decompressor_.Decode(codec, body, stored_size, raw_.data(), raw_size));
+    if (stats != nullptr) {
+      stats->stream_bytes[kind] += reader->position() - start;
+      stats->codec_wins[codec] += 1;
+    }
+    return Status::Ok();
+  }
+
+  Status PositionsFromBitmap(size_t chunk_len, size_t n, uint32_t* positions) const {
+    size_t k = 0;
+    for (size_t byte = 0; byte < raw_.size(); ++byte) {
+      for (uint32_t bits = raw_[byte]; bits != 0; bits &= bits - 1) {
+        const size_t pos = byte * 8 + static_cast<size_t>(__builtin_ctz(bits));
+        if (pos >= chunk_len) return Status(ErrorCode::kCorruptChunk, "bitmap bit past the chunk");
+        if (k == n) return Status(ErrorCode::kCorruptChunk, "bitmap has more bits than changes");
+        positions[k++] = static_cast<uint32_t>(pos);
+      }
+    }
+    if (k != n) return Status(ErrorCode::kCorruptChunk, "bitmap has fewer bits than changes");
+    return Status::Ok();
+  }
+
+  Status PositionsFromGaps(size_t chunk_len, size_t n, uint32_t* positions) const {
+    ByteReader gaps(raw_.data(), raw_.size());
+    uint64_t next = 0;
+    for (size_t k = 0; k < n; ++k) {
+      uint64_t gap;
+      if (!gaps.ReadVarint(&gap)) return Status(ErrorCode::kCorruptChunk, "bad position gap");
+      if (next >= chunk_len || gap >= chunk_len - next) {
+        return Status(ErrorCode::kCorruptChunk, "position past the chunk");
+      }
+      positions[k] = static_cast<uint32_t>(next + gap);
+      next = positions[k] + uint64_t{1};
+    }
+    if (gaps.remaining() != 0) return Status(ErrorCode::kCorruptChunk, "bytes after the last gap");
+    return Status::Ok();
+  }
+
+  Status ApplyHighRecords(size_t num_high, size_t n, uint16_t* xors) const {
+    ByteReader records(raw_.data(), raw_.size());
+    uint64_t next = 0;
+    for (size_t h = 0; h < num_high; ++h) {
+      uint64_t gap;
+      const uint8_t* field;
+      if (!records.ReadVarint(&gap) || !records.ReadSpan(2, &field)) {
+        return Status(ErrorCode::kCorruptChunk, "bad sign/exponent record");
+      }
+      if (next >= n || gap >= n - next) {
+        return Status(ErrorCode::kCorruptChunk, "sign/exponent record past the last change");
+      }
+      const size_t rank = next + gap;
+      const uint16_t high = static_cast<uint16_t>(field[0] | (field[1] << 8));
+      if (high == 0 || high > (kHighFieldMask >> 7)) {
+        return Status(ErrorCode::kCorruptChunk, "sign/exponent field out of range");
+      }
+      xors[rank] |= static_cast<uint16_t>(high << 7);
+      next = rank + 1;
+    }
+    if (records.remaining() != 0) {
+      return Status(ErrorCode::kCorruptChunk, "bytes after the last sign/exponent record");
+    }
+    return Status::Ok();
+  }
+
+  StreamDecompressor decompressor_;
+  std::vector<uint8_t> raw_;
+};
+
+// Decodes all chunks (phase 1).
+Status DecodeChunks(const uint8_t* bytes, const FrameHeader& header, int threads,
+                    std::vector<ChunkChanges>* changes, std::vector<ChunkStats>* stats) {
+  const size_t num_chunks = header.num_chunks;
+  const size_t chunk_elements = size_t{1} << header.chunk_log;
+  changes->resize(num_chunks);
+  if (stats != nullptr) stats->resize(num_chunks);
+  const size_t num_workers = WorkerCount(threads, num_chunks);
+  std::vector<std::unique_ptr<ChunkDecoder>> decoders(num_workers);
+  for (auto& d : decoders) d.reset(new ChunkDecoder);
+  std::vector<Status> status(num_chunks);
+  std::atomic<bool> failed{false};
+  ParallelFor(num_chunks, num_workers, [&](size_t c, size_t worker) {
+    if (failed) return;
+    const size_t begin = c * chunk_elements;
+    const size_t len = std::min<uint64_t>(chunk_elements, header.element_count - begin);
+    try {
+      status[c] = decoders[worker]->Decode(bytes + header.chunk_offset[c], header.chunk_size[c],
+                                           len, &(*changes)[c],
+                                           stats != nullptr ? &(*stats)[c] : nullptr);
+    } catch (const std::bad_alloc&) {
+      status[c] = Status(ErrorCode::kOutOfMemory, "out of memory while decoding");
+    }
+    if (!status[c].ok()) failed = true;
+  });
+  for (size_t c = 0; c < num_chunks; ++c) {
+    if (!status[c].ok()) {
+      return Status(status[c].code(), "chunk " + std::to_string(c) + ": " + status[c].message());
+    }
+  }
+  return Status::Ok();
+}
+
+// The result is built in tiles that stay in L1/L2: the chunk's XORs are scattered into a
+// zeroed tile, ApplyXor combines it with src, and the tile is zeroed again where written.
+constexpr size_t kTileElements = 16384;
+
+// Calls sink(first_element, tile_len, tile_xors) for each tile of a chunk.
+template <class Sink>
+void ForEachXorTile(size_t begin, size_t len, const ChunkChanges& changes, uint16_t* xor_tile,
+                    const Sink& sink) {
+  size_t k = 0;
+  const size_t n = changes.positions.size();
+  for (size_t tile = 0; tile < len; tile += kTileElements) {
+    const size_t tile_len = std::min(kTileElements, len - tile);
+    const size_t first = k;
+    for (; k < n && changes.positions[k] < tile + tile_len; ++k) {
+      xor_tile[changes.positions[k] - tile] = changes.xors[k];
+    }
+    sink(begin + tile, tile_len, xor_tile);
+    for (size_t j = first; j < k; ++j) xor_tile[changes.positions[j] - tile] = 0;
+  }
+}
+
+}  // namespace
+
+Status delta_decompress(const uint16_t* src, size_t count, const uint8_t* bytes, size_t size,
+                        uint64_t checksum, uint16_t* out, size_t out_capacity, int threads) {
+  if (count > 0 && (src == nullptr || out == nullptr)) {
+    return Status(ErrorCode::kInvalidArgument, "src or out is null");
+  }
+  if (threads < 0) return Status(ErrorCode::kInvalidArgument, "threads must be >= 0");
+  if (out != src && count > 0 && out < src + count && src < out + out_capacity) {
+    return Status(ErrorCode::kInvalidArgument, "out overlaps src without being equal to it");
+  }
+  try {
+    FrameHeader header;
+    ARC_V3_RETURN_IF_ERROR(ParseHeader(bytes, size, /*with_chunk_table=*/true, &header));
+    if (header.element_count > out_capacity) {
+      return Status(ErrorCode::kOutputTooSmall,
+                    "payload holds " + std::to_string(header.element_count) +
+                        " elements, out has room for " + std::to_string(out_capacity));
+    }
+    if (header.element_count != count) {
+      return Status(ErrorCode::kSizeMismatch,
+                    "payload holds " + std::to_string(header.element_count) +
+                        " elements, src has " + std::to_string(count));
+    }
+    std::vector<ChunkChanges> changes;
+    ARC_V3_RETURN_IF_ERROR(DecodeChunks(bytes, header, threads, &changes, nullptr));
+
+    const size_t chunk_elements = size_t{1} << header.chunk_log;
+    std::vector<uint16_t> xor_tile(kTileElements, 0), result_tile(kTileElements);
+    XXH3_state_t* state = XXH3_createState();
+    if (state == nullptr) return Status(ErrorCode::kOutOfMemory, "cannot allocate hash state");
+    XXH3_64bits_reset(state);
+    for (size_t c = 0; c < changes.size(); ++c) {
+      const size_t begin = c * chunk_elements;
+      const size_t len = std::min(chunk_elements, count - begin);
+      ForEachXorTile(begin, len, changes[c], xor_tile.data(),
+                     [&](size_t at, size_t n, const uint16_t* xors) {
+                       ApplyXor(src + at, xors, n, result_tile.data());
+                       XXH3_64bits_update(state, result_tile.data(), n * sizeof(uint16_t));
+                     });
+    }
+    const uint64_t actual = XXH3_64bits_digest(state);
+    XXH3_freeState(state);
+    if (actual != checksum) {
+      return Status(ErrorCode::kChecksumMismatch,
+                    "result does not match the checksum: wrong base (src) or corrupt payload");
+    }
+
+    const size_t num_workers = WorkerCount(threads, changes.size());
+    std::vector<std::vector<uint16_t>> tiles(num_workers, std::vector<uint16_t>(kTileElements, 0));
+    ParallelFor(changes.size(), num_workers, [&](size_t c, size_t worker) {
+      const size_t begin = c * chunk_elements;
+      const size_t len = std::min(chunk_elements, count - begin);
+      if (out == src) {  // in place: touch only the changed elements
+        for (size_t k = 0; k < changes[c].positions.size(); ++k) {
+          out[begin + changes[c].positions[k]] ^= changes[c].xors[k];
+        }
+        return;
+      }
+      ForEachXorTile(begin, len, changes[c], tiles[worker].data(),
+                     [&](size_t at, size_t n, const uint16_t* xors) {
+                       ApplyXor(src + at, xors, n, out + at);
+                     });
+    });
+    return Status::Ok();
+  } catch (const std::bad_alloc&) {
+    return Status(ErrorCode::kOutOfMemory, "out of memory while decoding");
+  } catch (const std::exception& e) {
+    return Status(ErrorCode::kInternal, e.what());
+  }
+}
+
+Status delta_decompress(const uint16_t* src, size_t count, const uint8_t* bytes, size_t size,
+                        uint64_t checksum, uint16_t* out) {
+  return delta_decompress(src, count, bytes, size, checksum, out, count, 0);
+}
+
+Status delta_decompress(const std::vector<uint16_t>& src, const Delta& delta,
+                        std::vector<uint16_t>* out) {
+  if (out == nullptr) return Status(ErrorCode::kInvalidArgument, "out is null");
+  std::vector<uint16_t> result(src.size());
+  Status status = delta_decompress(src.data(), src.size(), delta.bytes.data(), delta.bytes.size(),
+                                   delta.checksum, result.data(), result.size(), 0);
+  if (status.ok()) out->swap(result);
+  return status;
+}
+
+Status delta_inspect(const uint8_t* bytes, size_t size, PayloadInfo* info) {
+  if (info == nullptr) return Status(ErrorCode::kInvalidArgument, "info is null");
+  FrameHeader header;
+  ARC_V3_RETURN_IF_ERROR(ParseHeader(bytes, size, /*with_chunk_table=*/false, &header));
+  info->format_version = kFormatVersion;
+  info->element_count = header.element_count;
+  info->chunk_elements = uint32_t{1} << header.chunk_log;
+  info->chunk_count = header.num_chunks;
+  return Status::Ok();
+}
+
+Status delta_stats(const uint8_t* bytes, size_t size, PayloadStats* stats) {
+  if (stats == nullptr) return Status(ErrorCode::kInvalidArgument, "stats is null");
+  try {
+    FrameHeader header;
+    ARC_V3_RETURN_IF_ERROR(ParseHeader(bytes, size, /*with_chunk_table=*/true, &header));
+    std::vector<ChunkChanges> changes;
+    std::vector<ChunkStats> chunk_stats;
+    ARC_V3_RETURN_IF_ERROR(DecodeChunks(bytes, header, 0, &changes, &chunk_stats));
+    *stats = PayloadStats();
+    ARC_V3_RETURN_IF_ERROR(delta_inspect(bytes, size, &stats->info));
+    uint64_t stream_total = 0;
+    for (size_t c = 0; c < changes.size(); ++c) {
+      stats->changed += changes[c].positions.size();
+      stats->exponent_or_sign += chunk_stats[c].high;
+      stats->position_bytes += chunk_stats[c].stream_bytes[0];
+      stats->mantissa_bytes += chunk_stats[c].stream_bytes[1];
+      stats->high_bytes += chunk_stats[c].stream_bytes[2];
+      for (int k = 0; k < kNumStreamCodecs; ++k) stats->codec_wins[k] += chunk_stats[c].codec_wins[k];
+    }
+    stream_total = stats->position_bytes + stats->mantissa_bytes + stats->high_bytes;
+    stats->overhead_bytes = size - stream_total;
+    return Status::Ok();
+  } catch (const std::bad_alloc&) {
+    return Status(ErrorCode::kOutOfMemory, "out of memory while decoding");
+  }
+}
+
+}  // namespace arc_v3

@@ -1,0 +1,191 @@
+// delta_compress: the ARCv3 scheme (src/FORMAT.md, format version 1).
+//
+// Per chunk: XOR + classify (ClassifyChanges), compact the changed elements
+// (CompactChanges), then build three streams - positions, 7-bit mantissa XORs, and one
+// record per sign/exponent change - and race each through the general-purpose
+// compressors. Chunks are independent, so they are coded in parallel and concatenated
+// in order; the bytes do not depend on the thread count or the SIMD target.
+#include <cstring>
+#include <memory>
+#include <new>
+#include <vector>
+
+#include "arc_v3.hpp"
+#include "src/entropy.h"
+#include "src/format.h"
+#include "src/kernels.h"
+#include "src/parallel.h"
+
+namespace arc_v3 {
+namespace {
+
+// Per-thread buffers, reused across chunks.
+struct EncoderScratch {
+  StreamCompressor compressor;
+  std::vector<uint32_t> positions;
+  std::vector<uint16_t> xors;
+  std::vector<uint8_t> raw;     // one stream before compression
+  std::vector<uint8_t> bitmap_stream, gaps_stream;
+};
+
+void BuildBitmap(const uint32_t* positions, size_t n, size_t chunk_len,
+                 std::vector<uint8_t>* raw) {
+  raw->assign((chunk_len + 7) / 8, 0);
+  for (size_t k = 0; k < n; ++k) (*raw)[positions[k] >> 3] |= 1u << (positions[k] & 7);
+}
+
+void BuildGaps(const uint32_t* positions, size_t n, std::vector<uint8_t>* raw) {
+  raw->clear();
+  uint32_t next = 0;  // first position the next gap counts from
+  for (size_t k = 0; k < n; ++k) {
+    PutVarint(positions[k] - next, raw);
+    next = positions[k] + 1;
+  }
+}
+
+// Records of the changes that touch sign or exponent: varint (rank - previous rank - 1)
+// among the changed elements, then the XOR's upper 9 bits as u16 little-endian.
+void BuildHighRecords(const uint16_t* xors, size_t n, std::vector<uint8_t>* raw) {
+  raw->clear();
+  size_t next = 0;
+  for (size_t k = 0; k < n; ++k) {
+    if ((xors[k] & kHighFieldMask) == 0) continue;
+    PutVarint(k - next, raw);
+    const uint16_t high = static_cast<uint16_t>(xors[k] >> 7);
+    raw->push_back(static_cast<uint8_t>(high));
+    raw->push_back(static_cast<uint8_t>(high >> 8));
+    next = k + 1;
+  }
+}
+
+// Density above which a bitmap is chosen without trying gaps (effort < 2); measured on
+// ../shared/corpus, see FORMAT.md "Choosing the position mode".
+constexpr double kBitmapDensity = 1.0 / 16;
+
+void EncodeChunk(const uint16_t* src, const uint16_t* dst, size_t chunk_len,
+                 const RaceEntrants& entrants, int effort, EncoderScratch* s,
+                 std::vector<uint8_t>* out) {
+  out->clear();
+  const ChangeCounts counts = ClassifyChanges(src, dst, chunk_len);
+  PutVarint(counts.changed, out);
+  if (counts.changed == 0) return;
+  PutVarint(counts.high, out);
+
+  const size_t n = counts.changed;
+  s->positions.resize(n);
+  s->xors.resize(n);
+  const size_t compacted = CompactChanges(src, dst, chunk_len, s->positions.data(), s->xors.data());
+  (void)compacted;  // == n: both kernels classify the same XORs
+
+  uint8_t codec;
+  uint8_t mode;
+  const bool try_both = effort >= 2;
+  const bool dense = static_cast<double>(n) > kBitmapDensity * static_cast<double>(chunk_len);
+  if (try_both || dense) {
+    BuildBitmap(s->positions.data(), n, chunk_len, &s->raw);
+    s->bitmap_stream.clear();
+    s->compressor.AppendStream(s->raw.data(), s->raw.size(), entrants, &s->bitmap_stream, &codec);
+  }
+  if (try_both || !dense) {
+    BuildGaps(s->positions.data(), n, &s->raw);
+    s->gaps_stream.clear();
+    s->compressor.AppendStream(s->raw.data(), s->raw.size(), entrants, &s->gaps_stream, &codec);
+  }
+  const bool use_bitmap =
+      try_both ? s->bitmap_stream.size() <= s->gaps_stream.size() : dense;
+  mode = use_bitmap ? kPositionsBitmap : kPositionsGaps;
+  out->push_back(mode);
+  const std::vector<uint8_t>& positions = use_bitmap ? s->bitmap_stream : s->gaps_stream;
+  out->insert(out->end(), positions.begin(), positions.end());
+
+  s->raw.resize(PackedMantissaBytes(n));
+  PackMantissas(s->xors.data(), n, s->raw.data());
+  s->compressor.AppendStream(s->raw.data(), s->raw.size(), entrants, out, &codec);
+
+  if (counts.high > 0) {
+    BuildHighRecords(s->xors.data(), n, &s->raw);
+    s->compressor.AppendStream(s->raw.data(), s->raw.size(), entrants, out, &codec);
+  }
+}
+
+int ChunkLog(uint32_t chunk_elements) {
+  int log = 0;
+  while ((uint64_t{1} << log) < chunk_elements) ++log;
+  return log;
+}
+
+}  // namespace
+
+Status delta_compress(const uint16_t* src, const uint16_t* dst, size_t count, Delta* out,
+                      const Options& options) {
+  if (out == nullptr) return Status(ErrorCode::kInvalidArgument, "out is null");
+  if (count > 0 && (src == nullptr || dst == nullptr)) {
+    return Status(ErrorCode::kInvalidArgument, "src or dst is null");
+  }
+  if (options.effort < 0 || options.effort > 3) {
+    return Status(ErrorCode::kInvalidArgument, "effort must be in 0..3");
+  }
+  if (options.threads < 0) return Status(ErrorCode::kInvalidArgument, "threads must be >= 0");
+  if (options.format != Format::kDefault && options.format != Format::kArcV3) {
+    return Status(ErrorCode::kInvalidArgument, "unknown format");
+  }
+  const int chunk_log = ChunkLog(options.chunk_elements);
+  if ((uint64_t{1} << chunk_log) != options.chunk_elements || chunk_log < kMinChunkLog ||
+      chunk_log > kMaxChunkLog) {
+    return Status(ErrorCode::kInvalidArgument,
+                  "chunk_elements must be a power of two in [2^10, 2^24]");
+  }
+
+  try {
+    const size_t chunk_elements = options.chunk_elements;
+    const size_t num_chunks = (count + chunk_elements - 1) / chunk_elements;
+    const RaceEntrants entrants = EntrantsForEffort(options.effort);
+    const size_t num_workers = WorkerCount(options.threads, num_chunks);
+    std::vector<std::unique_ptr<EncoderScratch>> scratch(num_workers);
+    for (auto& s : scratch) s.reset(new EncoderScratch);
+    std::vector<std::vector<uint8_t>> chunks(num_chunks);
+    std::atomic<bool> out_of_memory{false};
+    ParallelFor(num_chunks, num_workers, [&](size_t c, size_t worker) {
+      const size_t begin = c * chunk_elements;
+      const size_t len = std::min(chunk_elements, count - begin);
+      try {
+        EncodeChunk(src + begin, dst + begin, len, entrants, options.effort,
+                    scratch[worker].get(), &chunks[c]);
+      } catch (const std::bad_alloc&) {
+        out_of_memory = true;
+      }
+    });
+    if (out_of_memory) return Status(ErrorCode::kOutOfMemory, "out of memory while encoding");
+
+    std::vector<uint8_t>& bytes = out->bytes;
+    bytes.clear();
+    for (const uint8_t byte : kMagic) bytes.push_back(byte);
+    bytes.push_back(kFormatVersion);
+    bytes.push_back(0);  // flags: reserved
+    PutVarint(count, &bytes);
+    bytes.push_back(static_cast<uint8_t>(chunk_log));
+    size_t total = bytes.size();
+    for (const auto& chunk : chunks) {
+      PutVarint(chunk.size(), &bytes);
+      total += VarintSize(chunk.size()) + chunk.size();
+    }
+    bytes.reserve(total);
+    for (const auto& chunk : chunks) bytes.insert(bytes.end(), chunk.begin(), chunk.end());
+    out->checksum = Checksum(dst, count);
+    return Status::Ok();
+  } catch (const std::bad_alloc&) {
+    return Status(ErrorCode::kOutOfMemory, "out of memory while encoding");
+  } catch (const std::exception& e) {
+    return Status(ErrorCode::kInternal, e.what());
+  }
+}
+
+Status delta_compress(const std::vector<uint16_t>& src, const std::vector<uint16_t>& dst,
+                      Delta* out, const Options& options) {
+  if (src.size() != dst.size()) {
+    return Status(ErrorCode::kSizeMismatch, "src and dst differ in length");
+  }
+  return delta_compress(src.data(), dst.data(), src.size(), out, options);
+}
+
+}  // namespace arc_v3

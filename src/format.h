@@ -1,0 +1,103 @@
+// Constants and byte-level helpers of the payload format (src/FORMAT.md). Shared by the
+// encoder and the decoder; neither depends on the other.
+#ifndef ARC_V3_SRC_FORMAT_H_
+#define ARC_V3_SRC_FORMAT_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+namespace arc_v3 {
+
+constexpr uint8_t kMagic[4] = {'A', 'R', 'C', '3'};
+constexpr uint8_t kFormatVersion = 1;
+constexpr uint8_t kMinChunkLog = 10;
+constexpr uint8_t kMaxChunkLog = 24;
+// Varints in this format never exceed 64 bits (10 bytes of LEB128).
+constexpr int kMaxVarintBytes = 10;
+
+// Chunk layout byte: bits 0-1 select how positions are coded; bits 2-7 are reserved.
+enum PositionMode : uint8_t {
+  kPositionsBitmap = 0,  // one bit per element of the chunk, LSB first
+  kPositionsGaps = 1,    // varint (position - previous position - 1) per change
+};
+constexpr uint8_t kPositionModeMask = 0x03;
+
+// Stream codec ids; the race keeps the smallest, ties go to the lower id (faster decoder).
+enum StreamCodec : uint8_t {
+  kCodecStored = 0,
+  kCodecLz4 = 1,   // one LZ4 block (lz4 or lz4hc encoder)
+  kCodecZstd = 2,  // one magicless zstd frame, no checksum, no content size
+};
+constexpr int kNumStreamCodecs = 3;
+
+inline void PutVarint(uint64_t value, std::vector<uint8_t>* out) {
+  while (value >= 0x80) {
+    out->push_back(static_cast<uint8_t>(value | 0x80));
+    value >>= 7;
+  }
+  out->push_back(static_cast<uint8_t>(value));
+}
+
+inline size_t VarintSize(uint64_t value) {
+  size_t size = 1;
+  while (value >= 0x80) {
+    value >>= 7;
+    ++size;
+  }
+  return size;
+}
+
+// Bounds-checked reader over untrusted bytes: every read reports failure instead of
+// reading past the end. Varints must be minimal (no redundant 0x80 continuation bytes)
+// so that each value has exactly one encoding.
+class ByteReader {
+ public:
+  ByteReader(const uint8_t* data, size_t size) : data_(data), size_(size) {}
+
+  size_t remaining() const { return size_ - pos_; }
+  size_t position() const { return pos_; }
+  const uint8_t* current() const { return data_ + pos_; }
+
+  bool ReadByte(uint8_t* value) {
+    if (pos_ >= size_) return false;
+    *value = data_[pos_++];
+    return true;
+  }
+
+  // false on truncation, overlong or non-minimal encodings.
+  bool ReadVarint(uint64_t* value) {
+    uint64_t result = 0;
+    for (int i = 0; i < kMaxVarintBytes; ++i) {
+      if (pos_ >= size_) return false;
+      const uint8_t byte = data_[pos_++];
+      const uint64_t payload = byte & 0x7F;
+      if (i == kMaxVarintBytes - 1 && payload > 1) return false;  // beyond 64 bits
+      result |= payload << (7 * i);
+      if ((byte & 0x80) == 0) {
+        if (byte == 0 && i > 0) return false;  // non-minimal
+        *value = result;
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // Points *bytes at the next `size` bytes and skips them.
+  bool ReadSpan(size_t size, const uint8_t** bytes) {
+    if (size > remaining()) return false;
+    *bytes = data_ + pos_;
+    pos_ += size;
+    return true;
+  }
+
+ private:
+  const uint8_t* data_;
+  size_t size_;
+  size_t pos_ = 0;
+};
+
+}  // namespace arc_v3
+
+#endif  // ARC_V3_SRC_FORMAT_H_

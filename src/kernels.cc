@@ -1,0 +1,205 @@
+// Highway implementations of the kernels in kernels.h, compiled once per SIMD target and
+// dispatched at runtime. Each must match its ref:: twin byte for byte; vectors only speed
+// up the loops, they never change the result. Tails shorter than a vector run the
+// reference code on the remaining elements (Highway 1.0.3 has no LoadN/StoreN).
+#include <cstring>
+
+#include "src/kernels.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "src/kernels.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace arc_v3 {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Lane counters are u16; flush them before they can wrap.
+constexpr size_t kMaxVectorsPerFlush = 0xFFFF;
+
+template <class D>
+uint64_t SumLanes(D d, hn::Vec<D> v) {
+  HWY_ALIGN uint16_t lanes[hn::MaxLanes(d)];
+  hn::Store(v, d, lanes);
+  uint64_t sum = 0;
+  for (size_t i = 0; i < hn::Lanes(d); ++i) sum += lanes[i];
+  return sum;
+}
+
+ChangeCounts ClassifyChanges(const uint16_t* HWY_RESTRICT src,
+                             const uint16_t* HWY_RESTRICT dst, size_t count) {
+  const hn::ScalableTag<uint16_t> d;
+  const size_t N = hn::Lanes(d);
+  const auto zero = hn::Zero(d);
+  const auto high_mask = hn::Set(d, kHighFieldMask);
+  ChangeCounts counts;
+  size_t i = 0;
+  while (i + N <= count) {
+    // Each true lane adds 1: VecFromMask is all-ones (= -1) and we subtract it.
+    auto changed = zero;
+    auto high = zero;
+    for (size_t v = 0; v < kMaxVectorsPerFlush && i + N <= count; ++v, i += N) {
+      const auto x = hn::Xor(hn::LoadU(d, src + i), hn::LoadU(d, dst + i));
+      changed = hn::Sub(changed, hn::VecFromMask(d, hn::Ne(x, zero)));
+      high = hn::Sub(high, hn::VecFromMask(d, hn::Ne(hn::And(x, high_mask), zero)));
+    }
+    counts.changed += SumLanes(d, changed);
+    counts.high += SumLanes(d, high);
+  }
+  const ChangeCounts tail = ref::ClassifyChanges(src + i, dst + i, count - i);
+  counts.changed += tail.changed;
+  counts.high += tail.high;
+  return counts;
+}
+
+size_t CompactChanges(const uint16_t* HWY_RESTRICT src, const uint16_t* HWY_RESTRICT dst,
+                      size_t count, uint32_t* HWY_RESTRICT positions,
+                      uint16_t* HWY_RESTRICT xors) {
+  const hn::ScalableTag<uint16_t> d;
+  const hn::Half<decltype(d)> dh;
+  const hn::RepartitionToWide<decltype(d)> d32;  // N/2 lanes of u32
+  const size_t N = hn::Lanes(d);
+  const auto zero = hn::Zero(d);
+  const auto zero32 = hn::Zero(d32);
+  size_t n = 0;
+  size_t i = 0;
+  for (; i + N <= count; i += N) {
+    const auto x = hn::Xor(hn::LoadU(d, src + i), hn::LoadU(d, dst + i));
+    const auto changed = hn::Ne(x, zero);
+    if (hn::AllFalse(d, changed)) continue;  // the common case at <10% density
+    hn::CompressBlendedStore(x, changed, d, xors + n);
+    // Indices are u32: handle each half of the u16 lanes as one u32 vector.
+    const auto lo = hn::PromoteTo(d32, hn::LowerHalf(dh, x));
+    const auto hi = hn::PromoteTo(d32, hn::UpperHalf(dh, x));
+    const auto index_lo = hn::Iota(d32, static_cast<uint32_t>(i));
+    const auto index_hi = hn::Iota(d32, static_cast<uint32_t>(i + N / 2));
+    n += hn::CompressBlendedStore(index_lo, hn::Ne(lo, zero32), d32, positions + n);
+    n += hn::CompressBlendedStore(index_hi, hn::Ne(hi, zero32), d32, positions + n);
+  }
+  const size_t tail = ref::CompactChanges(src + i, dst + i, count - i, positions + n, xors + n);
+  for (size_t k = n; k < n + tail; ++k) positions[k] += static_cast<uint32_t>(i);
+  return n + tail;
+}
+
+// 8 mantissas form one 56-bit group (7 bytes), so a vector of N u16 lanes packs into
+// N/8 groups. Three shift-and-merge steps halve the fields per lane while doubling the
+// lane width: u32 lanes hold 2 fields (14 bits), u64 lanes 4 (28 bits), and the even
+// u64 lane of each pair then takes its odd neighbour's 28 bits on top.
+void PackMantissas(const uint16_t* HWY_RESTRICT xors, size_t count,
+                   uint8_t* HWY_RESTRICT out) {
+  const hn::ScalableTag<uint16_t> d16;
+  const hn::Repartition<uint32_t, decltype(d16)> d32;
+  const hn::Repartition<uint64_t, decltype(d16)> d64;
+  const size_t N = hn::Lanes(d16);
+  size_t i = 0;
+  if (N >= 8) {
+    HWY_ALIGN uint64_t groups[hn::MaxLanes(d64)];
+    // Each group is stored as 8 bytes, the 8th zero and overwritten by the next group;
+    // stopping while a later element remains keeps that 8th byte inside `out`.
+    for (; i + N < count; i += N) {
+      const auto m16 = hn::And(hn::LoadU(d16, xors + i), hn::Set(d16, kMantissaMask));
+      const auto v32 = hn::BitCast(d32, m16);
+      const auto t32 = hn::Or(hn::And(v32, hn::Set(d32, 0x7Fu)), hn::ShiftRight<9>(v32));
+      const auto v64 = hn::BitCast(d64, t32);
+      const auto t64 =
+          hn::Or(hn::And(v64, hn::Set(d64, 0x3FFFull)), hn::ShiftRight<18>(v64));
+      const auto merged = hn::Or(t64, hn::ShiftLeft<28>(hn::ShiftRightLanes<1>(d64, t64)));
+      hn::Store(merged, d64, groups);
+      uint8_t* group_out = out + i / 8 * 7;
+      for (size_t g = 0; g < N / 8; ++g) {
+        const uint64_t value = groups[2 * g];
+        std::memcpy(group_out + 7 * g, &value, 8);  // little-endian host
+      }
+    }
+  }
+  ref::PackMantissas(xors + i, count - i, out + i / 8 * 7);
+}
+
+void UnpackMantissas(const uint8_t* HWY_RESTRICT packed, size_t count,
+                     uint16_t* HWY_RESTRICT xors) {
+  const hn::ScalableTag<uint16_t> d16;
+  const hn::Repartition<uint32_t, decltype(d16)> d32;
+  const hn::Repartition<uint64_t, decltype(d16)> d64;
+  const size_t N = hn::Lanes(d16);
+  size_t i = 0;
+  if (N >= 8) {
+    HWY_ALIGN uint64_t halves[hn::MaxLanes(d64)];
+    // Reading 8 bytes per group stays inside `packed` while a later element remains.
+    for (; i + N < count; i += N) {
+      const uint8_t* group_in = packed + i / 8 * 7;
+      for (size_t g = 0; g < N / 8; ++g) {
+        uint64_t value;
+        std::memcpy(&value, group_in + 7 * g, 8);
+        halves[2 * g] = value;        // fields 0..3 in the low 28 bits
+        halves[2 * g + 1] = value >> 28;  // fields 4..7
+      }
+      const auto v64 = hn::And(hn::Load(d64, halves), hn::Set(d64, 0xFFFFFFFull));
+      // Inverse of the packing steps: move the upper 14 bits to the upper u32 half, then
+      // the upper 7 bits of each u32 to its upper u16 half.
+      const auto t64 = hn::Or(hn::And(v64, hn::Set(d64, 0x3FFFull)),
+                              hn::ShiftLeft<18>(hn::And(v64, hn::Set(d64, 0xFFFC000ull))));
+      const auto v32 = hn::BitCast(d32, t64);
+      const auto t32 = hn::Or(hn::And(v32, hn::Set(d32, 0x7Fu)),
+                              hn::ShiftLeft<9>(hn::And(v32, hn::Set(d32, 0x3F80u))));
+      hn::StoreU(hn::BitCast(d16, t32), d16, xors + i);
+    }
+  }
+  ref::UnpackMantissas(packed + i / 8 * 7, count - i, xors + i);
+}
+
+void ApplyXor(const uint16_t* src, const uint16_t* xors, size_t count, uint16_t* out) {
+  const hn::ScalableTag<uint16_t> d;
+  const size_t N = hn::Lanes(d);
+  size_t i = 0;
+  for (; i + N <= count; i += N) {
+    hn::StoreU(hn::Xor(hn::LoadU(d, src + i), hn::LoadU(d, xors + i)), d, out + i);
+  }
+  ref::ApplyXor(src + i, xors + i, count - i, out + i);
+}
+
+int64_t TargetId() { return HWY_TARGET; }
+
+// NOLINTNEXTLINE(google-readability-namespace-comments)
+}  // namespace HWY_NAMESPACE
+}  // namespace arc_v3
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace arc_v3 {
+
+HWY_EXPORT(ClassifyChanges);
+HWY_EXPORT(CompactChanges);
+HWY_EXPORT(PackMantissas);
+HWY_EXPORT(UnpackMantissas);
+HWY_EXPORT(ApplyXor);
+HWY_EXPORT(TargetId);
+
+ChangeCounts ClassifyChanges(const uint16_t* src, const uint16_t* dst, size_t count) {
+  return HWY_DYNAMIC_DISPATCH(ClassifyChanges)(src, dst, count);
+}
+
+size_t CompactChanges(const uint16_t* src, const uint16_t* dst, size_t count,
+                      uint32_t* positions, uint16_t* xors) {
+  return HWY_DYNAMIC_DISPATCH(CompactChanges)(src, dst, count, positions, xors);
+}
+
+void PackMantissas(const uint16_t* xors, size_t count, uint8_t* out) {
+  HWY_DYNAMIC_DISPATCH(PackMantissas)(xors, count, out);
+}
+
+void UnpackMantissas(const uint8_t* packed, size_t count, uint16_t* xors) {
+  HWY_DYNAMIC_DISPATCH(UnpackMantissas)(packed, count, xors);
+}
+
+void ApplyXor(const uint16_t* src, const uint16_t* xors, size_t count, uint16_t* out) {
+  HWY_DYNAMIC_DISPATCH(ApplyXor)(src, xors, count, out);
+}
+
+const char* DispatchedTargetName() {
+  return hwy::TargetName(HWY_DYNAMIC_DISPATCH(TargetId)());
+}
+
+}  // namespace arc_v3
+#endif  // HWY_ONCE

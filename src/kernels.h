@@ -1,0 +1,65 @@
+// Kernels of the arc_v3 codec: the dense, data-parallel steps of encoding and decoding.
+//
+// Every kernel exists three times under one name: ref::Foo (plain C++ in
+// ref_kernels.cc, the definition), HWY_NAMESPACE::Foo (Highway, in kernels.cc) and
+// arc_v3::Foo (this header: runtime dispatch to the best target the CPU supports).
+// Outputs are byte-identical across targets; tests check every compiled target against
+// ref:: (tests/kernels_test.cc).
+//
+// BF16 bit layout (uint16_t):  s eeeeeeee mmmmmmm
+//                              15 14    7 6     0
+#ifndef ARC_V3_SRC_KERNELS_H_
+#define ARC_V3_SRC_KERNELS_H_
+
+#include <cstddef>
+#include <cstdint>
+
+namespace arc_v3 {
+
+// Bits of a BF16 XOR outside the mantissa: a change there is an "exponent or sign" change.
+constexpr uint16_t kHighFieldMask = 0xFF80;
+constexpr uint16_t kMantissaMask = 0x007F;
+
+struct ChangeCounts {
+  uint64_t changed = 0;  // src[i] != dst[i]
+  uint64_t high = 0;     // of those, (src[i] ^ dst[i]) & kHighFieldMask != 0
+};
+
+// Bytes of `count` 7-bit fields packed LSB-first.
+constexpr size_t PackedMantissaBytes(size_t count) { return (count * 7 + 7) / 8; }
+
+// XOR + classification: counts the changed elements and those changing sign/exponent.
+ChangeCounts ClassifyChanges(const uint16_t* src, const uint16_t* dst, size_t count);
+
+// Compaction: writes, in element order, the index i (< count <= 2^32) and src[i] ^ dst[i]
+// of every changed element to positions[] / xors[], which must hold as many entries as
+// there are changes. Returns the number of changes. Writes nothing beyond them.
+size_t CompactChanges(const uint16_t* src, const uint16_t* dst, size_t count,
+                      uint32_t* positions, uint16_t* xors);
+
+// Mantissa packing: the low 7 bits of xors[k] go to bits [7k, 7k+7) of out
+// (bit b = bit b%8 of byte b/8). Writes exactly PackedMantissaBytes(count) bytes.
+void PackMantissas(const uint16_t* xors, size_t count, uint8_t* out);
+
+// Inverse of PackMantissas: xors[k] = 7-bit field k (upper 9 bits zero). Reads exactly
+// PackedMantissaBytes(count) bytes.
+void UnpackMantissas(const uint8_t* packed, size_t count, uint16_t* xors);
+
+// Apply: out[i] = src[i] ^ xors[i]. `out` may equal `src` or `xors`.
+void ApplyXor(const uint16_t* src, const uint16_t* xors, size_t count, uint16_t* out);
+
+// Name of the target the dispatching wrappers above run on now ("AVX3", "EMU128", ...).
+const char* DispatchedTargetName();
+
+namespace ref {
+ChangeCounts ClassifyChanges(const uint16_t* src, const uint16_t* dst, size_t count);
+size_t CompactChanges(const uint16_t* src, const uint16_t* dst, size_t count,
+                      uint32_t* positions, uint16_t* xors);
+void PackMantissas(const uint16_t* xors, size_t count, uint8_t* out);
+void UnpackMantissas(const uint8_t* packed, size_t count, uint16_t* xors);
+void ApplyXor(const uint16_t* src, const uint16_t* xors, size_t count, uint16_t* out);
+}  // namespace ref
+
+}  // namespace arc_v3
+
+#endif  // ARC_V3_SRC_KERNELS_H_

@@ -1,0 +1,70 @@
+// Reference kernels: plain C++, the definition every SIMD target must match byte for
+// byte. Also used for the tails that are shorter than a vector.
+#include <cstring>
+
+#include "src/kernels.h"
+
+namespace arc_v3 {
+namespace ref {
+
+ChangeCounts ClassifyChanges(const uint16_t* src, const uint16_t* dst, size_t count) {
+  ChangeCounts counts;
+  for (size_t i = 0; i < count; ++i) {
+    const uint16_t x = src[i] ^ dst[i];
+    counts.changed += (x != 0);
+    counts.high += (x & kHighFieldMask) != 0;
+  }
+  return counts;
+}
+
+size_t CompactChanges(const uint16_t* src, const uint16_t* dst, size_t count,
+                      uint32_t* positions, uint16_t* xors) {
+  size_t n = 0;
+  for (size_t i = 0; i < count; ++i) {
+    const uint16_t x = src[i] ^ dst[i];
+    if (x != 0) {
+      positions[n] = static_cast<uint32_t>(i);
+      xors[n] = x;
+      ++n;
+    }
+  }
+  return n;
+}
+
+void PackMantissas(const uint16_t* xors, size_t count, uint8_t* out) {
+  uint32_t bits = 0;  // pending bits, LSB first
+  int num_bits = 0;
+  size_t pos = 0;
+  for (size_t k = 0; k < count; ++k) {
+    bits |= static_cast<uint32_t>(xors[k] & kMantissaMask) << num_bits;
+    num_bits += 7;
+    while (num_bits >= 8) {
+      out[pos++] = static_cast<uint8_t>(bits);
+      bits >>= 8;
+      num_bits -= 8;
+    }
+  }
+  if (num_bits > 0) out[pos] = static_cast<uint8_t>(bits);
+}
+
+void UnpackMantissas(const uint8_t* packed, size_t count, uint16_t* xors) {
+  uint32_t bits = 0;
+  int num_bits = 0;
+  size_t pos = 0;
+  for (size_t k = 0; k < count; ++k) {
+    if (num_bits < 7) {
+      bits |= static_cast<uint32_t>(packed[pos++]) << num_bits;
+      num_bits += 8;
+    }
+    xors[k] = static_cast<uint16_t>(bits & kMantissaMask);
+    bits >>= 7;
+    num_bits -= 7;
+  }
+}
+
+void ApplyXor(const uint16_t* src, const uint16_t* xors, size_t count, uint16_t* out) {
+  for (size_t i = 0; i < count; ++i) out[i] = src[i] ^ xors[i];
+}
+
+}  // namespace ref
+}  // namespace arc_v3

@@ -133,9 +133,9 @@ Status delta_compress(const uint16_t* src, const uint16_t* dst, size_t count, De
 Status delta_decompress(const uint16_t* src, size_t count, const uint8_t* bytes, size_t size,
                         uint64_t checksum, uint16_t* out);
 
-// As above, with the capacity of `out` (in elements) checked: kOutputTooSmall when the
-// payload holds more elements than `out_capacity`, kSizeMismatch when `count` differs from
-// the payload's count. `threads`: 0 = all hardware threads.
+// As above, with the capacity of `out` (in elements) checked: kSizeMismatch when `count`
+// differs from the payload's count, kOutputTooSmall when it exceeds `out_capacity`.
+// `threads`: 0 = all hardware threads.
 Status delta_decompress(const uint16_t* src, size_t count, const uint8_t* bytes, size_t size,
                         uint64_t checksum, uint16_t* out, size_t out_capacity,
                         int threads = 0);

@@ -336,15 +336,15 @@ Status delta_decompress(const uint16_t* src, size_t count, const uint8_t* bytes,
   try {
     FrameHeader header;
     ARC_V3_RETURN_IF_ERROR(ParseHeader(bytes, size, /*with_chunk_table=*/true, &header));
-    if (header.element_count > out_capacity) {
-      return Status(ErrorCode::kOutputTooSmall,
-                    "payload holds " + std::to_string(header.element_count) +
-                        " elements, out has room for " + std::to_string(out_capacity));
-    }
     if (header.element_count != count) {
       return Status(ErrorCode::kSizeMismatch,
                     "payload holds " + std::to_string(header.element_count) +
                         " elements, src has " + std::to_string(count));
+    }
+    if (count > out_capacity) {
+      return Status(ErrorCode::kOutputTooSmall,
+                    "payload holds " + std::to_string(count) + " elements, out has room for " +
+                        std::to_string(out_capacity));
     }
     std::vector<ChunkChanges> changes;
     ARC_V3_RETURN_IF_ERROR(DecodeChunks(bytes, header, threads, &changes, nullptr));

@@ -1,0 +1,207 @@
+// Round trips through the public API: lengths, class mixes, odd values, options,
+// determinism across threads and SIMD targets, in-place apply, and the peek calls.
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "arc_v3.hpp"
+#include "src/kernels.h"
+#include "tests/hwy_doctest.h"
+#include "tests/test_data.h"
+
+namespace arc_v3 {
+namespace {
+
+using test::MakeDelta;
+using test::Mix;
+
+// Compresses, checks the checksum, decompresses out of place and in place, compares.
+Delta RoundTrip(const std::vector<uint16_t>& src, const std::vector<uint16_t>& dst,
+                const Options& options = Options()) {
+  REQUIRE(src.size() == dst.size());
+  Delta delta;
+  const Status status = delta_compress(src.data(), dst.data(), src.size(), &delta, options);
+  REQUIRE_MESSAGE(status.ok(), status.ToString());
+  CHECK(delta.checksum == Checksum(dst.data(), dst.size()));
+
+  std::vector<uint16_t> out(src.size() + 2, 0xBEEF);
+  const Status decoded = delta_decompress(src.data(), src.size(), delta.bytes.data(),
+                                          delta.bytes.size(), delta.checksum, out.data());
+  REQUIRE_MESSAGE(decoded.ok(), decoded.ToString());
+  REQUIRE(std::memcmp(out.data(), dst.data(), dst.size() * 2) == 0);
+  CHECK(out[src.size()] == 0xBEEF);  // nothing written past count
+  CHECK(out[src.size() + 1] == 0xBEEF);
+
+  std::vector<uint16_t> in_place = src;
+  const Status applied = delta_decompress(in_place.data(), in_place.size(), delta.bytes.data(),
+                                          delta.bytes.size(), delta.checksum, in_place.data());
+  REQUIRE_MESSAGE(applied.ok(), applied.ToString());
+  REQUIRE(in_place == dst);
+
+  PayloadStats stats;
+  REQUIRE(delta_stats(delta.bytes.data(), delta.bytes.size(), &stats).ok());
+  const ChangeCounts truth = ref::ClassifyChanges(src.data(), dst.data(), src.size());
+  CHECK(stats.info.element_count == src.size());
+  CHECK(stats.changed == truth.changed);
+  CHECK(stats.exponent_or_sign == truth.high);
+  CHECK(stats.position_bytes + stats.mantissa_bytes + stats.high_bytes + stats.overhead_bytes ==
+        delta.bytes.size());
+  return delta;
+}
+
+Options SmallChunks() {
+  Options options;
+  options.chunk_elements = 1024;
+  return options;
+}
+
+TEST_CASE("round trip: lengths 0, 1, odd, chunk edges") {
+  for (const size_t n : {0, 1, 2, 3, 7, 31, 1023, 1024, 1025, 4097, 10001}) {
+    std::vector<uint16_t> src, dst;
+    MakeDelta(n, Mix{0.05}, static_cast<uint32_t>(n), &src, &dst);
+    RoundTrip(src, dst);
+    RoundTrip(src, dst, SmallChunks());
+  }
+}
+
+TEST_CASE("round trip: nothing changed, everything changed") {
+  std::vector<uint16_t> src, dst;
+  MakeDelta(5000, Mix{0.0}, 1, &src, &dst);
+  const Delta none = RoundTrip(src, dst, SmallChunks());
+  CHECK(none.bytes.size() < 32);  // header and one byte per empty chunk
+
+  for (auto& v : dst) v ^= 0x0001;
+  RoundTrip(src, dst, SmallChunks());
+  for (auto& v : dst) v ^= 0xFFFF;  // every field of every element
+  RoundTrip(src, dst, SmallChunks());
+}
+
+TEST_CASE("round trip: sign flips, exponent carries, all class mixes") {
+  for (const double density : {0.001, 0.02, 0.1, 0.5, 1.0}) {
+    for (const Mix mix : {Mix{density, 0.0, 0.0}, Mix{density, 0.02, 0.001},
+                          Mix{density, 0.5, 0.0}, Mix{density, 0.0, 1.0},
+                          Mix{density, 0.5, 0.5}}) {
+      std::vector<uint16_t> src, dst;
+      MakeDelta(20000, mix, static_cast<uint32_t>(density * 1000), &src, &dst);
+      RoundTrip(src, dst, SmallChunks());
+    }
+  }
+}
+
+TEST_CASE("round trip: every transition between special values") {
+  const std::vector<uint16_t> special = test::SpecialValues();
+  std::vector<uint16_t> src, dst;
+  for (const uint16_t a : special) {
+    for (const uint16_t b : special) {
+      src.push_back(a);
+      dst.push_back(b);
+    }
+  }
+  RoundTrip(src, dst);
+  RoundTrip(dst, src);
+}
+
+TEST_CASE("round trip: every effort, format and thread count gives the same result") {
+  std::vector<uint16_t> src, dst;
+  MakeDelta(300000, Mix{0.02}, 3, &src, &dst);
+  for (const int effort : {0, 1, 2, 3}) {
+    Options options;
+    options.effort = effort;
+    options.chunk_elements = 1 << 16;
+    options.threads = 1;
+    const Delta one = RoundTrip(src, dst, options);
+    options.threads = 3;
+    const Delta three = RoundTrip(src, dst, options);
+    CHECK(one.bytes == three.bytes);
+    options.format = Format::kArcV3;
+    const Delta published = RoundTrip(src, dst, options);
+    CHECK(published.bytes.size() > 0);
+  }
+}
+
+TEST_CASE("the payload does not depend on the SIMD target") {
+  std::vector<uint16_t> src, dst;
+  MakeDelta(100000, Mix{0.03, 0.1, 0.01}, 9, &src, &dst);
+  std::vector<uint8_t> first;
+  test::ForEachTarget([&](const char* target) {
+    Delta delta = RoundTrip(src, dst, SmallChunks());
+    if (first.empty()) first = delta.bytes;
+    INFO("target ", target);
+    CHECK(delta.bytes == first);
+  });
+}
+
+TEST_CASE("higher effort is never larger on realistic data") {
+  std::vector<uint16_t> src, dst;
+  MakeDelta(1 << 20, Mix{0.004}, 17, &src, &dst);
+  size_t previous = SIZE_MAX;
+  for (const int effort : {0, 1, 2, 3}) {
+    Options options;
+    options.effort = effort;
+    Delta delta;
+    REQUIRE(delta_compress(src.data(), dst.data(), src.size(), &delta, options).ok());
+    INFO("effort ", effort, ": ", delta.bytes.size(), " bytes");
+    CHECK(delta.bytes.size() <= previous);
+    previous = delta.bytes.size();
+  }
+  // Far below the 2 bytes per element of the raw tensor.
+  CHECK(previous < src.size() * 2 / 50);
+}
+
+TEST_CASE("vector overloads and delta_inspect") {
+  std::vector<uint16_t> src, dst, out;
+  MakeDelta(3000, Mix{0.1}, 4, &src, &dst);
+  Delta delta;
+  REQUIRE(delta_compress(src, dst, &delta, SmallChunks()).ok());
+  REQUIRE(delta_decompress(src, delta, &out).ok());
+  CHECK(out == dst);
+
+  PayloadInfo info;
+  REQUIRE(delta_inspect(delta.bytes.data(), delta.bytes.size(), &info).ok());
+  CHECK(info.element_count == 3000);
+  CHECK(info.chunk_elements == 1024);
+  CHECK(info.chunk_count == 3);
+  CHECK(info.format_version == FormatVersion());
+
+  std::vector<uint16_t> shorter(src.begin(), src.end() - 1);
+  CHECK(delta_compress(shorter, dst, &delta).code() == ErrorCode::kSizeMismatch);
+}
+
+TEST_CASE("bad options and arguments are rejected") {
+  std::vector<uint16_t> v(10, 1);
+  Delta delta;
+  Options options;
+  options.effort = 4;
+  CHECK(delta_compress(v.data(), v.data(), v.size(), &delta, options).code() ==
+        ErrorCode::kInvalidArgument);
+  options = Options();
+  options.chunk_elements = 1000;  // not a power of two
+  CHECK(delta_compress(v.data(), v.data(), v.size(), &delta, options).code() ==
+        ErrorCode::kInvalidArgument);
+  options.chunk_elements = 1u << 25;
+  CHECK(delta_compress(v.data(), v.data(), v.size(), &delta, options).code() ==
+        ErrorCode::kInvalidArgument);
+  options = Options();
+  options.threads = -1;
+  CHECK(delta_compress(v.data(), v.data(), v.size(), &delta, options).code() ==
+        ErrorCode::kInvalidArgument);
+  CHECK(delta_compress(nullptr, v.data(), v.size(), &delta).code() == ErrorCode::kInvalidArgument);
+  CHECK(delta_compress(v.data(), v.data(), v.size(), nullptr).code() == ErrorCode::kInvalidArgument);
+  CHECK(delta_compress(nullptr, nullptr, 0, &delta).ok());
+}
+
+TEST_CASE("version and error names") {
+  CHECK(VersionNumber() == ARC_V3_VERSION_NUMBER);
+  CHECK(std::string(VersionString()) == "0.1.0");
+  CHECK(std::string(ErrorName(ErrorCode::kChecksumMismatch)) == "checksum_mismatch");
+  for (int code = 0; code < static_cast<int>(ErrorCode::kMaxCode); ++code) {
+    CHECK(std::string(ErrorName(static_cast<ErrorCode>(code))) != "unknown_error");
+  }
+  CHECK(Status(ErrorCode::kTruncated, "cut").ToString() == "truncated: cut");
+  MESSAGE("kernels dispatch to ", std::string(ActiveTarget()));
+  CHECK(std::string(ActiveTarget()).size() > 0);
+}
+
+}  // namespace
+}  // namespace arc_v3

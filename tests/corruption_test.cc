@@ -1,0 +1,175 @@
+// Bad input: truncation at every offset, bit flips in header and body, the wrong base,
+// size mismatches, a too-small output. Each must give an error (or, for a flip that
+// leaves an equivalent payload, the exact right result) - never a crash, never a write
+// past `out`, and on error `out` is untouched.
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "arc_v3.hpp"
+#include "tests/test_data.h"
+
+namespace arc_v3 {
+namespace {
+
+constexpr uint16_t kUntouched = 0xD00D;
+constexpr size_t kGuard = 16;
+
+struct Fixture {
+  std::vector<uint16_t> src, dst;
+  Delta delta;
+  explicit Fixture(size_t n, double density, uint32_t chunk_elements = 1024, int effort = 2) {
+    test::MakeDelta(n, test::Mix{density, 0.05, 0.01}, 21, &src, &dst);
+    Options options;
+    options.chunk_elements = chunk_elements;
+    options.effort = effort;
+    REQUIRE(delta_compress(src.data(), dst.data(), n, &delta, options).ok());
+  }
+};
+
+// Decodes `payload` into a guarded buffer. Returns the status; checks the guards, and
+// that the buffer is untouched on error and exactly dst on success.
+Status DecodeGuarded(const Fixture& f, const std::vector<uint8_t>& payload, uint64_t checksum) {
+  const size_t n = f.src.size();
+  std::vector<uint16_t> out(n + 2 * kGuard, kUntouched);
+  const Status status = delta_decompress(f.src.data(), n, payload.data(), payload.size(), checksum,
+                                         out.data() + kGuard, n, 1);
+  for (size_t i = 0; i < kGuard; ++i) {
+    REQUIRE(out[i] == kUntouched);
+    REQUIRE(out[kGuard + n + i] == kUntouched);
+  }
+  if (status.ok()) {
+    REQUIRE(std::memcmp(out.data() + kGuard, f.dst.data(), n * 2) == 0);
+  } else {
+    for (size_t i = 0; i < n; ++i) REQUIRE(out[kGuard + i] == kUntouched);
+    REQUIRE(status.code() != ErrorCode::kOk);
+    REQUIRE(!status.message().empty());
+  }
+  return status;
+}
+
+TEST_CASE("truncation at every offset is an error") {
+  for (const int effort : {0, 2}) {
+    Fixture f(3000, 0.05, 1024, effort);
+    for (size_t size = 0; size < f.delta.bytes.size(); ++size) {
+      std::vector<uint8_t> cut(f.delta.bytes.begin(), f.delta.bytes.begin() + size);
+      INFO("truncated to ", size, " of ", f.delta.bytes.size());
+      const Status status = DecodeGuarded(f, cut, f.delta.checksum);
+      REQUIRE(!status.ok());
+    }
+    std::vector<uint8_t> longer = f.delta.bytes;
+    longer.push_back(0);
+    CHECK(DecodeGuarded(f, longer, f.delta.checksum).code() == ErrorCode::kCorruptHeader);
+  }
+}
+
+TEST_CASE("every single-bit flip is an error or decodes exactly") {
+  for (const double density : {0.01, 0.3}) {
+    Fixture f(2500, density);
+    size_t errors = 0, flips = 0;
+    for (size_t byte = 0; byte < f.delta.bytes.size(); ++byte) {
+      for (int bit = 0; bit < 8; ++bit) {
+        std::vector<uint8_t> flipped = f.delta.bytes;
+        flipped[byte] ^= static_cast<uint8_t>(1u << bit);
+        INFO("byte ", byte, " bit ", bit);
+        errors += !DecodeGuarded(f, flipped, f.delta.checksum).ok();
+        ++flips;
+      }
+    }
+    MESSAGE("density ", density, ": ", errors, " of ", flips, " flips rejected");
+    // Every stream field is validated and the checksum covers the rest, so a flip can only
+    // pass when it leaves the decoded result unchanged (e.g. in unused codec bits).
+    CHECK(errors * 100 >= flips * 95);
+  }
+}
+
+TEST_CASE("header fields are validated") {
+  Fixture f(2000, 0.05);
+  const std::vector<uint8_t>& good = f.delta.bytes;
+  auto with = [&](size_t at, uint8_t value) {
+    std::vector<uint8_t> bad = good;
+    bad[at] = value;
+    return DecodeGuarded(f, bad, f.delta.checksum).code();
+  };
+  CHECK(with(0, 'X') == ErrorCode::kBadMagic);
+  CHECK(with(4, 2) == ErrorCode::kUnsupportedVersion);
+  CHECK(with(4, 0) == ErrorCode::kUnsupportedVersion);
+  CHECK(with(5, 1) == ErrorCode::kReservedBitsSet);
+  CHECK(DecodeGuarded(f, {}, f.delta.checksum).code() == ErrorCode::kTruncated);
+  const std::vector<uint8_t> garbage(100, 0x5A);
+  CHECK(DecodeGuarded(f, garbage, f.delta.checksum).code() == ErrorCode::kBadMagic);
+
+  PayloadInfo info;
+  CHECK(delta_inspect(good.data(), 3, &info).code() == ErrorCode::kTruncated);
+  CHECK(delta_inspect(garbage.data(), garbage.size(), &info).code() == ErrorCode::kBadMagic);
+}
+
+TEST_CASE("the wrong base is reported through the checksum") {
+  Fixture f(5000, 0.02);
+  Fixture other = f;
+  other.src[1234] ^= 0x0001;  // one bit of one weight differs
+  CHECK(DecodeGuarded(other, f.delta.bytes, f.delta.checksum).code() ==
+        ErrorCode::kChecksumMismatch);
+  CHECK(DecodeGuarded(f, f.delta.bytes, f.delta.checksum ^ 1).code() ==
+        ErrorCode::kChecksumMismatch);
+
+  // In place: the base must be left exactly as it was.
+  std::vector<uint16_t> base = other.src;
+  const Status status = delta_decompress(base.data(), base.size(), f.delta.bytes.data(),
+                                         f.delta.bytes.size(), f.delta.checksum, base.data());
+  CHECK(status.code() == ErrorCode::kChecksumMismatch);
+  CHECK(base == other.src);
+}
+
+TEST_CASE("size mismatches and a too-small output") {
+  Fixture f(4000, 0.02);
+  const std::vector<uint8_t>& bytes = f.delta.bytes;
+  std::vector<uint16_t> out(4000, kUntouched);
+  CHECK(delta_decompress(f.src.data(), 3999, bytes.data(), bytes.size(), f.delta.checksum,
+                         out.data(), 4000)
+            .code() == ErrorCode::kSizeMismatch);
+  CHECK(delta_decompress(f.src.data(), 4000, bytes.data(), bytes.size(), f.delta.checksum,
+                         out.data(), 3999)
+            .code() == ErrorCode::kOutputTooSmall);
+  CHECK(delta_decompress(f.src.data(), 0, bytes.data(), bytes.size(), f.delta.checksum,
+                         out.data())
+            .code() == ErrorCode::kSizeMismatch);
+  for (const uint16_t v : out) REQUIRE(v == kUntouched);
+  CHECK(delta_decompress(nullptr, 4000, bytes.data(), bytes.size(), f.delta.checksum,
+                         out.data())
+            .code() == ErrorCode::kInvalidArgument);
+  // Partially overlapping src and out.
+  std::vector<uint16_t> buffer(8001);
+  std::memcpy(buffer.data(), f.src.data(), 8000);
+  CHECK(delta_decompress(buffer.data(), 4000, bytes.data(), bytes.size(), f.delta.checksum,
+                         buffer.data() + 1)
+            .code() == ErrorCode::kInvalidArgument);
+}
+
+TEST_CASE("stream-level corruption: codec ids, sizes, reserved layout bits") {
+  // One chunk, low density: the layout is magic(4) version flags count(2) log | table |
+  // changed high layout | streams.
+  Fixture f(1000, 0.05, 1024, 0);
+  const std::vector<uint8_t>& good = f.delta.bytes;
+  size_t chunk_start = 4 + 1 + 1 + 2 + 1;
+  const size_t table = good[chunk_start] < 0x80 ? 1 : 2;
+  chunk_start += table;
+  size_t layout_at = chunk_start;
+  while (good[layout_at] & 0x80) ++layout_at;  // changed count
+  ++layout_at;
+  while (good[layout_at] & 0x80) ++layout_at;  // high count
+  ++layout_at;
+  REQUIRE(good[layout_at] <= 1);
+  for (const uint8_t layout : {uint8_t{0x04}, uint8_t{0x80}, uint8_t{0x02}, uint8_t{0x03}}) {
+    std::vector<uint8_t> bad = good;
+    bad[layout_at] = layout;
+    CHECK(DecodeGuarded(f, bad, f.delta.checksum).code() == ErrorCode::kReservedBitsSet);
+  }
+  std::vector<uint8_t> bad = good;
+  bad[layout_at + 1] = 7;  // positions stream codec id
+  CHECK(DecodeGuarded(f, bad, f.delta.checksum).code() == ErrorCode::kReservedBitsSet);
+}
+
+}  // namespace
+}  // namespace arc_v3

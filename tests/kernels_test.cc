@@ -1,0 +1,190 @@
+// Every kernel on every compiled target against its plain C++ reference, byte for byte:
+// lengths 0..3N+1 and large, misaligned pointers, sentinels around every output, and
+// exhaustive sweeps where the domain is small.
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "hwy/highway.h"
+#include "src/kernels.h"
+#include "tests/hwy_doctest.h"
+
+namespace arc_v3 {
+namespace {
+
+constexpr uint8_t kSentinel8 = 0xA5;
+constexpr uint16_t kSentinel16 = 0xA5A5;
+constexpr uint32_t kSentinel32 = 0xA5A5A5A5;
+constexpr size_t kGuard = 64;  // elements of sentinel before and after each output
+
+// Lengths: every length up to 3 vectors of the widest target + 1, then some large ones.
+std::vector<size_t> TestLengths() {
+  std::vector<size_t> lengths;
+  const size_t max_lanes = HWY_MAX_BYTES / sizeof(uint16_t);  // widest compiled vector
+  for (size_t n = 0; n <= 3 * max_lanes + 1; ++n) lengths.push_back(n);
+  for (size_t n : {size_t{1000}, size_t{4095}, size_t{65536}, size_t{100003}}) lengths.push_back(n);
+  return lengths;
+}
+
+constexpr size_t kMisalignments[] = {0, 1, 3, 7};
+
+// Random XOR patterns of a chosen density, mixing mantissa-only and high-field changes.
+void MakePair(size_t n, double density, uint32_t seed, std::vector<uint16_t>* src,
+              std::vector<uint16_t>* dst) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  src->resize(n);
+  dst->resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    (*src)[i] = static_cast<uint16_t>(rng());
+    uint16_t x = 0;
+    if (uniform(rng) < density) {
+      x = static_cast<uint16_t>(rng());
+      if (uniform(rng) < 0.8) x &= kMantissaMask;
+      if (x == 0) x = 1;
+    }
+    (*dst)[i] = (*src)[i] ^ x;
+  }
+}
+
+template <class T>
+void ExpectGuards(const std::vector<T>& buffer, size_t offset, size_t used, T sentinel) {
+  for (size_t i = 0; i < offset; ++i) REQUIRE(buffer[i] == sentinel);
+  for (size_t i = offset + used; i < buffer.size(); ++i) REQUIRE(buffer[i] == sentinel);
+}
+
+TEST_CASE("ClassifyChanges: all 65536 XOR patterns, every target") {
+  std::vector<uint16_t> src(65536, 0), dst(65536);
+  for (uint32_t x = 0; x < 65536; ++x) dst[x] = static_cast<uint16_t>(x);
+  // Also against a nonzero base, so the XOR (not dst) is what gets classified.
+  std::vector<uint16_t> src2(65536), dst2(65536);
+  for (uint32_t x = 0; x < 65536; ++x) {
+    src2[x] = static_cast<uint16_t>(x * 40503u);
+    dst2[x] = static_cast<uint16_t>(src2[x] ^ x);
+  }
+  test::ForEachTarget([&](const char*) {
+    const ChangeCounts all = ClassifyChanges(src.data(), dst.data(), src.size());
+    CHECK(all.changed == 65535);
+    CHECK(all.high == 65536 - 128);  // patterns with a bit in 0xFF80
+    const ChangeCounts all2 = ClassifyChanges(src2.data(), dst2.data(), src2.size());
+    CHECK(all2.changed == all.changed);
+    CHECK(all2.high == all.high);
+    // Pattern by pattern: each single element classified like the reference.
+    for (uint32_t x = 0; x < 65536; ++x) {
+      const ChangeCounts one = ClassifyChanges(&src[x], &dst[x], 1);
+      const ChangeCounts expected = ref::ClassifyChanges(&src[x], &dst[x], 1);
+      REQUIRE(one.changed == expected.changed);
+      REQUIRE(one.high == expected.high);
+    }
+  });
+}
+
+TEST_CASE("ClassifyChanges and CompactChanges match the reference") {
+  for (const double density : {0.0, 0.002, 0.05, 0.5, 1.0}) {
+    std::vector<uint16_t> src, dst;
+    MakePair(200000, density, 7, &src, &dst);
+    test::ForEachTarget([&](const char*) {
+      for (const size_t n : TestLengths()) {
+        for (const size_t mis : kMisalignments) {
+          if (mis + n > src.size()) continue;
+          const uint16_t* a = src.data() + mis;
+          const uint16_t* b = dst.data() + mis;
+          const ChangeCounts got = ClassifyChanges(a, b, n);
+          const ChangeCounts want = ref::ClassifyChanges(a, b, n);
+          REQUIRE(got.changed == want.changed);
+          REQUIRE(got.high == want.high);
+
+          std::vector<uint32_t> pos_want(n + 1), pos_got(want.changed + 2 * kGuard, kSentinel32);
+          std::vector<uint16_t> xor_want(n + 1), xor_got(want.changed + 2 * kGuard, kSentinel16);
+          const size_t count_want = ref::CompactChanges(a, b, n, pos_want.data(), xor_want.data());
+          const size_t count_got =
+              CompactChanges(a, b, n, pos_got.data() + kGuard, xor_got.data() + kGuard);
+          REQUIRE(count_got == count_want);
+          REQUIRE(count_want == want.changed);
+          REQUIRE(std::memcmp(pos_got.data() + kGuard, pos_want.data(), count_want * 4) == 0);
+          REQUIRE(std::memcmp(xor_got.data() + kGuard, xor_want.data(), count_want * 2) == 0);
+          ExpectGuards(pos_got, kGuard, count_got, kSentinel32);
+          ExpectGuards(xor_got, kGuard, count_got, kSentinel16);
+        }
+      }
+    });
+  }
+}
+
+TEST_CASE("PackMantissas / UnpackMantissas match the reference and invert each other") {
+  std::mt19937 rng(11);
+  std::vector<uint16_t> values(70000 + 8);
+  for (auto& v : values) v = static_cast<uint16_t>(rng());  // upper bits must be ignored
+  test::ForEachTarget([&](const char*) {
+    for (const size_t n : TestLengths()) {
+      if (n + 8 > values.size()) continue;
+      for (const size_t mis : kMisalignments) {
+        const uint16_t* in = values.data() + mis;
+        const size_t bytes = PackedMantissaBytes(n);
+        std::vector<uint8_t> want(bytes + 1), got(bytes + 2 * kGuard + mis, kSentinel8);
+        ref::PackMantissas(in, n, want.data());
+        PackMantissas(in, n, got.data() + kGuard + mis);
+        REQUIRE(std::memcmp(got.data() + kGuard + mis, want.data(), bytes) == 0);
+        ExpectGuards(got, kGuard + mis, bytes, kSentinel8);
+
+        std::vector<uint16_t> unpacked(n + 2 * kGuard + mis, kSentinel16);
+        UnpackMantissas(got.data() + kGuard + mis, n, unpacked.data() + kGuard + mis);
+        for (size_t k = 0; k < n; ++k) {
+          REQUIRE(unpacked[kGuard + mis + k] == (in[k] & kMantissaMask));
+        }
+        ExpectGuards(unpacked, kGuard + mis, n, kSentinel16);
+      }
+    }
+  });
+}
+
+TEST_CASE("UnpackMantissas: every 7-bit value in every slot of a group") {
+  test::ForEachTarget([&](const char*) {
+    for (size_t slot = 0; slot < 8; ++slot) {
+      for (uint16_t v = 0; v < 128; ++v) {
+        std::vector<uint16_t> values(64, 0x55);
+        values[8 + slot] = v;
+        std::vector<uint8_t> packed(PackedMantissaBytes(values.size()));
+        ref::PackMantissas(values.data(), values.size(), packed.data());
+        std::vector<uint16_t> got(values.size());
+        UnpackMantissas(packed.data(), values.size(), got.data());
+        for (size_t k = 0; k < values.size(); ++k) REQUIRE(got[k] == (values[k] & kMantissaMask));
+      }
+    }
+  });
+}
+
+TEST_CASE("ApplyXor matches the reference, out of place and in place") {
+  std::vector<uint16_t> src, dst;
+  MakePair(100100, 0.3, 5, &src, &dst);
+  test::ForEachTarget([&](const char*) {
+    for (const size_t n : TestLengths()) {
+      if (n + 8 > src.size()) continue;
+      for (const size_t mis : kMisalignments) {
+        std::vector<uint16_t> want(n + 1);
+        ref::ApplyXor(src.data() + mis, dst.data() + mis, n, want.data());
+        std::vector<uint16_t> got(n + 2 * kGuard + mis, kSentinel16);
+        ApplyXor(src.data() + mis, dst.data() + mis, n, got.data() + kGuard + mis);
+        REQUIRE(std::memcmp(got.data() + kGuard + mis, want.data(), n * 2) == 0);
+        ExpectGuards(got, kGuard + mis, n, kSentinel16);
+        std::vector<uint16_t> in_place(src.begin() + mis, src.begin() + mis + n);
+        ApplyXor(in_place.data(), dst.data() + mis, n, in_place.data());
+        REQUIRE(std::memcmp(in_place.data(), want.data(), n * 2) == 0);
+      }
+    }
+  });
+}
+
+TEST_CASE("every compiled target is exercised") {
+  const auto targets = hwy::SupportedAndGeneratedTargets();
+  std::string names;
+  for (const int64_t t : targets) names += std::string(" ") + hwy::TargetName(t);
+  MESSAGE("compiled and supported targets:", names);
+  // EMU128 (the portable fallback) plus at least one real SIMD target on x86 and Arm.
+  CHECK(targets.size() >= 2);
+}
+
+}  // namespace
+}  // namespace arc_v3

@@ -1,0 +1,79 @@
+// Small BF16 delta makers for codec tests: weight-like values with sparse updates of a
+// chosen density and class mix, plus the odd values (NaN payloads, +-Inf, denormals, -0)
+// that must round-trip exactly. Realistic optimizer dynamics live in //bench:generator.
+#ifndef ARC_V3_TESTS_TEST_DATA_H_
+#define ARC_V3_TESTS_TEST_DATA_H_
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+namespace arc_v3 {
+namespace test {
+
+inline uint16_t Bf16FromFloat(float f) {  // round to nearest even (finite inputs)
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  bits += 0x7FFF + ((bits >> 16) & 1);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+inline float FloatFromBf16(uint16_t b) {
+  const uint32_t bits = uint32_t{b} << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+struct Mix {
+  double density = 0.01;   // fraction of elements that change
+  double high = 0.015;     // of the changes: exponent changes
+  double sign = 0.001;     // of the changes: sign flips
+};
+
+// Weights ~ N(0, 0.02); changed elements move by a few ULPs, some across an exponent
+// boundary or through zero, as optimizer steps do.
+inline void MakeDelta(size_t n, const Mix& mix, uint32_t seed, std::vector<uint16_t>* src,
+                      std::vector<uint16_t>* dst) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> weight(0.0f, 0.02f);
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  src->resize(n);
+  dst->resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    const uint16_t s = Bf16FromFloat(weight(rng));
+    uint16_t d = s;
+    if (uniform(rng) < mix.density) {
+      const double kind = uniform(rng);
+      if (kind < mix.sign) {
+        d = s ^ 0x8000;
+      } else if (kind < mix.sign + mix.high) {
+        d = static_cast<uint16_t>(s ^ (0x0080 << (rng() % 2)) ^ (rng() & 0x7F));
+      } else {
+        const int step = 1 + static_cast<int>(rng() % 3);
+        d = static_cast<uint16_t>((s & 0xFF80) | ((s + (rng() & 1 ? step : -step)) & 0x7F));
+      }
+      if (d == s) d = s ^ 1;
+    }
+    (*src)[i] = s;
+    (*dst)[i] = d;
+  }
+}
+
+// Every interesting special BF16 value.
+inline std::vector<uint16_t> SpecialValues() {
+  return {0x0000, 0x8000,                  // +-0
+          0x0001, 0x8001, 0x007F, 0x807F,  // denormals
+          0x0080, 0x8080,                  // smallest normals
+          0x7F7F, 0xFF7F,                  // largest finite
+          0x7F80, 0xFF80,                  // +-Inf
+          0x7FC0, 0xFFC0, 0x7F81, 0xFFFF,  // NaNs, quiet and signalling, with payloads
+          0x3F80, 0xBF80};                 // +-1
+}
+
+}  // namespace test
+}  // namespace arc_v3
+
+#endif  // ARC_V3_TESTS_TEST_DATA_H_

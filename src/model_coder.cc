@@ -1,0 +1,449 @@
+// Context-modelled chunk coder (see model_coder.h for the model in short).
+//
+// Chunk bytes:
+//   byte 0   bits 0-2: log2(block size) - kMinModelBlockLog; bits 3-6: reserved (0);
+//            bit 7: "no element changed" -- then the chunk is this one byte.
+//   byte 1   L: the chunk's rate prior, 4 * log2(sum of element rates / changes), which
+//            seeds every probability (so small chunks do not pay to learn them).
+//   then     one range-coded stream (LZMA-style binary range coder, 16-bit
+//            probabilities): its first byte is always 0, and it ends exactly at the chunk's
+//            end.
+// Encoder and decoder run the same templated walk (CodeChunk), so the contexts cannot
+// drift apart.
+#include "src/model_coder.h"
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <memory>
+#include <string>
+
+namespace arc_v3 {
+namespace {
+
+// ---------------------------------------------------------------------------------------
+// Rates. r = 2^a with a = clamp(kRateTop - exponent, 0, kMaxRateLog): kRateTop is the
+// exponent of 2^7, above any weight's usual size; zeros and denormals get the largest
+// rate, where the adaptive contexts learn what they really do.
+constexpr int kRateTop = 134;
+constexpr int kMaxRateLog = 32;
+constexpr int kRateLogs = kMaxRateLog + 1;
+
+struct RateTables {
+  uint8_t log[256];   // by exponent field
+  uint64_t rate[256];
+  RateTables() {
+    for (int e = 0; e < 256; ++e) {
+      const int a = std::min(std::max(kRateTop - e, 0), kMaxRateLog);
+      log[e] = static_cast<uint8_t>(a);
+      rate[e] = uint64_t{1} << a;
+    }
+  }
+};
+const RateTables& Rates() {
+  static const RateTables tables;
+  return tables;
+}
+
+inline int ExponentOf(uint16_t bits) { return (bits >> 7) & 0xFF; }
+
+// 4 * log2(x) for x >= 1, the fraction taken linearly from the two bits below the top bit.
+inline int Log2Q4(uint64_t x) {
+  const int top = 63 - __builtin_clzll(x);
+  const int frac = top >= 2 ? static_cast<int>((x >> (top - 2)) & 3)
+                            : static_cast<int>((x << (2 - top)) & 3);
+  return 4 * top + frac;
+}
+
+// 2^(q/4) in Q16, clamped to [1, 2^48].
+inline uint64_t Pow2Q4(int q) {
+  static constexpr uint64_t kQuarter[4] = {65536, 77936, 92682, 110218};  // 2^(j/4) Q16
+  int octave = q >> 2;  // floor
+  const uint64_t base = kQuarter[q & 3];
+  if (octave >= 32) return uint64_t{1} << 48;
+  if (octave >= 0) return base << octave;
+  if (octave <= -34) return 1;
+  return std::max<uint64_t>(base >> -octave, 1);
+}
+
+// ---------------------------------------------------------------------------------------
+// Adaptive binary probabilities: p = P(bit = 1) in units of 2^-16, in [1, 65535].
+constexpr int kProbBits = 16;
+constexpr uint32_t kProbOne = 1u << kProbBits;
+constexpr uint16_t kProbMin = 48, kProbMax = kProbOne - 48;
+
+struct Prob {
+  uint16_t p;
+};
+
+inline uint16_t ClampProb(uint64_t p) {
+  return static_cast<uint16_t>(std::min<uint64_t>(std::max<uint64_t>(p, kProbMin), kProbMax));
+}
+
+// P = x / (1 + x) for an expected count x = 2^(q/4): the chance of at least one event
+// (1 - e^-x) to within a few percent, without floating point.
+inline uint16_t ProbFromLog(int q) {
+  const uint64_t x = Pow2Q4(q);
+  return ClampProb((x << kProbBits) / (x + 65536));
+}
+
+template <int kShift>
+inline void Update(Prob* prob, int bit) {
+  if (bit) {
+    prob->p = static_cast<uint16_t>(prob->p + ((kProbOne - prob->p) >> kShift));
+  } else {
+    prob->p = static_cast<uint16_t>(prob->p - (prob->p >> kShift));
+  }
+}
+
+constexpr int kShift = 5;
+
+// ---------------------------------------------------------------------------------------
+// Range coder (the LZMA construction with 16-bit probabilities).
+constexpr uint32_t kTopValue = 1u << 24;
+
+class RangeEncoder {
+ public:
+  explicit RangeEncoder(std::vector<uint8_t>* out) : out_(out) {}
+
+  inline void Encode(Prob* prob, int bit) {
+    const uint32_t bound = (range_ >> kProbBits) * prob->p;
+    if (bit) {
+      range_ = bound;
+    } else {
+      low_ += bound;
+      range_ -= bound;
+    }
+    Update<kShift>(prob, bit);
+    while (range_ < kTopValue) {
+      range_ <<= 8;
+      ShiftLow();
+    }
+  }
+
+  void Finish() {
+    for (int i = 0; i < 5; ++i) ShiftLow();
+  }
+
+ private:
+  void ShiftLow() {
+    if (static_cast<uint32_t>(low_) < 0xFF000000u || (low_ >> 32) != 0) {
+      const uint8_t carry = static_cast<uint8_t>(low_ >> 32);
+      uint8_t byte = cache_;
+      do {
+        out_->push_back(static_cast<uint8_t>(byte + carry));
+        byte = 0xFF;
+      } while (--cache_size_ != 0);
+      cache_ = static_cast<uint8_t>(low_ >> 24);
+    }
+    ++cache_size_;
+    low_ = (low_ & 0x00FFFFFFu) << 8;
+  }
+
+  std::vector<uint8_t>* out_;
+  uint64_t low_ = 0;
+  uint32_t range_ = 0xFFFFFFFFu;
+  uint8_t cache_ = 0;
+  uint64_t cache_size_ = 1;
+};
+
+class RangeDecoder {
+ public:
+  RangeDecoder(const uint8_t* begin, const uint8_t* end) : next_(begin), end_(end) {
+    first_ = NextByte();
+    for (int i = 0; i < 4; ++i) code_ = (code_ << 8) | NextByte();
+  }
+
+  inline int Decode(Prob* prob) {
+    const uint32_t bound = (range_ >> kProbBits) * prob->p;
+    int bit;
+    if (code_ < bound) {
+      range_ = bound;
+      bit = 1;
+    } else {
+      code_ -= bound;
+      range_ -= bound;
+      bit = 0;
+    }
+    Update<kShift>(prob, bit);
+    while (range_ < kTopValue) {
+      range_ <<= 8;
+      code_ = (code_ << 8) | NextByte();
+    }
+    return bit;
+  }
+
+  // The encoder's first byte is always 0, and a valid stream keeps code < range.
+  bool Consistent() const { return first_ == 0 && code_ < range_; }
+  bool Overran() const { return overrun_ != 0; }
+  bool AtEnd() const { return next_ == end_; }
+
+ private:
+  inline uint32_t NextByte() {
+    if (next_ < end_) return *next_++;
+    ++overrun_;
+    return 0;
+  }
+
+  const uint8_t* next_;
+  const uint8_t* end_;
+  uint32_t code_ = 0;
+  uint32_t range_ = 0xFFFFFFFFu;
+  uint32_t first_ = 0;
+  size_t overrun_ = 0;
+};
+
+// ---------------------------------------------------------------------------------------
+// The model's contexts.
+constexpr int kBlockBuckets = 4 * 48;  // Log2Q4 of S <= 2^8 * 2^32, with room
+constexpr int kNeighbourStates = 3;    // non-empty blocks among the previous two
+constexpr int kDensityLevels = 4;      // expected changes per block, coarsely
+constexpr int kRatioBuckets = 64;      // Log2Q4 of (remaining rate / own rate)
+constexpr int kUnaryBits = 15;         // |d| < 2^16: log2 class 0..15
+
+struct Model {
+  Prob block[kBlockBuckets][kNeighbourStates];
+  Prob first[kDensityLevels][kRatioBuckets];  // before the block's first change
+  Prob more[kDensityLevels][kRateLogs];       // after it
+  Prob unary[kRateLogs][kUnaryBits];
+  Prob bits[16][16];  // [log2 class][bit position]
+  Prob sign[2][kRateLogs];
+
+  // Priors from the chunk's rate prior L: a block or element with summed rate S
+  // expects x = S / 2^(L/4) changes.
+  explicit Model(int L) {
+    for (int b = 0; b < kBlockBuckets; ++b) {
+      const uint16_t p = ProbFromLog(b - L);
+      for (int n = 0; n < kNeighbourStates; ++n) block[b][n].p = p;
+    }
+    for (int level = 0; level < kDensityLevels; ++level) {
+      for (int t = 0; t < kRatioBuckets; ++t) {
+        // Before the first change of a block known to change, the chance that it is
+        // this element is about its share of the remaining rate, 2^-(t/4).
+        first[level][t].p = ClampProb(Pow2Q4(-t));
+      }
+      for (int a = 0; a < kRateLogs; ++a) more[level][a].p = ProbFromLog(4 * a - L);
+    }
+    // |d| = 1 for ~90% of changes, and each further class is rarer.
+    for (int a = 0; a < kRateLogs; ++a) {
+      for (int j = 0; j < kUnaryBits; ++j) unary[a][j].p = ClampProb(j == 0 ? 7000 : 24000);
+      sign[0][a].p = sign[1][a].p = kProbOne / 2;
+    }
+    for (auto& row : bits) {
+      for (auto& prob : row) prob.p = kProbOne / 2;
+    }
+  }
+};
+
+inline int DensityLevel(int block_bucket, int L) {
+  const int q = block_bucket - L;  // 4 * log2(expected changes in the block)
+  return q < -12 ? 0 : q < -4 ? 1 : q < 4 ? 2 : 3;
+}
+
+// The walk shared by encoder and decoder. `Io` supplies the truth when encoding
+// (Changed, BlockChanged, Target) and receives the result when decoding (Emit); its
+// Code(prob, bit) encodes `bit` and returns it, or decodes and returns a bit.
+template <class Io>
+inline uint16_t CodeValue(Io* io, Model* model, uint16_t prev, uint16_t next) {
+  const uint16_t key = MonotoneKey(prev);
+  const int a = Rates().log[ExponentOf(prev)];
+  // Encoder side: d in [-32768, 32767] \ {0}, as magnitude and sign.
+  const int d = static_cast<int16_t>(static_cast<uint16_t>(MonotoneKey(next) - key));
+  const int negative_in = d < 0;
+  const uint32_t magnitude_in = static_cast<uint32_t>(d < 0 ? -d : d);
+  const int class_in = magnitude_in ? 31 - __builtin_clz(magnitude_in) : 0;
+
+  int cls = 0;
+  while (cls < kUnaryBits && io->Code(&model->unary[a][cls], class_in > cls)) ++cls;
+  uint32_t magnitude = 1;
+  for (int b = cls - 1; b >= 0; --b) {
+    magnitude = 2 * magnitude + io->Code(&model->bits[cls][b], (magnitude_in >> b) & 1);
+  }
+  const int negative = io->Code(&model->sign[prev >> 15][a], negative_in);
+  const uint16_t step = static_cast<uint16_t>(negative ? 0u - magnitude : magnitude);
+  return static_cast<uint16_t>(prev ^ FromMonotoneKey(static_cast<uint16_t>(key + step)));
+}
+
+template <class Io>
+void CodeChunk(const uint16_t* src, size_t len, int log2_block, int L, Io* io) {
+  auto model = std::make_unique<Model>(L);
+  const RateTables& rates = Rates();
+  const size_t block = size_t{1} << log2_block;
+  int recent = 0;  // bit 0: previous block changed, bit 1: the one before
+  for (size_t begin = 0; begin < len; begin += block) {
+    const size_t end = std::min(begin + block, len);
+    uint64_t sum = 0;
+    for (size_t i = begin; i < end; ++i) sum += rates.rate[ExponentOf(src[i])];
+    const int bucket = std::min(Log2Q4(sum), kBlockBuckets - 1);
+    const int neighbours = (recent & 1) + (recent >> 1);
+    const int any = io->Code(&model->block[bucket][neighbours], io->BlockChanged(begin, end));
+    recent = ((recent << 1) | any) & 3;
+    if (!any) continue;
+    const int level = DensityLevel(bucket, L);
+    size_t i = begin;
+    // Until the first change: the remaining rate includes this element's, so the last
+    // element is implied.
+    uint64_t remaining = sum;
+    for (; i + 1 < end; ++i) {
+      const int a = rates.log[ExponentOf(src[i])];
+      const int ratio = std::min(Log2Q4(remaining >> a), kRatioBuckets - 1);
+      if (io->Code(&model->first[level][ratio], io->Changed(i))) break;
+      remaining -= uint64_t{1} << a;
+    }
+    io->Emit(i, CodeValue(io, model.get(), src[i], io->Target(i)));
+    for (++i; i < end; ++i) {
+      const int a = rates.log[ExponentOf(src[i])];
+      if (io->Code(&model->more[level][a], io->Changed(i))) {
+        io->Emit(i, CodeValue(io, model.get(), src[i], io->Target(i)));
+      }
+    }
+  }
+}
+
+class EncoderIo {
+ public:
+  EncoderIo(const uint16_t* src, const uint16_t* dst, std::vector<uint8_t>* out)
+      : src_(src), dst_(dst), coder_(out) {}
+  inline int Code(Prob* prob, int bit) {
+    coder_.Encode(prob, bit);
+    return bit;
+  }
+  inline int BlockChanged(size_t begin, size_t end) const {
+    uint16_t diff = 0;
+    for (size_t i = begin; i < end; ++i) diff |= src_[i] ^ dst_[i];
+    return diff != 0;
+  }
+  inline int Changed(size_t i) const { return src_[i] != dst_[i]; }
+  inline uint16_t Target(size_t i) const { return dst_[i]; }
+  inline void Emit(size_t, uint16_t) {}
+  void Finish() { coder_.Finish(); }
+
+ private:
+  const uint16_t* src_;
+  const uint16_t* dst_;
+  RangeEncoder coder_;
+};
+
+class DecoderIo {
+ public:
+  DecoderIo(const uint8_t* begin, const uint8_t* end, std::vector<uint32_t>* positions,
+            std::vector<uint16_t>* xors)
+      : coder_(begin, end), positions_(positions), xors_(xors) {}
+  inline int Code(Prob* prob, int) { return coder_.Decode(prob); }
+  inline int BlockChanged(size_t, size_t) const { return 0; }
+  inline int Changed(size_t) const { return 0; }
+  inline uint16_t Target(size_t) const { return 0; }
+  inline void Emit(size_t i, uint16_t x) {
+    positions_->push_back(static_cast<uint32_t>(i));
+    xors_->push_back(x);
+  }
+  const RangeDecoder& coder() const { return coder_; }
+
+ private:
+  RangeDecoder coder_;
+  std::vector<uint32_t>* positions_;
+  std::vector<uint16_t>* xors_;
+};
+
+constexpr uint8_t kEmptyFlag = 0x80;
+constexpr uint8_t kBlockLogMask = 0x07;
+constexpr uint8_t kReservedMask = 0x78;
+
+// Block size for a density: about one expected change per two blocks keeps the block
+// decisions informative and the per-element decisions few.
+int ChooseBlockLog(size_t changes, size_t len) {
+  int log2_block = kMaxModelBlockLog;
+  while (log2_block > kMinModelBlockLog && (changes << (log2_block + 1)) > len) --log2_block;
+  return log2_block;
+}
+
+}  // namespace
+
+Status EncodeChunkModelledWithBlock(const uint16_t* src, const uint16_t* dst, size_t len,
+                                    int log2_block, std::vector<uint8_t>* out) {
+  if (out == nullptr || (len > 0 && (src == nullptr || dst == nullptr))) {
+    return Status(ErrorCode::kInvalidArgument, "EncodeChunkModelled: null pointer");
+  }
+  if (len > kMaxModelledChunk) {
+    return Status(ErrorCode::kInvalidArgument, "EncodeChunkModelled: chunk too large");
+  }
+  if (log2_block < kMinModelBlockLog || log2_block > kMaxModelBlockLog) {
+    return Status(ErrorCode::kInvalidArgument, "EncodeChunkModelled: bad block size");
+  }
+  const RateTables& rates = Rates();
+  size_t changes = 0;
+  uint64_t rate_sum = 0;
+  for (size_t i = 0; i < len; ++i) {
+    changes += src[i] != dst[i];
+    rate_sum += rates.rate[ExponentOf(src[i])];
+  }
+  if (changes == 0) {
+    out->push_back(kEmptyFlag);
+    return Status::Ok();
+  }
+  // rate_sum >= len >= changes, so L >= 0 up to the Log2Q4 rounding; <= 4 * 57.
+  const int L = std::min(std::max(Log2Q4(rate_sum) - Log2Q4(changes), 0), 255);
+  out->push_back(static_cast<uint8_t>(log2_block - kMinModelBlockLog));
+  out->push_back(static_cast<uint8_t>(L));
+  EncoderIo io(src, dst, out);
+  CodeChunk(src, len, log2_block, L, &io);
+  io.Finish();
+  return Status::Ok();
+}
+
+Status EncodeChunkModelled(const uint16_t* src, const uint16_t* dst, size_t len,
+                           std::vector<uint8_t>* out) {
+  if (len > 0 && (src == nullptr || dst == nullptr)) {
+    return Status(ErrorCode::kInvalidArgument, "EncodeChunkModelled: null pointer");
+  }
+  size_t changes = 0;
+  for (size_t i = 0; i < len; ++i) changes += src[i] != dst[i];
+  return EncodeChunkModelledWithBlock(src, dst, len, ChooseBlockLog(changes, len), out);
+}
+
+Status DecodeChunkModelled(const uint16_t* src, size_t len, const uint8_t* bytes, size_t size,
+                           std::vector<uint32_t>* positions, std::vector<uint16_t>* xors) {
+  if (positions == nullptr || xors == nullptr || (len > 0 && src == nullptr) ||
+      (size > 0 && bytes == nullptr)) {
+    return Status(ErrorCode::kInvalidArgument, "DecodeChunkModelled: null pointer");
+  }
+  if (len > kMaxModelledChunk) {
+    return Status(ErrorCode::kInvalidArgument, "DecodeChunkModelled: chunk too large");
+  }
+  positions->clear();
+  xors->clear();
+  if (size == 0) return Status(ErrorCode::kTruncated, "modelled chunk: no header");
+  const uint8_t layout = bytes[0];
+  if (layout & kReservedMask) {
+    return Status(ErrorCode::kCorruptChunk, "modelled chunk: reserved bits set");
+  }
+  if (layout & kEmptyFlag) {
+    if (layout != kEmptyFlag) {
+      return Status(ErrorCode::kCorruptChunk, "modelled chunk: empty chunk with a layout");
+    }
+    if (size != 1) return Status(ErrorCode::kCorruptChunk, "modelled chunk: trailing bytes");
+    return Status::Ok();
+  }
+  const int log2_block = (layout & kBlockLogMask) + kMinModelBlockLog;
+  if (log2_block > kMaxModelBlockLog) {
+    return Status(ErrorCode::kCorruptChunk, "modelled chunk: bad block size");
+  }
+  if (len == 0) return Status(ErrorCode::kCorruptChunk, "modelled chunk: changes in 0 elements");
+  if (size < 2) return Status(ErrorCode::kTruncated, "modelled chunk: no rate prior");
+  const int L = bytes[1];
+  DecoderIo io(bytes + 2, bytes + size, positions, xors);
+  CodeChunk(src, len, log2_block, L, &io);
+  if (io.coder().Overran()) {
+    positions->clear();
+    xors->clear();
+    return Status(ErrorCode::kTruncated, "modelled chunk: range-coded stream truncated");
+  }
+  if (!io.coder().AtEnd() || !io.coder().Consistent()) {
+    positions->clear();
+    xors->clear();
+    return Status(ErrorCode::kCorruptChunk, "modelled chunk: inconsistent range-coded stream");
+  }
+  return Status::Ok();
+}
+
+}  // namespace arc_v3

@@ -1,0 +1,198 @@
+// Measures the modelled chunk coder on corpus runs: for each folder of consecutive
+// step_NNN.safetensors snapshots, every consecutive pair's BF16 tensors are coded one
+// chunk per 2^20 elements and decoded again (checked), and the payload is compared with
+// ARCv3 as published (delta_compress, Format::kArcV3, per tensor) and with the entropy
+// bound (b2) the corpus' stats.json records for that pair.
+//
+// Usage: model_coder_measure [--block=LOG2] DIR...
+// Prints one line per pair and a pooled line per run. Speeds are single-thread GB/s of
+// BF16 input (2 bytes per element), best of 3.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "arc_v3.hpp"
+#include "src/model_coder.h"
+#include "src/safetensors.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Totals {
+  uint64_t elements = 0, changed = 0, model_bytes = 0, arc_bytes = 0;
+  double b2_bits = 0, encode_s = 0, decode_s = 0;
+};
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// Codes one tensor pair; returns false on a round-trip failure.
+bool MeasureTensor(const uint16_t* src, const uint16_t* dst, size_t n, int block_log,
+                   Totals* totals) {
+  constexpr size_t kChunk = size_t{1} << 20;
+  std::vector<std::vector<uint8_t>> chunks;
+  double best_encode = 1e30, best_decode = 1e30;
+  for (int rep = 0; rep < 3; ++rep) {
+    chunks.clear();
+    const auto t0 = Clock::now();
+    for (size_t begin = 0; begin < n; begin += kChunk) {
+      const size_t len = std::min(kChunk, n - begin);
+      chunks.emplace_back();
+      const arc_v3::Status s =
+          block_log > 0 ? arc_v3::EncodeChunkModelledWithBlock(src + begin, dst + begin, len,
+                                                                block_log, &chunks.back())
+                        : arc_v3::EncodeChunkModelled(src + begin, dst + begin, len,
+                                                      &chunks.back());
+      if (!s.ok()) {
+        std::fprintf(stderr, "encode: %s\n", s.ToString().c_str());
+        return false;
+      }
+    }
+    best_encode = std::min(best_encode, Seconds(t0, Clock::now()));
+  }
+  std::vector<uint32_t> positions;
+  std::vector<uint16_t> xors;
+  for (int rep = 0; rep < 3; ++rep) {
+    const auto t0 = Clock::now();
+    size_t c = 0;
+    for (size_t begin = 0; begin < n; begin += kChunk, ++c) {
+      const size_t len = std::min(kChunk, n - begin);
+      const arc_v3::Status s = arc_v3::DecodeChunkModelled(
+          src + begin, len, chunks[c].data(), chunks[c].size(), &positions, &xors);
+      if (!s.ok()) {
+        std::fprintf(stderr, "decode: %s\n", s.ToString().c_str());
+        return false;
+      }
+      if (rep == 0) {  // verify outside the timed runs' interest: once is enough
+        size_t k = 0;
+        for (size_t i = 0; i < len; ++i) {
+          const uint16_t x = src[begin + i] ^ dst[begin + i];
+          if (x == 0) continue;
+          if (k >= positions.size() || positions[k] != i || xors[k] != x) {
+            std::fprintf(stderr, "round trip mismatch at %zu\n", begin + i);
+            return false;
+          }
+          ++k;
+        }
+        if (k != positions.size()) {
+          std::fprintf(stderr, "round trip: extra positions\n");
+          return false;
+        }
+      }
+    }
+    best_decode = std::min(best_decode, Seconds(t0, Clock::now()));
+  }
+  for (const auto& chunk : chunks) totals->model_bytes += chunk.size();
+  totals->encode_s += best_encode;
+  totals->decode_s += best_decode;
+  totals->elements += n;
+  for (size_t i = 0; i < n; ++i) totals->changed += src[i] != dst[i];
+
+  arc_v3::Options options;
+  options.format = arc_v3::Format::kArcV3;
+  options.threads = 1;
+  arc_v3::Delta delta;
+  const arc_v3::Status s = arc_v3::delta_compress(src, dst, n, &delta, options);
+  if (!s.ok()) {
+    std::fprintf(stderr, "arc_v3: %s\n", s.ToString().c_str());
+    return false;
+  }
+  totals->arc_bytes += delta.bytes.size();
+  return true;
+}
+
+void Print(const char* label, const Totals& t) {
+  const double bf16 = 2.0 * static_cast<double>(t.elements);
+  const double model_pct = 100.0 * t.model_bytes / bf16;
+  const double arc_pct = 100.0 * t.arc_bytes / bf16;
+  const double b2_pct = 100.0 * (t.b2_bits / 8.0) / bf16;
+  std::printf(
+      "%-28s changed %.3f%%  model %.4f%%  arcv3 %.4f%%  b2 %.4f%%  model/arcv3 %.3f  "
+      "model/b2 %.3f  bits/change %.2f  enc %.2f GB/s  dec %.2f GB/s\n",
+      label, 100.0 * t.changed / t.elements, model_pct, arc_pct, b2_pct,
+      static_cast<double>(t.model_bytes) / t.arc_bytes, b2_pct > 0 ? model_pct / b2_pct : 0.0,
+      8.0 * t.model_bytes / std::max<uint64_t>(t.changed, 1), bf16 / t.encode_s / 1e9,
+      bf16 / t.decode_s / 1e9);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int block_log = 0;
+  std::vector<std::string> dirs;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--block=", 8) == 0) {
+      block_log = std::atoi(argv[i] + 8);
+    } else {
+      dirs.push_back(argv[i]);
+    }
+  }
+  if (dirs.empty()) {
+    std::fprintf(stderr, "usage: %s [--block=LOG2] CORPUS_DIR...\n", argv[0]);
+    return 2;
+  }
+  for (const std::string& dir : dirs) {
+    // Bound (b2) per pair, keyed by the pair's first file.
+    std::map<std::string, double> b2_bits;
+    std::ifstream stats_file(dir + "/stats.json");
+    if (stats_file) {
+      const nlohmann::json stats = nlohmann::json::parse(stats_file, nullptr, false);
+      if (!stats.is_discarded() && stats.contains("pairs")) {
+        for (const auto& pair : stats["pairs"]) {
+          b2_bits[pair["files"][0].get<std::string>()] =
+              pair["bits"]["b2_exp_per_tensor_value_given_exp"].get<double>();
+        }
+      }
+    }
+    std::vector<std::string> files;
+    for (int step = 0; step < 1000; ++step) {
+      char name[64];
+      std::snprintf(name, sizeof(name), "step_%03d.safetensors", step);
+      if (!std::ifstream(dir + "/" + name)) break;
+      files.push_back(name);
+    }
+    Totals run;
+    for (size_t p = 0; p + 1 < files.size(); ++p) {
+      arc_v3::safetensors::File a, b;
+      arc_v3::Status s = arc_v3::safetensors::File::Open(dir + "/" + files[p], &a);
+      if (s.ok()) s = arc_v3::safetensors::File::Open(dir + "/" + files[p + 1], &b);
+      if (!s.ok()) {
+        std::fprintf(stderr, "%s\n", s.ToString().c_str());
+        return 1;
+      }
+      Totals pair;
+      for (const auto& tensor : a.tensors()) {
+        if (tensor.dtype != "BF16") continue;
+        const auto* other = b.Find(tensor.name);
+        if (other == nullptr || other->size() != tensor.size()) continue;
+        std::vector<uint16_t> src(tensor.size() / 2), dst(tensor.size() / 2);
+        std::memcpy(src.data(), a.data(tensor), tensor.size());
+        std::memcpy(dst.data(), b.data(*other), other->size());
+        if (!MeasureTensor(src.data(), dst.data(), src.size(), block_log, &pair)) return 1;
+      }
+      const auto it = b2_bits.find(files[p]);
+      pair.b2_bits = it == b2_bits.end() ? 0 : it->second;
+      Print((dir.substr(dir.find_last_of('/') + 1) + " " + files[p].substr(5, 3)).c_str(),
+            pair);
+      run.elements += pair.elements;
+      run.changed += pair.changed;
+      run.model_bytes += pair.model_bytes;
+      run.arc_bytes += pair.arc_bytes;
+      run.b2_bits += pair.b2_bits;
+      run.encode_s += pair.encode_s;
+      run.decode_s += pair.decode_s;
+    }
+    Print((dir.substr(dir.find_last_of('/') + 1) + " ALL").c_str(), run);
+  }
+  return 0;
+}

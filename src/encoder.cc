@@ -58,9 +58,10 @@ void BuildHighRecords(const uint16_t* xors, size_t n, std::vector<uint8_t>* raw)
   }
 }
 
-// Density above which a bitmap is chosen without trying gaps (effort < 2); measured on
-// ../shared/corpus, see FORMAT.md "Choosing the position mode".
-constexpr double kBitmapDensity = 1.0 / 16;
+// Density above which a bitmap is chosen without trying gaps (effort < 2): beyond 1/8 a
+// raw bitmap costs less than a byte per change, which LZ4 (no entropy stage) cannot beat
+// with byte-sized gaps. See FORMAT.md "Choosing the position mode".
+constexpr double kBitmapDensity = 1.0 / 8;
 
 void EncodeChunk(const uint16_t* src, const uint16_t* dst, size_t chunk_len,
                  const RaceEntrants& entrants, int effort, EncoderScratch* s,

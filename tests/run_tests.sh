@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs what is missing, builds everything and runs every test; ends with the line
+# "N passed, N failed" (doctest test cases summed over all test binaries).
+# Usage: tests/run_tests.sh [extra bazel test flags, e.g. --config=asan]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+third_party/install_deps.sh || { echo "0 passed, 1 failed"; exit 1; }
+
+bazel test //... "$@"
+status=$?
+# 0 = all passed; 3 = some test failed; anything else = the build failed.
+
+testlogs=$(bazel info "$@" bazel-testlogs 2>/dev/null)
+passed=0
+failed=0
+while IFS= read -r log; do
+  line=$(grep -E '^\[doctest\] test cases:' "$log" | tail -n 1)
+  if [ -z "$line" ]; then
+    echo "no doctest summary in $log" >&2
+    failed=$((failed + 1))
+    continue
+  fi
+  p=$(echo "$line" | sed -E 's/.*\| *([0-9]+) passed.*/\1/')
+  f=$(echo "$line" | sed -E 's/.*\| *([0-9]+) failed.*/\1/')
+  passed=$((passed + p))
+  failed=$((failed + f))
+done < <(find -L "$testlogs" -name test.log 2>/dev/null | sort)
+
+# Show which Highway targets the per-target tests ran on.
+find -L "$testlogs" -name test.log -print0 2>/dev/null | xargs -0 grep -h '^\[hwy\]' | sort -u
+
+if [ "$status" -ne 0 ] && [ "$failed" -eq 0 ]; then
+  failed=1  # the build failed or a test crashed before printing its summary
+fi
+echo "${passed} passed, ${failed} failed"
+[ "$status" -eq 0 ] && [ "$failed" -eq 0 ]

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs the Debian packages arc_v3 builds and tests with, if any is missing.
+# Idempotent: does nothing when all are present. Needs root (or sudo) for apt-get.
+set -euo pipefail
+
+PACKAGES=(
+  bazel-bootstrap   # Bazel 4.2.3, runs offline with the stand-ins in third_party/stand_in
+  g++
+  libhwy-dev        # Highway 1.0.3: SIMD kernels with runtime dispatch
+  libzstd-dev
+  liblz4-dev
+  libxxhash-dev
+  doctest-dev
+  nlohmann-json3-dev  # safetensors headers, bench JSON
+  gnuplot-nox         # bench charts
+  "$@"
+)
+
+missing=()
+for package in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" ||
+    missing+=("$package")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "Installing missing Debian packages: ${missing[*]}" >&2
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get -o DPkg::Lock::Timeout=600 update -q
+$SUDO apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends "${missing[@]}"

@@ -1,0 +1,746 @@
+// Checkpoint-level diff / apply / verify (see checkpoint_delta.h).
+#include "src/cli/checkpoint_delta.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+#include <regex>
+#include <set>
+
+#include "src/parallel.h"
+
+namespace arc_v3 {
+namespace container {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr char kIndexName[] = "model.safetensors.index.json";
+
+Status IoError(const std::string& path, const char* what) {
+  return Status(ErrorCode::kInvalidArgument, path + ": " + what + ": " + std::strerror(errno));
+}
+
+std::string BaseName(const std::string& path) { return fs::path(path).filename().string(); }
+
+// The first error of a parallel run; later ones are dropped.
+class FirstError {
+ public:
+  void Set(const Status& s) {
+    if (s.ok()) return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (status_.ok()) status_ = s;
+    failed_ = true;
+  }
+  bool failed() const { return failed_; }
+  Status status() const { return status_; }
+
+ private:
+  std::mutex mutex_;
+  Status status_;
+  std::atomic<bool> failed_{false};
+};
+
+Status WriteAll(int fd, const uint8_t* data, uint64_t size, uint64_t offset, const std::string& path) {
+  while (size > 0) {
+    const ssize_t n = pwrite(fd, data, std::min<uint64_t>(size, 1u << 30), static_cast<off_t>(offset));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return IoError(path, "cannot write");
+    }
+    data += n;
+    size -= static_cast<uint64_t>(n);
+    offset += static_cast<uint64_t>(n);
+  }
+  return Status::Ok();
+}
+
+Status SyncDirectory(const std::string& dir) {
+  const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return IoError(dir, "cannot open directory");
+  const int rc = fsync(fd);
+  close(fd);
+  return rc == 0 ? Status::Ok() : IoError(dir, "cannot sync directory");
+}
+
+// Output files written aside (".NAME.arc_v3-tmp-PID" in the target directory) and renamed
+// over their final names only once all of them are complete and synced. Whatever was not
+// committed is unlinked on destruction.
+class AsideFiles {
+ public:
+  ~AsideFiles() {
+    for (Entry& e : entries_) {
+      if (e.fd >= 0) close(e.fd);
+      if (!e.committed) unlink(e.temp.c_str());
+    }
+  }
+  // Returns the index of the new file; its size is reserved up front so that a full disk
+  // fails here, with a clear error, rather than halfway through.
+  Status Create(const std::string& final_path, uint64_t size, size_t* index) {
+    Entry e;
+    e.final_path = final_path;
+    const fs::path p(final_path);
+    e.temp = (p.parent_path() / ("." + p.filename().string() + ".arc_v3-tmp-" +
+                                 std::to_string(getpid()))).string();
+    unlink(e.temp.c_str());  // a leftover of a killed run of this same pid
+    e.fd = open(e.temp.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
+    if (e.fd < 0) return IoError(e.temp, "cannot create");
+    entries_.push_back(e);
+    if (size > 0) {
+      const int rc = posix_fallocate(entries_.back().fd, 0, static_cast<off_t>(size));
+      if (rc == EOPNOTSUPP || rc == EINVAL) {
+        if (ftruncate(entries_.back().fd, static_cast<off_t>(size)) != 0) {
+          return IoError(e.temp, "cannot resize");
+        }
+      } else if (rc != 0) {
+        errno = rc;
+        return IoError(e.temp, "cannot reserve space");
+      }
+    }
+    *index = entries_.size() - 1;
+    return Status::Ok();
+  }
+  int fd(size_t i) const { return entries_[i].fd; }
+  const std::string& temp(size_t i) const { return entries_[i].temp; }
+
+  Status SyncAndClose(bool sync) {
+    for (Entry& e : entries_) {
+      if (sync && fsync(e.fd) != 0) return IoError(e.temp, "cannot sync");
+      if (close(e.fd) != 0) {
+        e.fd = -1;
+        return IoError(e.temp, "cannot close");
+      }
+      e.fd = -1;
+    }
+    return Status::Ok();
+  }
+  Status Commit(bool sync) {
+    std::set<std::string> dirs;
+    for (Entry& e : entries_) {
+      if (rename(e.temp.c_str(), e.final_path.c_str()) != 0) {
+        return IoError(e.final_path, "cannot rename into place");
+      }
+      e.committed = true;
+      dirs.insert(fs::path(e.final_path).parent_path().string());
+    }
+    if (sync) {
+      for (const std::string& d : dirs) {
+        Status s = SyncDirectory(d.empty() ? "." : d);
+        if (!s.ok()) return s;
+      }
+    }
+    return Status::Ok();
+  }
+
+ private:
+  struct Entry {
+    std::string final_path, temp;
+    int fd = -1;
+    bool committed = false;
+  };
+  std::vector<Entry> entries_;
+};
+
+// Splits a tensor into row blocks of about kPieceElements elements.
+std::vector<Piece> PlanPieces(const TensorEntry& t) {
+  std::vector<Piece> pieces;
+  const uint64_t rows = t.rows();
+  const uint64_t elements_per_row = t.row_bytes() / safetensors::DTypeSize(t.dtype);
+  if (rows == 0 || elements_per_row == 0) return pieces;
+  const uint64_t rows_per_piece = std::max<uint64_t>(1, kPieceElements / elements_per_row);
+  for (uint64_t r = 0; r < rows; r += rows_per_piece) {
+    Piece p;
+    p.row_begin = r;
+    p.row_end = std::min(rows, r + rows_per_piece);
+    pieces.push_back(p);
+  }
+  return pieces;
+}
+
+std::string Shape(const std::vector<uint64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+Status WrongBase(const std::string& what) {
+  return Status(ErrorCode::kChecksumMismatch, "wrong base: " + what);
+}
+
+// Finds the base of every delta tensor, with the dtype and shape the delta expects.
+Status MatchBase(const Checkpoint& base, const Manifest& m,
+                 std::map<const TensorEntry*, const uint8_t*>* base_data) {
+  if (base.directory() != m.directory) {
+    return Status(ErrorCode::kInvalidArgument,
+                  m.directory ? "the delta is of a checkpoint directory; PREV is a file"
+                              : "the delta is of a single file; PREV is a directory");
+  }
+  for (const FileEntry& f : m.files) {
+    for (const TensorEntry& t : f.tensors) {
+      if (t.kind != TensorKind::kDelta) continue;
+      const safetensors::File* file = nullptr;
+      const safetensors::TensorInfo* info = base.Find(t.name, &file);
+      if (info == nullptr) return WrongBase("tensor '" + t.name + "' is missing from " + base.path());
+      if (info->dtype != t.dtype || info->shape != t.shape) {
+        return WrongBase("tensor '" + t.name + "' is " + info->dtype + " " + Shape(info->shape) +
+                         " in the base, the delta expects " + t.dtype + " " + Shape(t.shape));
+      }
+      (*base_data)[&t] = file->data(*info);
+    }
+  }
+  return Status::Ok();
+}
+
+Status CheckBaseRows(const TensorEntry& t, const Piece& p, const uint8_t* base_rows) {
+  const uint64_t bytes = (p.row_end - p.row_begin) * t.row_bytes();
+  if (Hash(base_rows, bytes) != p.base_xxh3) {
+    return WrongBase("tensor '" + t.name + "' rows " + std::to_string(p.row_begin) + ":" +
+                     std::to_string(p.row_end) + " differ from the delta's base (checksum mismatch)");
+  }
+  return Status::Ok();
+}
+
+// Decodes a small non-tensor piece (header, fills) into a vector.
+Status DecodeBytes(const Reader& reader, const Piece& p, std::vector<uint8_t>* out) {
+  std::vector<uint8_t> scratch;
+  const uint8_t* stored = nullptr;
+  Status s = reader.ReadPiece(p, &scratch, &stored);
+  if (!s.ok()) return s;
+  out->resize(p.row_end);
+  return DecodePiece(p, stored, nullptr, p.row_end, 1, out->data());
+}
+
+Status OpenDelta(const std::string& path, Reader* reader) {
+  std::unique_ptr<MappedFile> file;
+  Status s = MappedFile::Open(path, &file);
+  if (!s.ok()) return s;
+  s = Reader::Open(std::move(file), reader);
+  if (!s.ok()) return Status(s.code(), path + ": " + s.message());
+  return s;
+}
+
+// One piece of work: a piece of one tensor of one output file.
+struct Task {
+  size_t file = 0;  // index into the manifest's files (and the aside files)
+  const TensorEntry* tensor = nullptr;
+  const Piece* piece = nullptr;
+  const uint8_t* base = nullptr;  // base rows of the piece, or nullptr
+};
+
+}  // namespace
+
+Status Checkpoint::Open(const std::string& path, Checkpoint* checkpoint) {
+  Checkpoint result;
+  result.path_ = path;
+  std::error_code ec;
+  result.directory_ = fs::is_directory(path, ec);
+  std::vector<std::string> paths;
+  Status s = safetensors::ListCheckpointFiles(path, &paths);
+  if (!s.ok()) return Status(ErrorCode::kInvalidArgument, s.message());
+  if (result.directory_) {
+    const fs::path index = fs::path(path) / kIndexName;
+    if (fs::is_regular_file(index, ec)) result.index_path_ = index.string();
+  }
+  for (const std::string& p : paths) {
+    safetensors::File file;
+    s = safetensors::File::Open(p, &file);
+    if (!s.ok()) return Status(ErrorCode::kInvalidArgument, s.message());
+    for (size_t i = 0; i < file.tensors().size(); ++i) {
+      const std::string& name = file.tensors()[i].name;
+      if (result.by_name_.count(name) != 0) {
+        return Status(ErrorCode::kInvalidArgument, path + ": tensor '" + name + "' is in two shards");
+      }
+      result.by_name_[name] = {result.files_.size(), i};
+    }
+    result.files_.push_back(std::move(file));
+  }
+  *checkpoint = std::move(result);
+  return Status::Ok();
+}
+
+const safetensors::TensorInfo* Checkpoint::Find(const std::string& name,
+                                                const safetensors::File** file) const {
+  const auto it = by_name_.find(name);
+  if (it == by_name_.end()) return nullptr;
+  *file = &files_[it->second.first];
+  return &files_[it->second.first].tensors()[it->second.second];
+}
+
+Status Diff(const std::string& prev_path, const std::string& next_path, const std::string& delta_path,
+            const RunOptions& options, RunReport* report) {
+  Checkpoint prev, next;
+  Status s = Checkpoint::Open(prev_path, &prev);
+  if (!s.ok()) return s;
+  s = Checkpoint::Open(next_path, &next);
+  if (!s.ok()) return s;
+  if (prev.directory() != next.directory()) {
+    return Status(ErrorCode::kInvalidArgument, "PREV and NEXT must both be files or both directories");
+  }
+  Manifest m;
+  m.directory = next.directory();
+  std::vector<std::unique_ptr<MappedFile>> raw_files;  // the target files' raw bytes
+  std::set<std::string> next_names, next_tensors;
+  for (const safetensors::File& file : next.files()) {
+    std::unique_ptr<MappedFile> raw;
+    s = MappedFile::Open(file.path(), &raw);
+    if (!s.ok()) return s;
+    FileEntry f;
+    f.name = BaseName(file.path());
+    next_names.insert(f.name);
+    f.size = raw->size();
+    uint64_t header_len = 0;
+    for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | raw->data()[i];
+    f.data_start = 8 + header_len;
+    f.header.row_end = f.data_start;
+    // Data-section bytes outside every tensor (alignment padding, if any) travel as fills.
+    uint64_t at = f.data_start;
+    for (const safetensors::TensorInfo& info : file.tensors()) {
+      if (f.data_start + info.begin > at) f.fills.emplace_back(at, f.data_start + info.begin - at);
+      at = std::max(at, f.data_start + info.end);
+    }
+    if (f.size > at) f.fills.emplace_back(at, f.size - at);
+    uint64_t fill_total = 0;
+    for (const auto& r : f.fills) fill_total += r.second;
+    f.fill.row_end = fill_total;
+    for (const safetensors::TensorInfo& info : file.tensors()) {
+      TensorEntry t;
+      t.name = info.name;
+      t.dtype = info.dtype;
+      t.shape = info.shape;
+      t.data_offset = info.begin;
+      next_tensors.insert(t.name);
+      const safetensors::File* base_file = nullptr;
+      const safetensors::TensorInfo* base = prev.Find(t.name, &base_file);
+      t.kind = base == nullptr ? TensorKind::kAdded
+               : (base->dtype != t.dtype || base->shape != t.shape) ? TensorKind::kReshaped
+                                                                     : TensorKind::kDelta;
+      t.pieces = PlanPieces(t);
+      f.tensors.push_back(std::move(t));
+    }
+    m.files.push_back(std::move(f));
+    raw_files.push_back(std::move(raw));
+  }
+  if (m.directory && !next.index_path().empty()) {
+    std::unique_ptr<MappedFile> raw;
+    s = MappedFile::Open(next.index_path(), &raw);
+    if (!s.ok()) return s;
+    if (raw->size() > 0) {
+      FileEntry f;
+      f.name = kIndexName;
+      next_names.insert(f.name);
+      f.size = f.data_start = f.header.row_end = raw->size();
+      m.files.push_back(std::move(f));
+      raw_files.push_back(std::move(raw));
+    }
+  }
+  for (const safetensors::File& file : prev.files()) {
+    if (m.directory && next_names.count(BaseName(file.path())) == 0) {
+      m.removed_files.push_back(BaseName(file.path()));
+    }
+    for (const safetensors::TensorInfo& info : file.tensors()) {
+      if (next_tensors.count(info.name) == 0) m.removed_tensors.push_back(info.name);
+    }
+  }
+  if (m.directory && !prev.index_path().empty() && next_names.count(kIndexName) == 0) {
+    m.removed_files.push_back(kIndexName);
+  }
+
+  // Every piece (headers and fills included) is one task; outputs are kept in memory
+  // (the delta is small) and written in manifest order afterwards.
+  struct EncodeTask {
+    const uint8_t* base;
+    const uint8_t* target;
+    uint64_t bytes;
+    size_t element_size;
+    bool bf16;
+    Piece* piece;
+    bool tensor;  // counts towards progress
+  };
+  std::vector<EncodeTask> tasks;
+  uint64_t total = 0;
+  for (size_t fi = 0; fi < m.files.size(); ++fi) {
+    FileEntry& f = m.files[fi];
+    const uint8_t* raw = raw_files[fi]->data();
+    tasks.push_back({nullptr, raw, f.data_start, 1, false, &f.header, false});
+    for (TensorEntry& t : f.tensors) {
+      const uint8_t* target = raw + f.data_start + t.data_offset;
+      const uint8_t* base = nullptr;
+      if (t.kind == TensorKind::kDelta) {
+        const safetensors::File* base_file = nullptr;
+        const safetensors::TensorInfo* info = prev.Find(t.name, &base_file);
+        base = base_file->data(*info);
+      }
+      for (Piece& p : t.pieces) {
+        const uint64_t offset = p.row_begin * t.row_bytes();
+        const uint64_t bytes = (p.row_end - p.row_begin) * t.row_bytes();
+        tasks.push_back({base ? base + offset : nullptr, target + offset, bytes,
+                         safetensors::DTypeSize(t.dtype), t.dtype == "BF16", &p, true});
+        total += bytes;
+      }
+    }
+  }
+  // Fills are gathered into one buffer per file first (tiny in practice).
+  std::vector<std::vector<uint8_t>> fill_bytes(m.files.size());
+  for (size_t fi = 0; fi < m.files.size(); ++fi) {
+    FileEntry& f = m.files[fi];
+    if (f.fills.empty()) continue;
+    for (const auto& r : f.fills) {
+      fill_bytes[fi].insert(fill_bytes[fi].end(), raw_files[fi]->data() + r.first,
+                            raw_files[fi]->data() + r.first + r.second);
+    }
+    tasks.push_back({nullptr, fill_bytes[fi].data(), fill_bytes[fi].size(), 1, false, &f.fill, false});
+  }
+  if (options.progress_total != nullptr) *options.progress_total = total;
+
+  std::vector<std::vector<uint8_t>> outputs(tasks.size());
+  FirstError error;
+  ParallelFor(tasks.size(), WorkerCount(options.threads, tasks.size()), [&](size_t i, size_t) {
+    if (error.failed()) return;
+    const EncodeTask& task = tasks[i];
+    error.Set(EncodePiece(task.base, task.target, task.bytes, task.element_size, task.bf16,
+                          task.piece, &outputs[i]));
+    if (task.tensor && options.progress_done != nullptr) *options.progress_done += task.bytes;
+  });
+  if (error.failed()) return error.status();
+
+  uint64_t offset = 0;
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    tasks[i].piece->offset = offset;
+    offset += outputs[i].size();
+  }
+  for (FileEntry& f : m.files) {
+    for (TensorEntry& t : f.tensors) {
+      std::vector<uint64_t> base_hashes, target_hashes;
+      for (const Piece& p : t.pieces) {
+        base_hashes.push_back(p.base_xxh3);
+        target_hashes.push_back(p.target_xxh3);
+      }
+      t.base_xxh3 = t.kind == TensorKind::kDelta ? CombineHashes(base_hashes) : 0;
+      t.target_xxh3 = CombineHashes(target_hashes);
+    }
+  }
+  const std::vector<uint8_t> head = SerializeHeaderAndManifest(m, offset);
+
+  AsideFiles out;
+  size_t index = 0;
+  s = out.Create(fs::absolute(delta_path).string(), head.size() + offset, &index);
+  if (!s.ok()) return s;
+  s = WriteAll(out.fd(index), head.data(), head.size(), 0, out.temp(index));
+  uint64_t at = head.size();
+  for (size_t i = 0; i < outputs.size() && s.ok(); ++i) {
+    s = WriteAll(out.fd(index), outputs[i].data(), outputs[i].size(), at, out.temp(index));
+    at += outputs[i].size();
+  }
+  if (s.ok()) s = out.SyncAndClose(options.sync);
+  if (s.ok()) s = out.Commit(options.sync);
+  if (!s.ok()) return s;
+  if (report != nullptr) {
+    report->files = m.files.size();
+    report->pieces = tasks.size();
+    report->tensors = next_tensors.size();
+    report->target_bytes = 0;
+    for (const FileEntry& f : m.files) report->target_bytes += f.size;
+    report->delta_bytes = head.size() + offset;
+    report->written = {delta_path};
+  }
+  return Status::Ok();
+}
+
+Status Apply(const std::string& prev_path, const std::string& delta_path, const std::string& out_path,
+             const RunOptions& options, RunReport* report) {
+  Reader reader;
+  Status s = OpenDelta(delta_path, &reader);
+  if (!s.ok()) return s;
+  Checkpoint base;
+  s = Checkpoint::Open(prev_path, &base);
+  if (!s.ok()) return s;
+  const Manifest& m = reader.manifest();
+  std::map<const TensorEntry*, const uint8_t*> base_data;
+  s = MatchBase(base, m, &base_data);
+  if (!s.ok()) return s;
+
+  // Where the files go: a directory for directory deltas (created if needed); for a file
+  // delta, `out_path` itself, or the target's name inside `out_path` if that is a directory.
+  std::error_code ec;
+  std::vector<std::string> finals;
+  if (m.directory) {
+    fs::create_directories(out_path, ec);
+    if (!fs::is_directory(out_path, ec)) {
+      return Status(ErrorCode::kInvalidArgument, out_path + ": cannot create the output directory");
+    }
+    for (const FileEntry& f : m.files) finals.push_back((fs::path(out_path) / f.name).string());
+  } else {
+    finals.push_back(fs::is_directory(out_path, ec) ? (fs::path(out_path) / m.files[0].name).string()
+                                                    : out_path);
+  }
+  const bool in_place = m.directory && fs::equivalent(out_path, prev_path, ec);
+
+  AsideFiles out;
+  std::vector<Task> tasks;
+  uint64_t total = 0;
+  for (size_t fi = 0; fi < m.files.size(); ++fi) {
+    const FileEntry& f = m.files[fi];
+    size_t index = 0;
+    s = out.Create(fs::absolute(finals[fi]).string(), f.size, &index);
+    if (!s.ok()) return s;
+    std::vector<uint8_t> bytes;
+    s = DecodeBytes(reader, f.header, &bytes);
+    if (!s.ok()) return Status(s.code(), f.name + " header: " + s.message());
+    s = WriteAll(out.fd(index), bytes.data(), bytes.size(), 0, out.temp(index));
+    if (!s.ok()) return s;
+    if (!f.fills.empty()) {
+      s = DecodeBytes(reader, f.fill, &bytes);
+      if (!s.ok()) return Status(s.code(), f.name + " fill: " + s.message());
+      uint64_t at = 0;
+      for (const auto& r : f.fills) {
+        s = WriteAll(out.fd(index), bytes.data() + at, r.second, r.first, out.temp(index));
+        if (!s.ok()) return s;
+        at += r.second;
+      }
+    }
+    for (const TensorEntry& t : f.tensors) {
+      const auto it = base_data.find(&t);
+      for (const Piece& p : t.pieces) {
+        tasks.push_back({index, &t, &p,
+                         it == base_data.end() ? nullptr : it->second + p.row_begin * t.row_bytes()});
+        total += (p.row_end - p.row_begin) * t.row_bytes();
+      }
+    }
+  }
+  if (options.progress_total != nullptr) *options.progress_total = total;
+
+  const size_t workers = WorkerCount(options.threads, tasks.size());
+  std::vector<std::vector<uint8_t>> buffers(workers);
+  std::vector<std::vector<uint8_t>> scratch(workers);
+  FirstError error;
+  ParallelFor(tasks.size(), workers, [&](size_t i, size_t w) {
+    if (error.failed()) return;
+    const Task& task = tasks[i];
+    const TensorEntry& t = *task.tensor;
+    const Piece& p = *task.piece;
+    const uint64_t bytes = (p.row_end - p.row_begin) * t.row_bytes();
+    const auto fail = [&](const Status& e) {
+      error.Set(e.code() == ErrorCode::kChecksumMismatch
+                    ? e
+                    : Status(e.code(), "tensor '" + t.name + "': " + e.message()));
+    };
+    if (task.base != nullptr) {
+      Status st = CheckBaseRows(t, p, task.base);
+      if (!st.ok()) return fail(st);
+    }
+    const uint8_t* stored = nullptr;
+    Status st = reader.ReadPiece(p, &scratch[w], &stored);
+    if (!st.ok()) return fail(st);
+    buffers[w].resize(bytes);
+    st = DecodePiece(p, stored, task.base, bytes, safetensors::DTypeSize(t.dtype), buffers[w].data());
+    if (!st.ok()) return fail(st);
+    const uint64_t at = m.files[task.file].data_start + t.data_offset + p.row_begin * t.row_bytes();
+    st = WriteAll(out.fd(task.file), buffers[w].data(), bytes, at, out.temp(task.file));
+    if (!st.ok()) return fail(st);
+    if (options.progress_done != nullptr) *options.progress_done += bytes;
+    if (options.hook) error.Set(options.hook("piece"));
+  });
+  if (error.failed()) return error.status();
+  s = out.SyncAndClose(options.sync);
+  if (!s.ok()) return s;
+  if (options.hook) {
+    s = options.hook("rename");
+    if (!s.ok()) return s;
+  }
+  s = out.Commit(options.sync);
+  if (!s.ok()) return s;
+  if (in_place) {
+    // The new checkpoint is complete; shards it no longer has go last.
+    for (const std::string& name : m.removed_files) {
+      fs::remove(fs::path(out_path) / name, ec);
+    }
+  }
+  if (report != nullptr) {
+    report->files = m.files.size();
+    report->pieces = tasks.size();
+    report->tensors = 0;
+    report->target_bytes = 0;
+    for (const FileEntry& f : m.files) {
+      report->tensors += f.tensors.size();
+      report->target_bytes += f.size;
+    }
+    report->delta_bytes = reader.source().size();
+    report->written = finals;
+  }
+  return Status::Ok();
+}
+
+Status Verify(const std::string& prev_path, const std::string& delta_path, const RunOptions& options,
+              RunReport* report) {
+  Reader reader;
+  Status s = OpenDelta(delta_path, &reader);
+  if (!s.ok()) return s;
+  Checkpoint base;
+  s = Checkpoint::Open(prev_path, &base);
+  if (!s.ok()) return s;
+  std::map<const TensorEntry*, const uint8_t*> base_data;
+  s = MatchBase(base, reader.manifest(), &base_data);
+  if (!s.ok()) return s;
+  std::vector<Task> tasks;
+  uint64_t total = 0;
+  for (const auto& entry : base_data) {
+    for (const Piece& p : entry.first->pieces) {
+      tasks.push_back({0, entry.first, &p, entry.second + p.row_begin * entry.first->row_bytes()});
+      total += (p.row_end - p.row_begin) * entry.first->row_bytes();
+    }
+  }
+  if (options.progress_total != nullptr) *options.progress_total = total;
+  const size_t workers = WorkerCount(options.threads, tasks.size());
+  std::vector<std::vector<uint8_t>> scratch(workers);
+  FirstError error;
+  ParallelFor(tasks.size(), workers, [&](size_t i, size_t w) {
+    if (error.failed()) return;
+    const Task& task = tasks[i];
+    error.Set(CheckBaseRows(*task.tensor, *task.piece, task.base));
+    // The piece itself must be intact too, or apply would fail later.
+    const uint8_t* stored = nullptr;
+    const Status st = reader.ReadPiece(*task.piece, &scratch[w], &stored);
+    if (!st.ok()) error.Set(Status(st.code(), "tensor '" + task.tensor->name + "': " + st.message()));
+    if (options.progress_done != nullptr) {
+      *options.progress_done += (task.piece->row_end - task.piece->row_begin) * task.tensor->row_bytes();
+    }
+  });
+  if (error.failed()) return error.status();
+  if (report != nullptr) {
+    report->tensors = base_data.size();
+    report->pieces = tasks.size();
+    report->target_bytes = total;
+    report->delta_bytes = reader.source().size();
+  }
+  return Status::Ok();
+}
+
+Status ApplyRows(const Checkpoint& base, const Reader& delta, const TensorEntry& t,
+                 uint64_t row_begin, uint64_t row_end, uint8_t* out, int threads) {
+  row_end = std::min(row_end, t.rows());
+  if (row_begin > row_end) return Status(ErrorCode::kInvalidArgument, "row range is reversed");
+  const uint8_t* base_data = nullptr;
+  if (t.kind == TensorKind::kDelta) {
+    const safetensors::File* file = nullptr;
+    const safetensors::TensorInfo* info = base.Find(t.name, &file);
+    if (info == nullptr) return WrongBase("tensor '" + t.name + "' is missing from " + base.path());
+    if (info->dtype != t.dtype || info->shape != t.shape) {
+      return WrongBase("tensor '" + t.name + "' is " + info->dtype + " " + Shape(info->shape) +
+                       " in the base, the delta expects " + t.dtype + " " + Shape(t.shape));
+    }
+    base_data = file->data(*info);
+  }
+  std::vector<const Piece*> pieces;
+  for (const Piece& p : t.pieces) {
+    if (p.row_end > row_begin && p.row_begin < row_end) pieces.push_back(&p);
+  }
+  const uint64_t row_bytes = t.row_bytes();
+  FirstError error;
+  ParallelFor(pieces.size(), WorkerCount(threads, pieces.size()), [&](size_t i, size_t) {
+    if (error.failed()) return;
+    const Piece& p = *pieces[i];
+    const uint8_t* base_rows = base_data ? base_data + p.row_begin * row_bytes : nullptr;
+    if (base_rows != nullptr) {
+      Status st = CheckBaseRows(t, p, base_rows);
+      if (!st.ok()) return error.Set(st);
+    }
+    std::vector<uint8_t> scratch, decoded((p.row_end - p.row_begin) * row_bytes);
+    const uint8_t* stored = nullptr;
+    Status st = delta.ReadPiece(p, &scratch, &stored);
+    if (st.ok()) {
+      st = DecodePiece(p, stored, base_rows, decoded.size(), safetensors::DTypeSize(t.dtype),
+                       decoded.data());
+    }
+    if (!st.ok()) return error.Set(Status(st.code(), "tensor '" + t.name + "': " + st.message()));
+    const uint64_t first = std::max(p.row_begin, row_begin), last = std::min(p.row_end, row_end);
+    std::memcpy(out + (first - row_begin) * row_bytes, decoded.data() + (first - p.row_begin) * row_bytes,
+                (last - first) * row_bytes);
+  });
+  return error.status();
+}
+
+Status ApplyPartial(const std::string& prev_path, const std::string& delta_path,
+                    const std::string& tensor_regex, uint64_t row_begin, uint64_t row_end,
+                    const std::string& out_path, const RunOptions& options, RunReport* report) {
+  std::regex pattern;
+  try {
+    pattern = std::regex(tensor_regex, std::regex::ECMAScript);
+  } catch (const std::regex_error& e) {
+    return Status(ErrorCode::kInvalidArgument, "bad --tensors regex '" + tensor_regex + "': " + e.what());
+  }
+  if (row_begin > row_end) return Status(ErrorCode::kInvalidArgument, "row range is reversed");
+  Reader reader;
+  Status s = OpenDelta(delta_path, &reader);
+  if (!s.ok()) return s;
+  Checkpoint base;
+  s = Checkpoint::Open(prev_path, &base);
+  if (!s.ok()) return s;
+  std::vector<const TensorEntry*> selected;
+  std::vector<safetensors::TensorInfo> infos;
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  for (const FileEntry& f : reader.manifest().files) {
+    for (const TensorEntry& t : f.tensors) {
+      if (!std::regex_match(t.name, pattern)) continue;
+      const uint64_t first = t.shape.empty() ? 0 : std::min(row_begin, t.rows());
+      const uint64_t last = t.shape.empty() ? 1 : std::min(row_end, t.rows());
+      safetensors::TensorInfo info;
+      info.name = t.name;
+      info.dtype = t.dtype;
+      info.shape = t.shape;
+      if (!info.shape.empty()) info.shape[0] = last - first;
+      info.end = (last - first) * t.row_bytes();
+      selected.push_back(&t);
+      infos.push_back(info);
+      ranges.emplace_back(first, last);
+    }
+  }
+  if (selected.empty()) {
+    return Status(ErrorCode::kInvalidArgument, "no tensor of the delta matches '" + tensor_regex + "'");
+  }
+  std::map<std::string, std::string> metadata;
+  if (row_begin != 0 || row_end != UINT64_MAX) {
+    metadata["arc_v3_rows"] = std::to_string(row_begin) + ":" +
+                              (row_end == UINT64_MAX ? std::string() : std::to_string(row_end));
+  }
+  const std::vector<uint8_t> header = safetensors::BuildHeader(&infos, metadata);
+  uint64_t total = 0;
+  for (const auto& info : infos) total += info.size();
+  if (options.progress_total != nullptr) *options.progress_total = total;
+  AsideFiles out;
+  size_t index = 0;
+  s = out.Create(fs::absolute(out_path).string(), header.size() + total, &index);
+  if (!s.ok()) return s;
+  s = WriteAll(out.fd(index), header.data(), header.size(), 0, out.temp(index));
+  if (!s.ok()) return s;
+  std::vector<uint8_t> buffer;
+  for (size_t i = 0; i < selected.size(); ++i) {
+    buffer.resize(infos[i].size());
+    s = ApplyRows(base, reader, *selected[i], ranges[i].first, ranges[i].second, buffer.data(),
+                  options.threads);
+    if (!s.ok()) return s;
+    s = WriteAll(out.fd(index), buffer.data(), buffer.size(), header.size() + infos[i].begin,
+                 out.temp(index));
+    if (!s.ok()) return s;
+    if (options.progress_done != nullptr) *options.progress_done += buffer.size();
+  }
+  s = out.SyncAndClose(options.sync);
+  if (s.ok()) s = out.Commit(options.sync);
+  if (!s.ok()) return s;
+  if (report != nullptr) {
+    report->files = 1;
+    report->tensors = selected.size();
+    report->target_bytes = header.size() + total;
+    report->delta_bytes = reader.source().size();
+    report->written = {out_path};
+  }
+  return Status::Ok();
+}
+
+}  // namespace container
+}  // namespace arc_v3

@@ -1,0 +1,93 @@
+// Diff, apply and verify whole safetensors checkpoints (single files or sharded
+// directories) through the delta container of container.h. Inputs are memory-mapped,
+// pieces are coded in parallel, and outputs are written aside, fsynced and renamed, so a
+// failure or a kill never leaves a half-written file under a final name.
+#ifndef ARC_V3_SRC_CLI_CHECKPOINT_DELTA_H_
+#define ARC_V3_SRC_CLI_CHECKPOINT_DELTA_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "arc_v3.hpp"
+#include "src/cli/container.h"
+#include "src/safetensors.h"
+
+namespace arc_v3 {
+namespace container {
+
+// A checkpoint opened for reading: one .safetensors file, or a directory of shards.
+class Checkpoint {
+ public:
+  // Errors: kInvalidArgument (missing, unreadable or malformed files).
+  static Status Open(const std::string& path, Checkpoint* checkpoint);
+  bool directory() const { return directory_; }
+  const std::string& path() const { return path_; }
+  const std::vector<safetensors::File>& files() const { return files_; }
+  // The tensor and the file holding it; nullptr if absent.
+  const safetensors::TensorInfo* Find(const std::string& name, const safetensors::File** file) const;
+  // model.safetensors.index.json, if the directory has one ("" otherwise).
+  const std::string& index_path() const { return index_path_; }
+
+ private:
+  std::string path_;
+  bool directory_ = false;
+  std::vector<safetensors::File> files_;
+  std::map<std::string, std::pair<size_t, size_t>> by_name_;  // -> (file, tensor)
+  std::string index_path_;
+};
+
+struct RunOptions {
+  int threads = 0;  // 0 = all hardware threads
+  // Bytes of tensor data processed so far / in all; updated as pieces finish.
+  std::atomic<uint64_t>* progress_done = nullptr;
+  std::atomic<uint64_t>* progress_total = nullptr;
+  bool sync = true;  // fsync outputs before renaming them (off only for benchmarks)
+  // Test hook, called at "piece" (after each piece is written aside) and "rename" (all
+  // outputs written and synced, before the first rename); an error aborts the run.
+  std::function<Status(const char* stage)> hook;
+};
+
+struct RunReport {
+  uint64_t files = 0, tensors = 0, pieces = 0;
+  uint64_t target_bytes = 0;  // bytes of the checkpoint produced / described
+  uint64_t delta_bytes = 0;
+  std::vector<std::string> written;  // output paths
+};
+
+// Writes the delta from checkpoint `prev` to `next` (both files or both directories).
+Status Diff(const std::string& prev, const std::string& next, const std::string& delta_path,
+            const RunOptions& options, RunReport* report);
+
+// Rebuilds the target of `delta_path` from `prev` into `out` (a file or a directory, as
+// the delta's layout says; `out` == `prev` applies in place). Wrong base: kChecksumMismatch
+// naming the tensor; corrupt delta: kTruncated, kBadMagic, kCorrupt*, ...
+Status Apply(const std::string& prev, const std::string& delta_path, const std::string& out,
+             const RunOptions& options, RunReport* report);
+
+// Checks that `prev` is the base of `delta_path` (every delta tensor present with the
+// recorded dtype, shape and checksum) without writing anything.
+Status Verify(const std::string& prev, const std::string& delta_path, const RunOptions& options,
+              RunReport* report);
+
+// Partial apply: decodes rows [row_begin, row_end) (clipped to the tensor) of one target
+// tensor into `out` (row_bytes * rows long), reading only the overlapping pieces of the
+// delta and checking the base rows they cover.
+Status ApplyRows(const Checkpoint& base, const Reader& delta, const TensorEntry& tensor,
+                 uint64_t row_begin, uint64_t row_end, uint8_t* out, int threads);
+
+// Partial apply into a new safetensors file: every target tensor whose name matches the
+// ECMAScript regular expression `tensor_regex` (whole-name match), sliced to rows
+// [row_begin, row_end) of its first dimension (rank-0 tensors whole).
+Status ApplyPartial(const std::string& prev, const std::string& delta_path,
+                    const std::string& tensor_regex, uint64_t row_begin, uint64_t row_end,
+                    const std::string& out_path, const RunOptions& options, RunReport* report);
+
+}  // namespace container
+}  // namespace arc_v3
+
+#endif  // ARC_V3_SRC_CLI_CHECKPOINT_DELTA_H_

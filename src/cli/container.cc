@@ -1,0 +1,633 @@
+// The checkpoint delta container (see container.h and src/CONTAINER.md).
+#include "src/cli/container.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+#include <zstd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "src/safetensors.h"
+
+namespace arc_v3 {
+namespace container {
+namespace {
+
+using Json = nlohmann::json;
+using OrderedJson = nlohmann::ordered_json;
+
+// zstd level of the generic coder: fast, and XORs of float tensors gain little beyond it.
+constexpr int kZstdLevel = 3;
+
+void PutU16(uint16_t v, uint8_t* p) {
+  p[0] = static_cast<uint8_t>(v);
+  p[1] = static_cast<uint8_t>(v >> 8);
+}
+void PutU64(uint64_t v, uint8_t* p) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+uint16_t GetU16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
+uint64_t GetU64(const uint8_t* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+
+Status Corrupt(const std::string& what) {
+  return Status(ErrorCode::kCorruptHeader, "delta manifest: " + what);
+}
+
+// Thrown only inside manifest parsing and turned into a Status at its boundary.
+struct ManifestError {
+  std::string what;
+};
+[[noreturn]] void Fail(const std::string& what) { throw ManifestError{what}; }
+
+void CheckKeys(const Json& object, const std::set<std::string>& allowed, const std::string& where) {
+  if (!object.is_object()) Fail(where + " is not an object");
+  for (auto it = object.begin(); it != object.end(); ++it) {
+    // Unknown fields are rejected like reserved bits: a newer writer must bump the version.
+    if (allowed.count(it.key()) == 0) Fail(where + " has unknown field '" + it.key() + "'");
+  }
+}
+const Json& Field(const Json& object, const char* key, const std::string& where) {
+  const auto it = object.find(key);
+  if (it == object.end()) Fail(where + " lacks '" + key + "'");
+  return *it;
+}
+uint64_t U64(const Json& value, const std::string& where) {
+  if (!value.is_number_unsigned()) Fail(where + " is not an unsigned integer");
+  return value.get<uint64_t>();
+}
+std::string Str(const Json& value, const std::string& where) {
+  if (!value.is_string()) Fail(where + " is not a string");
+  return value.get<std::string>();
+}
+uint64_t Hex(const Json& value, const std::string& where) {
+  const std::string s = Str(value, where);
+  if (s.size() != 16) Fail(where + " is not 16 hex digits");
+  uint64_t v = 0;
+  for (char c : s) {
+    int d;
+    if (c >= '0' && c <= '9') d = c - '0';
+    else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
+    else Fail(where + " is not 16 lowercase hex digits");
+    v = (v << 4) | static_cast<uint64_t>(d);
+  }
+  return v;
+}
+uint64_t CheckedMul(uint64_t a, uint64_t b, const std::string& where) {
+  if (a != 0 && b > UINT64_MAX / a) Fail(where + " overflows");
+  return a * b;
+}
+uint64_t CheckedAdd(uint64_t a, uint64_t b, const std::string& where) {
+  if (b > UINT64_MAX - a) Fail(where + " overflows");
+  return a + b;
+}
+
+bool ParseCoder(const std::string& name, Coder* coder) {
+  for (Coder c : {Coder::kStored, Coder::kZstd, Coder::kZstdPlanes, Coder::kArcV3}) {
+    if (name == CoderName(c)) {
+      *coder = c;
+      return true;
+    }
+  }
+  return false;
+}
+
+OrderedJson PieceToJson(const Piece& p, bool with_base) {
+  OrderedJson j;
+  j["rows"] = {p.row_begin, p.row_end};
+  j["offset"] = p.offset;
+  j["size"] = p.size;
+  j["coder"] = CoderName(p.coder);
+  j["xxh3"] = HexU64(p.xxh3);
+  if (with_base) j["base_xxh3"] = HexU64(p.base_xxh3);
+  j["target_xxh3"] = HexU64(p.target_xxh3);
+  if (p.coder != Coder::kArcV3) j["changed"] = p.changed;
+  return j;
+}
+
+Piece PieceFromJson(const Json& j, bool with_base, uint64_t data_size, const std::string& where) {
+  std::set<std::string> keys = {"rows", "offset", "size", "coder", "xxh3", "target_xxh3", "changed"};
+  if (with_base) keys.insert("base_xxh3");
+  CheckKeys(j, keys, where);
+  Piece p;
+  const Json& rows = Field(j, "rows", where);
+  if (!rows.is_array() || rows.size() != 2) Fail(where + ".rows is not [begin, end]");
+  p.row_begin = U64(rows[0], where + ".rows");
+  p.row_end = U64(rows[1], where + ".rows");
+  if (p.row_begin >= p.row_end) Fail(where + ".rows is empty or reversed");
+  p.offset = U64(Field(j, "offset", where), where + ".offset");
+  p.size = U64(Field(j, "size", where), where + ".size");
+  if (CheckedAdd(p.offset, p.size, where + " byte range") > data_size) {
+    Fail(where + " lies beyond the data section");
+  }
+  if (!ParseCoder(Str(Field(j, "coder", where), where + ".coder"), &p.coder)) {
+    Fail(where + " has an unknown coder");
+  }
+  p.xxh3 = Hex(Field(j, "xxh3", where), where + ".xxh3");
+  if (with_base) p.base_xxh3 = Hex(Field(j, "base_xxh3", where), where + ".base_xxh3");
+  p.target_xxh3 = Hex(Field(j, "target_xxh3", where), where + ".target_xxh3");
+  if (p.coder == Coder::kArcV3) {
+    if (j.contains("changed")) Fail(where + ": arc_v3 pieces carry no 'changed'");
+  } else {
+    p.changed = U64(Field(j, "changed", where), where + ".changed");
+  }
+  return p;
+}
+
+bool PlainFileName(const std::string& name) {
+  return !name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos &&
+         name.find('\0') == std::string::npos;
+}
+
+Manifest ManifestFromJson(const Json& root, uint64_t data_size) {
+  CheckKeys(root, {"layout", "files", "removed_files", "removed_tensors"}, "manifest");
+  Manifest m;
+  const std::string layout = Str(Field(root, "layout", "manifest"), "layout");
+  if (layout != "file" && layout != "directory") Fail("layout must be 'file' or 'directory'");
+  m.directory = layout == "directory";
+  for (const char* key : {"removed_files", "removed_tensors"}) {
+    const Json& list = Field(root, key, "manifest");
+    if (!list.is_array()) Fail(std::string(key) + " is not an array");
+    for (const Json& name : list) {
+      (std::string(key) == "removed_files" ? m.removed_files : m.removed_tensors)
+          .push_back(Str(name, key));
+    }
+  }
+  const Json& files = Field(root, "files", "manifest");
+  if (!files.is_array() || files.empty()) Fail("files is not a non-empty array");
+  if (!m.directory && files.size() != 1) Fail("a 'file' layout holds exactly one file");
+  std::set<std::string> file_names, tensor_names;
+  for (const Json& jf : files) {
+    const std::string fwhere = "file #" + std::to_string(m.files.size());
+    CheckKeys(jf, {"name", "size", "header", "fills", "fill", "tensors"}, fwhere);
+    FileEntry f;
+    f.name = Str(Field(jf, "name", fwhere), fwhere + ".name");
+    if (!PlainFileName(f.name)) Fail(fwhere + " name '" + f.name + "' is not a plain file name");
+    if (!file_names.insert(f.name).second) Fail("file '" + f.name + "' listed twice");
+    const std::string where = "file '" + f.name + "'";
+    f.size = U64(Field(jf, "size", where), where + ".size");
+    f.header = PieceFromJson(Field(jf, "header", where), false, data_size, where + ".header");
+    if (f.header.row_begin != 0) Fail(where + ".header must start at row 0");
+    f.data_start = f.header.row_end;
+    if (f.data_start > f.size) Fail(where + " header is longer than the file");
+    // Every byte of the file is produced exactly once: header, then tensors and fills.
+    std::vector<std::pair<uint64_t, uint64_t>> ranges;  // (begin, end) in the file
+    uint64_t fill_total = 0;
+    const Json& fills = Field(jf, "fills", where);
+    if (!fills.is_array()) Fail(where + ".fills is not an array");
+    for (const Json& r : fills) {
+      if (!r.is_array() || r.size() != 2) Fail(where + ".fills entries are [offset, length]");
+      const uint64_t at = U64(r[0], where + ".fills"), len = U64(r[1], where + ".fills");
+      if (len == 0) Fail(where + " has an empty fill");
+      f.fills.emplace_back(at, len);
+      ranges.emplace_back(at, CheckedAdd(at, len, where + ".fills"));
+      fill_total = CheckedAdd(fill_total, len, where + ".fills");
+    }
+    if (f.fills.empty()) {
+      if (jf.contains("fill")) Fail(where + " has a fill piece but no fills");
+    } else {
+      f.fill = PieceFromJson(Field(jf, "fill", where), false, data_size, where + ".fill");
+      if (f.fill.row_begin != 0 || f.fill.row_end != fill_total) {
+        Fail(where + ".fill length differs from the fills");
+      }
+    }
+    const Json& tensors = Field(jf, "tensors", where);
+    if (!tensors.is_array()) Fail(where + ".tensors is not an array");
+    for (const Json& jt : tensors) {
+      TensorEntry t;
+      t.name = Str(Field(jt, "name", where + " tensor"), where + " tensor name");
+      const std::string twhere = "tensor '" + t.name + "'";
+      if (!tensor_names.insert(t.name).second) Fail(twhere + " listed twice");
+      const std::string kind = Str(Field(jt, "kind", twhere), twhere + ".kind");
+      if (kind == "delta") t.kind = TensorKind::kDelta;
+      else if (kind == "added") t.kind = TensorKind::kAdded;
+      else if (kind == "reshaped") t.kind = TensorKind::kReshaped;
+      else Fail(twhere + " has unknown kind '" + kind + "'");
+      const bool with_base = t.kind == TensorKind::kDelta;
+      std::set<std::string> keys = {"name", "kind", "dtype", "shape", "data_offset",
+                                    "target_xxh3", "pieces"};
+      if (with_base) keys.insert("base_xxh3");
+      CheckKeys(jt, keys, twhere);
+      t.dtype = Str(Field(jt, "dtype", twhere), twhere + ".dtype");
+      const size_t element_size = safetensors::DTypeSize(t.dtype);
+      if (element_size == 0) Fail(twhere + " has unknown dtype '" + t.dtype + "'");
+      const Json& shape = Field(jt, "shape", twhere);
+      if (!shape.is_array()) Fail(twhere + ".shape is not an array");
+      uint64_t elements = 1;
+      for (const Json& d : shape) {
+        t.shape.push_back(U64(d, twhere + ".shape"));
+        elements = CheckedMul(elements, t.shape.back(), twhere + ".shape");
+      }
+      const uint64_t bytes = CheckedMul(elements, element_size, twhere + " size");
+      t.data_offset = U64(Field(jt, "data_offset", twhere), twhere + ".data_offset");
+      const uint64_t begin = CheckedAdd(f.data_start, t.data_offset, twhere + " offset");
+      ranges.emplace_back(begin, CheckedAdd(begin, bytes, twhere + " range"));
+      if (with_base) t.base_xxh3 = Hex(Field(jt, "base_xxh3", twhere), twhere + ".base_xxh3");
+      t.target_xxh3 = Hex(Field(jt, "target_xxh3", twhere), twhere + ".target_xxh3");
+      const Json& pieces = Field(jt, "pieces", twhere);
+      if (!pieces.is_array()) Fail(twhere + ".pieces is not an array");
+      uint64_t next_row = 0;
+      std::vector<uint64_t> base_hashes, target_hashes;
+      for (const Json& jp : pieces) {
+        const std::string pwhere = twhere + " piece #" + std::to_string(t.pieces.size());
+        Piece p = PieceFromJson(jp, with_base, data_size, pwhere);
+        if (p.row_begin != next_row) Fail(pwhere + " does not continue the previous rows");
+        next_row = p.row_end;
+        if (p.coder == Coder::kArcV3 && (t.dtype != "BF16" || !with_base)) {
+          Fail(pwhere + ": arc_v3 codes only BF16 deltas");
+        }
+        base_hashes.push_back(p.base_xxh3);
+        target_hashes.push_back(p.target_xxh3);
+        t.pieces.push_back(p);
+      }
+      // Zero-element tensors have no pieces; all others are covered row by row.
+      if (bytes != 0 && next_row != t.rows()) Fail(twhere + " pieces do not cover its rows");
+      if (bytes == 0 && !t.pieces.empty()) Fail(twhere + " is empty but has pieces");
+      if ((with_base && CombineHashes(base_hashes) != t.base_xxh3) ||
+          CombineHashes(target_hashes) != t.target_xxh3) {
+        Fail(twhere + " checksums disagree with its pieces'");
+      }
+      f.tensors.push_back(std::move(t));
+    }
+    std::sort(ranges.begin(), ranges.end());
+    uint64_t at = f.data_start;
+    for (const auto& r : ranges) {
+      if (r.first == r.second) continue;  // empty tensor
+      if (r.first != at) Fail(where + " data section has overlaps or holes");
+      at = r.second;
+    }
+    if (at != f.size) Fail(where + " data section does not end at the file size");
+    m.files.push_back(std::move(f));
+  }
+  return m;
+}
+
+struct ZstdCCtxDeleter {
+  void operator()(ZSTD_CCtx* c) const { ZSTD_freeCCtx(c); }
+};
+struct ZstdDCtxDeleter {
+  void operator()(ZSTD_DCtx* c) const { ZSTD_freeDCtx(c); }
+};
+ZSTD_CCtx* ThreadCCtx() {
+  thread_local std::unique_ptr<ZSTD_CCtx, ZstdCCtxDeleter> ctx(ZSTD_createCCtx());
+  return ctx.get();
+}
+ZSTD_DCtx* ThreadDCtx() {
+  thread_local std::unique_ptr<ZSTD_DCtx, ZstdDCtxDeleter> ctx(ZSTD_createDCtx());
+  return ctx.get();
+}
+
+// Byte plane k holds byte k of every element: exponent bytes of floats change rarely and
+// compress far better apart from the noisy low mantissa bytes.
+void SplitPlanes(const uint8_t* in, uint64_t bytes, size_t element_size, uint8_t* out) {
+  const uint64_t n = bytes / element_size;
+  for (size_t k = 0; k < element_size; ++k) {
+    uint8_t* plane = out + k * n;
+    for (uint64_t i = 0; i < n; ++i) plane[i] = in[i * element_size + k];
+  }
+}
+void JoinPlanes(const uint8_t* in, uint64_t bytes, size_t element_size, uint8_t* out) {
+  const uint64_t n = bytes / element_size;
+  for (size_t k = 0; k < element_size; ++k) {
+    const uint8_t* plane = in + k * n;
+    for (uint64_t i = 0; i < n; ++i) out[i * element_size + k] = plane[i];
+  }
+}
+
+bool ZstdCompress(const uint8_t* in, size_t size, std::vector<uint8_t>* out) {
+  out->resize(ZSTD_compressBound(size));
+  const size_t n = ZSTD_compressCCtx(ThreadCCtx(), out->data(), out->size(), in, size, kZstdLevel);
+  if (ZSTD_isError(n)) return false;
+  out->resize(n);
+  return true;
+}
+
+}  // namespace
+
+const char* CoderName(Coder coder) {
+  switch (coder) {
+    case Coder::kStored: return "stored";
+    case Coder::kZstd: return "zstd";
+    case Coder::kZstdPlanes: return "zstd-planes";
+    case Coder::kArcV3: return "arc_v3";
+  }
+  return "?";
+}
+
+const char* TensorKindName(TensorKind kind) {
+  switch (kind) {
+    case TensorKind::kDelta: return "delta";
+    case TensorKind::kAdded: return "added";
+    case TensorKind::kReshaped: return "reshaped";
+  }
+  return "?";
+}
+
+uint64_t TensorEntry::row_bytes() const {
+  uint64_t n = safetensors::DTypeSize(dtype);
+  for (size_t i = 1; i < shape.size(); ++i) n *= shape[i];
+  return n;
+}
+
+uint64_t Hash(const void* data, size_t size) { return XXH3_64bits(data, size); }
+
+uint64_t CombineHashes(const std::vector<uint64_t>& hashes) {
+  std::vector<uint8_t> bytes(hashes.size() * 8);
+  for (size_t i = 0; i < hashes.size(); ++i) PutU64(hashes[i], bytes.data() + 8 * i);
+  return Hash(bytes.data(), bytes.size());
+}
+
+std::string HexU64(uint64_t value) {
+  static const char kDigits[] = "0123456789abcdef";
+  std::string s(16, '0');
+  for (int i = 15; i >= 0; --i, value >>= 4) s[i] = kDigits[value & 15];
+  return s;
+}
+
+MappedFile::~MappedFile() {
+  if (data_ != nullptr) munmap(const_cast<uint8_t*>(data_), size_);
+}
+
+Status MappedFile::Open(const std::string& path, std::unique_ptr<MappedFile>* file) {
+  std::unique_ptr<MappedFile> result(new MappedFile());
+  result->path_ = path;
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return Status(ErrorCode::kInvalidArgument, path + ": cannot open: " + std::strerror(errno));
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return Status(ErrorCode::kInvalidArgument, path + ": not a regular file");
+  }
+  result->size_ = static_cast<uint64_t>(st.st_size);
+  if (result->size_ > 0) {
+    void* map = mmap(nullptr, result->size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (map == MAP_FAILED) {
+      close(fd);
+      return Status(ErrorCode::kInvalidArgument, path + ": cannot map: " + std::strerror(errno));
+    }
+    result->data_ = static_cast<const uint8_t*>(map);
+  }
+  close(fd);
+  *file = std::move(result);
+  return Status::Ok();
+}
+
+Status MappedFile::Read(uint64_t offset, uint64_t size, std::vector<uint8_t>* /*scratch*/,
+                        const uint8_t** data) const {
+  if (offset > size_ || size > size_ - offset) {
+    return Status(ErrorCode::kTruncated, path_ + ": read past the end of the file");
+  }
+  *data = data_ + offset;
+  return Status::Ok();
+}
+
+std::vector<uint8_t> SerializeHeaderAndManifest(const Manifest& m, uint64_t data_size) {
+  OrderedJson root;
+  root["layout"] = m.directory ? "directory" : "file";
+  OrderedJson files = OrderedJson::array();
+  for (const FileEntry& f : m.files) {
+    OrderedJson jf;
+    jf["name"] = f.name;
+    jf["size"] = f.size;
+    jf["header"] = PieceToJson(f.header, false);
+    jf["fills"] = OrderedJson::array();
+    for (const auto& r : f.fills) jf["fills"].push_back({r.first, r.second});
+    if (!f.fills.empty()) jf["fill"] = PieceToJson(f.fill, false);
+    OrderedJson tensors = OrderedJson::array();
+    for (const TensorEntry& t : f.tensors) {
+      const bool with_base = t.kind == TensorKind::kDelta;
+      OrderedJson jt;
+      jt["name"] = t.name;
+      jt["kind"] = TensorKindName(t.kind);
+      jt["dtype"] = t.dtype;
+      jt["shape"] = t.shape;
+      jt["data_offset"] = t.data_offset;
+      if (with_base) jt["base_xxh3"] = HexU64(t.base_xxh3);
+      jt["target_xxh3"] = HexU64(t.target_xxh3);
+      jt["pieces"] = OrderedJson::array();
+      for (const Piece& p : t.pieces) jt["pieces"].push_back(PieceToJson(p, with_base));
+      tensors.push_back(std::move(jt));
+    }
+    jf["tensors"] = std::move(tensors);
+    files.push_back(std::move(jf));
+  }
+  root["files"] = std::move(files);
+  root["removed_files"] = m.removed_files;
+  root["removed_tensors"] = m.removed_tensors;
+  const std::string json = root.dump();
+
+  std::vector<uint8_t> out(kHeaderSize + json.size());
+  std::memcpy(out.data(), kMagic, 4);
+  PutU16(kVersion, out.data() + 4);
+  PutU16(0, out.data() + 6);
+  PutU64(json.size(), out.data() + 8);
+  PutU64(Hash(json.data(), json.size()), out.data() + 16);
+  PutU64(data_size, out.data() + 24);
+  PutU64(Hash(out.data(), 32), out.data() + 32);
+  std::memcpy(out.data() + kHeaderSize, json.data(), json.size());
+  return out;
+}
+
+Status Reader::Open(std::unique_ptr<ByteSource> source, Reader* reader) {
+  const uint64_t total = source->size();
+  if (total < kHeaderSize) {
+    return Status(ErrorCode::kTruncated, "delta file is " + std::to_string(total) +
+                                             " bytes, shorter than its 40-byte header");
+  }
+  std::vector<uint8_t> scratch;
+  const uint8_t* h = nullptr;
+  Status s = source->Read(0, kHeaderSize, &scratch, &h);
+  if (!s.ok()) return s;
+  if (std::memcmp(h, kMagic, 4) != 0) {
+    return Status(ErrorCode::kBadMagic, "not an arc_v3 delta container (magic is not 'A3DC')");
+  }
+  const uint16_t version = GetU16(h + 4);
+  if (version != kVersion) {
+    return Status(ErrorCode::kUnsupportedVersion,
+                  "delta container version " + std::to_string(version) + " (this tool reads 1)");
+  }
+  if (GetU64(h + 32) != Hash(h, 32)) {
+    return Status(ErrorCode::kCorruptHeader, "delta container header checksum mismatch");
+  }
+  if (GetU16(h + 6) != 0) {
+    return Status(ErrorCode::kReservedBitsSet, "delta container flags (reserved) are not zero");
+  }
+  const uint64_t manifest_size = GetU64(h + 8);
+  const uint64_t manifest_hash = GetU64(h + 16);
+  const uint64_t data_size = GetU64(h + 24);
+  if (manifest_size > total || data_size > total ||
+      kHeaderSize + manifest_size + data_size != total) {
+    const bool shorter = manifest_size > total || data_size > total ||
+                         kHeaderSize + manifest_size + data_size > total;
+    return Status(shorter ? ErrorCode::kTruncated : ErrorCode::kCorruptHeader,
+                  "delta file is " + std::to_string(total) + " bytes but its header says " +
+                      (shorter ? "more (truncated?)" : "fewer (trailing bytes)"));
+  }
+  const uint8_t* text = nullptr;
+  s = source->Read(kHeaderSize, manifest_size, &scratch, &text);
+  if (!s.ok()) return s;
+  if (Hash(text, manifest_size) != manifest_hash) {
+    return Status(ErrorCode::kCorruptHeader, "delta manifest checksum mismatch (corrupt file)");
+  }
+  const Json root = Json::parse(text, text + manifest_size, nullptr, /*allow_exceptions=*/false);
+  if (root.is_discarded()) return Corrupt("not valid JSON");
+  try {
+    reader->manifest_ = ManifestFromJson(root, data_size);
+  } catch (const ManifestError& e) {
+    return Corrupt(e.what);
+  } catch (const std::exception& e) {  // nlohmann type errors, allocation
+    return Corrupt(e.what());
+  }
+  reader->data_start_ = kHeaderSize + manifest_size;
+  reader->source_ = std::move(source);
+  return Status::Ok();
+}
+
+Status Reader::ReadPiece(const Piece& piece, std::vector<uint8_t>* scratch,
+                         const uint8_t** data) const {
+  Status s = source_->Read(data_start_ + piece.offset, piece.size, scratch, data);
+  if (!s.ok()) return s;
+  if (Hash(*data, piece.size) != piece.xxh3) {
+    return Status(ErrorCode::kCorruptChunk, "piece bytes checksum mismatch (corrupt delta)");
+  }
+  return Status::Ok();
+}
+
+Status EncodePiece(const uint8_t* base, const uint8_t* target, uint64_t bytes,
+                   size_t element_size, bool bf16, Piece* piece, std::vector<uint8_t>* out) {
+  piece->target_xxh3 = Hash(target, bytes);
+  piece->base_xxh3 = base != nullptr ? Hash(base, bytes) : 0;
+  if (bf16 && base != nullptr) {
+    const size_t count = bytes / 2;
+    std::vector<uint16_t> aligned_base, aligned_target;
+    const uint16_t* src = reinterpret_cast<const uint16_t*>(base);
+    const uint16_t* dst = reinterpret_cast<const uint16_t*>(target);
+    // Tensors of a safetensors file need not be 2-byte aligned; the codec wants them so.
+    if ((reinterpret_cast<uintptr_t>(base) | reinterpret_cast<uintptr_t>(target)) & 1) {
+      aligned_base.resize(count);
+      aligned_target.resize(count);
+      std::memcpy(aligned_base.data(), base, bytes);
+      std::memcpy(aligned_target.data(), target, bytes);
+      src = aligned_base.data();
+      dst = aligned_target.data();
+    }
+    Options options;
+    options.threads = 1;  // the caller runs pieces in parallel
+    Delta delta;
+    Status s = delta_compress(src, dst, count, &delta, options);
+    if (!s.ok()) return s;
+    piece->coder = Coder::kArcV3;
+    *out = std::move(delta.bytes);
+    piece->xxh3 = Hash(out->data(), out->size());
+    piece->size = out->size();
+    return Status::Ok();
+  }
+  std::vector<uint8_t> xored(target, target + bytes);
+  if (base != nullptr) {
+    for (uint64_t i = 0; i < bytes; ++i) xored[i] ^= base[i];
+  }
+  uint64_t changed = 0;
+  for (uint64_t i = 0; i < bytes; i += element_size) {
+    uint8_t any = 0;
+    for (size_t k = 0; k < element_size; ++k) any |= xored[i + k];
+    changed += any != 0;
+  }
+  piece->changed = changed;
+  std::vector<uint8_t> plain, planes;
+  if (!ZstdCompress(xored.data(), bytes, &plain)) {
+    return Status(ErrorCode::kCodecFailure, "zstd failed");
+  }
+  piece->coder = Coder::kZstd;
+  if (element_size > 1) {
+    std::vector<uint8_t> split(bytes);
+    SplitPlanes(xored.data(), bytes, element_size, split.data());
+    if (!ZstdCompress(split.data(), bytes, &planes)) {
+      return Status(ErrorCode::kCodecFailure, "zstd failed");
+    }
+    if (planes.size() < plain.size()) {
+      piece->coder = Coder::kZstdPlanes;
+      plain.swap(planes);
+    }
+  }
+  if (plain.size() >= bytes) {
+    piece->coder = Coder::kStored;
+    plain.swap(xored);
+  }
+  *out = std::move(plain);
+  piece->xxh3 = Hash(out->data(), out->size());
+  piece->size = out->size();
+  return Status::Ok();
+}
+
+Status DecodePiece(const Piece& piece, const uint8_t* stored, const uint8_t* base,
+                   uint64_t bytes, size_t element_size, uint8_t* out) {
+  const Status mismatch(ErrorCode::kCorruptChunk,
+                        "decoded rows differ from the target checksum (corrupt delta)");
+  if (piece.coder == Coder::kArcV3) {
+    if (base == nullptr || bytes % 2 != 0) {
+      return Status(ErrorCode::kCorruptChunk, "arc_v3 piece without a BF16 base");
+    }
+    const size_t count = bytes / 2;
+    std::vector<uint16_t> aligned_base;
+    const uint16_t* src = reinterpret_cast<const uint16_t*>(base);
+    if (reinterpret_cast<uintptr_t>(base) & 1) {
+      aligned_base.resize(count);
+      std::memcpy(aligned_base.data(), base, bytes);
+      src = aligned_base.data();
+    }
+    // `out` comes from the caller's aligned buffers.
+    Status s = delta_decompress(src, count, stored, piece.size, piece.target_xxh3,
+                                reinterpret_cast<uint16_t*>(out), count, /*threads=*/1);
+    if (s.code() == ErrorCode::kChecksumMismatch) return mismatch;
+    if (!s.ok()) return Status(s.code(), "arc_v3 piece: " + s.message());
+    return Status::Ok();
+  }
+  std::vector<uint8_t> planes;
+  switch (piece.coder) {
+    case Coder::kStored:
+      if (piece.size != bytes) return Status(ErrorCode::kCorruptChunk, "stored piece has the wrong size");
+      std::memcpy(out, stored, bytes);
+      break;
+    case Coder::kZstd:
+    case Coder::kZstdPlanes: {
+      uint8_t* dst = out;
+      if (piece.coder == Coder::kZstdPlanes) {
+        planes.resize(bytes);
+        dst = planes.data();
+      }
+      const unsigned long long content = ZSTD_getFrameContentSize(stored, piece.size);
+      if (content != bytes) return Status(ErrorCode::kCorruptChunk, "zstd piece has the wrong size");
+      const size_t n = ZSTD_decompressDCtx(ThreadDCtx(), dst, bytes, stored, piece.size);
+      if (ZSTD_isError(n) || n != bytes) {
+        return Status(ErrorCode::kCodecFailure, "zstd piece does not decode");
+      }
+      if (piece.coder == Coder::kZstdPlanes) {
+        if (bytes % element_size != 0) return Status(ErrorCode::kCorruptChunk, "bad plane split");
+        JoinPlanes(planes.data(), bytes, element_size, out);
+      }
+      break;
+    }
+    case Coder::kArcV3:
+      break;
+  }
+  if (base != nullptr) {
+    for (uint64_t i = 0; i < bytes; ++i) out[i] ^= base[i];
+  }
+  if (Hash(out, bytes) != piece.target_xxh3) return mismatch;
+  return Status::Ok();
+}
+
+}  // namespace container
+}  // namespace arc_v3

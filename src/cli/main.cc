@@ -1,0 +1,516 @@
+// arc_v3: the command-line tool for checkpoint deltas. A trainer runs `diff` once per
+// step; every receiver runs `apply` (or a partial apply of the tensors it serves).
+// Argument parsing is CLI11, JSON output nlohmann::json; all the work is in
+// checkpoint_delta.h.
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <chrono>
+#include <cinttypes>
+#include <condition_variable>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <thread>
+
+#include "arc_v3.hpp"
+#include "src/cli/checkpoint_delta.h"
+#include "src/parallel.h"
+
+namespace arc_v3 {
+namespace {
+
+namespace fs = std::filesystem;
+using container::RunOptions;
+using container::RunReport;
+using Json = nlohmann::ordered_json;
+
+// Exit codes (documented in --help).
+constexpr int kExitOk = 0;
+constexpr int kExitError = 1;      // I/O errors, bad arguments found after parsing, bugs
+constexpr int kExitUsage = 2;      // command line not understood
+constexpr int kExitWrongBase = 3;  // PREV is not the checkpoint the delta was made from
+constexpr int kExitCorrupt = 4;    // the delta file is corrupt, truncated or not a delta
+
+constexpr char kExitCodesHelp[] =
+    "Exit codes: 0 success; 1 I/O or other error; 2 usage error; 3 wrong base (PREV is not\n"
+    "the checkpoint the delta was made from: a tensor is missing or its checksum differs);\n"
+    "4 corrupt, truncated or unsupported delta file. On any error no output file is changed.";
+
+int ExitCodeFor(const Status& s) {
+  switch (s.code()) {
+    case ErrorCode::kOk: return kExitOk;
+    case ErrorCode::kChecksumMismatch:
+    case ErrorCode::kSizeMismatch: return kExitWrongBase;
+    case ErrorCode::kTruncated:
+    case ErrorCode::kBadMagic:
+    case ErrorCode::kUnsupportedVersion:
+    case ErrorCode::kReservedBitsSet:
+    case ErrorCode::kCorruptHeader:
+    case ErrorCode::kCorruptChunk:
+    case ErrorCode::kCodecFailure: return kExitCorrupt;
+    default: return kExitError;
+  }
+}
+
+std::string HumanBytes(double bytes) {
+  const char* units[] = {"B", "KB", "MB", "GB", "TB"};
+  int u = 0;
+  while (bytes >= 1000 && u < 4) {
+    bytes /= 1000;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), u == 0 ? "%.0f %s" : "%.2f %s", bytes, units[u]);
+  return buf;
+}
+
+// A progress bar on stderr, drawn only when stderr is a terminal.
+class Progress {
+ public:
+  Progress(bool enabled, const char* label) : enabled_(enabled && isatty(2)), label_(label) {
+    if (enabled_) thread_ = std::thread([this] { Run(); });
+  }
+  ~Progress() { Stop(); }
+  void Stop() {
+    if (!enabled_) return;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+    enabled_ = false;
+    std::fprintf(stderr, "\r\033[K");
+  }
+  std::atomic<uint64_t> done{0}, total{0};
+
+ private:
+  void Run() {
+    const auto start = std::chrono::steady_clock::now();
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!cv_.wait_for(lock, std::chrono::milliseconds(200), [this] { return stop_; })) {
+      const uint64_t d = done, t = total;
+      if (t == 0) continue;
+      const double frac = std::min(1.0, static_cast<double>(d) / t);
+      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      const int width = 30, filled = static_cast<int>(frac * width);
+      std::fprintf(stderr, "\r%s [%s%s] %3.0f%% %s/s\033[K", label_, std::string(filled, '#').c_str(),
+                   std::string(width - filled, ' ').c_str(), 100 * frac,
+                   HumanBytes(secs > 0 ? d / secs : 0).c_str());
+      std::fflush(stderr);
+    }
+  }
+  bool enabled_;
+  const char* label_;
+  std::thread thread_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+};
+
+struct Common {
+  int threads = 0;
+  bool json = false;
+  bool quiet = false;
+  bool no_sync = false;
+};
+
+void AddCommon(CLI::App* cmd, Common* c) {
+  cmd->add_option("-T,--threads", c->threads, "Worker threads (default 0 = all cores)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--json", c->json, "Print a JSON summary on stdout instead of text");
+  cmd->add_flag("-q,--quiet", c->quiet, "No progress bar and no text summary");
+}
+
+RunOptions MakeOptions(const Common& c, Progress* progress) {
+  RunOptions o;
+  o.threads = c.threads;
+  o.sync = !c.no_sync;
+  o.progress_done = &progress->done;
+  o.progress_total = &progress->total;
+  return o;
+}
+
+double Seconds(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+int Report(const char* command, const Common& c, const Status& s, const RunReport& r, double secs) {
+  if (!s.ok()) {
+    std::fprintf(stderr, "arc_v3 %s: error: %s\n", command, s.ToString().c_str());
+    if (c.json) {
+      Json j = {{"command", command}, {"ok", false}, {"error", ErrorName(s.code())},
+                {"message", s.message()}, {"exit_code", ExitCodeFor(s)}};
+      std::cout << j.dump(2) << "\n";
+    }
+    return ExitCodeFor(s);
+  }
+  if (c.json) {
+    Json j = {{"command", command},
+              {"ok", true},
+              {"files", r.files},
+              {"tensors", r.tensors},
+              {"pieces", r.pieces},
+              {"checkpoint_bytes", r.target_bytes},
+              {"delta_bytes", r.delta_bytes},
+              {"seconds", secs},
+              {"checkpoint_gb_per_s", secs > 0 ? r.target_bytes / secs / 1e9 : 0.0},
+              {"written", r.written}};
+    std::cout << j.dump(2) << "\n";
+  } else if (!c.quiet) {
+    std::printf("%s: %" PRIu64 " file(s), %" PRIu64 " tensors, checkpoint %s, delta %s (%.3f%%), "
+                "%.2f s, %.2f GB/s\n",
+                command, r.files, r.tensors, HumanBytes(r.target_bytes).c_str(),
+                HumanBytes(r.delta_bytes).c_str(),
+                r.target_bytes ? 100.0 * r.delta_bytes / r.target_bytes : 0.0, secs,
+                secs > 0 ? r.target_bytes / secs / 1e9 : 0.0);
+  }
+  return kExitOk;
+}
+
+bool ParseRows(const std::string& text, uint64_t* begin, uint64_t* end) {
+  const size_t colon = text.find(':');
+  if (colon == std::string::npos) return false;
+  const std::string a = text.substr(0, colon), b = text.substr(colon + 1);
+  const auto parse = [](const std::string& s, uint64_t* v) {
+    if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos || s.size() > 19) return false;
+    *v = std::stoull(s);
+    return true;
+  };
+  *begin = 0;
+  *end = UINT64_MAX;
+  if (!a.empty() && !parse(a, begin)) return false;
+  if (!b.empty() && !parse(b, end)) return false;
+  return *begin <= *end;
+}
+
+// Per-tensor statistics for `inspect`.
+struct TensorStats {
+  uint64_t elements = 0, bytes = 0, stored = 0, changed = 0, high = 0;
+  bool has_high = false;
+  std::set<std::string> coders;
+};
+
+int Inspect(const std::string& path, const Common& c) {
+  std::unique_ptr<container::MappedFile> file;
+  Status s = container::MappedFile::Open(path, &file);
+  container::Reader reader;
+  if (s.ok()) s = container::Reader::Open(std::move(file), &reader);
+  if (!s.ok()) {
+    std::fprintf(stderr, "arc_v3 inspect: error: %s: %s\n", path.c_str(), s.ToString().c_str());
+    return ExitCodeFor(s);
+  }
+  const container::Manifest& m = reader.manifest();
+  std::vector<const container::TensorEntry*> tensors;
+  std::vector<std::pair<size_t, const container::Piece*>> pieces;
+  for (const auto& f : m.files) {
+    for (const auto& t : f.tensors) {
+      for (const auto& p : t.pieces) pieces.emplace_back(tensors.size(), &p);
+      tensors.push_back(&t);
+    }
+  }
+  std::vector<TensorStats> stats(tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const size_t es = safetensors::DTypeSize(tensors[i]->dtype);
+    stats[i].bytes = tensors[i]->bytes();
+    stats[i].elements = es ? stats[i].bytes / es : 0;
+  }
+  std::vector<PayloadStats> payload(pieces.size());
+  std::vector<Status> errors(pieces.size());
+  ParallelFor(pieces.size(), WorkerCount(c.threads, pieces.size()), [&](size_t i, size_t) {
+    const container::Piece& p = *pieces[i].second;
+    if (p.coder != container::Coder::kArcV3) return;
+    std::vector<uint8_t> scratch;
+    const uint8_t* bytes = nullptr;
+    errors[i] = reader.ReadPiece(p, &scratch, &bytes);
+    if (errors[i].ok()) errors[i] = delta_stats(bytes, p.size, &payload[i]);
+  });
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    if (!errors[i].ok()) {
+      std::fprintf(stderr, "arc_v3 inspect: error: tensor '%s': %s\n",
+                   tensors[pieces[i].first]->name.c_str(), errors[i].ToString().c_str());
+      return ExitCodeFor(errors[i]);
+    }
+    TensorStats& t = stats[pieces[i].first];
+    const container::Piece& p = *pieces[i].second;
+    t.stored += p.size;
+    t.coders.insert(container::CoderName(p.coder));
+    if (p.coder == container::Coder::kArcV3) {
+      t.changed += payload[i].changed;
+      t.high += payload[i].exponent_or_sign;
+      t.has_high = true;
+    } else {
+      t.changed += p.changed;
+    }
+  }
+  uint64_t total_bytes = 0, total_stored = 0, total_elements = 0, total_changed = 0;
+  std::map<std::string, uint64_t> kinds;
+  Json jtensors = Json::array();
+  if (!c.json) {
+    std::printf("%-44s %-6s %-16s %-8s %8s %9s %-18s %12s %8s\n", "tensor", "dtype", "shape", "kind",
+                "density", "exp/sign", "coder", "bytes", "% size");
+  }
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const container::TensorEntry& t = *tensors[i];
+    const TensorStats& st = stats[i];
+    std::string shape = "[", coders;
+    for (size_t d = 0; d < t.shape.size(); ++d) shape += (d ? "," : "") + std::to_string(t.shape[d]);
+    shape += "]";
+    for (const auto& cn : st.coders) coders += (coders.empty() ? "" : "+") + cn;
+    if (coders.empty()) coders = "-";
+    const bool whole = t.kind != container::TensorKind::kDelta;
+    const double density = st.elements ? static_cast<double>(st.changed) / st.elements : 0;
+    const double high = st.changed ? static_cast<double>(st.high) / st.changed : 0;
+    total_bytes += st.bytes;
+    total_stored += st.stored;
+    total_elements += st.elements;
+    total_changed += whole ? 0 : st.changed;
+    ++kinds[container::TensorKindName(t.kind)];
+    if (c.json) {
+      Json jt = {{"name", t.name}, {"dtype", t.dtype}, {"shape", t.shape},
+                 {"kind", container::TensorKindName(t.kind)}, {"pieces", t.pieces.size()},
+                 {"coders", st.coders}, {"bytes", st.bytes}, {"delta_bytes", st.stored}};
+      if (!whole) {
+        jt["changed"] = st.changed;
+        jt["density"] = density;
+        if (st.has_high) jt["exponent_or_sign_share"] = high;
+      }
+      jtensors.push_back(jt);
+    } else {
+      char dens[16] = "-", hi[16] = "-";
+      if (!whole) std::snprintf(dens, sizeof(dens), "%.3f%%", 100 * density);
+      if (!whole && st.has_high) std::snprintf(hi, sizeof(hi), "%.2f%%", 100 * high);
+      std::printf("%-44s %-6s %-16s %-8s %8s %9s %-18s %12" PRIu64 " %7.3f%%\n", t.name.c_str(),
+                  t.dtype.c_str(), shape.c_str(), container::TensorKindName(t.kind), dens, hi,
+                  coders.c_str(), st.stored, st.bytes ? 100.0 * st.stored / st.bytes : 0.0);
+    }
+  }
+  if (c.json) {
+    Json j = {{"command", "inspect"}, {"ok", true}, {"layout", m.directory ? "directory" : "file"},
+              {"files", m.files.size()}, {"tensors", jtensors}, {"tensor_bytes", total_bytes},
+              {"tensor_delta_bytes", total_stored}, {"delta_file_bytes", reader.source().size()},
+              {"manifest_bytes", reader.manifest_size()}, {"changed", total_changed},
+              {"removed_tensors", m.removed_tensors}, {"removed_files", m.removed_files}};
+    std::cout << j.dump(2) << "\n";
+    return kExitOk;
+  }
+  std::printf("\ntotal: %zu file(s), %zu tensors (", m.files.size(), tensors.size());
+  bool first = true;
+  for (const auto& k : kinds) {
+    std::printf("%s%" PRIu64 " %s", first ? "" : ", ", k.second, k.first.c_str());
+    first = false;
+  }
+  std::printf("), %zu removed\n", m.removed_tensors.size());
+  std::printf("tensor data %s, density of deltas %.4f%%, delta file %s (%.4f%% of tensor data; "
+              "manifest %s)\n",
+              HumanBytes(total_bytes).c_str(),
+              total_elements ? 100.0 * total_changed / total_elements : 0.0,
+              HumanBytes(reader.source().size()).c_str(),
+              total_bytes ? 100.0 * reader.source().size() / total_bytes : 0.0,
+              HumanBytes(reader.manifest_size()).c_str());
+  for (const auto& name : m.removed_files) std::printf("removed file: %s\n", name.c_str());
+  for (const auto& name : m.removed_tensors) std::printf("removed tensor: %s\n", name.c_str());
+  return kExitOk;
+}
+
+// Byte-compares two checkpoints (files or directories with the same file names).
+bool SameCheckpoint(const std::string& a, const std::string& b, std::string* why) {
+  std::vector<std::pair<std::string, std::string>> pairs;
+  std::error_code ec;
+  if (fs::is_directory(a, ec)) {
+    for (const auto& e : fs::directory_iterator(a, ec)) {
+      if (e.is_regular_file()) pairs.emplace_back(e.path().string(), (fs::path(b) / e.path().filename()).string());
+    }
+  } else {
+    pairs.emplace_back(a, b);
+  }
+  for (const auto& p : pairs) {
+    std::unique_ptr<container::MappedFile> x, y;
+    if (!container::MappedFile::Open(p.first, &x).ok() || !container::MappedFile::Open(p.second, &y).ok() ||
+        x->size() != y->size() || (x->size() && std::memcmp(x->data(), y->data(), x->size()) != 0)) {
+      *why = p.first + " differs from " + p.second;
+      return false;
+    }
+  }
+  return true;
+}
+
+int Bench(const std::string& prev, const std::string& next, const Common& c, int repeats) {
+  std::error_code ec;
+  const fs::path dir = fs::temp_directory_path() / ("arc_v3_bench_" + std::to_string(getpid()));
+  fs::create_directories(dir, ec);
+  const std::string delta = (dir / "delta.a3d").string();
+  const std::string out = (dir / (fs::is_directory(next, ec) ? "next" : "next.safetensors")).string();
+  Json runs = Json::array();
+  Status s;
+  double best_diff = 1e30, best_apply = 1e30;
+  RunReport r;
+  for (int i = 0; i < repeats && s.ok(); ++i) {
+    RunOptions o;
+    o.threads = c.threads;
+    o.sync = !c.no_sync;
+    auto t0 = std::chrono::steady_clock::now();
+    s = container::Diff(prev, next, delta, o, &r);
+    best_diff = std::min(best_diff, Seconds(t0));
+    if (!s.ok()) break;
+    t0 = std::chrono::steady_clock::now();
+    s = container::Apply(prev, delta, out, o, &r);
+    best_apply = std::min(best_apply, Seconds(t0));
+  }
+  std::string why;
+  const bool same = s.ok() && SameCheckpoint(next, out, &why);
+  fs::remove_all(dir, ec);
+  if (!s.ok()) {
+    std::fprintf(stderr, "arc_v3 bench: error: %s\n", s.ToString().c_str());
+    return ExitCodeFor(s);
+  }
+  const double gb = r.target_bytes / 1e9;
+  if (c.json) {
+    Json j = {{"command", "bench"}, {"ok", same}, {"threads", WorkerCount(c.threads, 1 << 20)},
+              {"checkpoint_bytes", r.target_bytes}, {"delta_bytes", r.delta_bytes},
+              {"diff_seconds", best_diff}, {"apply_seconds", best_apply},
+              {"diff_gb_per_s", gb / best_diff}, {"apply_gb_per_s", gb / best_apply},
+              {"fsync", !c.no_sync}, {"identical", same}};
+    std::cout << j.dump(2) << "\n";
+  } else {
+    std::printf("bench (%zu threads, best of %d, fsync %s): checkpoint %s, delta %s (%.3f%%)\n"
+                "  diff  %.3f s  %.2f GB/s\n  apply %.3f s  %.2f GB/s\n  rebuilt checkpoint %s\n",
+                WorkerCount(c.threads, 1 << 20), repeats, c.no_sync ? "off" : "on",
+                HumanBytes(r.target_bytes).c_str(), HumanBytes(r.delta_bytes).c_str(),
+                100.0 * r.delta_bytes / r.target_bytes, best_diff, gb / best_diff, best_apply,
+                gb / best_apply, same ? "identical" : ("DIFFERS: " + why).c_str());
+  }
+  return same ? kExitOk : kExitError;
+}
+
+int Main(int argc, char** argv) {
+  CLI::App app(
+      "arc_v3 " + std::string(VersionString()) +
+      ": lossless deltas between safetensors checkpoints (BF16 weights through the arc_v3\n"
+      "codec, every other dtype through XOR + zstd), for shipping RL weight updates.\n\n"
+      "  trainer:   arc_v3 diff  step_100/ step_101/ -o step_101.a3d\n"
+      "  receiver:  arc_v3 apply step_100/ step_101.a3d -o step_101/     (or --in-place)\n"
+      "  partial:   arc_v3 apply step_100/ step_101.a3d --tensors 'layers\\.3\\..*' --rows 0:1024 -o part.safetensors\n\n"
+      "PREV/NEXT are single .safetensors files or sharded checkpoint directories\n"
+      "(model.safetensors.index.json is carried along). Outputs are written to a temporary\n"
+      "file beside the target, fsynced and renamed: an error or a kill never leaves a\n"
+      "half-written file under a final name. Run `arc_v3 COMMAND --help` for details.",
+      "arc_v3");
+  app.footer(kExitCodesHelp);
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string(VersionString()));
+
+  Common common;
+  std::string prev, next, delta, out, tensors_regex = ".*", rows;
+  bool in_place = false;
+  int repeats = 3;
+
+  CLI::App* diff = app.add_subcommand("diff", "Write the delta from checkpoint PREV to NEXT");
+  diff->add_option("PREV", prev, "Base checkpoint (.safetensors file or directory)")->required();
+  diff->add_option("NEXT", next, "New checkpoint, same kind as PREV")->required();
+  diff->add_option("-o,--output", delta, "Delta file to write (e.g. step_101.a3d)")->required();
+  AddCommon(diff, &common);
+
+  CLI::App* apply = app.add_subcommand(
+      "apply", "Rebuild NEXT from PREV and a delta (checks PREV first; all or nothing)");
+  apply->add_option("PREV", prev, "Base checkpoint the delta was made from")->required();
+  apply->add_option("DELTA", delta, "Delta file written by `arc_v3 diff`")->required();
+  CLI::Option* out_opt = apply->add_option(
+      "-o,--output", out,
+      "Where NEXT goes: a file (or a directory to put it in) for single-file deltas, a\n"
+      "directory (created if needed) for sharded ones. With --tensors/--rows: a new\n"
+      ".safetensors file holding just the selected tensors/rows");
+  CLI::Option* in_place_opt =
+      apply->add_flag("--in-place", in_place, "Replace PREV by NEXT (new files are written aside first)");
+  out_opt->excludes(in_place_opt);
+  CLI::Option* tensors_opt = apply->add_option(
+      "--tensors", tensors_regex,
+      "Partial apply: only tensors whose whole name matches this regex (ECMAScript)");
+  CLI::Option* rows_opt = apply->add_option(
+      "--rows", rows, "Partial apply: only rows A:B of the first dimension (A: or :B allowed)");
+  tensors_opt->excludes(in_place_opt);
+  rows_opt->excludes(in_place_opt);
+  AddCommon(apply, &common);
+  apply->add_flag("--no-sync", common.no_sync, "Skip fsync (benchmarks only: not crash-safe)");
+
+  CLI::App* verify = app.add_subcommand(
+      "verify", "Check that PREV is the base of DELTA and that DELTA is intact; writes nothing");
+  verify->add_option("PREV", prev, "Base checkpoint")->required();
+  verify->add_option("DELTA", delta, "Delta file")->required();
+  AddCommon(verify, &common);
+
+  CLI::App* inspect = app.add_subcommand(
+      "inspect", "Per tensor: dtype, shape, kind, density, exponent/sign share, coder, bytes");
+  inspect->add_option("DELTA", delta, "Delta file")->required();
+  AddCommon(inspect, &common);
+
+  CLI::App* bench = app.add_subcommand(
+      "bench",
+      "Time diff + apply of PREV -> NEXT end to end (temp files under $TMPDIR) and check the\n"
+      "rebuilt checkpoint byte for byte. Codec-level benchmarks: bazel run //bench:arc_bench");
+  bench->add_option("PREV", prev, "Base checkpoint")->required();
+  bench->add_option("NEXT", next, "New checkpoint")->required();
+  bench->add_option("-r,--repeats", repeats, "Runs; the best is reported")->check(CLI::PositiveNumber);
+  AddCommon(bench, &common);
+  bench->add_flag("--no-sync", common.no_sync, "Skip fsync (measures CPU work, not the disk)");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? kExitOk : kExitUsage;
+  }
+
+  Progress progress(!common.quiet, app.get_subcommands()[0]->get_name().c_str());
+  const auto start = std::chrono::steady_clock::now();
+  RunReport report;
+  Status s;
+  const char* name = "";
+  if (diff->parsed()) {
+    name = "diff";
+    s = container::Diff(prev, next, delta, MakeOptions(common, &progress), &report);
+  } else if (apply->parsed()) {
+    const bool partial = tensors_opt->count() > 0 || rows_opt->count() > 0;
+    if (!in_place && out.empty()) {
+      progress.Stop();
+      std::fprintf(stderr, "arc_v3 apply: give -o OUTPUT or --in-place\n");
+      return kExitUsage;
+    }
+    uint64_t row_begin = 0, row_end = UINT64_MAX;
+    if (!rows.empty() && !ParseRows(rows, &row_begin, &row_end)) {
+      progress.Stop();
+      std::fprintf(stderr, "arc_v3 apply: --rows wants A:B with A <= B, got '%s'\n", rows.c_str());
+      return kExitUsage;
+    }
+    name = partial ? "apply (partial)" : "apply";
+    if (partial) {
+      s = container::ApplyPartial(prev, delta, tensors_regex, row_begin, row_end, out,
+                                  MakeOptions(common, &progress), &report);
+    } else {
+      s = container::Apply(prev, delta, in_place ? prev : out, MakeOptions(common, &progress), &report);
+    }
+  } else if (verify->parsed()) {
+    name = "verify";
+    s = container::Verify(prev, delta, MakeOptions(common, &progress), &report);
+  } else if (inspect->parsed()) {
+    progress.Stop();
+    return Inspect(delta, common);
+  } else if (bench->parsed()) {
+    progress.Stop();
+    return Bench(prev, next, common, repeats);
+  }
+  const double secs = Seconds(start);
+  progress.Stop();
+  return Report(name, common, s, report, secs);
+}
+
+}  // namespace
+}  // namespace arc_v3
+
+int main(int argc, char** argv) { return arc_v3::Main(argc, argv); }

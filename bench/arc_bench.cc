@@ -1,0 +1,725 @@
+// arc_bench: arc_v3 against the published competitors on realistic data, side by side with
+// the entropy bounds of the data and the memory-bandwidth ceiling of the kernels.
+//
+// For each dataset (consecutive checkpoints given by --dir, and/or the built-in generator
+// at three densities) and each codec: payload as % of the BF16 bytes, bits per changed
+// element, the ratio to bound (b2), and compress / decompress throughput (GB/s of BF16
+// input, median of several runs, one thread and all threads). Every round trip is checked
+// bit-exact. Then memcpy bandwidth and each kernel's speed per Highway target.
+//
+// Run `arc_bench --help` for the flags.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "arc_v3.hpp"
+#include "bench/codec.h"
+#include "bench/dataset.h"
+#include "bench/delta_stats.h"
+#include "bench/generator.h"
+#include "bench/timing.h"
+#include "hwy/targets.h"
+#include "src/kernels.h"
+#include "src/parallel.h"
+
+namespace arc_v3 {
+namespace bench {
+namespace {
+
+constexpr char kUsage[] = R"(arc_bench: arc_v3 vs. published BF16-delta codecs, with entropy bounds and bandwidth limits.
+
+Usage: arc_bench [flags]
+  --generated        benchmark the built-in generator's three regimes (0.2%, 2%, 10% changed);
+                     the default when no --dir is given
+  --params N         generator model size in parameters (default 4000000)
+  --deltas N         generator step pairs per regime (default 3)
+  --dir PATH         a run directory of consecutive checkpoints (step_*.safetensors, or one
+                     subdirectory per sharded checkpoint); repeatable
+  --codecs a,b,c     only these codecs (names as in the table; default all)
+  --quick            fewer repetitions, smaller kernel buffers
+  --threads N        "all threads" means N (default: hardware threads)
+  --no-kernels       skip the memcpy / kernel speed section
+  --json FILE        write all results as JSON
+  --csv FILE         write the codec table as CSV
+  --chart FILE.png   plot payload % vs density per codec (needs gnuplot)
+  --save-generated DIR  also write each generated regime as DIR/<regime>/step_NNN.safetensors
+  --help             this text
+
+Throughput is GB/s of BF16 input (the `next` checkpoint's bytes), the median of up to 5 runs
+(3 with --quick). "nT" runs the tensors of a step in parallel on all threads.
+Bounds (plug-in entropies, see bench/delta_stats.h): (a) positions i.i.d. per tensor + H(d);
+(b) P(change | exponent) per tensor + H(d); (b2) as (b) with d also conditioned on the
+exponent. x(b2) is payload / bound (b2).
+)";
+
+struct Flags {
+  bool generated = false;
+  uint64_t params = 4'000'000;
+  int deltas = 3;
+  std::vector<std::string> dirs;
+  std::set<std::string> codecs;
+  bool quick = false;
+  int threads = 0;
+  bool kernels = true;
+  std::string json, csv, chart, save_generated;
+};
+
+bool ParseFlags(int argc, char** argv, Flags* flags) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto value = [&](std::string* out) {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "arc_bench: %s needs a value\n", arg.c_str());
+        return false;
+      }
+      *out = argv[++i];
+      return true;
+    };
+    auto number = [&](uint64_t* out, uint64_t min) {
+      std::string text;
+      if (!value(&text)) return false;
+      char* end = nullptr;
+      const unsigned long long v = std::strtoull(text.c_str(), &end, 10);
+      if (text.empty() || *end != '\0' || v < min) {
+        std::fprintf(stderr, "arc_bench: %s: bad value '%s'\n", arg.c_str(), text.c_str());
+        return false;
+      }
+      *out = v;
+      return true;
+    };
+    std::string text;
+    uint64_t n = 0;
+    if (arg == "--help" || arg == "-h") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    } else if (arg == "--generated") {
+      flags->generated = true;
+    } else if (arg == "--params") {
+      if (!number(&flags->params, 10000)) return false;
+    } else if (arg == "--deltas") {
+      if (!number(&n, 1) || n > 100) return false;
+      flags->deltas = static_cast<int>(n);
+    } else if (arg == "--dir") {
+      if (!value(&text)) return false;
+      flags->dirs.push_back(text);
+    } else if (arg == "--codecs") {
+      if (!value(&text)) return false;
+      std::stringstream list(text);
+      for (std::string name; std::getline(list, name, ',');) {
+        if (!name.empty()) flags->codecs.insert(name);
+      }
+    } else if (arg == "--quick") {
+      flags->quick = true;
+    } else if (arg == "--threads") {
+      if (!number(&n, 1) || n > 1024) return false;
+      flags->threads = static_cast<int>(n);
+    } else if (arg == "--no-kernels") {
+      flags->kernels = false;
+    } else if (arg == "--json") {
+      if (!value(&flags->json)) return false;
+    } else if (arg == "--csv") {
+      if (!value(&flags->csv)) return false;
+    } else if (arg == "--chart") {
+      if (!value(&flags->chart)) return false;
+    } else if (arg == "--save-generated") {
+      if (!value(&flags->save_generated)) return false;
+    } else {
+      std::fprintf(stderr, "arc_bench: unknown flag '%s' (see --help)\n", arg.c_str());
+      return false;
+    }
+  }
+  if (flags->dirs.empty()) flags->generated = true;
+  return true;
+}
+
+// Progress on stderr: one rewritten line on a terminal, plain lines otherwise.
+void Progress(const std::string& text) {
+  static const bool tty = isatty(2);
+  if (tty) {
+    std::fprintf(stderr, "\r\033[K%s", text.c_str());
+  } else {
+    std::fprintf(stderr, "%s\n", text.c_str());
+  }
+  std::fflush(stderr);
+}
+
+void ProgressDone() {
+  if (isatty(2)) std::fprintf(stderr, "\r\033[K");
+}
+
+std::string Format(const char* format, double value) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof(buffer), format, value);
+  return buffer;
+}
+
+// ---------------------------------------------------------------------------- codecs
+
+struct CodecResult {
+  std::string codec;
+  bool ok = true;
+  std::string error;
+  uint64_t payload_bytes = 0;
+  double compress_1t = 0, compress_nt = 0, decompress_1t = 0, decompress_nt = 0;  // GB/s
+};
+
+struct DatasetResult {
+  std::string name;
+  uint64_t params = 0;  // elements per checkpoint
+  DeltaStats stats;
+  std::vector<CodecResult> codecs;
+};
+
+// One (pair, tensor) unit of work.
+struct Task {
+  size_t pair, tensor;
+  size_t out_offset;  // into the pair's output buffer
+};
+
+// Saves a failing tensor so the failure can be replayed: its element count (uint64), then
+// prev and next as raw BF16 bits, under /tmp/bench_out/.
+std::string SaveReproducer(const std::string& codec, const std::string& dataset, const TensorPair& t) {
+  std::string name = "repro_" + codec + "_" + dataset + "_" + t.name + ".bin";
+  std::replace(name.begin(), name.end(), '/', '_');
+  std::error_code ec;
+  std::filesystem::create_directories("/tmp/bench_out", ec);
+  const std::string path = "/tmp/bench_out/" + name;
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (f == nullptr) return "(could not write " + path + ")";
+  const uint64_t count = t.count;
+  bool ok = std::fwrite(&count, sizeof(count), 1, f) == 1;
+  ok = ok && std::fwrite(t.prev, 2, t.count, f) == t.count;
+  ok = ok && std::fwrite(t.next, 2, t.count, f) == t.count;
+  ok = (std::fclose(f) == 0) && ok;
+  return ok ? path + " (uint64 count, prev[count], next[count])" : "(could not write " + path + ")";
+}
+
+CodecResult RunCodec(const Codec& codec, const Dataset& dataset, const Flags& flags, size_t workers) {
+  CodecResult result;
+  result.codec = codec.Name();
+  std::vector<Task> tasks;
+  std::vector<std::vector<uint16_t>> outputs(dataset.pairs.size());
+  uint64_t input_bytes = 0;
+  for (size_t p = 0; p < dataset.pairs.size(); ++p) {
+    size_t offset = 0;
+    for (size_t t = 0; t < dataset.pairs[p].tensors.size(); ++t) {
+      tasks.push_back(Task{p, t, offset});
+      offset += dataset.pairs[p].tensors[t].count;
+    }
+    outputs[p].resize(offset);
+    input_bytes += 2 * offset;
+  }
+  // Largest first, so that the parallel runs balance.
+  std::stable_sort(tasks.begin(), tasks.end(), [&](const Task& a, const Task& b) {
+    return dataset.pairs[a.pair].tensors[a.tensor].count > dataset.pairs[b.pair].tensors[b.tensor].count;
+  });
+  auto view = [&](const Task& task) {
+    const TensorPair& t = dataset.pairs[task.pair].tensors[task.tensor];
+    return TensorView{t.prev, t.next, t.count, t.rows, t.cols};
+  };
+  auto tensor_of = [&](const Task& task) -> const TensorPair& {
+    return dataset.pairs[task.pair].tensors[task.tensor];
+  };
+
+  // Reference pass: payloads, sizes and a bit-exact check of every round trip.
+  std::vector<std::vector<uint8_t>> payloads(tasks.size());
+  for (size_t k = 0; k < tasks.size(); ++k) {
+    if (!codec.Compress(view(tasks[k]), &payloads[k])) {
+      result.ok = false;
+      result.error = "compress failed on " + tensor_of(tasks[k]).name;
+      return result;
+    }
+    result.payload_bytes += payloads[k].size();
+  }
+  auto decompress_task = [&](size_t k) {
+    TensorView v = view(tasks[k]);
+    v.next = nullptr;
+    return codec.Decompress(v, payloads[k].data(), payloads[k].size(),
+                            outputs[tasks[k].pair].data() + tasks[k].out_offset);
+  };
+  auto verify = [&](const char* when) {
+    for (size_t k = 0; k < tasks.size(); ++k) {
+      const TensorPair& t = tensor_of(tasks[k]);
+      if (std::memcmp(outputs[tasks[k].pair].data() + tasks[k].out_offset, t.next, 2 * t.count) != 0) {
+        result.ok = false;
+        result.error = std::string("round trip not bit-exact (") + when + ") on " + t.name +
+                       "; reproducer: " + SaveReproducer(codec.Name(), dataset.name, t);
+        return false;
+      }
+    }
+    return true;
+  };
+  for (size_t k = 0; k < tasks.size(); ++k) {
+    if (!decompress_task(k)) {
+      result.ok = false;
+      result.error = "decompress failed on " + tensor_of(tasks[k]).name +
+                     "; reproducer: " + SaveReproducer(codec.Name(), dataset.name, tensor_of(tasks[k]));
+      return result;
+    }
+  }
+  if (!verify("first pass")) return result;
+
+  const int reps = flags.quick ? 3 : 5;
+  const double budget = flags.quick ? 1.0 : 3.0;
+  auto gbps = [&](double seconds) { return seconds > 0 ? input_bytes / seconds * 1e-9 : 0; };
+  std::vector<std::vector<uint8_t>> scratch(workers);
+  auto compress_all = [&](size_t num_workers) {
+    ParallelFor(tasks.size(), num_workers, [&](size_t k, size_t worker) {
+      codec.Compress(view(tasks[k]), &scratch[worker]);
+    });
+  };
+  bool decompress_ok = true;
+  auto decompress_all = [&](size_t num_workers) {
+    ParallelFor(tasks.size(), num_workers, [&](size_t k, size_t) {
+      if (!decompress_task(k)) decompress_ok = false;  // benign race: only ever set false
+    });
+  };
+  result.compress_1t = gbps(MedianSeconds(reps, budget, [&] { compress_all(1); }));
+  result.compress_nt = gbps(MedianSeconds(reps, budget, [&] { compress_all(workers); }));
+  for (auto& out : outputs) std::fill(out.begin(), out.end(), uint16_t{0});
+  result.decompress_1t = gbps(MedianSeconds(reps, budget, [&] { decompress_all(1); }));
+  if (!decompress_ok || !verify("timed 1 thread")) return result;
+  for (auto& out : outputs) std::fill(out.begin(), out.end(), uint16_t{0});
+  result.decompress_nt = gbps(MedianSeconds(reps, budget, [&] { decompress_all(workers); }));
+  if (!decompress_ok || !verify("timed all threads")) return result;
+  return result;
+}
+
+// ---------------------------------------------------------------------------- kernels
+
+struct KernelResult {
+  std::string target;
+  std::string kernel;
+  double gbps_1t = 0, gbps_nt = 0;
+  double of_memcpy_1t = 0, of_memcpy_nt = 0;
+};
+
+// Contiguous BF16 buffers for the kernel runs: the first pair of the first dataset,
+// repeated up to `elements`.
+struct KernelInput {
+  std::vector<uint16_t> prev, next;
+};
+
+KernelInput MakeKernelInput(const Dataset& dataset, size_t elements) {
+  KernelInput in;
+  const StepPair& pair = dataset.pairs.front();
+  while (in.prev.size() < elements) {
+    for (const TensorPair& t : pair.tensors) {
+      in.prev.insert(in.prev.end(), t.prev, t.prev + t.count);
+      in.next.insert(in.next.end(), t.next, t.next + t.count);
+    }
+  }
+  // A multiple of 8 elements, so that packed-mantissa slices start on byte boundaries.
+  const size_t n = std::min(in.prev.size(), elements) / 8 * 8;
+  in.prev.resize(n);
+  in.next.resize(n);
+  return in;
+}
+
+std::vector<KernelResult> RunKernels(const KernelInput& in, const Flags& flags, size_t workers) {
+  const size_t n = in.prev.size();
+  const int reps = flags.quick ? 5 : 9;
+  const double budget = flags.quick ? 0.5 : 2.0;
+  std::vector<uint16_t> copy(n), xors(n), xors_out(n), out(n);
+  std::vector<uint32_t> positions(n);
+  std::vector<uint8_t> packed(PackedMantissaBytes(n));
+  for (size_t i = 0; i < n; ++i) xors[i] = in.prev[i] ^ in.next[i];
+  // Slice s of `slices` (a multiple of 8 elements each), for the all-threads runs.
+  auto slice = [&](size_t s, size_t slices, size_t* begin, size_t* count) {
+    const size_t per = (n / 8 + slices - 1) / slices * 8;
+    *begin = std::min(n, s * per);
+    *count = std::min(n, *begin + per) - *begin;
+  };
+  auto run = [&](size_t threads, const auto& kernel) {
+    return MedianSeconds(reps, budget, [&] {
+      ParallelFor(threads, threads, [&](size_t s, size_t) {
+        size_t begin, count;
+        slice(s, threads, &begin, &count);
+        kernel(s, begin, count);
+      });
+    });
+  };
+  auto copy_slice = [&](size_t, size_t b, size_t c) { std::memcpy(copy.data() + b, in.prev.data() + b, 2 * c); };
+  const double memcpy_1t = run(1, copy_slice);
+  const double memcpy_nt = run(workers, copy_slice);
+  std::vector<KernelResult> results;
+  const double bytes = 2.0 * n;
+  results.push_back(KernelResult{"-", "memcpy", bytes / memcpy_1t * 1e-9, bytes / memcpy_nt * 1e-9, 1, 1});
+  const std::vector<int64_t> targets = hwy::SupportedAndGeneratedTargets();
+  for (const int64_t target : targets) {
+    hwy::SetSupportedTargetsForTest(target);
+    const std::string name = hwy::TargetName(target);
+    Progress("kernels on " + name);
+    auto add = [&](const std::string& kernel, const auto& func) {
+      const double t1 = run(1, func), tn = run(workers, func);
+      results.push_back(KernelResult{name, kernel, bytes / t1 * 1e-9, bytes / tn * 1e-9, memcpy_1t / t1, memcpy_nt / tn});
+    };
+    std::vector<uint64_t> changed(workers);  // per slice, so that the call is not elided
+    add("ClassifyChanges", [&](size_t s, size_t b, size_t c) {
+      changed[s] = ClassifyChanges(in.prev.data() + b, in.next.data() + b, c).changed;
+    });
+    add("CompactChanges", [&](size_t, size_t b, size_t c) {
+      CompactChanges(in.prev.data() + b, in.next.data() + b, c, positions.data() + b, xors_out.data() + b);
+    });
+    add("PackMantissas", [&](size_t, size_t b, size_t c) { PackMantissas(xors.data() + b, c, packed.data() + b / 8 * 7); });
+    add("UnpackMantissas", [&](size_t, size_t b, size_t c) {
+      UnpackMantissas(packed.data() + b / 8 * 7, c, xors_out.data() + b);
+    });
+    add("ApplyXor", [&](size_t, size_t b, size_t c) { ApplyXor(in.prev.data() + b, xors.data() + b, c, out.data() + b); });
+  }
+  hwy::SetSupportedTargetsForTest(0);
+  ProgressDone();
+  return results;
+}
+
+// ---------------------------------------------------------------------------- output
+
+struct Row {
+  std::vector<std::string> cells;
+};
+
+void PrintTable(const std::vector<std::string>& header, const std::vector<Row>& rows) {
+  std::vector<size_t> width(header.size());
+  for (size_t c = 0; c < header.size(); ++c) width[c] = header[c].size();
+  for (const Row& r : rows) {
+    for (size_t c = 0; c < r.cells.size(); ++c) width[c] = std::max(width[c], r.cells[c].size());
+  }
+  auto line = [&](const std::vector<std::string>& cells) {
+    for (size_t c = 0; c < cells.size(); ++c) {
+      // First column left-aligned, numbers right-aligned.
+      std::printf(c == 0 ? "%-*s" : "  %*s", static_cast<int>(width[c]), cells[c].c_str());
+    }
+    std::printf("\n");
+  };
+  line(header);
+  size_t total = 0;
+  for (size_t w : width) total += w + 2;
+  std::printf("%s\n", std::string(total - 2, '-').c_str());
+  for (const Row& r : rows) line(r.cells);
+}
+
+void PrintDatasetStats(const DatasetResult& d) {
+  const DeltaStats& s = d.stats;
+  std::printf("\n== %s: %llu params, %llu step pairs, %.3f%% changed per step\n", d.name.c_str(),
+              static_cast<unsigned long long>(d.params), static_cast<unsigned long long>(s.pairs),
+              100 * s.Density());
+  std::printf("   changes: %.2f%% mantissa-only, %.2f%% exponent, %.3f%% sign; |d|=1: %.2f%%; "
+              "slope log2 P(change) vs exponent %.3f; P(changed | changed prev) %.2f%% "
+              "(| unchanged prev %.3f%%)\n",
+              100 * s.OfChanged(s.mantissa_only), 100 * s.OfChanged(s.exponent), 100 * s.OfChanged(s.sign),
+              100 * s.OfChanged(s.unit_steps), s.ExponentSlope(), 100 * s.Overlap(), 100 * s.OverlapUnchanged());
+  std::printf("   bounds (%% of BF16): (a) %.3f%%  (b) %.3f%%  (b2) %.3f%%\n\n", s.BitsToPercent(s.bits_a),
+              s.BitsToPercent(s.bits_b), s.BitsToPercent(s.bits_b2));
+}
+
+double PayloadPercent(const DatasetResult& d, uint64_t bytes) {
+  return d.stats.elements ? 100.0 * bytes / (2.0 * d.stats.elements) : 0;
+}
+
+void PrintCodecTable(const DatasetResult& d) {
+  const DeltaStats& s = d.stats;
+  std::vector<Row> rows;
+  auto bound_row = [&](const char* name, double bits) {
+    rows.push_back(Row{{name, Format("%.4f%%", s.BitsToPercent(bits)),
+                        Format("%.3f", s.changed ? bits / s.changed : 0), Format("%.3f%%", 100 * s.Density()),
+                        Format("%.2f", s.bits_b2 > 0 ? bits / s.bits_b2 : 0), "", "", "", "", "bound"}});
+  };
+  bound_row("(a) iid + H(d)", s.bits_a);
+  bound_row("(b) p|exp + H(d)", s.bits_b);
+  bound_row("(b2) p,d|exp", s.bits_b2);
+  for (const CodecResult& c : d.codecs) {
+    if (!c.ok && c.payload_bytes == 0) {
+      rows.push_back(Row{{c.codec, "", "", "", "", "", "", "", "", "FAILED"}});
+      continue;
+    }
+    const double bits = 8.0 * c.payload_bytes;
+    rows.push_back(Row{{c.codec, Format("%.4f%%", PayloadPercent(d, c.payload_bytes)),
+                        Format("%.3f", s.changed ? bits / s.changed : 0), Format("%.3f%%", 100 * s.Density()),
+                        Format("%.2f", s.bits_b2 > 0 ? bits / s.bits_b2 : 0), Format("%.2f", c.compress_1t),
+                        Format("%.2f", c.compress_nt), Format("%.2f", c.decompress_1t),
+                        Format("%.2f", c.decompress_nt), c.ok ? "ok" : "FAILED"}});
+  }
+  PrintTable({d.name, "payload", "bits/chg", "density", "x(b2)", "C 1T", "C nT", "D 1T", "D nT", "exact"}, rows);
+  for (const CodecResult& c : d.codecs) {
+    if (!c.ok) std::printf("   %s: %s\n", c.codec.c_str(), c.error.c_str());
+  }
+}
+
+nlohmann::json ToJson(const std::vector<DatasetResult>& datasets, const std::vector<KernelResult>& kernels,
+                      size_t workers) {
+  nlohmann::json root;
+  root["arc_v3_version"] = VersionString();
+  root["threads_all"] = workers;
+  root["active_target"] = ActiveTarget();
+  root["throughput_unit"] = "GB/s of BF16 input (median)";
+  for (const DatasetResult& d : datasets) {
+    const DeltaStats& s = d.stats;
+    nlohmann::json j;
+    j["name"] = d.name;
+    j["params"] = d.params;
+    j["pairs"] = s.pairs;
+    j["elements"] = s.elements;
+    j["changed"] = s.changed;
+    j["density"] = s.Density();
+    j["mantissa_only_share"] = s.OfChanged(s.mantissa_only);
+    j["exponent_share"] = s.OfChanged(s.exponent);
+    j["sign_share"] = s.OfChanged(s.sign);
+    j["unit_step_share"] = s.OfChanged(s.unit_steps);
+    j["exponent_slope"] = s.ExponentSlope();
+    if (!std::isnan(s.Overlap())) j["p_changed_given_changed_prev"] = s.Overlap();
+    j["bound_percent"] = {{"a", s.BitsToPercent(s.bits_a)}, {"b", s.BitsToPercent(s.bits_b)},
+                          {"b2", s.BitsToPercent(s.bits_b2)}};
+    for (const CodecResult& c : d.codecs) {
+      nlohmann::json r;
+      r["codec"] = c.codec;
+      r["ok"] = c.ok;
+      if (!c.ok) r["error"] = c.error;
+      r["payload_bytes"] = c.payload_bytes;
+      r["payload_percent"] = PayloadPercent(d, c.payload_bytes);
+      r["bits_per_change"] = s.changed ? 8.0 * c.payload_bytes / s.changed : 0;
+      r["ratio_to_b2"] = s.bits_b2 > 0 ? 8.0 * c.payload_bytes / s.bits_b2 : 0;
+      r["compress_gbps_1t"] = c.compress_1t;
+      r["compress_gbps_nt"] = c.compress_nt;
+      r["decompress_gbps_1t"] = c.decompress_1t;
+      r["decompress_gbps_nt"] = c.decompress_nt;
+      j["codecs"].push_back(r);
+    }
+    root["datasets"].push_back(j);
+  }
+  for (const KernelResult& k : kernels) {
+    root["kernels"].push_back({{"target", k.target}, {"kernel", k.kernel}, {"gbps_1t", k.gbps_1t},
+                               {"gbps_nt", k.gbps_nt}, {"of_memcpy_1t", k.of_memcpy_1t},
+                               {"of_memcpy_nt", k.of_memcpy_nt}});
+  }
+  return root;
+}
+
+bool WriteCsv(const std::string& path, const std::vector<DatasetResult>& datasets) {
+  std::ofstream out(path);
+  out << "dataset,codec,ok,payload_bytes,payload_percent,bits_per_change,density,ratio_to_b2,"
+         "compress_gbps_1t,compress_gbps_nt,decompress_gbps_1t,decompress_gbps_nt\n";
+  for (const DatasetResult& d : datasets) {
+    const DeltaStats& s = d.stats;
+    auto bound = [&](const char* name, double bits) {
+      out << d.name << "," << name << ",bound," << bits / 8 << "," << s.BitsToPercent(bits) << ","
+          << (s.changed ? bits / s.changed : 0) << "," << s.Density() << "," << bits / s.bits_b2 << ",,,,\n";
+    };
+    bound("bound_a", s.bits_a);
+    bound("bound_b", s.bits_b);
+    bound("bound_b2", s.bits_b2);
+    for (const CodecResult& c : d.codecs) {
+      out << d.name << "," << c.codec << "," << (c.ok ? "ok" : "FAILED") << "," << c.payload_bytes << ","
+          << PayloadPercent(d, c.payload_bytes) << "," << (s.changed ? 8.0 * c.payload_bytes / s.changed : 0)
+          << "," << s.Density() << "," << (s.bits_b2 > 0 ? 8.0 * c.payload_bytes / s.bits_b2 : 0) << ","
+          << c.compress_1t << "," << c.compress_nt << "," << c.decompress_1t << "," << c.decompress_nt << "\n";
+    }
+  }
+  return static_cast<bool>(out);
+}
+
+// Payload % vs density, one series per codec (and the bound (b2)), log-log, via gnuplot.
+void WriteChart(const std::string& png, const std::vector<DatasetResult>& datasets) {
+  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
+    std::printf("\nchart skipped: gnuplot not found (Debian: apt-get install gnuplot-nox)\n");
+    return;
+  }
+  std::map<std::string, std::vector<std::pair<double, double>>> series;
+  std::vector<std::string> order;
+  auto add = [&](const std::string& name, double density, double percent) {
+    if (!series.count(name)) order.push_back(name);
+    series[name].emplace_back(100 * density, percent);
+  };
+  for (const DatasetResult& d : datasets) {
+    add("bound (b2)", d.stats.Density(), d.stats.BitsToPercent(d.stats.bits_b2));
+    for (const CodecResult& c : d.codecs) {
+      if (c.ok) add(c.codec, d.stats.Density(), PayloadPercent(d, c.payload_bytes));
+    }
+  }
+  const std::string data = png + ".dat", script = png + ".gp";
+  std::ofstream dat(data);
+  for (const std::string& name : order) {
+    auto& points = series[name];
+    std::sort(points.begin(), points.end());
+    dat << "\"" << name << "\"\n";
+    for (const auto& [x, y] : points) dat << x << " " << y << "\n";
+    dat << "\n\n";
+  }
+  dat.close();
+  const bool cairo = std::system("gnuplot -e 'set terminal pngcairo' >/dev/null 2>&1") == 0;
+  std::ofstream gp(script);
+  gp << "set terminal " << (cairo ? "pngcairo size 1200,800 font ',10'" : "png size 1200,800") << "\n"
+     << "set output '" << png << "'\n"
+     << "set title 'BF16 weight-update payload vs density (lower is better)'\n"
+     << "set xlabel 'changed values per step (%)'\nset ylabel 'payload (% of BF16 bytes)'\n"
+     << "set logscale xy\nset grid\nset key outside right top\n"
+     << "plot for [i=0:" << order.size() - 1 << "] '" << data
+     << "' index i using 1:2 with linespoints title columnheader(1)\n";
+  gp.close();
+  const int rc = std::system(("gnuplot '" + script + "'").c_str());
+  std::printf("\nchart: %s%s\n", png.c_str(), rc == 0 ? "" : " (gnuplot failed)");
+}
+
+int Main(int argc, char** argv) {
+  Flags flags;
+  if (!ParseFlags(argc, argv, &flags)) return 2;
+  const size_t workers = WorkerCount(flags.threads, 1 << 20);
+
+  std::vector<std::unique_ptr<Codec>> codecs = AllCodecs();
+  if (!flags.codecs.empty()) {
+    std::set<std::string> known;
+    for (const auto& c : codecs) known.insert(c->Name());
+    for (const std::string& name : flags.codecs) {
+      if (!known.count(name)) {
+        std::string all;
+        for (const auto& c : codecs) all += " " + c->Name();
+        std::fprintf(stderr, "arc_bench: unknown codec '%s'; known:%s\n", name.c_str(), all.c_str());
+        return 2;
+      }
+    }
+    codecs.erase(std::remove_if(codecs.begin(), codecs.end(),
+                                [&](const auto& c) { return !flags.codecs.count(c->Name()); }),
+                 codecs.end());
+  }
+
+  std::printf("arc_bench: arc_v3 %s, dispatch target %s, %zu threads for nT; throughput in GB/s of BF16 input\n",
+              VersionString(), ActiveTarget(), workers);
+  // Datasets are loaded (or generated) one at a time, to keep memory at one dataset.
+  struct Source {
+    std::string dir;  // empty: generator
+    std::string regime;
+    double density = 0;
+  };
+  std::vector<Source> sources;
+  for (const std::string& dir : flags.dirs) sources.push_back(Source{dir, "", 0});
+  if (flags.generated) {
+    sources.push_back(Source{"", "gen_low", 0.002});
+    sources.push_back(Source{"", "gen_mid", 0.02});
+    sources.push_back(Source{"", "gen_high", 0.10});
+  }
+  std::vector<DatasetResult> results;
+  std::vector<KernelResult> kernel_results;
+  bool failed = false;
+  for (size_t si = 0; si < sources.size(); ++si) {
+    const Source& source = sources[si];
+    Dataset dataset;
+    const std::string tag = "[" + std::to_string(si + 1) + "/" + std::to_string(sources.size()) + "] ";
+    if (source.dir.empty()) {
+      Progress(tag + "generating " + source.regime);
+      GeneratorOptions options;
+      options.params = flags.params;
+      options.target_density = source.density;
+      options.deltas = flags.deltas;
+      GeneratedRun run;
+      const double t0 = NowSeconds();
+      const Status status = Generate(options, &run);
+      if (!status.ok()) {
+        std::fprintf(stderr, "arc_bench: generator: %s\n", status.ToString().c_str());
+        return 1;
+      }
+      ProgressDone();
+      std::printf("\n%s: generated %zu snapshots in %.1f s (lr %.3g)\n", source.regime.c_str(),
+                  run.snapshots.size(), NowSeconds() - t0, run.learning_rate);
+      if (!flags.save_generated.empty()) {
+        const Status saved = WriteSnapshots(flags.save_generated + "/" + source.regime, run.layout, run.snapshots);
+        if (!saved.ok()) std::fprintf(stderr, "arc_bench: %s\n", saved.ToString().c_str());
+      }
+      dataset = DatasetFromSnapshots(source.regime, run.layout, std::move(run.snapshots));
+    } else {
+      Progress(tag + "loading " + source.dir);
+      const Status status = LoadCheckpointDir(source.dir, &dataset);
+      if (!status.ok()) {
+        std::fprintf(stderr, "arc_bench: %s\n", status.ToString().c_str());
+        return 1;
+      }
+    }
+    DatasetResult d;
+    d.name = dataset.name;
+    d.params = dataset.pairs.front().Elements();
+    Progress(tag + d.name + ": statistics and bounds");
+    d.stats = AnalyzeDataset(dataset);
+    for (size_t c = 0; c < codecs.size(); ++c) {
+      Progress(tag + d.name + ": " + codecs[c]->Name() + " (" + std::to_string(c + 1) + "/" +
+               std::to_string(codecs.size()) + ")");
+      d.codecs.push_back(RunCodec(*codecs[c], dataset, flags, workers));
+      failed = failed || !d.codecs.back().ok;
+    }
+    ProgressDone();
+    PrintDatasetStats(d);
+    PrintCodecTable(d);
+    std::fflush(stdout);
+    if (flags.kernels && si + 1 == sources.size()) {
+      const KernelInput input = MakeKernelInput(dataset, flags.quick ? (size_t{1} << 22) : (size_t{1} << 24));
+      kernel_results = RunKernels(input, flags, workers);
+    }
+    results.push_back(std::move(d));
+  }
+
+  if (!kernel_results.empty()) {
+    std::printf("\n== Speed ceiling: kernels vs memcpy on %zu BF16 values (GB/s of BF16 input; "
+                "fraction = memcpy time / kernel time for the same count)\n\n",
+                static_cast<size_t>(flags.quick ? (size_t{1} << 22) : (size_t{1} << 24)));
+    std::vector<Row> rows;
+    for (const KernelResult& k : kernel_results) {
+      rows.push_back(Row{{k.target, k.kernel, Format("%.2f", k.gbps_1t), Format("%.2f", k.of_memcpy_1t),
+                          Format("%.2f", k.gbps_nt), Format("%.2f", k.of_memcpy_nt)}});
+    }
+    PrintTable({"target", "kernel", "GB/s 1T", "x memcpy", "GB/s nT", "x memcpy"}, rows);
+  }
+
+  // Where arc_v3 is not the smallest.
+  std::printf("\n== Smallest payload per dataset\n");
+  for (const DatasetResult& d : results) {
+    const CodecResult* best = nullptr;
+    const CodecResult* best_arc = nullptr;
+    for (const CodecResult& c : d.codecs) {
+      if (!c.ok) continue;
+      if (best == nullptr || c.payload_bytes < best->payload_bytes) best = &c;
+      if (c.codec.rfind("arc_", 0) == 0 && (best_arc == nullptr || c.payload_bytes < best_arc->payload_bytes)) {
+        best_arc = &c;
+      }
+    }
+    if (best == nullptr) continue;
+    std::printf("   %-20s smallest: %s %.4f%%", d.name.c_str(), best->codec.c_str(), PayloadPercent(d, best->payload_bytes));
+    if (best_arc != nullptr && best_arc != best) {
+      std::printf("; best arc_v3 (%s) is %.1f%% larger", best_arc->codec.c_str(),
+                  100.0 * (static_cast<double>(best_arc->payload_bytes) / best->payload_bytes - 1));
+    }
+    std::printf("\n");
+  }
+
+  if (!flags.json.empty()) {
+    std::ofstream out(flags.json);
+    out << ToJson(results, kernel_results, workers).dump(1) << "\n";
+    std::printf("json: %s\n", flags.json.c_str());
+  }
+  if (!flags.csv.empty()) {
+    if (WriteCsv(flags.csv, results)) std::printf("csv: %s\n", flags.csv.c_str());
+  }
+  if (!flags.chart.empty()) WriteChart(flags.chart, results);
+  if (failed) {
+    std::printf("\nSOME ROUND TRIPS FAILED (see above)\n");
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace bench
+}  // namespace arc_v3
+
+int main(int argc, char** argv) { return arc_v3::bench::Main(argc, argv); }

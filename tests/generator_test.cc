@@ -1,0 +1,100 @@
+// The built-in RL-delta generator reproduces the statistics of real RL deltas
+// (/work/shared/corpus/README.md) and is deterministic.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "bench/delta_stats.h"
+#include "bench/generator.h"
+
+namespace arc_v3 {
+namespace bench {
+namespace {
+
+GeneratedRun MustGenerate(const GeneratorOptions& options) {
+  GeneratedRun run;
+  const Status status = Generate(options, &run);
+  REQUIRE_MESSAGE(status.ok(), status.ToString());
+  return run;
+}
+
+DeltaStats StatsOf(const GeneratedRun& run) {
+  return AnalyzeDataset(DatasetFromSnapshots("generated", run.layout, run.snapshots));
+}
+
+TEST_CASE("generator: statistics match real RL deltas in each regime") {
+  for (const double density : {0.002, 0.02, 0.10}) {
+    GeneratorOptions options;
+    options.params = 1'500'000;
+    options.target_density = density;
+    options.deltas = 3;
+    const DeltaStats s = StatsOf(MustGenerate(options));
+    INFO("target density " << density);
+    CHECK(s.pairs == 3);
+    // The calibrated rate holds within a factor ~1.5 over the saved steps.
+    CHECK(s.Density() > density / 1.5);
+    CHECK(s.Density() < density * 1.5);
+    // Class mix: ~98.5% mantissa-only, ~1.2-1.6% exponent, a few 1e-4 sign flips.
+    CHECK(s.OfChanged(s.mantissa_only) > 0.965);
+    CHECK(s.OfChanged(s.mantissa_only) < 0.995);
+    CHECK(s.OfChanged(s.exponent) > 0.005);
+    CHECK(s.OfChanged(s.exponent) < 0.03);
+    CHECK(s.OfChanged(s.sign) < 0.003);
+    // 85-93% of changes are one step in monotone integer order.
+    CHECK(s.OfChanged(s.unit_steps) > 0.78);
+    CHECK(s.OfChanged(s.unit_steps) < 0.96);
+    // P(change) halves per exponent step: the update does not scale with |w|, the ULP does.
+    CHECK(s.ExponentSlope() > -1.3);
+    CHECK(s.ExponentSlope() < -0.7);
+    // Elements that changed last step change again far more often than others.
+    CHECK(s.Overlap() > 0.08);
+    CHECK(s.Overlap() < 0.45);
+    CHECK(s.Overlap() > 3 * s.OverlapUnchanged());
+    // The exponent carries information: bound (b) is well below (a), (b2) below (b).
+    CHECK(s.bits_b < 0.9 * s.bits_a);
+    CHECK(s.bits_b2 <= s.bits_b);
+  }
+}
+
+TEST_CASE("generator: deterministic, independent of the thread count") {
+  GeneratorOptions options;
+  options.params = 200'000;
+  options.deltas = 2;
+  options.threads = 1;
+  const GeneratedRun a = MustGenerate(options);
+  options.threads = 3;
+  const GeneratedRun b = MustGenerate(options);
+  CHECK(a.snapshots == b.snapshots);
+  CHECK(a.learning_rate == b.learning_rate);
+  options.seed = 2;
+  const GeneratedRun c = MustGenerate(options);
+  CHECK(a.snapshots != c.snapshots);
+  REQUIRE(a.snapshots.size() == 3);
+  size_t total = 0;
+  for (const TensorLayout& t : a.layout) {
+    CHECK(t.offset == total);
+    total += t.count();
+  }
+  CHECK(a.snapshots[0].size() == total);
+  CHECK(total > 100'000);
+  CHECK(total < 400'000);
+}
+
+TEST_CASE("generator: rejects nonsensical options") {
+  GeneratedRun run;
+  GeneratorOptions options;
+  options.params = 10;
+  CHECK(Generate(options, &run).code() == ErrorCode::kInvalidArgument);
+  options = GeneratorOptions();
+  options.target_density = 0;
+  CHECK(Generate(options, &run).code() == ErrorCode::kInvalidArgument);
+  options.target_density = 0.7;
+  CHECK(Generate(options, &run).code() == ErrorCode::kInvalidArgument);
+  options = GeneratorOptions();
+  options.deltas = 0;
+  CHECK(Generate(options, &run).code() == ErrorCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace bench
+}  // namespace arc_v3

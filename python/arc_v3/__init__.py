@@ -1,0 +1,279 @@
+"""arc_v3: lossless compression of BF16 weight-update deltas (Python binding).
+
+The published API::
+
+    from arc_v3 import delta_compress, delta_decompress
+    compressed_diff, checksum = delta_compress(src=src, dst=dst, compression_format="arc_v3")
+    restored = delta_decompress(src=src, compressed_diff=compressed_diff, checksum=checksum,
+                                compression_format="arc_v3")
+
+``src``/``dst`` may be torch.bfloat16 CPU tensors (any shape, contiguous or not), NumPy
+uint16 arrays (BF16 bit patterns; any shape), or raw buffers (bytes, bytearray,
+memoryview) holding little-endian BF16 values. The result mirrors ``src``: a bfloat16
+tensor or a uint16 array of src's shape, or ``bytes``. Contiguous inputs are passed to
+the C++ codec without copies and the GIL is released while it runs.
+
+Errors from the codec raise :class:`ArcV3Error` with ``.code`` / ``.name`` / ``.message``;
+misuse (wrong dtype, shape, device, unknown format) raises TypeError / ValueError.
+"""
+
+import operator
+import sys
+
+import numpy as np
+
+from arc_v3 import _arc_v3 as _ext
+from arc_v3._errors import ArcV3Error
+
+__all__ = [
+    "ArcV3Error",
+    "COMPRESSION_FORMATS",
+    "ERROR_NAMES",
+    "checksum",
+    "delta_compress",
+    "delta_compress_dicts",
+    "delta_decompress",
+    "delta_decompress_dicts",
+    "payload_info",
+]
+
+__version__ = _ext.VERSION
+# Payload format version the library writes and reads (src/FORMAT.md).
+FORMAT_VERSION = _ext.FORMAT_VERSION
+# SIMD target the kernels dispatch to on this machine, e.g. "AVX3".
+ACTIVE_TARGET = _ext.ACTIVE_TARGET
+# Stable error code -> name, e.g. {10: "checksum_mismatch", ...} (from the C++ library).
+ERROR_NAMES = dict(_ext.ERROR_NAMES)
+
+# The one table of compression_format names -> arc_v3::Format. Add new formats here.
+# Decoding reads every format (payloads are self-describing); the name is still checked.
+_FORMATS = {
+    "arc_v3": _ext.FORMAT_DEFAULT,  # the best general choice; may change between releases
+    "arc_v3_published": _ext.FORMAT_ARC_V3,  # ARCv3 exactly as published
+}
+COMPRESSION_FORMATS = tuple(_FORMATS)
+
+if sys.byteorder != "little":  # the payload and the checksum are defined on LE bytes
+    raise ImportError("arc_v3 supports little-endian hosts only")
+
+
+def _format_id(compression_format):
+    try:
+        return _FORMATS[compression_format]
+    except (KeyError, TypeError):
+        raise ValueError(
+            f"unknown compression_format {compression_format!r}; "
+            f"expected one of {', '.join(COMPRESSION_FORMATS)}") from None
+
+
+def _torch_module(value):
+    """torch, if `value` is a torch.Tensor (never imports torch itself)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(value, torch.Tensor):
+        return torch
+    return None
+
+
+def _is_u16_dtype(dtype):
+    """uint16 in either byte order, or ml_dtypes' bfloat16."""
+    return (dtype.kind == "u" and dtype.itemsize == 2) or dtype.name == "bfloat16"
+
+
+class _Values:
+    """A BF16 input as a C-contiguous buffer the extension reads without copying.
+
+    kind: "torch", "numpy" or "raw"; shape: None for raw buffers; buf: what the
+    extension receives; obj: the contiguous tensor/array (keeps buf's memory alive).
+    """
+
+    __slots__ = ("kind", "shape", "buf", "obj")
+
+    def __init__(self, value, what):
+        torch = _torch_module(value)
+        if torch is not None:
+            if value.dtype != torch.bfloat16:
+                raise TypeError(f"{what}: expected a torch.bfloat16 tensor, got {value.dtype}")
+            if value.device.type != "cpu":
+                raise ValueError(f"{what}: tensor is on {value.device}; move it to the CPU first")
+            t = value.detach()
+            if not t.is_contiguous():
+                t = t.contiguous()  # the one copy a strided tensor needs
+            self.kind, self.shape, self.obj = "torch", tuple(value.shape), t
+            self.buf = t.view(torch.int16).numpy()  # zero-copy view of the tensor's memory
+        elif isinstance(value, np.ndarray):
+            if not _is_u16_dtype(value.dtype):
+                raise TypeError(f"{what}: expected a numpy uint16 array of BF16 bit patterns, "
+                                f"got dtype {value.dtype}")
+            a = value
+            if a.dtype.byteorder == ">":
+                a = a.astype(a.dtype.newbyteorder("<"))
+            a = np.ascontiguousarray(a)  # no copy when already C-contiguous
+            self.kind, self.shape, self.obj, self.buf = "numpy", value.shape, a, a
+        else:
+            try:
+                view = memoryview(value)
+            except TypeError:
+                raise TypeError(f"{what}: expected a torch.bfloat16 tensor, a numpy uint16 "
+                                f"array or a bytes-like buffer, got {type(value).__name__}"
+                                ) from None
+            if not view.c_contiguous:
+                view = memoryview(view.tobytes())
+            if view.itemsize not in (1, 2):
+                view = view.cast("B")
+            self.kind, self.shape, self.obj, self.buf = "raw", None, value, view
+
+
+def _check_same_shape(a, b, what_a, what_b):
+    if a.shape is not None and b.shape is not None and tuple(a.shape) != tuple(b.shape):
+        raise ValueError(f"{what_a} has shape {tuple(a.shape)} but {what_b} has shape "
+                         f"{tuple(b.shape)}")
+
+
+def _payload_buffer(compressed_diff):
+    torch = _torch_module(compressed_diff)
+    if torch is not None:
+        return compressed_diff.detach().contiguous().view(torch.uint8).numpy()
+    try:
+        view = memoryview(compressed_diff)
+    except TypeError:
+        raise TypeError("compressed_diff: expected bytes or another bytes-like object, got "
+                        f"{type(compressed_diff).__name__}") from None
+    return view if view.c_contiguous else memoryview(view.tobytes())
+
+
+def _checksum_value(checksum):
+    try:
+        value = operator.index(checksum)
+    except TypeError:
+        raise TypeError(f"checksum: expected an int, got {type(checksum).__name__}") from None
+    if not 0 <= value < 1 << 64:
+        raise ValueError(f"checksum {value} is not a 64-bit unsigned integer")
+    return value
+
+
+def delta_compress(src, dst, compression_format="arc_v3", *, threads=0, effort=None,
+                   chunk_elements=None):
+    """Encodes the change from ``src`` (previous weights) to ``dst`` (new weights).
+
+    Args:
+        src, dst: BF16 values of the same shape: torch.bfloat16 CPU tensors, numpy uint16
+            arrays or bytes-like buffers (little-endian BF16 bit patterns).
+        compression_format: one of COMPRESSION_FORMATS ("arc_v3" = best default,
+            "arc_v3_published" = ARCv3 as published).
+        threads: worker threads, 0 = all hardware threads (the bytes do not depend on it).
+        effort: 0 (fastest) .. 3 (smallest); None = the library default.
+        chunk_elements: values per independently coded chunk (power of two in
+            [2**10, 2**24]); None = the library default.
+
+    Returns:
+        (compressed_diff: bytes, checksum: int), checksum = XXH3-64 of dst's bytes.
+    """
+    fmt = _format_id(compression_format)
+    s = _Values(src, "src")
+    d = _Values(dst, "dst")
+    _check_same_shape(s, d, "src", "dst")
+    return _ext.compress(
+        s.buf, d.buf, fmt,
+        _ext.DEFAULT_EFFORT if effort is None else int(effort),
+        int(threads),
+        _ext.DEFAULT_CHUNK_ELEMENTS if chunk_elements is None else int(chunk_elements))
+
+
+def delta_decompress(src, compressed_diff, checksum, compression_format="arc_v3", *, out=None,
+                     threads=0):
+    """Rebuilds dst from ``src`` and ``compressed_diff``, verified against ``checksum``.
+
+    Args:
+        src: the same base values delta_compress saw (tensor, array or buffer).
+        compressed_diff: the payload (bytes-like).
+        checksum: the int delta_compress returned.
+        compression_format: one of COMPRESSION_FORMATS (any payload format is decoded).
+        out: optional destination to write into: a bfloat16 tensor, uint16 array or
+            writable buffer with src's shape. ``out=src`` applies the delta in place,
+            touching only the changed values. On error ``out`` is left unchanged.
+        threads: worker threads, 0 = all hardware threads.
+
+    Returns:
+        ``out`` if given; else a new object mirroring src: a torch.bfloat16 tensor or numpy
+        array of src's shape and dtype, or ``bytes`` for buffer inputs.
+
+    Raises:
+        ArcV3Error: wrong base (checksum_mismatch), corrupt or truncated payload, ...
+    """
+    _format_id(compression_format)
+    s = _Values(src, "src")
+    payload = _payload_buffer(compressed_diff)
+    checksum = _checksum_value(checksum)
+    threads = int(threads)
+
+    if out is None:
+        if s.kind == "raw":
+            return _ext.decompress_to_bytes(s.buf, payload, checksum, threads)
+        if s.kind == "torch":
+            torch = _torch_module(src)
+            result = torch.empty(s.shape, dtype=torch.bfloat16)
+            _ext.decompress_into(s.buf, payload, checksum, result.view(torch.int16).numpy(),
+                                 threads)
+            return result
+        result = np.empty(s.shape, dtype=s.buf.dtype)
+        _ext.decompress_into(s.buf, payload, checksum, result, threads)
+        return result
+
+    torch = _torch_module(out)
+    if torch is not None:
+        if out.dtype != torch.bfloat16 or out.device.type != "cpu":
+            raise TypeError(f"out: expected a torch.bfloat16 CPU tensor, got {out.dtype} "
+                            f"on {out.device}")
+        _check_same_shape(s, out, "src", "out")
+        target = out.detach()
+        if target.is_contiguous():
+            _ext.decompress_into(s.buf, payload, checksum, target.view(torch.int16).numpy(),
+                                 threads)
+        else:  # decode into a contiguous temporary, copy only on success
+            temp = torch.empty(tuple(out.shape), dtype=torch.bfloat16)
+            _ext.decompress_into(s.buf, payload, checksum, temp.view(torch.int16).numpy(),
+                                 threads)
+            target.copy_(temp)
+        return out
+    if isinstance(out, np.ndarray):
+        if not _is_u16_dtype(out.dtype):
+            raise TypeError(f"out: expected a numpy uint16 array, got dtype {out.dtype}")
+        if out.dtype.byteorder == ">":
+            raise TypeError("out: big-endian arrays are not supported as out")
+        if not out.flags.writeable:
+            raise ValueError("out: array is read-only")
+        _check_same_shape(s, out, "src", "out")
+        if out.flags.c_contiguous:
+            _ext.decompress_into(s.buf, payload, checksum, out, threads)
+        else:
+            temp = np.empty(out.shape, dtype=out.dtype)
+            _ext.decompress_into(s.buf, payload, checksum, temp, threads)
+            out[...] = temp
+        return out
+    try:
+        view = memoryview(out)
+    except TypeError:
+        raise TypeError("out: expected a torch.bfloat16 tensor, numpy uint16 array or "
+                        f"writable buffer, got {type(out).__name__}") from None
+    if view.readonly:
+        raise ValueError("out: buffer is read-only")
+    if not view.c_contiguous:
+        raise ValueError("out: buffer must be C-contiguous")
+    if view.itemsize not in (1, 2):
+        view = view.cast("B")
+    _ext.decompress_into(s.buf, payload, checksum, view, threads)
+    return out
+
+
+def payload_info(compressed_diff):
+    """What a payload's header says (format_version, element_count, chunk_elements,
+    chunk_count), without decoding it. Untrusted until delta_decompress verified it."""
+    return _ext.inspect(_payload_buffer(compressed_diff))
+
+
+def checksum(values):
+    """XXH3-64 (seed 0) of BF16 values' bytes: the checksum delta_compress returns."""
+    return _ext.xxh3_64(_Values(values, "values").buf)
+
+
+from arc_v3._dicts import delta_compress_dicts, delta_decompress_dicts  # noqa: E402

@@ -1,0 +1,232 @@
+// pybind11 binding of the arc_v3 C API: the thin, buffer-level layer under the Python
+// package (arc_v3/__init__.py turns tensors and arrays into buffers and back).
+//
+// Every function takes Python buffers (numpy arrays, bytes, bytearray, memoryview) and
+// works on their memory directly: no copies in, the GIL released while the codec runs.
+// Codec errors become arc_v3.ArcV3Error (code, name, message); misuse of this layer
+// (wrong item size, read-only output) raises ValueError / TypeError.
+#include <pybind11/pybind11.h>
+
+#include <xxhash.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "arc_v3.hpp"
+
+namespace py = pybind11;
+
+namespace {
+
+// Thrown with the codec's Status; translated into arc_v3.ArcV3Error.
+struct CodecError {
+  arc_v3::Status status;
+};
+
+// A 2-byte-element view of a Python buffer, held (and the exporter locked) while alive.
+struct U16View {
+  py::buffer_info info;
+  const uint16_t* data = nullptr;
+  size_t count = 0;
+};
+
+// Accepts any C-contiguous buffer whose size is a whole number of BF16 values: numpy
+// uint16/int16 arrays, or raw bytes read as little-endian BF16 bit patterns.
+U16View ViewU16(const py::buffer& buffer, const char* what, bool writable) {
+  U16View view;
+  // PyBUF_ND|STRIDES|FORMAT via pybind11; contiguity is checked below so that a strided
+  // view is refused instead of silently read wrongly.
+  view.info = buffer.request(writable);
+  const py::ssize_t bytes = view.info.size * view.info.itemsize;
+  if (view.info.itemsize != 1 && view.info.itemsize != 2) {
+    throw py::type_error(std::string(what) + ": expected 2-byte elements (uint16/bfloat16) " +
+                         "or raw bytes, got item size " + std::to_string(view.info.itemsize));
+  }
+  py::ssize_t expected_stride = view.info.itemsize;
+  for (py::ssize_t d = view.info.ndim - 1; d >= 0; --d) {
+    if (view.info.shape[d] > 1 && view.info.strides[d] != expected_stride) {
+      throw py::value_error(std::string(what) + ": buffer must be C-contiguous");
+    }
+    expected_stride *= view.info.shape[d];
+  }
+  if (bytes % 2 != 0) {
+    throw py::value_error(std::string(what) + ": size in bytes (" + std::to_string(bytes) +
+                          ") is odd; BF16 values are 2 bytes");
+  }
+  view.data = static_cast<const uint16_t*>(view.info.ptr);
+  view.count = static_cast<size_t>(bytes / 2);
+  return view;
+}
+
+py::tuple Compress(const py::buffer& src, const py::buffer& dst, int format, int effort,
+                   int threads, uint32_t chunk_elements) {
+  const U16View s = ViewU16(src, "src", false);
+  const U16View d = ViewU16(dst, "dst", false);
+  if (s.count != d.count) {
+    throw py::value_error("src and dst differ in length: " + std::to_string(s.count) + " vs " +
+                          std::to_string(d.count) + " values");
+  }
+  if (format < 0 || format > 255) throw py::value_error("format out of range");
+  arc_v3::Options options;
+  options.format = static_cast<arc_v3::Format>(format);
+  options.effort = effort;
+  options.threads = threads;
+  options.chunk_elements = chunk_elements;
+  arc_v3::Delta delta;
+  arc_v3::Status status;
+  {
+    py::gil_scoped_release release;
+    status = arc_v3::delta_compress(s.data, d.data, s.count, &delta, options);
+  }
+  if (!status.ok()) throw CodecError{status};
+  py::bytes payload(reinterpret_cast<const char*>(delta.bytes.data()), delta.bytes.size());
+  return py::make_tuple(std::move(payload), delta.checksum);
+}
+
+void DecompressInto(const py::buffer& src, const py::buffer& payload, uint64_t checksum,
+                    const py::buffer& out, int threads) {
+  const U16View s = ViewU16(src, "src", false);
+  const py::buffer_info p = payload.request();
+  // Requesting out writable fails (BufferError) for read-only memory such as bytes.
+  const U16View o = ViewU16(out, "out", true);
+  if (o.count != s.count) {
+    throw py::value_error("out holds " + std::to_string(o.count) + " values, src " +
+                          std::to_string(s.count));
+  }
+  const auto* bytes = static_cast<const uint8_t*>(p.ptr);
+  const size_t size = static_cast<size_t>(p.size * p.itemsize);
+  arc_v3::Status status;
+  {
+    py::gil_scoped_release release;
+    status = arc_v3::delta_decompress(s.data, s.count, bytes, size, checksum,
+                                      const_cast<uint16_t*>(o.data), o.count, threads);
+  }
+  if (!status.ok()) throw CodecError{status};
+}
+
+// Decodes into a fresh bytes object (the raw-buffer path: bytes in, bytes out). The
+// object is not visible to Python until returned, so writing into it is allowed.
+py::bytes DecompressToBytes(const py::buffer& src, const py::buffer& payload,
+                            uint64_t checksum, int threads) {
+  const U16View s = ViewU16(src, "src", false);
+  const py::buffer_info p = payload.request();
+  PyObject* raw = PyBytes_FromStringAndSize(nullptr, static_cast<py::ssize_t>(s.count * 2));
+  if (raw == nullptr) throw py::error_already_set();
+  py::bytes result = py::reinterpret_steal<py::bytes>(raw);
+  auto* out = reinterpret_cast<uint16_t*>(PyBytes_AS_STRING(raw));
+  arc_v3::Status status;
+  {
+    py::gil_scoped_release release;
+    status = arc_v3::delta_decompress(s.data, s.count, static_cast<const uint8_t*>(p.ptr),
+                                      static_cast<size_t>(p.size * p.itemsize), checksum, out,
+                                      s.count, threads);
+  }
+  if (!status.ok()) throw CodecError{status};
+  return result;
+}
+
+py::dict Inspect(const py::buffer& payload) {
+  const py::buffer_info p = payload.request();
+  arc_v3::PayloadInfo info;
+  const arc_v3::Status status = arc_v3::delta_inspect(
+      static_cast<const uint8_t*>(p.ptr), static_cast<size_t>(p.size * p.itemsize), &info);
+  if (!status.ok()) throw CodecError{status};
+  py::dict result;
+  result["format_version"] = info.format_version;
+  result["element_count"] = info.element_count;
+  result["chunk_elements"] = info.chunk_elements;
+  result["chunk_count"] = info.chunk_count;
+  return result;
+}
+
+// XXH3-64 (seed 0) of any buffer's bytes: equals the codec's checksum for BF16 data, and
+// serves the state-dict helpers for other dtypes.
+uint64_t Xxh3(const py::buffer& buffer) {
+  const py::buffer_info b = buffer.request();
+  const size_t size = static_cast<size_t>(b.size * b.itemsize);
+  py::gil_scoped_release release;
+  return XXH3_64bits(b.ptr, size);
+}
+
+// For python/bench_binding.py: the best wall time in seconds of `repeats` direct C++
+// calls on the same buffers, so that the binding's overhead can be measured against the
+// very same compiled codec. Returns (compress_s, decompress_s).
+py::tuple TimeDirect(const py::buffer& src, const py::buffer& dst, int format, int threads,
+                     int repeats) {
+  const U16View s = ViewU16(src, "src", false);
+  const U16View d = ViewU16(dst, "dst", false);
+  if (s.count != d.count) throw py::value_error("src and dst differ in length");
+  arc_v3::Options options;
+  options.format = static_cast<arc_v3::Format>(format);
+  options.threads = threads;
+  double best_c = 1e30, best_d = 1e30;
+  arc_v3::Status status;
+  {
+    py::gil_scoped_release release;
+    arc_v3::Delta delta;
+    std::vector<uint16_t> out(s.count);
+    using Clock = std::chrono::steady_clock;
+    for (int r = 0; r < repeats && status.ok(); ++r) {
+      const auto t0 = Clock::now();
+      status = arc_v3::delta_compress(s.data, d.data, s.count, &delta, options);
+      const auto t1 = Clock::now();
+      if (!status.ok()) break;
+      status = arc_v3::delta_decompress(s.data, s.count, delta.bytes.data(), delta.bytes.size(),
+                                        delta.checksum, out.data(), out.size(), threads);
+      const auto t2 = Clock::now();
+      best_c = std::min(best_c, std::chrono::duration<double>(t1 - t0).count());
+      best_d = std::min(best_d, std::chrono::duration<double>(t2 - t1).count());
+    }
+  }
+  if (!status.ok()) throw CodecError{status};
+  return py::make_tuple(best_c, best_d);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_arc_v3, m) {
+  m.doc() = "Low-level binding of the arc_v3 codec; use the arc_v3 package instead.";
+
+  // The exception class lives in Python (arc_v3/_errors.py) so that it pickles and
+  // documents like any other; it is looked up once and kept for the process lifetime.
+  static py::handle error_class =
+      py::object(py::module_::import("arc_v3._errors").attr("ArcV3Error")).release();
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const CodecError& e) {
+      const auto code = e.status.code();
+      py::object exc = error_class(static_cast<int>(code), arc_v3::ErrorName(code),
+                                   e.status.message());
+      PyErr_SetObject(error_class.ptr(), exc.ptr());
+    }
+  });
+
+  m.def("compress", &Compress, py::arg("src"), py::arg("dst"), py::arg("format"),
+        py::arg("effort"), py::arg("threads"), py::arg("chunk_elements"));
+  m.def("decompress_into", &DecompressInto, py::arg("src"), py::arg("payload"),
+        py::arg("checksum"), py::arg("out"), py::arg("threads"));
+  m.def("decompress_to_bytes", &DecompressToBytes, py::arg("src"), py::arg("payload"),
+        py::arg("checksum"), py::arg("threads"));
+  m.def("inspect", &Inspect, py::arg("payload"));
+  m.def("xxh3_64", &Xxh3, py::arg("buffer"));
+  m.def("_time_direct", &TimeDirect, py::arg("src"), py::arg("dst"), py::arg("format"),
+        py::arg("threads"), py::arg("repeats"));
+
+  // Codec constants, so that Python never hard-codes a number the C++ side owns.
+  m.attr("FORMAT_DEFAULT") = static_cast<int>(arc_v3::Format::kDefault);
+  m.attr("FORMAT_ARC_V3") = static_cast<int>(arc_v3::Format::kArcV3);
+  py::dict names;
+  for (int c = 0; c < static_cast<int>(arc_v3::ErrorCode::kMaxCode); ++c) {
+    names[py::int_(c)] = arc_v3::ErrorName(static_cast<arc_v3::ErrorCode>(c));
+  }
+  m.attr("ERROR_NAMES") = names;
+  const arc_v3::Options defaults;
+  m.attr("DEFAULT_EFFORT") = defaults.effort;
+  m.attr("DEFAULT_CHUNK_ELEMENTS") = defaults.chunk_elements;
+  m.attr("VERSION") = arc_v3::VersionString();
+  m.attr("FORMAT_VERSION") = arc_v3::FormatVersion();
+  m.attr("ACTIVE_TARGET") = arc_v3::ActiveTarget();
+}

@@ -1,0 +1,58 @@
+"""Realistic BF16 updates for the tests, made the way an RL trainer makes them.
+
+FP32 master weights get a small optimizer-like step and are cast to BF16 with PyTorch's
+round-to-nearest-even; most values do not move by a whole BF16 ULP, so only a small
+fraction of the bit patterns change (as in /work/shared/corpus; see its README).
+"""
+
+import os
+
+import numpy as np
+import pytest
+import torch
+
+CORPUS = os.environ.get("ARC_V3_CORPUS", os.path.join(
+    os.path.dirname(__file__), "..", "..", "..", "shared", "corpus"))
+
+
+def bf16_step(shape, lr=1e-5, seed=0, scale=0.02):
+    """(prev, next) BF16 tensors: weights ~N(0, scale), one Adam-like step of size ~lr."""
+    g = torch.Generator().manual_seed(seed)
+    master = torch.randn(shape, generator=g) * scale
+    update = lr * torch.randn(shape, generator=g).sign() * torch.rand(shape, generator=g)
+    return master.to(torch.bfloat16), (master - update).to(torch.bfloat16)
+
+
+def changed_fraction(a, b):
+    a = a.contiguous().view(torch.int16)
+    b = b.contiguous().view(torch.int16)
+    return (a != b).float().mean().item() if a.numel() else 0.0
+
+
+def read_safetensors(path):
+    """{name: numpy uint16 array} of a BF16 safetensors file (stdlib + numpy only)."""
+    import json
+    import struct
+    with open(path, "rb") as f:
+        data = f.read()
+    (header_len,) = struct.unpack_from("<Q", data)
+    header = json.loads(data[8:8 + header_len])
+    base = 8 + header_len
+    tensors = {}
+    for name, info in header.items():
+        if name == "__metadata__" or info["dtype"] != "BF16":
+            continue
+        begin, end = info["data_offsets"]
+        tensors[name] = np.frombuffer(data, dtype="<u2", count=(end - begin) // 2,
+                                      offset=base + begin).reshape(info["shape"])
+    return tensors
+
+
+@pytest.fixture(scope="session")
+def corpus_pair():
+    """Two consecutive real snapshots (real_ocr_lr3e-7), or skip if the corpus is absent."""
+    folder = os.path.join(CORPUS, "real_ocr_lr3e-7")
+    first, second = (os.path.join(folder, f"step_00{i}.safetensors") for i in (0, 1))
+    if not (os.path.exists(first) and os.path.exists(second)):
+        pytest.skip(f"corpus not found at {folder} (set ARC_V3_CORPUS)")
+    return read_safetensors(first), read_safetensors(second)

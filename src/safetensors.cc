@@ -139,11 +139,14 @@ Status File::Open(const std::string& path, File* file) {
             [](const TensorInfo& a, const TensorInfo& b) {
               return a.begin != b.begin ? a.begin < b.begin : a.name < b.name;
             });
-  for (size_t i = 1; i < result.tensors_.size(); ++i) {
-    if (result.tensors_[i].begin < result.tensors_[i - 1].end) {
-      return Corrupt(path, "tensors '" + result.tensors_[i - 1].name + "' and '" +
-                               result.tensors_[i].name + "' overlap");
+  // Zero-size tensors occupy no bytes: they may share an offset with a neighbour.
+  const TensorInfo* previous = nullptr;
+  for (const TensorInfo& t : result.tensors_) {
+    if (t.size() == 0) continue;
+    if (previous != nullptr && t.begin < previous->end) {
+      return Corrupt(path, "tensors '" + previous->name + "' and '" + t.name + "' overlap");
     }
+    previous = &t;
   }
   *file = std::move(result);
   return Status::Ok();

@@ -1,0 +1,484 @@
+// Tests of the checkpoint delta container and of diff / apply / verify on checkpoints
+// generated on the fly in a temporary directory.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "src/cli/checkpoint_delta.h"
+#include "src/cli/container.h"
+#include "src/safetensors.h"
+
+namespace arc_v3 {
+namespace container {
+namespace {
+
+namespace fs = std::filesystem;
+
+#define REQUIRE_OK(expr)             \
+  do {                               \
+    const Status status_ = (expr);   \
+    INFO(status_.ToString());        \
+    REQUIRE(status_.ok());           \
+  } while (0)
+
+struct TempDir {
+  TempDir() {
+    char name[] = "/tmp/arc_v3_cli_test_XXXXXX";
+    path = mkdtemp(name);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  std::string operator/(const std::string& name) const { return (fs::path(path) / name).string(); }
+  std::string path;
+};
+
+struct Tensor {
+  std::string name, dtype;
+  std::vector<uint64_t> shape;
+  std::vector<uint8_t> bytes;
+};
+
+uint64_t Elements(const std::vector<uint64_t>& shape) {
+  uint64_t n = 1;
+  for (uint64_t d : shape) n *= d;
+  return n;
+}
+
+Tensor Random(const std::string& name, const std::string& dtype, std::vector<uint64_t> shape,
+              std::mt19937_64* rng) {
+  Tensor t{name, dtype, shape, {}};
+  t.bytes.resize(Elements(shape) * safetensors::DTypeSize(dtype));
+  for (auto& b : t.bytes) b = static_cast<uint8_t>((*rng)());
+  if (dtype == "BOOL") {
+    for (auto& b : t.bytes) b &= 1;
+  }
+  return t;
+}
+
+// A training-step-like change: about `density` of the elements get their low byte bumped.
+Tensor Step(const Tensor& t, double density, std::mt19937_64* rng) {
+  Tensor next = t;
+  const size_t es = safetensors::DTypeSize(t.dtype);
+  std::bernoulli_distribution change(density);
+  for (size_t i = 0; i < next.bytes.size(); i += es) {
+    if (!change(*rng)) continue;
+    if (t.dtype == "BOOL") {
+      next.bytes[i] ^= 1;
+    } else {
+      next.bytes[i] ^= static_cast<uint8_t>(1 + (*rng)() % 3);
+      if ((*rng)() % 64 == 0) next.bytes[i + es - 1] ^= 0x80;  // a sign flip now and then
+    }
+  }
+  return next;
+}
+
+void WriteSafetensors(const std::string& path, const std::vector<Tensor>& tensors,
+                      const std::map<std::string, std::string>& metadata = {}) {
+  std::vector<safetensors::TensorInfo> infos;
+  for (const Tensor& t : tensors) {
+    safetensors::TensorInfo info;
+    info.name = t.name;
+    info.dtype = t.dtype;
+    info.shape = t.shape;
+    info.end = t.bytes.size();
+    infos.push_back(info);
+  }
+  const std::vector<uint8_t> header = safetensors::BuildHeader(&infos, metadata);
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(header.data()), header.size());
+  for (const Tensor& t : tensors) out.write(reinterpret_cast<const char*>(t.bytes.data()), t.bytes.size());
+}
+
+std::vector<uint8_t> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::vector<uint8_t>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+void WriteFile(const std::string& path, const std::vector<uint8_t>& bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+}
+
+// Every regular file of a directory, by name.
+std::map<std::string, std::vector<uint8_t>> Snapshot(const std::string& dir) {
+  std::map<std::string, std::vector<uint8_t>> files;
+  for (const auto& e : fs::directory_iterator(dir)) files[e.path().filename().string()] = ReadFile(e.path().string());
+  return files;
+}
+
+RunOptions Threads(int n) {
+  RunOptions o;
+  o.threads = n;
+  return o;
+}
+
+// A pair of single-file checkpoints with every dtype, a multi-piece BF16 tensor, an added,
+// a removed, a reshaped and a retyped tensor, a scalar and an empty tensor.
+void MakeMixedPair(const std::string& prev, const std::string& next, std::mt19937_64* rng) {
+  std::vector<Tensor> a, b;
+  const std::vector<std::pair<std::string, std::vector<uint64_t>>> kinds = {
+      {"BF16", {2500, 2000}}, {"F32", {300, 70}}, {"F16", {1000}}, {"F8_E4M3", {64, 3}},
+      {"F8_E5M2", {50}},      {"I64", {33}},      {"I32", {7, 7}}, {"U8", {99}},
+      {"BOOL", {40}},         {"F64", {5}},       {"I8", {12}},    {"BF16", {}}};
+  for (size_t i = 0; i < kinds.size(); ++i) {
+    a.push_back(Random("t" + std::to_string(i) + "." + kinds[i].first, kinds[i].first, kinds[i].second, rng));
+    b.push_back(Step(a.back(), 0.01, rng));
+  }
+  a.push_back(Random("empty", "F32", {0, 4}, rng));
+  b.push_back(a.back());
+  a.push_back(Random("removed", "F32", {10}, rng));
+  b.push_back(Random("added", "BF16", {20, 3}, rng));
+  a.push_back(Random("reshaped", "BF16", {6, 4}, rng));
+  b.push_back(Random("reshaped", "BF16", {4, 6}, rng));
+  a.push_back(Random("retyped", "F32", {8}, rng));
+  b.push_back(Random("retyped", "F16", {8}, rng));
+  WriteSafetensors(prev, a, {{"format", "pt"}});
+  WriteSafetensors(next, b, {{"format", "pt"}, {"step", "2"}});
+}
+
+TEST_CASE("single file, every dtype: diff then apply reproduces NEXT byte for byte") {
+  TempDir dir;
+  std::mt19937_64 rng(1);
+  MakeMixedPair(dir / "prev.safetensors", dir / "next.safetensors", &rng);
+  for (int threads : {1, 2, 4}) {
+    CAPTURE(threads);
+    RunReport report;
+    REQUIRE_OK(Diff(dir / "prev.safetensors", dir / "next.safetensors", dir / "d.a3d", Threads(threads), &report));
+    REQUIRE_OK(Apply(dir / "prev.safetensors", dir / "d.a3d", dir / "out.safetensors", Threads(threads), &report));
+    CHECK(ReadFile(dir / "out.safetensors") == ReadFile(dir / "next.safetensors"));
+  }
+  // The delta bytes do not depend on the thread count.
+  REQUIRE_OK(Diff(dir / "prev.safetensors", dir / "next.safetensors", dir / "d1.a3d", Threads(1), nullptr));
+  const std::vector<uint8_t> one = ReadFile(dir / "d1.a3d");
+  REQUIRE_OK(Diff(dir / "prev.safetensors", dir / "next.safetensors", dir / "d3.a3d", Threads(3), nullptr));
+  CHECK(one == ReadFile(dir / "d3.a3d"));
+
+  std::unique_ptr<MappedFile> file;
+  REQUIRE_OK(MappedFile::Open(dir / "d.a3d", &file));
+  Reader reader;
+  REQUIRE_OK(Reader::Open(std::move(file), &reader));
+  const Manifest& m = reader.manifest();
+  REQUIRE(m.files.size() == 1);
+  std::map<std::string, const TensorEntry*> by_name;
+  for (const TensorEntry& t : m.files[0].tensors) by_name[t.name] = &t;
+  CHECK(by_name.at("added")->kind == TensorKind::kAdded);
+  CHECK(by_name.at("reshaped")->kind == TensorKind::kReshaped);
+  CHECK(by_name.at("retyped")->kind == TensorKind::kReshaped);
+  CHECK(by_name.at("t1.F32")->kind == TensorKind::kDelta);
+  CHECK(m.removed_tensors == std::vector<std::string>{"removed"});
+  // 5M BF16 elements: several row-block pieces, each an arc_v3 payload.
+  const TensorEntry& big = *by_name.at("t0.BF16");
+  CHECK(big.pieces.size() >= 3);
+  for (const Piece& p : big.pieces) CHECK(p.coder == Coder::kArcV3);
+  CHECK(by_name.at("t1.F32")->pieces[0].coder != Coder::kArcV3);
+  CHECK(by_name.at("empty")->pieces.empty());
+  // In-place apply of a single file.
+  fs::copy_file(dir / "prev.safetensors", dir / "inplace.safetensors");
+  REQUIRE_OK(Apply(dir / "inplace.safetensors", dir / "d.a3d", dir / "inplace.safetensors", Threads(2), nullptr));
+  CHECK(ReadFile(dir / "inplace.safetensors") == ReadFile(dir / "next.safetensors"));
+}
+
+// Sharded checkpoints: tensors move between shards, a shard disappears, the index changes.
+void MakeShardedPair(const std::string& prev, const std::string& next, std::mt19937_64* rng) {
+  fs::create_directories(prev);
+  fs::create_directories(next);
+  std::vector<Tensor> t;
+  for (int i = 0; i < 6; ++i) t.push_back(Random("layer." + std::to_string(i), "BF16", {300, 256}, rng));
+  t.push_back(Random("norm", "F32", {256}, rng));
+  std::vector<Tensor> u;
+  for (const Tensor& x : t) u.push_back(Step(x, 0.02, rng));
+  WriteSafetensors(prev + "/model-00001-of-00003.safetensors", {t[0], t[1], t[6]});
+  WriteSafetensors(prev + "/model-00002-of-00003.safetensors", {t[2], t[3]});
+  WriteSafetensors(prev + "/model-00003-of-00003.safetensors", {t[4], t[5]});
+  const auto map = [&](const std::string& dir, const std::vector<std::pair<std::string, std::string>>& entries) {
+    std::string s = R"({"metadata": {"total_size": 1}, "weight_map": {)";
+    for (size_t i = 0; i < entries.size(); ++i) {
+      s += (i ? ", " : "") + ("\"" + entries[i].first + "\": \"" + entries[i].second + "\"");
+    }
+    s += "}}\n";
+    WriteFile(dir + "/model.safetensors.index.json", std::vector<uint8_t>(s.begin(), s.end()));
+  };
+  map(prev, {{"layer.0", "model-00001-of-00003.safetensors"}, {"layer.1", "model-00001-of-00003.safetensors"},
+             {"norm", "model-00001-of-00003.safetensors"}, {"layer.2", "model-00002-of-00003.safetensors"},
+             {"layer.3", "model-00002-of-00003.safetensors"}, {"layer.4", "model-00003-of-00003.safetensors"},
+             {"layer.5", "model-00003-of-00003.safetensors"}});
+  WriteSafetensors(next + "/model-00001-of-00002.safetensors", {u[0], u[1], u[2], u[6]});
+  WriteSafetensors(next + "/model-00002-of-00002.safetensors", {u[3], u[4], u[5]});
+  map(next, {{"layer.0", "model-00001-of-00002.safetensors"}, {"layer.1", "model-00001-of-00002.safetensors"},
+             {"layer.2", "model-00001-of-00002.safetensors"}, {"norm", "model-00001-of-00002.safetensors"},
+             {"layer.3", "model-00002-of-00002.safetensors"}, {"layer.4", "model-00002-of-00002.safetensors"},
+             {"layer.5", "model-00002-of-00002.safetensors"}});
+}
+
+TEST_CASE("sharded directories: apply to a new directory and in place") {
+  TempDir dir;
+  std::mt19937_64 rng(2);
+  MakeShardedPair(dir / "prev", dir / "next", &rng);
+  REQUIRE_OK(Diff(dir / "prev", dir / "next", dir / "d.a3d", Threads(2), nullptr));
+  REQUIRE_OK(Apply(dir / "prev", dir / "d.a3d", dir / "out", Threads(2), nullptr));
+  CHECK(Snapshot(dir / "out") == Snapshot(dir / "next"));
+
+  fs::copy(dir / "prev", dir / "inplace");
+  REQUIRE_OK(Apply(dir / "inplace", dir / "d.a3d", dir / "inplace", Threads(2), nullptr));
+  CHECK(Snapshot(dir / "inplace") == Snapshot(dir / "next"));  // the old third shard is gone
+
+  // A directory delta needs a directory base, and the reverse.
+  const Status s = Apply(dir / "prev/model-00001-of-00003.safetensors", dir / "d.a3d", dir / "x", Threads(1), nullptr);
+  CHECK(s.code() == ErrorCode::kInvalidArgument);
+  CHECK(Verify(dir / "prev", dir / "d.a3d", Threads(2), nullptr).ok());
+}
+
+// Counts the bytes a receiver would fetch with range requests.
+class CountingSource : public ByteSource {
+ public:
+  explicit CountingSource(std::unique_ptr<MappedFile> file) : file_(std::move(file)) {}
+  uint64_t size() const override { return file_->size(); }
+  Status Read(uint64_t offset, uint64_t size, std::vector<uint8_t>* scratch,
+              const uint8_t** data) const override {
+    read_ += size;
+    return file_->Read(offset, size, scratch, data);
+  }
+  mutable std::atomic<uint64_t> read_{0};
+
+ private:
+  std::unique_ptr<MappedFile> file_;
+};
+
+TEST_CASE("partial apply equals the slice of a full apply and reads only what it needs") {
+  TempDir dir;
+  std::mt19937_64 rng(3);
+  MakeMixedPair(dir / "prev.safetensors", dir / "next.safetensors", &rng);
+  REQUIRE_OK(Diff(dir / "prev.safetensors", dir / "next.safetensors", dir / "d.a3d", Threads(2), nullptr));
+  safetensors::File next;
+  REQUIRE_OK(safetensors::File::Open(dir / "next.safetensors", &next));
+
+  // Library call: rows of the multi-piece BF16 tensor, straddling a piece boundary.
+  Checkpoint base;
+  REQUIRE_OK(Checkpoint::Open(dir / "prev.safetensors", &base));
+  std::unique_ptr<MappedFile> file;
+  REQUIRE_OK(MappedFile::Open(dir / "d.a3d", &file));
+  auto* counting = new CountingSource(std::move(file));
+  Reader reader;
+  REQUIRE_OK(Reader::Open(std::unique_ptr<ByteSource>(counting), &reader));
+  const TensorEntry* big = nullptr;
+  for (const TensorEntry& t : reader.manifest().files[0].tensors) {
+    if (t.name == "t0.BF16") big = &t;
+  }
+  REQUIRE(big != nullptr);
+  const uint64_t boundary = big->pieces[1].row_begin;
+  const uint64_t rb = boundary - 5, re = boundary + 7;
+  const uint64_t after_open = counting->read_;
+  std::vector<uint8_t> rows((re - rb) * big->row_bytes());
+  REQUIRE_OK(ApplyRows(base, reader, *big, rb, re, rows.data(), 2));
+  const safetensors::TensorInfo* info = next.Find("t0.BF16");
+  CHECK(std::memcmp(rows.data(), next.data(*info) + rb * big->row_bytes(), rows.size()) == 0);
+  // Exactly the two overlapping pieces were fetched.
+  CHECK(counting->read_ - after_open == big->pieces[0].size + big->pieces[1].size);
+
+  // The CLI's form: a regex and a row range into a new safetensors file.
+  RunReport report;
+  REQUIRE_OK(ApplyPartial(dir / "prev.safetensors", dir / "d.a3d", "t[0-3]\\..*|added", 10, 40,
+                       dir / "part.safetensors", Threads(2), &report));
+  safetensors::File part;
+  REQUIRE_OK(safetensors::File::Open(dir / "part.safetensors", &part));
+  CHECK(part.tensors().size() == 5);
+  for (const safetensors::TensorInfo& t : part.tensors()) {
+    CAPTURE(t.name);
+    const safetensors::TensorInfo* full = next.Find(t.name);
+    REQUIRE(full != nullptr);
+    const uint64_t rows_total = full->shape[0];
+    const uint64_t first = std::min<uint64_t>(10, rows_total), last = std::min<uint64_t>(40, rows_total);
+    const uint64_t row_bytes = full->size() / rows_total;
+    CHECK(t.shape[0] == last - first);
+    REQUIRE(t.size() == (last - first) * row_bytes);
+    CHECK(std::memcmp(part.data(t), next.data(*full) + first * row_bytes, t.size()) == 0);
+  }
+  CHECK(ApplyPartial(dir / "prev.safetensors", dir / "d.a3d", "nothing", 0, 5, dir / "p2.safetensors",
+                     Threads(1), nullptr).code() == ErrorCode::kInvalidArgument);
+  CHECK(ApplyPartial(dir / "prev.safetensors", dir / "d.a3d", "([", 0, 5, dir / "p2.safetensors",
+                     Threads(1), nullptr).code() == ErrorCode::kInvalidArgument);
+  CHECK(!fs::exists(dir / "p2.safetensors"));
+}
+
+TEST_CASE("a wrong or incomplete base is refused, naming the tensor, and nothing is written") {
+  TempDir dir;
+  std::mt19937_64 rng(4);
+  MakeMixedPair(dir / "prev.safetensors", dir / "next.safetensors", &rng);
+  REQUIRE_OK(Diff(dir / "prev.safetensors", dir / "next.safetensors", dir / "d.a3d", Threads(2), nullptr));
+  safetensors::File prev;
+  REQUIRE_OK(safetensors::File::Open(dir / "prev.safetensors", &prev));
+  std::vector<uint8_t> bytes = ReadFile(dir / "prev.safetensors");
+  const safetensors::TensorInfo* t1 = prev.Find("t1.F32");
+  const uint64_t data_start = prev.file_size() - (prev.tensors().back().end);
+  // One bit of one element of one tensor.
+  std::vector<uint8_t> wrong = bytes;
+  wrong[data_start + t1->begin + 17] ^= 0x04;
+  WriteFile(dir / "wrong.safetensors", wrong);
+  Status s = Apply(dir / "wrong.safetensors", dir / "d.a3d", dir / "out.safetensors", Threads(2), nullptr);
+  CHECK(s.code() == ErrorCode::kChecksumMismatch);
+  CHECK(s.message().find("t1.F32") != std::string::npos);
+  CHECK(!fs::exists(dir / "out.safetensors"));
+  s = Verify(dir / "wrong.safetensors", dir / "d.a3d", Threads(2), nullptr);
+  CHECK(s.code() == ErrorCode::kChecksumMismatch);
+  CHECK(s.message().find("t1.F32") != std::string::npos);
+  // The target itself is not a base either.
+  CHECK(Verify(dir / "next.safetensors", dir / "d.a3d", Threads(2), nullptr).code() == ErrorCode::kChecksumMismatch);
+
+  // A base lacking a tensor.
+  std::vector<Tensor> few = {Random("t1.F32", "F32", {300, 70}, &rng)};
+  WriteSafetensors(dir / "few.safetensors", few);
+  s = Apply(dir / "few.safetensors", dir / "d.a3d", dir / "out.safetensors", Threads(2), nullptr);
+  CHECK(s.code() == ErrorCode::kChecksumMismatch);
+  CHECK(s.message().find("missing") != std::string::npos);
+  // A base with the tensor in another shape.
+  std::vector<Tensor> shaped = {Random("t0.BF16", "BF16", {2000, 2500}, &rng)};
+  WriteSafetensors(dir / "shaped.safetensors", shaped);
+  s = Apply(dir / "shaped.safetensors", dir / "d.a3d", dir / "out.safetensors", Threads(2), nullptr);
+  CHECK(s.code() == ErrorCode::kChecksumMismatch);
+  CHECK(s.message().find("t0.BF16") != std::string::npos);
+  CHECK(!fs::exists(dir / "out.safetensors"));
+  // Missing or malformed inputs.
+  CHECK(Apply(dir / "absent", dir / "d.a3d", dir / "out.safetensors", Threads(1), nullptr).code() ==
+        ErrorCode::kInvalidArgument);
+  CHECK(Apply(dir / "prev.safetensors", dir / "absent.a3d", dir / "out.safetensors", Threads(1), nullptr).code() ==
+        ErrorCode::kInvalidArgument);
+  CHECK(Apply(dir / "prev.safetensors", dir / "prev.safetensors", dir / "out.safetensors", Threads(1), nullptr)
+            .code() == ErrorCode::kBadMagic);
+}
+
+TEST_CASE("corrupt and truncated deltas always give a clean error and write nothing") {
+  TempDir dir;
+  std::mt19937_64 rng(5);
+  std::vector<Tensor> a = {Random("w", "BF16", {64, 48}, &rng), Random("b", "F32", {48}, &rng),
+                           Random("mask", "BOOL", {17}, &rng)};
+  std::vector<Tensor> b;
+  for (const Tensor& t : a) b.push_back(Step(t, 0.05, &rng));
+  b.push_back(Random("new", "I32", {9}, &rng));
+  WriteSafetensors(dir / "prev.safetensors", a);
+  WriteSafetensors(dir / "next.safetensors", b);
+  REQUIRE_OK(Diff(dir / "prev.safetensors", dir / "next.safetensors", dir / "d.a3d", Threads(1), nullptr));
+  const std::vector<uint8_t> good = ReadFile(dir / "d.a3d");
+  REQUIRE(good.size() > kHeaderSize);
+  const std::string bad = dir / "bad.a3d", out = dir / "out.safetensors";
+
+  // Every byte is covered by a checksum: a flip anywhere is an error.
+  size_t flips = 0;
+  for (size_t at = 0; at < good.size(); at += (at < 2048 ? 1 : 3)) {
+    std::vector<uint8_t> corrupt = good;
+    corrupt[at] ^= static_cast<uint8_t>(1u << (at % 8));
+    WriteFile(bad, corrupt);
+    const Status s = Apply(dir / "prev.safetensors", bad, out, Threads(1), nullptr);
+    CAPTURE(at);
+    REQUIRE(!s.ok());
+    CHECK(s.code() != ErrorCode::kInternal);
+    CHECK(!fs::exists(out));
+    ++flips;
+  }
+  CHECK(flips > 500);
+  for (size_t len = 0; len < good.size(); len += (len < 200 ? 1 : 37)) {
+    WriteFile(bad, std::vector<uint8_t>(good.begin(), good.begin() + len));
+    const Status s = Apply(dir / "prev.safetensors", bad, out, Threads(1), nullptr);
+    CAPTURE(len);
+    REQUIRE(!s.ok());
+    CHECK(!fs::exists(out));
+  }
+  // Trailing garbage is not silently accepted either.
+  std::vector<uint8_t> longer = good;
+  longer.push_back(0);
+  WriteFile(bad, longer);
+  CHECK(Apply(dir / "prev.safetensors", bad, out, Threads(1), nullptr).code() == ErrorCode::kCorruptHeader);
+  // A manifest that is valid JSON with a valid checksum but an inconsistent field.
+  std::unique_ptr<MappedFile> file;
+  REQUIRE_OK(MappedFile::Open(dir / "d.a3d", &file));
+  Reader reader;
+  REQUIRE_OK(Reader::Open(std::move(file), &reader));
+  Manifest m = reader.manifest();
+  const uint64_t data_size = good.size() - reader.data_start();
+  m.files[0].tensors[0].pieces[0].row_end += 1;  // rows no longer match the shape
+  std::vector<uint8_t> head = SerializeHeaderAndManifest(m, data_size);
+  head.insert(head.end(), good.begin() + reader.data_start(), good.end());
+  WriteFile(bad, head);
+  Status s = Apply(dir / "prev.safetensors", bad, out, Threads(1), nullptr);
+  CHECK(s.code() == ErrorCode::kCorruptHeader);
+  // Reserved flags.
+  std::vector<uint8_t> flagged = good;
+  flagged[6] = 1;
+  const uint64_t h = Hash(flagged.data(), 32);
+  for (int i = 0; i < 8; ++i) flagged[32 + i] = static_cast<uint8_t>(h >> (8 * i));
+  WriteFile(bad, flagged);
+  CHECK(Apply(dir / "prev.safetensors", bad, out, Threads(1), nullptr).code() == ErrorCode::kReservedBitsSet);
+  CHECK(!fs::exists(out));
+}
+
+// Runs an in-place apply in a child that SIGKILLs itself at the given stage.
+void ApplyAndDie(const std::string& prev, const std::string& delta, const std::string& out,
+                 const char* stage, int after) {
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    RunOptions o;
+    o.threads = 2;
+    std::atomic<int> calls{0};
+    o.hook = [&](const char* at) {
+      if (std::strcmp(at, stage) == 0 && calls++ >= after) raise(SIGKILL);
+      return Status::Ok();
+    };
+    Apply(prev, delta, out, o, nullptr);
+    _exit(0);
+  }
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  REQUIRE(WIFSIGNALED(status));
+  CHECK(WTERMSIG(status) == SIGKILL);
+}
+
+TEST_CASE("an apply killed or failing midway leaves the old checkpoint intact") {
+  TempDir dir;
+  std::mt19937_64 rng(6);
+  MakeShardedPair(dir / "prev", dir / "next", &rng);
+  REQUIRE_OK(Diff(dir / "prev", dir / "next", dir / "d.a3d", Threads(2), nullptr));
+  const auto before = Snapshot(dir / "prev");
+  fs::copy(dir / "prev", dir / "work");
+
+  for (int after : {0, 3}) {
+    ApplyAndDie(dir / "work", dir / "d.a3d", dir / "work", "piece", after);
+    // Old shards untouched; the new shard names do not exist (only hidden temp files may).
+    for (const auto& [name, bytes] : before) CHECK(ReadFile(dir / ("work/" + name)) == bytes);
+    CHECK(!fs::exists(dir / "work/model-00001-of-00002.safetensors"));
+  }
+  ApplyAndDie(dir / "work", dir / "d.a3d", dir / "work", "rename", 0);
+  for (const auto& [name, bytes] : before) CHECK(ReadFile(dir / ("work/" + name)) == bytes);
+  // Into a fresh directory: no final file appears.
+  ApplyAndDie(dir / "prev", dir / "d.a3d", dir / "fresh", "piece", 1);
+  for (const auto& e : fs::directory_iterator(dir / "fresh")) {
+    CHECK(e.path().filename().string()[0] == '.');  // only temp files of the dead process
+  }
+
+  // An error (not a kill) also cleans up its temp files.
+  fs::remove_all(dir / "work");
+  fs::copy(dir / "prev", dir / "work");
+  RunOptions o;
+  o.threads = 2;
+  o.hook = [](const char* stage) {
+    return std::strcmp(stage, "rename") == 0 ? Status(ErrorCode::kInternal, "injected") : Status::Ok();
+  };
+  CHECK(Apply(dir / "work", dir / "d.a3d", dir / "work", o, nullptr).code() == ErrorCode::kInternal);
+  CHECK(Snapshot(dir / "work") == before);
+  // And the interrupted checkpoint can still be updated afterwards.
+  REQUIRE_OK(Apply(dir / "work", dir / "d.a3d", dir / "work", Threads(2), nullptr));
+  CHECK(Snapshot(dir / "work") == Snapshot(dir / "next"));
+}
+
+}  // namespace
+}  // namespace container
+}  // namespace arc_v3

@@ -1,0 +1,102 @@
+// Format stability: committed payloads (tests/golden/) must keep decoding to the same
+// tensors in every future version, and committed broken payloads must keep failing with
+// the same error.
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "arc_v3.hpp"
+
+namespace arc_v3 {
+namespace {
+
+const char kGoldenDir[] = "tests/golden/";
+
+std::vector<uint8_t> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  REQUIRE_MESSAGE(in.good(), "cannot read ", path);
+  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
+}
+
+std::vector<uint16_t> ReadBf16(const std::string& path) {
+  const std::vector<uint8_t> bytes = ReadFile(path);
+  REQUIRE(bytes.size() % 2 == 0);
+  std::vector<uint16_t> values(bytes.size() / 2);
+  for (size_t i = 0; i < values.size(); ++i) {
+    values[i] = static_cast<uint16_t>(bytes[2 * i] | (bytes[2 * i + 1] << 8));
+  }
+  return values;
+}
+
+struct GoldenCase {
+  std::string name;
+  uint32_t version;
+  uint64_t checksum;
+};
+
+std::vector<GoldenCase> ReadManifest() {
+  std::ifstream in(std::string(kGoldenDir) + "MANIFEST.txt");
+  REQUIRE(in.good());
+  std::vector<GoldenCase> cases;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream fields(line);
+    GoldenCase c;
+    std::string checksum;
+    fields >> c.name >> c.version >> checksum;
+    c.checksum = std::stoull(checksum, nullptr, 16);
+    cases.push_back(c);
+  }
+  return cases;
+}
+
+TEST_CASE("golden payloads decode to their committed tensors") {
+  const std::vector<GoldenCase> cases = ReadManifest();
+  REQUIRE(cases.size() >= 3);
+  for (const GoldenCase& c : cases) {
+    INFO("golden ", c.name);
+    const std::string base = std::string(kGoldenDir) + c.name;
+    const std::vector<uint16_t> src = ReadBf16(base + ".src.bf16");
+    const std::vector<uint16_t> dst = ReadBf16(base + ".dst.bf16");
+    const std::vector<uint8_t> payload = ReadFile(base + ".arc3");
+    CHECK(Checksum(dst.data(), dst.size()) == c.checksum);
+    PayloadInfo info;
+    REQUIRE(delta_inspect(payload.data(), payload.size(), &info).ok());
+    CHECK(info.format_version == c.version);
+    std::vector<uint16_t> out(src.size());
+    const Status status = delta_decompress(src.data(), src.size(), payload.data(), payload.size(),
+                                           c.checksum, out.data());
+    REQUIRE_MESSAGE(status.ok(), status.ToString());
+    CHECK(out == dst);
+  }
+}
+
+TEST_CASE("golden broken payloads fail with their named error") {
+  const std::string base = std::string(kGoldenDir) + "v1_sparse";
+  const std::vector<uint16_t> src = ReadBf16(base + ".src.bf16");
+  const uint64_t checksum = ReadManifest().at(0).checksum;
+  int tested = 0;
+  for (int code = 1; code < static_cast<int>(ErrorCode::kMaxCode); ++code) {
+    const std::string name = ErrorName(static_cast<ErrorCode>(code));
+    const std::string path = std::string(kGoldenDir) + "errors/" + name + ".arc3";
+    if (!std::ifstream(path).good()) continue;
+    INFO("broken payload ", path);
+    const std::vector<uint8_t> payload = ReadFile(path);
+    std::vector<uint16_t> out(src.size(), 0x1234);
+    const Status status =
+        delta_decompress(src.data(), src.size(), payload.data(), payload.size(), checksum, out.data());
+    CHECK(std::string(ErrorName(status.code())) == name);
+    CHECK(out == std::vector<uint16_t>(src.size(), 0x1234));
+    ++tested;
+  }
+  CHECK(tested >= 7);
+}
+
+}  // namespace
+}  // namespace arc_v3

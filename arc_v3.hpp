@@ -156,17 +156,30 @@ struct PayloadInfo {
 };
 Status delta_inspect(const uint8_t* bytes, size_t size, PayloadInfo* info);
 
-// Per-payload statistics for tools and benchmarks (decodes the whole payload).
+// Per-payload statistics for tools and benchmarks.
 struct PayloadStats {
   PayloadInfo info;
-  uint64_t changed = 0;        // elements whose bits differ
+  // Chunks by coding: [nothing changed, XOR streams (ARCv3), context-modelled].
+  uint64_t chunk_modes[3] = {0, 0, 0};
+  // False when modelled chunks were not decoded because no base was given: then
+  // `changed` and `exponent_or_sign` count only the other chunks.
+  bool counts_known = true;
+  uint64_t changed = 0;           // elements whose bits differ
   uint64_t exponent_or_sign = 0;  // of those, with a changed sign or exponent field
-  // Bytes per stream kind, summed over chunks, as stored (after compression).
-  uint64_t position_bytes = 0, mantissa_bytes = 0, high_bytes = 0, overhead_bytes = 0;
-  // How often each compressor won a stream: [stored, lz4, zstd].
+  // Bytes by kind, summed over chunks, as stored (after compression); they add up to the
+  // payload size.
+  uint64_t position_bytes = 0, mantissa_bytes = 0, high_bytes = 0;  // XOR streams
+  uint64_t modelled_bytes = 0;  // context-modelled chunks
+  uint64_t overhead_bytes = 0;  // frame header, chunk table, chunk and stream headers
+  // How often each compressor won an XOR stream: [stored, lz4, zstd].
   uint64_t codec_wins[3] = {0, 0, 0};
 };
+// Decodes the payload's structure without the base: modelled chunks are measured but
+// their changes not counted (counts_known = false if there are any).
 Status delta_stats(const uint8_t* bytes, size_t size, PayloadStats* stats);
+// With the base (`src`, `count` elements), every chunk is decoded and counted.
+Status delta_stats(const uint16_t* src, size_t count, const uint8_t* bytes, size_t size,
+                   PayloadStats* stats);
 
 // XXH3-64 (seed 0) of `count` BF16 values' bytes: the checksum delta_compress reports.
 uint64_t Checksum(const uint16_t* values, size_t count);

@@ -20,6 +20,7 @@
 #include "src/entropy.h"
 #include "src/format.h"
 #include "src/kernels.h"
+#include "src/model_coder.h"
 #include "src/parallel.h"
 
 namespace arc_v3 {
@@ -32,6 +33,7 @@ namespace {
   } while (0)
 
 struct FrameHeader {
+  int version = 0;
   uint64_t element_count = 0;
   int chunk_log = 0;
   uint64_t num_chunks = 0;
@@ -52,6 +54,7 @@ Status ParseHeader(const uint8_t* bytes, size_t size, bool with_chunk_table,
   }
   uint8_t version, flags, chunk_log;
   if (!reader.ReadByte(&version)) return Status(ErrorCode::kTruncated, "no format version");
+  header->version = version;
   if (version == 0 || version > kFormatVersion) {
     return Status(ErrorCode::kUnsupportedVersion,
                   "format version " + std::to_string(version) + " is not supported (this library reads 1.." +
@@ -114,19 +117,62 @@ struct ChunkStats {
   uint64_t high = 0;
   uint64_t stream_bytes[3] = {0, 0, 0};  // positions, mantissas, high records
   uint64_t codec_wins[kNumStreamCodecs] = {0, 0, 0};
+  uint64_t modelled_bytes = 0;
+  int mode = kChunkUnchanged;
 };
 
 class ChunkDecoder {
  public:
-  // Decodes one chunk of `chunk_len` elements from `bytes`.
-  Status Decode(const uint8_t* bytes, size_t size, size_t chunk_len, ChunkChanges* changes,
-                ChunkStats* stats) {
+  // Decodes one chunk of `chunk_len` elements from `bytes`; `src` is the chunk's slice of
+  // the base, which the modelled coding predicts from.
+  Status Decode(int version, const uint8_t* bytes, size_t size, const uint16_t* src,
+                size_t chunk_len, ChunkChanges* changes, ChunkStats* stats) {
     ByteReader reader(bytes, size);
+    if (version == kFormatVersionArcV3) {
+      return DecodeXorStreams(&reader, chunk_len, /*allow_empty=*/true, changes, stats);
+    }
+    uint8_t mode;
+    if (!reader.ReadByte(&mode)) return Corrupt(reader, "no chunk mode");
+    if (stats != nullptr) stats->mode = mode;
+    switch (mode) {
+      case kChunkUnchanged:
+        changes->positions.clear();
+        changes->xors.clear();
+        return reader.remaining() == 0 ? Status::Ok()
+                                       : Corrupt(reader, "bytes after an unchanged chunk");
+      case kChunkXorStreams:
+        return DecodeXorStreams(&reader, chunk_len, /*allow_empty=*/false, changes, stats);
+      case kChunkModelled: {
+        if (src == nullptr) return Status::Ok();  // statistics without the base
+        ARC_V3_RETURN_IF_ERROR(DecodeChunkModelled(src, chunk_len, reader.current(),
+                                                   reader.remaining(), &changes->positions,
+                                                   &changes->xors));
+        if (changes->positions.empty()) {
+          return Status(ErrorCode::kCorruptChunk, "modelled chunk without changes");
+        }
+        if (stats != nullptr) {
+          stats->modelled_bytes = size;
+          for (const uint16_t x : changes->xors) stats->high += (x & kHighFieldMask) != 0;
+        }
+        return Status::Ok();
+      }
+      default:
+        return Status(ErrorCode::kReservedBitsSet, "unknown chunk mode");
+    }
+  }
+
+ private:
+  // The version-1 chunk body (FORMAT.md "Chunk"): Changed_Count, then the XOR streams.
+  Status DecodeXorStreams(ByteReader* chunk, size_t chunk_len, bool allow_empty,
+                          ChunkChanges* changes, ChunkStats* stats) {
+    ByteReader& reader = *chunk;
     uint64_t num_changed, num_high;
     if (!reader.ReadVarint(&num_changed)) return Corrupt(reader, "bad change count");
     if (num_changed > chunk_len) return Corrupt(reader, "more changes than elements");
+    if (num_changed == 0 && !allow_empty) return Corrupt(reader, "XOR-stream chunk without changes");
     changes->positions.resize(num_changed);
     changes->xors.resize(num_changed);
+    if (stats != nullptr) stats->mode = num_changed == 0 ? kChunkUnchanged : kChunkXorStreams;
     if (num_changed == 0) {
       return reader.remaining() == 0 ? Status::Ok() : Corrupt(reader, "bytes after an empty chunk");
     }
@@ -173,7 +219,6 @@ class ChunkDecoder {
     return Status::Ok();
   }
 
- private:
   static Status Corrupt(const ByteReader& reader, const char* what) {
     return Status(reader.remaining() == 0 ? ErrorCode::kTruncated : ErrorCode::kCorruptChunk,
                   what);
@@ -269,7 +314,7 @@ class ChunkDecoder {
 };
 
 // Decodes all chunks (phase 1).
-Status DecodeChunks(const uint8_t* bytes, const FrameHeader& header, int threads,
+Status DecodeChunks(const uint8_t* bytes, const FrameHeader& header, const uint16_t* src, int threads,
                     std::vector<ChunkChanges>* changes, std::vector<ChunkStats>* stats) {
   const size_t num_chunks = header.num_chunks;
   const size_t chunk_elements = size_t{1} << header.chunk_log;
@@ -285,7 +330,8 @@ Status DecodeChunks(const uint8_t* bytes, const FrameHeader& header, int threads
     const size_t begin = c * chunk_elements;
     const size_t len = std::min<uint64_t>(chunk_elements, header.element_count - begin);
     try {
-      status[c] = decoders[worker]->Decode(bytes + header.chunk_offset[c], header.chunk_size[c],
+      status[c] = decoders[worker]->Decode(header.version, bytes + header.chunk_offset[c],
+                                           header.chunk_size[c], src != nullptr ? src + begin : nullptr,
                                            len, &(*changes)[c],
                                            stats != nullptr ? &(*stats)[c] : nullptr);
     } catch (const std::bad_alloc&) {
@@ -347,7 +393,7 @@ Status delta_decompress(const uint16_t* src, size_t count, const uint8_t* bytes,
                         std::to_string(out_capacity));
     }
     std::vector<ChunkChanges> changes;
-    ARC_V3_RETURN_IF_ERROR(DecodeChunks(bytes, header, threads, &changes, nullptr));
+    ARC_V3_RETURN_IF_ERROR(DecodeChunks(bytes, header, src, threads, &changes, nullptr));
 
     const size_t chunk_elements = size_t{1} << header.chunk_log;
     std::vector<uint16_t> xor_tile(kTileElements, 0), result_tile(kTileElements);
@@ -413,38 +459,64 @@ Status delta_inspect(const uint8_t* bytes, size_t size, PayloadInfo* info) {
   if (info == nullptr) return Status(ErrorCode::kInvalidArgument, "info is null");
   FrameHeader header;
   ARC_V3_RETURN_IF_ERROR(ParseHeader(bytes, size, /*with_chunk_table=*/false, &header));
-  info->format_version = kFormatVersion;
+  info->format_version = static_cast<uint32_t>(header.version);
   info->element_count = header.element_count;
   info->chunk_elements = uint32_t{1} << header.chunk_log;
   info->chunk_count = header.num_chunks;
   return Status::Ok();
 }
 
-Status delta_stats(const uint8_t* bytes, size_t size, PayloadStats* stats) {
+namespace {
+
+Status ComputeStats(const uint16_t* src, size_t count, const uint8_t* bytes, size_t size,
+                    PayloadStats* stats) {
   if (stats == nullptr) return Status(ErrorCode::kInvalidArgument, "stats is null");
   try {
     FrameHeader header;
     ARC_V3_RETURN_IF_ERROR(ParseHeader(bytes, size, /*with_chunk_table=*/true, &header));
+    if (src != nullptr && header.element_count != count) {
+      return Status(ErrorCode::kSizeMismatch, "payload and base differ in element count");
+    }
     std::vector<ChunkChanges> changes;
     std::vector<ChunkStats> chunk_stats;
-    ARC_V3_RETURN_IF_ERROR(DecodeChunks(bytes, header, 0, &changes, &chunk_stats));
+    ARC_V3_RETURN_IF_ERROR(DecodeChunks(bytes, header, src, 0, &changes, &chunk_stats));
     *stats = PayloadStats();
     ARC_V3_RETURN_IF_ERROR(delta_inspect(bytes, size, &stats->info));
-    uint64_t stream_total = 0;
     for (size_t c = 0; c < changes.size(); ++c) {
+      const ChunkStats& chunk = chunk_stats[c];
+      stats->chunk_modes[chunk.mode] += 1;
+      if (chunk.mode == kChunkModelled && src == nullptr) {
+        stats->counts_known = false;
+        stats->modelled_bytes += header.chunk_size[c];
+        continue;
+      }
       stats->changed += changes[c].positions.size();
-      stats->exponent_or_sign += chunk_stats[c].high;
-      stats->position_bytes += chunk_stats[c].stream_bytes[0];
-      stats->mantissa_bytes += chunk_stats[c].stream_bytes[1];
-      stats->high_bytes += chunk_stats[c].stream_bytes[2];
-      for (int k = 0; k < kNumStreamCodecs; ++k) stats->codec_wins[k] += chunk_stats[c].codec_wins[k];
+      stats->exponent_or_sign += chunk.high;
+      stats->position_bytes += chunk.stream_bytes[0];
+      stats->mantissa_bytes += chunk.stream_bytes[1];
+      stats->high_bytes += chunk.stream_bytes[2];
+      stats->modelled_bytes += chunk.modelled_bytes;
+      for (int k = 0; k < kNumStreamCodecs; ++k) stats->codec_wins[k] += chunk.codec_wins[k];
     }
-    stream_total = stats->position_bytes + stats->mantissa_bytes + stats->high_bytes;
-    stats->overhead_bytes = size - stream_total;
+    stats->overhead_bytes = size - stats->position_bytes - stats->mantissa_bytes -
+                            stats->high_bytes - stats->modelled_bytes;
     return Status::Ok();
   } catch (const std::bad_alloc&) {
     return Status(ErrorCode::kOutOfMemory, "out of memory while decoding");
   }
+}
+
+}  // namespace
+
+Status delta_stats(const uint8_t* bytes, size_t size, PayloadStats* stats) {
+  return ComputeStats(nullptr, 0, bytes, size, stats);
+}
+
+Status delta_stats(const uint16_t* src, size_t count, const uint8_t* bytes, size_t size,
+                   PayloadStats* stats) {
+  if (src == nullptr && count > 0) return Status(ErrorCode::kInvalidArgument, "src is null");
+  static const uint16_t kNoElements[1] = {0};
+  return ComputeStats(src != nullptr ? src : kNoElements, count, bytes, size, stats);
 }
 
 }  // namespace arc_v3

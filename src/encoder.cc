@@ -1,10 +1,16 @@
-// delta_compress: the ARCv3 scheme (src/FORMAT.md, format version 1).
+// delta_compress (src/FORMAT.md).
 //
-// Per chunk: XOR + classify (ClassifyChanges), compact the changed elements
-// (CompactChanges), then build three streams - positions, 7-bit mantissa XORs, and one
-// record per sign/exponent change - and race each through the general-purpose
-// compressors. Chunks are independent, so they are coded in parallel and concatenated
-// in order; the bytes do not depend on the thread count or the SIMD target.
+// Format::kArcV3 (format version 1), the scheme as published. Per chunk: XOR + classify
+// (ClassifyChanges), compact the changed elements (CompactChanges), then build three
+// streams - positions, 7-bit mantissa XORs, and one record per sign/exponent change - and
+// race each through the general-purpose compressors.
+//
+// Format::kDefault (format version 2): each chunk is coded by the context-modelled coder
+// (model_coder.h), which predicts the delta from the previous weights; at effort 0 by the
+// XOR streams with LZ4 only (fastest), and at effort 3 both race and the smaller wins.
+//
+// Chunks are independent, so they are coded in parallel and concatenated in order; the
+// bytes do not depend on the thread count or the SIMD target.
 #include <cstring>
 #include <memory>
 #include <new>
@@ -14,6 +20,7 @@
 #include "src/entropy.h"
 #include "src/format.h"
 #include "src/kernels.h"
+#include "src/model_coder.h"
 #include "src/parallel.h"
 
 namespace arc_v3 {
@@ -26,6 +33,7 @@ struct EncoderScratch {
   std::vector<uint16_t> xors;
   std::vector<uint8_t> raw;     // one stream before compression
   std::vector<uint8_t> bitmap_stream, gaps_stream;
+  std::vector<uint8_t> modelled;
 };
 
 void BuildBitmap(const uint32_t* positions, size_t n, size_t chunk_len,
@@ -63,13 +71,11 @@ void BuildHighRecords(const uint16_t* xors, size_t n, std::vector<uint8_t>* raw)
 // with byte-sized gaps. See FORMAT.md "Choosing the position mode".
 constexpr double kBitmapDensity = 1.0 / 8;
 
-void EncodeChunk(const uint16_t* src, const uint16_t* dst, size_t chunk_len,
-                 const RaceEntrants& entrants, int effort, EncoderScratch* s,
-                 std::vector<uint8_t>* out) {
-  out->clear();
-  const ChangeCounts counts = ClassifyChanges(src, dst, chunk_len);
+// Appends the version-1 chunk body (FORMAT.md "Chunk") for a chunk with changes.
+void EncodeXorStreams(const uint16_t* src, const uint16_t* dst, size_t chunk_len,
+                      const ChangeCounts& counts, const RaceEntrants& entrants, int effort,
+                      EncoderScratch* s, std::vector<uint8_t>* out) {
   PutVarint(counts.changed, out);
-  if (counts.changed == 0) return;
   PutVarint(counts.high, out);
 
   const size_t n = counts.changed;
@@ -109,6 +115,46 @@ void EncodeChunk(const uint16_t* src, const uint16_t* dst, size_t chunk_len,
   }
 }
 
+// Version 1 chunk: the XOR streams, or a lone 0 when nothing changed.
+Status EncodeChunkV1(const uint16_t* src, const uint16_t* dst, size_t chunk_len,
+                     const RaceEntrants& entrants, int effort, EncoderScratch* s,
+                     std::vector<uint8_t>* out) {
+  out->clear();
+  const ChangeCounts counts = ClassifyChanges(src, dst, chunk_len);
+  if (counts.changed == 0) {
+    out->push_back(0);
+    return Status::Ok();
+  }
+  EncodeXorStreams(src, dst, chunk_len, counts, entrants, effort, s, out);
+  return Status::Ok();
+}
+
+// Version 2 chunk: a mode byte, then the coding chosen by the effort level.
+Status EncodeChunkV2(const uint16_t* src, const uint16_t* dst, size_t chunk_len,
+                     const RaceEntrants& entrants, int effort, EncoderScratch* s,
+                     std::vector<uint8_t>* out) {
+  out->clear();
+  const ChangeCounts counts = ClassifyChanges(src, dst, chunk_len);
+  if (counts.changed == 0) {
+    out->push_back(kChunkUnchanged);
+    return Status::Ok();
+  }
+  const bool try_xor_streams = effort == 0 || effort == 3;
+  const bool try_modelled = effort > 0;
+  if (try_xor_streams) {
+    out->push_back(kChunkXorStreams);
+    EncodeXorStreams(src, dst, chunk_len, counts, entrants, effort, s, out);
+  }
+  if (try_modelled) {
+    s->modelled.clear();
+    s->modelled.push_back(kChunkModelled);
+    const Status status = EncodeChunkModelled(src, dst, chunk_len, &s->modelled);
+    if (!status.ok()) return status;
+    if (out->empty() || s->modelled.size() < out->size()) out->swap(s->modelled);
+  }
+  return Status::Ok();
+}
+
 int ChunkLog(uint32_t chunk_elements) {
   int log = 0;
   while ((uint64_t{1} << log) < chunk_elements) ++log;
@@ -141,27 +187,31 @@ Status delta_compress(const uint16_t* src, const uint16_t* dst, size_t count, De
     const size_t chunk_elements = options.chunk_elements;
     const size_t num_chunks = (count + chunk_elements - 1) / chunk_elements;
     const RaceEntrants entrants = EntrantsForEffort(options.effort);
+    const bool published = options.format == Format::kArcV3;
+    const auto encode_chunk = published ? EncodeChunkV1 : EncodeChunkV2;
     const size_t num_workers = WorkerCount(options.threads, num_chunks);
     std::vector<std::unique_ptr<EncoderScratch>> scratch(num_workers);
     for (auto& s : scratch) s.reset(new EncoderScratch);
     std::vector<std::vector<uint8_t>> chunks(num_chunks);
-    std::atomic<bool> out_of_memory{false};
+    std::vector<Status> status(num_chunks);
     ParallelFor(num_chunks, num_workers, [&](size_t c, size_t worker) {
       const size_t begin = c * chunk_elements;
       const size_t len = std::min(chunk_elements, count - begin);
       try {
-        EncodeChunk(src + begin, dst + begin, len, entrants, options.effort,
-                    scratch[worker].get(), &chunks[c]);
+        status[c] = encode_chunk(src + begin, dst + begin, len, entrants, options.effort,
+                                 scratch[worker].get(), &chunks[c]);
       } catch (const std::bad_alloc&) {
-        out_of_memory = true;
+        status[c] = Status(ErrorCode::kOutOfMemory, "out of memory while encoding");
       }
     });
-    if (out_of_memory) return Status(ErrorCode::kOutOfMemory, "out of memory while encoding");
+    for (const Status& s : status) {
+      if (!s.ok()) return s;
+    }
 
     std::vector<uint8_t>& bytes = out->bytes;
     bytes.clear();
     for (const uint8_t byte : kMagic) bytes.push_back(byte);
-    bytes.push_back(kFormatVersion);
+    bytes.push_back(published ? kFormatVersionArcV3 : kFormatVersion);
     bytes.push_back(0);  // flags: reserved
     PutVarint(count, &bytes);
     bytes.push_back(static_cast<uint8_t>(chunk_log));

@@ -11,11 +11,21 @@
 namespace arc_v3 {
 
 constexpr uint8_t kMagic[4] = {'A', 'R', 'C', '3'};
-constexpr uint8_t kFormatVersion = 1;
+// Version 1: ARCv3 as published (Format::kArcV3 still writes it). Version 2 adds a mode
+// byte to every chunk and the context-modelled chunk coder (Format::kDefault).
+constexpr uint8_t kFormatVersionArcV3 = 1;
+constexpr uint8_t kFormatVersion = 2;
 constexpr uint8_t kMinChunkLog = 10;
 constexpr uint8_t kMaxChunkLog = 24;
 // Varints in this format never exceed 64 bits (10 bytes of LEB128).
 constexpr int kMaxVarintBytes = 10;
+
+// Version 2: the first byte of every chunk.
+enum ChunkMode : uint8_t {
+  kChunkUnchanged = 0,  // no element changed; the chunk is this byte
+  kChunkXorStreams = 1,  // the version-1 chunk body follows (Changed_Count > 0)
+  kChunkModelled = 2,    // the context-modelled coding follows (model_coder.h)
+};
 
 // Chunk layout byte: bits 0-1 select how positions are coded; bits 2-7 are reserved.
 enum PositionMode : uint8_t {

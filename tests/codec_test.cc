@@ -40,13 +40,24 @@ Delta RoundTrip(const std::vector<uint16_t>& src, const std::vector<uint16_t>& d
   REQUIRE(in_place == dst);
 
   PayloadStats stats;
-  REQUIRE(delta_stats(delta.bytes.data(), delta.bytes.size(), &stats).ok());
+  REQUIRE(delta_stats(src.data(), src.size(), delta.bytes.data(), delta.bytes.size(), &stats).ok());
   const ChangeCounts truth = ref::ClassifyChanges(src.data(), dst.data(), src.size());
   CHECK(stats.info.element_count == src.size());
+  CHECK(stats.counts_known);
   CHECK(stats.changed == truth.changed);
   CHECK(stats.exponent_or_sign == truth.high);
-  CHECK(stats.position_bytes + stats.mantissa_bytes + stats.high_bytes + stats.overhead_bytes ==
+  CHECK(stats.position_bytes + stats.mantissa_bytes + stats.high_bytes + stats.modelled_bytes +
+            stats.overhead_bytes ==
         delta.bytes.size());
+  CHECK(stats.chunk_modes[0] + stats.chunk_modes[1] + stats.chunk_modes[2] ==
+        stats.info.chunk_count);
+
+  // Without the base, modelled chunks can be measured but not counted.
+  PayloadStats blind;
+  REQUIRE(delta_stats(delta.bytes.data(), delta.bytes.size(), &blind).ok());
+  CHECK(blind.modelled_bytes == stats.modelled_bytes);
+  CHECK(blind.counts_known == (stats.chunk_modes[2] == 0));
+  if (blind.counts_known) CHECK(blind.changed == stats.changed);
   return delta;
 }
 
@@ -116,7 +127,25 @@ TEST_CASE("round trip: every effort, format and thread count gives the same resu
     CHECK(one.bytes == three.bytes);
     options.format = Format::kArcV3;
     const Delta published = RoundTrip(src, dst, options);
-    CHECK(published.bytes.size() > 0);
+    PayloadInfo info;
+    REQUIRE(delta_inspect(published.bytes.data(), published.bytes.size(), &info).ok());
+    CHECK(info.format_version == 1);  // the published scheme keeps format version 1
+    REQUIRE(delta_inspect(one.bytes.data(), one.bytes.size(), &info).ok());
+    CHECK(info.format_version == FormatVersion());
+  }
+}
+
+TEST_CASE("the default format is smaller than ARCv3 as published on weight-like deltas") {
+  for (const double density : {0.002, 0.02, 0.1}) {
+    std::vector<uint16_t> src, dst;
+    MakeDelta(1 << 18, Mix{density}, 77, &src, &dst);
+    Options published;
+    published.format = Format::kArcV3;
+    const Delta arcv3 = RoundTrip(src, dst, published);
+    const Delta modelled = RoundTrip(src, dst);
+    INFO("density ", density, ": ARCv3 ", arcv3.bytes.size(), " bytes, default ",
+         modelled.bytes.size(), " bytes");
+    CHECK(modelled.bytes.size() < arcv3.bytes.size());
   }
 }
 
@@ -139,6 +168,7 @@ TEST_CASE("higher effort is never larger on realistic data") {
   for (const int effort : {0, 1, 2, 3}) {
     Options options;
     options.effort = effort;
+    options.format = Format::kArcV3;
     Delta delta;
     REQUIRE(delta_compress(src.data(), dst.data(), src.size(), &delta, options).ok());
     INFO("effort ", effort, ": ", delta.bytes.size(), " bytes");

@@ -25,6 +25,9 @@ using OrderedJson = nlohmann::ordered_json;
 
 // zstd level of the generic coder: fast, and XORs of float tensors gain little beyond it.
 constexpr int kZstdLevel = 3;
+constexpr int kManifestLevel = 9;
+// Bounds the memory a hostile manifest can make the reader allocate.
+constexpr uint64_t kMaxManifestBytes = uint64_t{1} << 30;
 
 void PutU16(uint16_t v, uint8_t* p) {
   p[0] = static_cast<uint8_t>(v);
@@ -426,7 +429,12 @@ std::vector<uint8_t> SerializeHeaderAndManifest(const Manifest& m, uint64_t data
   root["files"] = std::move(files);
   root["removed_files"] = m.removed_files;
   root["removed_tensors"] = m.removed_tensors;
-  const std::string json = root.dump();
+  const std::string text = root.dump();
+  // The manifest is mostly names and hex checksums: zstd shrinks it about 3x, which
+  // matters for small, sparse deltas.
+  std::vector<uint8_t> json(ZSTD_compressBound(text.size()));
+  const size_t packed = ZSTD_compress(json.data(), json.size(), text.data(), text.size(), kManifestLevel);
+  json.resize(ZSTD_isError(packed) ? 0 : packed);  // cannot fail with a bound-sized buffer
 
   std::vector<uint8_t> out(kHeaderSize + json.size());
   std::memcpy(out.data(), kMagic, 4);
@@ -481,7 +489,15 @@ Status Reader::Open(std::unique_ptr<ByteSource> source, Reader* reader) {
   if (Hash(text, manifest_size) != manifest_hash) {
     return Status(ErrorCode::kCorruptHeader, "delta manifest checksum mismatch (corrupt file)");
   }
-  const Json root = Json::parse(text, text + manifest_size, nullptr, /*allow_exceptions=*/false);
+  const unsigned long long raw_size = ZSTD_getFrameContentSize(text, manifest_size);
+  if (raw_size == ZSTD_CONTENTSIZE_ERROR || raw_size == ZSTD_CONTENTSIZE_UNKNOWN ||
+      raw_size > kMaxManifestBytes) {
+    return Corrupt("not a zstd frame with a content size of at most 1 GiB");
+  }
+  std::string json(raw_size, '\0');
+  const size_t n = ZSTD_decompress(json.data(), json.size(), text, manifest_size);
+  if (ZSTD_isError(n) || n != raw_size) return Corrupt("zstd frame does not decode");
+  const Json root = Json::parse(json, nullptr, /*allow_exceptions=*/false);
   if (root.is_discarded()) return Corrupt("not valid JSON");
   try {
     reader->manifest_ = ManifestFromJson(root, data_size);

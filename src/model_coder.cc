@@ -1,13 +1,12 @@
 // Context-modelled chunk coder (see model_coder.h for the model in short).
 //
-// Chunk bytes:
-//   byte 0   bits 0-2: log2(block size) - kMinModelBlockLog; bits 3-6: reserved (0);
-//            bit 7: "no element changed" -- then the chunk is this one byte.
+// Chunk bytes (a chunk without changes is 0 bytes):
+//   byte 0   bits 0-2: log2(block size) - kMinModelBlockLog; bits 3-7: reserved (0).
 //   byte 1   L: the chunk's rate prior, 4 * log2(sum of element rates / changes), which
 //            seeds every probability (so small chunks do not pay to learn them).
 //   then     one range-coded stream (LZMA-style binary range coder, 16-bit
-//            probabilities): its first byte is always 0, and it ends exactly at the chunk's
-//            end.
+//            probabilities) without its first byte (always 0) and without trailing zero
+//            bytes (the decoder reads zeros past the end); it never ends in a 0 byte.
 // Encoder and decoder run the same templated walk (CodeChunk), so the contexts cannot
 // drift apart.
 #include "src/model_coder.h"
@@ -18,6 +17,14 @@
 #include <memory>
 #include <string>
 
+#ifdef ARC_V3_MODEL_STATS
+#include <cmath>
+double g_cost[4];
+int g_cat;
+#define STAT_CAT(c) (g_cat = (c))
+#else
+#define STAT_CAT(c) ((void)0)
+#endif
 namespace arc_v3 {
 namespace {
 
@@ -72,8 +79,18 @@ constexpr int kProbBits = 16;
 constexpr uint32_t kProbOne = 1u << kProbBits;
 constexpr uint16_t kProbMin = 48, kProbMax = kProbOne - 48;
 
+// Adaptation is fast while a context is young and slows to 2^-limit: a context that has
+// seen n bits moves by about 1/(n + 2) (shift floor(log2(n + 2))). A prior that deserves
+// trust starts with a larger n.
 struct Prob {
   uint16_t p;
+  uint8_t n;
+  uint8_t limit;
+  void Set(uint16_t prob, int seen, int max_shift) {
+    p = prob;
+    n = static_cast<uint8_t>(seen);
+    limit = static_cast<uint8_t>(max_shift);
+  }
 };
 
 inline uint16_t ClampProb(uint64_t p) {
@@ -87,16 +104,31 @@ inline uint16_t ProbFromLog(int q) {
   return ClampProb((x << kProbBits) / (x + 65536));
 }
 
-template <int kShift>
-inline void Update(Prob* prob, int bit) {
-  if (bit) {
-    prob->p = static_cast<uint16_t>(prob->p + ((kProbOne - prob->p) >> kShift));
-  } else {
-    prob->p = static_cast<uint16_t>(prob->p - (prob->p >> kShift));
+struct ShiftTable {
+  uint8_t shift[256];
+  ShiftTable() {
+    for (int n = 0; n < 256; ++n) shift[n] = static_cast<uint8_t>(31 - __builtin_clz(n + 2));
   }
+};
+const ShiftTable& Shifts() {
+  static const ShiftTable table;
+  return table;
 }
 
-constexpr int kShift = 5;
+// p stays in [1, 65535] for every shift >= 1, so neither coder interval ever empties.
+inline void Update(Prob* prob, int bit) {
+  const int shift = std::min<int>(Shifts().shift[prob->n], prob->limit);
+  if (bit) {
+    prob->p = static_cast<uint16_t>(prob->p + ((kProbOne - prob->p) >> shift));
+  } else {
+    prob->p = static_cast<uint16_t>(prob->p - (prob->p >> shift));
+  }
+  prob->n = static_cast<uint8_t>(prob->n + (prob->n < 255));
+}
+
+// Priors' weights (initial n) and final adaptation shifts, per kind of decision.
+constexpr int kPositionSeen = 14, kPositionShift = 7;
+constexpr int kValueSeen = 2, kValueShift = 7;
 
 // ---------------------------------------------------------------------------------------
 // Range coder (the LZMA construction with 16-bit probabilities).
@@ -104,7 +136,7 @@ constexpr uint32_t kTopValue = 1u << 24;
 
 class RangeEncoder {
  public:
-  explicit RangeEncoder(std::vector<uint8_t>* out) : out_(out) {}
+  explicit RangeEncoder(std::vector<uint8_t>* out) : out_(out), start_(out->size()) {}
 
   inline void Encode(Prob* prob, int bit) {
     const uint32_t bound = (range_ >> kProbBits) * prob->p;
@@ -114,15 +146,26 @@ class RangeEncoder {
       low_ += bound;
       range_ -= bound;
     }
-    Update<kShift>(prob, bit);
+    Update(prob, bit);
     while (range_ < kTopValue) {
       range_ <<= 8;
       ShiftLow();
     }
   }
 
+  // Ends the stream with the value in [low, low + range) that has the most trailing zero
+  // bits, then drops the trailing zero bytes: the decoder reads zeros past the end.
   void Finish() {
+    for (int k = 32; k >= 0; --k) {
+      const uint64_t mask = (uint64_t{1} << k) - 1;
+      const uint64_t value = (low_ + mask) & ~mask;
+      if (value < low_ + range_) {
+        low_ = value;
+        break;
+      }
+    }
     for (int i = 0; i < 5; ++i) ShiftLow();
+    while (out_->size() > start_ && out_->back() == 0) out_->pop_back();
   }
 
  private:
@@ -131,7 +174,12 @@ class RangeEncoder {
       const uint8_t carry = static_cast<uint8_t>(low_ >> 32);
       uint8_t byte = cache_;
       do {
-        out_->push_back(static_cast<uint8_t>(byte + carry));
+        // The very first byte is always 0 (the interval starts inside [0, 2^32)): omitted.
+        if (skip_first_) {
+          skip_first_ = false;
+        } else {
+          out_->push_back(static_cast<uint8_t>(byte + carry));
+        }
         byte = 0xFF;
       } while (--cache_size_ != 0);
       cache_ = static_cast<uint8_t>(low_ >> 24);
@@ -141,16 +189,17 @@ class RangeEncoder {
   }
 
   std::vector<uint8_t>* out_;
+  size_t start_;
   uint64_t low_ = 0;
   uint32_t range_ = 0xFFFFFFFFu;
   uint8_t cache_ = 0;
   uint64_t cache_size_ = 1;
+  bool skip_first_ = true;
 };
 
 class RangeDecoder {
  public:
   RangeDecoder(const uint8_t* begin, const uint8_t* end) : next_(begin), end_(end) {
-    first_ = NextByte();
     for (int i = 0; i < 4; ++i) code_ = (code_ << 8) | NextByte();
   }
 
@@ -165,7 +214,7 @@ class RangeDecoder {
       range_ -= bound;
       bit = 0;
     }
-    Update<kShift>(prob, bit);
+    Update(prob, bit);
     while (range_ < kTopValue) {
       range_ <<= 8;
       code_ = (code_ << 8) | NextByte();
@@ -173,24 +222,17 @@ class RangeDecoder {
     return bit;
   }
 
-  // The encoder's first byte is always 0, and a valid stream keeps code < range.
-  bool Consistent() const { return first_ == 0 && code_ < range_; }
-  bool Overran() const { return overrun_ != 0; }
-  bool AtEnd() const { return next_ == end_; }
+  // A valid stream keeps code < range, and the decoder reads all of it (the zeros it
+  // reads past the end are the ones the encoder dropped).
+  bool Valid() const { return code_ < range_ && next_ == end_; }
 
  private:
-  inline uint32_t NextByte() {
-    if (next_ < end_) return *next_++;
-    ++overrun_;
-    return 0;
-  }
+  inline uint32_t NextByte() { return next_ < end_ ? *next_++ : 0; }
 
   const uint8_t* next_;
   const uint8_t* end_;
   uint32_t code_ = 0;
   uint32_t range_ = 0xFFFFFFFFu;
-  uint32_t first_ = 0;
-  size_t overrun_ = 0;
 };
 
 // ---------------------------------------------------------------------------------------
@@ -214,23 +256,28 @@ struct Model {
   explicit Model(int L) {
     for (int b = 0; b < kBlockBuckets; ++b) {
       const uint16_t p = ProbFromLog(b - L);
-      for (int n = 0; n < kNeighbourStates; ++n) block[b][n].p = p;
+      for (auto& prob : block[b]) prob.Set(p, kPositionSeen, kPositionShift);
     }
     for (int level = 0; level < kDensityLevels; ++level) {
       for (int t = 0; t < kRatioBuckets; ++t) {
         // Before the first change of a block known to change, the chance that it is
         // this element is about its share of the remaining rate, 2^-(t/4).
-        first[level][t].p = ClampProb(Pow2Q4(-t));
+        first[level][t].Set(ClampProb(Pow2Q4(-t)), kPositionSeen, kPositionShift);
       }
-      for (int a = 0; a < kRateLogs; ++a) more[level][a].p = ProbFromLog(4 * a - L);
+      for (int a = 0; a < kRateLogs; ++a) {
+        more[level][a].Set(ProbFromLog(4 * a - L), kPositionSeen, kPositionShift);
+      }
     }
     // |d| = 1 for ~90% of changes, and each further class is rarer.
     for (int a = 0; a < kRateLogs; ++a) {
-      for (int j = 0; j < kUnaryBits; ++j) unary[a][j].p = ClampProb(j == 0 ? 7000 : 24000);
-      sign[0][a].p = sign[1][a].p = kProbOne / 2;
+      for (int j = 0; j < kUnaryBits; ++j) {
+        unary[a][j].Set(j == 0 ? 7000 : 24000, kValueSeen, kValueShift);
+      }
+      sign[0][a].Set(kProbOne / 2, kValueSeen, kValueShift);
+      sign[1][a].Set(kProbOne / 2, kValueSeen, kValueShift);
     }
     for (auto& row : bits) {
-      for (auto& prob : row) prob.p = kProbOne / 2;
+      for (auto& prob : row) prob.Set(kProbOne / 2, kValueSeen, kValueShift);
     }
   }
 };
@@ -253,6 +300,7 @@ inline uint16_t CodeValue(Io* io, Model* model, uint16_t prev, uint16_t next) {
   const uint32_t magnitude_in = static_cast<uint32_t>(d < 0 ? -d : d);
   const int class_in = magnitude_in ? 31 - __builtin_clz(magnitude_in) : 0;
 
+  STAT_CAT(3);
   int cls = 0;
   while (cls < kUnaryBits && io->Code(&model->unary[a][cls], class_in > cls)) ++cls;
   uint32_t magnitude = 1;
@@ -276,6 +324,7 @@ void CodeChunk(const uint16_t* src, size_t len, int log2_block, int L, Io* io) {
     for (size_t i = begin; i < end; ++i) sum += rates.rate[ExponentOf(src[i])];
     const int bucket = std::min(Log2Q4(sum), kBlockBuckets - 1);
     const int neighbours = (recent & 1) + (recent >> 1);
+    STAT_CAT(0);
     const int any = io->Code(&model->block[bucket][neighbours], io->BlockChanged(begin, end));
     recent = ((recent << 1) | any) & 3;
     if (!any) continue;
@@ -285,6 +334,7 @@ void CodeChunk(const uint16_t* src, size_t len, int log2_block, int L, Io* io) {
     // element is implied.
     uint64_t remaining = sum;
     for (; i + 1 < end; ++i) {
+      STAT_CAT(1);
       const int a = rates.log[ExponentOf(src[i])];
       const int ratio = std::min(Log2Q4(remaining >> a), kRatioBuckets - 1);
       if (io->Code(&model->first[level][ratio], io->Changed(i))) break;
@@ -293,6 +343,7 @@ void CodeChunk(const uint16_t* src, size_t len, int log2_block, int L, Io* io) {
     io->Emit(i, CodeValue(io, model.get(), src[i], io->Target(i)));
     for (++i; i < end; ++i) {
       const int a = rates.log[ExponentOf(src[i])];
+      STAT_CAT(2);
       if (io->Code(&model->more[level][a], io->Changed(i))) {
         io->Emit(i, CodeValue(io, model.get(), src[i], io->Target(i)));
       }
@@ -305,6 +356,9 @@ class EncoderIo {
   EncoderIo(const uint16_t* src, const uint16_t* dst, std::vector<uint8_t>* out)
       : src_(src), dst_(dst), coder_(out) {}
   inline int Code(Prob* prob, int bit) {
+#ifdef ARC_V3_MODEL_STATS
+    g_cost[g_cat] += -std::log2((bit ? prob->p : 65536 - prob->p) / 65536.0);
+#endif
     coder_.Encode(prob, bit);
     return bit;
   }
@@ -345,9 +399,8 @@ class DecoderIo {
   std::vector<uint16_t>* xors_;
 };
 
-constexpr uint8_t kEmptyFlag = 0x80;
 constexpr uint8_t kBlockLogMask = 0x07;
-constexpr uint8_t kReservedMask = 0x78;
+constexpr uint8_t kReservedMask = 0xF8;
 
 // Block size for a density: about one expected change per two blocks keeps the block
 // decisions informative and the per-element decisions few.
@@ -377,10 +430,7 @@ Status EncodeChunkModelledWithBlock(const uint16_t* src, const uint16_t* dst, si
     changes += src[i] != dst[i];
     rate_sum += rates.rate[ExponentOf(src[i])];
   }
-  if (changes == 0) {
-    out->push_back(kEmptyFlag);
-    return Status::Ok();
-  }
+  if (changes == 0) return Status::Ok();  // the empty chunk
   // rate_sum >= len >= changes, so L >= 0 up to the Log2Q4 rounding; <= 4 * 57.
   const int L = std::min(std::max(Log2Q4(rate_sum) - Log2Q4(changes), 0), 255);
   out->push_back(static_cast<uint8_t>(log2_block - kMinModelBlockLog));
@@ -412,17 +462,10 @@ Status DecodeChunkModelled(const uint16_t* src, size_t len, const uint8_t* bytes
   }
   positions->clear();
   xors->clear();
-  if (size == 0) return Status(ErrorCode::kTruncated, "modelled chunk: no header");
+  if (size == 0) return Status::Ok();  // nothing changed
   const uint8_t layout = bytes[0];
   if (layout & kReservedMask) {
     return Status(ErrorCode::kCorruptChunk, "modelled chunk: reserved bits set");
-  }
-  if (layout & kEmptyFlag) {
-    if (layout != kEmptyFlag) {
-      return Status(ErrorCode::kCorruptChunk, "modelled chunk: empty chunk with a layout");
-    }
-    if (size != 1) return Status(ErrorCode::kCorruptChunk, "modelled chunk: trailing bytes");
-    return Status::Ok();
   }
   const int log2_block = (layout & kBlockLogMask) + kMinModelBlockLog;
   if (log2_block > kMaxModelBlockLog) {
@@ -433,12 +476,9 @@ Status DecodeChunkModelled(const uint16_t* src, size_t len, const uint8_t* bytes
   const int L = bytes[1];
   DecoderIo io(bytes + 2, bytes + size, positions, xors);
   CodeChunk(src, len, log2_block, L, &io);
-  if (io.coder().Overran()) {
-    positions->clear();
-    xors->clear();
-    return Status(ErrorCode::kTruncated, "modelled chunk: range-coded stream truncated");
-  }
-  if (!io.coder().AtEnd() || !io.coder().Consistent()) {
+  // The encoder never ends a stream with a zero byte, and never codes a chunk without
+  // changes.
+  if (!io.coder().Valid() || (size > 2 && bytes[size - 1] == 0) || positions->empty()) {
     positions->clear();
     xors->clear();
     return Status(ErrorCode::kCorruptChunk, "modelled chunk: inconsistent range-coded stream");

@@ -37,20 +37,19 @@ constexpr int kMaxRateLog = 32;
 constexpr int kRateLogs = kMaxRateLog + 1;
 
 struct RateTables {
-  uint8_t log[256];   // by exponent field
+  uint8_t log[256];  // by exponent field
   uint64_t rate[256];
-  RateTables() {
-    for (int e = 0; e < 256; ++e) {
-      const int a = std::min(std::max(kRateTop - e, 0), kMaxRateLog);
-      log[e] = static_cast<uint8_t>(a);
-      rate[e] = uint64_t{1} << a;
-    }
-  }
 };
-const RateTables& Rates() {
-  static const RateTables tables;
+constexpr RateTables MakeRateTables() {
+  RateTables tables{};
+  for (int e = 0; e < 256; ++e) {
+    const int a = std::min(std::max(kRateTop - e, 0), kMaxRateLog);
+    tables.log[e] = static_cast<uint8_t>(a);
+    tables.rate[e] = uint64_t{1} << a;
+  }
   return tables;
 }
+constexpr RateTables kRates = MakeRateTables();
 
 inline int ExponentOf(uint16_t bits) { return (bits >> 7) & 0xFF; }
 
@@ -104,20 +103,24 @@ inline uint16_t ProbFromLog(int q) {
   return ClampProb((x << kProbBits) / (x + 65536));
 }
 
+// floor(log2(n + 2)) for n < 256.
 struct ShiftTable {
   uint8_t shift[256];
-  ShiftTable() {
-    for (int n = 0; n < 256; ++n) shift[n] = static_cast<uint8_t>(31 - __builtin_clz(n + 2));
-  }
 };
-const ShiftTable& Shifts() {
-  static const ShiftTable table;
+constexpr ShiftTable MakeShiftTable() {
+  ShiftTable table{};
+  for (int n = 0; n < 256; ++n) {
+    int shift = 0;
+    while ((2 << shift) <= n + 2) ++shift;
+    table.shift[n] = static_cast<uint8_t>(shift);
+  }
   return table;
 }
+constexpr ShiftTable kShifts = MakeShiftTable();
 
 // p stays in [1, 65535] for every shift >= 1, so neither coder interval ever empties.
 inline void Update(Prob* prob, int bit) {
-  const int shift = std::min<int>(Shifts().shift[prob->n], prob->limit);
+  const int shift = std::min<int>(kShifts.shift[prob->n], prob->limit);
   if (bit) {
     prob->p = static_cast<uint16_t>(prob->p + ((kProbOne - prob->p) >> shift));
   } else {
@@ -239,34 +242,37 @@ class RangeDecoder {
 // The model's contexts.
 constexpr int kBlockBuckets = 4 * 48;  // Log2Q4 of S <= 2^8 * 2^32, with room
 constexpr int kNeighbourStates = 3;    // non-empty blocks among the previous two
-constexpr int kDensityLevels = 4;      // expected changes per block, coarsely
-constexpr int kRatioBuckets = 64;      // Log2Q4 of (remaining rate / own rate)
+constexpr int kNodeLevels = 16;        // expected changes in a node, by octaves
+constexpr int kSplitBuckets = 64;      // the left half's share of the node's rate
+constexpr int kAlsoBuckets = 96;       // expected changes in the right half
 constexpr int kUnaryBits = 15;         // |d| < 2^16: log2 class 0..15
 
 struct Model {
   Prob block[kBlockBuckets][kNeighbourStates];
-  Prob first[kDensityLevels][kRatioBuckets];  // before the block's first change
-  Prob more[kDensityLevels][kRateLogs];       // after it
+  Prob split[kNodeLevels][kSplitBuckets];  // left half changed | node changed
+  Prob also[kAlsoBuckets];                 // right half changed | left half changed
   Prob unary[kRateLogs][kUnaryBits];
   Prob bits[16][16];  // [log2 class][bit position]
   Prob sign[2][kRateLogs];
 
-  // Priors from the chunk's rate prior L: a block or element with summed rate S
-  // expects x = S / 2^(L/4) changes.
+  // Priors from the chunk's rate prior L: elements with summed rate S expect
+  // x = S / 2^(L/4) changes.
   explicit Model(int L) {
     for (int b = 0; b < kBlockBuckets; ++b) {
       const uint16_t p = ProbFromLog(b - L);
       for (auto& prob : block[b]) prob.Set(p, kPositionSeen, kPositionShift);
     }
-    for (int level = 0; level < kDensityLevels; ++level) {
-      for (int t = 0; t < kRatioBuckets; ++t) {
-        // Before the first change of a block known to change, the chance that it is
-        // this element is about its share of the remaining rate, 2^-(t/4).
-        first[level][t].Set(ClampProb(Pow2Q4(-t)), kPositionSeen, kPositionShift);
+    for (auto& level : split) {
+      // Few expected changes: the change is in the left half with the chance of its
+      // share of the rate.
+      for (int t = 0; t < kSplitBuckets; ++t) {
+        const uint64_t share = Pow2Q4(-(t < 32 ? 31 - t : t - 32));
+        level[t].Set(ClampProb(t < 32 ? share : kProbOne - share), kPositionSeen,
+                     kPositionShift);
       }
-      for (int a = 0; a < kRateLogs; ++a) {
-        more[level][a].Set(ProbFromLog(4 * a - L), kPositionSeen, kPositionShift);
-      }
+    }
+    for (int t = 0; t < kAlsoBuckets; ++t) {
+      also[t].Set(ProbFromLog(t - 64), kPositionSeen, kPositionShift);
     }
     // |d| = 1 for ~90% of changes, and each further class is rarer.
     for (int a = 0; a < kRateLogs; ++a) {
@@ -282,18 +288,13 @@ struct Model {
   }
 };
 
-inline int DensityLevel(int block_bucket, int L) {
-  const int q = block_bucket - L;  // 4 * log2(expected changes in the block)
-  return q < -12 ? 0 : q < -4 ? 1 : q < 4 ? 2 : 3;
-}
-
 // The walk shared by encoder and decoder. `Io` supplies the truth when encoding
-// (Changed, BlockChanged, Target) and receives the result when decoding (Emit); its
+// (BlockChanged, NodeChanged, Target) and receives the result when decoding (Emit); its
 // Code(prob, bit) encodes `bit` and returns it, or decodes and returns a bit.
 template <class Io>
 inline uint16_t CodeValue(Io* io, Model* model, uint16_t prev, uint16_t next) {
   const uint16_t key = MonotoneKey(prev);
-  const int a = Rates().log[ExponentOf(prev)];
+  const int a = kRates.log[ExponentOf(prev)];
   // Encoder side: d in [-32768, 32767] \ {0}, as magnitude and sign.
   const int d = static_cast<int16_t>(static_cast<uint16_t>(MonotoneKey(next) - key));
   const int negative_in = d < 0;
@@ -312,42 +313,62 @@ inline uint16_t CodeValue(Io* io, Model* model, uint16_t prev, uint16_t next) {
   return static_cast<uint16_t>(prev ^ FromMonotoneKey(static_cast<uint16_t>(key + step)));
 }
 
+// Codes the changes of elements [begin, end) of a block, known to hold at least one:
+// whether the left half has one (from its share of the node's rate), and if so whether
+// the right half has one too (from its own rate). `prefix` holds the block's prefix rate
+// sums, indexed from the block's start `base`.
+template <class Io>
+void CodeNode(Io* io, Model* model, const uint16_t* src, const uint64_t* prefix, size_t base,
+              size_t begin, size_t end, int L) {
+  while (end - begin > 1) {
+    const size_t mid = begin + (end - begin) / 2;
+    const uint64_t left = prefix[mid - base] - prefix[begin - base];
+    const uint64_t right = prefix[end - base] - prefix[mid - base];
+    const int whole = Log2Q4(left + right);
+    const int level = std::min(std::max((whole - L + 48) >> 2, 0), kNodeLevels - 1);
+    const int t = left <= right ? 31 - std::min(whole - Log2Q4(left), 31)
+                                : 32 + std::min(whole - Log2Q4(right), 31);
+    STAT_CAT(1);
+    if (!io->Code(&model->split[level][t], io->NodeChanged(begin, mid))) {
+      begin = mid;  // the change is on the right
+      continue;
+    }
+    const int q = std::min(std::max(Log2Q4(right) - L + 64, 0), kAlsoBuckets - 1);
+    STAT_CAT(2);
+    if (!io->Code(&model->also[q], io->NodeChanged(mid, end))) {
+      end = mid;
+      continue;
+    }
+    CodeNode(io, model, src, prefix, base, begin, mid, L);  // left first: ascending
+    begin = mid;
+  }
+  io->Emit(begin, CodeValue(io, model, src[begin], io->Target(begin)));
+}
+
+// Positions come out ascending: a left half is finished before its right half.
 template <class Io>
 void CodeChunk(const uint16_t* src, size_t len, int log2_block, int L, Io* io) {
   auto model = std::make_unique<Model>(L);
-  const RateTables& rates = Rates();
   const size_t block = size_t{1} << log2_block;
+  uint64_t prefix[(size_t{1} << kMaxModelBlockLog) + 1];
   int recent = 0;  // bit 0: previous block changed, bit 1: the one before
   for (size_t begin = 0; begin < len; begin += block) {
     const size_t end = std::min(begin + block, len);
     uint64_t sum = 0;
-    for (size_t i = begin; i < end; ++i) sum += rates.rate[ExponentOf(src[i])];
+    for (size_t i = begin; i < end; ++i) sum += kRates.rate[ExponentOf(src[i])];
     const int bucket = std::min(Log2Q4(sum), kBlockBuckets - 1);
     const int neighbours = (recent & 1) + (recent >> 1);
     STAT_CAT(0);
     const int any = io->Code(&model->block[bucket][neighbours], io->BlockChanged(begin, end));
     recent = ((recent << 1) | any) & 3;
     if (!any) continue;
-    const int level = DensityLevel(bucket, L);
-    size_t i = begin;
-    // Until the first change: the remaining rate includes this element's, so the last
-    // element is implied.
-    uint64_t remaining = sum;
-    for (; i + 1 < end; ++i) {
-      STAT_CAT(1);
-      const int a = rates.log[ExponentOf(src[i])];
-      const int ratio = std::min(Log2Q4(remaining >> a), kRatioBuckets - 1);
-      if (io->Code(&model->first[level][ratio], io->Changed(i))) break;
-      remaining -= uint64_t{1} << a;
+    prefix[0] = 0;
+    for (size_t i = begin; i < end; ++i) {
+      prefix[i - begin + 1] = prefix[i - begin] + kRates.rate[ExponentOf(src[i])];
     }
-    io->Emit(i, CodeValue(io, model.get(), src[i], io->Target(i)));
-    for (++i; i < end; ++i) {
-      const int a = rates.log[ExponentOf(src[i])];
-      STAT_CAT(2);
-      if (io->Code(&model->more[level][a], io->Changed(i))) {
-        io->Emit(i, CodeValue(io, model.get(), src[i], io->Target(i)));
-      }
-    }
+    io->BeginBlock(begin, end);
+    CodeNode(io, model.get(), src, prefix, begin, begin, end, L);
+    io->EndBlock();
   }
 }
 
@@ -367,12 +388,25 @@ class EncoderIo {
     for (size_t i = begin; i < end; ++i) diff |= src_[i] ^ dst_[i];
     return diff != 0;
   }
-  inline int Changed(size_t i) const { return src_[i] != dst_[i]; }
+  // Prefix counts of the block's changes, for NodeChanged.
+  inline void BeginBlock(size_t begin, size_t end) {
+    base_ = begin;
+    counts_[0] = 0;
+    for (size_t i = begin; i < end; ++i) {
+      counts_[i - begin + 1] = counts_[i - begin] + (src_[i] != dst_[i]);
+    }
+  }
+  inline void EndBlock() {}
+  inline int NodeChanged(size_t begin, size_t end) const {
+    return counts_[end - base_] != counts_[begin - base_];
+  }
   inline uint16_t Target(size_t i) const { return dst_[i]; }
   inline void Emit(size_t, uint16_t) {}
   void Finish() { coder_.Finish(); }
 
  private:
+  size_t base_ = 0;
+  uint16_t counts_[(size_t{1} << kMaxModelBlockLog) + 1];
   const uint16_t* src_;
   const uint16_t* dst_;
   RangeEncoder coder_;
@@ -385,7 +419,9 @@ class DecoderIo {
       : coder_(begin, end), positions_(positions), xors_(xors) {}
   inline int Code(Prob* prob, int) { return coder_.Decode(prob); }
   inline int BlockChanged(size_t, size_t) const { return 0; }
-  inline int Changed(size_t) const { return 0; }
+  inline void BeginBlock(size_t, size_t) {}
+  inline void EndBlock() {}
+  inline int NodeChanged(size_t, size_t) const { return 0; }
   inline uint16_t Target(size_t) const { return 0; }
   inline void Emit(size_t i, uint16_t x) {
     positions_->push_back(static_cast<uint32_t>(i));
@@ -423,12 +459,11 @@ Status EncodeChunkModelledWithBlock(const uint16_t* src, const uint16_t* dst, si
   if (log2_block < kMinModelBlockLog || log2_block > kMaxModelBlockLog) {
     return Status(ErrorCode::kInvalidArgument, "EncodeChunkModelled: bad block size");
   }
-  const RateTables& rates = Rates();
-  size_t changes = 0;
+    size_t changes = 0;
   uint64_t rate_sum = 0;
   for (size_t i = 0; i < len; ++i) {
     changes += src[i] != dst[i];
-    rate_sum += rates.rate[ExponentOf(src[i])];
+    rate_sum += kRates.rate[ExponentOf(src[i])];
   }
   if (changes == 0) return Status::Ok();  // the empty chunk
   // rate_sum >= len >= changes, so L >= 0 up to the Log2Q4 rounding; <= 4 * 57.

@@ -210,11 +210,12 @@ def delta_decompress(src, compressed_diff, checksum, compression_format="arc_v3"
         if s.kind == "raw":
             return _ext.decompress_to_bytes(s.buf, payload, checksum, threads)
         if s.kind == "torch":
-            torch = _torch_module(src)
-            result = torch.empty(s.shape, dtype=torch.bfloat16)
-            _ext.decompress_into(s.buf, payload, checksum, result.view(torch.int16).numpy(),
-                                 threads)
-            return result
+            # The memory comes from numpy, which asks for transparent huge pages on large
+            # arrays: first-touch page faults on a fresh torch.empty cost more than the
+            # decode itself (measured 150 ms vs 19 ms for 32 MB, python/bench).
+            values = np.empty(s.shape, dtype=np.int16)
+            _ext.decompress_into(s.buf, payload, checksum, values, threads)
+            return _torch_module(src).from_numpy(values).view(_torch_module(src).bfloat16)
         result = np.empty(s.shape, dtype=s.buf.dtype)
         _ext.decompress_into(s.buf, payload, checksum, result, threads)
         return result

@@ -14,6 +14,10 @@ import torch
 CORPUS = os.environ.get("ARC_V3_CORPUS", os.path.join(
     os.path.dirname(__file__), "..", "..", "..", "shared", "corpus"))
 
+# A wrong base is caught by the checksum, or earlier by a context-modelled format whose
+# decoding depends on the base (it then fails as an inconsistent chunk).
+WRONG_BASE_ERRORS = ("checksum_mismatch", "corrupt_chunk")
+
 
 def bf16_step(shape, lr=1e-5, seed=0, scale=0.02):
     """(prev, next) BF16 tensors: weights ~N(0, scale), one Adam-like step of size ~lr."""

@@ -1,0 +1,330 @@
+// Tests of the context-modelled chunk coder (src/model_coder.h): the monotone key, exact
+// round trips on random and structured data for every block size, determinism, robustness
+// against truncated / flipped / arbitrary bytes, and that the model beats a plain
+// positions-and-mantissas baseline on realistic updates.
+#include "src/model_coder.h"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+namespace arc_v3 {
+namespace {
+
+float Bf16ToFloat(uint16_t bits) {
+  const uint32_t wide = static_cast<uint32_t>(bits) << 16;
+  float value;
+  std::memcpy(&value, &wide, sizeof(value));
+  return value;
+}
+
+// Round to nearest even, as PyTorch casts FP32 to BF16 (inputs here are finite).
+uint16_t FloatToBf16(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof(bits));
+  bits += 0x7FFF + ((bits >> 16) & 1);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+struct Decoded {
+  Status status;
+  std::vector<uint32_t> positions;
+  std::vector<uint16_t> xors;
+};
+
+Decoded Decode(const std::vector<uint16_t>& src, const std::vector<uint8_t>& bytes) {
+  Decoded result;
+  result.status = DecodeChunkModelled(src.data(), src.size(), bytes.data(), bytes.size(),
+                                      &result.positions, &result.xors);
+  return result;
+}
+
+// Encodes with the given block size (0: the encoder's choice), checks that decoding gives
+// exactly the changed positions and their XORs, and that encoding is deterministic.
+std::vector<uint8_t> CheckRoundTrip(const std::vector<uint16_t>& src,
+                                    const std::vector<uint16_t>& dst, int log2_block = 0) {
+  REQUIRE(src.size() == dst.size());
+  std::vector<uint8_t> bytes = {0xAB};  // appends: a prefix must survive
+  const Status s =
+      log2_block == 0
+          ? EncodeChunkModelled(src.data(), dst.data(), src.size(), &bytes)
+          : EncodeChunkModelledWithBlock(src.data(), dst.data(), src.size(), log2_block, &bytes);
+  REQUIRE(s.ok());
+  REQUIRE(bytes[0] == 0xAB);
+  bytes.erase(bytes.begin());
+
+  std::vector<uint8_t> again;
+  REQUIRE((log2_block == 0 ? EncodeChunkModelled(src.data(), dst.data(), src.size(), &again)
+                           : EncodeChunkModelledWithBlock(src.data(), dst.data(), src.size(),
+                                                          log2_block, &again))
+              .ok());
+  CHECK(again == bytes);
+
+  std::vector<uint32_t> positions = {7, 7};  // stale contents must be replaced
+  std::vector<uint16_t> xors = {1};
+  const Status d = DecodeChunkModelled(src.data(), src.size(), bytes.data(), bytes.size(),
+                                       &positions, &xors);
+  REQUIRE(d.ok());
+  std::vector<uint32_t> want_positions;
+  std::vector<uint16_t> want_xors;
+  for (size_t i = 0; i < src.size(); ++i) {
+    if (src[i] != dst[i]) {
+      want_positions.push_back(static_cast<uint32_t>(i));
+      want_xors.push_back(static_cast<uint16_t>(src[i] ^ dst[i]));
+    }
+  }
+  CHECK(positions == want_positions);
+  CHECK(xors == want_xors);
+  return bytes;
+}
+
+void CheckAllBlockSizes(const std::vector<uint16_t>& src, const std::vector<uint16_t>& dst) {
+  CheckRoundTrip(src, dst);
+  for (int b = kMinModelBlockLog; b <= kMaxModelBlockLog; ++b) {
+    INFO("log2_block = " << b);
+    CheckRoundTrip(src, dst, b);
+  }
+}
+
+// Weights ~ N(0, 0.02) as BF16.
+std::vector<uint16_t> GaussianWeights(size_t n, std::mt19937* rng) {
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  std::vector<uint16_t> w(n);
+  for (auto& x : w) x = FloatToBf16(normal(*rng));
+  return w;
+}
+
+// A small optimiser step: every weight moves by about `lr` (same size for every weight,
+// as Adam's normalised update does), and the result is rounded to BF16.
+std::vector<uint16_t> Step(const std::vector<uint16_t>& w, float lr, std::mt19937* rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<uint16_t> next(w.size());
+  for (size_t i = 0; i < w.size(); ++i) {
+    next[i] = FloatToBf16(Bf16ToFloat(w[i]) + lr * normal(*rng));
+  }
+  return next;
+}
+
+// Checks what a decoder may return for untrusted bytes: an error with empty outputs, or
+// a well-formed result.
+void CheckSane(const std::vector<uint16_t>& src, const uint8_t* bytes, size_t size) {
+  std::vector<uint32_t> positions;
+  std::vector<uint16_t> xors;
+  const Status s = DecodeChunkModelled(src.data(), src.size(), bytes, size, &positions, &xors);
+  if (!s.ok()) {
+    CHECK((s.code() == ErrorCode::kCorruptChunk || s.code() == ErrorCode::kTruncated));
+    CHECK(positions.empty());
+    CHECK(xors.empty());
+    return;
+  }
+  REQUIRE(positions.size() == xors.size());
+  for (size_t k = 0; k < positions.size(); ++k) {
+    CHECK(positions[k] < src.size());
+    if (k > 0) CHECK(positions[k] > positions[k - 1]);
+    CHECK(xors[k] != 0);
+  }
+}
+
+TEST_CASE("MonotoneKey is a bijection that orders values, with +-0 adjacent") {
+  std::vector<bool> seen(65536, false);
+  for (uint32_t x = 0; x < 65536; ++x) {
+    const uint16_t key = MonotoneKey(static_cast<uint16_t>(x));
+    CHECK_FALSE(seen[key]);
+    seen[key] = true;
+    CHECK(FromMonotoneKey(key) == x);
+  }
+  // Consecutive keys are consecutive values (NaNs excluded: they have no order).
+  for (uint32_t key = 0; key + 1 < 65536; ++key) {
+    const float a = Bf16ToFloat(FromMonotoneKey(static_cast<uint16_t>(key)));
+    const float b = Bf16ToFloat(FromMonotoneKey(static_cast<uint16_t>(key + 1)));
+    if (std::isnan(a) || std::isnan(b)) continue;
+    if (a == 0.0f && b == 0.0f) {
+      CHECK(std::signbit(a));  // -0 then +0
+      CHECK_FALSE(std::signbit(b));
+      continue;
+    }
+    CHECK(a < b);
+  }
+  CHECK(MonotoneKey(0x0000) == MonotoneKey(0x8000) + 1);       // -0 -> +0
+  CHECK(MonotoneKey(0x3F80) == MonotoneKey(0x3F7F) + 1);       // carry into the exponent
+  CHECK(MonotoneKey(0xBF80) + 1 == MonotoneKey(0xBF7F));       // and on the negative side
+  CHECK(MonotoneKey(0x7F80) + 1 == MonotoneKey(0x7F81));       // +Inf -> NaN
+}
+
+TEST_CASE("Round trips: sizes 0, 1, odd, and every block size") {
+  std::mt19937 rng(1);
+  for (size_t n : {0, 1, 2, 3, 5, 7, 31, 33, 63, 65, 127, 129, 255, 257, 1001}) {
+    INFO("n = " << n);
+    const std::vector<uint16_t> src = GaussianWeights(n, &rng);
+    std::vector<uint16_t> dst = src;
+    CHECK(CheckRoundTrip(src, dst).empty());  // nothing changed: the empty chunk
+    if (n == 0) continue;
+    dst[n - 1] ^= 1;
+    CheckAllBlockSizes(src, dst);
+    dst[0] ^= 0x40;
+    CheckAllBlockSizes(src, dst);
+    CheckAllBlockSizes(src, Step(src, 3e-4f, &rng));
+  }
+}
+
+TEST_CASE("Round trips: everything changed, arbitrary bit patterns, sign flips") {
+  std::mt19937 rng(2);
+  std::uniform_int_distribution<uint32_t> any(0, 0xFFFF);
+  for (size_t n : {1, 17, 1000, 4099}) {
+    std::vector<uint16_t> src(n), dst(n);
+    for (size_t i = 0; i < n; ++i) {
+      src[i] = static_cast<uint16_t>(any(rng));
+      do {
+        dst[i] = static_cast<uint16_t>(any(rng));
+      } while (dst[i] == src[i]);
+    }
+    CheckAllBlockSizes(src, dst);
+    for (size_t i = 0; i < n; ++i) dst[i] = src[i] ^ 0x8000;  // every sign flipped
+    CheckAllBlockSizes(src, dst);
+    for (size_t i = 0; i < n; ++i) dst[i] = static_cast<uint16_t>(~src[i]);  // every bit
+    CheckAllBlockSizes(src, dst);
+  }
+}
+
+TEST_CASE("Round trips: +-0, NaN, Inf, denormal and exponent-carry transitions") {
+  const std::vector<uint16_t> specials = {
+      0x0000, 0x8000, 0x0001, 0x8001, 0x007F, 0x807F, 0x0080, 0x8080,  // zeros, denormals
+      0x3F7F, 0x3F80, 0xBF7F, 0xBF80,                                  // around +-1.0
+      0x7F7F, 0xFF7F, 0x7F80, 0xFF80, 0x7FC0, 0xFFC0, 0x7F81, 0xFFFF,  // max, Inf, NaN
+  };
+  std::vector<uint16_t> src, dst;
+  for (uint16_t a : specials) {
+    for (uint16_t b : specials) {
+      src.push_back(a);
+      dst.push_back(b);
+    }
+  }
+  CheckAllBlockSizes(src, dst);
+  // The extreme monotone steps: +-32768 and one short of a full wrap.
+  src = {0x0000, 0x8000, 0x7FFF, 0xFFFF, 0x1234};
+  dst = {0xFFFF, 0x7FFF, 0x8000, 0x0000, 0x9234};
+  CheckAllBlockSizes(src, dst);
+}
+
+TEST_CASE("Round trips: a large sparse chunk and a dense one") {
+  std::mt19937 rng(3);
+  const std::vector<uint16_t> src = GaussianWeights(kMaxModelledChunk >> 4, &rng);
+  for (float lr : {2e-5f, 3e-4f, 3e-3f}) {
+    INFO("lr = " << lr);
+    CheckRoundTrip(src, Step(src, lr, &rng));
+  }
+}
+
+TEST_CASE("Bad arguments") {
+  const std::vector<uint16_t> v = {1, 2, 3};
+  std::vector<uint8_t> out;
+  std::vector<uint32_t> positions;
+  std::vector<uint16_t> xors;
+  CHECK(EncodeChunkModelled(nullptr, v.data(), 3, &out).code() == ErrorCode::kInvalidArgument);
+  CHECK(EncodeChunkModelled(v.data(), nullptr, 3, &out).code() == ErrorCode::kInvalidArgument);
+  CHECK(EncodeChunkModelled(v.data(), v.data(), 3, nullptr).code() ==
+        ErrorCode::kInvalidArgument);
+  CHECK(EncodeChunkModelled(v.data(), v.data(), kMaxModelledChunk + 1, &out).code() ==
+        ErrorCode::kInvalidArgument);
+  CHECK(EncodeChunkModelledWithBlock(v.data(), v.data(), 3, kMaxModelBlockLog + 1, &out)
+            .code() == ErrorCode::kInvalidArgument);
+  CHECK(EncodeChunkModelledWithBlock(v.data(), v.data(), 3, kMinModelBlockLog - 1, &out)
+            .code() == ErrorCode::kInvalidArgument);
+  CHECK(out.empty());
+  const uint8_t byte = 0;
+  CHECK(DecodeChunkModelled(nullptr, 3, &byte, 1, &positions, &xors).code() ==
+        ErrorCode::kInvalidArgument);
+  CHECK(DecodeChunkModelled(v.data(), 3, nullptr, 1, &positions, &xors).code() ==
+        ErrorCode::kInvalidArgument);
+  CHECK(DecodeChunkModelled(v.data(), 3, &byte, 1, nullptr, &xors).code() ==
+        ErrorCode::kInvalidArgument);
+  CHECK(DecodeChunkModelled(v.data(), kMaxModelledChunk + 1, &byte, 1, &positions, &xors)
+            .code() == ErrorCode::kInvalidArgument);
+  // Zero elements decode from zero bytes only.
+  CHECK(DecodeChunkModelled(nullptr, 0, nullptr, 0, &positions, &xors).ok());
+  CHECK(positions.empty());
+}
+
+TEST_CASE("Malformed chunks are rejected") {
+  std::mt19937 rng(4);
+  const std::vector<uint16_t> src = GaussianWeights(500, &rng);
+  const std::vector<uint16_t> dst = Step(src, 3e-4f, &rng);
+  const std::vector<uint8_t> good = CheckRoundTrip(src, dst);
+  REQUIRE(good.size() > 2);
+
+  std::vector<uint8_t> bad = good;
+  bad[0] |= 0x80;  // reserved layout bit
+  CHECK(Decode(src, bad).status.code() == ErrorCode::kCorruptChunk);
+  bad = good;
+  bad[0] = (bad[0] & ~0x07) | 0x07;  // block size 2^9: beyond the maximum
+  CHECK(Decode(src, bad).status.code() == ErrorCode::kCorruptChunk);
+  bad = good;
+  bad.push_back(0);  // the encoder never ends a stream in a zero byte
+  CHECK(Decode(src, bad).status.code() == ErrorCode::kCorruptChunk);
+  bad = good;
+  bad.insert(bad.end(), 64, 0x5A);  // bytes the decoder does not reach
+  CHECK(Decode(src, bad).status.code() == ErrorCode::kCorruptChunk);
+  CHECK(Decode(src, {good[0]}).status.code() == ErrorCode::kTruncated);
+  // Changes in zero elements.
+  std::vector<uint32_t> positions;
+  std::vector<uint16_t> xors;
+  CHECK(DecodeChunkModelled(nullptr, 0, good.data(), good.size(), &positions, &xors).code() ==
+        ErrorCode::kCorruptChunk);
+}
+
+TEST_CASE("Truncated, bit-flipped and arbitrary bytes never crash") {
+  std::mt19937 rng(5);
+  for (size_t n : {1, 40, 300}) {
+    const std::vector<uint16_t> src = GaussianWeights(n, &rng);
+    std::vector<uint16_t> dst = Step(src, 5e-4f, &rng);
+    dst[n / 2] ^= 0x8001;  // at least one change, one with a large step
+    const std::vector<uint8_t> good = CheckRoundTrip(src, dst);
+    for (size_t size = 0; size < good.size(); ++size) CheckSane(src, good.data(), size);
+    std::vector<uint8_t> flipped = good;
+    for (size_t bit = 0; bit < 8 * good.size(); ++bit) {
+      flipped[bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));
+      CheckSane(src, flipped.data(), flipped.size());
+      flipped[bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));
+    }
+    std::uniform_int_distribution<int> byte(0, 255);
+    for (int trial = 0; trial < 200; ++trial) {
+      std::vector<uint8_t> junk(1 + trial % 40);
+      for (auto& b : junk) b = static_cast<uint8_t>(byte(rng));
+      CheckSane(src, junk.data(), junk.size());
+    }
+  }
+}
+
+TEST_CASE("On realistic updates the model beats 7-bit mantissas plus gap varints") {
+  std::mt19937 rng(6);
+  const std::vector<uint16_t> src = GaussianWeights(1 << 18, &rng);
+  // Update sizes that change roughly 0.2% to 10% of the weights.
+  for (float lr : {2e-6f, 2e-5f, 1e-4f}) {
+    INFO("lr = " << lr);
+    const std::vector<uint16_t> dst = Step(src, lr, &rng);
+    size_t changes = 0, baseline = 0;
+    uint32_t last = 0;
+    for (uint32_t i = 0; i < src.size(); ++i) {
+      if (src[i] == dst[i]) continue;
+      uint32_t gap = i - last;
+      last = i + 1;
+      do {
+        ++baseline;
+        gap >>= 7;
+      } while (gap != 0);
+      ++changes;
+    }
+    baseline += (7 * changes + 7) / 8;
+    REQUIRE(changes > 0);
+    const std::vector<uint8_t> bytes = CheckRoundTrip(src, dst);
+    INFO("changes " << changes << " model " << bytes.size() << " baseline " << baseline);
+    CHECK(bytes.size() < baseline);
+  }
+}
+
+}  // namespace
+}  // namespace arc_v3

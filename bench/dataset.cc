@@ -141,6 +141,7 @@ Status WriteSnapshots(const std::string& dir, const std::vector<TensorLayout>& l
     info.name = t.name;
     info.dtype = "BF16";
     info.shape = t.cols == 1 ? std::vector<uint64_t>{t.rows} : std::vector<uint64_t>{t.rows, t.cols};
+    info.end = 2 * t.count();  // BuildHeader lays the tensors out by their sizes
     infos.push_back(std::move(info));
   }
   const std::vector<uint8_t> header = safetensors::BuildHeader(&infos, {{"generator", "arc_bench"}});

@@ -1,0 +1,89 @@
+// Fuzz target: arbitrary bytes as a payload (format version 1 or 2) against a fixed base.
+// Promises checked: no crash or out-of-bounds access (ASan/UBSan), `out` untouched on
+// every error (out of place and in place), the structural decoders agree (delta_stats
+// succeeds exactly when delta_decompress fails only on the checksum), and the result does
+// not depend on the thread count.
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "arc_v3.hpp"
+#include "tests/fuzz/fuzz_common.h"
+
+namespace arc_v3 {
+namespace fuzz {
+
+// Bigger payload headers are rejected before decoding; keeps each run fast.
+constexpr uint64_t kMaxElements = uint64_t{1} << 18;
+
+int FuzzDecode(const uint8_t* data, size_t size) {
+  PayloadInfo info;
+  const Status inspected = delta_inspect(data, size, &info);
+  PayloadStats blind;
+  const Status blind_status = delta_stats(data, size, &blind);
+  if (blind_status.ok()) FUZZ_CHECK(inspected.ok(), "stats ok but inspect failed");
+  if (!inspected.ok()) {
+    // Decoding must fail the same way whatever the base.
+    const uint16_t one = 0x3F80;
+    uint16_t out = 0x1234;
+    const Status s = delta_decompress(&one, 1, data, size, 0, &out);
+    FUZZ_CHECK(!s.ok(), "header rejected by inspect but accepted by decompress");
+    FUZZ_CHECK(out == 0x1234, "out written on error");
+    return 0;
+  }
+  const uint64_t n = info.element_count;
+  if (n > kMaxElements) return 0;
+  static const std::vector<uint16_t>* const kBase = new std::vector<uint16_t>(MakeBase(kMaxElements));
+  const std::vector<uint16_t> src(kBase->begin(), kBase->begin() + static_cast<std::ptrdiff_t>(n));
+  // The result must never be reported as correct: the checksum is of a tensor the payload
+  // cannot produce unless it decodes to exactly this sentinel fill.
+  const uint64_t checksum = 0x0123456789ABCDEFull;
+
+  PayloadStats stats;
+  const Status stats_status = delta_stats(src.data(), n, data, size, &stats);
+  if (stats_status.ok()) {
+    FUZZ_CHECK(stats.counts_known, "counts unknown with a base");
+    FUZZ_CHECK(stats.changed <= n, "more changes than elements");
+    FUZZ_CHECK(stats.exponent_or_sign <= stats.changed, "more high changes than changes");
+    FUZZ_CHECK(stats.chunk_modes[0] + stats.chunk_modes[1] + stats.chunk_modes[2] ==
+                   stats.info.chunk_count,
+               "chunk modes do not add up");
+    FUZZ_CHECK(stats.position_bytes + stats.mantissa_bytes + stats.high_bytes +
+                       stats.modelled_bytes + stats.overhead_bytes ==
+                   size,
+               "byte kinds do not add up to the payload size");
+  }
+
+  std::vector<uint16_t> out(n + 1, 0xBEEF);
+  const Status one_thread =
+      delta_decompress(src.data(), n, data, size, checksum, out.data(), n, /*threads=*/1);
+  FUZZ_CHECK(!one_thread.ok() || n == 0 || Checksum(out.data(), n) == checksum,
+             "reported success with a result that does not match the checksum");
+  if (!one_thread.ok()) {
+    for (const uint16_t v : out) FUZZ_CHECK(v == 0xBEEF, "out written on error");
+    // Every structural error is found before the checksum; delta_stats decodes the same.
+    FUZZ_CHECK((one_thread.code() == ErrorCode::kChecksumMismatch) == stats_status.ok(),
+               "delta_stats and delta_decompress disagree on the payload");
+  }
+  FUZZ_CHECK(out[n] == 0xBEEF, "write past count");
+
+  std::vector<uint16_t> in_place = src;
+  const Status two_threads = delta_decompress(in_place.data(), n, data, size, checksum,
+                                              in_place.data(), n, /*threads=*/2);
+  FUZZ_CHECK(two_threads.code() == one_thread.code(), "result depends on the thread count");
+  if (!two_threads.ok()) FUZZ_CHECK(in_place == src, "in-place out written on error");
+
+  // Too small an output must be refused before anything is written.
+  if (n > 0) {
+    std::vector<uint16_t> small(n, 0xBEEF);
+    const Status s = delta_decompress(src.data(), n, data, size, checksum, small.data(), n - 1, 1);
+    FUZZ_CHECK(!s.ok(), "accepted an output smaller than the payload");
+    for (const uint16_t v : small) FUZZ_CHECK(v == 0xBEEF, "out written on error");
+  }
+  return 0;
+}
+
+}  // namespace fuzz
+}  // namespace arc_v3
+
+ARC_V3_FUZZ_ENTRY(arc_v3::fuzz::FuzzDecode)

@@ -1,0 +1,113 @@
+// Fuzz target: every SIMD kernel on every compiled target against its reference
+// (src/ref_kernels.cc), byte for byte, on fuzzer-chosen data, lengths and misalignments.
+// Outputs live in exactly-sized heap blocks so that ASan sees any write past them.
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "hwy/targets.h"
+#include "src/kernels.h"
+#include "tests/fuzz/fuzz_common.h"
+
+namespace arc_v3 {
+namespace fuzz {
+
+// A heap block of exactly `n` T's starting `misalign` elements into an allocation of
+// n + misalign, so that the end is the allocation's end.
+template <class T>
+class Exact {
+ public:
+  Exact(size_t n, size_t misalign) : block_(new T[n + misalign]), data_(block_.get() + misalign) {}
+  T* data() { return data_; }
+
+ private:
+  std::unique_ptr<T[]> block_;
+  T* data_;
+};
+
+int FuzzKernels(const uint8_t* data, size_t size) {
+  Consumer in(data, size);
+  const uint8_t control = in.Byte();
+  const size_t misalign = control & 7;
+  // Low bits of control pick how dense the XORs are: the rest of the input is XOR masks.
+  const uint16_t keep_mask = (control & 0x08) ? 0x007F : 0xFFFF;
+  size_t rest_size;
+  const uint8_t* rest = in.Rest(&rest_size);
+  const size_t n = rest_size / 2;
+  std::vector<uint16_t> src(n), dst(n), xors_in(n);
+  for (size_t i = 0; i < n; ++i) {
+    uint16_t x = static_cast<uint16_t>(rest[2 * i] | (rest[2 * i + 1] << 8));
+    if ((control & 0x10) && (x & 0x0F00)) x = 0;  // sparse
+    x &= keep_mask;
+    src[i] = BaseValue(i);
+    dst[i] = src[i] ^ x;
+    xors_in[i] = x;
+  }
+
+  const ChangeCounts want = ref::ClassifyChanges(src.data(), dst.data(), n);
+  std::vector<uint32_t> want_pos(want.changed);
+  std::vector<uint16_t> want_xor(want.changed);
+  FUZZ_CHECK(ref::CompactChanges(src.data(), dst.data(), n, want_pos.data(), want_xor.data()) ==
+                 want.changed,
+             "reference compaction count");
+  std::vector<uint8_t> want_packed(PackedMantissaBytes(n));
+  ref::PackMantissas(xors_in.data(), n, want_packed.data());
+  std::vector<uint16_t> want_unpacked(n);
+  ref::UnpackMantissas(want_packed.data(), n, want_unpacked.data());
+  std::vector<uint16_t> want_applied(n);
+  ref::ApplyXor(src.data(), xors_in.data(), n, want_applied.data());
+
+  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    const char* name = hwy::TargetName(target);
+    // Inputs also in exact, misaligned blocks.
+    Exact<uint16_t> s(n, misalign), d(n, misalign), x(n, misalign);
+    if (n > 0) {
+      std::memcpy(s.data(), src.data(), n * 2);
+      std::memcpy(d.data(), dst.data(), n * 2);
+      std::memcpy(x.data(), xors_in.data(), n * 2);
+    }
+
+    const ChangeCounts got = ClassifyChanges(s.data(), d.data(), n);
+    FUZZ_CHECK(got.changed == want.changed && got.high == want.high, name);
+
+    Exact<uint32_t> pos(want.changed, misalign);
+    Exact<uint16_t> cx(want.changed, misalign);
+    FUZZ_CHECK(CompactChanges(s.data(), d.data(), n, pos.data(), cx.data()) == want.changed, name);
+    for (size_t k = 0; k < want.changed; ++k) {
+      FUZZ_CHECK(pos.data()[k] == want_pos[k] && cx.data()[k] == want_xor[k], name);
+    }
+
+    const size_t packed_size = PackedMantissaBytes(n);
+    Exact<uint8_t> packed(packed_size, misalign);
+    PackMantissas(x.data(), n, packed.data());
+    FUZZ_CHECK(packed_size == 0 || std::memcmp(packed.data(), want_packed.data(), packed_size) == 0,
+               name);
+
+    // Unpack arbitrary packed bytes (the input itself), not only packed ones.
+    Exact<uint8_t> raw(packed_size, misalign);
+    if (packed_size > 0) std::memcpy(raw.data(), rest, std::min(packed_size, rest_size));
+    std::vector<uint16_t> want_raw_unpacked(n);
+    ref::UnpackMantissas(raw.data(), n, want_raw_unpacked.data());
+    Exact<uint16_t> unpacked(n, misalign);
+    UnpackMantissas(raw.data(), n, unpacked.data());
+    FUZZ_CHECK(n == 0 || std::memcmp(unpacked.data(), want_raw_unpacked.data(), n * 2) == 0, name);
+    UnpackMantissas(want_packed.data(), n, unpacked.data());
+    FUZZ_CHECK(n == 0 || std::memcmp(unpacked.data(), want_unpacked.data(), n * 2) == 0, name);
+
+    Exact<uint16_t> applied(n, misalign);
+    ApplyXor(s.data(), x.data(), n, applied.data());
+    FUZZ_CHECK(n == 0 || std::memcmp(applied.data(), want_applied.data(), n * 2) == 0, name);
+    ApplyXor(s.data(), x.data(), n, s.data());  // in place
+    FUZZ_CHECK(n == 0 || std::memcmp(s.data(), want_applied.data(), n * 2) == 0, name);
+  }
+  hwy::SetSupportedTargetsForTest(0);
+  return 0;
+}
+
+}  // namespace fuzz
+}  // namespace arc_v3
+
+ARC_V3_FUZZ_ENTRY(arc_v3::fuzz::FuzzKernels)

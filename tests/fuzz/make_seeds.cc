@@ -1,0 +1,167 @@
+// Writes the seed corpora of the fuzz targets (run by build.sh --seeds):
+//   decode/     payloads of both formats, several densities, efforts and chunk sizes,
+//               against the fixed base of fuzz_common.h;
+//   roundtrip/  option + edit-list inputs of fuzz_roundtrip.cc;
+//   kernels/    control byte + XOR masks of fuzz_kernels.cc;
+//   container/  the manifest of a real delta container made by container::Diff.
+// Usage: make_seeds OUT_DIR TMP_DIR
+#include <zstd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "arc_v3.hpp"
+#include "src/cli/checkpoint_delta.h"
+#include "src/cli/container.h"
+#include "src/model_coder.h"
+#include "tests/fuzz/fuzz_common.h"
+
+namespace arc_v3 {
+namespace fuzz {
+namespace {
+
+void Write(const std::string& path, const std::vector<uint8_t>& bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  FUZZ_CHECK(out.good(), path.c_str());
+}
+
+uint16_t Step(uint16_t v, int step) {
+  return FromMonotoneKey(static_cast<uint16_t>(MonotoneKey(v) + step));
+}
+
+void DecodeSeeds(const std::string& dir) {
+  int index = 0;
+  for (const size_t n : {size_t{0}, size_t{1}, size_t{1000}, size_t{5000}}) {
+    for (const double density : {0.002, 0.05, 0.6}) {
+      std::vector<uint16_t> src = MakeBase(n), dst = src;
+      std::mt19937 rng(static_cast<uint32_t>(n * 7 + density * 1000));
+      for (size_t i = 0; i < n; ++i) {
+        if (std::uniform_real_distribution<double>(0, 1)(rng) >= density) continue;
+        const uint32_t r = rng();
+        dst[i] = (r & 15) == 0 ? static_cast<uint16_t>(src[i] ^ (r >> 16))
+                               : Step(src[i], (r & 16) ? 1 : -1);
+      }
+      for (const Format format : {Format::kArcV3, Format::kDefault}) {
+        for (const int effort : {0, 2, 3}) {
+          Options options;
+          options.format = format;
+          options.effort = effort;
+          options.chunk_elements = 1024;
+          options.threads = 1;
+          Delta delta;
+          FUZZ_CHECK(delta_compress(src, dst, &delta, options).ok(), "compress");
+          Write(dir + "/seed_" + std::to_string(index++), delta.bytes);
+          if (n == 0) break;
+        }
+      }
+    }
+  }
+}
+
+void RoundTripSeeds(const std::string& dir) {
+  std::mt19937 rng(7);
+  for (int i = 0; i < 16; ++i) {
+    std::vector<uint8_t> in;
+    in.push_back(static_cast<uint8_t>(i * 5));  // options
+    in.push_back(i == 15 ? 1 : 0);             // mode
+    const uint16_t n = static_cast<uint16_t>(i == 15 ? 64 : 500 + i * 700);
+    in.push_back(static_cast<uint8_t>(n));
+    in.push_back(static_cast<uint8_t>(n >> 8));
+    for (int e = 0; e < 40 + i * 10; ++e) in.push_back(static_cast<uint8_t>(rng()));
+    Write(dir + "/seed_" + std::to_string(i), in);
+  }
+}
+
+void KernelSeeds(const std::string& dir) {
+  std::mt19937 rng(11);
+  for (int i = 0; i < 12; ++i) {
+    std::vector<uint8_t> in;
+    in.push_back(static_cast<uint8_t>(i * 3 + (i << 3)));
+    const int n = i * 37 + 1;
+    for (int e = 0; e < 2 * n; ++e) in.push_back(static_cast<uint8_t>(rng()));
+    Write(dir + "/seed_" + std::to_string(i), in);
+  }
+}
+
+// A small safetensors file: 8-byte header size, JSON header, tensor bytes.
+void WriteSafetensors(const std::string& path, uint32_t seed, bool extra) {
+  std::mt19937 rng(seed);
+  std::vector<uint8_t> data;
+  std::string header = "{";
+  auto add = [&](const std::string& name, const std::string& dtype, const std::string& shape,
+                 size_t bytes, bool sparse) {
+    const size_t begin = data.size();
+    std::mt19937 base(static_cast<uint32_t>(bytes));  // shared between the two files
+    for (size_t i = 0; i < bytes; ++i) {
+      uint8_t b = static_cast<uint8_t>(base());
+      if (!sparse || rng() % 16 == 0) b ^= static_cast<uint8_t>(rng() & 3);
+      data.push_back(b);
+    }
+    if (header.size() > 1) header += ",";
+    header += "\"" + name + "\":{\"dtype\":\"" + dtype + "\",\"shape\":" + shape +
+              ",\"data_offsets\":[" + std::to_string(begin) + "," + std::to_string(data.size()) + "]}";
+  };
+  add("w", "BF16", "[64,32]", 64 * 32 * 2, true);
+  add("b", "F32", "[10]", 40, true);
+  add("i", "I64", "[3]", 24, false);
+  if (extra) add("new", "BF16", "[4,4]", 32, false);
+  header += "}";
+  std::vector<uint8_t> file(8);
+  for (int k = 0; k < 8; ++k) file[k] = static_cast<uint8_t>(uint64_t{header.size()} >> (8 * k));
+  file.insert(file.end(), header.begin(), header.end());
+  file.insert(file.end(), data.begin(), data.end());
+  Write(path, file);
+}
+
+std::vector<uint8_t> Read(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
+}
+
+void ContainerSeeds(const std::string& dir, const std::string& tmp) {
+  for (int variant = 0; variant < 2; ++variant) {
+    const std::string prev = tmp + "/prev.safetensors", next = tmp + "/next.safetensors";
+    const std::string delta = tmp + "/delta.a3d";
+    WriteSafetensors(prev, 1, false);
+    WriteSafetensors(next, 2, variant == 1);
+    container::RunOptions options;
+    options.threads = 1;
+    options.sync = false;
+    const Status s = container::Diff(prev, next, delta, options, nullptr);
+    FUZZ_CHECK(s.ok(), s.ToString().c_str());
+    const std::vector<uint8_t> bytes = Read(delta);
+    uint64_t manifest_size = 0, data_size = 0;
+    for (int k = 0; k < 8; ++k) manifest_size |= uint64_t{bytes[8 + k]} << (8 * k);
+    for (int k = 0; k < 8; ++k) data_size |= uint64_t{bytes[24 + k]} << (8 * k);
+    const uint8_t* z = bytes.data() + container::kHeaderSize;
+    std::string json(ZSTD_getFrameContentSize(z, manifest_size), '\0');
+    FUZZ_CHECK(ZSTD_decompress(&json[0], json.size(), z, manifest_size) == json.size(), "zstd");
+    FUZZ_CHECK(data_size < 65536, "seed data section too large");
+    std::vector<uint8_t> in = {static_cast<uint8_t>(data_size), static_cast<uint8_t>(data_size >> 8)};
+    in.insert(in.end(), json.begin(), json.end());
+    in.insert(in.end(), bytes.end() - static_cast<std::ptrdiff_t>(data_size), bytes.end());
+    Write(dir + "/seed_" + std::to_string(variant), in);
+  }
+}
+
+}  // namespace
+}  // namespace fuzz
+}  // namespace arc_v3
+
+int main(int argc, char** argv) {
+  if (argc != 3) {
+    std::fprintf(stderr, "usage: make_seeds OUT_DIR TMP_DIR\n");
+    return 2;
+  }
+  const std::string out = argv[1];
+  arc_v3::fuzz::DecodeSeeds(out + "/decode");
+  arc_v3::fuzz::RoundTripSeeds(out + "/roundtrip");
+  arc_v3::fuzz::KernelSeeds(out + "/kernels");
+  arc_v3::fuzz::ContainerSeeds(out + "/container", argv[2]);
+  return 0;
+}

@@ -79,16 +79,20 @@ def _check_tensor(torch, name, value, which):
         raise ValueError(f"{which}[{name!r}] is on {value.device}; move it to the CPU first")
 
 
-def delta_compress_dicts(prev_state_dict, next_state_dict, *, threads=0, zlib_level=6):
+def delta_compress_dicts(prev_state_dict, next_state_dict, *, compression_format="arc_v3",
+                         threads=0, zlib_level=6):
     """Encodes next_state_dict as a delta against prev_state_dict (any dtypes).
 
-    BF16 tensors go through the arc_v3 codec, other dtypes through XOR + zlib; tensors
-    without a matching base (new name, other dtype or shape) are stored whole. Keys that
-    are only in prev_state_dict are dropped (the decoded dict has next's keys, in order).
+    BF16 tensors go through the arc_v3 codec (in `compression_format`), other dtypes
+    through XOR + zlib; tensors without a matching base (new name, other dtype or shape)
+    are stored whole. Keys that are only in prev_state_dict are dropped (the decoded dict
+    has next's keys, in order).
 
     Returns:
         bytes in the framing described in this module's docstring.
     """
+    from arc_v3 import _format_id  # the package's one table of format names
+    fmt = _format_id(compression_format)
     torch = _torch()
     entries, blobs, offset = [], [], 0
     for name, new in next_state_dict.items():
@@ -104,7 +108,7 @@ def delta_compress_dicts(prev_state_dict, next_state_dict, *, threads=0, zlib_le
         if base is not None and new.dtype == torch.bfloat16:
             s = base.detach().contiguous().view(torch.int16).numpy()
             d = new_bytes.view(np.int16)
-            blob, checksum = _ext.compress(s, d, _ext.FORMAT_DEFAULT, _ext.DEFAULT_EFFORT,
+            blob, checksum = _ext.compress(s, d, fmt, _ext.DEFAULT_EFFORT,
                                            int(threads), _ext.DEFAULT_CHUNK_ELEMENTS)
             method = "arc_v3"
         else:

@@ -302,3 +302,29 @@ def test_error_class_is_an_exception_with_code_and_name():
     assert isinstance(e, Exception)
     assert (e.code, e.name, e.message) == (10, "checksum_mismatch", "msg")
     assert set(arc_v3.ERROR_NAMES.values()) >= {"ok", "checksum_mismatch", "truncated"}
+
+
+def test_gil_is_released_while_the_codec_runs():
+    import threading
+    import time
+    src, dst = bf16_step((1 << 21,), lr=1e-4, seed=19)
+    window = {}
+
+    def work():
+        window["enter"] = time.perf_counter()
+        delta_compress(src, dst, threads=1)
+        window["exit"] = time.perf_counter()
+
+    stamps = []
+    worker = threading.Thread(target=work)
+    worker.start()
+    while worker.is_alive():
+        stamps.append(time.perf_counter())
+    worker.join()
+    # Holding the GIL during the call would stop this loop for the call's whole length;
+    # released, the loop only pauses for scheduling (milliseconds).
+    inside = [window["enter"]] + [t for t in stamps if window["enter"] < t < window["exit"]]
+    inside.append(window["exit"])
+    longest_pause = max(b - a for a, b in zip(inside, inside[1:]))
+    duration = window["exit"] - window["enter"]
+    assert longest_pause < 0.5 * duration, (longest_pause, duration)

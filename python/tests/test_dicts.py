@@ -67,11 +67,12 @@ def test_round_trip_any_dtypes():
     assert "removed" not in restored
 
 
-def test_delta_is_small_for_sparse_bf16_updates():
+@pytest.mark.parametrize("compression_format", ["arc_v3", "arc_v3_published"])
+def test_delta_is_small_for_sparse_bf16_updates(compression_format):
     prev, nxt = {}, {}
     for i in range(4):
         prev[f"w{i}"], nxt[f"w{i}"] = bf16_step((512, 512), lr=3e-6, seed=20 + i)
-    delta = delta_compress_dicts(prev, nxt)
+    delta = delta_compress_dicts(prev, nxt, compression_format=compression_format)
     raw = sum(t.numel() * 2 for t in nxt.values())
     assert len(delta) < 0.1 * raw
     assert_same(delta_decompress_dicts(prev, delta), nxt)
@@ -129,6 +130,8 @@ def test_corrupted_bytes_raise():
 
 
 def test_misuse_raises():
+    with pytest.raises(ValueError, match="compression_format"):
+        delta_compress_dicts({}, {}, compression_format="gzip")
     with pytest.raises(TypeError):
         delta_compress_dicts({}, {"a": [1, 2]})
     with pytest.raises(TypeError):

@@ -65,7 +65,7 @@ Throughput is GB/s of BF16 input (the `next` checkpoint's bytes), the median of 
 (3 with --quick). "nT" runs the tensors of a step in parallel on all threads.
 Bounds (plug-in entropies, see bench/delta_stats.h): (a) positions i.i.d. per tensor + H(d);
 (b) P(change | exponent) per tensor + H(d); (b2) as (b) with d also conditioned on the
-exponent. x(b2) is payload / bound (b2).
+exponent. x(b) and x(b2) are payload / bound.
 )";
 
 struct Flags {
@@ -435,6 +435,10 @@ void PrintDatasetStats(const DatasetResult& d) {
               s.BitsToPercent(s.bits_b), s.BitsToPercent(s.bits_b2));
 }
 
+// payload / bound (0 when the bound is 0: nothing changed).
+double BoundRatio(double bits, double bound_bits) { return bound_bits > 0 ? bits / bound_bits : 0; }
+std::string Ratio(double bits, double bound_bits) { return Format("%.2f", BoundRatio(bits, bound_bits)); }
+
 double PayloadPercent(const DatasetResult& d, uint64_t bytes) {
   return d.stats.elements ? 100.0 * bytes / (2.0 * d.stats.elements) : 0;
 }
@@ -445,24 +449,24 @@ void PrintCodecTable(const DatasetResult& d) {
   auto bound_row = [&](const char* name, double bits) {
     rows.push_back(Row{{name, Format("%.4f%%", s.BitsToPercent(bits)),
                         Format("%.3f", s.changed ? bits / s.changed : 0), Format("%.3f%%", 100 * s.Density()),
-                        Format("%.2f", s.bits_b2 > 0 ? bits / s.bits_b2 : 0), "", "", "", "", "bound"}});
+                        Ratio(bits, s.bits_b), Ratio(bits, s.bits_b2), "", "", "", "", "bound"}});
   };
   bound_row("(a) iid + H(d)", s.bits_a);
   bound_row("(b) p|exp + H(d)", s.bits_b);
   bound_row("(b2) p,d|exp", s.bits_b2);
   for (const CodecResult& c : d.codecs) {
     if (!c.ok && c.payload_bytes == 0) {
-      rows.push_back(Row{{c.codec, "", "", "", "", "", "", "", "", "FAILED"}});
+      rows.push_back(Row{{c.codec, "", "", "", "", "", "", "", "", "", "FAILED"}});
       continue;
     }
     const double bits = 8.0 * c.payload_bytes;
     rows.push_back(Row{{c.codec, Format("%.4f%%", PayloadPercent(d, c.payload_bytes)),
                         Format("%.3f", s.changed ? bits / s.changed : 0), Format("%.3f%%", 100 * s.Density()),
-                        Format("%.2f", s.bits_b2 > 0 ? bits / s.bits_b2 : 0), Format("%.2f", c.compress_1t),
+                        Ratio(bits, s.bits_b), Ratio(bits, s.bits_b2), Format("%.2f", c.compress_1t),
                         Format("%.2f", c.compress_nt), Format("%.2f", c.decompress_1t),
                         Format("%.2f", c.decompress_nt), c.ok ? "ok" : "FAILED"}});
   }
-  PrintTable({d.name, "payload", "bits/chg", "density", "x(b2)", "C 1T", "C nT", "D 1T", "D nT", "exact"}, rows);
+  PrintTable({d.name, "payload", "bits/chg", "density", "x(b)", "x(b2)", "C 1T", "C nT", "D 1T", "D nT", "exact"}, rows);
   for (const CodecResult& c : d.codecs) {
     if (!c.ok) std::printf("   %s: %s\n", c.codec.c_str(), c.error.c_str());
   }
@@ -500,8 +504,8 @@ nlohmann::json ToJson(const std::vector<DatasetResult>& datasets, const std::vec
       r["payload_bytes"] = c.payload_bytes;
       r["payload_percent"] = PayloadPercent(d, c.payload_bytes);
       r["bits_per_change"] = s.changed ? 8.0 * c.payload_bytes / s.changed : 0;
-      r["ratio_to_b"] = s.bits_b > 0 ? 8.0 * c.payload_bytes / s.bits_b : 0;
-      r["ratio_to_b2"] = s.bits_b2 > 0 ? 8.0 * c.payload_bytes / s.bits_b2 : 0;
+      r["ratio_to_b"] = BoundRatio(8.0 * c.payload_bytes, s.bits_b);
+      r["ratio_to_b2"] = BoundRatio(8.0 * c.payload_bytes, s.bits_b2);
       r["compress_gbps_1t"] = c.compress_1t;
       r["compress_gbps_nt"] = c.compress_nt;
       r["decompress_gbps_1t"] = c.decompress_1t;
@@ -520,13 +524,14 @@ nlohmann::json ToJson(const std::vector<DatasetResult>& datasets, const std::vec
 
 bool WriteCsv(const std::string& path, const std::vector<DatasetResult>& datasets) {
   std::ofstream out(path);
-  out << "dataset,codec,ok,payload_bytes,payload_percent,bits_per_change,density,ratio_to_b2,"
+  out << "dataset,codec,ok,payload_bytes,payload_percent,bits_per_change,density,ratio_to_b,ratio_to_b2,"
          "compress_gbps_1t,compress_gbps_nt,decompress_gbps_1t,decompress_gbps_nt\n";
   for (const DatasetResult& d : datasets) {
     const DeltaStats& s = d.stats;
     auto bound = [&](const char* name, double bits) {
       out << d.name << "," << name << ",bound," << bits / 8 << "," << s.BitsToPercent(bits) << ","
-          << (s.changed ? bits / s.changed : 0) << "," << s.Density() << "," << bits / s.bits_b2 << ",,,,\n";
+          << (s.changed ? bits / s.changed : 0) << "," << s.Density() << "," << BoundRatio(bits, s.bits_b) << ","
+          << BoundRatio(bits, s.bits_b2) << ",,,,\n";
     };
     bound("bound_a", s.bits_a);
     bound("bound_b", s.bits_b);
@@ -534,7 +539,8 @@ bool WriteCsv(const std::string& path, const std::vector<DatasetResult>& dataset
     for (const CodecResult& c : d.codecs) {
       out << d.name << "," << c.codec << "," << (c.ok ? "ok" : "FAILED") << "," << c.payload_bytes << ","
           << PayloadPercent(d, c.payload_bytes) << "," << (s.changed ? 8.0 * c.payload_bytes / s.changed : 0)
-          << "," << s.Density() << "," << (s.bits_b2 > 0 ? 8.0 * c.payload_bytes / s.bits_b2 : 0) << ","
+          << "," << s.Density() << "," << BoundRatio(8.0 * c.payload_bytes, s.bits_b) << ","
+          << BoundRatio(8.0 * c.payload_bytes, s.bits_b2) << ","
           << c.compress_1t << "," << c.compress_nt << "," << c.decompress_1t << "," << c.decompress_nt << "\n";
     }
   }

@@ -3,6 +3,7 @@
 #ifndef ARC_V3_BENCH_BASELINES_COMMON_H_
 #define ARC_V3_BENCH_BASELINES_COMMON_H_
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>

@@ -11,6 +11,7 @@
 // - the payload through zstd level 1.
 // grail frames all tensors of a step in one JSON-headed blob compressed once; here each
 // tensor is one blob with a 6-byte binary header, which if anything favours PULSESync.
+#include <algorithm>
 #include <cstring>
 #include <limits>
 

@@ -397,7 +397,9 @@ Status delta_decompress(const uint16_t* src, size_t count, const uint8_t* bytes,
 
     const size_t chunk_elements = size_t{1} << header.chunk_log;
     std::vector<uint16_t> xor_tile(kTileElements, 0), result_tile(kTileElements);
-    XXH3_state_t* state = XXH3_createState();
+    std::unique_ptr<XXH3_state_t, XXH_errorcode (*)(XXH3_state_t*)> hash(XXH3_createState(),
+                                                                         XXH3_freeState);
+    XXH3_state_t* state = hash.get();
     if (state == nullptr) return Status(ErrorCode::kOutOfMemory, "cannot allocate hash state");
     XXH3_64bits_reset(state);
     for (size_t c = 0; c < changes.size(); ++c) {
@@ -410,7 +412,6 @@ Status delta_decompress(const uint16_t* src, size_t count, const uint8_t* bytes,
                      });
     }
     const uint64_t actual = XXH3_64bits_digest(state);
-    XXH3_freeState(state);
     if (actual != checksum) {
       return Status(ErrorCode::kChecksumMismatch,
                     "result does not match the checksum: wrong base (src) or corrupt payload");

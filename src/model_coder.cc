@@ -1,9 +1,12 @@
 // Context-modelled chunk coder (see model_coder.h for the model in short).
 //
 // Chunk bytes (a chunk without changes is 0 bytes):
-//   byte 0   bits 0-2: log2(block size) - kMinModelBlockLog; bits 3-7: reserved (0).
+//   byte 0   bits 0-2: log2(block size) - kMinModelBlockLog; bit 3: coded with a session
+//            history; bits 4-7: reserved (0).
 //   byte 1   L: the chunk's rate prior, 4 * log2(sum of element rates / changes), which
 //            seeds every probability (so small chunks do not pay to learn them).
+//   bytes 2-3, with history only: the rate boosts (log2, 0..15) of elements whose last
+//            change was 1, 2, 3+ steps ago: byte 2 = b1 | b2 << 4, byte 3 = b3 (4 bits).
 //   then     one range-coded stream (LZMA-style binary range coder, 16-bit
 //            probabilities) without its first byte (always 0) and without trailing zero
 //            bytes (the decoder reads zeros past the end); it never ends in a 0 byte.
@@ -17,14 +20,6 @@
 #include <memory>
 #include <string>
 
-#ifdef ARC_V3_MODEL_STATS
-#include <cmath>
-double g_cost[4];
-int g_cat;
-#define STAT_CAT(c) (g_cat = (c))
-#else
-#define STAT_CAT(c) ((void)0)
-#endif
 namespace arc_v3 {
 namespace {
 
@@ -50,6 +45,12 @@ constexpr RateTables MakeRateTables() {
   return tables;
 }
 constexpr RateTables kRates = MakeRateTables();
+
+// History classes with their own rate boost: none, changed 1 step ago, 2, 3+.
+constexpr int kHistoryClasses = 4;
+inline int HistoryClass(uint8_t history) {
+  return std::min(history & kHistoryAgeMask, kHistoryClasses - 1);
+}
 
 inline int ExponentOf(uint16_t bits) { return (bits >> 7) & 0xFF; }
 
@@ -245,7 +246,7 @@ struct Model {
   Prob also[kAlsoBuckets];                 // right half changed | left half changed
   Prob unary[kRateLogs][kUnaryBits];
   Prob bits[16][16];  // [log2 class][bit position]
-  Prob sign[2][kRateLogs];
+  Prob sign[3][2][kRateLogs];  // [history hint][sign of prev][rate log]
 
   // Priors from the chunk's rate prior L: elements with summed rate S expect
   // x = S / 2^(L/4) changes.
@@ -271,8 +272,10 @@ struct Model {
       for (int j = 0; j < kUnaryBits; ++j) {
         unary[a][j].Set(j == 0 ? 7000 : 24000, kValueSeen, kValueShift);
       }
-      sign[0][a].Set(kProbOne / 2, kValueSeen, kValueShift);
-      sign[1][a].Set(kProbOne / 2, kValueSeen, kValueShift);
+      for (auto& by_hint : sign) {
+        by_hint[0][a].Set(kProbOne / 2, kValueSeen, kValueShift);
+        by_hint[1][a].Set(kProbOne / 2, kValueSeen, kValueShift);
+      }
     }
     for (auto& row : bits) {
       for (auto& prob : row) prob.Set(kProbOne / 2, kValueSeen, kValueShift);
@@ -284,7 +287,7 @@ struct Model {
 // (BlockChanged, NodeChanged, Target) and receives the result when decoding (Emit); its
 // Code(prob, bit) encodes `bit` and returns it, or decodes and returns a bit.
 template <class Io>
-inline uint16_t CodeValue(Io* io, Model* model, uint16_t prev, uint16_t next) {
+inline uint16_t CodeValue(Io* io, Model* model, uint16_t prev, uint16_t next, int hint) {
   const uint16_t key = MonotoneKey(prev);
   const int a = kRates.log[ExponentOf(prev)];
   // Encoder side: d in [-32768, 32767] \ {0}, as magnitude and sign.
@@ -293,25 +296,61 @@ inline uint16_t CodeValue(Io* io, Model* model, uint16_t prev, uint16_t next) {
   const uint32_t magnitude_in = static_cast<uint32_t>(d < 0 ? -d : d);
   const int class_in = magnitude_in ? 31 - __builtin_clz(magnitude_in) : 0;
 
-  STAT_CAT(3);
   int cls = 0;
   while (cls < kUnaryBits && io->Code(&model->unary[a][cls], class_in > cls)) ++cls;
   uint32_t magnitude = 1;
   for (int b = cls - 1; b >= 0; --b) {
     magnitude = 2 * magnitude + io->Code(&model->bits[cls][b], (magnitude_in >> b) & 1);
   }
-  const int negative = io->Code(&model->sign[prev >> 15][a], negative_in);
+  const int negative = io->Code(&model->sign[hint][prev >> 15][a], negative_in);
   const uint16_t step = static_cast<uint16_t>(negative ? 0u - magnitude : magnitude);
   return static_cast<uint16_t>(prev ^ FromMonotoneKey(static_cast<uint16_t>(key + step)));
 }
+
+// Element rates without history: by exponent alone.
+class PlainRates {
+ public:
+  explicit PlainRates(const uint16_t* src) : src_(src) {}
+  inline uint64_t Rate(size_t i) const { return kRates.rate[ExponentOf(src_[i])]; }
+  inline int Hint(size_t) const { return 0; }
+
+ private:
+  const uint16_t* src_;
+};
+
+// With a session's history: an element that changed recently gets its rate multiplied by
+// 2^boost of its history class (sent in the chunk header), and the direction of its last
+// change is the context of its sign.
+class HistoryRates {
+ public:
+  HistoryRates(const uint16_t* src, const uint8_t* history, const uint8_t* boosts)
+      : src_(src), history_(history) {
+    for (int age = 0; age <= kHistoryAgeMask; ++age) {
+      boost_[age] = boosts[HistoryClass(static_cast<uint8_t>(age))];
+    }
+  }
+  inline uint64_t Rate(size_t i) const {
+    const int a = kRates.log[ExponentOf(src_[i])] + boost_[history_[i] & kHistoryAgeMask];
+    return uint64_t{1} << std::min(a, kMaxRateLog);
+  }
+  inline int Hint(size_t i) const {
+    const uint8_t h = history_[i];
+    return (h & kHistoryAgeMask) == 0 ? 0 : (h & kHistoryUp) ? 1 : 2;
+  }
+
+ private:
+  const uint16_t* src_;
+  const uint8_t* history_;
+  uint8_t boost_[kHistoryAgeMask + 1];
+};
 
 // Codes the changes of elements [begin, end) of a block, known to hold at least one:
 // whether the left half has one (from its share of the node's rate), and if so whether
 // the right half has one too (from its own rate). `prefix` holds the block's prefix rate
 // sums, indexed from the block's start `base`.
-template <class Io>
-void CodeNode(Io* io, Model* model, const uint16_t* src, const uint64_t* prefix, size_t base,
-              size_t begin, size_t end, int L) {
+template <class Io, class Rates>
+void CodeNode(Io* io, Model* model, const uint16_t* src, const Rates& rates,
+              const uint64_t* prefix, size_t base, size_t begin, size_t end, int L) {
   while (end - begin > 1) {
     const size_t mid = begin + (end - begin) / 2;
     const uint64_t left = prefix[mid - base] - prefix[begin - base];
@@ -320,26 +359,25 @@ void CodeNode(Io* io, Model* model, const uint16_t* src, const uint64_t* prefix,
     const int level = std::min(std::max((whole - L + 48) >> 2, 0), kNodeLevels - 1);
     const int t = left <= right ? 31 - std::min(whole - Log2Q4(left), 31)
                                 : 32 + std::min(whole - Log2Q4(right), 31);
-    STAT_CAT(1);
     if (!io->Code(&model->split[level][t], io->NodeChanged(begin, mid))) {
       begin = mid;  // the change is on the right
       continue;
     }
     const int q = std::min(std::max(Log2Q4(right) - L + 64, 0), kAlsoBuckets - 1);
-    STAT_CAT(2);
     if (!io->Code(&model->also[q], io->NodeChanged(mid, end))) {
       end = mid;
       continue;
     }
-    CodeNode(io, model, src, prefix, base, begin, mid, L);  // left first: ascending
+    CodeNode(io, model, src, rates, prefix, base, begin, mid, L);  // left first: ascending
     begin = mid;
   }
-  io->Emit(begin, CodeValue(io, model, src[begin], io->Target(begin)));
+  io->Emit(begin, CodeValue(io, model, src[begin], io->Target(begin), rates.Hint(begin)));
 }
 
 // Positions come out ascending: a left half is finished before its right half.
-template <class Io>
-void CodeChunk(const uint16_t* src, size_t len, int log2_block, int L, Io* io) {
+template <class Io, class Rates>
+void CodeChunk(const uint16_t* src, const Rates& rates, size_t len, int log2_block, int L,
+               Io* io) {
   auto model = std::make_unique<Model>(L);
   const size_t block = size_t{1} << log2_block;
   uint64_t prefix[(size_t{1} << kMaxModelBlockLog) + 1];
@@ -347,19 +385,18 @@ void CodeChunk(const uint16_t* src, size_t len, int log2_block, int L, Io* io) {
   for (size_t begin = 0; begin < len; begin += block) {
     const size_t end = std::min(begin + block, len);
     uint64_t sum = 0;
-    for (size_t i = begin; i < end; ++i) sum += kRates.rate[ExponentOf(src[i])];
+    for (size_t i = begin; i < end; ++i) sum += rates.Rate(i);
     const int bucket = std::min(Log2Q4(sum), kBlockBuckets - 1);
     const int neighbours = (recent & 1) + (recent >> 1);
-    STAT_CAT(0);
     const int any = io->Code(&model->block[bucket][neighbours], io->BlockChanged(begin, end));
     recent = ((recent << 1) | any) & 3;
     if (!any) continue;
     prefix[0] = 0;
     for (size_t i = begin; i < end; ++i) {
-      prefix[i - begin + 1] = prefix[i - begin] + kRates.rate[ExponentOf(src[i])];
+      prefix[i - begin + 1] = prefix[i - begin] + rates.Rate(i);
     }
     io->BeginBlock(begin, end);
-    CodeNode(io, model.get(), src, prefix, begin, begin, end, L);
+    CodeNode(io, model.get(), src, rates, prefix, begin, begin, end, L);
     io->EndBlock();
   }
 }
@@ -369,9 +406,6 @@ class EncoderIo {
   EncoderIo(const uint16_t* src, const uint16_t* dst, std::vector<uint8_t>* out)
       : src_(src), dst_(dst), coder_(out) {}
   inline int Code(Prob* prob, int bit) {
-#ifdef ARC_V3_MODEL_STATS
-    g_cost[g_cat] += -std::log2((bit ? prob->p : 65536 - prob->p) / 65536.0);
-#endif
     coder_.Encode(prob, bit);
     return bit;
   }
@@ -428,7 +462,7 @@ class DecoderIo {
 };
 
 constexpr uint8_t kBlockLogMask = 0x07;
-constexpr uint8_t kReservedMask = 0xF8;
+constexpr uint8_t kReservedMask = 0xF0;
 
 // Block size for a density: about one expected change per four blocks (measured on the
 // corpus, the size barely changes the ratio; this is the fastest to decode).
@@ -440,11 +474,36 @@ int ChooseBlockLog(size_t changes, size_t len) {
 
 }  // namespace
 
+void AdvanceHistory(const uint16_t* src, const uint16_t* dst, size_t len, uint8_t* history) {
+  for (size_t i = 0; i < len; ++i) {
+    const uint8_t age = history[i] & kHistoryAgeMask;
+    if (src[i] != dst[i]) {
+      const int up = static_cast<uint16_t>(MonotoneKey(dst[i]) - MonotoneKey(src[i])) < 0x8000;
+      history[i] = static_cast<uint8_t>(1 | (up ? kHistoryUp : 0));
+    } else if (age != 0 && age != kHistoryAgeMask) {
+      history[i] = static_cast<uint8_t>((history[i] & kHistoryUp) | (age + 1));
+    }
+  }
+}
+
 namespace {
 
-// log2_block < 0: chosen from the density.
+constexpr uint8_t kHistoryFlag = 0x08;
+
+// Boost of a history class: log2 of how much likelier its elements changed in this chunk
+// than elements without history, rate for rate (rounded octaves, 0..15).
+uint8_t EstimateBoost(uint64_t changes, uint64_t rate_sum, uint64_t base_changes,
+                      uint64_t base_rate_sum) {
+  if (changes == 0) return 0;
+  if (base_changes == 0) return 15;
+  const int q = (Log2Q4(changes) - Log2Q4(rate_sum)) - (Log2Q4(base_changes) -
+                                                         Log2Q4(base_rate_sum));
+  return static_cast<uint8_t>(std::min(std::max((q + 2) / 4, 0), 15));
+}
+
+// log2_block < 0: chosen from the density. Bytes: see the top of this file.
 Status EncodeChunk(const uint16_t* src, const uint16_t* dst, size_t len, int log2_block,
-                   std::vector<uint8_t>* out) {
+                   std::vector<uint8_t>* out, const uint8_t* history) {
   if (out == nullptr || (len > 0 && (src == nullptr || dst == nullptr))) {
     return Status(ErrorCode::kInvalidArgument, "EncodeChunkModelled: null pointer");
   }
@@ -454,20 +513,47 @@ Status EncodeChunk(const uint16_t* src, const uint16_t* dst, size_t len, int log
   if (log2_block >= 0 && (log2_block < kMinModelBlockLog || log2_block > kMaxModelBlockLog)) {
     return Status(ErrorCode::kInvalidArgument, "EncodeChunkModelled: bad block size");
   }
-  size_t changes = 0;
-  uint64_t rate_sum = 0;
-  for (size_t i = 0; i < len; ++i) {
-    changes += src[i] != dst[i];
-    rate_sum += kRates.rate[ExponentOf(src[i])];
+  // Changes and rate sums per history class (all in class 0 without history).
+  uint64_t changes[kHistoryClasses] = {0, 0, 0, 0};
+  uint64_t rate_sums[kHistoryClasses] = {0, 0, 0, 0};
+  if (history == nullptr) {
+    for (size_t i = 0; i < len; ++i) {
+      changes[0] += src[i] != dst[i];
+      rate_sums[0] += kRates.rate[ExponentOf(src[i])];
+    }
+  } else {
+    for (size_t i = 0; i < len; ++i) {
+      const int c = HistoryClass(history[i]);
+      changes[c] += src[i] != dst[i];
+      rate_sums[c] += kRates.rate[ExponentOf(src[i])];
+    }
   }
-  if (changes == 0) return Status::Ok();  // the empty chunk
-  if (log2_block < 0) log2_block = ChooseBlockLog(changes, len);
-  // rate_sum >= len >= changes, so L >= 0 up to the Log2Q4 rounding; <= 4 * 57.
-  const int L = std::min(std::max(Log2Q4(rate_sum) - Log2Q4(changes), 0), 255);
-  out->push_back(static_cast<uint8_t>(log2_block - kMinModelBlockLog));
+  const uint64_t total = changes[0] + changes[1] + changes[2] + changes[3];
+  if (total == 0) return Status::Ok();  // the empty chunk
+  if (log2_block < 0) log2_block = ChooseBlockLog(total, len);
+  uint8_t boosts[kHistoryClasses] = {0, 0, 0, 0};
+  uint64_t rate_sum = rate_sums[0];
+  for (int c = 1; c < kHistoryClasses; ++c) {
+    boosts[c] = EstimateBoost(changes[c], rate_sums[c], changes[0], rate_sums[0]);
+    // Only the prior below uses this sum: saturate rather than overflow.
+    const uint64_t limit = uint64_t{1} << 60;
+    rate_sum += rate_sums[c] >= (limit >> boosts[c]) ? limit : rate_sums[c] << boosts[c];
+  }
+  // A history that says nothing (a session's first step) is not worth its two bytes.
+  if ((boosts[1] | boosts[2] | boosts[3]) == 0) history = nullptr;
+  // rate_sum >= len >= changes, so L >= 0 up to the Log2Q4 rounding; <= 4 * 62.
+  const int L = std::min(std::max(Log2Q4(rate_sum) - Log2Q4(total), 0), 255);
+  out->push_back(static_cast<uint8_t>((log2_block - kMinModelBlockLog) |
+                                      (history != nullptr ? kHistoryFlag : 0)));
   out->push_back(static_cast<uint8_t>(L));
   EncoderIo io(src, dst, out);
-  CodeChunk(src, len, log2_block, L, &io);
+  if (history == nullptr) {
+    CodeChunk(src, PlainRates(src), len, log2_block, L, &io);
+  } else {
+    out->push_back(static_cast<uint8_t>(boosts[1] | (boosts[2] << 4)));
+    out->push_back(boosts[3]);
+    CodeChunk(src, HistoryRates(src, history, boosts), len, log2_block, L, &io);
+  }
   io.Finish();
   return Status::Ok();
 }
@@ -475,20 +561,22 @@ Status EncodeChunk(const uint16_t* src, const uint16_t* dst, size_t len, int log
 }  // namespace
 
 Status EncodeChunkModelledWithBlock(const uint16_t* src, const uint16_t* dst, size_t len,
-                                    int log2_block, std::vector<uint8_t>* out) {
+                                    int log2_block, std::vector<uint8_t>* out,
+                                    const uint8_t* history) {
   if (log2_block < 0) {
     return Status(ErrorCode::kInvalidArgument, "EncodeChunkModelled: bad block size");
   }
-  return EncodeChunk(src, dst, len, log2_block, out);
+  return EncodeChunk(src, dst, len, log2_block, out, history);
 }
 
 Status EncodeChunkModelled(const uint16_t* src, const uint16_t* dst, size_t len,
-                           std::vector<uint8_t>* out) {
-  return EncodeChunk(src, dst, len, -1, out);
+                           std::vector<uint8_t>* out, const uint8_t* history) {
+  return EncodeChunk(src, dst, len, -1, out, history);
 }
 
 Status DecodeChunkModelled(const uint16_t* src, size_t len, const uint8_t* bytes, size_t size,
-                           std::vector<uint32_t>* positions, std::vector<uint16_t>* xors) {
+                           std::vector<uint32_t>* positions, std::vector<uint16_t>* xors,
+                           const uint8_t* history) {
   if (positions == nullptr || xors == nullptr || (len > 0 && src == nullptr) ||
       (size > 0 && bytes == nullptr)) {
     return Status(ErrorCode::kInvalidArgument, "DecodeChunkModelled: null pointer");
@@ -508,13 +596,25 @@ Status DecodeChunkModelled(const uint16_t* src, size_t len, const uint8_t* bytes
     return Status(ErrorCode::kCorruptChunk, "modelled chunk: bad block size");
   }
   if (len == 0) return Status(ErrorCode::kCorruptChunk, "modelled chunk: changes in 0 elements");
-  if (size < 2) return Status(ErrorCode::kTruncated, "modelled chunk: no rate prior");
+  const bool with_history = (layout & kHistoryFlag) != 0;
+  const size_t header = with_history ? 4 : 2;
+  if (size < header) return Status(ErrorCode::kTruncated, "modelled chunk: header truncated");
   const int L = bytes[1];
-  DecoderIo io(bytes + 2, bytes + size, positions, xors);
-  CodeChunk(src, len, log2_block, L, &io);
+  DecoderIo io(bytes + header, bytes + size, positions, xors);
+  if (with_history) {
+    if (history == nullptr) {
+      return Status(ErrorCode::kCorruptChunk, "modelled chunk: coded with a session history");
+    }
+    const uint8_t boosts[kHistoryClasses] = {0, static_cast<uint8_t>(bytes[2] & 0x0F),
+                                             static_cast<uint8_t>(bytes[2] >> 4), bytes[3]};
+    if (boosts[3] > 15) return Status(ErrorCode::kCorruptChunk, "modelled chunk: bad boost");
+    CodeChunk(src, HistoryRates(src, history, boosts), len, log2_block, L, &io);
+  } else {
+    CodeChunk(src, PlainRates(src), len, log2_block, L, &io);
+  }
   // The encoder never ends a stream with a zero byte, and never codes a chunk without
   // changes.
-  if (!io.coder().Valid() || (size > 2 && bytes[size - 1] == 0) || positions->empty()) {
+  if (!io.coder().Valid() || (size > header && bytes[size - 1] == 0) || positions->empty()) {
     positions->clear();
     xors->clear();
     return Status(ErrorCode::kCorruptChunk, "modelled chunk: inconsistent range-coded stream");

@@ -4,8 +4,9 @@
 // ARCv3 as published (delta_compress, Format::kArcV3, per tensor) and with the entropy
 // bound (b2) the corpus' stats.json records for that pair.
 //
-// Usage: model_coder_measure [--block=LOG2] [--verbose] DIR...
-// (--verbose adds a line per tensor.)
+// Usage: model_coder_measure [--block=LOG2] [--verbose] [--history] DIR...
+// (--verbose adds a line per tensor; --history codes each run as one session, the first
+// pair without history and every later one with the history of the pairs before.)
 // Prints one line per pair and a pooled line per run. Speeds are single-thread GB/s of
 // BF16 input (2 bytes per element), thread CPU time, best of 3.
 #include <algorithm>
@@ -24,9 +25,6 @@
 #include "src/model_coder.h"
 #include "src/safetensors.h"
 
-#ifdef ARC_V3_MODEL_STATS
-extern double g_cost[4];
-#endif
 namespace {
 
 // Thread CPU time: the shared build machine is loaded, and time spent descheduled is not
@@ -49,7 +47,7 @@ double Seconds(double a, double b) { return b - a; }
 
 // Codes one tensor pair; returns false on a round-trip failure.
 bool MeasureTensor(const uint16_t* src, const uint16_t* dst, size_t n, int block_log,
-                   Totals* totals) {
+                   const uint8_t* history, Totals* totals) {
   constexpr size_t kChunk = size_t{1} << 20;
   std::vector<std::vector<uint8_t>> chunks;
   double best_encode = 1e30, best_decode = 1e30;
@@ -60,10 +58,12 @@ bool MeasureTensor(const uint16_t* src, const uint16_t* dst, size_t n, int block
       const size_t len = std::min(kChunk, n - begin);
       chunks.emplace_back();
       const arc_v3::Status s =
-          block_log > 0 ? arc_v3::EncodeChunkModelledWithBlock(src + begin, dst + begin, len,
-                                                                block_log, &chunks.back())
-                        : arc_v3::EncodeChunkModelled(src + begin, dst + begin, len,
-                                                      &chunks.back());
+          block_log > 0
+              ? arc_v3::EncodeChunkModelledWithBlock(src + begin, dst + begin, len, block_log,
+                                                     &chunks.back(),
+                                                     history ? history + begin : nullptr)
+              : arc_v3::EncodeChunkModelled(src + begin, dst + begin, len, &chunks.back(),
+                                            history ? history + begin : nullptr);
       if (!s.ok()) {
         std::fprintf(stderr, "encode: %s\n", s.ToString().c_str());
         return false;
@@ -78,8 +78,9 @@ bool MeasureTensor(const uint16_t* src, const uint16_t* dst, size_t n, int block
     size_t c = 0;
     for (size_t begin = 0; begin < n; begin += kChunk, ++c) {
       const size_t len = std::min(kChunk, n - begin);
-      const arc_v3::Status s = arc_v3::DecodeChunkModelled(
-          src + begin, len, chunks[c].data(), chunks[c].size(), &positions, &xors);
+      const arc_v3::Status s =
+          arc_v3::DecodeChunkModelled(src + begin, len, chunks[c].data(), chunks[c].size(),
+                                      &positions, &xors, history ? history + begin : nullptr);
       if (!s.ok()) {
         std::fprintf(stderr, "decode: %s\n", s.ToString().c_str());
         return false;
@@ -123,11 +124,7 @@ bool MeasureTensor(const uint16_t* src, const uint16_t* dst, size_t n, int block
 }
 
 void Print(const char* label, const Totals& t) {
-#ifdef ARC_V3_MODEL_STATS
-  std::printf("  bits/change: block %.3f first %.3f more %.3f value %.3f\n", g_cost[0] / 3 / t.changed,
-              g_cost[1] / 3 / t.changed, g_cost[2] / 3 / t.changed, g_cost[3] / 3 / t.changed);
-  for (double& c : g_cost) c = 0;
-#endif
+
   const double bf16 = 2.0 * static_cast<double>(t.elements);
   const double model_pct = 100.0 * t.model_bytes / bf16;
   const double arc_pct = 100.0 * t.arc_bytes / bf16;
@@ -146,10 +143,13 @@ void Print(const char* label, const Totals& t) {
 int main(int argc, char** argv) {
   int block_log = 0;
   bool verbose = false;
+  bool sessions = false;
   std::vector<std::string> dirs;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--verbose") == 0) {
       verbose = true;
+    } else if (std::strcmp(argv[i], "--history") == 0) {
+      sessions = true;
     } else if (std::strncmp(argv[i], "--block=", 8) == 0) {
       block_log = std::atoi(argv[i] + 8);
     } else {
@@ -157,7 +157,7 @@ int main(int argc, char** argv) {
     }
   }
   if (dirs.empty()) {
-    std::fprintf(stderr, "usage: %s [--block=LOG2] CORPUS_DIR...\n", argv[0]);
+    std::fprintf(stderr, "usage: %s [--block=LOG2] [--verbose] [--history] CORPUS_DIR...\n", argv[0]);
     return 2;
   }
   for (const std::string& dir : dirs) {
@@ -181,6 +181,7 @@ int main(int argc, char** argv) {
       files.push_back(name);
     }
     Totals run;
+    std::map<std::string, std::vector<uint8_t>> histories;  // per tensor, with --history
     for (size_t p = 0; p + 1 < files.size(); ++p) {
       arc_v3::safetensors::File a, b;
       arc_v3::Status s = arc_v3::safetensors::File::Open(dir + "/" + files[p], &a);
@@ -198,7 +199,16 @@ int main(int argc, char** argv) {
         std::memcpy(src.data(), a.data(tensor), tensor.size());
         std::memcpy(dst.data(), b.data(*other), other->size());
         const uint64_t before = pair.model_bytes;
-        if (!MeasureTensor(src.data(), dst.data(), src.size(), block_log, &pair)) return 1;
+        std::vector<uint8_t>* history = nullptr;
+        if (sessions) {
+          history = &histories[tensor.name];
+          history->resize(src.size(), 0);
+        }
+        if (!MeasureTensor(src.data(), dst.data(), src.size(), block_log,
+                           history ? history->data() : nullptr, &pair)) {
+          return 1;
+        }
+        if (history) arc_v3::AdvanceHistory(src.data(), dst.data(), src.size(), history->data());
         if (verbose) {
           size_t changed = 0;
           for (size_t i = 0; i < src.size(); ++i) changed += src[i] != dst[i];

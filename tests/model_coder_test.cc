@@ -1,7 +1,7 @@
 // Tests of the context-modelled chunk coder (src/model_coder.h): the monotone key, exact
 // round trips on random and structured data for every block size, determinism, robustness
-// against truncated / flipped / arbitrary bytes, and that the model beats a plain
-// positions-and-mantissas baseline on realistic updates.
+// against truncated / flipped / arbitrary bytes, that the model beats a plain
+// positions-and-mantissas baseline on realistic updates, and the session history.
 #include "src/model_coder.h"
 
 #include <doctest/doctest.h>
@@ -46,28 +46,28 @@ Decoded Decode(const std::vector<uint16_t>& src, const std::vector<uint8_t>& byt
 // Encodes with the given block size (0: the encoder's choice), checks that decoding gives
 // exactly the changed positions and their XORs, and that encoding is deterministic.
 std::vector<uint8_t> CheckRoundTrip(const std::vector<uint16_t>& src,
-                                    const std::vector<uint16_t>& dst, int log2_block = 0) {
+                                    const std::vector<uint16_t>& dst, int log2_block = 0,
+                                    const uint8_t* history = nullptr) {
   REQUIRE(src.size() == dst.size());
+  const auto encode = [&](std::vector<uint8_t>* out) {
+    return log2_block == 0 ? EncodeChunkModelled(src.data(), dst.data(), src.size(), out,
+                                                 history)
+                           : EncodeChunkModelledWithBlock(src.data(), dst.data(), src.size(),
+                                                          log2_block, out, history);
+  };
   std::vector<uint8_t> bytes = {0xAB};  // appends: a prefix must survive
-  const Status s =
-      log2_block == 0
-          ? EncodeChunkModelled(src.data(), dst.data(), src.size(), &bytes)
-          : EncodeChunkModelledWithBlock(src.data(), dst.data(), src.size(), log2_block, &bytes);
-  REQUIRE(s.ok());
+  REQUIRE(encode(&bytes).ok());
   REQUIRE(bytes[0] == 0xAB);
   bytes.erase(bytes.begin());
 
   std::vector<uint8_t> again;
-  REQUIRE((log2_block == 0 ? EncodeChunkModelled(src.data(), dst.data(), src.size(), &again)
-                           : EncodeChunkModelledWithBlock(src.data(), dst.data(), src.size(),
-                                                          log2_block, &again))
-              .ok());
+  REQUIRE(encode(&again).ok());
   CHECK(again == bytes);
 
   std::vector<uint32_t> positions = {7, 7};  // stale contents must be replaced
   std::vector<uint16_t> xors = {1};
   const Status d = DecodeChunkModelled(src.data(), src.size(), bytes.data(), bytes.size(),
-                                       &positions, &xors);
+                                       &positions, &xors, history);
   REQUIRE(d.ok());
   std::vector<uint32_t> want_positions;
   std::vector<uint16_t> want_xors;
@@ -111,10 +111,12 @@ std::vector<uint16_t> Step(const std::vector<uint16_t>& w, float lr, std::mt1993
 
 // Checks what a decoder may return for untrusted bytes: an error with empty outputs, or
 // a well-formed result.
-void CheckSane(const std::vector<uint16_t>& src, const uint8_t* bytes, size_t size) {
+void CheckSane(const std::vector<uint16_t>& src, const uint8_t* bytes, size_t size,
+               const uint8_t* history = nullptr) {
   std::vector<uint32_t> positions;
   std::vector<uint16_t> xors;
-  const Status s = DecodeChunkModelled(src.data(), src.size(), bytes, size, &positions, &xors);
+  const Status s =
+      DecodeChunkModelled(src.data(), src.size(), bytes, size, &positions, &xors, history);
   if (!s.ok()) {
     CHECK((s.code() == ErrorCode::kCorruptChunk || s.code() == ErrorCode::kTruncated));
     CHECK(positions.empty());
@@ -303,7 +305,7 @@ TEST_CASE("On realistic updates the model beats 7-bit mantissas plus gap varints
   std::mt19937 rng(6);
   const std::vector<uint16_t> src = GaussianWeights(1 << 18, &rng);
   // Update sizes that change roughly 0.2% to 10% of the weights.
-  for (float lr : {2e-6f, 2e-5f, 1e-4f}) {
+  for (float lr : {2e-7f, 1e-6f, 5e-6f}) {
     INFO("lr = " << lr);
     const std::vector<uint16_t> dst = Step(src, lr, &rng);
     size_t changes = 0, baseline = 0;
@@ -321,9 +323,104 @@ TEST_CASE("On realistic updates the model beats 7-bit mantissas plus gap varints
     baseline += (7 * changes + 7) / 8;
     REQUIRE(changes > 0);
     const std::vector<uint8_t> bytes = CheckRoundTrip(src, dst);
-    INFO("changes " << changes << " model " << bytes.size() << " baseline " << baseline);
+    MESSAGE("changes " << changes << ": model " << bytes.size() << " bytes, baseline " << baseline);
     CHECK(bytes.size() < baseline);
   }
+}
+
+// A session in which each weight follows its own persistent drift (as Adam's momentum
+// makes it), so elements that changed tend to change again in the same direction.
+struct Session {
+  std::vector<std::vector<uint16_t>> steps;
+};
+Session MakeSession(size_t n, int steps, float lr, std::mt19937* rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> master(n), drift(n);
+  Session session;
+  session.steps.push_back(GaussianWeights(n, rng));
+  for (size_t i = 0; i < n; ++i) {
+    master[i] = Bf16ToFloat(session.steps[0][i]);
+    drift[i] = normal(*rng);
+  }
+  for (int s = 0; s < steps; ++s) {
+    std::vector<uint16_t> next(n);
+    for (size_t i = 0; i < n; ++i) {
+      master[i] += lr * (drift[i] + 0.3f * normal(*rng));
+      next[i] = FloatToBf16(master[i]);
+    }
+    session.steps.push_back(std::move(next));
+  }
+  return session;
+}
+
+TEST_CASE("AdvanceHistory records age and direction of the last change") {
+  const std::vector<uint16_t> src = {0x3F80, 0x3F80, 0x0000, 0x8000, 0x1234, 0x1234};
+  const std::vector<uint16_t> dst = {0x3F81, 0x3F7F, 0x8000, 0x0000, 0x1234, 0x1234};
+  std::vector<uint8_t> history = {0, 0x0B, 7, 2, 0x0A, 0x07};
+  AdvanceHistory(src.data(), dst.data(), src.size(), history.data());
+  CHECK(history[0] == (1 | kHistoryUp));  // up by one
+  CHECK(history[1] == 1);                 // down
+  CHECK(history[2] == 1);                 // +0 -> -0 is a step down
+  CHECK(history[3] == (1 | kHistoryUp));  // -0 -> +0 is a step up
+  CHECK(history[4] == 0x0B);              // unchanged: one step older, direction kept
+  CHECK(history[5] == 0x07);              // the oldest age saturates
+}
+
+TEST_CASE("Sessions: round trips with history, and history pays") {
+  std::mt19937 rng(7);
+  const size_t n = 1 << 16;
+  const Session session = MakeSession(n, 6, 2e-5f, &rng);
+  std::vector<uint8_t> history(n, 0);
+  size_t with_history = 0, without = 0;
+  for (size_t s = 0; s + 1 < session.steps.size(); ++s) {
+    const auto& src = session.steps[s];
+    const auto& dst = session.steps[s + 1];
+    const std::vector<uint8_t> bytes = CheckRoundTrip(src, dst, 0, history.data());
+    const std::vector<uint8_t> plain = CheckRoundTrip(src, dst);
+    if (s == 0) {
+      CHECK(bytes == plain);  // an empty history is not sent
+    } else {
+      with_history += bytes.size();
+      without += plain.size();
+      // The chunk needs its history: without it, an error.
+      if (!bytes.empty() && (bytes[0] & 0x08)) {
+        std::vector<uint32_t> positions;
+        std::vector<uint16_t> xors;
+        CHECK(DecodeChunkModelled(src.data(), n, bytes.data(), bytes.size(), &positions,
+                                  &xors)
+                  .code() == ErrorCode::kCorruptChunk);
+      }
+      for (int b = kMinModelBlockLog; b <= kMaxModelBlockLog; ++b) {
+        CheckRoundTrip(src, dst, b, history.data());
+      }
+    }
+    AdvanceHistory(src.data(), dst.data(), n, history.data());
+  }
+  MESSAGE("with history " << with_history << " bytes, without " << without);
+  CHECK(with_history < without);
+}
+
+TEST_CASE("Sessions: corrupt bytes and arbitrary history never crash") {
+  std::mt19937 rng(8);
+  const Session session = MakeSession(200, 2, 1e-4f, &rng);
+  std::vector<uint8_t> history(200, 0);
+  AdvanceHistory(session.steps[0].data(), session.steps[1].data(), 200, history.data());
+  const auto& src = session.steps[1];
+  const std::vector<uint8_t> good = CheckRoundTrip(src, session.steps[2], 0, history.data());
+  for (size_t size = 0; size < good.size(); ++size) {
+    CheckSane(src, good.data(), size, history.data());
+  }
+  std::vector<uint8_t> flipped = good;
+  for (size_t bit = 0; bit < 8 * good.size(); ++bit) {
+    flipped[bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));
+    CheckSane(src, flipped.data(), flipped.size(), history.data());
+    flipped[bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));
+  }
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::vector<uint8_t> junk_history(200);
+  for (auto& h : junk_history) h = static_cast<uint8_t>(byte(rng));
+  CheckSane(src, good.data(), good.size(), junk_history.data());
+  CheckRoundTrip(src, session.steps[2], 0, junk_history.data());  // any history codes
 }
 
 }  // namespace

@@ -163,6 +163,13 @@ void ProgressDone() {
   if (isatty(2)) std::fprintf(stderr, "\r\033[K");
 }
 
+// Output files may name folders that do not exist yet.
+void CreateParentDirectory(const std::string& path) {
+  std::error_code ec;
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+}
+
 std::string Format(const char* format, double value) {
   char buffer[64];
   std::snprintf(buffer, sizeof(buffer), format, value);
@@ -717,13 +724,24 @@ int Main(int argc, char** argv) {
     std::printf("\n");
   }
 
+  for (const std::string* path : {&flags.json, &flags.csv, &flags.chart}) {
+    if (!path->empty()) CreateParentDirectory(*path);
+  }
   if (!flags.json.empty()) {
     std::ofstream out(flags.json);
     out << ToJson(results, kernel_results, workers).dump(1) << "\n";
-    std::printf("json: %s\n", flags.json.c_str());
+    if (out) {
+      std::printf("json: %s\n", flags.json.c_str());
+    } else {
+      std::fprintf(stderr, "arc_bench: cannot write %s\n", flags.json.c_str());
+    }
   }
   if (!flags.csv.empty()) {
-    if (WriteCsv(flags.csv, results)) std::printf("csv: %s\n", flags.csv.c_str());
+    if (WriteCsv(flags.csv, results)) {
+      std::printf("csv: %s\n", flags.csv.c_str());
+    } else {
+      std::fprintf(stderr, "arc_bench: cannot write %s\n", flags.csv.c_str());
+    }
   }
   if (!flags.chart.empty()) WriteChart(flags.chart, results);
   if (failed) {

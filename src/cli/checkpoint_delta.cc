@@ -2,6 +2,7 @@
 #include "src/cli/checkpoint_delta.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -25,6 +26,22 @@ constexpr char kIndexName[] = "model.safetensors.index.json";
 
 Status IoError(const std::string& path, const char* what) {
   return Status(ErrorCode::kInvalidArgument, path + ": " + what + ": " + std::strerror(errno));
+}
+
+// Maps the pages of a mapped input range in one call instead of one fault per page (on a
+// warm page cache the faults otherwise cost about a fifth of diff's time). Best effort:
+// kernels before 5.14 lack MADV_POPULATE_READ and the pages fault in as usual.
+void Prefault(const uint8_t* data, uint64_t size) {
+#ifdef MADV_POPULATE_READ
+  if (data == nullptr || size == 0) return;
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(data) & ~(page - 1);
+  const uintptr_t end = reinterpret_cast<uintptr_t>(data) + size;
+  madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_READ);
+#else
+  (void)data;
+  (void)size;
+#endif
 }
 
 std::string BaseName(const std::string& path) { return fs::path(path).filename().string(); }
@@ -403,8 +420,10 @@ Status Diff(const std::string& prev_path, const std::string& next_path, const st
   ParallelFor(tasks.size(), WorkerCount(options.threads, tasks.size()), [&](size_t i, size_t) {
     if (error.failed()) return;
     const EncodeTask& task = tasks[i];
+    Prefault(task.base, task.bytes);
+    Prefault(task.target, task.bytes);
     error.Set(EncodePiece(task.base, task.target, task.bytes, task.element_size, task.bf16,
-                          task.piece, &outputs[i]));
+                          options.effort, task.piece, &outputs[i]));
     if (task.tensor && options.progress_done != nullptr) *options.progress_done += task.bytes;
   });
   if (error.failed()) return error.status();
@@ -531,6 +550,7 @@ Status Apply(const std::string& prev_path, const std::string& delta_path, const 
                     : Status(e.code(), "tensor '" + t.name + "': " + e.message()));
     };
     if (task.base != nullptr) {
+      Prefault(task.base, bytes);
       Status st = CheckBaseRows(t, p, task.base);
       if (!st.ok()) return fail(st);
     }

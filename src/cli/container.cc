@@ -522,8 +522,8 @@ Status Reader::ReadPiece(const Piece& piece, std::vector<uint8_t>* scratch,
 }
 
 Status EncodePiece(const uint8_t* base, const uint8_t* target, uint64_t bytes,
-                   size_t element_size, bool bf16, Piece* piece, std::vector<uint8_t>* out) {
-  piece->target_xxh3 = Hash(target, bytes);
+                   size_t element_size, bool bf16, int effort, Piece* piece,
+                   std::vector<uint8_t>* out) {
   piece->base_xxh3 = base != nullptr ? Hash(base, bytes) : 0;
   if (bf16 && base != nullptr) {
     const size_t count = bytes / 2;
@@ -541,15 +541,18 @@ Status EncodePiece(const uint8_t* base, const uint8_t* target, uint64_t bytes,
     }
     Options options;
     options.threads = 1;  // the caller runs pieces in parallel
+    options.effort = effort;
     Delta delta;
     Status s = delta_compress(src, dst, count, &delta, options);
     if (!s.ok()) return s;
     piece->coder = Coder::kArcV3;
+    piece->target_xxh3 = delta.checksum;  // XXH3 of the target rows, as below
     *out = std::move(delta.bytes);
     piece->xxh3 = Hash(out->data(), out->size());
     piece->size = out->size();
     return Status::Ok();
   }
+  piece->target_xxh3 = Hash(target, bytes);
   std::vector<uint8_t> xored(target, target + bytes);
   if (base != nullptr) {
     for (uint64_t i = 0; i < bytes; ++i) xored[i] ^= base[i];

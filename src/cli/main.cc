@@ -116,6 +116,7 @@ class Progress {
 
 struct Common {
   int threads = 0;
+  int effort = 1;
   bool json = false;
   bool quiet = false;
   bool no_sync = false;
@@ -131,6 +132,7 @@ void AddCommon(CLI::App* cmd, Common* c) {
 RunOptions MakeOptions(const Common& c, Progress* progress) {
   RunOptions o;
   o.threads = c.threads;
+  o.effort = c.effort;
   o.sync = !c.no_sync;
   o.progress_done = &progress->done;
   o.progress_total = &progress->total;
@@ -354,6 +356,7 @@ int Bench(const std::string& prev, const std::string& next, const Common& c, int
   for (int i = 0; i < repeats && s.ok(); ++i) {
     RunOptions o;
     o.threads = c.threads;
+    o.effort = c.effort;
     o.sync = !c.no_sync;
     auto t0 = std::chrono::steady_clock::now();
     s = container::Diff(prev, next, delta, o, &r);
@@ -416,6 +419,9 @@ int Main(int argc, char** argv) {
   diff->add_option("NEXT", next, "New checkpoint, same kind as PREV")->required();
   diff->add_option("-o,--output", delta, "Delta file to write (e.g. step_101.a3d)")->required();
   AddCommon(diff, &common);
+  diff->add_option("-e,--effort", common.effort,
+                   "arc_v3 effort 0..3 for BF16 tensors (default 1; 2-3 are a few % smaller, much slower)")
+      ->check(CLI::Range(0, 3));
 
   CLI::App* apply = app.add_subcommand(
       "apply", "Rebuild NEXT from PREV and a delta (checks PREV first; all or nothing)");
@@ -458,6 +464,7 @@ int Main(int argc, char** argv) {
   bench->add_option("NEXT", next, "New checkpoint")->required();
   bench->add_option("-r,--repeats", repeats, "Runs; the best is reported")->check(CLI::PositiveNumber);
   AddCommon(bench, &common);
+  bench->add_option("-e,--effort", common.effort, "arc_v3 effort 0..3 (default 1)")->check(CLI::Range(0, 3));
   bench->add_flag("--no-sync", common.no_sync, "Skip fsync (measures CPU work, not the disk)");
 
   try {

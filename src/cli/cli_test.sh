@@ -1,0 +1,70 @@
+#!/bin/bash
+# End-to-end checks of the arc_v3 command line on tiny checkpoints made here: round trip,
+# in-place and partial apply, the documented exit codes, JSON output.
+set -u
+CLI="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"
+T="$(mktemp -d)"
+trap 'rm -rf "$T"' EXIT
+cd "$T" || exit 1
+fail() { echo "FAIL: $*"; exit 1; }
+expect_rc() {  # expect_rc CODE COMMAND...
+  local want="$1"; shift
+  "$@" > out.txt 2> err.txt
+  local rc=$?
+  [ "$rc" -eq "$want" ] || { cat err.txt; fail "'$*' exited $rc, want $want"; }
+}
+
+# write_st FILE DATA: a U8 tensor "w" [8, 2] and an F32 tensor "b" [4]; DATA is 32 bytes
+# as printf escapes.
+write_st() {
+  local json='{"w":{"dtype":"U8","shape":[8,2],"data_offsets":[0,16]},"b":{"dtype":"F32","shape":[4],"data_offsets":[16,32]}}'
+  while (( ${#json} % 8 )); do json+=" "; done
+  local n=${#json}
+  { printf "$(printf '\\x%02x\\x%02x' $((n & 255)) $((n >> 8 & 255)))\x00\x00\x00\x00\x00\x00"
+    printf '%s' "$json"
+    printf "$2"; } > "$1"
+}
+A='\x01\x02\x03\x04\x05\x06\x07\x08\x09\x0a\x0b\x0c\x0d\x0e\x0f\x10\x00\x00\x80\x3f\x00\x00\x00\x40\x00\x00\x40\x40\x00\x00\x80\x40'
+B='\x01\x02\x03\x04\x05\x07\x07\x08\x09\x0a\x0b\x0c\x0d\x0e\x0f\x11\x00\x01\x80\x3f\x00\x00\x00\x40\x00\x00\x40\x40\x00\x00\x80\xc0'
+write_st prev.safetensors "$A"
+write_st next.safetensors "$B"
+
+expect_rc 0 "$CLI" diff -q prev.safetensors next.safetensors -o d.a3d
+expect_rc 0 "$CLI" apply -q prev.safetensors d.a3d -o out.safetensors
+cmp -s out.safetensors next.safetensors || fail "apply did not rebuild NEXT"
+cp prev.safetensors inplace.safetensors
+expect_rc 0 "$CLI" apply -q -T 1 inplace.safetensors d.a3d --in-place
+cmp -s inplace.safetensors next.safetensors || fail "--in-place did not rebuild NEXT"
+expect_rc 0 "$CLI" verify prev.safetensors d.a3d
+
+# Partial apply: rows 2:5 of w, i.e. bytes 4..9 of the data.
+expect_rc 0 "$CLI" apply -q prev.safetensors d.a3d --tensors w --rows 2:5 -o part.safetensors
+tail -c 6 part.safetensors | cmp -s - <(printf '\x05\x07\x07\x08\x09\x0a') || fail "partial apply rows"
+
+# JSON summaries and inspect.
+expect_rc 0 "$CLI" diff --json prev.safetensors next.safetensors -o d2.a3d
+grep -q '"ok": true' out.txt || fail "diff --json"
+cmp -s d.a3d d2.a3d || fail "diff is not deterministic"
+expect_rc 0 "$CLI" inspect d.a3d
+grep -q '^w  *U8  *\[8,2\]  *delta' out.txt || { cat out.txt; fail "inspect lists w"; }
+expect_rc 0 "$CLI" inspect --json d.a3d
+grep -q '"changed": 2' out.txt || { cat out.txt; fail "inspect --json counts w's changes"; }
+
+# Exit codes: 3 wrong base, 4 corrupt delta, 2 usage, 1 I/O.
+expect_rc 3 "$CLI" verify next.safetensors d.a3d
+grep -q "wrong base: tensor" err.txt || fail "wrong base message"
+expect_rc 3 "$CLI" apply next.safetensors d.a3d -o never.safetensors
+cp d.a3d bad.a3d
+printf '\xff' | dd of=bad.a3d bs=1 seek=45 conv=notrunc status=none
+expect_rc 4 "$CLI" apply prev.safetensors bad.a3d -o never.safetensors
+head -c 30 d.a3d > short.a3d
+expect_rc 4 "$CLI" apply prev.safetensors short.a3d -o never.safetensors
+expect_rc 4 "$CLI" inspect short.a3d
+[ ! -e never.safetensors ] || fail "a failed apply left an output file"
+expect_rc 2 "$CLI" apply prev.safetensors d.a3d
+expect_rc 2 "$CLI" diff prev.safetensors next.safetensors
+expect_rc 2 "$CLI" apply prev.safetensors d.a3d --rows 5:2 -o x.safetensors
+expect_rc 1 "$CLI" apply missing.safetensors d.a3d -o never.safetensors
+expect_rc 0 "$CLI" --help
+grep -q "Exit codes" out.txt || fail "--help documents the exit codes"
+echo "cli_test: all checks passed"

@@ -539,8 +539,8 @@ Status EncodeChunk(const uint16_t* src, const uint16_t* dst, size_t len, int log
     const uint64_t limit = uint64_t{1} << 60;
     rate_sum += rate_sums[c] >= (limit >> boosts[c]) ? limit : rate_sums[c] << boosts[c];
   }
-  // A history that says nothing (a session's first step) is not worth its two bytes.
-  if ((boosts[1] | boosts[2] | boosts[3]) == 0) history = nullptr;
+  // A history without recorded changes (a session's first step) is not worth its bytes.
+  if ((rate_sums[1] | rate_sums[2] | rate_sums[3]) == 0) history = nullptr;
   // rate_sum >= len >= changes, so L >= 0 up to the Log2Q4 rounding; <= 4 * 62.
   const int L = std::min(std::max(Log2Q4(rate_sum) - Log2Q4(total), 0), 255);
   out->push_back(static_cast<uint8_t>((log2_block - kMinModelBlockLog) |

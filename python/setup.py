@@ -122,9 +122,12 @@ def _extension():
         include_dirs=[ROOT],
         define_macros=macros,
         libraries=libraries,
-        # Any header change rebuilds (setuptools only compares these against the .so).
-        depends=sorted(glob.glob(os.path.join(ROOT, "src", "*.h")) +
-                       [os.path.join(ROOT, "arc_v3.hpp")]),
+        # Any change to a header or to the build description rebuilds (setuptools only
+        # compares sources and these against the .so).
+        depends=sorted(glob.glob(os.path.join(ROOT, "src", "*.h"))) + [
+            os.path.join(ROOT, path) for path in (
+                "arc_v3.hpp", "src/BUILD", "src/build_defs.bzl", "third_party/BUILD",
+                "python/setup.py")],
         language="c++",
         extra_compile_args=["-std=c++17", "-O2", "-g0", "-fvisibility=hidden"] + copts,
         extra_link_args=["-g0"],

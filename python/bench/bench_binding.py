@@ -58,10 +58,11 @@ def measure(name, src, dst, threads, repeats):
     dst_np = dst.view(torch.int16).numpy()
     payload, checksum = delta_compress(src, dst, threads=threads)
     out = torch.empty_like(src)
-    best = {}
+    best, rounds = {}, {}
 
     def keep(key, seconds):
         best[key] = min(best.get(key, float("inf")), seconds)
+        rounds.setdefault(key, []).append(seconds)
 
     for _ in range(repeats):
         for key, seconds in ext._time_direct(src_np, dst_np, ext.FORMAT_DEFAULT, threads,
@@ -82,8 +83,11 @@ def measure(name, src, dst, threads, repeats):
     for key, what in [("compress", "compress"), ("decompress_new", "decompress (new result)"),
                       ("decompress_into", "decompress (out=)")]:
         cpp, py = best["cpp_" + key], best["py_" + key]
+        # Per-round ratios pair runs made moments apart, which cancels slow drifts in load.
+        paired = np.median([p / c for p, c in zip(rounds["py_" + key], rounds["cpp_" + key])])
         print(f"  {what:24s} C++ {mb / cpp:8.0f} MB/s   Python {mb / py:8.0f} MB/s   "
-              f"binding cost {100 * (py - cpp) / cpp:+6.2f}%")
+              f"binding cost {100 * (py - cpp) / cpp:+6.2f}% (best), "
+              f"{100 * (paired - 1):+6.2f}% (median of paired rounds)")
 
 
 def per_call_overhead(repeats=300):

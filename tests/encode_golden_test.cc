@@ -1,0 +1,113 @@
+// The encoder's bytes are part of the promise: the same (src, dst, options) give the same
+// payload on every machine, compiler and SIMD target (FORMAT.md). This test re-encodes
+// the golden tensors (tests/golden/ENCODE.txt lists the options that made each committed
+// NAME.arc3, on x86) on every compiled target and compares byte for byte; run on Arm by
+// tests/run_neon.sh, it checks NEON/SVE/SVE2 against the x86 bytes.
+//
+// Format version 2 may still change its bytes before release. After a deliberate change,
+// regenerate its payloads (version 1 payloads are frozen and never rewritten):
+//   ARC_V3_UPDATE_GOLDEN=1 bazel run //tests:encode_golden_test
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "arc_v3.hpp"
+#include "tests/hwy_doctest.h"
+
+namespace arc_v3 {
+namespace {
+
+const char kGoldenDir[] = "tests/golden/";
+
+std::vector<uint8_t> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  REQUIRE_MESSAGE(in.good(), "cannot read ", path);
+  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
+}
+
+std::vector<uint16_t> ReadBf16(const std::string& path) {
+  const std::vector<uint8_t> bytes = ReadFile(path);
+  REQUIRE(bytes.size() % 2 == 0);
+  std::vector<uint16_t> values(bytes.size() / 2);
+  for (size_t i = 0; i < values.size(); ++i) {
+    values[i] = static_cast<uint16_t>(bytes[2 * i] | (bytes[2 * i + 1] << 8));
+  }
+  return values;
+}
+
+struct EncodeCase {
+  std::string name;
+  Options options;
+};
+
+// Lines: NAME FORMAT(v1|v2) EFFORT CHUNK_ELEMENTS.
+std::vector<EncodeCase> ReadEncodeList() {
+  std::ifstream in(std::string(kGoldenDir) + "ENCODE.txt");
+  REQUIRE(in.good());
+  std::vector<EncodeCase> cases;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream fields(line);
+    EncodeCase c;
+    std::string format;
+    fields >> c.name >> format >> c.options.effort >> c.options.chunk_elements;
+    const bool valid = (format == "v1" || format == "v2") && !fields.fail();
+    REQUIRE_MESSAGE(valid, "bad line: ", line);
+    c.options.format = format == "v1" ? Format::kArcV3 : Format::kDefault;
+    c.options.threads = 1;
+    cases.push_back(c);
+  }
+  return cases;
+}
+
+TEST_CASE("the encoder reproduces the committed golden payloads on every target") {
+  const std::vector<EncodeCase> cases = ReadEncodeList();
+  REQUIRE(cases.size() >= 6);
+  const char* update = std::getenv("ARC_V3_UPDATE_GOLDEN");
+  const char* workspace = std::getenv("BUILD_WORKSPACE_DIRECTORY");
+  for (const EncodeCase& c : cases) {
+    INFO("golden ", c.name);
+    REQUIRE(c.name.find('/') == std::string::npos);
+    const std::string base = std::string(kGoldenDir) + c.name;
+    const std::vector<uint16_t> src = ReadBf16(base + ".src.bf16");
+    const std::vector<uint16_t> dst = ReadBf16(base + ".dst.bf16");
+    const bool exists = std::ifstream(base + ".arc3").good();
+    const std::vector<uint8_t> committed = exists ? ReadFile(base + ".arc3") : std::vector<uint8_t>();
+    Delta delta;
+    REQUIRE(delta_compress(src, dst, &delta, c.options).ok());
+    // Version 1 payloads are written once (when new) and then frozen.
+    if (delta.bytes != committed && update != nullptr && workspace != nullptr &&
+        (c.options.format == Format::kDefault || !exists)) {
+      const std::string path = std::string(workspace) + "/" + base + ".arc3";
+      std::ofstream out(path, std::ios::binary);
+      out.write(reinterpret_cast<const char*>(delta.bytes.data()),
+                static_cast<std::streamsize>(delta.bytes.size()));
+      REQUIRE(out.good());
+      std::printf("rewrote %s (%zu -> %zu bytes)\n", path.c_str(), committed.size(),
+                  delta.bytes.size());
+      continue;
+    }
+    test::ForEachTarget([&](const char* target) {
+      Delta on_target;
+      REQUIRE(delta_compress(src, dst, &on_target, c.options).ok());
+      CHECK_MESSAGE(on_target.bytes == committed, "target ", std::string(target), ": ",
+                    on_target.bytes.size(), " bytes, committed ", committed.size(),
+                    c.options.format == Format::kArcV3
+                        ? " (a format-1 golden stays as committed: it must keep decoding; if the "
+                          "encoder's race changed on purpose, pick the options that reproduce it "
+                          "in ENCODE.txt or add a new golden)"
+                        : " (if format 2 changed on purpose: ARC_V3_UPDATE_GOLDEN=1 bazel run "
+                          "//tests:encode_golden_test)");
+    });
+  }
+}
+
+}  // namespace
+}  // namespace arc_v3

@@ -1,0 +1,79 @@
+#!/bin/bash
+# Builds the codec and its test suites for aarch64 with Debian's cross toolchain and runs
+# them under qemu-user, once per Arm CPU model, so that every Arm SIMD target Highway
+# compiles (SVE2, SVE, NEON, EMU128) is checked against the references and the committed
+# x86 payloads (tests/golden/ENCODE.txt: the encoder must reproduce them byte for byte).
+#   tests/run_neon.sh                 install what is missing, build, run
+#   ARC_V3_NEON_BUILD=/dir tests/run_neon.sh   build directory (default /tmp/arc_v3_neon)
+#   ARC_V3_NEON_CPUS="max cortex-a72"          qemu CPU models (max = SVE2, a72 = NEON only)
+# Prints each suite's doctest summary and the targets it exercised; exits non-zero on any
+# failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD="${ARC_V3_NEON_BUILD:-/tmp/arc_v3_neon}"
+CPUS="${ARC_V3_NEON_CPUS:-max cortex-a72}"
+CXX=aarch64-linux-gnu-g++
+
+# Toolchain and arm64 libraries (idempotent; /work/shared/BUILDING.md, section ARM).
+need=()
+command -v "$CXX" >/dev/null || need+=(g++-aarch64-linux-gnu)
+command -v qemu-aarch64 >/dev/null || need+=(qemu-user)
+for pkg in libhwy-dev libzstd-dev liblz4-dev libxxhash-dev; do
+  dpkg -s "$pkg:arm64" >/dev/null 2>&1 || need+=("$pkg:arm64")
+done
+dpkg -s doctest-dev >/dev/null 2>&1 || need+=(doctest-dev)
+if (( ${#need[@]} > 0 )); then
+  echo "installing: ${need[*]}"
+  dpkg --print-foreign-architectures | grep -qx arm64 || dpkg --add-architecture arm64
+  apt-get -o DPkg::Lock::Timeout=600 update -qq
+  apt-get -o DPkg::Lock::Timeout=600 install -y -qq "${need[@]}"
+fi
+
+# Same Highway policy as src/build_defs.bzl (HWY_POLICY_DEFINES).
+FLAGS=(-std=c++17 -O2 -I. -Wall -Wextra -DHWY_COMPILE_ALL_ATTAINABLE -DHWY_BROKEN_EMU128=0
+       -DHWY_DISABLED_TARGETS=HWY_SSSE3 -DHWY_WANT_AVX3_DL)
+LIBS=(-lhwy -lzstd -llz4 -lxxhash -pthread -Wl,-rpath,/usr/lib/aarch64-linux-gnu)
+LIB_SRCS=(src/checksum.cc src/status.cc src/entropy.cc src/encoder.cc src/decoder.cc
+          src/kernels.cc src/ref_kernels.cc src/model_coder.cc tests/doctest_main.cc)
+TESTS=(kernels_test codec_test corruption_test golden_test encode_golden_test)
+mkdir -p "$BUILD/obj"
+
+# Objects are rebuilt when their source or any header is newer (simple make).
+compile() {  # src obj
+  if [[ ! -f "$2" || "$1" -nt "$2" || -n "$(find src tests arc_v3.hpp -name '*.h' -newer "$2" -print -quit)" ]]; then
+    "$CXX" "${FLAGS[@]}" -c "$1" -o "$2"
+  fi
+}
+OBJS=()
+pids=()
+for src in "${LIB_SRCS[@]}" "${TESTS[@]/#/tests/}"; do
+  [[ "$src" == *.cc ]] || src="$src.cc"
+  obj="$BUILD/obj/$(echo "$src" | tr / _).o"
+  [[ "$src" == tests/*_test.cc ]] || OBJS+=("$obj")
+  compile "$src" "$obj" &
+  pids+=($!)
+  if (( ${#pids[@]} >= 2 )); then wait "${pids[0]}"; pids=("${pids[@]:1}"); fi
+done
+for pid in "${pids[@]}"; do wait "$pid"; done
+for t in "${TESTS[@]}"; do
+  "$CXX" "$BUILD/obj/tests_$t.cc.o" "${OBJS[@]}" "${LIBS[@]}" -o "$BUILD/$t"
+done
+echo "built ${TESTS[*]} for aarch64 in $BUILD"
+
+failed=0
+for cpu in $CPUS; do
+  for t in "${TESTS[@]}"; do
+    log="$BUILD/$t.$cpu.log"
+    if QEMU_CPU="$cpu" qemu-aarch64 -L /usr/aarch64-linux-gnu "$BUILD/$t" >"$log" 2>&1; then
+      status=ok
+    else
+      status=FAILED
+      failed=1
+      tail -40 "$log"
+    fi
+    summary="$(grep -E '^\[doctest\] (test cases|assertions):' "$log" | tr -s ' ' | paste -sd' ')"
+    targets="$(grep -E '^\[hwy\] targets exercised' "$log" || true)"
+    echo "neon[$cpu] $t: $status | $summary ${targets:+| $targets}"
+  done
+done
+exit "$failed"

@@ -15,8 +15,6 @@
 #include "src/model_coder.h"
 
 #include <algorithm>
-#include <array>
-#include <cstring>
 #include <memory>
 #include <string>
 
@@ -74,10 +72,10 @@ inline uint64_t Pow2Q4(int q) {
 }
 
 // ---------------------------------------------------------------------------------------
-// Adaptive binary probabilities: p = P(bit = 1) in units of 2^-16, in [1, 65535].
+// Adaptive binary probabilities: p = P(bit = 1) in units of 2^-16, in [32, 65504].
 constexpr int kProbBits = 16;
 constexpr uint32_t kProbOne = 1u << kProbBits;
-constexpr uint16_t kProbMin = 48, kProbMax = kProbOne - 48;
+constexpr uint16_t kProbMin = 48, kProbMax = kProbOne - 48;  // for priors
 
 // Adaptation is fast while a context is young and slows to 2^-limit: a context that has
 // seen n bits moves by about 1/(n + 2) (shift floor(log2(n + 2))). A prior that deserves

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds everything and runs every test; ends with the line
-# "N passed, N failed" (doctest test cases summed over all test binaries).
+# Installs what is missing, builds everything and runs every test - the Bazel suites and
+# the Python binding's pytest suite - and ends with the line "N passed, N failed"
+# (doctest test cases summed over all test binaries, plus pytest's tests).
 # Usage: tests/run_tests.sh [extra bazel test flags, e.g. --config=asan]
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -32,6 +33,21 @@ find -L "$testlogs" -name test.log -print0 2>/dev/null | xargs -0 grep -h '^\[hw
 
 if [ "$status" -ne 0 ] && [ "$failed" -eq 0 ]; then
   failed=1  # the build failed or a test crashed before printing its summary
+fi
+
+# The Python binding, built from the same sources and tested against the installed module.
+if [ $# -eq 0 ]; then
+  python/run_tests.sh 2>&1 | tee /tmp/arc_v3_pytest.log
+  py_status=${PIPESTATUS[0]}
+  summary=$(grep -E '^=* ?[0-9]+ (passed|failed)' /tmp/arc_v3_pytest.log | tail -n 1)
+  py_passed=$(echo "$summary" | grep -oE '[0-9]+ passed' | grep -oE '[0-9]+' || echo 0)
+  py_failed=$(echo "$summary" | grep -oE '[0-9]+ failed' | grep -oE '[0-9]+' || echo 0)
+  passed=$((passed + ${py_passed:-0}))
+  failed=$((failed + ${py_failed:-0}))
+  if [ "$py_status" -ne 0 ]; then
+    [ "${py_failed:-0}" -eq 0 ] && failed=$((failed + 1))
+    status=1
+  fi
 fi
 echo "${passed} passed, ${failed} failed"
 [ "$status" -eq 0 ] && [ "$failed" -eq 0 ]

@@ -13,6 +13,10 @@ PACKAGES=(
   doctest-dev
   nlohmann-json3-dev  # safetensors headers, bench JSON
   gnuplot-nox         # bench charts
+  libcli11-dev        # the checkpoint tool's command line
+  # The Python binding (python/) and its tests.
+  pybind11-dev python3-dev python3-pip python3-setuptools python3-wheel
+  python3-numpy python3-pytest python3-torch
   "$@"
 )
 

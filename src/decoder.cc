@@ -144,9 +144,14 @@ class ChunkDecoder {
         return DecodeXorStreams(&reader, chunk_len, /*allow_empty=*/false, changes, stats);
       case kChunkModelled: {
         if (src == nullptr) return Status::Ok();  // statistics without the base
-        ARC_V3_RETURN_IF_ERROR(DecodeChunkModelled(src, chunk_len, reader.current(),
-                                                   reader.remaining(), &changes->positions,
-                                                   &changes->xors));
+        const Status status = DecodeChunkModelled(src, chunk_len, reader.current(),
+                                                  reader.remaining(), &changes->positions,
+                                                  &changes->xors);
+        if (!status.ok()) {
+          // The coding is predicted from src, so a wrong base derails it like corruption.
+          return Status(status.code(), status.message() +
+                                           " (the payload is corrupt, or src is not its base)");
+        }
         if (changes->positions.empty()) {
           return Status(ErrorCode::kCorruptChunk, "modelled chunk without changes");
         }

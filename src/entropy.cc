@@ -32,7 +32,6 @@ RaceEntrants EntrantsForEffort(int effort) {
       e.lz4hc_level = LZ4HC_CLEVEL_MAX;
       e.zstd_levels[0] = 9;
       e.zstd_levels[1] = 19;
-      e.zstd_levels[2] = 22;
       break;
   }
   return e;

@@ -16,7 +16,7 @@ namespace arc_v3 {
 struct RaceEntrants {
   bool lz4 = false;
   int lz4hc_level = 0;  // 0: plain LZ4 (when lz4), otherwise LZ4HC at this level
-  int zstd_levels[3] = {0, 0, 0};  // 0 = unused slot
+  int zstd_levels[2] = {0, 0};  // 0 = unused slot
 };
 RaceEntrants EntrantsForEffort(int effort);
 

@@ -272,6 +272,13 @@ Manifest ManifestFromJson(const Json& root, uint64_t data_size) {
     if (at != f.size) Fail(where + " data section does not end at the file size");
     m.files.push_back(std::move(f));
   }
+  // An in-place apply deletes these from the checkpoint directory: plain names only, and
+  // never a file the delta writes.
+  for (const std::string& name : m.removed_files) {
+    if (!m.directory) Fail("a 'file' layout removes no files");
+    if (!PlainFileName(name)) Fail("removed file '" + name + "' is not a plain file name");
+    if (file_names.count(name) != 0) Fail("file '" + name + "' is both written and removed");
+  }
   return m;
 }
 

@@ -410,6 +410,22 @@ TEST_CASE("corrupt and truncated deltas always give a clean error and write noth
   WriteFile(bad, head);
   Status s = Apply(dir / "prev.safetensors", bad, out, Threads(1), nullptr);
   CHECK(s.code() == ErrorCode::kCorruptHeader);
+  // A removed file outside the checkpoint directory, or one the delta writes, is refused:
+  // an in-place apply deletes removed files.
+  for (const std::string& name : {std::string("../victim"), m.files[0].name}) {
+    Manifest evil = reader.manifest();
+    evil.directory = true;
+    evil.removed_files = {name};
+    head = SerializeHeaderAndManifest(evil, data_size);
+    head.insert(head.end(), good.begin() + reader.data_start(), good.end());
+    WriteFile(bad, head);
+    std::unique_ptr<MappedFile> evil_file;
+    REQUIRE_OK(MappedFile::Open(bad, &evil_file));
+    Reader evil_reader;
+    s = Reader::Open(std::move(evil_file), &evil_reader);
+    CHECK(s.code() == ErrorCode::kCorruptHeader);
+    CHECK(s.message().find(name) != std::string::npos);
+  }
   // Reserved flags.
   std::vector<uint8_t> flagged = good;
   flagged[6] = 1;

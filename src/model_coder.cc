@@ -232,14 +232,13 @@ class RangeDecoder {
 // ---------------------------------------------------------------------------------------
 // The model's contexts.
 constexpr int kBlockBuckets = 4 * 48;  // Log2Q4 of S <= 2^8 * 2^32, with room
-constexpr int kNeighbourStates = 3;    // non-empty blocks among the previous two
 constexpr int kNodeLevels = 16;        // expected changes in a node, by octaves
 constexpr int kSplitBuckets = 64;      // the left half's share of the node's rate
 constexpr int kAlsoBuckets = 96;       // expected changes in the right half
 constexpr int kUnaryBits = 15;         // |d| < 2^16: log2 class 0..15
 
 struct Model {
-  Prob block[kBlockBuckets][kNeighbourStates];
+  Prob block[kBlockBuckets];  // the block has a change
   Prob split[kNodeLevels][kSplitBuckets];  // left half changed | node changed
   Prob also[kAlsoBuckets];                 // right half changed | left half changed
   Prob unary[kRateLogs][kUnaryBits];
@@ -250,8 +249,7 @@ struct Model {
   // x = S / 2^(L/4) changes.
   explicit Model(int L) {
     for (int b = 0; b < kBlockBuckets; ++b) {
-      const uint16_t p = ProbFromLog(b - L);
-      for (auto& prob : block[b]) prob.Set(p, kPositionSeen, kPositionShift);
+      block[b].Set(ProbFromLog(b - L), kPositionSeen, kPositionShift);
     }
     for (auto& level : split) {
       // Few expected changes: the change is in the left half with the chance of its
@@ -379,15 +377,12 @@ void CodeChunk(const uint16_t* src, const Rates& rates, size_t len, int log2_blo
   auto model = std::make_unique<Model>(L);
   const size_t block = size_t{1} << log2_block;
   uint64_t prefix[(size_t{1} << kMaxModelBlockLog) + 1];
-  int recent = 0;  // bit 0: previous block changed, bit 1: the one before
   for (size_t begin = 0; begin < len; begin += block) {
     const size_t end = std::min(begin + block, len);
     uint64_t sum = 0;
     for (size_t i = begin; i < end; ++i) sum += rates.Rate(i);
     const int bucket = std::min(Log2Q4(sum), kBlockBuckets - 1);
-    const int neighbours = (recent & 1) + (recent >> 1);
-    const int any = io->Code(&model->block[bucket][neighbours], io->BlockChanged(begin, end));
-    recent = ((recent << 1) | any) & 3;
+    const int any = io->Code(&model->block[bucket], io->BlockChanged(begin, end));
     if (!any) continue;
     prefix[0] = 0;
     for (size_t i = begin; i < end; ++i) {

@@ -11,11 +11,13 @@
 //   size does not depend on |w|, the BF16 ULP does). Each element gets the rate
 //   r = 2^(kRateTop - exponent); a block of B elements gets S = sum r.
 // - Positions: one "block has a change" decision per block of B elements (B from the
-//   density, 4..64), its context the quantised log2 S and whether the previous two blocks
-//   changed (rows vary in rate); inside a non-empty block, a rate-weighted bisection:
-//   "does the left half hold a change?" (context: the left half's share of the node's
-//   rate and the node's expected count) and, if so, "does the right half too?" (context:
-//   the right half's expected count). About 2 log2(B) decisions per change.
+//   density, 4..64), its context the quantised log2 S (contexts on whether neighbouring
+//   blocks changed cost more than they gained on the corpus: the adaptive probabilities
+//   already follow the rate of a region); inside a non-empty block, a rate-weighted
+//   bisection: "does the left half hold a change?" (context: the left half's share of
+//   the node's rate and the node's expected count) and, if so, "does the right half
+//   too?" (context: the right half's expected count). About 2 log2(B) decisions per
+//   change.
 // - Values: d = key(next) - key(prev) in the monotone integer order of BF16 bit patterns
 //   (a carry into the exponent or a step across zero is still +-1), coded as
 //   log2 class (unary, exponent-conditioned), the bits below the top bit, and the sign.

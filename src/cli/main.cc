@@ -10,6 +10,7 @@
 #include <cinttypes>
 #include <condition_variable>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <map>
@@ -196,10 +197,12 @@ bool ParseRows(const std::string& text, uint64_t* begin, uint64_t* end) {
 struct TensorStats {
   uint64_t elements = 0, bytes = 0, stored = 0, changed = 0, high = 0;
   bool has_high = false;
+  bool counts_known = true;  // false: modelled chunks not counted (no base given)
+  uint64_t chunk_modes[3] = {0, 0, 0};
   std::set<std::string> coders;
 };
 
-int Inspect(const std::string& path, const Common& c) {
+int Inspect(const std::string& path, const std::string& base_path, const Common& c) {
   std::unique_ptr<container::MappedFile> file;
   Status s = container::MappedFile::Open(path, &file);
   container::Reader reader;
@@ -209,6 +212,15 @@ int Inspect(const std::string& path, const Common& c) {
     return ExitCodeFor(s);
   }
   const container::Manifest& m = reader.manifest();
+  // With the base, context-modelled chunks can be decoded and their changes counted.
+  container::Checkpoint base;
+  if (!base_path.empty()) {
+    s = container::Checkpoint::Open(base_path, &base);
+    if (!s.ok()) {
+      std::fprintf(stderr, "arc_v3 inspect: error: %s\n", s.ToString().c_str());
+      return ExitCodeFor(s);
+    }
+  }
   std::vector<const container::TensorEntry*> tensors;
   std::vector<std::pair<size_t, const container::Piece*>> pieces;
   for (const auto& f : m.files) {
@@ -231,7 +243,24 @@ int Inspect(const std::string& path, const Common& c) {
     std::vector<uint8_t> scratch;
     const uint8_t* bytes = nullptr;
     errors[i] = reader.ReadPiece(p, &scratch, &bytes);
-    if (errors[i].ok()) errors[i] = delta_stats(bytes, p.size, &payload[i]);
+    if (!errors[i].ok()) return;
+    const container::TensorEntry& t = *tensors[pieces[i].first];
+    const safetensors::File* base_file = nullptr;
+    const safetensors::TensorInfo* info = base_path.empty() ? nullptr : base.Find(t.name, &base_file);
+    if (info == nullptr || info->dtype != t.dtype || info->shape != t.shape) {
+      errors[i] = delta_stats(bytes, p.size, &payload[i]);
+      return;
+    }
+    const uint64_t row_bytes = t.row_bytes();
+    const size_t n = (p.row_end - p.row_begin) * row_bytes;
+    std::vector<uint16_t> rows(n / 2);  // aligned copy of the base rows
+    std::memcpy(rows.data(), base_file->data(*info) + p.row_begin * row_bytes, n);
+    if (container::Hash(rows.data(), n) != p.base_xxh3) {
+      errors[i] = Status(ErrorCode::kChecksumMismatch, "wrong base: rows " + std::to_string(p.row_begin) +
+                                                           ":" + std::to_string(p.row_end) + " differ");
+      return;
+    }
+    errors[i] = delta_stats(rows.data(), rows.size(), bytes, p.size, &payload[i]);
   });
   for (size_t i = 0; i < pieces.size(); ++i) {
     if (!errors[i].ok()) {
@@ -247,11 +276,14 @@ int Inspect(const std::string& path, const Common& c) {
       t.changed += payload[i].changed;
       t.high += payload[i].exponent_or_sign;
       t.has_high = true;
+      t.counts_known = t.counts_known && payload[i].counts_known;
+      for (int k = 0; k < 3; ++k) t.chunk_modes[k] += payload[i].chunk_modes[k];
     } else {
       t.changed += p.changed;
     }
   }
   uint64_t total_bytes = 0, total_stored = 0, total_elements = 0, total_changed = 0;
+  bool all_known = true;
   std::map<std::string, uint64_t> kinds;
   Json jtensors = Json::array();
   if (!c.json) {
@@ -273,12 +305,17 @@ int Inspect(const std::string& path, const Common& c) {
     total_stored += st.stored;
     total_elements += st.elements;
     total_changed += whole ? 0 : st.changed;
+    all_known = all_known && st.counts_known;
     ++kinds[container::TensorKindName(t.kind)];
     if (c.json) {
       Json jt = {{"name", t.name}, {"dtype", t.dtype}, {"shape", t.shape},
                  {"kind", container::TensorKindName(t.kind)}, {"pieces", t.pieces.size()},
                  {"coders", st.coders}, {"bytes", st.bytes}, {"delta_bytes", st.stored}};
-      if (!whole) {
+      if (st.has_high) {
+        jt["arc_v3_chunks"] = {{"unchanged", st.chunk_modes[0]}, {"xor_streams", st.chunk_modes[1]},
+                               {"modelled", st.chunk_modes[2]}};
+      }
+      if (!whole && st.counts_known) {
         jt["changed"] = st.changed;
         jt["density"] = density;
         if (st.has_high) jt["exponent_or_sign_share"] = high;
@@ -286,8 +323,9 @@ int Inspect(const std::string& path, const Common& c) {
       jtensors.push_back(jt);
     } else {
       char dens[16] = "-", hi[16] = "-";
-      if (!whole) std::snprintf(dens, sizeof(dens), "%.3f%%", 100 * density);
-      if (!whole && st.has_high) std::snprintf(hi, sizeof(hi), "%.2f%%", 100 * high);
+      if (!whole && !st.counts_known) std::snprintf(dens, sizeof(dens), "?");
+      if (!whole && st.counts_known) std::snprintf(dens, sizeof(dens), "%.3f%%", 100 * density);
+      if (!whole && st.counts_known && st.has_high) std::snprintf(hi, sizeof(hi), "%.2f%%", 100 * high);
       std::printf("%-44s %-6s %-16s %-8s %8s %9s %-18s %12" PRIu64 " %7.3f%%\n", t.name.c_str(),
                   t.dtype.c_str(), shape.c_str(), container::TensorKindName(t.kind), dens, hi,
                   coders.c_str(), st.stored, st.bytes ? 100.0 * st.stored / st.bytes : 0.0);
@@ -297,7 +335,8 @@ int Inspect(const std::string& path, const Common& c) {
     Json j = {{"command", "inspect"}, {"ok", true}, {"layout", m.directory ? "directory" : "file"},
               {"files", m.files.size()}, {"tensors", jtensors}, {"tensor_bytes", total_bytes},
               {"tensor_delta_bytes", total_stored}, {"delta_file_bytes", reader.source().size()},
-              {"manifest_bytes", reader.manifest_size()}, {"changed", total_changed},
+              {"manifest_bytes", reader.manifest_size()},
+              {"changed", all_known ? Json(total_changed) : Json(nullptr)},
               {"removed_tensors", m.removed_tensors}, {"removed_files", m.removed_files}};
     std::cout << j.dump(2) << "\n";
     return kExitOk;
@@ -309,10 +348,14 @@ int Inspect(const std::string& path, const Common& c) {
     first = false;
   }
   std::printf("), %zu removed\n", m.removed_tensors.size());
-  std::printf("tensor data %s, density of deltas %.4f%%, delta file %s (%.4f%% of tensor data; "
+  char density[32] = "? (pass --base PREV to count)";
+  if (all_known) {
+    std::snprintf(density, sizeof(density), "%.4f%%",
+                  total_elements ? 100.0 * total_changed / total_elements : 0.0);
+  }
+  std::printf("tensor data %s, density of deltas %s, delta file %s (%.4f%% of tensor data; "
               "manifest %s)\n",
-              HumanBytes(total_bytes).c_str(),
-              total_elements ? 100.0 * total_changed / total_elements : 0.0,
+              HumanBytes(total_bytes).c_str(), density,
               HumanBytes(reader.source().size()).c_str(),
               total_bytes ? 100.0 * reader.source().size() / total_bytes : 0.0,
               HumanBytes(reader.manifest_size()).c_str());
@@ -454,6 +497,9 @@ int Main(int argc, char** argv) {
   CLI::App* inspect = app.add_subcommand(
       "inspect", "Per tensor: dtype, shape, kind, density, exponent/sign share, coder, bytes");
   inspect->add_option("DELTA", delta, "Delta file")->required();
+  inspect->add_option("-b,--base", prev,
+                      "Base checkpoint: lets context-modelled chunks be decoded so that their\n"
+                      "changes are counted (density is '?' for them otherwise)");
   AddCommon(inspect, &common);
 
   CLI::App* bench = app.add_subcommand(
@@ -507,7 +553,7 @@ int Main(int argc, char** argv) {
     s = container::Verify(prev, delta, MakeOptions(common, &progress), &report);
   } else if (inspect->parsed()) {
     progress.Stop();
-    return Inspect(delta, common);
+    return Inspect(delta, prev, common);
   } else if (bench->parsed()) {
     progress.Stop();
     return Bench(prev, next, common, repeats);

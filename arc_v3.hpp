@@ -66,7 +66,9 @@ enum class ErrorCode : uint16_t {
   kOutputTooSmall = 11,    // out has room for fewer elements than the payload holds
   kOutOfMemory = 12,
   kInternal = 13,          // a bug; please report
-  kMaxCode = 14            // sentinel: never returned, may grow
+  kWrongBase = 14,         // a session payload was made from another base than src
+  kHistoryMismatch = 15,   // session payload vs. stateless call, or sessions out of step
+  kMaxCode = 16            // sentinel: never returned, may grow
 };
 
 // Stable name of an error code, e.g. "checksum_mismatch".
@@ -180,6 +182,46 @@ Status delta_stats(const uint8_t* bytes, size_t size, PayloadStats* stats);
 // With the base (`src`, `count` elements), every chunk is decoded and counted.
 Status delta_stats(const uint16_t* src, size_t count, const uint8_t* bytes, size_t size,
                    PayloadStats* stats);
+
+//------------------------------------------------------------------------------
+// Sessions (opt-in): stateful coding of one tensor's sequence of deltas.
+//
+// Both sides keep one Session per tensor: the sender calls Compress for every step, the
+// receiver Decompress for the same steps in the same order. Each side also remembers,
+// per element, how long ago it last changed and in which direction (1 byte per element),
+// which the coder uses as context: an element that changed in the previous step is
+// 10-100x more likely to change again, almost always the same way. Payloads are smaller
+// than stateless ones, but each names the base it was made from (XXH3-64 of src) and the
+// session history it expects, so a receiver with the wrong base (kWrongBase) or out of
+// step (kHistoryMismatch: a missed, repeated or foreign payload) gets a clear error,
+// never wrong weights; after an error its history is unchanged. Session payloads are
+// decoded only by Session::Decompress; delta_decompress rejects them.
+class Session {
+ public:
+  explicit Session(const Options& options = Options());
+  ~Session();
+  Session(Session&&) noexcept;
+  Session& operator=(Session&&) noexcept;
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  // Sender: codes src -> dst with the history, then advances the history.
+  Status Compress(const uint16_t* src, const uint16_t* dst, size_t count, Delta* out);
+  // Receiver: rebuilds dst (out may equal src), then advances the history.
+  Status Decompress(const uint16_t* src, size_t count, const uint8_t* bytes, size_t size,
+                    uint64_t checksum, uint16_t* out);
+
+  // Steps coded or decoded so far, and the identity of the history (equal on both sides
+  // when they are in step).
+  uint64_t steps() const;
+  uint64_t history_id() const;
+  // Forgets the history (both sides must reset together).
+  void Reset();
+
+ private:
+  struct State;
+  State* state_;
+};
 
 // XXH3-64 (seed 0) of `count` BF16 values' bytes: the checksum delta_compress reports.
 uint64_t Checksum(const uint16_t* values, size_t count);

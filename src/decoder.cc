@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "arc_v3.hpp"
+#include "src/codec_internal.h"
 #include "src/entropy.h"
 #include "src/format.h"
 #include "src/kernels.h"
@@ -34,6 +35,8 @@ namespace {
 
 struct FrameHeader {
   int version = 0;
+  bool session = false;
+  SessionFrame session_frame;  // if session
   uint64_t element_count = 0;
   int chunk_log = 0;
   uint64_t num_chunks = 0;
@@ -61,7 +64,11 @@ Status ParseHeader(const uint8_t* bytes, size_t size, bool with_chunk_table,
                       std::to_string(kFormatVersion) + ")");
   }
   if (!reader.ReadByte(&flags)) return Status(ErrorCode::kTruncated, "no flags byte");
-  if (flags != 0) return Status(ErrorCode::kReservedBitsSet, "reserved frame flags are set");
+  const uint8_t known_flags = version >= 2 ? kFlagSession : 0;
+  if ((flags & ~known_flags) != 0) {
+    return Status(ErrorCode::kReservedBitsSet, "reserved frame flags are set");
+  }
+  header->session = (flags & kFlagSession) != 0;
   if (!reader.ReadVarint(&header->element_count)) {
     return Status(reader.remaining() == 0 ? ErrorCode::kTruncated : ErrorCode::kCorruptHeader,
                   "bad element count");
@@ -74,6 +81,12 @@ Status ParseHeader(const uint8_t* bytes, size_t size, bool with_chunk_table,
     return Status(ErrorCode::kCorruptHeader, "chunk size out of range");
   }
   header->chunk_log = chunk_log;
+  if (header->session) {
+    const uint8_t* fields;
+    if (!reader.ReadSpan(16, &fields)) return Status(ErrorCode::kTruncated, "no session fields");
+    header->session_frame.base_checksum = LoadU64(fields);
+    header->session_frame.history_id = LoadU64(fields + 8);
+  }
   header->num_chunks = (header->element_count + (uint64_t{1} << chunk_log) - 1) >> chunk_log;
   if (!with_chunk_table) return Status::Ok();
 
@@ -126,7 +139,8 @@ class ChunkDecoder {
   // Decodes one chunk of `chunk_len` elements from `bytes`; `src` is the chunk's slice of
   // the base, which the modelled coding predicts from.
   Status Decode(int version, const uint8_t* bytes, size_t size, const uint16_t* src,
-                size_t chunk_len, ChunkChanges* changes, ChunkStats* stats) {
+                const uint8_t* history, size_t chunk_len, ChunkChanges* changes,
+                ChunkStats* stats) {
     ByteReader reader(bytes, size);
     if (version == kFormatVersionArcV3) {
       return DecodeXorStreams(&reader, chunk_len, /*allow_empty=*/true, changes, stats);
@@ -146,7 +160,7 @@ class ChunkDecoder {
         if (src == nullptr) return Status::Ok();  // statistics without the base
         const Status status = DecodeChunkModelled(src, chunk_len, reader.current(),
                                                   reader.remaining(), &changes->positions,
-                                                  &changes->xors);
+                                                  &changes->xors, history);
         if (!status.ok()) {
           // The coding is predicted from src, so a wrong base derails it like corruption.
           return Status(status.code(), status.message() +
@@ -319,7 +333,8 @@ class ChunkDecoder {
 };
 
 // Decodes all chunks (phase 1).
-Status DecodeChunks(const uint8_t* bytes, const FrameHeader& header, const uint16_t* src, int threads,
+Status DecodeChunks(const uint8_t* bytes, const FrameHeader& header, const uint16_t* src,
+                    const uint8_t* history, int threads,
                     std::vector<ChunkChanges>* changes, std::vector<ChunkStats>* stats) {
   const size_t num_chunks = header.num_chunks;
   const size_t chunk_elements = size_t{1} << header.chunk_log;
@@ -336,7 +351,9 @@ Status DecodeChunks(const uint8_t* bytes, const FrameHeader& header, const uint1
     const size_t len = std::min<uint64_t>(chunk_elements, header.element_count - begin);
     try {
       status[c] = decoders[worker]->Decode(header.version, bytes + header.chunk_offset[c],
-                                           header.chunk_size[c], src != nullptr ? src + begin : nullptr,
+                                           header.chunk_size[c],
+                                           src != nullptr ? src + begin : nullptr,
+                                           history != nullptr ? history + begin : nullptr,
                                            len, &(*changes)[c],
                                            stats != nullptr ? &(*stats)[c] : nullptr);
     } catch (const std::bad_alloc&) {
@@ -375,8 +392,10 @@ void ForEachXorTile(size_t begin, size_t len, const ChunkChanges& changes, uint1
 
 }  // namespace
 
-Status delta_decompress(const uint16_t* src, size_t count, const uint8_t* bytes, size_t size,
-                        uint64_t checksum, uint16_t* out, size_t out_capacity, int threads) {
+Status DecodeFrame(const uint16_t* src, size_t count, const uint8_t* bytes, size_t size,
+                   uint64_t checksum, uint16_t* out, size_t out_capacity, int threads,
+                   const uint8_t* history, const SessionFrame* expected,
+                   uint8_t* next_history) {
   if (count > 0 && (src == nullptr || out == nullptr)) {
     return Status(ErrorCode::kInvalidArgument, "src or out is null");
   }
@@ -397,8 +416,27 @@ Status delta_decompress(const uint16_t* src, size_t count, const uint8_t* bytes,
                     "payload holds " + std::to_string(count) + " elements, out has room for " +
                         std::to_string(out_capacity));
     }
+    if (header.session && expected == nullptr) {
+      return Status(ErrorCode::kHistoryMismatch,
+                    "payload was made by an arc_v3::Session; decode it with Session::Decompress");
+    }
+    if (!header.session && expected != nullptr) {
+      return Status(ErrorCode::kHistoryMismatch, "not a session payload (made by delta_compress)");
+    }
+    if (expected != nullptr) {
+      if (header.session_frame.base_checksum != expected->base_checksum) {
+        return Status(ErrorCode::kWrongBase,
+                      "src is not the base this payload was made from (base checksum differs)");
+      }
+      if (header.session_frame.history_id != expected->history_id) {
+        return Status(ErrorCode::kHistoryMismatch,
+                      "payload expects another session history: a step was missed, repeated "
+                      "or comes from another session");
+      }
+    }
     std::vector<ChunkChanges> changes;
-    ARC_V3_RETURN_IF_ERROR(DecodeChunks(bytes, header, src, threads, &changes, nullptr));
+    ARC_V3_RETURN_IF_ERROR(DecodeChunks(bytes, header, src, history, threads, &changes, nullptr));
+    if (next_history != nullptr && count > 0) std::memcpy(next_history, history, count);
 
     const size_t chunk_elements = size_t{1} << header.chunk_log;
     std::vector<uint16_t> xor_tile(kTileElements, 0), result_tile(kTileElements);
@@ -414,6 +452,9 @@ Status delta_decompress(const uint16_t* src, size_t count, const uint8_t* bytes,
                      [&](size_t at, size_t n, const uint16_t* xors) {
                        ApplyXor(src + at, xors, n, result_tile.data());
                        XXH3_64bits_update(state, result_tile.data(), n * sizeof(uint16_t));
+                       if (next_history != nullptr) {
+                         AdvanceHistory(src + at, result_tile.data(), n, next_history + at);
+                       }
                      });
     }
     const uint64_t actual = XXH3_64bits_digest(state);
@@ -444,6 +485,12 @@ Status delta_decompress(const uint16_t* src, size_t count, const uint8_t* bytes,
   } catch (const std::exception& e) {
     return Status(ErrorCode::kInternal, e.what());
   }
+}
+
+Status delta_decompress(const uint16_t* src, size_t count, const uint8_t* bytes, size_t size,
+                        uint64_t checksum, uint16_t* out, size_t out_capacity, int threads) {
+  return DecodeFrame(src, count, bytes, size, checksum, out, out_capacity, threads, nullptr,
+                     nullptr, nullptr);
 }
 
 Status delta_decompress(const uint16_t* src, size_t count, const uint8_t* bytes, size_t size,
@@ -485,7 +532,9 @@ Status ComputeStats(const uint16_t* src, size_t count, const uint8_t* bytes, siz
     }
     std::vector<ChunkChanges> changes;
     std::vector<ChunkStats> chunk_stats;
-    ARC_V3_RETURN_IF_ERROR(DecodeChunks(bytes, header, src, 0, &changes, &chunk_stats));
+    // Session payloads' modelled chunks need the history too: measure, don't count them.
+    if (header.session) src = nullptr;
+    ARC_V3_RETURN_IF_ERROR(DecodeChunks(bytes, header, src, nullptr, 0, &changes, &chunk_stats));
     *stats = PayloadStats();
     ARC_V3_RETURN_IF_ERROR(delta_inspect(bytes, size, &stats->info));
     for (size_t c = 0; c < changes.size(); ++c) {

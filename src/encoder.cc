@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "arc_v3.hpp"
+#include "src/codec_internal.h"
 #include "src/entropy.h"
 #include "src/format.h"
 #include "src/kernels.h"
@@ -117,8 +118,8 @@ void EncodeXorStreams(const uint16_t* src, const uint16_t* dst, size_t chunk_len
 
 // Version 1 chunk: the XOR streams, or a lone 0 when nothing changed.
 Status EncodeChunkV1(const uint16_t* src, const uint16_t* dst, size_t chunk_len,
-                     const RaceEntrants& entrants, int effort, EncoderScratch* s,
-                     std::vector<uint8_t>* out) {
+                     const uint8_t* /*history*/, const RaceEntrants& entrants, int effort,
+                     EncoderScratch* s, std::vector<uint8_t>* out) {
   out->clear();
   const ChangeCounts counts = ClassifyChanges(src, dst, chunk_len);
   if (counts.changed == 0) {
@@ -131,8 +132,8 @@ Status EncodeChunkV1(const uint16_t* src, const uint16_t* dst, size_t chunk_len,
 
 // Version 2 chunk: a mode byte, then the coding chosen by the effort level.
 Status EncodeChunkV2(const uint16_t* src, const uint16_t* dst, size_t chunk_len,
-                     const RaceEntrants& entrants, int effort, EncoderScratch* s,
-                     std::vector<uint8_t>* out) {
+                     const uint8_t* history, const RaceEntrants& entrants, int effort,
+                     EncoderScratch* s, std::vector<uint8_t>* out) {
   out->clear();
   const ChangeCounts counts = ClassifyChanges(src, dst, chunk_len);
   if (counts.changed == 0) {
@@ -148,7 +149,7 @@ Status EncodeChunkV2(const uint16_t* src, const uint16_t* dst, size_t chunk_len,
   if (try_modelled) {
     s->modelled.clear();
     s->modelled.push_back(kChunkModelled);
-    const Status status = EncodeChunkModelled(src, dst, chunk_len, &s->modelled);
+    const Status status = EncodeChunkModelled(src, dst, chunk_len, &s->modelled, history);
     if (!status.ok()) return status;
     if (out->empty() || s->modelled.size() < out->size()) out->swap(s->modelled);
   }
@@ -163,8 +164,9 @@ int ChunkLog(uint32_t chunk_elements) {
 
 }  // namespace
 
-Status delta_compress(const uint16_t* src, const uint16_t* dst, size_t count, Delta* out,
-                      const Options& options) {
+Status EncodeFrame(const uint16_t* src, const uint16_t* dst, size_t count,
+                   const Options& options, const uint8_t* history, const SessionFrame* session,
+                   Delta* out) {
   if (out == nullptr) return Status(ErrorCode::kInvalidArgument, "out is null");
   if (count > 0 && (src == nullptr || dst == nullptr)) {
     return Status(ErrorCode::kInvalidArgument, "src or dst is null");
@@ -175,6 +177,9 @@ Status delta_compress(const uint16_t* src, const uint16_t* dst, size_t count, De
   if (options.threads < 0) return Status(ErrorCode::kInvalidArgument, "threads must be >= 0");
   if (options.format != Format::kDefault && options.format != Format::kArcV3) {
     return Status(ErrorCode::kInvalidArgument, "unknown format");
+  }
+  if (session != nullptr && options.format == Format::kArcV3) {
+    return Status(ErrorCode::kInvalidArgument, "sessions need the default format");
   }
   const int chunk_log = ChunkLog(options.chunk_elements);
   if ((uint64_t{1} << chunk_log) != options.chunk_elements || chunk_log < kMinChunkLog ||
@@ -198,8 +203,9 @@ Status delta_compress(const uint16_t* src, const uint16_t* dst, size_t count, De
       const size_t begin = c * chunk_elements;
       const size_t len = std::min(chunk_elements, count - begin);
       try {
-        status[c] = encode_chunk(src + begin, dst + begin, len, entrants, options.effort,
-                                 scratch[worker].get(), &chunks[c]);
+        status[c] = encode_chunk(src + begin, dst + begin, len,
+                                 history != nullptr ? history + begin : nullptr, entrants,
+                                 options.effort, scratch[worker].get(), &chunks[c]);
       } catch (const std::bad_alloc&) {
         status[c] = Status(ErrorCode::kOutOfMemory, "out of memory while encoding");
       }
@@ -212,9 +218,13 @@ Status delta_compress(const uint16_t* src, const uint16_t* dst, size_t count, De
     bytes.clear();
     for (const uint8_t byte : kMagic) bytes.push_back(byte);
     bytes.push_back(published ? kFormatVersionArcV3 : kFormatVersion);
-    bytes.push_back(0);  // flags: reserved
+    bytes.push_back(session != nullptr ? kFlagSession : 0);
     PutVarint(count, &bytes);
     bytes.push_back(static_cast<uint8_t>(chunk_log));
+    if (session != nullptr) {
+      PutU64(session->base_checksum, &bytes);
+      PutU64(session->history_id, &bytes);
+    }
     size_t total = bytes.size();
     for (const auto& chunk : chunks) {
       PutVarint(chunk.size(), &bytes);
@@ -229,6 +239,11 @@ Status delta_compress(const uint16_t* src, const uint16_t* dst, size_t count, De
   } catch (const std::exception& e) {
     return Status(ErrorCode::kInternal, e.what());
   }
+}
+
+Status delta_compress(const uint16_t* src, const uint16_t* dst, size_t count, Delta* out,
+                      const Options& options) {
+  return EncodeFrame(src, dst, count, options, nullptr, nullptr, out);
 }
 
 Status delta_compress(const std::vector<uint16_t>& src, const std::vector<uint16_t>& dst,

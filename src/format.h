@@ -27,6 +27,10 @@ enum ChunkMode : uint8_t {
   kChunkModelled = 2,    // the context-modelled coding follows (model_coder.h)
 };
 
+// Frame_Header Flags (version 2): bit 0 = session payload (Base_Checksum and History_Id
+// follow Chunk_Log); bits 1-7 reserved.
+constexpr uint8_t kFlagSession = 0x01;
+
 // Chunk layout byte: bits 0-1 select how positions are coded; bits 2-7 are reserved.
 enum PositionMode : uint8_t {
   kPositionsBitmap = 0,  // one bit per element of the chunk, LSB first
@@ -48,6 +52,16 @@ inline void PutVarint(uint64_t value, std::vector<uint8_t>* out) {
     value >>= 7;
   }
   out->push_back(static_cast<uint8_t>(value));
+}
+
+inline void PutU64(uint64_t value, std::vector<uint8_t>* out) {
+  for (int i = 0; i < 8; ++i) out->push_back(static_cast<uint8_t>(value >> (8 * i)));
+}
+
+inline uint64_t LoadU64(const uint8_t* bytes) {
+  uint64_t value = 0;
+  for (int i = 7; i >= 0; --i) value = (value << 8) | bytes[i];
+  return value;
 }
 
 inline size_t VarintSize(uint64_t value) {

@@ -34,6 +34,8 @@ const char* ErrorName(ErrorCode code) {
     case ErrorCode::kOutputTooSmall: return "output_too_small";
     case ErrorCode::kOutOfMemory: return "out_of_memory";
     case ErrorCode::kInternal: return "internal";
+    case ErrorCode::kWrongBase: return "wrong_base";
+    case ErrorCode::kHistoryMismatch: return "history_mismatch";
     case ErrorCode::kMaxCode: break;
   }
   return "unknown_error";

@@ -110,7 +110,8 @@ TEST_CASE("header fields are validated") {
   CHECK(with(0, 'X') == ErrorCode::kBadMagic);
   CHECK(with(4, static_cast<uint8_t>(FormatVersion() + 1)) == ErrorCode::kUnsupportedVersion);
   CHECK(with(4, 0) == ErrorCode::kUnsupportedVersion);
-  CHECK(with(5, 1) == ErrorCode::kReservedBitsSet);
+  CHECK(with(5, 0x02) == ErrorCode::kReservedBitsSet);
+  CHECK(with(5, 0x80) == ErrorCode::kReservedBitsSet);
   CHECK(DecodeGuarded(f, {}, f.delta.checksum).code() == ErrorCode::kTruncated);
   const std::vector<uint8_t> garbage(100, 0x5A);
   CHECK(DecodeGuarded(f, garbage, f.delta.checksum).code() == ErrorCode::kBadMagic);

@@ -1,0 +1,37 @@
+// The frame encoder and decoder behind the public calls, with the session parameters the
+// stateless API does not expose. Shared by encoder.cc, decoder.cc and session.cc.
+#ifndef ARC_V3_SRC_CODEC_INTERNAL_H_
+#define ARC_V3_SRC_CODEC_INTERNAL_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "arc_v3.hpp"
+
+namespace arc_v3 {
+
+// What a session payload promises (FORMAT.md "Sessions").
+struct SessionFrame {
+  uint64_t base_checksum = 0;  // XXH3-64 of src
+  uint64_t history_id = 0;     // identity of the history the payload was coded with
+};
+
+// `history`: one byte per element (model_coder.h), or nullptr when stateless, in which
+// case `session` must be nullptr too.
+Status EncodeFrame(const uint16_t* src, const uint16_t* dst, size_t count,
+                   const Options& options, const uint8_t* history, const SessionFrame* session,
+                   Delta* out);
+
+// `expected` / `history` as above. With a session, `next_history` (count bytes) receives
+// the history advanced by this step, written only if the call succeeds.
+Status DecodeFrame(const uint16_t* src, size_t count, const uint8_t* bytes, size_t size,
+                   uint64_t checksum, uint16_t* out, size_t out_capacity, int threads,
+                   const uint8_t* history, const SessionFrame* expected,
+                   uint8_t* next_history);
+
+// The history identity after a step from a base to a target with these checksums.
+uint64_t NextHistoryId(uint64_t history_id, uint64_t base_checksum, uint64_t target_checksum);
+
+}  // namespace arc_v3
+
+#endif  // ARC_V3_SRC_CODEC_INTERNAL_H_

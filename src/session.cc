@@ -1,0 +1,129 @@
+// arc_v3::Session: stateless frames plus the per-element history both sides keep
+// (model_coder.h), and the identity of that history, which every session payload names.
+#include <xxhash.h>
+
+#include <cstring>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "arc_v3.hpp"
+#include "src/codec_internal.h"
+#include "src/model_coder.h"
+
+namespace arc_v3 {
+
+uint64_t NextHistoryId(uint64_t history_id, uint64_t base_checksum, uint64_t target_checksum) {
+  const uint64_t fields[3] = {history_id, base_checksum, target_checksum};
+  uint8_t bytes[24];
+  for (int f = 0; f < 3; ++f) {
+    for (int i = 0; i < 8; ++i) bytes[8 * f + i] = static_cast<uint8_t>(fields[f] >> (8 * i));
+  }
+  return XXH3_64bits(bytes, sizeof(bytes));
+}
+
+struct Session::State {
+  Options options;
+  std::vector<uint8_t> history;  // empty until the first step fixes the element count
+  std::vector<uint8_t> next_history;
+  uint64_t history_id = 0;
+  uint64_t steps = 0;
+};
+
+Session::Session(const Options& options) : state_(new State) { state_->options = options; }
+Session::~Session() { delete state_; }
+Session::Session(Session&& other) noexcept : state_(other.state_) { other.state_ = nullptr; }
+Session& Session::operator=(Session&& other) noexcept {
+  if (this != &other) {
+    delete state_;
+    state_ = other.state_;
+    other.state_ = nullptr;
+  }
+  return *this;
+}
+
+uint64_t Session::steps() const { return state_ != nullptr ? state_->steps : 0; }
+uint64_t Session::history_id() const { return state_ != nullptr ? state_->history_id : 0; }
+
+void Session::Reset() {
+  if (state_ == nullptr) return;
+  state_->history.clear();
+  state_->history_id = 0;
+  state_->steps = 0;
+}
+
+namespace {
+
+// Makes `history` hold `count` elements: a fresh session starts from zeros; a session
+// whose tensor changed size cannot go on.
+Status PrepareHistory(size_t count, uint64_t steps, std::vector<uint8_t>* history) {
+  if (steps == 0) {
+    history->assign(count, 0);
+    return Status::Ok();
+  }
+  if (history->size() != count) {
+    return Status(ErrorCode::kSizeMismatch,
+                  "the session's tensor had " + std::to_string(history->size()) +
+                      " elements, now " + std::to_string(count) + " (Reset both sides)");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status Session::Compress(const uint16_t* src, const uint16_t* dst, size_t count, Delta* out) {
+  if (state_ == nullptr) return Status(ErrorCode::kInvalidArgument, "moved-from session");
+  if (count > 0 && (src == nullptr || dst == nullptr)) {
+    return Status(ErrorCode::kInvalidArgument, "src or dst is null");
+  }
+  try {
+    const Status prepared = PrepareHistory(count, state_->steps, &state_->history);
+    if (!prepared.ok()) return prepared;
+    SessionFrame frame;
+    frame.base_checksum = Checksum(src, count);
+    frame.history_id = state_->history_id;
+    const Status status =
+        EncodeFrame(src, dst, count, state_->options, state_->history.data(), &frame, out);
+    if (!status.ok()) return status;
+    AdvanceHistory(src, dst, count, state_->history.data());
+    state_->history_id = NextHistoryId(frame.history_id, frame.base_checksum, out->checksum);
+    state_->steps += 1;
+    return Status::Ok();
+  } catch (const std::bad_alloc&) {
+    return Status(ErrorCode::kOutOfMemory, "out of memory for the session history");
+  }
+}
+
+Status Session::Decompress(const uint16_t* src, size_t count, const uint8_t* bytes, size_t size,
+                           uint64_t checksum, uint16_t* out) {
+  if (state_ == nullptr) return Status(ErrorCode::kInvalidArgument, "moved-from session");
+  if (count > 0 && (src == nullptr || out == nullptr)) {
+    return Status(ErrorCode::kInvalidArgument, "src or out is null");
+  }
+  try {
+    std::vector<uint8_t> fresh;
+    std::vector<uint8_t>* history = &state_->history;
+    if (state_->steps == 0) {  // keep the session untouched until the step succeeds
+      fresh.assign(count, 0);
+      history = &fresh;
+    } else if (history->size() != count) {
+      return PrepareHistory(count, state_->steps, history);
+    }
+    SessionFrame expected;
+    expected.base_checksum = Checksum(src, count);
+    expected.history_id = state_->history_id;
+    state_->next_history.resize(count);
+    const Status status =
+        DecodeFrame(src, count, bytes, size, checksum, out, count, state_->options.threads,
+                    history->data(), &expected, state_->next_history.data());
+    if (!status.ok()) return status;
+    state_->history.swap(state_->next_history);
+    state_->history_id = NextHistoryId(expected.history_id, expected.base_checksum, checksum);
+    state_->steps += 1;
+    return Status::Ok();
+  } catch (const std::bad_alloc&) {
+    return Status(ErrorCode::kOutOfMemory, "out of memory for the session history");
+  }
+}
+
+}  // namespace arc_v3

@@ -43,8 +43,9 @@ class Checkpoint {
 
 struct RunOptions {
   int threads = 0;  // 0 = all hardware threads
-  // arc_v3 effort (0..3) of BF16 pieces in Diff. 2 and 3 add slow zstd levels to the race
-  // for a few percent smaller deltas; 1 keeps diff above 1 GB/s on two cores.
+  // arc_v3 Options::effort (0..3) of BF16 pieces in Diff. 1 because, when this was
+  // written, 2 raced zstd -19 and cost 18x the CPU for 1.4% smaller deltas; re-measure
+  // with `arc_v3 bench -e N` when the codec changes.
   int effort = 1;
   // Bytes of tensor data processed so far / in all; updated as pieces finish.
   std::atomic<uint64_t>* progress_done = nullptr;

@@ -463,7 +463,7 @@ int Main(int argc, char** argv) {
   diff->add_option("-o,--output", delta, "Delta file to write (e.g. step_101.a3d)")->required();
   AddCommon(diff, &common);
   diff->add_option("-e,--effort", common.effort,
-                   "arc_v3 effort 0..3 for BF16 tensors (default 1; 2-3 are a few % smaller, much slower)")
+                   "arc_v3 codec effort 0..3 for BF16 tensors (default 1; higher may be smaller and slower)")
       ->check(CLI::Range(0, 3));
 
   CLI::App* apply = app.add_subcommand(

@@ -1,4 +1,4 @@
-// The checkpoint delta container (see container.h and src/CONTAINER.md).
+// The checkpoint delta container (see container.h and src/FORMAT.md (Part 2)).
 #include "src/cli/container.h"
 
 #include <fcntl.h>

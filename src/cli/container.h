@@ -1,4 +1,4 @@
-// The checkpoint delta container (src/CONTAINER.md): a checksummed JSON manifest that
+// The checkpoint delta container (src/FORMAT.md (Part 2)): a checksummed JSON manifest that
 // lists, per tensor, the independently decodable pieces (row blocks) of a delta between
 // two safetensors checkpoints, followed by the pieces' bytes. This layer parses and
 // validates containers and codes single pieces; checkpoint_delta.h builds the diff /
@@ -87,7 +87,7 @@ struct TensorEntry {
   std::vector<uint64_t> shape;
   TensorKind kind = TensorKind::kDelta;
   uint64_t data_offset = 0;  // within the target file's data section
-  uint64_t base_xxh3 = 0, target_xxh3 = 0;  // over the pieces' checksums (CONTAINER.md)
+  uint64_t base_xxh3 = 0, target_xxh3 = 0;  // over the pieces' checksums (FORMAT.md, Part 2)
   std::vector<Piece> pieces;
 
   uint64_t rows() const { return shape.empty() ? 1 : shape[0]; }

@@ -47,6 +47,8 @@ int ExitCodeFor(const Status& s) {
   switch (s.code()) {
     case ErrorCode::kOk: return kExitOk;
     case ErrorCode::kChecksumMismatch:
+    case ErrorCode::kWrongBase:
+    case ErrorCode::kHistoryMismatch:
     case ErrorCode::kSizeMismatch: return kExitWrongBase;
     case ErrorCode::kTruncated:
     case ErrorCode::kBadMagic:

@@ -3,8 +3,9 @@
     /usr/bin/python3 -m pip install --no-build-isolation --break-system-packages ./python
 
 The C++ sources, defines and link libraries are read from the Bazel files (src/BUILD,
-src/build_defs.bzl, third_party/BUILD), so this build compiles exactly what //src:codec
-does and never goes stale when files are added there. Starlark BUILD files are (for what
+src/cli/BUILD, src/build_defs.bzl, third_party/BUILD), so this build compiles exactly what
+//src:codec and //src/cli:container (the checkpoint delta container, used by the
+state-dict helpers) do and never goes stale when files are added there. Starlark BUILD files are (for what
 they use) Python syntax; they are evaluated with stand-ins for the Bazel functions.
 """
 
@@ -17,7 +18,8 @@ from setuptools.command.build_ext import build_ext
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)  # the workspace root: includes are root-relative
-CODEC_TARGET = "//src:codec"
+# The codec, and the delta container of the CLI (with safetensors, zstd, xxhash).
+TARGETS = ("//src:codec", "//src/cli:container")
 
 
 def _eval_bzl(path, scope):
@@ -63,7 +65,7 @@ def _read_package(package):
 
 
 def _codec_build_inputs():
-    """(sources, defines, copts, libraries) of CODEC_TARGET and its transitive deps."""
+    """(sources, defines, copts, libraries) of TARGETS and their transitive deps."""
     packages = {}
     sources, defines, copts, libraries = [], [], [], []
     seen = set()
@@ -92,7 +94,8 @@ def _codec_build_inputs():
         for dep in target.get("deps", []):
             visit(f"//{pkg}{dep}" if dep.startswith(":") else dep)
 
-    visit(CODEC_TARGET)
+    for target in TARGETS:
+        visit(target)
     return sources, defines, copts, libraries
 
 
@@ -124,10 +127,11 @@ def _extension():
         libraries=libraries,
         # Any change to a header or to the build description rebuilds (setuptools only
         # compares sources and these against the .so).
-        depends=sorted(glob.glob(os.path.join(ROOT, "src", "*.h"))) + [
+        depends=sorted(glob.glob(os.path.join(ROOT, "src", "*.h")) +
+                       glob.glob(os.path.join(ROOT, "src", "cli", "*.h"))) + [
             os.path.join(ROOT, path) for path in (
-                "arc_v3.hpp", "src/BUILD", "src/build_defs.bzl", "third_party/BUILD",
-                "python/setup.py")],
+                "arc_v3.hpp", "src/BUILD", "src/cli/BUILD", "src/build_defs.bzl",
+                "third_party/BUILD", "python/setup.py")],
         language="c++",
         extra_compile_args=["-std=c++17", "-O2", "-g0", "-fvisibility=hidden"] + copts,
         extra_link_args=["-g0"],

@@ -34,6 +34,7 @@ __all__ = [
     "delta_compress_dicts",
     "delta_decompress",
     "delta_decompress_dicts",
+    "delta_dicts_info",
     "payload_info",
 ]
 
@@ -277,4 +278,5 @@ def checksum(values):
     return _ext.xxh3_64(_Values(values, "values").buf)
 
 
-from arc_v3._dicts import delta_compress_dicts, delta_decompress_dicts  # noqa: E402
+from arc_v3._dicts import (  # noqa: E402
+    delta_compress_dicts, delta_decompress_dicts, delta_dicts_info)

@@ -6,6 +6,7 @@
 // Codec errors become arc_v3.ArcV3Error (code, name, message); misuse of this layer
 // (wrong item size, read-only output) raises ValueError / TypeError.
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <xxhash.h>
 
@@ -13,10 +14,12 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "arc_v3.hpp"
+#include "src/cli/checkpoint_delta.h"
 
 namespace py = pybind11;
 
@@ -152,6 +155,90 @@ uint64_t Xxh3(const py::buffer& buffer) {
   return XXH3_64bits(b.ptr, size);
 }
 
+// The checkpoint delta container (src/FORMAT.md, Part 2) on safetensors files, for the
+// state-dict helpers (arc_v3/_dicts.py), which write the files into a private temporary
+// directory. Outputs are not fsynced: those files are deleted right after the call.
+void CheckpointDiff(const std::string& prev, const std::string& next, const std::string& delta,
+                    int format, int effort, int threads) {
+  if (format < 0 || format > 255) throw py::value_error("format out of range");
+  arc_v3::container::RunOptions options;
+  options.format = static_cast<arc_v3::Format>(format);
+  options.effort = effort;
+  options.threads = threads;
+  options.sync = false;
+  arc_v3::Status status;
+  {
+    py::gil_scoped_release release;
+    status = arc_v3::container::Diff(prev, next, delta, options, nullptr);
+  }
+  if (!status.ok()) throw CodecError{status};
+}
+
+void CheckpointApply(const std::string& prev, const std::string& delta, const std::string& out,
+                     int threads) {
+  arc_v3::container::RunOptions options;
+  options.threads = threads;
+  options.sync = false;
+  arc_v3::Status status;
+  {
+    py::gil_scoped_release release;
+    status = arc_v3::container::Apply(prev, delta, out, options, nullptr);
+  }
+  if (!status.ok()) throw CodecError{status};
+}
+
+// Container bytes held in memory (a copy: the Reader outlives the Python buffer).
+class MemorySource : public arc_v3::container::ByteSource {
+ public:
+  explicit MemorySource(std::vector<uint8_t> bytes) : bytes_(std::move(bytes)) {}
+  uint64_t size() const override { return bytes_.size(); }
+  arc_v3::Status Read(uint64_t offset, uint64_t size, std::vector<uint8_t>* /*scratch*/,
+                      const uint8_t** data) const override {
+    if (offset > bytes_.size() || size > bytes_.size() - offset) {
+      return arc_v3::Status(arc_v3::ErrorCode::kTruncated, "read past the end of the container");
+    }
+    *data = bytes_.data() + offset;
+    return arc_v3::Status::Ok();
+  }
+
+ private:
+  std::vector<uint8_t> bytes_;
+};
+
+// What a container's manifest says, checked but without decoding pieces:
+// {"layout", "removed_tensors", "tensors": [{"name", "kind", "dtype", "shape", "coders"}]}.
+py::dict ContainerManifest(const py::buffer& container) {
+  const py::buffer_info b = container.request();
+  const auto* bytes = static_cast<const uint8_t*>(b.ptr);
+  auto source = std::make_unique<MemorySource>(
+      std::vector<uint8_t>(bytes, bytes + b.size * b.itemsize));
+  arc_v3::container::Reader reader;
+  const arc_v3::Status status = arc_v3::container::Reader::Open(std::move(source), &reader);
+  if (!status.ok()) throw CodecError{status};
+  const arc_v3::container::Manifest& m = reader.manifest();
+  py::list tensors;
+  for (const arc_v3::container::FileEntry& f : m.files) {
+    for (const arc_v3::container::TensorEntry& t : f.tensors) {
+      py::dict entry;
+      entry["name"] = t.name;
+      entry["kind"] = arc_v3::container::TensorKindName(t.kind);
+      entry["dtype"] = t.dtype;
+      entry["shape"] = py::tuple(py::cast(t.shape));
+      py::list coders;
+      for (const arc_v3::container::Piece& p : t.pieces) {
+        coders.append(arc_v3::container::CoderName(p.coder));
+      }
+      entry["coders"] = coders;
+      tensors.append(entry);
+    }
+  }
+  py::dict result;
+  result["layout"] = m.directory ? "directory" : "file";
+  result["removed_tensors"] = py::cast(m.removed_tensors);
+  result["tensors"] = tensors;
+  return result;
+}
+
 // For python/bench/bench_binding.py: wall times in seconds of `repeats` direct C++ calls
 // on the same buffers (the best of each), so that the binding's overhead is measured
 // against the very same compiled codec. Returns a dict:
@@ -229,12 +316,20 @@ PYBIND11_MODULE(_arc_v3, m) {
         py::arg("checksum"), py::arg("threads"));
   m.def("inspect", &Inspect, py::arg("payload"));
   m.def("xxh3_64", &Xxh3, py::arg("buffer"));
+  m.def("checkpoint_diff", &CheckpointDiff, py::arg("prev_path"), py::arg("next_path"),
+        py::arg("delta_path"), py::arg("format"), py::arg("effort"), py::arg("threads"));
+  m.def("container_manifest", &ContainerManifest, py::arg("container"));
+  m.def("checkpoint_apply", &CheckpointApply, py::arg("prev_path"), py::arg("delta_path"),
+        py::arg("out_path"), py::arg("threads"));
   m.def("_time_direct", &TimeDirect, py::arg("src"), py::arg("dst"), py::arg("format"),
         py::arg("threads"), py::arg("repeats"));
 
   // Codec constants, so that Python never hard-codes a number the C++ side owns.
   m.attr("FORMAT_DEFAULT") = static_cast<int>(arc_v3::Format::kDefault);
   m.attr("FORMAT_ARC_V3") = static_cast<int>(arc_v3::Format::kArcV3);
+  m.attr("CONTAINER_EFFORT") = arc_v3::container::RunOptions().effort;
+  m.attr("CONTAINER_MAGIC") = py::bytes(
+      reinterpret_cast<const char*>(arc_v3::container::kMagic), sizeof(arc_v3::container::kMagic));
   py::dict names;
   for (int c = 0; c < static_cast<int>(arc_v3::ErrorCode::kMaxCode); ++c) {
     names[py::int_(c)] = arc_v3::ErrorName(static_cast<arc_v3::ErrorCode>(c));

@@ -1,45 +1,51 @@
 """State-dict helpers: one bytes object for a whole model update.
 
-Framing (version 1, all integers little-endian). A stop-gap until the CLI's delta
-container (src/cli/) is available to Python; these helpers should then switch to it.
+The bytes are the CLI's checkpoint delta container (src/FORMAT.md, Part 2; magic b"A3DC"),
+exactly what `arc_v3 diff prev.safetensors next.safetensors` writes, so the CLI reads them
+too (`arc_v3 apply`, `arc_v3 verify`, `arc_v3 inspect`). Each state dict is serialised as
+one safetensors file:
 
-    offset  size  field
-    0       8     magic b"ARC3DICT"
-    8       4     framing version (1)
-    12      4     reserved, 0
-    16      8     H: header length in bytes
-    24      8     XXH3-64 (seed 0) of the header bytes
-    32      H     header: UTF-8 JSON {"entries": [entry, ...]}
-    32+H    ...   blobs; each entry's "offset" counts from here
+    8 bytes   N: header length, u64 little-endian
+    N bytes   JSON {"name": {"dtype": "BF16", "shape": [..], "data_offsets": [b, e]}, ...},
+              padded with spaces to a multiple of 8 bytes; names in the dict's order
+    ...       tensor data (C order, little endian), tensors in sorted-name order, each
+              starting at a multiple of 8 bytes (zero padding between them)
 
-    entry = {"name": str, "dtype": torch dtype name without "torch.", e.g. "bfloat16",
-             "shape": [int, ...], "method": see below, "offset": int, "length": int,
-             "checksum": XXH3-64 of the new tensor's bytes (C order, little endian)}
+torch dtype -> safetensors: bfloat16 BF16, float16 F16, float32 F32, float64 F64, int8 I8,
+int16 I16, int32 I32, int64 I64, uint8 U8, bool BOOL (others raise TypeError).
 
-    method      blob                                       base needed
-    "arc_v3"    arc_v3 payload (BF16 only)                 yes, same dtype and shape
-    "xor_zlib"  zlib(base bytes XOR new bytes)             yes, same dtype and shape
-    "zlib"      zlib(new bytes)                            no
-    "raw"       new bytes                                  no
+The container then describes next against prev: per tensor, row-block pieces with the
+XXH3-64 of their base and target rows. BF16 tensors with a base of the same dtype and shape
+are arc_v3 payloads; other dtypes the XOR with the base through zstd; tensors that are new,
+or whose dtype or shape changed, are carried whole; tensors only in prev are listed as
+removed. Decoding checks every piece's base rows and target rows against its checksums.
 
-A base is used when the previous state dict holds a tensor of the same name, dtype and
-shape; otherwise the tensor is sent whole ("zlib" if that is smaller, else "raw"). Every
-tensor is verified against its checksum on decode (arc_v3 payloads by the codec).
+The container's C++ diff/apply (src/cli/checkpoint_delta.h) work on files: the helpers
+write the safetensors files and the container into a private temporary directory (under
+$TMPDIR, deleted afterwards) and call them through the extension with the GIL released.
+Peak disk use is about the size of both state dicts plus the delta.
 """
 
 import collections
 import json
-import struct
-import zlib
-
-import numpy as np
+import os
+import tempfile
 
 from arc_v3 import _arc_v3 as _ext
 from arc_v3._errors import ArcV3Error
 
-_MAGIC = b"ARC3DICT"
-_FRAMING_VERSION = 1
-_PREFIX = struct.Struct("<8sIIQQ")  # magic, version, reserved, header length, header hash
+_ALIGNMENT = 8  # every tensor's data starts 8-byte aligned (as the header's end is)
+_PREV, _NEXT, _DELTA, _OUT = "prev.safetensors", "next.safetensors", "delta.a3dc", \
+    "out.safetensors"
+# Where the temporary files go in error messages, as the caller knows them.
+_PUBLIC_NAMES = {_PREV: "prev_state_dict", _NEXT: "next_state_dict", _DELTA: "delta_bytes",
+                 _OUT: "next state dict"}
+_ST_DTYPES = {  # torch dtype name -> safetensors dtype
+    "bfloat16": "BF16", "float16": "F16", "float32": "F32", "float64": "F64",
+    "int8": "I8", "int16": "I16", "int32": "I32", "int64": "I64", "uint8": "U8",
+    "bool": "BOOL",
+}
+_TORCH_DTYPES = {st: name for name, st in _ST_DTYPES.items()}
 _CODES = {name: code for code, name in _ext.ERROR_NAMES.items()}
 
 
@@ -52,190 +58,170 @@ def _torch():
     return torch
 
 
-def _bytes_view(tensor):
-    """The tensor's values as a flat numpy uint8 array (no copy when contiguous)."""
-    torch = _torch()
-    t = tensor.detach()
-    if not t.is_contiguous():
-        t = t.contiguous()
-    return t.reshape(-1).view(torch.uint8).numpy()
-
-
-def _dtype_name(dtype):
-    return str(dtype).replace("torch.", "")
-
-
-def _dtype_from_name(torch, name):
-    dtype = getattr(torch, name, None) if isinstance(name, str) else None
-    if not isinstance(dtype, torch.dtype):
-        raise _error("corrupt_header", f"unknown dtype {name!r}")
-    return dtype
-
-
 def _check_tensor(torch, name, value, which):
+    if not isinstance(name, str):
+        raise TypeError(f"{which} keys must be str, got {type(name).__name__}")
     if not isinstance(value, torch.Tensor):
         raise TypeError(f"{which}[{name!r}] is a {type(value).__name__}, not a torch.Tensor")
     if value.device.type != "cpu":
         raise ValueError(f"{which}[{name!r}] is on {value.device}; move it to the CPU first")
+    st_dtype = _ST_DTYPES.get(str(value.dtype).replace("torch.", ""))
+    if st_dtype is None:
+        raise TypeError(f"{which}[{name!r}] has dtype {value.dtype}, which safetensors (and "
+                        f"so the delta container) cannot hold; supported: "
+                        f"{', '.join(_ST_DTYPES)}")
+    return st_dtype
+
+
+def _write_safetensors(torch, state_dict, path, which, base=False):
+    """Writes `state_dict` as one safetensors file (layout in this module's docstring).
+    `base`: tensors of dtypes safetensors cannot hold are left out (they cannot be the
+    base of anything the container carries) instead of raising TypeError."""
+    dtypes = {}
+    for name, value in state_dict.items():
+        if base and isinstance(value, torch.Tensor) and \
+                str(value.dtype).replace("torch.", "") not in _ST_DTYPES:
+            continue
+        dtypes[name] = _check_tensor(torch, name, value, which)
+    state_dict = {name: state_dict[name] for name in dtypes}
+    offsets, at = {}, 0
+    for name in sorted(state_dict):
+        at += -at % _ALIGNMENT
+        size = state_dict[name].numel() * state_dict[name].element_size()
+        offsets[name] = (at, at + size)
+        at += size
+    header = json.dumps(
+        {name: {"dtype": dtypes[name], "shape": list(state_dict[name].shape),
+                "data_offsets": list(offsets[name])} for name in state_dict},
+        separators=(",", ":")).encode("utf-8")
+    header += b" " * (-len(header) % _ALIGNMENT)
+    with open(path, "wb") as f:
+        f.write(len(header).to_bytes(8, "little"))
+        f.write(header)
+        written = 0
+        for name in sorted(state_dict):
+            begin, end = offsets[name]
+            f.write(b"\0" * (begin - written))
+            t = state_dict[name].detach()
+            if not t.is_contiguous():
+                t = t.contiguous()
+            if end > begin:
+                f.write(t.reshape(-1).view(torch.uint8).numpy().data)
+            written = end
+
+
+def _read_safetensors(torch, path):
+    """The tensors of a safetensors file written by _write_safetensors (and rebuilt by
+    the container), in its header's order, each in its own new memory."""
+    with open(path, "rb") as f:
+        header_len = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(header_len).decode("utf-8"),
+                            object_pairs_hook=collections.OrderedDict)
+        result = collections.OrderedDict()
+        for name, info in header.items():
+            if name == "__metadata__":
+                continue
+            dtype = getattr(torch, _TORCH_DTYPES[info["dtype"]])
+            tensor = torch.empty(tuple(info["shape"]), dtype=dtype)
+            begin, end = info["data_offsets"]
+            target = tensor.reshape(-1).view(torch.uint8).numpy()
+            if target.nbytes != end - begin:
+                raise _error("corrupt_header", f"tensor {name!r}: {end - begin} bytes for "
+                                               f"{target.nbytes}")
+            f.seek(8 + header_len + begin)
+            if end > begin and f.readinto(target.data) != target.nbytes:
+                raise _error("truncated", f"tensor {name!r}: data extends past the end")
+            result[name] = tensor
+    return result
+
+
+def _public_error(error, directory):
+    """`error` with the temporary paths in its message replaced by the caller's names."""
+    message = error.message
+    for file_name, public in _PUBLIC_NAMES.items():
+        message = message.replace(os.path.join(directory, file_name), public)
+    return ArcV3Error(error.code, error.name, message.replace(directory + os.sep, ""))
 
 
 def delta_compress_dicts(prev_state_dict, next_state_dict, *, compression_format="arc_v3",
-                         threads=0, zlib_level=6):
-    """Encodes next_state_dict as a delta against prev_state_dict (any dtypes).
+                         threads=0):
+    """Encodes next_state_dict as a delta against prev_state_dict (any safetensors dtype).
 
     BF16 tensors go through the arc_v3 codec (in `compression_format`), other dtypes
-    through XOR + zlib; tensors without a matching base (new name, other dtype or shape)
-    are stored whole. Keys that are only in prev_state_dict are dropped (the decoded dict
-    has next's keys, in order).
+    through XOR + zstd; tensors without a matching base (new name, other dtype or shape)
+    are carried whole. Keys that are only in prev_state_dict are recorded as removed (the
+    decoded dict has next's keys, in order).
 
     Returns:
-        bytes in the framing described in this module's docstring.
+        bytes: a checkpoint delta container (src/FORMAT.md, Part 2; starts with b"A3DC"),
+        as `arc_v3 diff` would write for the two dicts saved as safetensors files.
+
+    Raises:
+        TypeError / ValueError: non-str keys, non-tensors, non-CPU tensors, dtypes
+            safetensors cannot hold (e.g. complex), unknown compression_format.
+        ArcV3Error: the container could not be built (e.g. no space in $TMPDIR).
     """
     from arc_v3 import _format_id  # the package's one table of format names
     fmt = _format_id(compression_format)
     torch = _torch()
-    entries, blobs, offset = [], [], 0
-    for name, new in next_state_dict.items():
-        if not isinstance(name, str):
-            raise TypeError(f"state dict keys must be str, got {type(name).__name__}")
-        _check_tensor(torch, name, new, "next_state_dict")
-        base = prev_state_dict.get(name)
-        if base is not None:
-            _check_tensor(torch, name, base, "prev_state_dict")
-            if base.dtype != new.dtype or tuple(base.shape) != tuple(new.shape):
-                base = None
-        new_bytes = _bytes_view(new)
-        if base is not None and new.dtype == torch.bfloat16:
-            s = base.detach().contiguous().view(torch.int16).numpy()
-            d = new_bytes.view(np.int16)
-            blob, checksum = _ext.compress(s, d, fmt, _ext.DEFAULT_EFFORT,
-                                           int(threads), _ext.DEFAULT_CHUNK_ELEMENTS)
-            method = "arc_v3"
-        else:
-            checksum = _ext.xxh3_64(new_bytes)
-            if base is not None:
-                blob = zlib.compress(np.bitwise_xor(_bytes_view(base), new_bytes).data,
-                                     zlib_level)
-                method = "xor_zlib"
-            else:
-                blob = zlib.compress(new_bytes.data, zlib_level)
-                method = "zlib"
-                if len(blob) >= new_bytes.nbytes:
-                    blob, method = new_bytes.tobytes(), "raw"
-        entries.append({
-            "name": name,
-            "dtype": _dtype_name(new.dtype),
-            "shape": list(new.shape),
-            "method": method,
-            "offset": offset,
-            "length": len(blob),
-            "checksum": checksum,
-        })
-        blobs.append(blob)
-        offset += len(blob)
-    header = json.dumps({"entries": entries}, separators=(",", ":")).encode("utf-8")
-    prefix = _PREFIX.pack(_MAGIC, _FRAMING_VERSION, 0, len(header), _ext.xxh3_64(header))
-    return b"".join([prefix, header] + blobs)
+    with tempfile.TemporaryDirectory(prefix="arc_v3-dicts-") as directory:
+        paths = {n: os.path.join(directory, n) for n in (_PREV, _NEXT, _DELTA)}
+        _write_safetensors(torch, prev_state_dict, paths[_PREV], "prev_state_dict",
+                           base=True)
+        _write_safetensors(torch, next_state_dict, paths[_NEXT], "next_state_dict")
+        try:
+            _ext.checkpoint_diff(paths[_PREV], paths[_NEXT], paths[_DELTA], fmt,
+                                 _ext.CONTAINER_EFFORT, int(threads))
+        except ArcV3Error as e:
+            raise _public_error(e, directory) from None
+        with open(paths[_DELTA], "rb") as f:
+            return f.read()
 
 
-def _parse(delta_bytes):
-    view = memoryview(delta_bytes).cast("B")
-    if view.nbytes < _PREFIX.size:
-        if bytes(view[:len(_MAGIC)]) != _MAGIC[:min(view.nbytes, len(_MAGIC))]:
-            raise _error("bad_magic", "not an arc_v3 state-dict delta")
-        raise _error("truncated", f"{view.nbytes} bytes is shorter than the framing prefix")
-    magic, version, reserved, header_len, header_hash = _PREFIX.unpack_from(view)
-    if magic != _MAGIC:
-        raise _error("bad_magic", "not an arc_v3 state-dict delta")
-    if version > _FRAMING_VERSION:
-        raise _error("unsupported_version", f"framing version {version} is newer than "
-                                            f"{_FRAMING_VERSION}")
-    if version != _FRAMING_VERSION or reserved != 0:
-        raise _error("reserved_bits_set" if reserved else "unsupported_version",
-                     f"framing version {version}, reserved field {reserved}")
-    if header_len > view.nbytes - _PREFIX.size:
-        raise _error("truncated", "header extends past the end of the data")
-    header = view[_PREFIX.size:_PREFIX.size + header_len]
-    if _ext.xxh3_64(header) != header_hash:
-        raise _error("corrupt_header", "header does not match its checksum")
-    try:
-        entries = json.loads(bytes(header).decode("utf-8"))["entries"]
-    except (ValueError, KeyError, TypeError) as e:
-        raise _error("corrupt_header", f"header is not valid JSON framing: {e}") from None
-    return entries, view[_PREFIX.size + header_len:]
+def delta_dicts_info(delta_bytes):
+    """What a container's manifest says, checked (header and manifest checksums, JSON
+    rules) but without decoding any piece:
+
+        {"layout": "file" or "directory", "removed_tensors": [name, ...],
+         "tensors": [{"name", "kind": "delta"/"added"/"reshaped", "dtype": e.g. "BF16",
+                      "shape": tuple, "coders": [coder of each piece, e.g. "arc_v3"]}]}
+    """
+    return _ext.container_manifest(memoryview(delta_bytes).cast("B"))
 
 
 def delta_decompress_dicts(prev_state_dict, delta_bytes, *, threads=0):
-    """Rebuilds the next state dict from prev_state_dict and delta_compress_dicts' bytes.
+    """Rebuilds the next state dict from prev_state_dict and delta_compress_dicts' bytes
+    (or any single-file checkpoint delta container, e.g. from `arc_v3 diff`).
 
     Returns:
         an OrderedDict of new CPU tensors (prev_state_dict is not modified).
 
     Raises:
-        ArcV3Error: corrupt or truncated bytes, a missing or mismatched base tensor
-            (invalid_argument / size_mismatch), or a checksum mismatch (wrong base).
+        ArcV3Error: corrupt or truncated bytes (bad_magic, truncated, corrupt_header,
+            corrupt_chunk, ...); a wrong base (checksum_mismatch naming the tensor): a
+            tensor the delta is based on is missing from prev_state_dict, has another
+            dtype or shape, or other values; invalid_argument for a delta of a sharded
+            checkpoint directory.
     """
     torch = _torch()
-    entries, blobs = _parse(delta_bytes)
-    result = collections.OrderedDict()
-    for entry in entries:
+    delta = memoryview(delta_bytes).cast("B")
+    magic = _ext.CONTAINER_MAGIC
+    if bytes(delta[:len(magic)]) != magic[:min(delta.nbytes, len(magic))]:
+        raise _error("bad_magic", "not a checkpoint delta container (magic b'A3DC')")
+    with tempfile.TemporaryDirectory(prefix="arc_v3-dicts-") as directory:
+        paths = {n: os.path.join(directory, n) for n in (_PREV, _DELTA, _OUT)}
+        _write_safetensors(torch, prev_state_dict, paths[_PREV], "prev_state_dict",
+                           base=True)
+        with open(paths[_DELTA], "wb") as f:
+            f.write(delta)
         try:
-            name, method = entry["name"], entry["method"]
-            dtype = _dtype_from_name(torch, entry["dtype"])
-            shape = tuple(int(n) for n in entry["shape"])
-            offset, length, checksum = int(entry["offset"]), int(entry["length"]), \
-                int(entry["checksum"])
-        except (KeyError, TypeError, ValueError) as e:
-            raise _error("corrupt_header", f"bad entry {entry!r}: {e}") from None
-        if offset < 0 or length < 0 or offset + length > blobs.nbytes:
-            raise _error("truncated", f"tensor {name!r}: data extends past the end")
-        if any(n < 0 for n in shape):
-            raise _error("corrupt_header", f"tensor {name!r}: negative shape {shape}")
-        blob = blobs[offset:offset + length]
-        new = torch.empty(shape, dtype=dtype)
-        out = new.reshape(-1).view(torch.uint8).numpy()
-        base = None
-        if method in ("arc_v3", "xor_zlib"):
-            base = prev_state_dict.get(name)
-            if base is None:
-                raise _error("invalid_argument", f"prev_state_dict has no tensor {name!r}, "
-                                                 "which this delta is based on")
-            _check_tensor(torch, name, base, "prev_state_dict")
-            if base.dtype != dtype or tuple(base.shape) != shape:
-                raise _error("size_mismatch",
-                             f"tensor {name!r}: the delta is based on {entry['dtype']} "
-                             f"{list(shape)}, prev_state_dict holds {base.dtype} "
-                             f"{list(base.shape)}")
-        if method == "arc_v3":
-            if dtype != torch.bfloat16:
-                raise _error("corrupt_header", f"tensor {name!r}: arc_v3 needs bfloat16")
-            s = base.detach().contiguous().view(torch.int16).numpy()
-            try:
-                _ext.decompress_into(s, blob, checksum, out.view(np.int16), int(threads))
-            except ArcV3Error as e:
-                raise ArcV3Error(e.code, e.name, f"tensor {name!r}: {e.message}") from None
-        else:
-            if method == "raw":
-                data = blob
-            elif method in ("zlib", "xor_zlib"):
-                try:
-                    data = zlib.decompress(blob)
-                except zlib.error as e:
-                    raise _error("codec_failure", f"tensor {name!r}: {e}") from None
-            else:
-                raise _error("corrupt_header", f"tensor {name!r}: unknown method {method!r}")
-            if len(data) != out.nbytes:
-                raise _error("corrupt_chunk", f"tensor {name!r}: {len(data)} bytes decoded, "
-                                              f"{out.nbytes} expected")
-            data = np.frombuffer(data, dtype=np.uint8)
-            if method == "xor_zlib":
-                np.bitwise_xor(_bytes_view(base), data, out=out)
-            else:
-                out[...] = data
-            if _ext.xxh3_64(out) != checksum:
-                raise _error("checksum_mismatch",
-                             f"tensor {name!r} does not match its checksum: wrong base "
-                             "(prev_state_dict) or corrupt data")
-        result[name] = new
-    return result
-
+            _ext.checkpoint_apply(paths[_PREV], paths[_DELTA], paths[_OUT], int(threads))
+        except ArcV3Error as e:
+            raise _public_error(e, directory) from None
+        try:
+            return _read_safetensors(torch, paths[_OUT])
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            # The container checked the header bytes against their checksum, so this is
+            # a container from another writer whose target is not a plain safetensors file.
+            raise _error("corrupt_header", f"the delta's target is not a safetensors file "
+                                           f"this package reads: {e}") from None

@@ -1,14 +1,13 @@
 """delta_compress_dicts / delta_decompress_dicts: whole state dicts, any dtypes."""
 
 import collections
-import json
 import struct
 
 import pytest
 import torch
 
-from arc_v3 import ArcV3Error, delta_compress_dicts, delta_decompress_dicts
-from conftest import WRONG_BASE_ERRORS, bf16_step
+from arc_v3 import ArcV3Error, delta_compress_dicts, delta_decompress_dicts, delta_dicts_info
+from conftest import bf16_step
 
 
 def make_state_dicts(seed=0):
@@ -38,9 +37,8 @@ def make_state_dicts(seed=0):
     return prev, nxt
 
 
-def header_of(delta):
-    (header_len,) = struct.unpack_from("<Q", delta, 16)
-    return json.loads(delta[32:32 + header_len])
+def tensors_of(delta):
+    return {t["name"]: t for t in delta_dicts_info(delta)["tensors"]}
 
 
 def assert_same(a, b):
@@ -59,12 +57,59 @@ def test_round_trip_any_dtypes():
     assert isinstance(delta, bytes)
     restored = delta_decompress_dicts(prev, delta)
     assert_same(restored, nxt)
-    methods = {e["name"]: e["method"] for e in header_of(delta)["entries"]}
-    assert methods["layer0.weight"] == "arc_v3"
-    assert methods["norm.weight"] == "xor_zlib"
-    assert methods["resized"] in ("zlib", "raw")  # no usable base: sent whole
-    assert methods["added.half"] in ("zlib", "raw")
+    info = delta_dicts_info(delta)
+    assert info["layout"] == "file" and info["removed_tensors"] == ["removed"]
+    tensors = tensors_of(delta)
+    assert set(tensors) == set(nxt)
+    assert tensors["layer0.weight"]["kind"] == "delta"
+    assert tensors["layer0.weight"]["coders"] == ["arc_v3"]
+    assert tensors["layer0.weight"]["dtype"] == "BF16"
+    assert tensors["layer0.weight"]["shape"] == (256, 128)
+    assert tensors["norm.weight"]["kind"] == "delta" and \
+        tensors["norm.weight"]["dtype"] == "F32"
+    assert tensors["norm.weight"]["coders"][0] in ("stored", "zstd", "zstd-planes")
+    assert tensors["resized"]["kind"] == "reshaped"  # no usable base: carried whole
+    assert tensors["added.half"]["kind"] == "added" and \
+        tensors["added.half"]["dtype"] == "F16"
+    assert tensors["mask"]["dtype"] == "BOOL" and tensors["step"]["shape"] == ()
+    assert tensors["empty"]["coders"] == []
     assert "removed" not in restored
+
+
+def test_bytes_are_the_checkpoint_delta_container():
+    prev, nxt = make_state_dicts()
+    delta = delta_compress_dicts(prev, nxt)
+    # FORMAT.md Part 2 header: magic, version 1, flags 0, then M and D with 40 + M + D
+    # the whole size.
+    magic, version, flags, manifest_size, _, data_size, _ = struct.unpack_from(
+        "<4sHHQQQQ", delta)
+    assert magic == b"A3DC" and version == 1 and flags == 0
+    assert 40 + manifest_size + data_size == len(delta)
+    # The bytes do not depend on the thread count or on the dicts' key order.
+    assert delta_compress_dicts(prev, nxt, threads=1) == delta
+    shuffled = collections.OrderedDict(reversed(list(nxt.items())))
+    again = delta_compress_dicts(prev, shuffled)
+    assert_same(delta_decompress_dicts(prev, again), shuffled)  # next's key order kept
+
+
+def test_tensors_added_to_an_empty_base():
+    _, nxt = make_state_dicts(seed=5)
+    delta = delta_compress_dicts({}, nxt)
+    assert {t["kind"] for t in delta_dicts_info(delta)["tensors"]} == {"added"}
+    # Needs nothing from a base: any prev decodes it.
+    assert_same(delta_decompress_dicts({}, delta), nxt)
+    assert_same(delta_decompress_dicts({"unrelated": torch.ones(2)}, delta), nxt)
+
+
+def test_unsupported_dtypes():
+    with pytest.raises(TypeError, match="complex64"):
+        delta_compress_dicts({}, {"z": torch.zeros(3, dtype=torch.complex64)})
+    # In prev, a tensor safetensors cannot hold is no base; it is simply not used.
+    prev = {"z": torch.zeros(3, dtype=torch.complex64), "w": torch.ones(4)}
+    nxt = {"z": torch.ones(3), "w": torch.full((4,), 2.0)}
+    delta = delta_compress_dicts(prev, nxt)
+    assert tensors_of(delta)["z"]["kind"] == "added"
+    assert_same(delta_decompress_dicts(prev, delta), nxt)
 
 
 @pytest.mark.parametrize("compression_format", ["arc_v3", "arc_v3_published"])
@@ -86,47 +131,56 @@ def test_unchanged_dict_round_trips():
 def test_wrong_base_raises():
     prev, nxt = make_state_dicts()
     delta = delta_compress_dicts(prev, nxt)
-    for name in ("layer1.weight", "norm.weight", "positions"):
+    for name in ("layer1.weight", "norm.weight", "positions", "mask"):
         wrong = dict(prev)
         wrong[name] = prev[name].clone()
-        wrong[name].view(-1)[0] += 1
+        wrong[name].view(-1)[-1] = ~wrong[name].view(-1)[-1] if name == "mask" else \
+            wrong[name].view(-1)[-1] + 1
         with pytest.raises(ArcV3Error) as info:
             delta_decompress_dicts(wrong, delta)
-        expected = WRONG_BASE_ERRORS if wrong[name].dtype == torch.bfloat16 else \
-            ("checksum_mismatch",)
-        assert info.value.name in expected, name
-        assert name in info.value.message
+        # The container checks each piece's base rows before decoding it.
+        assert info.value.name == "checksum_mismatch", name
+        assert name in info.value.message and "wrong base" in info.value.message
     missing = dict(prev)
     del missing["layer2.weight"]
     with pytest.raises(ArcV3Error) as info:
         delta_decompress_dicts(missing, delta)
-    assert info.value.name == "invalid_argument" and "layer2.weight" in info.value.message
+    assert info.value.name == "checksum_mismatch" and "layer2.weight" in info.value.message
+    assert "prev_state_dict" in info.value.message  # not the temporary file's path
+    assert "/" not in info.value.message
     reshaped = dict(prev)
     reshaped["layer1.weight"] = prev["layer1.weight"].reshape(32, 32)
     with pytest.raises(ArcV3Error) as info:
         delta_decompress_dicts(reshaped, delta)
-    assert info.value.name == "size_mismatch"
+    assert info.value.name == "checksum_mismatch" and "[32, 32]" in info.value.message
+    # A whole other state dict as the base.
+    other, _ = make_state_dicts(seed=9)
+    with pytest.raises(ArcV3Error) as info:
+        delta_decompress_dicts(other, delta)
+    assert info.value.name == "checksum_mismatch"
 
 
 def test_corrupted_bytes_raise():
     prev, nxt = make_state_dicts()
     delta = delta_compress_dicts(prev, nxt)
     with pytest.raises(ArcV3Error) as info:
-        delta_decompress_dicts(prev, b"XXXXXXXX" + delta[8:])
+        delta_decompress_dicts(prev, b"XXXX" + delta[4:])
     assert info.value.name == "bad_magic"
+    with pytest.raises(ArcV3Error) as info:
+        delta_dicts_info(b"XXXX" + delta[4:])
+    assert info.value.name == "bad_magic"
+    with pytest.raises(ArcV3Error) as info:
+        delta_decompress_dicts(prev, delta + b"\0")
+    assert info.value.name == "corrupt_header"
     for size in (0, 5, 20, 40, len(delta) // 2, len(delta) - 1):
         with pytest.raises(ArcV3Error):
             delta_decompress_dicts(prev, delta[:size])
+    # Every byte is covered by a checksum (header, manifest, each piece): any flip raises.
     for at in range(0, len(delta), max(1, len(delta) // 300)):
         bad = bytearray(delta)
         bad[at] ^= 0x10
-        try:
-            restored = delta_decompress_dicts(prev, bytes(bad))
-        except ArcV3Error:
-            continue
-        # A flip may only go unnoticed where it cannot change a value (e.g. inside a
-        # zlib stream's header options or an unused varint bit); the result must be exact.
-        assert_same(restored, nxt)
+        with pytest.raises(ArcV3Error):
+            delta_decompress_dicts(prev, bytes(bad))
 
 
 def test_misuse_raises():

@@ -423,7 +423,7 @@ Status Diff(const std::string& prev_path, const std::string& next_path, const st
     Prefault(task.base, task.bytes);
     Prefault(task.target, task.bytes);
     error.Set(EncodePiece(task.base, task.target, task.bytes, task.element_size, task.bf16,
-                          options.effort, task.piece, &outputs[i]));
+                          options.effort, task.piece, &outputs[i], options.format));
     if (task.tensor && options.progress_done != nullptr) *options.progress_done += task.bytes;
   });
   if (error.failed()) return error.status();

@@ -47,6 +47,8 @@ struct RunOptions {
   // written, 2 raced zstd -19 and cost 18x the CPU for 1.4% smaller deltas; re-measure
   // with `arc_v3 bench -e N` when the codec changes.
   int effort = 1;
+  // arc_v3 Options::format of BF16 pieces in Diff (decoding reads every format).
+  Format format = Format::kDefault;
   // Bytes of tensor data processed so far / in all; updated as pieces finish.
   std::atomic<uint64_t>* progress_done = nullptr;
   std::atomic<uint64_t>* progress_total = nullptr;

@@ -530,7 +530,7 @@ Status Reader::ReadPiece(const Piece& piece, std::vector<uint8_t>* scratch,
 
 Status EncodePiece(const uint8_t* base, const uint8_t* target, uint64_t bytes,
                    size_t element_size, bool bf16, int effort, Piece* piece,
-                   std::vector<uint8_t>* out) {
+                   std::vector<uint8_t>* out, Format format) {
   piece->base_xxh3 = base != nullptr ? Hash(base, bytes) : 0;
   if (bf16 && base != nullptr) {
     const size_t count = bytes / 2;
@@ -549,6 +549,7 @@ Status EncodePiece(const uint8_t* base, const uint8_t* target, uint64_t bytes,
     Options options;
     options.threads = 1;  // the caller runs pieces in parallel
     options.effort = effort;
+    options.format = format;
     Delta delta;
     Status s = delta_compress(src, dst, count, &delta, options);
     if (!s.ok()) return s;

@@ -141,10 +141,10 @@ class Reader {
 // Encodes the change from `base` (nullptr: all zeros, i.e. carry `target` whole) to
 // `target`, `bytes` long, elements of `element_size` bytes. arc_v3 for BF16 deltas, else
 // the XOR through stored / zstd / zstd of byte planes, whichever is smallest.
-// `effort`: arc_v3 Options::effort for BF16 pieces.
+// `effort` / `format`: arc_v3 Options::effort / Options::format for BF16 pieces.
 Status EncodePiece(const uint8_t* base, const uint8_t* target, uint64_t bytes,
                    size_t element_size, bool bf16, int effort, Piece* piece,
-                   std::vector<uint8_t>* out);
+                   std::vector<uint8_t>* out, Format format = Format::kDefault);
 
 // Decodes one piece onto `base` (nullptr: zeros) into `out` (`bytes` long, may not alias
 // base), verifying the target checksum. `out` may be clobbered on error.

@@ -220,6 +220,26 @@ void MakeShardedPair(const std::string& prev, const std::string& next, std::mt19
              {"layer.5", "model-00002-of-00002.safetensors"}});
 }
 
+TEST_CASE("BF16 pieces are arc_v3 payloads in the requested format; both decode") {
+  std::mt19937_64 rng(11);
+  const Tensor base = Random("w", "BF16", {4096}, &rng);
+  const Tensor target = Step(base, 0.05, &rng);
+  for (const Format format : {Format::kDefault, Format::kArcV3}) {
+    Piece piece;
+    std::vector<uint8_t> stored;
+    REQUIRE_OK(EncodePiece(base.bytes.data(), target.bytes.data(), base.bytes.size(), 2, true,
+                           1, &piece, &stored, format));
+    CHECK(piece.coder == Coder::kArcV3);
+    PayloadInfo info;
+    REQUIRE_OK(delta_inspect(stored.data(), stored.size(), &info));
+    // Format::kArcV3 is ARCv3 as published: payload format version 1 (FORMAT.md Part 1).
+    CHECK((info.format_version == 1) == (format == Format::kArcV3));
+    std::vector<uint8_t> out(base.bytes.size());
+    REQUIRE_OK(DecodePiece(piece, stored.data(), base.bytes.data(), out.size(), 2, out.data()));
+    CHECK(out == target.bytes);
+  }
+}
+
 TEST_CASE("sharded directories: apply to a new directory and in place") {
   TempDir dir;
   std::mt19937_64 rng(2);

@@ -106,6 +106,9 @@ Status ParseHeader(const uint8_t* bytes, size_t size, bool with_chunk_table,
     if (chunk_size == 0 || chunk_size > size) {
       return Status(ErrorCode::kCorruptHeader, "chunk size out of range");
     }
+    if (chunk_size > reader.remaining() - std::min<uint64_t>(body_size, reader.remaining())) {
+      return Status(ErrorCode::kTruncated, "payload ends before its last chunk");
+    }
     header->chunk_size[c] = chunk_size;
     header->chunk_offset[c] = body_size;  // relative for now
     body_size += chunk_size;

@@ -36,7 +36,7 @@ void ForEachTarget(const Body& body) {
   for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
     hwy::SetSupportedTargetsForTest(target);
     ExercisedTargets().insert(hwy::TargetName(target));
-    INFO("target ", hwy::TargetName(target));
+    INFO("target ", std::string(hwy::TargetName(target)));
     body(hwy::TargetName(target));
   }
   hwy::SetSupportedTargetsForTest(0);

@@ -442,7 +442,8 @@ Status DecodeFrame(const uint16_t* src, size_t count, const uint8_t* bytes, size
     if (next_history != nullptr && count > 0) std::memcpy(next_history, history, count);
 
     const size_t chunk_elements = size_t{1} << header.chunk_log;
-    std::vector<uint16_t> xor_tile(kTileElements, 0), result_tile(kTileElements);
+    const size_t tile_elements = std::min(kTileElements, count);  // small tensors: small tiles
+    std::vector<uint16_t> xor_tile(tile_elements, 0), result_tile(tile_elements);
     std::unique_ptr<XXH3_state_t, XXH_errorcode (*)(XXH3_state_t*)> hash(XXH3_createState(),
                                                                          XXH3_freeState);
     XXH3_state_t* state = hash.get();
@@ -467,7 +468,7 @@ Status DecodeFrame(const uint16_t* src, size_t count, const uint8_t* bytes, size
     }
 
     const size_t num_workers = WorkerCount(threads, changes.size());
-    std::vector<std::vector<uint16_t>> tiles(num_workers, std::vector<uint16_t>(kTileElements, 0));
+    std::vector<std::vector<uint16_t>> tiles(num_workers, std::vector<uint16_t>(tile_elements, 0));
     ParallelFor(changes.size(), num_workers, [&](size_t c, size_t worker) {
       const size_t begin = c * chunk_elements;
       const size_t len = std::min(chunk_elements, count - begin);

@@ -37,7 +37,9 @@ RaceEntrants EntrantsForEffort(int effort) {
   return e;
 }
 
-StreamCompressor::StreamCompressor() : zstd_(ZSTD_createCCtx()) {}
+// zstd contexts are created on first use: small tensors and modelled chunks often need
+// none, and creating one costs more than coding a small tensor.
+StreamCompressor::StreamCompressor() = default;
 StreamCompressor::~StreamCompressor() { ZSTD_freeCCtx(static_cast<ZSTD_CCtx*>(zstd_)); }
 
 bool StreamCompressor::AppendStream(const uint8_t* raw, size_t size,
@@ -65,9 +67,11 @@ bool StreamCompressor::AppendStream(const uint8_t* raw, size_t size,
                                    static_cast<int>(size), static_cast<int>(candidate_.size()));
     consider(kCodecLz4, n > 0 ? static_cast<size_t>(n) : 0);
   }
-  auto* cctx = static_cast<ZSTD_CCtx*>(zstd_);
   for (const int level : entrants.zstd_levels) {
-    if (level == 0 || size == 0 || cctx == nullptr) continue;
+    if (level == 0 || size == 0) continue;
+    if (zstd_ == nullptr) zstd_ = ZSTD_createCCtx();
+    auto* cctx = static_cast<ZSTD_CCtx*>(zstd_);
+    if (cctx == nullptr) continue;  // out of memory: the other entrants still race
     ZSTD_CCtx_reset(cctx, ZSTD_reset_session_and_parameters);
     ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, level);
     ZSTD_CCtx_setParameter(cctx, ZSTD_c_format, ZSTD_f_zstd1_magicless);
@@ -88,7 +92,7 @@ bool StreamCompressor::AppendStream(const uint8_t* raw, size_t size,
   return true;
 }
 
-StreamDecompressor::StreamDecompressor() : zstd_(ZSTD_createDCtx()) {}
+StreamDecompressor::StreamDecompressor() = default;
 StreamDecompressor::~StreamDecompressor() { ZSTD_freeDCtx(static_cast<ZSTD_DCtx*>(zstd_)); }
 
 Status StreamDecompressor::Decode(uint8_t codec, const uint8_t* in, size_t in_size,
@@ -115,6 +119,7 @@ Status StreamDecompressor::Decode(uint8_t codec, const uint8_t* in, size_t in_si
       return Status::Ok();
     }
     case kCodecZstd: {
+      if (zstd_ == nullptr) zstd_ = ZSTD_createDCtx();
       auto* dctx = static_cast<ZSTD_DCtx*>(zstd_);
       if (dctx == nullptr) return Status(ErrorCode::kOutOfMemory, "cannot allocate zstd context");
       ZSTD_DCtx_reset(dctx, ZSTD_reset_session_and_parameters);

@@ -12,34 +12,20 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
-#include <iterator>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "arc_v3.hpp"
+#include "tests/golden_files.h"
 #include "tests/hwy_doctest.h"
 
 namespace arc_v3 {
 namespace {
 
-const char kGoldenDir[] = "tests/golden/";
-
-std::vector<uint8_t> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  REQUIRE_MESSAGE(in.good(), "cannot read ", path);
-  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
-}
-
-std::vector<uint16_t> ReadBf16(const std::string& path) {
-  const std::vector<uint8_t> bytes = ReadFile(path);
-  REQUIRE(bytes.size() % 2 == 0);
-  std::vector<uint16_t> values(bytes.size() / 2);
-  for (size_t i = 0; i < values.size(); ++i) {
-    values[i] = static_cast<uint16_t>(bytes[2 * i] | (bytes[2 * i + 1] << 8));
-  }
-  return values;
-}
+using test::kGoldenDir;
+using test::ReadBf16;
+using test::ReadFile;
 
 struct EncodeCase {
   std::string name;

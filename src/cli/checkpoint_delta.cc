@@ -190,6 +190,19 @@ Status WrongBase(const std::string& what) {
   return Status(ErrorCode::kChecksumMismatch, "wrong base: " + what);
 }
 
+// The base data of one delta tensor, which must have the dtype and shape it expects.
+Status FindBaseTensor(const Checkpoint& base, const TensorEntry& t, const uint8_t** data) {
+  const safetensors::File* file = nullptr;
+  const safetensors::TensorInfo* info = base.Find(t.name, &file);
+  if (info == nullptr) return WrongBase("tensor '" + t.name + "' is missing from " + base.path());
+  if (info->dtype != t.dtype || info->shape != t.shape) {
+    return WrongBase("tensor '" + t.name + "' is " + info->dtype + " " + Shape(info->shape) +
+                     " in the base, the delta expects " + t.dtype + " " + Shape(t.shape));
+  }
+  *data = file->data(*info);
+  return Status::Ok();
+}
+
 // Finds the base of every delta tensor, with the dtype and shape the delta expects.
 Status MatchBase(const Checkpoint& base, const Manifest& m,
                  std::map<const TensorEntry*, const uint8_t*>* base_data) {
@@ -201,14 +214,8 @@ Status MatchBase(const Checkpoint& base, const Manifest& m,
   for (const FileEntry& f : m.files) {
     for (const TensorEntry& t : f.tensors) {
       if (t.kind != TensorKind::kDelta) continue;
-      const safetensors::File* file = nullptr;
-      const safetensors::TensorInfo* info = base.Find(t.name, &file);
-      if (info == nullptr) return WrongBase("tensor '" + t.name + "' is missing from " + base.path());
-      if (info->dtype != t.dtype || info->shape != t.shape) {
-        return WrongBase("tensor '" + t.name + "' is " + info->dtype + " " + Shape(info->shape) +
-                         " in the base, the delta expects " + t.dtype + " " + Shape(t.shape));
-      }
-      (*base_data)[&t] = file->data(*info);
+      const Status found = FindBaseTensor(base, t, &(*base_data)[&t]);
+      if (!found.ok()) return found;
     }
   }
   return Status::Ok();
@@ -647,14 +654,8 @@ Status ApplyRows(const Checkpoint& base, const Reader& delta, const TensorEntry&
   if (row_begin > row_end) return Status(ErrorCode::kInvalidArgument, "row range is reversed");
   const uint8_t* base_data = nullptr;
   if (t.kind == TensorKind::kDelta) {
-    const safetensors::File* file = nullptr;
-    const safetensors::TensorInfo* info = base.Find(t.name, &file);
-    if (info == nullptr) return WrongBase("tensor '" + t.name + "' is missing from " + base.path());
-    if (info->dtype != t.dtype || info->shape != t.shape) {
-      return WrongBase("tensor '" + t.name + "' is " + info->dtype + " " + Shape(info->shape) +
-                       " in the base, the delta expects " + t.dtype + " " + Shape(t.shape));
-    }
-    base_data = file->data(*info);
+    const Status found = FindBaseTensor(base, t, &base_data);
+    if (!found.ok()) return found;
   }
   std::vector<const Piece*> pieces;
   for (const Piece& p : t.pieces) {

@@ -57,11 +57,16 @@ bool StreamCompressor::AppendStream(const uint8_t* raw, size_t size,
   };
   if (size > 0 && size <= static_cast<size_t>(LZ4_MAX_INPUT_SIZE) && entrants.lz4) {
     candidate_.resize(static_cast<size_t>(LZ4_compressBound(static_cast<int>(size))));
+    if (entrants.lz4hc_level > 0 && lz4hc_state_.empty()) {
+      lz4hc_state_.resize((static_cast<size_t>(LZ4_sizeofStateHC()) + 7) / 8);
+    }
     const int n =
         entrants.lz4hc_level > 0
-            ? LZ4_compress_HC(reinterpret_cast<const char*>(raw),
-                              reinterpret_cast<char*>(candidate_.data()), static_cast<int>(size),
-                              static_cast<int>(candidate_.size()), entrants.lz4hc_level)
+            ? LZ4_compress_HC_extStateHC(lz4hc_state_.data(), reinterpret_cast<const char*>(raw),
+                                         reinterpret_cast<char*>(candidate_.data()),
+                                         static_cast<int>(size),
+                                         static_cast<int>(candidate_.size()),
+                                         entrants.lz4hc_level)
             : LZ4_compress_default(reinterpret_cast<const char*>(raw),
                                    reinterpret_cast<char*>(candidate_.data()),
                                    static_cast<int>(size), static_cast<int>(candidate_.size()));

@@ -6,7 +6,7 @@
 #   tests/run_neon.sh                 install what is missing, build, run
 #   ARC_V3_NEON_BUILD=/dir tests/run_neon.sh   build directory (default /tmp/arc_v3_neon)
 #   ARC_V3_NEON_CPUS="max cortex-a72"          qemu CPU models (max = SVE2, a72 = NEON only)
-#   ARC_V3_NEON_FULL=1 tests/run_neon.sh       also codec_test, corruption_test, golden_test
+#   ARC_V3_NEON_FULL=1 tests/run_neon.sh       also bitflip_test (slow under emulation)
 # NEON and EMU128 are also exercised under the SVE2 model, whose per-target tests
 # enumerate every target the CPU supports.
 # Prints each suite's doctest summary and the targets it exercised; exits non-zero on any
@@ -37,20 +37,22 @@ FLAGS=(-std=c++17 -O2 -I. -Wall -Wextra -DHWY_COMPILE_ALL_ATTAINABLE -DHWY_BROKE
        -DHWY_DISABLED_TARGETS=HWY_SSSE3 -DHWY_WANT_AVX3_DL)
 LIBS=(-lhwy -lzstd -llz4 -lxxhash -pthread -Wl,-rpath,/usr/lib/aarch64-linux-gnu)
 LIB_SRCS=(src/checksum.cc src/status.cc src/entropy.cc src/encoder.cc src/decoder.cc
-          src/kernels.cc src/ref_kernels.cc src/model_coder.cc tests/doctest_main.cc)
+          src/kernels.cc src/ref_kernels.cc src/model_coder.cc src/session.cc src/safetensors.cc
+          bench/generator.cc bench/dataset.cc tests/doctest_main.cc)
 # kernels_test: every kernel on every Arm target vs its reference; encode_golden_test:
-# the Arm encoder reproduces the x86 payloads byte for byte on every Arm target. Both run
-# single-threaded. The suites below also run the codec multi-threaded, which this qemu
-# cannot emulate: a two-thread program with an atomic counter spins forever under
-# Debian 12's qemu-aarch64 (both CPU models), so they are opt-in (ARC_V3_NEON_FULL=1)
-# for a qemu or a machine where threads work.
-TESTS=(kernels_test encode_golden_test)
-[[ -n "${ARC_V3_NEON_FULL:-}" ]] && TESTS+=(codec_test corruption_test golden_test)
+# the Arm encoder reproduces the x86 payloads byte for byte on every Arm target; the
+# others run the codec, sessions and error paths (multi-threaded too) on Arm.
+# The programs run against the arm64 multiarch libc (-L /, installed with the arm64
+# libraries above): with the cross toolchain's sysroot (/usr/aarch64-linux-gnu) instead,
+# Debian 12's qemu-aarch64 hangs in the first pthread_create.
+TESTS=(kernels_test encode_golden_test codec_test corruption_test golden_test
+       model_coder_test session_test)
+[[ -n "${ARC_V3_NEON_FULL:-}" ]] && TESTS+=(bitflip_test)
 mkdir -p "$BUILD/obj"
 
 # Objects are rebuilt when their source or any header is newer (simple make).
 compile() {  # src obj
-  if [[ ! -f "$2" || "$1" -nt "$2" || -n "$(find src tests arc_v3.hpp -name '*.h' -newer "$2" -print -quit)" ]]; then
+  if [[ ! -f "$2" || "$1" -nt "$2" || -n "$(find src tests bench arc_v3.hpp -name '*.h' -newer "$2" -print -quit)" ]]; then
     "$CXX" "${FLAGS[@]}" -c "$1" -o "$2"
   fi
 }
@@ -84,7 +86,7 @@ for cpu in $CPUS; do
       continue
     fi
     start=$SECONDS
-    if QEMU_CPU="$cpu" timeout "${ARC_V3_NEON_TIMEOUT:-600}" qemu-aarch64 -L /usr/aarch64-linux-gnu "$BUILD/$t" ${args:+"$args"} >"$log" 2>&1; then
+    if QEMU_CPU="$cpu" timeout "${ARC_V3_NEON_TIMEOUT:-600}" qemu-aarch64 -L / "$BUILD/$t" ${args:+"$args"} >"$log" 2>&1; then
       status=ok
     else
       status=FAILED

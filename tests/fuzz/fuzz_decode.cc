@@ -14,7 +14,7 @@ namespace arc_v3 {
 namespace fuzz {
 
 // Bigger payload headers are rejected before decoding; keeps each run fast.
-constexpr uint64_t kMaxElements = uint64_t{1} << 18;
+constexpr uint64_t kMaxElements = uint64_t{1} << 16;
 
 int FuzzDecode(const uint8_t* data, size_t size) {
   PayloadInfo info;

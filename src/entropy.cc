@@ -2,6 +2,7 @@
 #include "src/entropy.h"
 
 #include <cstring>
+#include <memory>
 
 #define ZSTD_STATIC_LINKING_ONLY  // ZSTD_c_format / ZSTD_d_format (magicless frames)
 #include <lz4.h>
@@ -57,12 +58,15 @@ bool StreamCompressor::AppendStream(const uint8_t* raw, size_t size,
   };
   if (size > 0 && size <= static_cast<size_t>(LZ4_MAX_INPUT_SIZE) && entrants.lz4) {
     candidate_.resize(static_cast<size_t>(LZ4_compressBound(static_cast<int>(size))));
-    if (entrants.lz4hc_level > 0 && lz4hc_state_.empty()) {
-      lz4hc_state_.resize((static_cast<size_t>(LZ4_sizeofStateHC()) + 7) / 8);
+    // LZ4 HC's 256 KiB state, kept per thread: allocating and faulting it in per stream
+    // cost more than coding a small stream (the call initialises it).
+    thread_local std::unique_ptr<uint64_t[]> lz4hc_state;
+    if (entrants.lz4hc_level > 0 && lz4hc_state == nullptr) {
+      lz4hc_state.reset(new uint64_t[(static_cast<size_t>(LZ4_sizeofStateHC()) + 7) / 8]);
     }
     const int n =
         entrants.lz4hc_level > 0
-            ? LZ4_compress_HC_extStateHC(lz4hc_state_.data(), reinterpret_cast<const char*>(raw),
+            ? LZ4_compress_HC_extStateHC(lz4hc_state.get(), reinterpret_cast<const char*>(raw),
                                          reinterpret_cast<char*>(candidate_.data()),
                                          static_cast<int>(size),
                                          static_cast<int>(candidate_.size()),

@@ -36,9 +36,6 @@ class StreamCompressor {
 
  private:
   void* zstd_ = nullptr;  // ZSTD_CCtx
-  // LZ4 HC's 256 KiB state, kept across streams: allocating it per stream cost more than
-  // coding a small one.
-  std::vector<uint64_t> lz4hc_state_;
   std::vector<uint8_t> candidate_;
   std::vector<uint8_t> best_;
 };

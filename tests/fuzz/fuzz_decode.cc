@@ -2,7 +2,8 @@
 // Promises checked: no crash or out-of-bounds access (ASan/UBSan), `out` untouched on
 // every error (out of place and in place), the structural decoders agree (delta_stats
 // succeeds exactly when delta_decompress fails only on the checksum), and the result does
-// not depend on the thread count.
+// not depend on the thread count. Session payloads: delta_decompress refuses them, and a
+// fresh arc_v3::Session decodes them with the same promises, its state unchanged on error.
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -15,6 +16,28 @@ namespace fuzz {
 
 // Bigger payload headers are rejected before decoding; keeps each run fast.
 constexpr uint64_t kMaxElements = uint64_t{1} << 16;
+
+// `out` holds n + 1 sentinels.
+int FuzzSessionDecode(const std::vector<uint16_t>& src, const uint8_t* data, size_t size,
+                      uint64_t checksum, std::vector<uint16_t>* out) {
+  const size_t n = src.size();
+  const Status plain = delta_decompress(src.data(), n, data, size, checksum, out->data(), n, 1);
+  FUZZ_CHECK(!plain.ok(), "delta_decompress accepted a session payload");
+  Options options;
+  options.threads = 1;
+  Session session(options);
+  const uint64_t history_id = session.history_id();
+  const Status decoded = session.Decompress(src.data(), n, data, size, checksum, out->data());
+  FUZZ_CHECK(!decoded.ok() || n == 0 || Checksum(out->data(), n) == checksum,
+             "session reported success with a result that does not match the checksum");
+  if (!decoded.ok()) {
+    for (const uint16_t v : *out) FUZZ_CHECK(v == 0xBEEF, "out written on error (session)");
+    FUZZ_CHECK(session.steps() == 0 && session.history_id() == history_id,
+               "session state changed by a failed decode");
+  }
+  FUZZ_CHECK((*out)[n] == 0xBEEF, "write past count (session)");
+  return 0;
+}
 
 int FuzzDecode(const uint8_t* data, size_t size) {
   PayloadInfo info;
@@ -39,10 +62,14 @@ int FuzzDecode(const uint8_t* data, size_t size) {
   // cannot produce unless it decodes to exactly this sentinel fill.
   const uint64_t checksum = 0x0123456789ABCDEFull;
 
+  // FORMAT.md Frame_Header: byte 5 holds the flags, bit 0 = Session (version 2).
+  const bool session = info.format_version >= 2 && (data[5] & 1) != 0;
   PayloadStats stats;
   const Status stats_status = delta_stats(src.data(), n, data, size, &stats);
   if (stats_status.ok()) {
-    FUZZ_CHECK(stats.counts_known, "counts unknown with a base");
+    // Session payloads' modelled chunks need the history: delta_stats only measures them.
+    FUZZ_CHECK(stats.counts_known || (session && stats.chunk_modes[2] > 0),
+               "counts unknown with a base");
     FUZZ_CHECK(stats.changed <= n, "more changes than elements");
     FUZZ_CHECK(stats.exponent_or_sign <= stats.changed, "more high changes than changes");
     FUZZ_CHECK(stats.chunk_modes[0] + stats.chunk_modes[1] + stats.chunk_modes[2] ==
@@ -55,6 +82,7 @@ int FuzzDecode(const uint8_t* data, size_t size) {
   }
 
   std::vector<uint16_t> out(n + 1, 0xBEEF);
+  if (session) return FuzzSessionDecode(src, data, size, checksum, &out);
   const Status one_thread =
       delta_decompress(src.data(), n, data, size, checksum, out.data(), n, /*threads=*/1);
   FUZZ_CHECK(!one_thread.ok() || n == 0 || Checksum(out.data(), n) == checksum,

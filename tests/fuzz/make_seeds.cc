@@ -1,5 +1,6 @@
 // Writes the seed corpora of the fuzz targets (run by build.sh --seeds):
 //   decode/     payloads of both formats, several densities, efforts and chunk sizes,
+//               and session payloads,
 //               against the fixed base of fuzz_common.h;
 //   roundtrip/  option + edit-list inputs of fuzz_roundtrip.cc;
 //   kernels/    control byte + XOR masks of fuzz_kernels.cc;
@@ -58,6 +59,17 @@ void DecodeSeeds(const std::string& dir) {
           Write(dir + "/seed_" + std::to_string(index++), delta.bytes);
           if (n == 0) break;
         }
+      }
+      // Session payloads: the first step's matches a fresh Session on the fuzz base, so
+      // mutations reach the history-conditioned decoding; the second's history differs.
+      Options options;
+      options.chunk_elements = 1024;
+      options.threads = 1;
+      Session session(options);
+      for (int step = 0; step < 2; ++step) {
+        Delta delta;
+        FUZZ_CHECK(session.Compress(src.data(), dst.data(), n, &delta).ok(), "session");
+        Write(dir + "/session_" + std::to_string(index++), delta.bytes);
       }
     }
   }

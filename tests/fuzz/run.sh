@@ -4,9 +4,14 @@
 # present). Crashes land in $OUT/crashes/TARGET/.
 #   tests/fuzz/run.sh decode -runs=1000000        (any libFuzzer flags)
 #   tests/fuzz/run.sh roundtrip -max_total_time=600
+#   ARC_V3_FUZZ_FAST=1 tests/fuzz/run.sh decode ...   the throughput build (build.sh)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-OUT="${ARC_V3_FUZZ_OUT:-/tmp/arc_v3_fuzz}"
+if [[ -n "${ARC_V3_FUZZ_FAST:-}" ]]; then
+  OUT="${ARC_V3_FUZZ_OUT:-/tmp/arc_v3_fuzz_fast}"
+else
+  OUT="${ARC_V3_FUZZ_OUT:-/tmp/arc_v3_fuzz}"
+fi
 target="$1"
 shift
 mkdir -p "$OUT/work/$target" "$OUT/crashes/$target"

@@ -58,7 +58,10 @@ Usage: arc_bench [flags]
   --json FILE        write all results as JSON
   --csv FILE         write the codec table as CSV
   --chart FILE.png   plot payload % vs density per codec (needs gnuplot)
+  --regimes a,b      only these generator regimes: low, mid, high (default all three)
   --save-generated DIR  also write each generated regime as DIR/<regime>/step_NNN.safetensors
+  --generate-only    with --save-generated: write the checkpoints and stop (e.g. a >= 1 GB
+                     pair for `arc_v3_cli bench`: --params 540000000 --deltas 1 --regimes low)
   --help             this text
 
 Throughput is GB/s of BF16 input (the `next` checkpoint's bytes), the median of up to 5 runs
@@ -78,6 +81,8 @@ struct Flags {
   int threads = 0;
   bool kernels = true;
   std::string json, csv, chart, save_generated;
+  std::set<std::string> regimes{"low", "mid", "high"};
+  bool generate_only = false;
 };
 
 bool ParseFlags(int argc, char** argv, Flags* flags) {
@@ -139,12 +144,29 @@ bool ParseFlags(int argc, char** argv, Flags* flags) {
       if (!value(&flags->chart)) return false;
     } else if (arg == "--save-generated") {
       if (!value(&flags->save_generated)) return false;
+    } else if (arg == "--regimes") {
+      if (!value(&text)) return false;
+      flags->regimes.clear();
+      std::stringstream list(text);
+      for (std::string name; std::getline(list, name, ',');) {
+        if (name != "low" && name != "mid" && name != "high") {
+          std::fprintf(stderr, "arc_bench: --regimes: unknown regime '%s'\n", name.c_str());
+          return false;
+        }
+        flags->regimes.insert(name);
+      }
+    } else if (arg == "--generate-only") {
+      flags->generate_only = true;
     } else {
       std::fprintf(stderr, "arc_bench: unknown flag '%s' (see --help)\n", arg.c_str());
       return false;
     }
   }
   if (flags->dirs.empty()) flags->generated = true;
+  if (flags->generate_only && (flags->save_generated.empty() || !flags->dirs.empty())) {
+    std::fprintf(stderr, "arc_bench: --generate-only needs --save-generated and no --dir\n");
+    return false;
+  }
   return true;
 }
 
@@ -629,9 +651,9 @@ int Main(int argc, char** argv) {
   std::vector<Source> sources;
   for (const std::string& dir : flags.dirs) sources.push_back(Source{dir, "", 0});
   if (flags.generated) {
-    sources.push_back(Source{"", "gen_low", 0.002});
-    sources.push_back(Source{"", "gen_mid", 0.02});
-    sources.push_back(Source{"", "gen_high", 0.10});
+    if (flags.regimes.count("low")) sources.push_back(Source{"", "gen_low", 0.002});
+    if (flags.regimes.count("mid")) sources.push_back(Source{"", "gen_mid", 0.02});
+    if (flags.regimes.count("high")) sources.push_back(Source{"", "gen_high", 0.10});
   }
   std::vector<DatasetResult> results;
   std::vector<KernelResult> kernel_results;
@@ -658,7 +680,14 @@ int Main(int argc, char** argv) {
                   run.snapshots.size(), NowSeconds() - t0, run.learning_rate);
       if (!flags.save_generated.empty()) {
         const Status saved = WriteSnapshots(flags.save_generated + "/" + source.regime, run.layout, run.snapshots);
-        if (!saved.ok()) std::fprintf(stderr, "arc_bench: %s\n", saved.ToString().c_str());
+        if (!saved.ok()) {
+          std::fprintf(stderr, "arc_bench: %s\n", saved.ToString().c_str());
+          return 1;
+        }
+        if (flags.generate_only) {
+          std::printf("wrote %s/%s\n", flags.save_generated.c_str(), source.regime.c_str());
+          continue;
+        }
       }
       dataset = DatasetFromSnapshots(source.regime, run.layout, std::move(run.snapshots));
     } else {
@@ -703,6 +732,7 @@ int Main(int argc, char** argv) {
     PrintTable({"target", "kernel", "GB/s 1T", "x memcpy", "GB/s nT", "x memcpy"}, rows);
   }
 
+  if (flags.generate_only) return 0;
   // Where arc_v3 is not the smallest: each arc_v3 variant against the best competitor.
   std::printf("\n== arc_v3 vs the best competitor per dataset\n");
   for (const DatasetResult& d : results) {

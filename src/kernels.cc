@@ -164,6 +164,45 @@ void ApplyXor(const uint16_t* src, const uint16_t* xors, size_t count, uint16_t*
   ref::ApplyXor(src + i, xors + i, count - i, out + i);
 }
 
+// 2^RateLog does not fit 32-bit lanes, so each lane holds it as lo + hi * 2^16 (one of
+// them zero); four lanes are summed within each 128-bit block, which every target has.
+void GroupRateSums(const uint16_t* HWY_RESTRICT src, size_t groups,
+                   uint64_t* HWY_RESTRICT sums) {
+  const hn::ScalableTag<int32_t> d32;
+  const hn::Rebind<uint16_t, decltype(d32)> d16;
+  const size_t N = hn::Lanes(d32);
+  const size_t count = 4 * groups;
+  const auto exponent_mask = hn::Set(d32, 0xFF);
+  const auto top = hn::Set(d32, kRateTopExponent);
+  const auto zero = hn::Zero(d32);
+  const auto max_log = hn::Set(d32, kMaxRateLog);
+  const auto sixteen = hn::Set(d32, 16);
+  const auto fifteen = hn::Set(d32, 15);
+  const auto one = hn::Set(d32, 1);
+  HWY_ALIGN int32_t lo_lanes[hn::MaxLanes(d32)];
+  HWY_ALIGN int32_t hi_lanes[hn::MaxLanes(d32)];
+  size_t i = 0;
+  for (; N >= 4 && i + N <= count; i += N) {
+    const auto x = hn::PromoteTo(d32, hn::LoadU(d16, src + i));
+    const auto exponent = hn::And(hn::ShiftRight<7>(x), exponent_mask);
+    const auto rate_log = hn::Min(hn::Max(hn::Sub(top, exponent), zero), max_log);
+    const auto is_lo = hn::Lt(rate_log, sixteen);
+    auto lo = hn::IfThenElseZero(is_lo, hn::Shl(one, hn::Min(rate_log, fifteen)));
+    auto hi = hn::IfThenZeroElse(is_lo, hn::Shl(one, hn::Sub(rate_log, hn::Min(rate_log, sixteen))));
+    lo = hn::Add(lo, hn::Shuffle2301(lo));
+    lo = hn::Add(lo, hn::Shuffle1032(lo));
+    hi = hn::Add(hi, hn::Shuffle2301(hi));
+    hi = hn::Add(hi, hn::Shuffle1032(hi));
+    hn::Store(lo, d32, lo_lanes);
+    hn::Store(hi, d32, hi_lanes);
+    for (size_t k = 0; k < N; k += 4) {
+      sums[(i + k) / 4] = (static_cast<uint64_t>(hi_lanes[k]) << 16) +
+                          static_cast<uint64_t>(lo_lanes[k]);
+    }
+  }
+  ref::GroupRateSums(src + i, groups - i / 4, sums + i / 4);
+}
+
 int64_t TargetId() { return HWY_TARGET; }
 
 // NOLINTNEXTLINE(google-readability-namespace-comments)
@@ -179,6 +218,7 @@ HWY_EXPORT(CompactChanges);
 HWY_EXPORT(PackMantissas);
 HWY_EXPORT(UnpackMantissas);
 HWY_EXPORT(ApplyXor);
+HWY_EXPORT(GroupRateSums);
 HWY_EXPORT(TargetId);
 
 ChangeCounts ClassifyChanges(const uint16_t* src, const uint16_t* dst, size_t count) {
@@ -200,6 +240,10 @@ void UnpackMantissas(const uint8_t* packed, size_t count, uint16_t* xors) {
 
 void ApplyXor(const uint16_t* src, const uint16_t* xors, size_t count, uint16_t* out) {
   HWY_DYNAMIC_DISPATCH(ApplyXor)(src, xors, count, out);
+}
+
+void GroupRateSums(const uint16_t* src, size_t groups, uint64_t* sums) {
+  HWY_DYNAMIC_DISPATCH(GroupRateSums)(src, groups, sums);
 }
 
 const char* DispatchedTargetName() {

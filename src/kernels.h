@@ -48,6 +48,16 @@ void UnpackMantissas(const uint8_t* packed, size_t count, uint16_t* xors);
 // Apply: out[i] = src[i] ^ xors[i]. `out` may equal `src` or `xors`.
 void ApplyXor(const uint16_t* src, const uint16_t* xors, size_t count, uint16_t* out);
 
+// Change rates of the modelled coder (model_coder.cc): an element whose exponent field is
+// e changes at a relative rate 2^RateLog(e), RateLog(e) = clamp(kRateTopExponent - e, 0,
+// kMaxRateLog). kRateTopExponent is the exponent of 2^7, above any weight's usual size.
+constexpr int kRateTopExponent = 134;
+constexpr int kMaxRateLog = 32;
+
+// Group rate sums: sums[g] = the sum of 2^RateLog over elements [4g, 4g + 4) of src, for
+// g < groups (src holds 4 * groups elements). Exact: each sum is below 2^35.
+void GroupRateSums(const uint16_t* src, size_t groups, uint64_t* sums);
+
 // Name of the target the dispatching wrappers above run on now ("AVX3", "EMU128", ...).
 const char* DispatchedTargetName();
 
@@ -58,6 +68,7 @@ size_t CompactChanges(const uint16_t* src, const uint16_t* dst, size_t count,
 void PackMantissas(const uint16_t* xors, size_t count, uint8_t* out);
 void UnpackMantissas(const uint8_t* packed, size_t count, uint16_t* xors);
 void ApplyXor(const uint16_t* src, const uint16_t* xors, size_t count, uint16_t* out);
+void GroupRateSums(const uint16_t* src, size_t groups, uint64_t* sums);
 }  // namespace ref
 
 }  // namespace arc_v3

@@ -18,15 +18,15 @@
 #include <memory>
 #include <string>
 
+#include "src/kernels.h"
+
 namespace arc_v3 {
 namespace {
 
 // ---------------------------------------------------------------------------------------
-// Rates. r = 2^a with a = clamp(kRateTop - exponent, 0, kMaxRateLog): kRateTop is the
-// exponent of 2^7, above any weight's usual size; zeros and denormals get the largest
-// rate, where the adaptive contexts learn what they really do.
-constexpr int kRateTop = 134;
-constexpr int kMaxRateLog = 32;
+// Rates. r = 2^a with a = clamp(kRateTopExponent - exponent, 0, kMaxRateLog) (kernels.h);
+// zeros and denormals get the largest rate, where the adaptive contexts learn what they
+// really do.
 constexpr int kRateLogs = kMaxRateLog + 1;
 
 struct RateTables {
@@ -36,7 +36,7 @@ struct RateTables {
 constexpr RateTables MakeRateTables() {
   RateTables tables{};
   for (int e = 0; e < 256; ++e) {
-    const int a = std::min(std::max(kRateTop - e, 0), kMaxRateLog);
+    const int a = std::min(std::max(kRateTopExponent - e, 0), kMaxRateLog);
     tables.log[e] = static_cast<uint8_t>(a);
     tables.rate[e] = uint64_t{1} << a;
   }
@@ -303,15 +303,39 @@ inline uint16_t CodeValue(Io* io, Model* model, uint16_t prev, uint16_t next, in
   return static_cast<uint16_t>(prev ^ FromMonotoneKey(static_cast<uint16_t>(key + step)));
 }
 
-// Element rates without history: by exponent alone.
+// Element rates without history: by exponent alone. Block sums come from the
+// GroupRateSums kernel, a window of groups at a time.
 class PlainRates {
  public:
-  explicit PlainRates(const uint16_t* src) : src_(src) {}
+  PlainRates(const uint16_t* src, size_t len) : src_(src), groups_(len / 4) {}
   inline uint64_t Rate(size_t i) const { return kRates.rate[ExponentOf(src_[i])]; }
   inline int Hint(size_t) const { return 0; }
 
+  // The rate sum of [begin, end); begin is a multiple of 4 and never decreases.
+  inline uint64_t Sum(size_t begin, size_t end) {
+    uint64_t sum = 0;
+    size_t i = begin;
+    for (; i + 4 <= end; i += 4) sum += Group(i / 4);
+    for (; i < end; ++i) sum += Rate(i);
+    return sum;
+  }
+
  private:
+  inline uint64_t Group(size_t g) {
+    if (g >= window_end_) {
+      window_begin_ = g;
+      window_end_ = std::min(g + kWindowGroups, groups_);
+      GroupRateSums(src_ + 4 * g, window_end_ - g, window_);
+    }
+    return window_[g - window_begin_];
+  }
+
+  static constexpr size_t kWindowGroups = 1024;
   const uint16_t* src_;
+  size_t groups_;
+  size_t window_begin_ = 0;
+  size_t window_end_ = 0;
+  uint64_t window_[kWindowGroups];
 };
 
 // With a session's history: an element that changed recently gets its rate multiplied by
@@ -328,6 +352,11 @@ class HistoryRates {
   inline uint64_t Rate(size_t i) const {
     const int a = kRates.log[ExponentOf(src_[i])] + boost_[history_[i] & kHistoryAgeMask];
     return uint64_t{1} << std::min(a, kMaxRateLog);
+  }
+  inline uint64_t Sum(size_t begin, size_t end) const {
+    uint64_t sum = 0;
+    for (size_t i = begin; i < end; ++i) sum += Rate(i);
+    return sum;
   }
   inline int Hint(size_t i) const {
     const uint8_t h = history_[i];
@@ -372,15 +401,14 @@ void CodeNode(Io* io, Model* model, const uint16_t* src, const Rates& rates,
 
 // Positions come out ascending: a left half is finished before its right half.
 template <class Io, class Rates>
-void CodeChunk(const uint16_t* src, const Rates& rates, size_t len, int log2_block, int L,
+void CodeChunk(const uint16_t* src, Rates& rates, size_t len, int log2_block, int L,
                Io* io) {
   auto model = std::make_unique<Model>(L);
   const size_t block = size_t{1} << log2_block;
   uint64_t prefix[(size_t{1} << kMaxModelBlockLog) + 1];
   for (size_t begin = 0; begin < len; begin += block) {
     const size_t end = std::min(begin + block, len);
-    uint64_t sum = 0;
-    for (size_t i = begin; i < end; ++i) sum += rates.Rate(i);
+    const uint64_t sum = rates.Sum(begin, end);
     const int bucket = std::min(Log2Q4(sum), kBlockBuckets - 1);
     const int any = io->Code(&model->block[bucket], io->BlockChanged(begin, end));
     if (!any) continue;
@@ -396,16 +424,18 @@ void CodeChunk(const uint16_t* src, const Rates& rates, size_t len, int log2_blo
 
 class EncoderIo {
  public:
-  EncoderIo(const uint16_t* src, const uint16_t* dst, std::vector<uint8_t>* out)
-      : src_(src), dst_(dst), coder_(out) {}
+  // `changed` lists the chunk's changed positions, ascending.
+  EncoderIo(const uint16_t* src, const uint16_t* dst, const std::vector<uint32_t>* changed,
+            std::vector<uint8_t>* out)
+      : src_(src), dst_(dst), changed_(changed), coder_(out) {}
   inline int Code(Prob* prob, int bit) {
     coder_.Encode(prob, bit);
     return bit;
   }
-  inline int BlockChanged(size_t begin, size_t end) const {
-    uint16_t diff = 0;
-    for (size_t i = begin; i < end; ++i) diff |= src_[i] ^ dst_[i];
-    return diff != 0;
+  // Blocks come in ascending order.
+  inline int BlockChanged(size_t begin, size_t end) {
+    while (next_ < changed_->size() && (*changed_)[next_] < begin) ++next_;
+    return next_ < changed_->size() && (*changed_)[next_] < end;
   }
   // Prefix counts of the block's changes, for NodeChanged.
   inline void BeginBlock(size_t begin, size_t end) {
@@ -425,9 +455,11 @@ class EncoderIo {
 
  private:
   size_t base_ = 0;
+  size_t next_ = 0;  // first entry of changed_ not before the current block
   uint16_t counts_[(size_t{1} << kMaxModelBlockLog) + 1];
   const uint16_t* src_;
   const uint16_t* dst_;
+  const std::vector<uint32_t>* changed_;
   RangeEncoder coder_;
 };
 
@@ -510,9 +542,10 @@ Status EncodeChunk(const uint16_t* src, const uint16_t* dst, size_t len, int log
   uint64_t changes[kHistoryClasses] = {0, 0, 0, 0};
   uint64_t rate_sums[kHistoryClasses] = {0, 0, 0, 0};
   if (history == nullptr) {
-    for (size_t i = 0; i < len; ++i) {
-      changes[0] += src[i] != dst[i];
-      rate_sums[0] += kRates.rate[ExponentOf(src[i])];
+    changes[0] = ClassifyChanges(src, dst, len).changed;
+    PlainRates rates(src, len);
+    for (size_t begin = 0; begin < len; begin += 4096) {
+      rate_sums[0] += rates.Sum(begin, std::min(begin + 4096, len));
     }
   } else {
     for (size_t i = 0; i < len; ++i) {
@@ -539,13 +572,18 @@ Status EncodeChunk(const uint16_t* src, const uint16_t* dst, size_t len, int log
   out->push_back(static_cast<uint8_t>((log2_block - kMinModelBlockLog) |
                                       (history != nullptr ? kHistoryFlag : 0)));
   out->push_back(static_cast<uint8_t>(L));
-  EncoderIo io(src, dst, out);
+  std::vector<uint32_t> changed(total);
+  std::vector<uint16_t> unused_xors(total);
+  CompactChanges(src, dst, len, changed.data(), unused_xors.data());
+  EncoderIo io(src, dst, &changed, out);
   if (history == nullptr) {
-    CodeChunk(src, PlainRates(src), len, log2_block, L, &io);
+    PlainRates rates(src, len);
+    CodeChunk(src, rates, len, log2_block, L, &io);
   } else {
     out->push_back(static_cast<uint8_t>(boosts[1] | (boosts[2] << 4)));
     out->push_back(boosts[3]);
-    CodeChunk(src, HistoryRates(src, history, boosts), len, log2_block, L, &io);
+    HistoryRates rates(src, history, boosts);
+    CodeChunk(src, rates, len, log2_block, L, &io);
   }
   io.Finish();
   return Status::Ok();
@@ -601,9 +639,11 @@ Status DecodeChunkModelled(const uint16_t* src, size_t len, const uint8_t* bytes
     const uint8_t boosts[kHistoryClasses] = {0, static_cast<uint8_t>(bytes[2] & 0x0F),
                                              static_cast<uint8_t>(bytes[2] >> 4), bytes[3]};
     if (boosts[3] > 15) return Status(ErrorCode::kCorruptChunk, "modelled chunk: bad boost");
-    CodeChunk(src, HistoryRates(src, history, boosts), len, log2_block, L, &io);
+    HistoryRates rates(src, history, boosts);
+    CodeChunk(src, rates, len, log2_block, L, &io);
   } else {
-    CodeChunk(src, PlainRates(src), len, log2_block, L, &io);
+    PlainRates rates(src, len);
+    CodeChunk(src, rates, len, log2_block, L, &io);
   }
   // The encoder never ends a stream with a zero byte, and never codes a chunk without
   // changes.

@@ -1,5 +1,6 @@
 // Reference kernels: plain C++, the definition every SIMD target must match byte for
 // byte. Also used for the tails that are shorter than a vector.
+#include <algorithm>
 #include <cstring>
 
 #include "src/kernels.h"
@@ -64,6 +65,18 @@ void UnpackMantissas(const uint8_t* packed, size_t count, uint16_t* xors) {
 
 void ApplyXor(const uint16_t* src, const uint16_t* xors, size_t count, uint16_t* out) {
   for (size_t i = 0; i < count; ++i) out[i] = src[i] ^ xors[i];
+}
+
+void GroupRateSums(const uint16_t* src, size_t groups, uint64_t* sums) {
+  for (size_t g = 0; g < groups; ++g) {
+    uint64_t sum = 0;
+    for (size_t i = 4 * g; i < 4 * g + 4; ++i) {
+      const int exponent = (src[i] >> 7) & 0xFF;
+      const int rate_log = std::min(std::max(kRateTopExponent - exponent, 0), kMaxRateLog);
+      sum += uint64_t{1} << rate_log;
+    }
+    sums[g] = sum;
+  }
 }
 
 }  // namespace ref

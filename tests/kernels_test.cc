@@ -178,6 +178,42 @@ TEST_CASE("ApplyXor matches the reference, out of place and in place") {
   });
 }
 
+TEST_CASE("GroupRateSums: every exponent in every lane, and random groups, vs the reference") {
+  // Each exponent field (with sign and mantissa bits set or not) in every lane position
+  // of a group, the rest of the group at the extremes of the rate: 0 and 2^32.
+  std::vector<uint16_t> values;
+  for (int e = 0; e < 256; ++e) {
+    for (const uint16_t other : {uint16_t{0x0000}, uint16_t{0x7F80}}) {
+      for (int lane = 0; lane < 4; ++lane) {
+        for (int k = 0; k < 4; ++k) {
+          const uint16_t bits = static_cast<uint16_t>((e << 7) | ((e & 1) ? 0x8000 : 0) | (e & 0x7F));
+          values.push_back(k == lane ? bits : other);
+        }
+      }
+    }
+  }
+  std::mt19937 rng(9);
+  while (values.size() % 4 != 0 || values.size() < 100100) values.push_back(static_cast<uint16_t>(rng()));
+  // The reference itself against the rate definition.
+  uint64_t first = 0;
+  ref::GroupRateSums(values.data(), 1, &first);
+  CHECK(first == (uint64_t{1} << 32) + 3 * (uint64_t{1} << 32));  // exponent 0 and zeros
+  test::ForEachTarget([&](const char*) {
+    for (const size_t n : TestLengths()) {
+      const size_t groups = n / 4;
+      for (const size_t mis : kMisalignments) {
+        if (4 * groups + mis > values.size()) continue;
+        std::vector<uint64_t> want(groups + 1);
+        ref::GroupRateSums(values.data() + mis, groups, want.data());
+        std::vector<uint64_t> got(groups + 2 * kGuard, 0xA5A5A5A5A5A5A5A5ull);
+        GroupRateSums(values.data() + mis, groups, got.data() + kGuard);
+        REQUIRE(std::equal(want.begin(), want.begin() + groups, got.begin() + kGuard));
+        ExpectGuards(got, kGuard, groups, uint64_t{0xA5A5A5A5A5A5A5A5ull});
+      }
+    }
+  });
+}
+
 TEST_CASE("every compiled target is exercised") {
   const auto targets = hwy::SupportedAndGeneratedTargets();
   std::string names;

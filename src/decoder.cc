@@ -347,9 +347,11 @@ Status DecodeChunks(const uint8_t* bytes, const FrameHeader& header, const uint1
   std::vector<std::unique_ptr<ChunkDecoder>> decoders(num_workers);
   for (auto& d : decoders) d.reset(new ChunkDecoder);
   std::vector<Status> status(num_chunks);
-  std::atomic<bool> failed{false};
+  // The first failing chunk in chunk order is reported, whatever the thread count: chunks
+  // after a failure are skipped, chunks before it still decode.
+  std::atomic<size_t> first_failed{num_chunks};
   ParallelFor(num_chunks, num_workers, [&](size_t c, size_t worker) {
-    if (failed) return;
+    if (c > first_failed.load(std::memory_order_relaxed)) return;
     const size_t begin = c * chunk_elements;
     const size_t len = std::min<uint64_t>(chunk_elements, header.element_count - begin);
     try {
@@ -362,7 +364,11 @@ Status DecodeChunks(const uint8_t* bytes, const FrameHeader& header, const uint1
     } catch (const std::bad_alloc&) {
       status[c] = Status(ErrorCode::kOutOfMemory, "out of memory while decoding");
     }
-    if (!status[c].ok()) failed = true;
+    if (!status[c].ok()) {
+      size_t seen = first_failed.load();
+      while (c < seen && !first_failed.compare_exchange_weak(seen, c)) {
+      }
+    }
   });
   for (size_t c = 0; c < num_chunks; ++c) {
     if (!status[c].ok()) {

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <mutex>
@@ -46,22 +47,36 @@ void Prefault(const uint8_t* data, uint64_t size) {
 
 std::string BaseName(const std::string& path) { return fs::path(path).filename().string(); }
 
-// The first error of a parallel run; later ones are dropped.
+// The error of a parallel run's first failing task in task order, so that the error
+// reported does not depend on the thread count: tasks after a failure are skipped, tasks
+// before it still run.
 class FirstError {
  public:
-  void Set(const Status& s) {
+  void Set(size_t task, const Status& s) {
     if (s.ok()) return;
     std::lock_guard<std::mutex> lock(mutex_);
-    if (status_.ok()) status_ = s;
-    failed_ = true;
+    if (task < first_task_) {
+      first_task_ = task;
+      status_ = s;
+    }
   }
-  bool failed() const { return failed_; }
-  Status status() const { return status_; }
+  bool Skip(size_t task) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return task > first_task_;
+  }
+  bool failed() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return !status_.ok();
+  }
+  Status status() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return status_;
+  }
 
  private:
   std::mutex mutex_;
   Status status_;
-  std::atomic<bool> failed_{false};
+  size_t first_task_ = SIZE_MAX;
 };
 
 Status WriteAll(int fd, const uint8_t* data, uint64_t size, uint64_t offset, const std::string& path) {
@@ -425,12 +440,12 @@ Status Diff(const std::string& prev_path, const std::string& next_path, const st
   std::vector<std::vector<uint8_t>> outputs(tasks.size());
   FirstError error;
   ParallelFor(tasks.size(), WorkerCount(options.threads, tasks.size()), [&](size_t i, size_t) {
-    if (error.failed()) return;
+    if (error.Skip(i)) return;
     const EncodeTask& task = tasks[i];
     Prefault(task.base, task.bytes);
     Prefault(task.target, task.bytes);
-    error.Set(EncodePiece(task.base, task.target, task.bytes, task.element_size, task.bf16,
-                          options.effort, task.piece, &outputs[i], options.format));
+    error.Set(i, EncodePiece(task.base, task.target, task.bytes, task.element_size, task.bf16,
+                             options.effort, task.piece, &outputs[i], options.format));
     if (task.tensor && options.progress_done != nullptr) *options.progress_done += task.bytes;
   });
   if (error.failed()) return error.status();
@@ -546,13 +561,13 @@ Status Apply(const std::string& prev_path, const std::string& delta_path, const 
   std::vector<std::vector<uint8_t>> scratch(workers);
   FirstError error;
   ParallelFor(tasks.size(), workers, [&](size_t i, size_t w) {
-    if (error.failed()) return;
+    if (error.Skip(i)) return;
     const Task& task = tasks[i];
     const TensorEntry& t = *task.tensor;
     const Piece& p = *task.piece;
     const uint64_t bytes = (p.row_end - p.row_begin) * t.row_bytes();
     const auto fail = [&](const Status& e) {
-      error.Set(e.code() == ErrorCode::kChecksumMismatch
+      error.Set(i, e.code() == ErrorCode::kChecksumMismatch
                     ? e
                     : Status(e.code(), "tensor '" + t.name + "': " + e.message()));
     };
@@ -571,7 +586,7 @@ Status Apply(const std::string& prev_path, const std::string& delta_path, const 
     st = WriteAll(out.fd(task.file), buffers[w].data(), bytes, at, out.temp(task.file));
     if (!st.ok()) return fail(st);
     if (options.progress_done != nullptr) *options.progress_done += bytes;
-    if (options.hook) error.Set(options.hook("piece"));
+    if (options.hook) error.Set(i, options.hook("piece"));
   });
   if (error.failed()) return error.status();
   s = out.SyncAndClose(options.sync);
@@ -627,13 +642,13 @@ Status Verify(const std::string& prev_path, const std::string& delta_path, const
   std::vector<std::vector<uint8_t>> scratch(workers);
   FirstError error;
   ParallelFor(tasks.size(), workers, [&](size_t i, size_t w) {
-    if (error.failed()) return;
+    if (error.Skip(i)) return;
     const Task& task = tasks[i];
-    error.Set(CheckBaseRows(*task.tensor, *task.piece, task.base));
+    error.Set(i, CheckBaseRows(*task.tensor, *task.piece, task.base));
     // The piece itself must be intact too, or apply would fail later.
     const uint8_t* stored = nullptr;
     const Status st = reader.ReadPiece(*task.piece, &scratch[w], &stored);
-    if (!st.ok()) error.Set(Status(st.code(), "tensor '" + task.tensor->name + "': " + st.message()));
+    if (!st.ok()) error.Set(i, Status(st.code(), "tensor '" + task.tensor->name + "': " + st.message()));
     if (options.progress_done != nullptr) {
       *options.progress_done += (task.piece->row_end - task.piece->row_begin) * task.tensor->row_bytes();
     }
@@ -664,12 +679,12 @@ Status ApplyRows(const Checkpoint& base, const Reader& delta, const TensorEntry&
   const uint64_t row_bytes = t.row_bytes();
   FirstError error;
   ParallelFor(pieces.size(), WorkerCount(threads, pieces.size()), [&](size_t i, size_t) {
-    if (error.failed()) return;
+    if (error.Skip(i)) return;
     const Piece& p = *pieces[i];
     const uint8_t* base_rows = base_data ? base_data + p.row_begin * row_bytes : nullptr;
     if (base_rows != nullptr) {
       Status st = CheckBaseRows(t, p, base_rows);
-      if (!st.ok()) return error.Set(st);
+      if (!st.ok()) return error.Set(i, st);
     }
     std::vector<uint8_t> scratch, decoded((p.row_end - p.row_begin) * row_bytes);
     const uint8_t* stored = nullptr;
@@ -678,7 +693,7 @@ Status ApplyRows(const Checkpoint& base, const Reader& delta, const TensorEntry&
       st = DecodePiece(p, stored, base_rows, decoded.size(), safetensors::DTypeSize(t.dtype),
                        decoded.data());
     }
-    if (!st.ok()) return error.Set(Status(st.code(), "tensor '" + t.name + "': " + st.message()));
+    if (!st.ok()) return error.Set(i, Status(st.code(), "tensor '" + t.name + "': " + st.message()));
     const uint64_t first = std::max(p.row_begin, row_begin), last = std::min(p.row_end, row_end);
     std::memcpy(out + (first - row_begin) * row_bytes, decoded.data() + (first - p.row_begin) * row_bytes,
                 (last - first) * row_bytes);

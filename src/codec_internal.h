@@ -17,10 +17,11 @@ struct SessionFrame {
 };
 
 // `history`: one byte per element (model_coder.h), or nullptr when stateless, in which
-// case `session` must be nullptr too.
+// case `session` must be nullptr too. `base_checksum`, if not null, receives Checksum(src);
+// on one thread both checksums are computed chunk by chunk while the chunk is in cache.
 Status EncodeFrame(const uint16_t* src, const uint16_t* dst, size_t count,
                    const Options& options, const uint8_t* history, const SessionFrame* session,
-                   Delta* out);
+                   Delta* out, uint64_t* base_checksum = nullptr);
 
 // `expected` / `history` as above. With a session, `next_history` (count bytes) receives
 // the history advanced by this step, written only if the call succeeds.
@@ -28,6 +29,20 @@ Status DecodeFrame(const uint16_t* src, size_t count, const uint8_t* bytes, size
                    uint64_t checksum, uint16_t* out, size_t out_capacity, int threads,
                    const uint8_t* history, const SessionFrame* expected,
                    uint8_t* next_history);
+
+// Checksum() of values given in consecutive pieces (XXH3-64 streaming, seed 0).
+class ChecksumStream {
+ public:
+  ChecksumStream();  // throws std::bad_alloc
+  ~ChecksumStream();
+  ChecksumStream(const ChecksumStream&) = delete;
+  ChecksumStream& operator=(const ChecksumStream&) = delete;
+  void Update(const uint16_t* values, size_t count);
+  uint64_t Digest() const;
+
+ private:
+  void* state_;  // XXH3_state_t
+};
 
 // The history identity after a step from a base to a target with these checksums.
 uint64_t NextHistoryId(uint64_t history_id, uint64_t base_checksum, uint64_t target_checksum);

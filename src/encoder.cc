@@ -149,7 +149,8 @@ Status EncodeChunkV2(const uint16_t* src, const uint16_t* dst, size_t chunk_len,
   if (try_modelled) {
     s->modelled.clear();
     s->modelled.push_back(kChunkModelled);
-    const Status status = EncodeChunkModelled(src, dst, chunk_len, &s->modelled, history);
+    const Status status =
+        EncodeChunkModelled(src, dst, chunk_len, &s->modelled, history, counts.changed);
     if (!status.ok()) return status;
     if (out->empty() || s->modelled.size() < out->size()) out->swap(s->modelled);
   }
@@ -166,7 +167,7 @@ int ChunkLog(uint32_t chunk_elements) {
 
 Status EncodeFrame(const uint16_t* src, const uint16_t* dst, size_t count,
                    const Options& options, const uint8_t* history, const SessionFrame* session,
-                   Delta* out) {
+                   Delta* out, uint64_t* base_checksum) {
   if (out == nullptr) return Status(ErrorCode::kInvalidArgument, "out is null");
   if (count > 0 && (src == nullptr || dst == nullptr)) {
     return Status(ErrorCode::kInvalidArgument, "src or dst is null");
@@ -199,7 +200,7 @@ Status EncodeFrame(const uint16_t* src, const uint16_t* dst, size_t count,
     for (auto& s : scratch) s.reset(new EncoderScratch);
     std::vector<std::vector<uint8_t>> chunks(num_chunks);
     std::vector<Status> status(num_chunks);
-    ParallelFor(num_chunks, num_workers, [&](size_t c, size_t worker) {
+    const auto encode = [&](size_t c, size_t worker) {
       const size_t begin = c * chunk_elements;
       const size_t len = std::min(chunk_elements, count - begin);
       try {
@@ -209,9 +210,28 @@ Status EncodeFrame(const uint16_t* src, const uint16_t* dst, size_t count,
       } catch (const std::bad_alloc&) {
         status[c] = Status(ErrorCode::kOutOfMemory, "out of memory while encoding");
       }
-    });
-    for (const Status& s : status) {
-      if (!s.ok()) return s;
+    };
+    uint64_t target_checksum = 0;
+    if (num_workers == 1) {
+      // One pass over memory: each chunk is hashed right after it is coded.
+      ChecksumStream target_stream, base_stream;
+      for (size_t c = 0; c < num_chunks; ++c) {
+        encode(c, 0);
+        if (!status[c].ok()) return status[c];
+        const size_t begin = c * chunk_elements;
+        const size_t len = std::min(chunk_elements, count - begin);
+        target_stream.Update(dst + begin, len);
+        if (base_checksum != nullptr) base_stream.Update(src + begin, len);
+      }
+      target_checksum = target_stream.Digest();
+      if (base_checksum != nullptr) *base_checksum = base_stream.Digest();
+    } else {
+      ParallelFor(num_chunks, num_workers, encode);
+      for (const Status& s : status) {
+        if (!s.ok()) return s;
+      }
+      target_checksum = Checksum(dst, count);
+      if (base_checksum != nullptr) *base_checksum = Checksum(src, count);
     }
 
     std::vector<uint8_t>& bytes = out->bytes;
@@ -232,7 +252,7 @@ Status EncodeFrame(const uint16_t* src, const uint16_t* dst, size_t count,
     }
     bytes.reserve(total);
     for (const auto& chunk : chunks) bytes.insert(bytes.end(), chunk.begin(), chunk.end());
-    out->checksum = Checksum(dst, count);
+    out->checksum = target_checksum;
     return Status::Ok();
   } catch (const std::bad_alloc&) {
     return Status(ErrorCode::kOutOfMemory, "out of memory while encoding");

@@ -164,41 +164,29 @@ void ApplyXor(const uint16_t* src, const uint16_t* xors, size_t count, uint16_t*
   ref::ApplyXor(src + i, xors + i, count - i, out + i);
 }
 
-// 2^RateLog does not fit 32-bit lanes, so each lane holds it as lo + hi * 2^16 (one of
-// them zero); four lanes are summed within each 128-bit block, which every target has.
+// Rate logs are computed in 16-bit lanes; each 64-bit lane then holds one group of four
+// (element 4g in its low 16 bits: every Highway target is little-endian), whose four
+// powers of two are summed in place: no reduction across lanes.
 void GroupRateSums(const uint16_t* HWY_RESTRICT src, size_t groups,
                    uint64_t* HWY_RESTRICT sums) {
-  const hn::ScalableTag<int32_t> d32;
-  const hn::Rebind<uint16_t, decltype(d32)> d16;
-  const size_t N = hn::Lanes(d32);
+  const hn::ScalableTag<uint16_t> d16;
+  const hn::Repartition<uint64_t, decltype(d16)> d64;
+  const size_t N = hn::Lanes(d16);
   const size_t count = 4 * groups;
-  const auto exponent_mask = hn::Set(d32, 0xFF);
-  const auto top = hn::Set(d32, kRateTopExponent);
-  const auto zero = hn::Zero(d32);
-  const auto max_log = hn::Set(d32, kMaxRateLog);
-  const auto sixteen = hn::Set(d32, 16);
-  const auto fifteen = hn::Set(d32, 15);
-  const auto one = hn::Set(d32, 1);
-  HWY_ALIGN int32_t lo_lanes[hn::MaxLanes(d32)];
-  HWY_ALIGN int32_t hi_lanes[hn::MaxLanes(d32)];
+  const auto exponent_mask = hn::Set(d16, 0xFF);
+  const auto top = hn::Set(d16, kRateTopExponent);
+  const auto max_log = hn::Set(d16, kMaxRateLog);
+  const auto field = hn::Set(d64, 0xFFFF);
+  const auto one = hn::Set(d64, 1);
   size_t i = 0;
   for (; N >= 4 && i + N <= count; i += N) {
-    const auto x = hn::PromoteTo(d32, hn::LoadU(d16, src + i));
-    const auto exponent = hn::And(hn::ShiftRight<7>(x), exponent_mask);
-    const auto rate_log = hn::Min(hn::Max(hn::Sub(top, exponent), zero), max_log);
-    const auto is_lo = hn::Lt(rate_log, sixteen);
-    auto lo = hn::IfThenElseZero(is_lo, hn::Shl(one, hn::Min(rate_log, fifteen)));
-    auto hi = hn::IfThenZeroElse(is_lo, hn::Shl(one, hn::Sub(rate_log, hn::Min(rate_log, sixteen))));
-    lo = hn::Add(lo, hn::Shuffle2301(lo));
-    lo = hn::Add(lo, hn::Shuffle1032(lo));
-    hi = hn::Add(hi, hn::Shuffle2301(hi));
-    hi = hn::Add(hi, hn::Shuffle1032(hi));
-    hn::Store(lo, d32, lo_lanes);
-    hn::Store(hi, d32, hi_lanes);
-    for (size_t k = 0; k < N; k += 4) {
-      sums[(i + k) / 4] = (static_cast<uint64_t>(hi_lanes[k]) << 16) +
-                          static_cast<uint64_t>(lo_lanes[k]);
-    }
+    const auto exponent = hn::And(hn::ShiftRight<7>(hn::LoadU(d16, src + i)), exponent_mask);
+    const auto rate_log = hn::BitCast(d64, hn::Min(hn::SaturatedSub(top, exponent), max_log));
+    auto sum = hn::Shl(one, hn::And(rate_log, field));
+    sum = hn::Add(sum, hn::Shl(one, hn::And(hn::ShiftRight<16>(rate_log), field)));
+    sum = hn::Add(sum, hn::Shl(one, hn::And(hn::ShiftRight<32>(rate_log), field)));
+    sum = hn::Add(sum, hn::Shl(one, hn::ShiftRight<48>(rate_log)));
+    hn::StoreU(sum, d64, sums + i / 4);
   }
   ref::GroupRateSums(src + i, groups - i / 4, sums + i / 4);
 }

@@ -528,7 +528,7 @@ uint8_t EstimateBoost(uint64_t changes, uint64_t rate_sum, uint64_t base_changes
 
 // log2_block < 0: chosen from the density. Bytes: see the top of this file.
 Status EncodeChunk(const uint16_t* src, const uint16_t* dst, size_t len, int log2_block,
-                   std::vector<uint8_t>* out, const uint8_t* history) {
+                   std::vector<uint8_t>* out, const uint8_t* history, uint64_t counted) {
   if (out == nullptr || (len > 0 && (src == nullptr || dst == nullptr))) {
     return Status(ErrorCode::kInvalidArgument, "EncodeChunkModelled: null pointer");
   }
@@ -542,7 +542,7 @@ Status EncodeChunk(const uint16_t* src, const uint16_t* dst, size_t len, int log
   uint64_t changes[kHistoryClasses] = {0, 0, 0, 0};
   uint64_t rate_sums[kHistoryClasses] = {0, 0, 0, 0};
   if (history == nullptr) {
-    changes[0] = ClassifyChanges(src, dst, len).changed;
+    changes[0] = counted != kUncounted ? counted : ClassifyChanges(src, dst, len).changed;
     PlainRates rates(src, len);
     for (size_t begin = 0; begin < len; begin += 4096) {
       rate_sums[0] += rates.Sum(begin, std::min(begin + 4096, len));
@@ -597,12 +597,13 @@ Status EncodeChunkModelledWithBlock(const uint16_t* src, const uint16_t* dst, si
   if (log2_block < 0) {
     return Status(ErrorCode::kInvalidArgument, "EncodeChunkModelled: bad block size");
   }
-  return EncodeChunk(src, dst, len, log2_block, out, history);
+  return EncodeChunk(src, dst, len, log2_block, out, history, kUncounted);
 }
 
 Status EncodeChunkModelled(const uint16_t* src, const uint16_t* dst, size_t len,
-                           std::vector<uint8_t>* out, const uint8_t* history) {
-  return EncodeChunk(src, dst, len, -1, out, history);
+                           std::vector<uint8_t>* out, const uint8_t* history,
+                           uint64_t changes) {
+  return EncodeChunk(src, dst, len, -1, out, history, changes);
 }
 
 Status DecodeChunkModelled(const uint16_t* src, size_t len, const uint8_t* bytes, size_t size,

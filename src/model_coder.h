@@ -65,10 +65,13 @@ void AdvanceHistory(const uint16_t* src, const uint16_t* dst, size_t len, uint8_
 // Appends the modelled coding of one chunk (len <= kMaxModelledChunk elements) to out.
 // Only positions where src and dst differ are coded; a chunk without changes is 0 bytes.
 // `history`: the session history of the chunk's elements, or nullptr (stateless). The
-// bytes are deterministic.
+// bytes are deterministic. `changes`: the number of elements that differ, if the caller
+// counted them already (ClassifyChanges), else kUncounted.
 // @return ok, or kInvalidArgument (null pointer with len > 0, len too large).
+constexpr uint64_t kUncounted = ~uint64_t{0};
 Status EncodeChunkModelled(const uint16_t* src, const uint16_t* dst, size_t len,
-                           std::vector<uint8_t>* out, const uint8_t* history = nullptr);
+                           std::vector<uint8_t>* out, const uint8_t* history = nullptr,
+                           uint64_t changes = kUncounted);
 
 // As above with a forced block size 2^log2_block, log2_block in [kMinModelBlockLog,
 // kMaxModelBlockLog] (for measurements; EncodeChunkModelled picks it from the density).

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "arc_v3.hpp"
+#include "src/codec_internal.h"
 #include "src/kernels.h"
 #include "tests/hwy_doctest.h"
 #include "tests/test_data.h"
@@ -133,6 +134,33 @@ TEST_CASE("round trip: every effort, format and thread count gives the same resu
     CHECK(info.format_version == 1);  // the published scheme keeps format version 1
     REQUIRE(delta_inspect(one.bytes.data(), one.bytes.size(), &info).ok());
     CHECK(info.format_version == FormatVersion());
+  }
+}
+
+TEST_CASE("checksums computed while encoding equal Checksum of src and dst") {
+  std::vector<uint16_t> src, dst;
+  MakeDelta(300001, Mix{0.02}, 4, &src, &dst);
+  // The streaming checksum over uneven pieces.
+  ChecksumStream stream;
+  size_t at = 0;
+  for (const size_t piece : {size_t{0}, size_t{1}, size_t{63}, size_t{4096}, size_t{100000}}) {
+    stream.Update(src.data() + at, piece);
+    at += piece;
+  }
+  stream.Update(src.data() + at, src.size() - at);
+  CHECK(stream.Digest() == Checksum(src.data(), src.size()));
+  for (const int threads : {1, 2}) {  // fused chunk by chunk on one thread, apart on two
+    Options options;
+    options.chunk_elements = 1 << 16;
+    options.threads = threads;
+    Delta delta;
+    uint64_t base_checksum = 0;
+    REQUIRE(EncodeFrame(src.data(), dst.data(), src.size(), options, nullptr, nullptr, &delta,
+                        &base_checksum)
+                .ok());
+    CHECK(base_checksum == Checksum(src.data(), src.size()));
+    CHECK(delta.checksum == Checksum(dst.data(), dst.size()));
+    CHECK(base_checksum != delta.checksum);
   }
 }
 

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "src/codec_internal.h"
 #include "src/safetensors.h"
 
 namespace arc_v3 {
@@ -531,7 +532,6 @@ Status Reader::ReadPiece(const Piece& piece, std::vector<uint8_t>* scratch,
 Status EncodePiece(const uint8_t* base, const uint8_t* target, uint64_t bytes,
                    size_t element_size, bool bf16, int effort, Piece* piece,
                    std::vector<uint8_t>* out, Format format) {
-  piece->base_xxh3 = base != nullptr ? Hash(base, bytes) : 0;
   if (bf16 && base != nullptr) {
     const size_t count = bytes / 2;
     std::vector<uint16_t> aligned_base, aligned_target;
@@ -551,7 +551,9 @@ Status EncodePiece(const uint8_t* base, const uint8_t* target, uint64_t bytes,
     options.effort = effort;
     options.format = format;
     Delta delta;
-    Status s = delta_compress(src, dst, count, &delta, options);
+    // The encoder hashes src as it goes: one pass over memory instead of two.
+    Status s = EncodeFrame(src, dst, count, options, nullptr, nullptr, &delta,
+                           &piece->base_xxh3);
     if (!s.ok()) return s;
     piece->coder = Coder::kArcV3;
     piece->target_xxh3 = delta.checksum;  // XXH3 of the target rows, as below
@@ -560,6 +562,7 @@ Status EncodePiece(const uint8_t* base, const uint8_t* target, uint64_t bytes,
     piece->size = out->size();
     return Status::Ok();
   }
+  piece->base_xxh3 = base != nullptr ? Hash(base, bytes) : 0;
   piece->target_xxh3 = Hash(target, bytes);
   std::vector<uint8_t> xored(target, target + bytes);
   if (base != nullptr) {

@@ -58,6 +58,9 @@ int FuzzKernels(const uint8_t* data, size_t size) {
   ref::UnpackMantissas(want_packed.data(), n, want_unpacked.data());
   std::vector<uint16_t> want_applied(n);
   ref::ApplyXor(src.data(), xors_in.data(), n, want_applied.data());
+  const size_t groups = n / 4;
+  std::vector<uint64_t> want_rates(groups);
+  ref::GroupRateSums(dst.data(), groups, want_rates.data());
 
   for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
     hwy::SetSupportedTargetsForTest(target);
@@ -96,6 +99,10 @@ int FuzzKernels(const uint8_t* data, size_t size) {
     FUZZ_CHECK(n == 0 || std::memcmp(unpacked.data(), want_raw_unpacked.data(), n * 2) == 0, name);
     UnpackMantissas(want_packed.data(), n, unpacked.data());
     FUZZ_CHECK(n == 0 || std::memcmp(unpacked.data(), want_unpacked.data(), n * 2) == 0, name);
+
+    Exact<uint64_t> rates(groups, misalign);
+    GroupRateSums(d.data(), groups, rates.data());
+    FUZZ_CHECK(groups == 0 || std::memcmp(rates.data(), want_rates.data(), groups * 8) == 0, name);
 
     Exact<uint16_t> applied(n, misalign);
     ApplyXor(s.data(), x.data(), n, applied.data());

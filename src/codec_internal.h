@@ -18,7 +18,7 @@ struct SessionFrame {
 
 // `history`: one byte per element (model_coder.h), or nullptr when stateless, in which
 // case `session` must be nullptr too. `base_checksum`, if not null, receives Checksum(src);
-// on one thread both checksums are computed chunk by chunk while the chunk is in cache.
+// on one thread both checksums are computed slice by slice as the chunks are first read.
 Status EncodeFrame(const uint16_t* src, const uint16_t* dst, size_t count,
                    const Options& options, const uint8_t* history, const SessionFrame* session,
                    Delta* out, uint64_t* base_checksum = nullptr);

@@ -35,7 +35,28 @@ struct EncoderScratch {
   std::vector<uint8_t> raw;     // one stream before compression
   std::vector<uint8_t> bitmap_stream, gaps_stream;
   std::vector<uint8_t> modelled;
+  // On one thread: the frame's checksums, fed slice by slice as chunks are read.
+  ChecksumStream* target_stream = nullptr;
+  ChecksumStream* base_stream = nullptr;
 };
+
+// ClassifyChanges of a chunk. With checksum streams, each slice is also hashed right after
+// it is counted, while it is in cache: one pass over memory for both.
+ChangeCounts CountChanges(const uint16_t* src, const uint16_t* dst, size_t len,
+                          EncoderScratch* s) {
+  if (s->target_stream == nullptr) return ClassifyChanges(src, dst, len);
+  constexpr size_t kSlice = 16384;
+  ChangeCounts total;
+  for (size_t begin = 0; begin < len; begin += kSlice) {
+    const size_t n = std::min(kSlice, len - begin);
+    const ChangeCounts counts = ClassifyChanges(src + begin, dst + begin, n);
+    total.changed += counts.changed;
+    total.high += counts.high;
+    s->target_stream->Update(dst + begin, n);
+    if (s->base_stream != nullptr) s->base_stream->Update(src + begin, n);
+  }
+  return total;
+}
 
 void BuildBitmap(const uint32_t* positions, size_t n, size_t chunk_len,
                  std::vector<uint8_t>* raw) {
@@ -121,7 +142,7 @@ Status EncodeChunkV1(const uint16_t* src, const uint16_t* dst, size_t chunk_len,
                      const uint8_t* /*history*/, const RaceEntrants& entrants, int effort,
                      EncoderScratch* s, std::vector<uint8_t>* out) {
   out->clear();
-  const ChangeCounts counts = ClassifyChanges(src, dst, chunk_len);
+  const ChangeCounts counts = CountChanges(src, dst, chunk_len, s);
   if (counts.changed == 0) {
     out->push_back(0);
     return Status::Ok();
@@ -135,7 +156,7 @@ Status EncodeChunkV2(const uint16_t* src, const uint16_t* dst, size_t chunk_len,
                      const uint8_t* history, const RaceEntrants& entrants, int effort,
                      EncoderScratch* s, std::vector<uint8_t>* out) {
   out->clear();
-  const ChangeCounts counts = ClassifyChanges(src, dst, chunk_len);
+  const ChangeCounts counts = CountChanges(src, dst, chunk_len, s);
   if (counts.changed == 0) {
     out->push_back(kChunkUnchanged);
     return Status::Ok();
@@ -213,15 +234,13 @@ Status EncodeFrame(const uint16_t* src, const uint16_t* dst, size_t count,
     };
     uint64_t target_checksum = 0;
     if (num_workers == 1) {
-      // One pass over memory: each chunk is hashed right after it is coded.
+      // Chunks in order, hashed as they are read (CountChanges).
       ChecksumStream target_stream, base_stream;
+      scratch[0]->target_stream = &target_stream;
+      if (base_checksum != nullptr) scratch[0]->base_stream = &base_stream;
       for (size_t c = 0; c < num_chunks; ++c) {
         encode(c, 0);
         if (!status[c].ok()) return status[c];
-        const size_t begin = c * chunk_elements;
-        const size_t len = std::min(chunk_elements, count - begin);
-        target_stream.Update(dst + begin, len);
-        if (base_checksum != nullptr) base_stream.Update(src + begin, len);
       }
       target_checksum = target_stream.Digest();
       if (base_checksum != nullptr) *base_checksum = base_stream.Digest();

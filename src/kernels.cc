@@ -191,6 +191,80 @@ void GroupRateSums(const uint16_t* HWY_RESTRICT src, size_t groups,
   ref::GroupRateSums(src + i, groups - i / 4, sums + i / 4);
 }
 
+void HistoryRateSums(const uint16_t* HWY_RESTRICT src, const uint8_t* HWY_RESTRICT history,
+                     const uint8_t boosts[8], size_t groups, uint64_t* HWY_RESTRICT sums) {
+  const hn::ScalableTag<uint16_t> d16;
+  const hn::Rebind<uint8_t, decltype(d16)> d8;          // one history byte per u16 lane
+  const hn::Repartition<uint8_t, decltype(d16)> bytes;  // the u16 lanes as bytes
+  const hn::Repartition<uint64_t, decltype(d16)> d64;
+  const size_t N = hn::Lanes(d16);
+  const size_t count = 4 * groups;
+  // The boost of each age, looked up per byte within each 128-bit block.
+  HWY_ALIGN uint8_t table_bytes[16] = {};
+  std::memcpy(table_bytes, boosts, 8);
+  const auto table = hn::LoadDup128(bytes, table_bytes);
+  const auto exponent_mask = hn::Set(d16, 0xFF);
+  const auto age_mask = hn::Set(d16, kHistoryAgeMask);
+  const auto top = hn::Set(d16, kRateTopExponent);
+  const auto max_log = hn::Set(d16, kMaxRateLog);
+  const auto field = hn::Set(d64, 0xFFFF);
+  const auto one = hn::Set(d64, 1);
+  size_t i = 0;
+  for (; N >= 4 && i + N <= count; i += N) {
+    const auto exponent = hn::And(hn::ShiftRight<7>(hn::LoadU(d16, src + i)), exponent_mask);
+    const auto age = hn::And(hn::PromoteTo(d16, hn::LoadU(d8, history + i)), age_mask);
+    // The high byte of each lane looks up entry 0: keep the low byte only.
+    const auto boost = hn::And(hn::BitCast(d16, hn::TableLookupBytes(table, hn::BitCast(bytes, age))),
+                               exponent_mask);
+    const auto rate_log16 =
+        hn::Min(hn::Add(hn::Min(hn::SaturatedSub(top, exponent), max_log), boost), max_log);
+    const auto rate_log = hn::BitCast(d64, rate_log16);
+    auto sum = hn::Shl(one, hn::And(rate_log, field));
+    sum = hn::Add(sum, hn::Shl(one, hn::And(hn::ShiftRight<16>(rate_log), field)));
+    sum = hn::Add(sum, hn::Shl(one, hn::And(hn::ShiftRight<32>(rate_log), field)));
+    sum = hn::Add(sum, hn::Shl(one, hn::ShiftRight<48>(rate_log)));
+    hn::StoreU(sum, d64, sums + i / 4);
+  }
+  ref::HistoryRateSums(src + i, history + i, boosts, groups - i / 4, sums + i / 4);
+}
+
+// MonotoneKey on lanes: a negative value's bits are all flipped, a positive one's sign bit.
+template <class D>
+hn::Vec<D> MonotoneKeys(D d, hn::Vec<D> bits) {
+  const hn::RebindToSigned<D> di;
+  const auto negative = hn::BitCast(d, hn::BroadcastSignBit(hn::BitCast(di, bits)));
+  return hn::Xor(bits, hn::Or(negative, hn::Set(d, 0x8000)));
+}
+
+void AdvanceHistory(const uint16_t* HWY_RESTRICT src, const uint16_t* HWY_RESTRICT dst,
+                    size_t count, uint8_t* HWY_RESTRICT history) {
+  const hn::ScalableTag<uint16_t> d16;
+  const hn::RebindToSigned<decltype(d16)> di16;
+  const hn::Rebind<uint8_t, decltype(d16)> d8;
+  const size_t N = hn::Lanes(d16);
+  const auto age_mask = hn::Set(d16, kHistoryAgeMask);
+  const auto up_bit = hn::Set(d16, kHistoryUp);
+  const auto one = hn::Set(d16, 1);
+  const auto zero = hn::Zero(d16);
+  size_t i = 0;
+  for (; i + N <= count; i += N) {
+    const auto s = hn::LoadU(d16, src + i);
+    const auto t = hn::LoadU(d16, dst + i);
+    const auto h = hn::PromoteTo(d16, hn::LoadU(d8, history + i));
+    // Up: the key difference is below 0x8000, i.e. its top bit is clear.
+    const auto step = hn::Sub(MonotoneKeys(d16, t), MonotoneKeys(d16, s));
+    const auto up = hn::AndNot(hn::ShiftLeft<3>(hn::ShiftRight<15>(step)), up_bit);
+    const auto changed_value = hn::Or(one, up);
+    const auto age = hn::And(h, age_mask);
+    const auto ageing = hn::And(hn::Ne(age, zero), hn::Ne(age, age_mask));
+    const auto aged = hn::IfThenElse(ageing, hn::Or(hn::And(h, up_bit), hn::Add(age, one)), h);
+    const auto next = hn::IfThenElse(hn::Ne(s, t), changed_value, aged);
+    // Every lane is <= 255: the saturating demotion is exact.
+    hn::StoreU(hn::DemoteTo(d8, hn::BitCast(di16, next)), d8, history + i);
+  }
+  ref::AdvanceHistory(src + i, dst + i, count - i, history + i);
+}
+
 int64_t TargetId() { return HWY_TARGET; }
 
 // NOLINTNEXTLINE(google-readability-namespace-comments)
@@ -207,6 +281,8 @@ HWY_EXPORT(PackMantissas);
 HWY_EXPORT(UnpackMantissas);
 HWY_EXPORT(ApplyXor);
 HWY_EXPORT(GroupRateSums);
+HWY_EXPORT(HistoryRateSums);
+HWY_EXPORT(AdvanceHistory);
 HWY_EXPORT(TargetId);
 
 ChangeCounts ClassifyChanges(const uint16_t* src, const uint16_t* dst, size_t count) {
@@ -232,6 +308,15 @@ void ApplyXor(const uint16_t* src, const uint16_t* xors, size_t count, uint16_t*
 
 void GroupRateSums(const uint16_t* src, size_t groups, uint64_t* sums) {
   HWY_DYNAMIC_DISPATCH(GroupRateSums)(src, groups, sums);
+}
+
+void HistoryRateSums(const uint16_t* src, const uint8_t* history, const uint8_t boosts[8],
+                     size_t groups, uint64_t* sums) {
+  HWY_DYNAMIC_DISPATCH(HistoryRateSums)(src, history, boosts, groups, sums);
+}
+
+void AdvanceHistory(const uint16_t* src, const uint16_t* dst, size_t count, uint8_t* history) {
+  HWY_DYNAMIC_DISPATCH(AdvanceHistory)(src, dst, count, history);
 }
 
 const char* DispatchedTargetName() {

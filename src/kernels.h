@@ -58,6 +58,24 @@ constexpr int kMaxRateLog = 32;
 // g < groups (src holds 4 * groups elements). Exact: each sum is below 2^35.
 void GroupRateSums(const uint16_t* src, size_t groups, uint64_t* sums);
 
+// Session history (model_coder.h): one byte per element; bits 0-2 the age of its last
+// change (0: none recorded, 1: the previous step, ..., 7: seven or more steps ago), bit 3
+// set if that change went up in MonotoneKey order, bits 4-7 unused.
+constexpr uint8_t kHistoryAgeMask = 0x07;
+constexpr uint8_t kHistoryUp = 0x08;
+
+// Group rate sums with a session history: as GroupRateSums, with each element's RateLog
+// raised by boosts[history[i] & kHistoryAgeMask] (at most 255) and clamped to kMaxRateLog
+// again. history holds 4 * groups bytes.
+void HistoryRateSums(const uint16_t* src, const uint8_t* history, const uint8_t boosts[8],
+                     size_t groups, uint64_t* sums);
+
+// Advances a session history by one step src -> dst: a changed element gets age 1 and
+// the direction of its change (history = 1 | (up ? kHistoryUp : 0)); an unchanged one
+// with age 1..6 ages by one (history = (history & kHistoryUp) | (age + 1)); ages 0 and 7
+// stay as they are (the whole byte).
+void AdvanceHistory(const uint16_t* src, const uint16_t* dst, size_t count, uint8_t* history);
+
 // Name of the target the dispatching wrappers above run on now ("AVX3", "EMU128", ...).
 const char* DispatchedTargetName();
 
@@ -69,6 +87,9 @@ void PackMantissas(const uint16_t* xors, size_t count, uint8_t* out);
 void UnpackMantissas(const uint8_t* packed, size_t count, uint16_t* xors);
 void ApplyXor(const uint16_t* src, const uint16_t* xors, size_t count, uint16_t* out);
 void GroupRateSums(const uint16_t* src, size_t groups, uint64_t* sums);
+void HistoryRateSums(const uint16_t* src, const uint8_t* history, const uint8_t boosts[8],
+                     size_t groups, uint64_t* sums);
+void AdvanceHistory(const uint16_t* src, const uint16_t* dst, size_t count, uint8_t* history);
 }  // namespace ref
 
 }  // namespace arc_v3

@@ -15,6 +15,7 @@
 #include "src/model_coder.h"
 
 #include <algorithm>
+#include <cstring>
 #include <memory>
 #include <string>
 
@@ -303,20 +304,18 @@ inline uint16_t CodeValue(Io* io, Model* model, uint16_t prev, uint16_t next, in
   return static_cast<uint16_t>(prev ^ FromMonotoneKey(static_cast<uint16_t>(key + step)));
 }
 
-// Element rates without history: by exponent alone. Block sums come from the
-// GroupRateSums kernel, a window of groups at a time.
-class PlainRates {
+// Rate sums of groups of 4 elements, computed by a kernel a window of groups at a time.
+// Sum(begin, end) serves the blocks in ascending order (begin a multiple of 4).
+template <class Rates>
+class GroupWindow {
  public:
-  PlainRates(const uint16_t* src, size_t len) : src_(src), groups_(len / 4) {}
-  inline uint64_t Rate(size_t i) const { return kRates.rate[ExponentOf(src_[i])]; }
-  inline int Hint(size_t) const { return 0; }
+  GroupWindow(const Rates* rates, size_t len) : rates_(rates), groups_(len / 4) {}
 
-  // The rate sum of [begin, end); begin is a multiple of 4 and never decreases.
   inline uint64_t Sum(size_t begin, size_t end) {
     uint64_t sum = 0;
     size_t i = begin;
     for (; i + 4 <= end; i += 4) sum += Group(i / 4);
-    for (; i < end; ++i) sum += Rate(i);
+    for (; i < end; ++i) sum += rates_->Rate(i);
     return sum;
   }
 
@@ -325,17 +324,34 @@ class PlainRates {
     if (g >= window_end_) {
       window_begin_ = g;
       window_end_ = std::min(g + kWindowGroups, groups_);
-      GroupRateSums(src_ + 4 * g, window_end_ - g, window_);
+      rates_->GroupSums(g, window_end_ - g, window_);
     }
     return window_[g - window_begin_];
   }
 
   static constexpr size_t kWindowGroups = 1024;
-  const uint16_t* src_;
+  const Rates* rates_;
   size_t groups_;
   size_t window_begin_ = 0;
   size_t window_end_ = 0;
   uint64_t window_[kWindowGroups];
+};
+
+// Element rates without history: by exponent alone.
+class PlainRates {
+ public:
+  PlainRates(const uint16_t* src, size_t len) : src_(src), window_(this, len) {}
+  inline uint64_t Rate(size_t i) const { return kRates.rate[ExponentOf(src_[i])]; }
+  inline int Hint(size_t) const { return 0; }
+  // The rate sum of [begin, end); blocks in ascending order.
+  inline uint64_t Sum(size_t begin, size_t end) { return window_.Sum(begin, end); }
+  void GroupSums(size_t first, size_t count, uint64_t* sums) const {
+    GroupRateSums(src_ + 4 * first, count, sums);
+  }
+
+ private:
+  const uint16_t* src_;
+  GroupWindow<PlainRates> window_;
 };
 
 // With a session's history: an element that changed recently gets its rate multiplied by
@@ -343,8 +359,8 @@ class PlainRates {
 // change is the context of its sign.
 class HistoryRates {
  public:
-  HistoryRates(const uint16_t* src, const uint8_t* history, const uint8_t* boosts)
-      : src_(src), history_(history) {
+  HistoryRates(const uint16_t* src, const uint8_t* history, size_t len, const uint8_t* boosts)
+      : src_(src), history_(history), window_(this, len) {
     for (int age = 0; age <= kHistoryAgeMask; ++age) {
       boost_[age] = boosts[HistoryClass(static_cast<uint8_t>(age))];
     }
@@ -353,10 +369,9 @@ class HistoryRates {
     const int a = kRates.log[ExponentOf(src_[i])] + boost_[history_[i] & kHistoryAgeMask];
     return uint64_t{1} << std::min(a, kMaxRateLog);
   }
-  inline uint64_t Sum(size_t begin, size_t end) const {
-    uint64_t sum = 0;
-    for (size_t i = begin; i < end; ++i) sum += Rate(i);
-    return sum;
+  inline uint64_t Sum(size_t begin, size_t end) { return window_.Sum(begin, end); }
+  void GroupSums(size_t first, size_t count, uint64_t* sums) const {
+    HistoryRateSums(src_ + 4 * first, history_ + 4 * first, boost_, count, sums);
   }
   inline int Hint(size_t i) const {
     const uint8_t h = history_[i];
@@ -367,6 +382,7 @@ class HistoryRates {
   const uint16_t* src_;
   const uint8_t* history_;
   uint8_t boost_[kHistoryAgeMask + 1];
+  GroupWindow<HistoryRates> window_;
 };
 
 // Codes the changes of elements [begin, end) of a block, known to hold at least one:
@@ -497,22 +513,6 @@ int ChooseBlockLog(size_t changes, size_t len) {
   return log2_block;
 }
 
-}  // namespace
-
-void AdvanceHistory(const uint16_t* src, const uint16_t* dst, size_t len, uint8_t* history) {
-  for (size_t i = 0; i < len; ++i) {
-    const uint8_t age = history[i] & kHistoryAgeMask;
-    if (src[i] != dst[i]) {
-      const int up = static_cast<uint16_t>(MonotoneKey(dst[i]) - MonotoneKey(src[i])) < 0x8000;
-      history[i] = static_cast<uint8_t>(1 | (up ? kHistoryUp : 0));
-    } else if (age != 0 && age != kHistoryAgeMask) {
-      history[i] = static_cast<uint8_t>((history[i] & kHistoryUp) | (age + 1));
-    }
-  }
-}
-
-namespace {
-
 constexpr uint8_t kHistoryFlag = 0x08;
 
 // Boost of a history class: log2 of how much likelier its elements changed in this chunk
@@ -538,24 +538,38 @@ Status EncodeChunk(const uint16_t* src, const uint16_t* dst, size_t len, int log
   if (log2_block >= 0 && (log2_block < kMinModelBlockLog || log2_block > kMaxModelBlockLog)) {
     return Status(ErrorCode::kInvalidArgument, "EncodeChunkModelled: bad block size");
   }
-  // Changes and rate sums per history class (all in class 0 without history).
-  uint64_t changes[kHistoryClasses] = {0, 0, 0, 0};
-  uint64_t rate_sums[kHistoryClasses] = {0, 0, 0, 0};
-  if (history == nullptr) {
-    changes[0] = counted != kUncounted ? counted : ClassifyChanges(src, dst, len).changed;
+  const uint64_t total =
+      counted != kUncounted ? counted : ClassifyChanges(src, dst, len).changed;
+  if (total == 0) return Status::Ok();  // the empty chunk
+  std::vector<uint32_t> changed(total);
+  std::vector<uint16_t> unused_xors(total);
+  CompactChanges(src, dst, len, changed.data(), unused_xors.data());
+  uint64_t all_rates = 0;
+  {
     PlainRates rates(src, len);
     for (size_t begin = 0; begin < len; begin += 4096) {
-      rate_sums[0] += rates.Sum(begin, std::min(begin + 4096, len));
-    }
-  } else {
-    for (size_t i = 0; i < len; ++i) {
-      const int c = HistoryClass(history[i]);
-      changes[c] += src[i] != dst[i];
-      rate_sums[c] += kRates.rate[ExponentOf(src[i])];
+      all_rates += rates.Sum(begin, std::min(begin + 4096, len));
     }
   }
-  const uint64_t total = changes[0] + changes[1] + changes[2] + changes[3];
-  if (total == 0) return Status::Ok();  // the empty chunk
+  // Changes and rate sums per history class (all in class 0 without history).
+  uint64_t changes[kHistoryClasses] = {total, 0, 0, 0};
+  uint64_t rate_sums[kHistoryClasses] = {all_rates, 0, 0, 0};
+  if (history != nullptr) {
+    // Elements with a recorded change are a minority: skip the others 8 at a time.
+    constexpr uint64_t kAges = 0x0101010101010101ull * kHistoryAgeMask;
+    for (size_t i = 0; i < len;) {
+      uint64_t word;
+      if (i + 8 <= len && (std::memcpy(&word, history + i, 8), (word & kAges) == 0)) {
+        i += 8;
+        continue;
+      }
+      rate_sums[HistoryClass(history[i])] += kRates.rate[ExponentOf(src[i])];
+      ++i;
+    }
+    rate_sums[0] = all_rates - rate_sums[1] - rate_sums[2] - rate_sums[3];
+    changes[0] = 0;
+    for (const uint32_t i : changed) ++changes[HistoryClass(history[i])];
+  }
   if (log2_block < 0) log2_block = ChooseBlockLog(total, len);
   uint8_t boosts[kHistoryClasses] = {0, 0, 0, 0};
   uint64_t rate_sum = rate_sums[0];
@@ -572,9 +586,6 @@ Status EncodeChunk(const uint16_t* src, const uint16_t* dst, size_t len, int log
   out->push_back(static_cast<uint8_t>((log2_block - kMinModelBlockLog) |
                                       (history != nullptr ? kHistoryFlag : 0)));
   out->push_back(static_cast<uint8_t>(L));
-  std::vector<uint32_t> changed(total);
-  std::vector<uint16_t> unused_xors(total);
-  CompactChanges(src, dst, len, changed.data(), unused_xors.data());
   EncoderIo io(src, dst, &changed, out);
   if (history == nullptr) {
     PlainRates rates(src, len);
@@ -582,7 +593,7 @@ Status EncodeChunk(const uint16_t* src, const uint16_t* dst, size_t len, int log
   } else {
     out->push_back(static_cast<uint8_t>(boosts[1] | (boosts[2] << 4)));
     out->push_back(boosts[3]);
-    HistoryRates rates(src, history, boosts);
+    HistoryRates rates(src, history, len, boosts);
     CodeChunk(src, rates, len, log2_block, L, &io);
   }
   io.Finish();
@@ -640,7 +651,7 @@ Status DecodeChunkModelled(const uint16_t* src, size_t len, const uint8_t* bytes
     const uint8_t boosts[kHistoryClasses] = {0, static_cast<uint8_t>(bytes[2] & 0x0F),
                                              static_cast<uint8_t>(bytes[2] >> 4), bytes[3]};
     if (boosts[3] > 15) return Status(ErrorCode::kCorruptChunk, "modelled chunk: bad boost");
-    HistoryRates rates(src, history, boosts);
+    HistoryRates rates(src, history, len, boosts);
     CodeChunk(src, rates, len, log2_block, L, &io);
   } else {
     PlainRates rates(src, len);

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "arc_v3.hpp"
+#include "src/kernels.h"
 
 namespace arc_v3 {
 
@@ -57,10 +58,8 @@ inline uint16_t FromMonotoneKey(uint16_t key) {
 // change (0: none recorded, 1: the previous step, ..., 7: seven or more steps ago);
 // bit 3: that change went up (in MonotoneKey order); bits 4-7: unused (ignored).
 // A new session starts from all zeros; after each step both sides call AdvanceHistory
-// with the step's src and dst.
-constexpr uint8_t kHistoryAgeMask = 0x07;
-constexpr uint8_t kHistoryUp = 0x08;
-void AdvanceHistory(const uint16_t* src, const uint16_t* dst, size_t len, uint8_t* history);
+// (a kernel, src/kernels.h, with the constants kHistoryAgeMask and kHistoryUp) with the
+// step's src and dst.
 
 // Appends the modelled coding of one chunk (len <= kMaxModelledChunk elements) to out.
 // Only positions where src and dst differ are coded; a chunk without changes is 0 bytes.

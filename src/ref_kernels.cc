@@ -79,5 +79,36 @@ void GroupRateSums(const uint16_t* src, size_t groups, uint64_t* sums) {
   }
 }
 
+void HistoryRateSums(const uint16_t* src, const uint8_t* history, const uint8_t boosts[8],
+                     size_t groups, uint64_t* sums) {
+  for (size_t g = 0; g < groups; ++g) {
+    uint64_t sum = 0;
+    for (size_t i = 4 * g; i < 4 * g + 4; ++i) {
+      const int exponent = (src[i] >> 7) & 0xFF;
+      const int rate_log = std::min(std::max(kRateTopExponent - exponent, 0), kMaxRateLog) +
+                           boosts[history[i] & kHistoryAgeMask];
+      sum += uint64_t{1} << std::min(rate_log, kMaxRateLog);
+    }
+    sums[g] = sum;
+  }
+}
+
+void AdvanceHistory(const uint16_t* src, const uint16_t* dst, size_t count, uint8_t* history) {
+  // MonotoneKey (model_coder.h): the order of keys is the order of the values.
+  auto key = [](uint16_t bits) {
+    return (bits & 0x8000) ? static_cast<uint16_t>(0x7FFF - (bits & 0x7FFF))
+                           : static_cast<uint16_t>(bits | 0x8000);
+  };
+  for (size_t i = 0; i < count; ++i) {
+    const uint8_t age = history[i] & kHistoryAgeMask;
+    if (src[i] != dst[i]) {
+      const bool up = static_cast<uint16_t>(key(dst[i]) - key(src[i])) < 0x8000;
+      history[i] = static_cast<uint8_t>(1 | (up ? kHistoryUp : 0));
+    } else if (age != 0 && age != kHistoryAgeMask) {
+      history[i] = static_cast<uint8_t>((history[i] & kHistoryUp) | (age + 1));
+    }
+  }
+}
+
 }  // namespace ref
 }  // namespace arc_v3

@@ -214,6 +214,105 @@ TEST_CASE("GroupRateSums: every exponent in every lane, and random groups, vs th
   });
 }
 
+// History bytes: every byte value somewhere (ages 0-7 with and without the up bit, and the
+// unused bits 4-7 set), mostly zeros as in a real session.
+std::vector<uint8_t> MakeHistory(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<uint8_t> history(n, 0);
+  for (size_t i = 0; i < n; ++i) {
+    if (i < 256) {
+      history[i] = static_cast<uint8_t>(i * 37);  // a permutation of 0..255
+    } else if (rng() % 4 == 0) {
+      history[i] = static_cast<uint8_t>(rng());
+    }
+  }
+  return history;
+}
+
+TEST_CASE("HistoryRateSums: every exponent and history byte, and random boosts, vs the reference") {
+  std::vector<uint16_t> values;
+  for (int e = 0; e < 256; ++e) {
+    for (int k = 0; k < 4; ++k) {
+      values.push_back(static_cast<uint16_t>((e << 7) | (k == 1 ? 0x8000 : 0) | (e & 0x7F)));
+    }
+  }
+  std::mt19937 rng(10);
+  while (values.size() < 100100) values.push_back(static_cast<uint16_t>(rng()));
+  const std::vector<uint8_t> history = MakeHistory(values.size(), 11);
+  // The reference itself against the definition: exponent 0 has rate log 32 (the clamp),
+  // a boost cannot raise it; exponent 134 has rate log 0 and takes the boost.
+  {
+    const uint8_t boosts[8] = {0, 3, 2, 1, 1, 1, 1, 1};
+    const uint16_t src[4] = {0x0000, 0x4300, 0x4300, 0x4300};  // exponents 0, 134, 134, 134
+    const uint8_t ages[4] = {1, 0, 1, 0x92};                     // 0x92: age 2, bit 4 set
+    uint64_t sum = 0;
+    ref::HistoryRateSums(src, ages, boosts, 1, &sum);
+    CHECK(sum == (uint64_t{1} << 32) + 1 + 8 + 4);
+  }
+  const uint8_t boost_sets[][8] = {
+      {0, 0, 0, 0, 0, 0, 0, 0}, {0, 4, 3, 2, 2, 2, 2, 2}, {0, 15, 15, 15, 15, 15, 15, 15},
+      {7, 1, 2, 3, 4, 5, 6, 255}};
+  test::ForEachTarget([&](const char*) {
+    for (const auto& boosts : boost_sets) {
+      for (const size_t n : TestLengths()) {
+        const size_t groups = n / 4;
+        for (const size_t mis : kMisalignments) {
+          if (4 * groups + mis > values.size()) continue;
+          std::vector<uint64_t> want(groups + 1);
+          ref::HistoryRateSums(values.data() + mis, history.data() + mis, boosts, groups,
+                               want.data());
+          std::vector<uint64_t> got(groups + 2 * kGuard, 0xA5A5A5A5A5A5A5A5ull);
+          HistoryRateSums(values.data() + mis, history.data() + mis, boosts, groups,
+                          got.data() + kGuard);
+          REQUIRE(std::equal(want.begin(), want.begin() + groups, got.begin() + kGuard));
+          ExpectGuards(got, kGuard, groups, uint64_t{0xA5A5A5A5A5A5A5A5ull});
+        }
+      }
+    }
+  });
+}
+
+TEST_CASE("AdvanceHistory: every history byte, changes across zero and NaN, vs the reference") {
+  // The reference against the definition, on hand-made cases.
+  {
+    const uint16_t src[6] = {0x3F80, 0x3F80, 0x8000, 0x0000, 0x3F80, 0x3F80};
+    const uint16_t dst[6] = {0x3F81, 0x3F7F, 0x0000, 0x8000, 0x3F80, 0x3F80};
+    uint8_t history[6] = {0, 0x0F, 0, 0, 0x0A, 0xF7};
+    ref::AdvanceHistory(src, dst, 6, history);
+    CHECK(history[0] == (1 | kHistoryUp));  // 1.0 -> next up
+    CHECK(history[1] == 1);                 // down
+    CHECK(history[2] == (1 | kHistoryUp));  // -0 -> +0 is up
+    CHECK(history[3] == 1);                 // +0 -> -0 is down
+    CHECK(history[4] == 0x0B);              // age 2 -> 3, direction kept
+    CHECK(history[5] == 0xF7);              // age 7 stays, whole byte
+  }
+  test::ForEachTarget([&](const char*) {
+    for (const double density : {0.0, 0.02, 0.5, 1.0}) {
+      std::vector<uint16_t> src, dst;
+      MakePair(100100, density, static_cast<uint32_t>(density * 1000) + 12, &src, &dst);
+      // Sign flips, NaN and infinity patterns among the changes.
+      for (size_t i = 0; i + 3 < src.size(); i += 997) {
+        dst[i] = src[i] ^ 0x8000;
+        src[i + 1] = 0x7FC1;
+        dst[i + 2] = 0xFF80;
+      }
+      const std::vector<uint8_t> history = MakeHistory(src.size(), 13);
+      for (const size_t n : TestLengths()) {
+        for (const size_t mis : kMisalignments) {
+          if (n + mis > src.size()) continue;
+          std::vector<uint8_t> want(history.begin() + mis, history.begin() + mis + n);
+          ref::AdvanceHistory(src.data() + mis, dst.data() + mis, n, want.data());
+          std::vector<uint8_t> got(n + 2 * kGuard, kSentinel8);
+          std::copy(history.begin() + mis, history.begin() + mis + n, got.begin() + kGuard);
+          AdvanceHistory(src.data() + mis, dst.data() + mis, n, got.data() + kGuard);
+          REQUIRE(std::equal(want.begin(), want.end(), got.begin() + kGuard));
+          ExpectGuards(got, kGuard, n, kSentinel8);
+        }
+      }
+    }
+  });
+}
+
 TEST_CASE("every compiled target is exercised") {
   const auto targets = hwy::SupportedAndGeneratedTargets();
   std::string names;

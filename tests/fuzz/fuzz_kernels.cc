@@ -61,6 +61,15 @@ int FuzzKernels(const uint8_t* data, size_t size) {
   const size_t groups = n / 4;
   std::vector<uint64_t> want_rates(groups);
   ref::GroupRateSums(dst.data(), groups, want_rates.data());
+  // A session history from the input's high bytes, boosts from its last bytes.
+  std::vector<uint8_t> history(n);
+  for (size_t i = 0; i < n; ++i) history[i] = rest[2 * i + 1];
+  uint8_t boosts[8];
+  for (size_t k = 0; k < 8; ++k) boosts[k] = k < rest_size ? rest[rest_size - 1 - k] : 0;
+  std::vector<uint64_t> want_history_rates(groups);
+  ref::HistoryRateSums(dst.data(), history.data(), boosts, groups, want_history_rates.data());
+  std::vector<uint8_t> want_history = history;
+  ref::AdvanceHistory(src.data(), dst.data(), n, want_history.data());
 
   for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
     hwy::SetSupportedTargetsForTest(target);
@@ -103,6 +112,15 @@ int FuzzKernels(const uint8_t* data, size_t size) {
     Exact<uint64_t> rates(groups, misalign);
     GroupRateSums(d.data(), groups, rates.data());
     FUZZ_CHECK(groups == 0 || std::memcmp(rates.data(), want_rates.data(), groups * 8) == 0, name);
+
+    Exact<uint8_t> h(n, misalign);
+    if (n > 0) std::memcpy(h.data(), history.data(), n);
+    HistoryRateSums(d.data(), h.data(), boosts, groups, rates.data());
+    FUZZ_CHECK(groups == 0 ||
+                   std::memcmp(rates.data(), want_history_rates.data(), groups * 8) == 0,
+               name);
+    AdvanceHistory(s.data(), d.data(), n, h.data());
+    FUZZ_CHECK(n == 0 || std::memcmp(h.data(), want_history.data(), n) == 0, name);
 
     Exact<uint16_t> applied(n, misalign);
     ApplyXor(s.data(), x.data(), n, applied.data());

@@ -4,11 +4,12 @@
 // ARCv3 as published (delta_compress, Format::kArcV3, per tensor) and with the entropy
 // bound (b2) the corpus' stats.json records for that pair.
 //
-// Usage: model_coder_measure [--block=LOG2] [--verbose] [--history] DIR...
+// Usage: model_coder_measure [--block=LOG2] [--reps=N] [--verbose] [--history] DIR...
 // (--verbose adds a line per tensor; --history codes each run as one session, the first
 // pair without history and every later one with the history of the pairs before.)
 // Prints one line per pair and a pooled line per run. Speeds are single-thread GB/s of
-// BF16 input (2 bytes per element), thread CPU time, best of 3.
+// BF16 input (2 bytes per element), thread CPU time, best of N runs (--reps, default 3;
+// more steadies the figures on a shared machine).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -26,6 +27,8 @@
 #include "src/safetensors.h"
 
 namespace {
+
+int g_reps = 3;
 
 // Thread CPU time: the shared build machine is loaded, and time spent descheduled is not
 // the coder's.
@@ -51,7 +54,7 @@ bool MeasureTensor(const uint16_t* src, const uint16_t* dst, size_t n, int block
   constexpr size_t kChunk = size_t{1} << 20;
   std::vector<std::vector<uint8_t>> chunks;
   double best_encode = 1e30, best_decode = 1e30;
-  for (int rep = 0; rep < 3; ++rep) {
+  for (int rep = 0; rep < g_reps; ++rep) {
     chunks.clear();
     const auto t0 = Clock::now();
     for (size_t begin = 0; begin < n; begin += kChunk) {
@@ -73,7 +76,7 @@ bool MeasureTensor(const uint16_t* src, const uint16_t* dst, size_t n, int block
   }
   std::vector<uint32_t> positions;
   std::vector<uint16_t> xors;
-  for (int rep = 0; rep < 3; ++rep) {
+  for (int rep = 0; rep < g_reps; ++rep) {
     const auto t0 = Clock::now();
     size_t c = 0;
     for (size_t begin = 0; begin < n; begin += kChunk, ++c) {
@@ -150,6 +153,8 @@ int main(int argc, char** argv) {
       verbose = true;
     } else if (std::strcmp(argv[i], "--history") == 0) {
       sessions = true;
+    } else if (std::strncmp(argv[i], "--reps=", 7) == 0) {
+      g_reps = std::max(1, std::atoi(argv[i] + 7));
     } else if (std::strncmp(argv[i], "--block=", 8) == 0) {
       block_log = std::atoi(argv[i] + 8);
     } else {
@@ -157,7 +162,7 @@ int main(int argc, char** argv) {
     }
   }
   if (dirs.empty()) {
-    std::fprintf(stderr, "usage: %s [--block=LOG2] [--verbose] [--history] CORPUS_DIR...\n", argv[0]);
+    std::fprintf(stderr, "usage: %s [--block=LOG2] [--reps=N] [--verbose] [--history] CORPUS_DIR...\n", argv[0]);
     return 2;
   }
   for (const std::string& dir : dirs) {

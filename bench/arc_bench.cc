@@ -5,7 +5,9 @@
 // at three densities) and each codec: payload as % of the BF16 bytes, bits per changed
 // element, the ratio to bound (b2), and compress / decompress throughput (GB/s of BF16
 // input, median of several runs, one thread and all threads). Every round trip is checked
-// bit-exact. Then memcpy bandwidth and each kernel's speed per Highway target.
+// bit-exact. Then, per dataset, session mode step pair by step pair (arc_v3::Session over
+// the run's steps, against each pair's bound (b2)); last, memcpy bandwidth and each
+// kernel's speed per Highway target.
 //
 // Run `arc_bench --help` for the flags.
 #include <unistd.h>
@@ -55,6 +57,7 @@ Usage: arc_bench [flags]
   --quick            fewer repetitions, smaller kernel buffers
   --threads N        "all threads" means N (default: hardware threads)
   --no-kernels       skip the memcpy / kernel speed section
+  --no-session       skip the session-mode table (arc_v3::Session over each run's steps)
   --json FILE        write all results as JSON
   --csv FILE         write the codec table as CSV
   --chart FILE.png   plot payload % vs density per codec (needs gnuplot)
@@ -80,6 +83,7 @@ struct Flags {
   bool quick = false;
   int threads = 0;
   bool kernels = true;
+  bool session = true;
   std::string json, csv, chart, save_generated;
   std::set<std::string> regimes{"low", "mid", "high"};
   bool generate_only = false;
@@ -136,6 +140,8 @@ bool ParseFlags(int argc, char** argv, Flags* flags) {
       flags->threads = static_cast<int>(n);
     } else if (arg == "--no-kernels") {
       flags->kernels = false;
+    } else if (arg == "--no-session") {
+      flags->session = false;
     } else if (arg == "--json") {
       if (!value(&flags->json)) return false;
     } else if (arg == "--csv") {
@@ -208,11 +214,29 @@ struct CodecResult {
   double compress_1t = 0, compress_nt = 0, decompress_1t = 0, decompress_nt = 0;  // GB/s
 };
 
+// Session mode, per step pair: the same tensors through arc_v3::Session, so that step k is
+// coded with the history of steps 0..k-1, beside the stateless default (delta_compress).
+// Both payloads count frames and the 8-byte checksum, as in the codec table.
+struct SessionStep {
+  uint64_t elements = 0, changed = 0;
+  double bits_b2 = 0;  // bound (b2) of this pair
+  uint64_t stateless_bytes = 0, session_bytes = 0;
+};
+
+struct SessionResult {
+  bool ran = false;
+  bool ok = true;
+  std::string error;
+  std::vector<SessionStep> steps;
+  double compress_seconds = 0, decompress_seconds = 0;  // session, 1 thread, one pass
+};
+
 struct DatasetResult {
   std::string name;
   uint64_t params = 0;  // elements per checkpoint
   DeltaStats stats;
   std::vector<CodecResult> codecs;
+  SessionResult session;
 };
 
 // One (pair, tensor) unit of work.
@@ -337,6 +361,62 @@ CodecResult RunCodec(const Codec& codec, const Dataset& dataset, const Flags& fl
   return result;
 }
 
+// Each tensor's steps go, in order, through one sender and one receiver Session (default
+// format and effort, one thread); every rebuilt tensor is checked bit-exact.
+SessionResult RunSessions(const Dataset& dataset) {
+  SessionResult result;
+  result.ran = true;
+  result.steps.resize(dataset.pairs.size());
+  for (size_t p = 0; p < dataset.pairs.size(); ++p) {
+    const DeltaStats stats = AnalyzePair(dataset.pairs[p], nullptr);
+    result.steps[p].elements = stats.elements;
+    result.steps[p].changed = stats.changed;
+    result.steps[p].bits_b2 = stats.bits_b2;
+  }
+  Options options;
+  options.threads = 1;
+  std::vector<uint16_t> out;
+  const size_t num_tensors = dataset.pairs.front().tensors.size();
+  for (size_t t = 0; t < num_tensors; ++t) {
+    Session sender(options), receiver(options);
+    for (size_t p = 0; p < dataset.pairs.size(); ++p) {
+      const std::vector<TensorPair>& tensors = dataset.pairs[p].tensors;
+      if (tensors.size() != num_tensors || tensors[t].name != dataset.pairs[0].tensors[t].name) {
+        result.ok = false;
+        result.error = "the step pairs do not hold the same tensors";
+        return result;
+      }
+      const TensorPair& tensor = tensors[t];
+      Delta stateless, delta;
+      if (!delta_compress(tensor.prev, tensor.next, tensor.count, &stateless, options).ok()) {
+        result.ok = false;
+        result.error = "delta_compress failed on " + tensor.name;
+        return result;
+      }
+      double t0 = NowSeconds();
+      const Status compressed = sender.Compress(tensor.prev, tensor.next, tensor.count, &delta);
+      result.compress_seconds += NowSeconds() - t0;
+      out.assign(tensor.count, 0);
+      t0 = NowSeconds();
+      const Status decompressed =
+          compressed.ok() ? receiver.Decompress(tensor.prev, tensor.count, delta.bytes.data(),
+                                                delta.bytes.size(), delta.checksum, out.data())
+                          : compressed;
+      result.decompress_seconds += NowSeconds() - t0;
+      if (!decompressed.ok() ||
+          std::memcmp(out.data(), tensor.next, 2 * tensor.count) != 0) {
+        result.ok = false;
+        result.error = "session round trip failed on " + tensor.name + " (step pair " +
+                       std::to_string(p) + "): " + decompressed.ToString();
+        return result;
+      }
+      result.steps[p].stateless_bytes += stateless.bytes.size() + sizeof(stateless.checksum);
+      result.steps[p].session_bytes += delta.bytes.size() + sizeof(delta.checksum);
+    }
+  }
+  return result;
+}
+
 // ---------------------------------------------------------------------------- kernels
 
 struct KernelResult {
@@ -376,6 +456,11 @@ std::vector<KernelResult> RunKernels(const KernelInput& in, const Flags& flags, 
   std::vector<uint32_t> positions(n);
   std::vector<uint8_t> packed(PackedMantissaBytes(n));
   for (size_t i = 0; i < n; ++i) xors[i] = in.prev[i] ^ in.next[i];
+  // The modelled coder's rate sums, and a session history after one step.
+  std::vector<uint64_t> rate_sums(n / 4 + 1);
+  std::vector<uint8_t> history(n, 0), history_work(n, 0);
+  AdvanceHistory(in.prev.data(), in.next.data(), n, history.data());
+  const uint8_t boosts[8] = {0, 4, 3, 2, 2, 2, 2, 2};
   // Slice s of `slices` (a multiple of 8 elements each), for the all-threads runs.
   auto slice = [&](size_t s, size_t slices, size_t* begin, size_t* count) {
     const size_t per = (n / 8 + slices - 1) / slices * 8;
@@ -418,6 +503,15 @@ std::vector<KernelResult> RunKernels(const KernelInput& in, const Flags& flags, 
       UnpackMantissas(packed.data() + b / 8 * 7, c, xors_out.data() + b);
     });
     add("ApplyXor", [&](size_t, size_t b, size_t c) { ApplyXor(in.prev.data() + b, xors.data() + b, c, out.data() + b); });
+    add("GroupRateSums", [&](size_t, size_t b, size_t c) {
+      GroupRateSums(in.prev.data() + b, c / 4, rate_sums.data() + b / 4);
+    });
+    add("HistoryRateSums", [&](size_t, size_t b, size_t c) {
+      HistoryRateSums(in.prev.data() + b, history.data() + b, boosts, c / 4, rate_sums.data() + b / 4);
+    });
+    add("AdvanceHistory", [&](size_t, size_t b, size_t c) {
+      AdvanceHistory(in.prev.data() + b, in.next.data() + b, c, history_work.data() + b);
+    });
   }
   hwy::SetSupportedTargetsForTest(0);
   ProgressDone();
@@ -501,6 +595,48 @@ void PrintCodecTable(const DatasetResult& d) {
   }
 }
 
+// Per step pair: the stateless default and the session payload against that pair's (b2).
+// The first pair has no history yet; "with history" pools the pairs after it.
+void PrintSessionTable(const DatasetResult& d) {
+  const SessionResult& r = d.session;
+  if (!r.ran) return;
+  std::printf("\n   session mode (arc_v3::Session; step k coded with the history of steps 0..k-1):\n\n");
+  if (!r.ok) {
+    std::printf("   FAILED: %s\n", r.error.c_str());
+    return;
+  }
+  std::vector<Row> rows;
+  SessionStep all, later;
+  auto add = [](SessionStep* to, const SessionStep& step) {
+    to->elements += step.elements;
+    to->changed += step.changed;
+    to->bits_b2 += step.bits_b2;
+    to->stateless_bytes += step.stateless_bytes;
+    to->session_bytes += step.session_bytes;
+  };
+  auto row = [&](const std::string& name, const SessionStep& step) {
+    const double bf16 = 2.0 * static_cast<double>(step.elements);
+    rows.push_back(Row{{name, Format("%.3f%%", step.elements ? 100.0 * step.changed / step.elements : 0),
+                        Format("%.4f%%", bf16 > 0 ? 100.0 * step.bits_b2 / 8 / bf16 : 0),
+                        Format("%.4f%%", bf16 > 0 ? 100.0 * step.stateless_bytes / bf16 : 0),
+                        Format("%.3f", BoundRatio(8.0 * step.stateless_bytes, step.bits_b2)),
+                        Format("%.4f%%", bf16 > 0 ? 100.0 * step.session_bytes / bf16 : 0),
+                        Format("%.3f", BoundRatio(8.0 * step.session_bytes, step.bits_b2))}});
+  };
+  for (size_t p = 0; p < r.steps.size(); ++p) {
+    row("pair " + std::to_string(p), r.steps[p]);
+    add(&all, r.steps[p]);
+    if (p > 0) add(&later, r.steps[p]);
+  }
+  row("all pairs", all);
+  if (r.steps.size() > 1) row("with history", later);
+  PrintTable({"   " + d.name, "density", "(b2)", "default", "x(b2)", "session", "x(b2)"}, rows);
+  const double bf16 = 2.0 * static_cast<double>(all.elements);
+  std::printf("   session 1 thread, one pass: compress %.2f GB/s, decompress %.2f GB/s\n",
+              r.compress_seconds > 0 ? bf16 / r.compress_seconds * 1e-9 : 0,
+              r.decompress_seconds > 0 ? bf16 / r.decompress_seconds * 1e-9 : 0);
+}
+
 nlohmann::json ToJson(const std::vector<DatasetResult>& datasets, const std::vector<KernelResult>& kernels,
                       size_t workers) {
   nlohmann::json root;
@@ -540,6 +676,19 @@ nlohmann::json ToJson(const std::vector<DatasetResult>& datasets, const std::vec
       r["decompress_gbps_1t"] = c.decompress_1t;
       r["decompress_gbps_nt"] = c.decompress_nt;
       j["codecs"].push_back(r);
+    }
+    if (d.session.ran) {
+      nlohmann::json session;
+      session["ok"] = d.session.ok;
+      if (!d.session.ok) session["error"] = d.session.error;
+      for (const SessionStep& step : d.session.steps) {
+        session["pairs"].push_back({{"elements", step.elements},
+                                    {"changed", step.changed},
+                                    {"bound_b2_bits", step.bits_b2},
+                                    {"default_bytes", step.stateless_bytes},
+                                    {"session_bytes", step.session_bytes}});
+      }
+      j["session"] = session;
     }
     root["datasets"].push_back(j);
   }
@@ -709,9 +858,15 @@ int Main(int argc, char** argv) {
       d.codecs.push_back(RunCodec(*codecs[c], dataset, flags, workers));
       failed = failed || !d.codecs.back().ok;
     }
+    if (flags.session) {
+      Progress(tag + d.name + ": session mode");
+      d.session = RunSessions(dataset);
+      failed = failed || !d.session.ok;
+    }
     ProgressDone();
     PrintDatasetStats(d);
     PrintCodecTable(d);
+    PrintSessionTable(d);
     std::fflush(stdout);
     if (flags.kernels && si + 1 == sources.size()) {
       const KernelInput input = MakeKernelInput(dataset, flags.quick ? (size_t{1} << 22) : (size_t{1} << 24));

@@ -1,10 +1,9 @@
 // The payload checksum: XXH3-64 (seed 0) of the BF16 values' little-endian bytes.
-#include <xxhash.h>
-
 #include <new>
 
 #include "arc_v3.hpp"
 #include "src/codec_internal.h"
+#include "src/xxh3.h"
 
 namespace arc_v3 {
 

@@ -6,7 +6,6 @@
 //  2. stream the would-be result tile by tile through XXH3 and compare with the checksum;
 //  3. write the result (in parallel): out = src ^ changes.
 // Does not depend on the encoder.
-#include <xxhash.h>
 
 #include <algorithm>
 #include <atomic>
@@ -450,24 +449,20 @@ Status DecodeFrame(const uint16_t* src, size_t count, const uint8_t* bytes, size
     const size_t chunk_elements = size_t{1} << header.chunk_log;
     const size_t tile_elements = std::min(kTileElements, count);  // small tensors: small tiles
     std::vector<uint16_t> xor_tile(tile_elements, 0), result_tile(tile_elements);
-    std::unique_ptr<XXH3_state_t, XXH_errorcode (*)(XXH3_state_t*)> hash(XXH3_createState(),
-                                                                         XXH3_freeState);
-    XXH3_state_t* state = hash.get();
-    if (state == nullptr) return Status(ErrorCode::kOutOfMemory, "cannot allocate hash state");
-    XXH3_64bits_reset(state);
+    ChecksumStream hash;
     for (size_t c = 0; c < changes.size(); ++c) {
       const size_t begin = c * chunk_elements;
       const size_t len = std::min(chunk_elements, count - begin);
       ForEachXorTile(begin, len, changes[c], xor_tile.data(),
                      [&](size_t at, size_t n, const uint16_t* xors) {
                        ApplyXor(src + at, xors, n, result_tile.data());
-                       XXH3_64bits_update(state, result_tile.data(), n * sizeof(uint16_t));
+                       hash.Update(result_tile.data(), n);
                        if (next_history != nullptr) {
                          AdvanceHistory(src + at, result_tile.data(), n, next_history + at);
                        }
                      });
     }
-    const uint64_t actual = XXH3_64bits_digest(state);
+    const uint64_t actual = hash.Digest();
     if (actual != checksum) {
       return Status(ErrorCode::kChecksumMismatch,
                     "result does not match the checksum: wrong base (src) or corrupt payload");

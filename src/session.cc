@@ -1,6 +1,5 @@
 // arc_v3::Session: stateless frames plus the per-element history both sides keep
 // (model_coder.h), and the identity of that history, which every session payload names.
-#include <xxhash.h>
 
 #include <cstring>
 #include <new>
@@ -10,6 +9,7 @@
 #include "arc_v3.hpp"
 #include "src/codec_internal.h"
 #include "src/model_coder.h"
+#include "src/xxh3.h"
 
 namespace arc_v3 {
 

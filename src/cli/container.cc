@@ -5,7 +5,6 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <xxhash.h>
 #include <zstd.h>
 
 #include <algorithm>
@@ -16,6 +15,7 @@
 
 #include "src/codec_internal.h"
 #include "src/safetensors.h"
+#include "src/xxh3.h"
 
 namespace arc_v3 {
 namespace container {

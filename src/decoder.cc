@@ -89,14 +89,17 @@ Status ParseHeader(const uint8_t* bytes, size_t size, bool with_chunk_table,
   header->num_chunks = (header->element_count + (uint64_t{1} << chunk_log) - 1) >> chunk_log;
   if (!with_chunk_table) return Status::Ok();
 
-  // Each chunk takes at least one byte in the table and one in the body.
-  if (header->num_chunks > reader.remaining() / 2) {
+  // Each chunk takes at least one byte in the body and, but for the last one from
+  // version 3 on, one in the table.
+  const bool last_size_implied = version >= 3 && header->num_chunks > 0;
+  const uint64_t stored_sizes = header->num_chunks - (last_size_implied ? 1 : 0);
+  if (header->num_chunks + stored_sizes > reader.remaining()) {
     return Status(ErrorCode::kTruncated, "payload too short for its chunk table");
   }
   header->chunk_size.resize(header->num_chunks);
   header->chunk_offset.resize(header->num_chunks);
   uint64_t body_size = 0;
-  for (uint64_t c = 0; c < header->num_chunks; ++c) {
+  for (uint64_t c = 0; c < stored_sizes; ++c) {
     uint64_t chunk_size;
     if (!reader.ReadVarint(&chunk_size)) {
       return Status(reader.remaining() == 0 ? ErrorCode::kTruncated : ErrorCode::kCorruptHeader,
@@ -114,6 +117,14 @@ Status ParseHeader(const uint8_t* bytes, size_t size, bool with_chunk_table,
   }
   if (body_size > reader.remaining()) {
     return Status(ErrorCode::kTruncated, "payload ends before its last chunk");
+  }
+  if (last_size_implied) {
+    if (body_size == reader.remaining()) {
+      return Status(ErrorCode::kTruncated, "payload ends before its last chunk");
+    }
+    header->chunk_size.back() = reader.remaining() - body_size;
+    header->chunk_offset.back() = body_size;
+    body_size = reader.remaining();
   }
   if (body_size < reader.remaining()) {
     return Status(ErrorCode::kCorruptHeader, "bytes after the last chunk");
@@ -159,6 +170,10 @@ class ChunkDecoder {
       case kChunkXorStreams:
         return DecodeXorStreams(&reader, chunk_len, /*allow_empty=*/false, changes, stats);
       case kChunkModelled: {
+        // Value priors came with version 3.
+        if (version < 3 && reader.remaining() > 0 && (reader.current()[0] & kModelValuePriors)) {
+          return Status(ErrorCode::kReservedBitsSet, "modelled chunk: reserved bits set");
+        }
         if (src == nullptr) return Status::Ok();  // statistics without the base
         const Status status = DecodeChunkModelled(src, chunk_len, reader.current(),
                                                   reader.remaining(), &changes->positions,

@@ -12,9 +12,11 @@ namespace arc_v3 {
 
 constexpr uint8_t kMagic[4] = {'A', 'R', 'C', '3'};
 // Version 1: ARCv3 as published (Format::kArcV3 still writes it). Version 2 adds a mode
-// byte to every chunk and the context-modelled chunk coder (Format::kDefault).
+// byte to every chunk and the context-modelled chunk coder. Version 3 (Format::kDefault)
+// leaves the last chunk's size out of the chunk table (the chunk runs to the end of the
+// payload) and lets modelled chunks use value priors (model_coder.h, kModelValuePriors).
 constexpr uint8_t kFormatVersionArcV3 = 1;
-constexpr uint8_t kFormatVersion = 2;
+constexpr uint8_t kFormatVersion = 3;
 constexpr uint8_t kMinChunkLog = 10;
 constexpr uint8_t kMaxChunkLog = 24;
 // Varints in this format never exceed 64 bits (10 bytes of LEB128).

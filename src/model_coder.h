@@ -22,7 +22,9 @@
 //   (a carry into the exponent or a step across zero is still +-1), coded as
 //   log2 class (unary, exponent-conditioned), the bits below the top bit, and the sign.
 // - Probabilities start from priors derived from the chunk's overall rate, sent in one
-//   header byte, and adapt. Integer arithmetic only: the bytes do not depend on the
+//   header byte, and adapt. Since format version 3 the value contexts too: an element
+//   expected to change more than once per step (rate far above the chunk's) moves by more
+//   than one ULP, and the sign is a fair coin unless a session knows the last direction. Integer arithmetic only: the bytes do not depend on the
 //   compiler, target or machine.
 #ifndef ARC_V3_SRC_MODEL_CODER_H_
 #define ARC_V3_SRC_MODEL_CODER_H_
@@ -35,6 +37,11 @@
 #include "src/kernels.h"
 
 namespace arc_v3 {
+
+// Chunk byte 0, bit 4: the value contexts start from priors derived from the chunk's rate
+// prior (format version 3). The encoder always sets it; the decoder reads chunks with and
+// without it (the frame decoder refuses it in older format versions).
+constexpr uint8_t kModelValuePriors = 0x10;
 
 // Largest chunk the modelled coder accepts, in elements.
 constexpr size_t kMaxModelledChunk = size_t{1} << 24;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "arc_v3.hpp"
+#include "src/model_coder.h"
 #include "tests/test_data.h"
 
 namespace arc_v3 {
@@ -68,9 +69,12 @@ TEST_CASE("truncation at every offset is an error") {
       const Status status = DecodeGuarded(f, cut, f.delta.checksum);
       REQUIRE(!status.ok());
     }
+    // Version 1 stores every chunk's size, so a byte too many is past the frame; from
+    // version 3 the last chunk runs to the end and the byte is too many for the chunk.
     std::vector<uint8_t> longer = f.delta.bytes;
     longer.push_back(0);
-    CHECK(DecodeGuarded(f, longer, f.delta.checksum).code() == ErrorCode::kCorruptHeader);
+    CHECK(DecodeGuarded(f, longer, f.delta.checksum).code() ==
+          (coding.format == Format::kArcV3 ? ErrorCode::kCorruptHeader : ErrorCode::kCorruptChunk));
   }
 }
 
@@ -187,10 +191,12 @@ TEST_CASE("stream-level corruption: codec ids, sizes, reserved layout bits") {
   CHECK(DecodeGuarded(f, bad, f.delta.checksum).code() == ErrorCode::kReservedBitsSet);
 }
 
-TEST_CASE("format version 2: chunk modes are validated") {
-  // One chunk: magic(4) version flags count(2) log | table(1) | mode ...
+TEST_CASE("format version 3: chunk modes are validated") {
+  // One chunk: magic(4) version flags count(2) log | (no table: the only chunk is the
+  // last) | mode ...
   Fixture f(1000, 0.05, 1024, 2, Format::kDefault);
-  const size_t mode_at = 4 + 1 + 1 + 2 + 1 + 1;
+  REQUIRE(f.delta.bytes[4] == 3);
+  const size_t mode_at = 4 + 1 + 1 + 2 + 1;
   REQUIRE(f.delta.bytes[mode_at] == 2);  // modelled
   for (const uint8_t mode : {uint8_t{3}, uint8_t{0x80}, uint8_t{0xFF}}) {
     std::vector<uint8_t> bad = f.delta.bytes;
@@ -200,6 +206,25 @@ TEST_CASE("format version 2: chunk modes are validated") {
   std::vector<uint8_t> bad = f.delta.bytes;
   bad[mode_at] = 0;  // "unchanged" followed by bytes
   CHECK(DecodeGuarded(f, bad, f.delta.checksum).code() == ErrorCode::kCorruptChunk);
+}
+
+TEST_CASE("format version 2 frames may not use version 3's value priors") {
+  Fixture f(1000, 0.05, 1024, 2, Format::kDefault);
+  const size_t mode_at = 4 + 1 + 1 + 2 + 1;
+  REQUIRE(f.delta.bytes[mode_at] == 2);  // modelled
+  REQUIRE((f.delta.bytes[mode_at + 1] & kModelValuePriors) != 0);
+  // The same chunk in a version-2 frame: the chunk table holds its size.
+  std::vector<uint8_t> v2(f.delta.bytes.begin(), f.delta.bytes.begin() + mode_at);
+  v2[4] = 2;
+  const size_t chunk_size = f.delta.bytes.size() - mode_at;
+  REQUIRE(chunk_size < 128);
+  v2.push_back(static_cast<uint8_t>(chunk_size));
+  v2.insert(v2.end(), f.delta.bytes.begin() + mode_at, f.delta.bytes.end());
+  CHECK(DecodeGuarded(f, v2, f.delta.checksum).code() == ErrorCode::kReservedBitsSet);
+  // Without the bit, version 2 reads it with its own priors: another walk, never a crash,
+  // and the checksum tells.
+  v2[mode_at + 2] &= static_cast<uint8_t>(~kModelValuePriors);
+  CHECK(!DecodeGuarded(f, v2, f.delta.checksum).ok());
 }
 
 }  // namespace

@@ -44,11 +44,13 @@ std::string MeasureCsv() {
           options.effort = effort;
           Delta delta;
           REQUIRE(delta_compress(src, dst, &delta, options).ok());
+          PayloadInfo info;
+          REQUIRE(delta_inspect(delta.bytes.data(), delta.bytes.size(), &info).ok());
           char bits[32];
           std::snprintf(bits, sizeof(bits), "%.3f",
                         changed ? 8.0 * delta.bytes.size() / changed : 0.0);
           csv << g.seed << ',' << g.params << ',' << density << ',' << d << ','
-              << (format == Format::kArcV3 ? "v1" : "v2") << ',' << effort << ','
+              << 'v' << info.format_version << ',' << effort << ','
               << src.size() << ',' << changed << ',' << delta.bytes.size() << ',' << bits
               << '\n';
         }

@@ -167,6 +167,17 @@ void ApplyXor(const uint16_t* src, const uint16_t* xors, size_t count, uint16_t*
 // Rate logs are computed in 16-bit lanes; each 64-bit lane then holds one group of four
 // (element 4g in its low 16 bits: every Highway target is little-endian), whose four
 // powers of two are summed in place: no reduction across lanes.
+// Per u64 lane: the sum of 2^f over its four u16 fields f (rate logs, each <= 32).
+template <class D64>
+hn::Vec<D64> GroupSumOfPowers(D64 d64, hn::Vec<D64> rate_logs) {
+  const auto field = hn::Set(d64, 0xFFFF);
+  const auto one = hn::Set(d64, 1);
+  auto sum = hn::Shl(one, hn::And(rate_logs, field));
+  sum = hn::Add(sum, hn::Shl(one, hn::And(hn::ShiftRight<16>(rate_logs), field)));
+  sum = hn::Add(sum, hn::Shl(one, hn::And(hn::ShiftRight<32>(rate_logs), field)));
+  return hn::Add(sum, hn::Shl(one, hn::ShiftRight<48>(rate_logs)));
+}
+
 void GroupRateSums(const uint16_t* HWY_RESTRICT src, size_t groups,
                    uint64_t* HWY_RESTRICT sums) {
   const hn::ScalableTag<uint16_t> d16;
@@ -176,17 +187,11 @@ void GroupRateSums(const uint16_t* HWY_RESTRICT src, size_t groups,
   const auto exponent_mask = hn::Set(d16, 0xFF);
   const auto top = hn::Set(d16, kRateTopExponent);
   const auto max_log = hn::Set(d16, kMaxRateLog);
-  const auto field = hn::Set(d64, 0xFFFF);
-  const auto one = hn::Set(d64, 1);
   size_t i = 0;
   for (; N >= 4 && i + N <= count; i += N) {
     const auto exponent = hn::And(hn::ShiftRight<7>(hn::LoadU(d16, src + i)), exponent_mask);
-    const auto rate_log = hn::BitCast(d64, hn::Min(hn::SaturatedSub(top, exponent), max_log));
-    auto sum = hn::Shl(one, hn::And(rate_log, field));
-    sum = hn::Add(sum, hn::Shl(one, hn::And(hn::ShiftRight<16>(rate_log), field)));
-    sum = hn::Add(sum, hn::Shl(one, hn::And(hn::ShiftRight<32>(rate_log), field)));
-    sum = hn::Add(sum, hn::Shl(one, hn::ShiftRight<48>(rate_log)));
-    hn::StoreU(sum, d64, sums + i / 4);
+    const auto rate_log = hn::Min(hn::SaturatedSub(top, exponent), max_log);
+    hn::StoreU(GroupSumOfPowers(d64, hn::BitCast(d64, rate_log)), d64, sums + i / 4);
   }
   ref::GroupRateSums(src + i, groups - i / 4, sums + i / 4);
 }
@@ -207,23 +212,16 @@ void HistoryRateSums(const uint16_t* HWY_RESTRICT src, const uint8_t* HWY_RESTRI
   const auto age_mask = hn::Set(d16, kHistoryAgeMask);
   const auto top = hn::Set(d16, kRateTopExponent);
   const auto max_log = hn::Set(d16, kMaxRateLog);
-  const auto field = hn::Set(d64, 0xFFFF);
-  const auto one = hn::Set(d64, 1);
   size_t i = 0;
   for (; N >= 4 && i + N <= count; i += N) {
     const auto exponent = hn::And(hn::ShiftRight<7>(hn::LoadU(d16, src + i)), exponent_mask);
     const auto age = hn::And(hn::PromoteTo(d16, hn::LoadU(d8, history + i)), age_mask);
     // The high byte of each lane looks up entry 0: keep the low byte only.
-    const auto boost = hn::And(hn::BitCast(d16, hn::TableLookupBytes(table, hn::BitCast(bytes, age))),
-                               exponent_mask);
-    const auto rate_log16 =
+    const auto looked_up = hn::TableLookupBytes(table, hn::BitCast(bytes, age));
+    const auto boost = hn::And(hn::BitCast(d16, looked_up), exponent_mask);
+    const auto rate_log =
         hn::Min(hn::Add(hn::Min(hn::SaturatedSub(top, exponent), max_log), boost), max_log);
-    const auto rate_log = hn::BitCast(d64, rate_log16);
-    auto sum = hn::Shl(one, hn::And(rate_log, field));
-    sum = hn::Add(sum, hn::Shl(one, hn::And(hn::ShiftRight<16>(rate_log), field)));
-    sum = hn::Add(sum, hn::Shl(one, hn::And(hn::ShiftRight<32>(rate_log), field)));
-    sum = hn::Add(sum, hn::Shl(one, hn::ShiftRight<48>(rate_log)));
-    hn::StoreU(sum, d64, sums + i / 4);
+    hn::StoreU(GroupSumOfPowers(d64, hn::BitCast(d64, rate_log)), d64, sums + i / 4);
   }
   ref::HistoryRateSums(src + i, history + i, boosts, groups - i / 4, sums + i / 4);
 }

@@ -134,8 +134,8 @@ inline void Update(Prob* prob, int bit) {
 constexpr int kPositionSeen = 14, kPositionShift = 7;
 constexpr int kValueSeen = 2, kValueShift = 7;
 // Value priors from L (Layout bit 4). The sign is a fair coin whatever the exponent: it
-// starts settled (adapting at the final rate at once) instead of paying to learn 1/2 in
-// every context. In a session the direction of the last change predicts it (~94% the
+// starts at 1/2 as if 30 signs had been seen (adapting by 1/32, not 1/2, at first)
+// instead of paying to learn 1/2 in every context. In a session the direction of the last change predicts it (~94% the
 // same direction), with a prior of about 6% for the other one.
 constexpr int kSignSeen = 30;
 constexpr uint16_t kSignAgainstHint = 4000;

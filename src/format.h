@@ -22,15 +22,15 @@ constexpr uint8_t kMaxChunkLog = 24;
 // Varints in this format never exceed 64 bits (10 bytes of LEB128).
 constexpr int kMaxVarintBytes = 10;
 
-// Version 2: the first byte of every chunk.
+// Versions 2 and 3: the first byte of every chunk.
 enum ChunkMode : uint8_t {
   kChunkUnchanged = 0,  // no element changed; the chunk is this byte
   kChunkXorStreams = 1,  // the version-1 chunk body follows (Changed_Count > 0)
   kChunkModelled = 2,    // the context-modelled coding follows (model_coder.h)
 };
 
-// Frame_Header Flags (version 2): bit 0 = session payload (Base_Checksum and History_Id
-// follow Chunk_Log); bits 1-7 reserved.
+// Frame_Header Flags (versions 2 and 3): bit 0 = session payload (Base_Checksum and
+// History_Id follow Chunk_Log); bits 1-7 reserved.
 constexpr uint8_t kFlagSession = 0x01;
 
 // Chunk layout byte: bits 0-1 select how positions are coded; bits 2-7 are reserved.

@@ -24,8 +24,8 @@
 // - Probabilities start from priors derived from the chunk's overall rate, sent in one
 //   header byte, and adapt. Since format version 3 the value contexts too: an element
 //   expected to change more than once per step (rate far above the chunk's) moves by more
-//   than one ULP, and the sign is a fair coin unless a session knows the last direction. Integer arithmetic only: the bytes do not depend on the
-//   compiler, target or machine.
+//   than one ULP, and the sign is a fair coin unless a session knows the last direction.
+// - Integer arithmetic only: the bytes do not depend on the compiler, target or machine.
 #ifndef ARC_V3_SRC_MODEL_CODER_H_
 #define ARC_V3_SRC_MODEL_CODER_H_
 

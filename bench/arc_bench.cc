@@ -363,15 +363,15 @@ CodecResult RunCodec(const Codec& codec, const Dataset& dataset, const Flags& fl
 
 // Each tensor's steps go, in order, through one sender and one receiver Session (default
 // format and effort, one thread); every rebuilt tensor is checked bit-exact.
-SessionResult RunSessions(const Dataset& dataset) {
+// `pair_stats`: each pair's statistics (AnalyzeDataset), for its bound.
+SessionResult RunSessions(const Dataset& dataset, const std::vector<DeltaStats>& pair_stats) {
   SessionResult result;
   result.ran = true;
   result.steps.resize(dataset.pairs.size());
   for (size_t p = 0; p < dataset.pairs.size(); ++p) {
-    const DeltaStats stats = AnalyzePair(dataset.pairs[p], nullptr);
-    result.steps[p].elements = stats.elements;
-    result.steps[p].changed = stats.changed;
-    result.steps[p].bits_b2 = stats.bits_b2;
+    result.steps[p].elements = pair_stats[p].elements;
+    result.steps[p].changed = pair_stats[p].changed;
+    result.steps[p].bits_b2 = pair_stats[p].bits_b2;
   }
   Options options;
   options.threads = 1;
@@ -851,7 +851,8 @@ int Main(int argc, char** argv) {
     d.name = dataset.name;
     d.params = dataset.pairs.front().Elements();
     Progress(tag + d.name + ": statistics and bounds");
-    d.stats = AnalyzeDataset(dataset);
+    std::vector<DeltaStats> pair_stats;
+    d.stats = AnalyzeDataset(dataset, &pair_stats);
     for (size_t c = 0; c < codecs.size(); ++c) {
       Progress(tag + d.name + ": " + codecs[c]->Name() + " (" + std::to_string(c + 1) + "/" +
                std::to_string(codecs.size()) + ")");
@@ -860,7 +861,7 @@ int Main(int argc, char** argv) {
     }
     if (flags.session) {
       Progress(tag + d.name + ": session mode");
-      d.session = RunSessions(dataset);
+      d.session = RunSessions(dataset, pair_stats);
       failed = failed || !d.session.ok;
     }
     ProgressDone();

@@ -155,10 +155,13 @@ DeltaStats AnalyzePair(const StepPair& pair, const StepPair* previous) {
   return stats;
 }
 
-DeltaStats AnalyzeDataset(const Dataset& dataset) {
+DeltaStats AnalyzeDataset(const Dataset& dataset, std::vector<DeltaStats>* per_pair) {
   DeltaStats total;
+  if (per_pair != nullptr) per_pair->clear();
   for (size_t p = 0; p < dataset.pairs.size(); ++p) {
-    total.Add(AnalyzePair(dataset.pairs[p], p > 0 ? &dataset.pairs[p - 1] : nullptr));
+    const DeltaStats pair = AnalyzePair(dataset.pairs[p], p > 0 ? &dataset.pairs[p - 1] : nullptr);
+    total.Add(pair);
+    if (per_pair != nullptr) per_pair->push_back(pair);
   }
   return total;
 }

@@ -49,8 +49,8 @@ struct DeltaStats {
 // same tensors, for the persistence figures.
 DeltaStats AnalyzePair(const StepPair& pair, const StepPair* previous);
 
-// All pairs of a dataset pooled.
-DeltaStats AnalyzeDataset(const Dataset& dataset);
+// All pairs of a dataset pooled; `per_pair`, if not null, receives each pair's statistics.
+DeltaStats AnalyzeDataset(const Dataset& dataset, std::vector<DeltaStats>* per_pair = nullptr);
 
 }  // namespace bench
 }  // namespace arc_v3

@@ -264,13 +264,11 @@ Status EncodeFrame(const uint16_t* src, const uint16_t* dst, size_t count,
       PutU64(session->base_checksum, &bytes);
       PutU64(session->history_id, &bytes);
     }
-    size_t total = bytes.size();
     // Version 3 leaves out the last chunk's size: it runs to the end of the payload.
     const size_t stored_sizes = published || chunks.empty() ? chunks.size() : chunks.size() - 1;
-    for (size_t c = 0; c < chunks.size(); ++c) {
-      if (c < stored_sizes) PutVarint(chunks[c].size(), &bytes);
-      total += (c < stored_sizes ? VarintSize(chunks[c].size()) : 0) + chunks[c].size();
-    }
+    for (size_t c = 0; c < stored_sizes; ++c) PutVarint(chunks[c].size(), &bytes);
+    size_t total = bytes.size();
+    for (const auto& chunk : chunks) total += chunk.size();
     bytes.reserve(total);
     for (const auto& chunk : chunks) bytes.insert(bytes.end(), chunk.begin(), chunk.end());
     out->checksum = target_checksum;

@@ -66,14 +66,6 @@ inline uint64_t LoadU64(const uint8_t* bytes) {
   return value;
 }
 
-inline size_t VarintSize(uint64_t value) {
-  size_t size = 1;
-  while (value >= 0x80) {
-    value >>= 7;
-    ++size;
-  }
-  return size;
-}
 
 // Bounds-checked reader over untrusted bytes: every read reports failure instead of
 // reading past the end. Varints must be minimal (no redundant 0x80 continuation bytes)

@@ -58,6 +58,18 @@ constexpr int kMaxRateLog = 32;
 // g < groups (src holds 4 * groups elements). Exact: each sum is below 2^35.
 void GroupRateSums(const uint16_t* src, size_t groups, uint64_t* sums);
 
+// Monotone integer key of a BF16 bit pattern: a bijection on uint16 such that the key
+// order is the value order (-NaN < -Inf < ... < -0 < +0 < ... < +Inf < +NaN); -0 and +0
+// are neighbours, so stepping across zero is +-1.
+inline uint16_t MonotoneKey(uint16_t bits) {
+  return (bits & 0x8000) ? static_cast<uint16_t>(0x7FFF - (bits & 0x7FFF))
+                         : static_cast<uint16_t>(bits | 0x8000);
+}
+inline uint16_t FromMonotoneKey(uint16_t key) {
+  return (key & 0x8000) ? static_cast<uint16_t>(key & 0x7FFF)
+                        : static_cast<uint16_t>(0x8000 | (0x7FFF - key));
+}
+
 // Session history (model_coder.h): one byte per element; bits 0-2 the age of its last
 // change (0: none recorded, 1: the previous step, ..., 7: seven or more steps ago), bit 3
 // set if that change went up in MonotoneKey order, bits 4-7 unused.

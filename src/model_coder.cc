@@ -325,33 +325,33 @@ inline uint16_t CodeValue(Io* io, Model* model, uint16_t prev, uint16_t next, in
   return static_cast<uint16_t>(prev ^ FromMonotoneKey(static_cast<uint16_t>(key + step)));
 }
 
-// Rate sums of groups of 4 elements, computed by a kernel a window of groups at a time.
-// Sum(begin, end) serves the blocks in ascending order (begin a multiple of 4).
+// Rate sums of groups of 4 elements, computed by the rates' kernel (GroupSums) a window
+// of groups at a time. Sum(rates, begin, end) serves the blocks in ascending order (begin
+// a multiple of 4).
 template <class Rates>
 class GroupWindow {
  public:
-  GroupWindow(const Rates* rates, size_t len) : rates_(rates), groups_(len / 4) {}
+  explicit GroupWindow(size_t len) : groups_(len / 4) {}
 
-  inline uint64_t Sum(size_t begin, size_t end) {
+  inline uint64_t Sum(const Rates& rates, size_t begin, size_t end) {
     uint64_t sum = 0;
     size_t i = begin;
-    for (; i + 4 <= end; i += 4) sum += Group(i / 4);
-    for (; i < end; ++i) sum += rates_->Rate(i);
+    for (; i + 4 <= end; i += 4) sum += Group(rates, i / 4);
+    for (; i < end; ++i) sum += rates.Rate(i);
     return sum;
   }
 
  private:
-  inline uint64_t Group(size_t g) {
+  inline uint64_t Group(const Rates& rates, size_t g) {
     if (g >= window_end_) {
       window_begin_ = g;
       window_end_ = std::min(g + kWindowGroups, groups_);
-      rates_->GroupSums(g, window_end_ - g, window_);
+      rates.GroupSums(g, window_end_ - g, window_);
     }
     return window_[g - window_begin_];
   }
 
   static constexpr size_t kWindowGroups = 1024;
-  const Rates* rates_;
   size_t groups_;
   size_t window_begin_ = 0;
   size_t window_end_ = 0;
@@ -361,11 +361,11 @@ class GroupWindow {
 // Element rates without history: by exponent alone.
 class PlainRates {
  public:
-  PlainRates(const uint16_t* src, size_t len) : src_(src), window_(this, len) {}
+  PlainRates(const uint16_t* src, size_t len) : src_(src), window_(len) {}
   inline uint64_t Rate(size_t i) const { return kRates.rate[ExponentOf(src_[i])]; }
   inline int Hint(size_t) const { return 0; }
   // The rate sum of [begin, end); blocks in ascending order.
-  inline uint64_t Sum(size_t begin, size_t end) { return window_.Sum(begin, end); }
+  inline uint64_t Sum(size_t begin, size_t end) { return window_.Sum(*this, begin, end); }
   void GroupSums(size_t first, size_t count, uint64_t* sums) const {
     GroupRateSums(src_ + 4 * first, count, sums);
   }
@@ -381,7 +381,7 @@ class PlainRates {
 class HistoryRates {
  public:
   HistoryRates(const uint16_t* src, const uint8_t* history, size_t len, const uint8_t* boosts)
-      : src_(src), history_(history), window_(this, len) {
+      : src_(src), history_(history), window_(len) {
     for (int age = 0; age <= kHistoryAgeMask; ++age) {
       boost_[age] = boosts[HistoryClass(static_cast<uint8_t>(age))];
     }
@@ -390,7 +390,7 @@ class HistoryRates {
     const int a = kRates.log[ExponentOf(src_[i])] + boost_[history_[i] & kHistoryAgeMask];
     return uint64_t{1} << std::min(a, kMaxRateLog);
   }
-  inline uint64_t Sum(size_t begin, size_t end) { return window_.Sum(begin, end); }
+  inline uint64_t Sum(size_t begin, size_t end) { return window_.Sum(*this, begin, end); }
   void GroupSums(size_t first, size_t count, uint64_t* sums) const {
     HistoryRateSums(src_ + 4 * first, history_ + 4 * first, boost_, count, sums);
   }
@@ -578,18 +578,20 @@ Status EncodeChunk(const uint16_t* src, const uint16_t* dst, size_t len, int log
   if (history != nullptr) {
     // Elements with a recorded change are a minority: skip the others 8 at a time.
     constexpr uint64_t kAges = 0x0101010101010101ull * kHistoryAgeMask;
-    for (size_t i = 0; i < len;) {
-      uint64_t word;
-      if (i + 8 <= len && (std::memcpy(&word, history + i, 8), (word & kAges) == 0)) {
+    size_t i = 0;
+    while (i < len) {
+      uint64_t word = 0;
+      if (i + 8 <= len) std::memcpy(&word, history + i, 8);
+      if (i + 8 <= len && (word & kAges) == 0) {
         i += 8;
-        continue;
+      } else {
+        rate_sums[HistoryClass(history[i])] += kRates.rate[ExponentOf(src[i])];
+        ++i;
       }
-      rate_sums[HistoryClass(history[i])] += kRates.rate[ExponentOf(src[i])];
-      ++i;
     }
     rate_sums[0] = all_rates - rate_sums[1] - rate_sums[2] - rate_sums[3];
     changes[0] = 0;
-    for (const uint32_t i : changed) ++changes[HistoryClass(history[i])];
+    for (const uint32_t position : changed) ++changes[HistoryClass(history[position])];
   }
   if (log2_block < 0) log2_block = ChooseBlockLog(total, len);
   uint8_t boosts[kHistoryClasses] = {0, 0, 0, 0};

@@ -46,17 +46,8 @@ constexpr uint8_t kModelValuePriors = 0x10;
 // Largest chunk the modelled coder accepts, in elements.
 constexpr size_t kMaxModelledChunk = size_t{1} << 24;
 
-// Monotone integer key of a BF16 bit pattern: a bijection on uint16 such that the key
-// order is the value order (-NaN < -Inf < ... < -0 < +0 < ... < +Inf < +NaN); -0 and +0
-// are neighbours, so stepping across zero is +-1.
-inline uint16_t MonotoneKey(uint16_t bits) {
-  return (bits & 0x8000) ? static_cast<uint16_t>(0x7FFF - (bits & 0x7FFF))
-                         : static_cast<uint16_t>(bits | 0x8000);
-}
-inline uint16_t FromMonotoneKey(uint16_t key) {
-  return (key & 0x8000) ? static_cast<uint16_t>(key & 0x7FFF)
-                        : static_cast<uint16_t>(0x8000 | (0x7FFF - key));
-}
+// MonotoneKey / FromMonotoneKey (the monotone integer order of BF16 bit patterns) live in
+// src/kernels.h, beside the history kernel that uses them too.
 
 // Session history (optional): one byte per element that sender and receiver both keep
 // across the steps of a session, so that the coder can use what changed before (an

@@ -94,15 +94,10 @@ void HistoryRateSums(const uint16_t* src, const uint8_t* history, const uint8_t 
 }
 
 void AdvanceHistory(const uint16_t* src, const uint16_t* dst, size_t count, uint8_t* history) {
-  // MonotoneKey (model_coder.h): the order of keys is the order of the values.
-  auto key = [](uint16_t bits) {
-    return (bits & 0x8000) ? static_cast<uint16_t>(0x7FFF - (bits & 0x7FFF))
-                           : static_cast<uint16_t>(bits | 0x8000);
-  };
   for (size_t i = 0; i < count; ++i) {
     const uint8_t age = history[i] & kHistoryAgeMask;
     if (src[i] != dst[i]) {
-      const bool up = static_cast<uint16_t>(key(dst[i]) - key(src[i])) < 0x8000;
+      const bool up = static_cast<uint16_t>(MonotoneKey(dst[i]) - MonotoneKey(src[i])) < 0x8000;
       history[i] = static_cast<uint8_t>(1 | (up ? kHistoryUp : 0));
     } else if (age != 0 && age != kHistoryAgeMask) {
       history[i] = static_cast<uint8_t>((history[i] & kHistoryUp) | (age + 1));

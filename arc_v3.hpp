@@ -104,7 +104,10 @@ enum class Format : uint8_t {
 
 struct Options {
   Format format = Format::kDefault;
-  // 0 (fastest) .. 3 (smallest). Chooses how many compressors race for each stream.
+  // 0 (fastest) .. 3 (smallest). With kDefault: 0 codes XOR streams (ARCv3's fields);
+  // 1-2 code dense chunks (>= 2048 changes, >= 1/64 changed) with the rANS coder, which
+  // decodes 2-3x faster there, and the rest with the context-modelled coder; 3 codes all
+  // three and keeps the smallest. Also sets how many compressors race for XOR streams.
   int effort = 2;
   // Worker threads; 0 = all hardware threads. Output bytes do not depend on it.
   int threads = 0;
@@ -161,9 +164,10 @@ Status delta_inspect(const uint8_t* bytes, size_t size, PayloadInfo* info);
 // Per-payload statistics for tools and benchmarks.
 struct PayloadStats {
   PayloadInfo info;
-  // Chunks by coding: [nothing changed, XOR streams (ARCv3), context-modelled].
-  uint64_t chunk_modes[3] = {0, 0, 0};
-  // False when modelled chunks were not decoded because no base was given: then
+  // Chunks by coding: [nothing changed, XOR streams (ARCv3), context-modelled, rANS].
+  uint64_t chunk_modes[4] = {0, 0, 0, 0};
+  // False when modelled or rANS chunks were not decoded because no base was given (or,
+  // for modelled chunks of a session payload, no history): then
   // `changed` and `exponent_or_sign` count only the other chunks.
   bool counts_known = true;
   uint64_t changed = 0;           // elements whose bits differ
@@ -172,12 +176,13 @@ struct PayloadStats {
   // payload size.
   uint64_t position_bytes = 0, mantissa_bytes = 0, high_bytes = 0;  // XOR streams
   uint64_t modelled_bytes = 0;  // context-modelled chunks
+  uint64_t rans_bytes = 0;      // rANS chunks
   uint64_t overhead_bytes = 0;  // frame header, chunk table, chunk and stream headers
   // How often each compressor won an XOR stream: [stored, lz4, zstd].
   uint64_t codec_wins[3] = {0, 0, 0};
 };
-// Decodes the payload's structure without the base: modelled chunks are measured but
-// their changes not counted (counts_known = false if there are any).
+// Decodes the payload's structure without the base: modelled and rANS chunks are
+// measured but their changes not counted (counts_known = false if there are any).
 Status delta_stats(const uint8_t* bytes, size_t size, PayloadStats* stats);
 // With the base (`src`, `count` elements), every chunk is decoded and counted.
 Status delta_stats(const uint16_t* src, size_t count, const uint8_t* bytes, size_t size,

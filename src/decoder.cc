@@ -21,6 +21,7 @@
 #include "src/format.h"
 #include "src/kernels.h"
 #include "src/model_coder.h"
+#include "src/rans_coder.h"
 #include "src/parallel.h"
 
 namespace arc_v3 {
@@ -143,7 +144,7 @@ struct ChunkStats {
   uint64_t high = 0;
   uint64_t stream_bytes[3] = {0, 0, 0};  // positions, mantissas, high records
   uint64_t codec_wins[kNumStreamCodecs] = {0, 0, 0};
-  uint64_t modelled_bytes = 0;
+  uint64_t modelled_bytes = 0;  // of a modelled or rANS chunk (`mode` says which)
   int mode = kChunkUnchanged;
 };
 
@@ -185,6 +186,22 @@ class ChunkDecoder {
         }
         if (changes->positions.empty()) {
           return Status(ErrorCode::kCorruptChunk, "modelled chunk without changes");
+        }
+        if (stats != nullptr) {
+          stats->modelled_bytes = size;
+          for (const uint16_t x : changes->xors) stats->high += (x & kHighFieldMask) != 0;
+        }
+        return Status::Ok();
+      }
+      case kChunkRans: {
+        if (version < 4) return Status(ErrorCode::kReservedBitsSet, "unknown chunk mode");
+        if (src == nullptr) return Status::Ok();  // statistics without the base
+        const Status status = DecodeChunkRans(src, chunk_len, reader.current(),
+                                              reader.remaining(), &changes->positions,
+                                              &changes->xors);
+        if (!status.ok()) {
+          return Status(status.code(), status.message() +
+                                           " (the payload is corrupt, or src is not its base)");
         }
         if (stats != nullptr) {
           stats->modelled_bytes = size;
@@ -560,9 +577,10 @@ Status ComputeStats(const uint16_t* src, size_t count, const uint8_t* bytes, siz
     for (size_t c = 0; c < changes.size(); ++c) {
       const ChunkStats& chunk = chunk_stats[c];
       stats->chunk_modes[chunk.mode] += 1;
-      if (chunk.mode == kChunkModelled && src == nullptr) {
+      uint64_t& coded_bytes = chunk.mode == kChunkRans ? stats->rans_bytes : stats->modelled_bytes;
+      if ((chunk.mode == kChunkModelled || chunk.mode == kChunkRans) && src == nullptr) {
         stats->counts_known = false;
-        stats->modelled_bytes += header.chunk_size[c];
+        coded_bytes += header.chunk_size[c];
         continue;
       }
       stats->changed += changes[c].positions.size();
@@ -570,11 +588,11 @@ Status ComputeStats(const uint16_t* src, size_t count, const uint8_t* bytes, siz
       stats->position_bytes += chunk.stream_bytes[0];
       stats->mantissa_bytes += chunk.stream_bytes[1];
       stats->high_bytes += chunk.stream_bytes[2];
-      stats->modelled_bytes += chunk.modelled_bytes;
+      coded_bytes += chunk.modelled_bytes;
       for (int k = 0; k < kNumStreamCodecs; ++k) stats->codec_wins[k] += chunk.codec_wins[k];
     }
     stats->overhead_bytes = size - stats->position_bytes - stats->mantissa_bytes -
-                            stats->high_bytes - stats->modelled_bytes;
+                            stats->high_bytes - stats->modelled_bytes - stats->rans_bytes;
     return Status::Ok();
   } catch (const std::bad_alloc&) {
     return Status(ErrorCode::kOutOfMemory, "out of memory while decoding");

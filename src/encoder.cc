@@ -22,6 +22,7 @@
 #include "src/format.h"
 #include "src/kernels.h"
 #include "src/model_coder.h"
+#include "src/rans_coder.h"
 #include "src/parallel.h"
 
 namespace arc_v3 {
@@ -151,7 +152,15 @@ Status EncodeChunkV1(const uint16_t* src, const uint16_t* dst, size_t chunk_len,
   return Status::Ok();
 }
 
-// Version 2 chunk: a mode byte, then the coding chosen by the effort level.
+// rANS chunks (format 4) decode 2-3x faster than modelled ones where changes are dense,
+// for ~95 header bytes (1-6% more than a modelled chunk on the corpus; under 2% on
+// chunks with tens of thousands of changes). Efforts 1-2 take them from this density
+// and change count on, the modelled coding below.
+bool PreferRans(uint64_t changes, size_t chunk_len) {
+  return changes >= kRansMinChanges && changes * kRansMinDensityInverse >= chunk_len;
+}
+
+// Versions 2 to 4 chunk: a mode byte, then the coding chosen by the effort level.
 Status EncodeChunkV2(const uint16_t* src, const uint16_t* dst, size_t chunk_len,
                      const uint8_t* history, const RaceEntrants& entrants, int effort,
                      EncoderScratch* s, std::vector<uint8_t>* out) {
@@ -161,8 +170,11 @@ Status EncodeChunkV2(const uint16_t* src, const uint16_t* dst, size_t chunk_len,
     out->push_back(kChunkUnchanged);
     return Status::Ok();
   }
+  // Sessions code with the history, which only the modelled chunk uses.
+  const bool rans_first = history == nullptr && PreferRans(counts.changed, chunk_len);
   const bool try_xor_streams = effort == 0 || effort == 3;
-  const bool try_modelled = effort > 0;
+  const bool try_modelled = effort == 3 || (effort > 0 && !rans_first);
+  const bool try_rans = effort == 3 || (effort > 0 && rans_first);
   if (try_xor_streams) {
     out->push_back(kChunkXorStreams);
     EncodeXorStreams(src, dst, chunk_len, counts, entrants, effort, s, out);
@@ -172,6 +184,17 @@ Status EncodeChunkV2(const uint16_t* src, const uint16_t* dst, size_t chunk_len,
     s->modelled.push_back(kChunkModelled);
     const Status status =
         EncodeChunkModelled(src, dst, chunk_len, &s->modelled, history, counts.changed);
+    if (!status.ok()) return status;
+    if (out->empty() || s->modelled.size() < out->size()) out->swap(s->modelled);
+  }
+  if (try_rans) {
+    s->positions.resize(counts.changed);
+    s->xors.resize(counts.changed);
+    CompactChanges(src, dst, chunk_len, s->positions.data(), s->xors.data());
+    s->modelled.clear();
+    s->modelled.push_back(kChunkRans);
+    const Status status = EncodeChunkRans(src, dst, chunk_len, s->positions.data(),
+                                          counts.changed, &s->modelled);
     if (!status.ok()) return status;
     if (out->empty() || s->modelled.size() < out->size()) out->swap(s->modelled);
   }

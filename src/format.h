@@ -15,18 +15,20 @@ constexpr uint8_t kMagic[4] = {'A', 'R', 'C', '3'};
 // byte to every chunk and the context-modelled chunk coder. Version 3 (Format::kDefault)
 // leaves the last chunk's size out of the chunk table (the chunk runs to the end of the
 // payload) and lets modelled chunks use value priors (model_coder.h, kModelValuePriors).
+// Version 4 (Format::kDefault) adds rANS chunks (rans_coder.h).
 constexpr uint8_t kFormatVersionArcV3 = 1;
-constexpr uint8_t kFormatVersion = 3;
+constexpr uint8_t kFormatVersion = 4;
 constexpr uint8_t kMinChunkLog = 10;
 constexpr uint8_t kMaxChunkLog = 24;
 // Varints in this format never exceed 64 bits (10 bytes of LEB128).
 constexpr int kMaxVarintBytes = 10;
 
-// Versions 2 and 3: the first byte of every chunk.
+// Versions 2 to 4: the first byte of every chunk.
 enum ChunkMode : uint8_t {
   kChunkUnchanged = 0,  // no element changed; the chunk is this byte
   kChunkXorStreams = 1,  // the version-1 chunk body follows (Changed_Count > 0)
   kChunkModelled = 2,    // the context-modelled coding follows (model_coder.h)
+  kChunkRans = 3,        // version 4 on: the rANS coding follows (rans_coder.h)
 };
 
 // Frame_Header Flags (versions 2 and 3): bit 0 = session payload (Base_Checksum and

@@ -263,6 +263,93 @@ void AdvanceHistory(const uint16_t* HWY_RESTRICT src, const uint16_t* HWY_RESTRI
   ref::AdvanceHistory(src + i, dst + i, count - i, history + i);
 }
 
+// Decodes lanes [i, i + Lanes(d32)) of one group of kRansLanes elements; `x` holds their
+// states. Renormalisation is rare (about once per 16 / (bits per element) elements of a
+// lane), so it takes a scalar path that reads the words in lane order, as the reference
+// does. Sets *exhausted if the words run out.
+template <class D>
+HWY_INLINE hn::Vec<D> DecodeRansVector(D d32, hn::Vec<D> x, const uint16_t* HWY_RESTRICT src,
+                                       size_t i, const uint32_t* HWY_RESTRICT probs,
+                                       const uint8_t* HWY_RESTRICT words, size_t num_words,
+                                       size_t* HWY_RESTRICT word,
+                                       uint32_t* HWY_RESTRICT positions,
+                                       size_t* HWY_RESTRICT changes, bool* exhausted) {
+  const hn::Rebind<uint16_t, D> d16;
+  const hn::RebindToSigned<D> di32;
+  const size_t N = hn::Lanes(d32);
+  const auto low = hn::Set(d32, kRansLow);
+  const auto bits = hn::PromoteTo(d32, hn::LoadU(d16, src + i));
+  const auto exponent = hn::And(hn::ShiftRight<7>(bits), hn::Set(d32, 0xFF));
+  const auto p = hn::GatherIndex(d32, probs, hn::BitCast(di32, exponent));
+  const auto slot = hn::And(x, hn::Set(d32, 0xFFFF));
+  const auto changed = hn::Lt(slot, p);
+  const auto freq = hn::IfThenElse(changed, p, hn::Sub(low, p));
+  const auto start = hn::IfThenZeroElse(changed, p);
+  x = hn::Add(hn::Mul(freq, hn::ShiftRight<16>(x)), hn::Sub(slot, start));
+  if (HWY_UNLIKELY(!hn::AllFalse(d32, hn::Lt(x, low)))) {
+    HWY_ALIGN uint32_t lanes[kRansLanes];
+    hn::Store(x, d32, lanes);
+    for (size_t lane = 0; lane < N; ++lane) {
+      if (lanes[lane] >= kRansLow) continue;
+      if (*word == num_words) {
+        *exhausted = true;
+        break;
+      }
+      lanes[lane] = (lanes[lane] << 16) | words[2 * *word] |
+                    (uint32_t{words[2 * *word + 1]} << 8);
+      ++*word;
+    }
+    x = hn::Load(d32, lanes);
+  }
+  if (!hn::AllFalse(d32, changed)) {
+    uint8_t mask_bits[8] = {};
+    hn::StoreMaskBits(d32, changed, mask_bits);
+    for (uint32_t set = mask_bits[0] | (uint32_t{mask_bits[1]} << 8); set != 0; set &= set - 1) {
+      positions[(*changes)++] = static_cast<uint32_t>(i + __builtin_ctz(set));
+    }
+  }
+  return x;
+}
+
+// Whole groups of kRansLanes elements run on vectors: one holding all the states where
+// vectors have kRansLanes u32 lanes (AVX3), else kRansLanes / N vectors kept in memory.
+// The tail (count % kRansLanes elements) runs the reference.
+size_t DecodeRansChanges(const uint16_t* HWY_RESTRICT src, size_t count,
+                         const uint32_t* HWY_RESTRICT probs, uint32_t* HWY_RESTRICT states,
+                         const uint8_t* HWY_RESTRICT words, size_t num_words,
+                         size_t* HWY_RESTRICT words_used, uint32_t* HWY_RESTRICT positions) {
+  const hn::CappedTag<uint32_t, kRansLanes> d32;
+  const size_t N = hn::Lanes(d32);
+  size_t word = *words_used;
+  size_t changes = 0;
+  bool exhausted = false;
+  size_t i = 0;
+  if (N == kRansLanes) {
+    auto x = hn::LoadU(d32, states);
+    for (; i + kRansLanes <= count && !exhausted; i += kRansLanes) {
+      x = DecodeRansVector(d32, x, src, i, probs, words, num_words, &word, positions, &changes,
+                           &exhausted);
+    }
+    hn::StoreU(x, d32, states);
+  } else {
+    for (; i + kRansLanes <= count && !exhausted; i += kRansLanes) {
+      for (size_t v = 0; v < kRansLanes; v += N) {
+        const auto x = DecodeRansVector(d32, hn::LoadU(d32, states + v), src, i + v, probs,
+                                        words, num_words, &word, positions, &changes,
+                                        &exhausted);
+        hn::StoreU(x, d32, states + v);
+      }
+    }
+  }
+  if (exhausted) return kRansWordsExhausted;
+  const size_t tail = ref::DecodeRansChanges(src + i, count - i, probs, states, words,
+                                             num_words, &word, positions + changes);
+  if (tail == kRansWordsExhausted) return kRansWordsExhausted;
+  for (size_t k = changes; k < changes + tail; ++k) positions[k] += static_cast<uint32_t>(i);
+  *words_used = word;
+  return changes + tail;
+}
+
 int64_t TargetId() { return HWY_TARGET; }
 
 // NOLINTNEXTLINE(google-readability-namespace-comments)
@@ -281,6 +368,7 @@ HWY_EXPORT(ApplyXor);
 HWY_EXPORT(GroupRateSums);
 HWY_EXPORT(HistoryRateSums);
 HWY_EXPORT(AdvanceHistory);
+HWY_EXPORT(DecodeRansChanges);
 HWY_EXPORT(TargetId);
 
 ChangeCounts ClassifyChanges(const uint16_t* src, const uint16_t* dst, size_t count) {
@@ -315,6 +403,13 @@ void HistoryRateSums(const uint16_t* src, const uint8_t* history, const uint8_t 
 
 void AdvanceHistory(const uint16_t* src, const uint16_t* dst, size_t count, uint8_t* history) {
   HWY_DYNAMIC_DISPATCH(AdvanceHistory)(src, dst, count, history);
+}
+
+size_t DecodeRansChanges(const uint16_t* src, size_t count, const uint32_t probs[256],
+                         uint32_t states[kRansLanes], const uint8_t* words, size_t num_words,
+                         size_t* words_used, uint32_t* positions) {
+  return HWY_DYNAMIC_DISPATCH(DecodeRansChanges)(src, count, probs, states, words, num_words,
+                                                 words_used, positions);
 }
 
 const char* DispatchedTargetName() {

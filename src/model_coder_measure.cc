@@ -4,7 +4,8 @@
 // ARCv3 as published (delta_compress, Format::kArcV3, per tensor) and with the entropy
 // bound (b2) the corpus' stats.json records for that pair.
 //
-// Usage: model_coder_measure [--block=LOG2] [--reps=N] [--verbose] [--history] DIR...
+// Usage: model_coder_measure [--block=LOG2] [--reps=N] [--verbose] [--history]
+//                            [--coder=rans|best] DIR...
 // (--verbose adds a line per tensor; --history codes each run as one session, the first
 // pair without history and every later one with the history of the pairs before.)
 // Prints one line per pair and a pooled line per run. Speeds are single-thread GB/s of
@@ -23,12 +24,55 @@
 #include <nlohmann/json.hpp>
 
 #include "arc_v3.hpp"
+#include "src/kernels.h"
 #include "src/model_coder.h"
+#include "src/rans_coder.h"
 #include "src/safetensors.h"
 
 namespace {
 
 int g_reps = 3;
+// Which chunk coder: the adaptive modelled coder, the rANS coder, or per chunk the
+// smaller of the two (as the frame encoder's race does).
+enum class Coder { kModelled, kRans, kBest };
+Coder g_coder = Coder::kModelled;
+
+// Codes one chunk with the chosen coder; the first byte says which (the frame's mode).
+arc_v3::Status EncodeChunk(const uint16_t* src, const uint16_t* dst, size_t len, int block_log,
+                           const uint8_t* history, std::vector<uint8_t>* out) {
+  out->clear();
+  arc_v3::Status s = arc_v3::Status::Ok();
+  if (g_coder != Coder::kRans) {
+    out->push_back(2);
+    s = block_log > 0
+            ? arc_v3::EncodeChunkModelledWithBlock(src, dst, len, block_log, out, history)
+            : arc_v3::EncodeChunkModelled(src, dst, len, out, history);
+    if (!s.ok() || g_coder == Coder::kModelled) return s;
+  }
+  const size_t changes = arc_v3::ClassifyChanges(src, dst, len).changed;
+  if (changes == 0) return s;
+  std::vector<uint32_t> positions(changes);
+  std::vector<uint16_t> xors(changes);
+  arc_v3::CompactChanges(src, dst, len, positions.data(), xors.data());
+  std::vector<uint8_t> rans = {3};
+  s = arc_v3::EncodeChunkRans(src, dst, len, positions.data(), changes, &rans);
+  if (s.ok() && (out->empty() || rans.size() < out->size())) out->swap(rans);
+  return s;
+}
+
+arc_v3::Status DecodeChunk(const uint16_t* src, size_t len, const std::vector<uint8_t>& chunk,
+                           const uint8_t* history, std::vector<uint32_t>* positions,
+                           std::vector<uint16_t>* xors) {
+  if (chunk.empty()) {
+    positions->clear();
+    xors->clear();
+    return arc_v3::Status::Ok();
+  }
+  return chunk[0] == 3 ? arc_v3::DecodeChunkRans(src, len, chunk.data() + 1, chunk.size() - 1,
+                                                 positions, xors)
+                       : arc_v3::DecodeChunkModelled(src, len, chunk.data() + 1,
+                                                     chunk.size() - 1, positions, xors, history);
+}
 
 // Thread CPU time: the shared build machine is loaded, and time spent descheduled is not
 // the coder's.
@@ -60,13 +104,8 @@ bool MeasureTensor(const uint16_t* src, const uint16_t* dst, size_t n, int block
     for (size_t begin = 0; begin < n; begin += kChunk) {
       const size_t len = std::min(kChunk, n - begin);
       chunks.emplace_back();
-      const arc_v3::Status s =
-          block_log > 0
-              ? arc_v3::EncodeChunkModelledWithBlock(src + begin, dst + begin, len, block_log,
-                                                     &chunks.back(),
-                                                     history ? history + begin : nullptr)
-              : arc_v3::EncodeChunkModelled(src + begin, dst + begin, len, &chunks.back(),
-                                            history ? history + begin : nullptr);
+      const arc_v3::Status s = EncodeChunk(src + begin, dst + begin, len, block_log,
+                                           history ? history + begin : nullptr, &chunks.back());
       if (!s.ok()) {
         std::fprintf(stderr, "encode: %s\n", s.ToString().c_str());
         return false;
@@ -81,9 +120,9 @@ bool MeasureTensor(const uint16_t* src, const uint16_t* dst, size_t n, int block
     size_t c = 0;
     for (size_t begin = 0; begin < n; begin += kChunk, ++c) {
       const size_t len = std::min(kChunk, n - begin);
-      const arc_v3::Status s =
-          arc_v3::DecodeChunkModelled(src + begin, len, chunks[c].data(), chunks[c].size(),
-                                      &positions, &xors, history ? history + begin : nullptr);
+      const arc_v3::Status s = DecodeChunk(src + begin, len, chunks[c],
+                                           history ? history + begin : nullptr, &positions,
+                                           &xors);
       if (!s.ok()) {
         std::fprintf(stderr, "decode: %s\n", s.ToString().c_str());
         return false;
@@ -107,6 +146,7 @@ bool MeasureTensor(const uint16_t* src, const uint16_t* dst, size_t n, int block
     }
     best_decode = std::min(best_decode, Seconds(t0, Clock::now()));
   }
+  // The leading byte stands for the frame's Chunk_Mode.
   for (const auto& chunk : chunks) totals->model_bytes += chunk.size();
   totals->encode_s += best_encode;
   totals->decode_s += best_decode;
@@ -153,6 +193,10 @@ int main(int argc, char** argv) {
       verbose = true;
     } else if (std::strcmp(argv[i], "--history") == 0) {
       sessions = true;
+    } else if (std::strcmp(argv[i], "--coder=rans") == 0) {
+      g_coder = Coder::kRans;
+    } else if (std::strcmp(argv[i], "--coder=best") == 0) {
+      g_coder = Coder::kBest;
     } else if (std::strncmp(argv[i], "--reps=", 7) == 0) {
       g_reps = std::max(1, std::atoi(argv[i] + 7));
     } else if (std::strncmp(argv[i], "--block=", 8) == 0) {
@@ -162,7 +206,8 @@ int main(int argc, char** argv) {
     }
   }
   if (dirs.empty()) {
-    std::fprintf(stderr, "usage: %s [--block=LOG2] [--reps=N] [--verbose] [--history] CORPUS_DIR...\n", argv[0]);
+    std::fprintf(stderr, "usage: %s [--block=LOG2] [--reps=N] [--verbose] [--history] "
+                 "[--coder=rans|best] CORPUS_DIR...\n", argv[0]);
     return 2;
   }
   for (const std::string& dir : dirs) {

@@ -105,5 +105,29 @@ void AdvanceHistory(const uint16_t* src, const uint16_t* dst, size_t count, uint
   }
 }
 
+size_t DecodeRansChanges(const uint16_t* src, size_t count, const uint32_t probs[256],
+                         uint32_t states[kRansLanes], const uint8_t* words, size_t num_words,
+                         size_t* words_used, uint32_t* positions) {
+  size_t changes = 0;
+  size_t word = *words_used;
+  for (size_t i = 0; i < count; ++i) {
+    uint32_t& x = states[i % kRansLanes];
+    const uint32_t p = probs[(src[i] >> 7) & 0xFF];
+    const uint32_t slot = x & 0xFFFF;
+    const bool changed = slot < p;
+    const uint32_t freq = changed ? p : kRansLow - p;
+    const uint32_t start = changed ? 0 : p;
+    x = freq * (x >> 16) + slot - start;
+    if (x < kRansLow) {
+      if (word == num_words) return kRansWordsExhausted;
+      x = (x << 16) | words[2 * word] | (uint32_t{words[2 * word + 1]} << 8);
+      ++word;
+    }
+    if (changed) positions[changes++] = static_cast<uint32_t>(i);
+  }
+  *words_used = word;
+  return changes;
+}
+
 }  // namespace ref
 }  // namespace arc_v3

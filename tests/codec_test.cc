@@ -49,16 +49,18 @@ Delta RoundTrip(const std::vector<uint16_t>& src, const std::vector<uint16_t>& d
   CHECK(stats.changed == truth.changed);
   CHECK(stats.exponent_or_sign == truth.high);
   CHECK(stats.position_bytes + stats.mantissa_bytes + stats.high_bytes + stats.modelled_bytes +
-            stats.overhead_bytes ==
+            stats.rans_bytes + stats.overhead_bytes ==
         delta.bytes.size());
-  CHECK(stats.chunk_modes[0] + stats.chunk_modes[1] + stats.chunk_modes[2] ==
+  CHECK(stats.chunk_modes[0] + stats.chunk_modes[1] + stats.chunk_modes[2] +
+            stats.chunk_modes[3] ==
         stats.info.chunk_count);
 
   // Without the base, modelled chunks can be measured but not counted.
   PayloadStats blind;
   REQUIRE(delta_stats(delta.bytes.data(), delta.bytes.size(), &blind).ok());
   CHECK(blind.modelled_bytes == stats.modelled_bytes);
-  CHECK(blind.counts_known == (stats.chunk_modes[2] == 0));
+  CHECK(blind.rans_bytes == stats.rans_bytes);
+  CHECK(blind.counts_known == (stats.chunk_modes[2] + stats.chunk_modes[3] == 0));
   if (blind.counts_known) CHECK(blind.changed == stats.changed);
   return delta;
 }

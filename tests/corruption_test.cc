@@ -191,14 +191,14 @@ TEST_CASE("stream-level corruption: codec ids, sizes, reserved layout bits") {
   CHECK(DecodeGuarded(f, bad, f.delta.checksum).code() == ErrorCode::kReservedBitsSet);
 }
 
-TEST_CASE("format version 3: chunk modes are validated") {
+TEST_CASE("format version 4: chunk modes are validated") {
   // One chunk: magic(4) version flags count(2) log | (no table: the only chunk is the
   // last) | mode ...
   Fixture f(1000, 0.05, 1024, 2, Format::kDefault);
-  REQUIRE(f.delta.bytes[4] == 3);
+  REQUIRE(f.delta.bytes[4] == 4);
   const size_t mode_at = 4 + 1 + 1 + 2 + 1;
   REQUIRE(f.delta.bytes[mode_at] == 2);  // modelled
-  for (const uint8_t mode : {uint8_t{3}, uint8_t{0x80}, uint8_t{0xFF}}) {
+  for (const uint8_t mode : {uint8_t{4}, uint8_t{0x80}, uint8_t{0xFF}}) {
     std::vector<uint8_t> bad = f.delta.bytes;
     bad[mode_at] = mode;
     CHECK(DecodeGuarded(f, bad, f.delta.checksum).code() == ErrorCode::kReservedBitsSet);
@@ -206,6 +206,20 @@ TEST_CASE("format version 3: chunk modes are validated") {
   std::vector<uint8_t> bad = f.delta.bytes;
   bad[mode_at] = 0;  // "unchanged" followed by bytes
   CHECK(DecodeGuarded(f, bad, f.delta.checksum).code() == ErrorCode::kCorruptChunk);
+  // A modelled chunk read as rANS: its bytes do not hold together.
+  bad[mode_at] = 3;
+  CHECK(DecodeGuarded(f, bad, f.delta.checksum).code() != ErrorCode::kOk);
+}
+
+TEST_CASE("format version 3 frames may not hold version 4's rANS chunks") {
+  // Dense enough for rANS at the default effort: one chunk of 65536 elements, 5% changed.
+  Fixture f(65536, 0.05, 65536, 2, Format::kDefault);
+  const size_t mode_at = 4 + 1 + 1 + 3 + 1;  // Element_Count takes 3 varint bytes
+  REQUIRE(f.delta.bytes[mode_at] == 3);  // rANS
+  std::vector<uint8_t> v3 = f.delta.bytes;
+  v3[4] = 3;
+  CHECK(DecodeGuarded(f, v3, f.delta.checksum).code() == ErrorCode::kReservedBitsSet);
+  CHECK(DecodeGuarded(f, f.delta.bytes, f.delta.checksum).ok());
 }
 
 TEST_CASE("format version 2 frames may not use version 3's value priors") {

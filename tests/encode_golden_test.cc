@@ -4,7 +4,7 @@
 // NAME.arc3, on x86) on every compiled target and compares byte for byte; run on Arm by
 // tests/run_neon.sh, it checks NEON/SVE/SVE2 against the x86 bytes.
 //
-// The newest format version (3; Format::kDefault) may still change its bytes before
+// The newest format version (4; Format::kDefault) may still change its bytes before
 // release. After a deliberate change, regenerate its payloads (the payloads of older
 // versions are frozen: golden_test keeps decoding them, nothing rewrites them):
 //   ARC_V3_UPDATE_GOLDEN=1 bazel run //tests:encode_golden_test
@@ -33,7 +33,7 @@ struct EncodeCase {
   Options options;
 };
 
-// Lines: NAME FORMAT(v1|v3) EFFORT CHUNK_ELEMENTS.
+// Lines: NAME FORMAT(v1|v4) EFFORT CHUNK_ELEMENTS.
 std::vector<EncodeCase> ReadEncodeList() {
   std::ifstream in(std::string(kGoldenDir) + "ENCODE.txt");
   REQUIRE(in.good());
@@ -45,7 +45,7 @@ std::vector<EncodeCase> ReadEncodeList() {
     EncodeCase c;
     std::string format;
     fields >> c.name >> format >> c.options.effort >> c.options.chunk_elements;
-    const bool valid = (format == "v1" || format == "v3") && !fields.fail();
+    const bool valid = (format == "v1" || format == "v4") && !fields.fail();
     REQUIRE_MESSAGE(valid, "bad line: ", line);
     c.options.format = format == "v1" ? Format::kArcV3 : Format::kDefault;
     c.options.threads = 1;

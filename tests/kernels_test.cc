@@ -313,6 +313,53 @@ TEST_CASE("AdvanceHistory: every history byte, changes across zero and NaN, vs t
   });
 }
 
+TEST_CASE("DecodeRansChanges: arbitrary states, probabilities and words, vs the reference") {
+  // Every byte string is a valid input to the kernel (the chunk decoder checks the end
+  // state), so random words exercise every path: renormalisation in any lane, changes in
+  // any lane, and words running out in the middle of a group.
+  std::mt19937 rng(14);
+  test::ForEachTarget([&](const char*) {
+    for (const uint32_t max_prob : {uint32_t{64}, uint32_t{4096}, uint32_t{65535}}) {
+      uint32_t probs[256];
+      for (auto& p : probs) p = 1 + static_cast<uint32_t>(rng() % max_prob);
+      std::vector<uint16_t> src(100100 + 8);
+      for (auto& v : src) v = static_cast<uint16_t>(rng());
+      std::vector<uint8_t> words(2 * 40000);
+      for (auto& b : words) b = static_cast<uint8_t>(rng());
+      for (const size_t n : TestLengths()) {
+        for (const size_t mis : kMisalignments) {
+          for (const size_t num_words : {size_t{0}, size_t{3}, n / 8, words.size() / 2}) {
+            uint32_t start_states[kRansLanes];
+            for (auto& x : start_states) x = kRansLow + static_cast<uint32_t>(rng() % (0u - kRansLow));
+            uint32_t want_states[kRansLanes], got_states[kRansLanes];
+            std::copy(start_states, start_states + kRansLanes, want_states);
+            std::copy(start_states, start_states + kRansLanes, got_states);
+            std::vector<uint32_t> want(n + kRansLanes), got(n + kRansLanes + 2 * kGuard, kSentinel32);
+            size_t want_used = 1, got_used = 1;  // the kernels start after word 1
+            const size_t want_n = ref::DecodeRansChanges(src.data() + mis, n, probs, want_states,
+                                                         words.data(), num_words + 1, &want_used,
+                                                         want.data());
+            const size_t got_n = DecodeRansChanges(src.data() + mis, n, probs, got_states,
+                                                   words.data(), num_words + 1, &got_used,
+                                                   got.data() + kGuard);
+            REQUIRE(got_n == want_n);
+            if (want_n == kRansWordsExhausted) continue;  // outputs unspecified
+            REQUIRE(got_used == want_used);
+            REQUIRE(std::equal(want_states, want_states + kRansLanes, got_states));
+            REQUIRE(std::equal(want.begin(), want.begin() + static_cast<std::ptrdiff_t>(want_n),
+                               got.begin() + kGuard));
+            // Room for n + kRansLanes positions is what the contract asks; nothing beyond.
+            for (size_t i = 0; i < kGuard; ++i) REQUIRE(got[i] == kSentinel32);
+            for (size_t i = kGuard + n + kRansLanes; i < got.size(); ++i) {
+              REQUIRE(got[i] == kSentinel32);
+            }
+          }
+        }
+      }
+    }
+  });
+}
+
 TEST_CASE("every compiled target is exercised") {
   const auto targets = hwy::SupportedAndGeneratedTargets();
   std::string names;

@@ -12,23 +12,13 @@
 #include <random>
 #include <vector>
 
+#include "tests/test_data.h"
+
 namespace arc_v3 {
 namespace {
 
-float Bf16ToFloat(uint16_t bits) {
-  const uint32_t wide = static_cast<uint32_t>(bits) << 16;
-  float value;
-  std::memcpy(&value, &wide, sizeof(value));
-  return value;
-}
-
-// Round to nearest even, as PyTorch casts FP32 to BF16 (inputs here are finite).
-uint16_t FloatToBf16(float value) {
-  uint32_t bits;
-  std::memcpy(&bits, &value, sizeof(bits));
-  bits += 0x7FFF + ((bits >> 16) & 1);
-  return static_cast<uint16_t>(bits >> 16);
-}
+using test::GaussianWeights;
+using test::Step;
 
 struct Decoded {
   Status status;
@@ -90,25 +80,6 @@ void CheckAllBlockSizes(const std::vector<uint16_t>& src, const std::vector<uint
   }
 }
 
-// Weights ~ N(0, 0.02) as BF16.
-std::vector<uint16_t> GaussianWeights(size_t n, std::mt19937* rng) {
-  std::normal_distribution<float> normal(0.0f, 0.02f);
-  std::vector<uint16_t> w(n);
-  for (auto& x : w) x = FloatToBf16(normal(*rng));
-  return w;
-}
-
-// A small optimiser step: every weight moves by about `lr` (same size for every weight,
-// as Adam's normalised update does), and the result is rounded to BF16.
-std::vector<uint16_t> Step(const std::vector<uint16_t>& w, float lr, std::mt19937* rng) {
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<uint16_t> next(w.size());
-  for (size_t i = 0; i < w.size(); ++i) {
-    next[i] = FloatToBf16(Bf16ToFloat(w[i]) + lr * normal(*rng));
-  }
-  return next;
-}
-
 // Checks what a decoder may return for untrusted bytes: an error with empty outputs, or
 // a well-formed result.
 void CheckSane(const std::vector<uint16_t>& src, const uint8_t* bytes, size_t size,
@@ -141,8 +112,8 @@ TEST_CASE("MonotoneKey is a bijection that orders values, with +-0 adjacent") {
   }
   // Consecutive keys are consecutive values (NaNs excluded: they have no order).
   for (uint32_t key = 0; key + 1 < 65536; ++key) {
-    const float a = Bf16ToFloat(FromMonotoneKey(static_cast<uint16_t>(key)));
-    const float b = Bf16ToFloat(FromMonotoneKey(static_cast<uint16_t>(key + 1)));
+    const float a = test::FloatFromBf16(FromMonotoneKey(static_cast<uint16_t>(key)));
+    const float b = test::FloatFromBf16(FromMonotoneKey(static_cast<uint16_t>(key + 1)));
     if (std::isnan(a) || std::isnan(b)) continue;
     if (a == 0.0f && b == 0.0f) {
       CHECK(std::signbit(a));  // -0 then +0
@@ -339,14 +310,14 @@ Session MakeSession(size_t n, int steps, float lr, std::mt19937* rng) {
   Session session;
   session.steps.push_back(GaussianWeights(n, rng));
   for (size_t i = 0; i < n; ++i) {
-    master[i] = Bf16ToFloat(session.steps[0][i]);
+    master[i] = test::FloatFromBf16(session.steps[0][i]);
     drift[i] = normal(*rng);
   }
   for (int s = 0; s < steps; ++s) {
     std::vector<uint16_t> next(n);
     for (size_t i = 0; i < n; ++i) {
       master[i] += lr * (drift[i] + 0.3f * normal(*rng));
-      next[i] = FloatToBf16(master[i]);
+      next[i] = test::Bf16FromFloat(master[i]);
     }
     session.steps.push_back(std::move(next));
   }

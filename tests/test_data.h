@@ -62,6 +62,26 @@ inline void MakeDelta(size_t n, const Mix& mix, uint32_t seed, std::vector<uint1
   }
 }
 
+// Weights ~ N(0, 0.02) as BF16.
+inline std::vector<uint16_t> GaussianWeights(size_t n, std::mt19937* rng) {
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  std::vector<uint16_t> w(n);
+  for (auto& x : w) x = Bf16FromFloat(normal(*rng));
+  return w;
+}
+
+// A small optimiser step: every weight moves by about `lr` (same size for every weight,
+// as Adam's normalised update does), and the result is rounded to BF16. So a weight's
+// chance to change halves with each step up of its exponent, as in real runs.
+inline std::vector<uint16_t> Step(const std::vector<uint16_t>& w, float lr, std::mt19937* rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<uint16_t> next(w.size());
+  for (size_t i = 0; i < w.size(); ++i) {
+    next[i] = Bf16FromFloat(FloatFromBf16(w[i]) + lr * normal(*rng));
+  }
+  return next;
+}
+
 // Every interesting special BF16 value.
 inline std::vector<uint16_t> SpecialValues() {
   return {0x0000, 0x8000,                  // +-0

@@ -200,7 +200,7 @@ struct TensorStats {
   uint64_t elements = 0, bytes = 0, stored = 0, changed = 0, high = 0;
   bool has_high = false;
   bool counts_known = true;  // false: modelled chunks not counted (no base given)
-  uint64_t chunk_modes[3] = {0, 0, 0};
+  uint64_t chunk_modes[4] = {0, 0, 0, 0};
   std::set<std::string> coders;
 };
 
@@ -279,7 +279,7 @@ int Inspect(const std::string& path, const std::string& base_path, const Common&
       t.high += payload[i].exponent_or_sign;
       t.has_high = true;
       t.counts_known = t.counts_known && payload[i].counts_known;
-      for (int k = 0; k < 3; ++k) t.chunk_modes[k] += payload[i].chunk_modes[k];
+      for (int k = 0; k < 4; ++k) t.chunk_modes[k] += payload[i].chunk_modes[k];
     } else {
       t.changed += p.changed;
     }
@@ -315,7 +315,7 @@ int Inspect(const std::string& path, const std::string& base_path, const Common&
                  {"coders", st.coders}, {"bytes", st.bytes}, {"delta_bytes", st.stored}};
       if (st.has_high) {
         jt["arc_v3_chunks"] = {{"unchanged", st.chunk_modes[0]}, {"xor_streams", st.chunk_modes[1]},
-                               {"modelled", st.chunk_modes[2]}};
+                               {"modelled", st.chunk_modes[2]}, {"rans", st.chunk_modes[3]}};
       }
       if (!whole && st.counts_known) {
         jt["changed"] = st.changed;

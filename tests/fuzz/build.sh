@@ -33,7 +33,7 @@ FLAGS=(-std=c++17 -g -fno-omit-frame-pointer -I. "${DEFINES[@]}" "${SANITIZE[@]}
 LIBS=(-lhwy -lzstd -llz4 -lxxhash -pthread)
 
 LIB_SRCS=(src/checksum.cc src/status.cc src/entropy.cc src/encoder.cc src/decoder.cc
-          src/kernels.cc src/ref_kernels.cc src/model_coder.cc src/session.cc src/safetensors.cc
+          src/kernels.cc src/ref_kernels.cc src/model_coder.cc src/rans_coder.cc src/session.cc src/safetensors.cc
           src/cli/container.cc src/cli/checkpoint_delta.cc)
 OBJS=()
 pids=()

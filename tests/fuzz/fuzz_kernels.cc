@@ -70,6 +70,23 @@ int FuzzKernels(const uint8_t* data, size_t size) {
   ref::HistoryRateSums(dst.data(), history.data(), boosts, groups, want_history_rates.data());
   std::vector<uint8_t> want_history = history;
   ref::AdvanceHistory(src.data(), dst.data(), n, want_history.data());
+  // rANS change flags: probabilities from the input's low bytes, states from its first
+  // bytes, the input itself as words (every byte string is a valid input).
+  uint32_t probs[256];
+  for (size_t e = 0; e < 256; ++e) {
+    probs[e] = 1 + (e < rest_size ? uint32_t{rest[e]} * 257 % 65535 : 4096);
+  }
+  uint32_t start_states[kRansLanes];
+  for (size_t l = 0; l < kRansLanes; ++l) {
+    start_states[l] = kRansLow | (l < n ? dst[l] : 0x1234u) | (uint32_t{rest_size > l ? rest[l] : 0u} << 24);
+  }
+  uint32_t want_states[kRansLanes];
+  std::copy(start_states, start_states + kRansLanes, want_states);
+  std::vector<uint32_t> want_flags(n + kRansLanes);
+  size_t want_words_used = 0;
+  const size_t want_flag_count =
+      ref::DecodeRansChanges(src.data(), n, probs, want_states, rest, rest_size / 2,
+                             &want_words_used, want_flags.data());
 
   for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
     hwy::SetSupportedTargetsForTest(target);
@@ -121,6 +138,20 @@ int FuzzKernels(const uint8_t* data, size_t size) {
                name);
     AdvanceHistory(s.data(), d.data(), n, h.data());
     FUZZ_CHECK(n == 0 || std::memcmp(h.data(), want_history.data(), n) == 0, name);
+
+    uint32_t states[kRansLanes];
+    std::copy(start_states, start_states + kRansLanes, states);
+    Exact<uint32_t> flags(n + kRansLanes, misalign);
+    size_t words_used = 0;
+    const size_t flag_count = DecodeRansChanges(s.data(), n, probs, states, rest, rest_size / 2,
+                                                &words_used, flags.data());
+    FUZZ_CHECK(flag_count == want_flag_count, name);
+    if (flag_count != kRansWordsExhausted) {
+      FUZZ_CHECK(words_used == want_words_used &&
+                     std::equal(states, states + kRansLanes, want_states) &&
+                     std::equal(flags.data(), flags.data() + flag_count, want_flags.begin()),
+                 name);
+    }
 
     Exact<uint16_t> applied(n, misalign);
     ApplyXor(s.data(), x.data(), n, applied.data());

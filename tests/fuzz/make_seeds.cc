@@ -60,6 +60,15 @@ void DecodeSeeds(const std::string& dir) {
           if (n == 0) break;
         }
       }
+      if (n >= 4096 && density > 0.5) {
+        // Chunks of 4096 with thousands of changes: rANS chunks (format 4).
+        Options options;
+        options.chunk_elements = 4096;
+        options.threads = 1;
+        Delta delta;
+        FUZZ_CHECK(delta_compress(src, dst, &delta, options).ok(), "compress");
+        Write(dir + "/seed_" + std::to_string(index++), delta.bytes);
+      }
       // Session payloads: the first step's matches a fresh Session on the fuzz base, so
       // mutations reach the history-conditioned decoding; the second's history differs.
       Options options;

@@ -1,0 +1,533 @@
+// rANS chunk coder (see rans_coder.h; the bytes are specified in FORMAT.md, "rANS chunk").
+//
+// Chunk bytes (after the frame's Chunk_Mode byte):
+//   Class_Base    1 byte   e0: element i is in class clamp(exponent(src[i]) - e0, 0, 15)
+//   Change_Q      16 bytes P(change | class c) = ProbOfQ(Change_Q[c]) = 2^16 * 2^(-q/16)
+//   Value_Log     2 x u16  V0, V1: the "|d| >= 2^(j+1) given >= 2^j" decisions have
+//                          P = x / (1 + x), x = 2^((V - 16 z) / 16), z = exponent + j,
+//                          V0 for j = 0 and V1 for j >= 1
+//   Position_Words varint  number of 16-bit words of the position stream
+//   Position stream        16 x u32 states, then the words (DecodeRansChanges)
+//   Value stream           2 x u32 states, then the words, to the end of the chunk
+// Both streams are rANS with 16-bit probabilities, states in [2^16, 2^32) and 16-bit
+// renormalisation; the encoder starts every state at 2^16, so the decoder must end there.
+#include "src/rans_coder.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+#include "src/format.h"
+#include "src/kernels.h"
+
+namespace arc_v3 {
+namespace {
+
+constexpr int kClasses = 16;
+constexpr int kValueLanes = 2;
+constexpr int kUnaryDecisions = 15;  // |d| <= 2^15: log2 class 0..15
+constexpr int kValueZ = 256 + kUnaryDecisions;  // z = exponent + j
+constexpr uint32_t kProbScale = 1u << 16;
+constexpr size_t kHeaderBytes = 1 + kClasses + 4;
+constexpr size_t kPositionStateBytes = 4 * kRansLanes;
+constexpr size_t kValueStateBytes = 4 * kValueLanes;
+
+inline int ExponentOf(uint16_t bits) { return (bits >> 7) & 0xFF; }
+
+// 2^(t/16) in units of 2^-16, for |t| <= 16 * 24 (rounded; 0 only far below 1).
+inline uint64_t Pow2Sixteenths(int t) {
+  static constexpr uint64_t kUp[16] = {65536, 68438, 71468,  74632,  77936,  81386,
+                                       84990, 88752, 92682,  96785,  101070, 105545,
+                                       110218, 115098, 120194, 125515};
+  const int octave = t >> 4;  // floor
+  const uint64_t base = kUp[t & 15];
+  if (octave >= 0) return base << octave;
+  return (base + (uint64_t{1} << (-octave - 1))) >> -octave;
+}
+
+inline uint32_t ClampProb(uint64_t p) {
+  return static_cast<uint32_t>(std::min<uint64_t>(std::max<uint64_t>(p, 1), kProbScale - 1));
+}
+
+// P(change) of a Change_Q byte: 2^(-q/16), q = 0 meaning "almost surely".
+inline uint32_t ProbOfQ(int q) { return ClampProb(Pow2Sixteenths(-q)); }
+
+// P = x / (1 + x) with x = 2^(t/16), t clamped to +-256 (P within 2^-16 of 0 or 1).
+inline uint32_t ProbOfLog(int t) {
+  const uint64_t x = Pow2Sixteenths(std::min(std::max(t, -256), 256));
+  return ClampProb((x << 16) / (x + kProbScale));
+}
+
+// The decoder's view of a chunk's model.
+struct RansModel {
+  uint32_t change[256];          // P(change) by exponent field
+  uint32_t bigger[2][kValueZ];   // P(|d| >= 2^(j+1) | >= 2^j) by z; [0]: j = 0, [1]: j >= 1
+
+  RansModel(int class_base, const uint8_t* change_q, const uint16_t* value_log) {
+    uint32_t by_class[kClasses];
+    for (int c = 0; c < kClasses; ++c) by_class[c] = ProbOfQ(change_q[c]);
+    for (int e = 0; e < 256; ++e) {
+      change[e] = by_class[std::min(std::max(e - class_base, 0), kClasses - 1)];
+    }
+    for (int g = 0; g < 2; ++g) {
+      for (int z = 0; z < kValueZ; ++z) bigger[g][z] = ProbOfLog(value_log[g] - 16 * z);
+    }
+  }
+};
+
+// ---------------------------------------------------------------------------------------
+// Costs for the encoder's choices, in 2^-16 bits, integer only (so every machine makes
+// the same choices and writes the same bytes).
+
+// log2(v) in Q16 for v >= 1: the integer part from the top bit, 16 fraction bits by
+// repeated squaring of the mantissa in Q30.
+uint32_t Log2Q16(uint64_t v) {
+  const int top = 63 - __builtin_clzll(v);
+  uint64_t m = top >= 30 ? v >> (top - 30) : v << (30 - top);  // [2^30, 2^31)
+  uint32_t frac = 0;
+  for (int bit = 15; bit >= 0; --bit) {
+    m = (m * m) >> 30;
+    if (m >= (uint64_t{1} << 31)) {
+      m >>= 1;
+      frac |= 1u << bit;
+    }
+  }
+  return (static_cast<uint32_t>(top) << 16) | frac;
+}
+
+// -log2(p / 2^16) in Q16 for p in [1, 2^16), from a table built on first use.
+uint32_t CostOf(uint32_t p) {
+  static const std::vector<uint32_t> table = [] {
+    std::vector<uint32_t> costs(kProbScale);
+    costs[0] = 16u << 16;
+    for (uint32_t q = 1; q < kProbScale; ++q) costs[q] = (16u << 16) - Log2Q16(q);
+    return costs;
+  }();
+  return table[p];
+}
+
+// Cost of k events among n trials at probability p.
+inline uint64_t BinaryCost(uint64_t n, uint64_t k, uint32_t p) {
+  return k * CostOf(p) + (n - k) * CostOf(kProbScale - p);
+}
+
+// The Change_Q byte that codes k changes among n elements most cheaply, and its cost.
+uint8_t BestChangeQ(uint64_t n, uint64_t k, uint64_t* cost) {
+  if (k == 0 || k == n) {
+    const uint8_t q = k == 0 ? 255 : 0;
+    *cost = BinaryCost(n, k, ProbOfQ(q));
+    return q;
+  }
+  // q ~ 16 log2(n / k), then the neighbours (rounding of the Q16 logs and of ProbOfQ).
+  const int guess = std::min(
+      static_cast<int>(((uint64_t{Log2Q16(n)} - Log2Q16(k)) * 16 + 32768) >> 16), 255);
+  uint8_t best = 0;
+  *cost = std::numeric_limits<uint64_t>::max();
+  for (int q = std::max(guess - 1, 0); q <= std::min(guess + 1, 255); ++q) {
+    const uint64_t c = BinaryCost(n, k, ProbOfQ(q));
+    if (c < *cost) {
+      *cost = c;
+      best = static_cast<uint8_t>(q);
+    }
+  }
+  return best;
+}
+
+// Class_Base and Change_Q from the chunk's element and change counts per exponent. With
+// a span of at most 16 exponents every one gets its own class; otherwise every window of
+// 16 is tried (the ends of the window absorb the exponents beyond it).
+void ChoosePositionModel(const uint64_t* all, const uint64_t* changed, uint8_t* class_base,
+                         uint8_t* change_q) {
+  int lo = 255, hi = 0;
+  for (int e = 0; e < 256; ++e) {
+    if (all[e] != 0) {
+      lo = std::min(lo, e);
+      hi = std::max(hi, e);
+    }
+  }
+  uint64_t best_cost = std::numeric_limits<uint64_t>::max();
+  for (int base = lo; base <= std::max(lo, hi - (kClasses - 1)); ++base) {
+    uint64_t n[kClasses] = {}, k[kClasses] = {};
+    for (int e = lo; e <= hi; ++e) {
+      const int c = std::min(std::max(e - base, 0), kClasses - 1);
+      n[c] += all[e];
+      k[c] += changed[e];
+    }
+    uint64_t cost = 0;
+    uint8_t q[kClasses];
+    for (int c = 0; c < kClasses; ++c) {
+      uint64_t class_cost = 0;
+      q[c] = n[c] == 0 ? 255 : BestChangeQ(n[c], k[c], &class_cost);
+      cost += class_cost;
+    }
+    if (cost < best_cost) {
+      best_cost = cost;
+      *class_base = static_cast<uint8_t>(base);
+      std::memcpy(change_q, q, kClasses);
+    }
+  }
+}
+
+// The Value_Log that codes the tallied decisions (ones[z], zeros[z]) most cheaply: the
+// cost is convex in V (a logistic fit), so a scan by octaves and then by sixteenths.
+uint16_t ChooseValueLog(const uint64_t* ones, const uint64_t* zeros) {
+  int lo = kValueZ, hi = -1;
+  for (int z = 0; z < kValueZ; ++z) {
+    if (ones[z] + zeros[z] != 0) {
+      lo = std::min(lo, z);
+      hi = std::max(hi, z);
+    }
+  }
+  if (hi < 0) return 0;  // no such decisions in this chunk
+  const auto cost_of = [&](int v) {
+    uint64_t cost = 0;
+    for (int z = lo; z <= hi; ++z) {
+      const uint32_t p = ProbOfLog(v - 16 * z);
+      cost += ones[z] * CostOf(p) + zeros[z] * CostOf(kProbScale - p);
+    }
+    return cost;
+  };
+  const int v_min = std::max(16 * lo - 256, 0);
+  const int v_max = std::min(16 * hi + 256, 0xFFFF);
+  int best = v_min;
+  uint64_t best_cost = cost_of(best);
+  for (int v = v_min; v <= v_max; v += 16) {
+    const uint64_t c = cost_of(v);
+    if (c < best_cost) best_cost = c, best = v;
+  }
+  const int center = best;
+  for (int v = std::max(center - 15, v_min); v <= std::min(center + 15, v_max); ++v) {
+    const uint64_t c = cost_of(v);
+    if (c < best_cost) best_cost = c, best = v;
+  }
+  return static_cast<uint16_t>(best);
+}
+
+// ---------------------------------------------------------------------------------------
+// rANS encoding: symbols are coded last to first; the words come out in reverse.
+// x / freq by a 64-bit reciprocal: with rcp = floor(2^64 / freq) + 1, floor(x * rcp / 2^64)
+// = floor(x / freq) for every x < 2^32 (the error, below 2^-32, never reaches the next
+// integer, which is at least 1 / freq >= 2^-16 away). freq = 1 divides trivially.
+struct EncSymbol {
+  uint32_t start;
+  uint32_t freq;
+  uint64_t rcp;
+};
+inline EncSymbol MakeSymbol(uint32_t start, uint32_t freq) {
+  return {start, freq, freq == 1 ? 0 : ~uint64_t{0} / freq + 1};
+}
+
+class RansEncoder {
+ public:
+  explicit RansEncoder(std::vector<uint16_t>* words) : words_(words) {}
+
+  inline void Put(uint32_t* x, const EncSymbol& symbol) {
+    if (*x >= (symbol.freq << 16)) {
+      words_->push_back(static_cast<uint16_t>(*x));
+      *x >>= 16;
+    }
+    const uint32_t q = symbol.freq == 1 ? *x
+                                        : static_cast<uint32_t>(
+                                              (static_cast<unsigned __int128>(*x) * symbol.rcp) >> 64);
+    *x = (q << 16) + (*x - q * symbol.freq) + symbol.start;
+  }
+  // `bits` uniform bits (1..16): a power-of-two frequency divides by shifting.
+  inline void PutUniform(uint32_t* x, uint32_t value, int bits) {
+    const int shift = 16 - bits;
+    if (*x >= (1u << (16 + shift))) {
+      words_->push_back(static_cast<uint16_t>(*x));
+      *x >>= 16;
+    }
+    *x = ((*x >> shift) << 16) + (*x & ((1u << shift) - 1)) + (value << shift);
+  }
+
+ private:
+  std::vector<uint16_t>* words_;
+};
+
+void PutU32(uint32_t value, std::vector<uint8_t>* out) {
+  for (int i = 0; i < 4; ++i) out->push_back(static_cast<uint8_t>(value >> (8 * i)));
+}
+
+// The states, then the words in decoding order.
+void AppendStream(const uint32_t* states, int num_states, const std::vector<uint16_t>& words,
+                  std::vector<uint8_t>* out) {
+  for (int s = 0; s < num_states; ++s) PutU32(states[s], out);
+  for (size_t w = words.size(); w-- > 0;) {
+    out->push_back(static_cast<uint8_t>(words[w]));
+    out->push_back(static_cast<uint8_t>(words[w] >> 8));
+  }
+}
+
+// The change of one element as coded: log2 class, the bits below the top one, the sign.
+struct ValueCode {
+  int cls;
+  uint32_t low_bits;
+  bool negative;
+};
+inline ValueCode ValueCodeOf(uint16_t prev, uint16_t next) {
+  const int d = static_cast<int16_t>(static_cast<uint16_t>(MonotoneKey(next) - MonotoneKey(prev)));
+  const uint32_t magnitude = static_cast<uint32_t>(d < 0 ? -d : d);
+  const int cls = 31 - __builtin_clz(magnitude);
+  return {cls, magnitude - (1u << cls), d < 0};
+}
+
+// ---------------------------------------------------------------------------------------
+// rANS decoding of the value stream (the position stream is the DecodeRansChanges
+// kernel's).
+class ValueDecoder {
+ public:
+  ValueDecoder(const uint8_t* words, size_t num_words) : words_(words), num_words_(num_words) {}
+
+  inline uint32_t GetBit(uint32_t* x, uint32_t p) {
+    const uint32_t slot = *x & 0xFFFF;
+    const uint32_t event = slot < p;
+    *x = (event ? p : kProbScale - p) * (*x >> 16) + slot - (event ? 0 : p);
+    Renormalize(x);
+    return event;
+  }
+  inline uint32_t GetUniform(uint32_t* x, int bits) {
+    const uint32_t slot = *x & 0xFFFF;
+    const uint32_t value = slot >> (16 - bits);
+    *x = ((*x >> 16) << (16 - bits)) + (slot & ((1u << (16 - bits)) - 1));
+    Renormalize(x);
+    return value;
+  }
+  bool exhausted() const { return exhausted_; }
+  bool AllRead() const { return next_ == num_words_; }
+
+ private:
+  inline void Renormalize(uint32_t* x) {
+    if (*x >= kRansLow) return;
+    if (next_ == num_words_) {
+      exhausted_ = true;  // the caller stops; the state stays below 2^16 and fails the end check
+      return;
+    }
+    *x = (*x << 16) | words_[2 * next_] | (uint32_t{words_[2 * next_ + 1]} << 8);
+    ++next_;
+  }
+
+  const uint8_t* words_;
+  size_t num_words_;
+  size_t next_ = 0;
+  bool exhausted_ = false;
+};
+
+inline uint32_t LoadU32(const uint8_t* bytes) {
+  return bytes[0] | (uint32_t{bytes[1]} << 8) | (uint32_t{bytes[2]} << 16) |
+         (uint32_t{bytes[3]} << 24);
+}
+
+Status Corrupt(const char* what) {
+  return Status(ErrorCode::kCorruptChunk, std::string("rANS chunk: ") + what);
+}
+
+}  // namespace
+
+Status EncodeChunkRans(const uint16_t* src, const uint16_t* dst, size_t len,
+                       const uint32_t* positions, size_t changes, std::vector<uint8_t>* out) {
+  if (out == nullptr || src == nullptr || dst == nullptr || positions == nullptr) {
+    return Status(ErrorCode::kInvalidArgument, "EncodeChunkRans: null pointer");
+  }
+  if (len > kMaxRansChunk) return Status(ErrorCode::kInvalidArgument, "EncodeChunkRans: chunk too large");
+  if (changes == 0) return Status(ErrorCode::kInvalidArgument, "EncodeChunkRans: no changes");
+
+  // Tallies: elements and changes by exponent; value decisions by z.
+  uint64_t all[256] = {}, changed[256] = {};
+  {
+    uint32_t partial[4][256] = {};
+    size_t i = 0;
+    for (; i + 4 <= len; i += 4) {
+      for (int j = 0; j < 4; ++j) ++partial[j][ExponentOf(src[i + j])];
+    }
+    for (; i < len; ++i) ++partial[0][ExponentOf(src[i])];
+    for (int e = 0; e < 256; ++e) {
+      all[e] = uint64_t{partial[0][e]} + partial[1][e] + partial[2][e] + partial[3][e];
+    }
+  }
+  uint64_t ones[2][kValueZ] = {}, zeros[2][kValueZ] = {};
+  for (size_t r = 0; r < changes; ++r) {
+    const uint32_t pos = positions[r];
+    const int e = ExponentOf(src[pos]);
+    ++changed[e];
+    const ValueCode code = ValueCodeOf(src[pos], dst[pos]);
+    for (int j = 0; j <= std::min(code.cls, kUnaryDecisions - 1); ++j) {
+      ++(code.cls > j ? ones : zeros)[j > 0][e + j];
+    }
+  }
+
+  uint8_t class_base = 0;
+  uint8_t change_q[kClasses];
+  ChoosePositionModel(all, changed, &class_base, change_q);
+  const uint16_t value_log[2] = {ChooseValueLog(ones[0], zeros[0]),
+                                 ChooseValueLog(ones[1], zeros[1])};
+  const RansModel model(class_base, change_q, value_log);
+
+  // Positions: every element, last to first, element i on state i % kRansLanes.
+  std::vector<uint16_t> position_words, value_words;
+  position_words.reserve(len / 64 + changes);
+  uint32_t position_states[kRansLanes];
+  std::fill(position_states, position_states + kRansLanes, kRansLow);
+  {
+    // Both symbols of every exponent, with their reciprocals.
+    EncSymbol symbols[256][2];
+    for (int e = 0; e < 256; ++e) {
+      const uint32_t p = model.change[e];
+      symbols[e][0] = MakeSymbol(p, kProbScale - p);
+      symbols[e][1] = MakeSymbol(0, p);
+    }
+    RansEncoder coder(&position_words);
+    size_t next = changes;  // positions[next - 1] is the last change not yet coded
+    for (size_t i = len; i-- > 0;) {
+      const bool is_change = next > 0 && positions[next - 1] == i;
+      next -= is_change;
+      coder.Put(&position_states[i % kRansLanes], symbols[ExponentOf(src[i])][is_change]);
+    }
+  }
+  // Values: change of rank r on state r % kValueLanes; per change the class decisions,
+  // then the low bits and the sign as one uniform symbol (decoded in that order).
+  uint32_t value_states[kValueLanes] = {kRansLow, kRansLow};
+  {
+    // [j > 0][z][bigger]
+    std::vector<EncSymbol> symbols(2 * kValueZ * 2);
+    for (int g = 0; g < 2; ++g) {
+      for (int z = 0; z < kValueZ; ++z) {
+        const uint32_t p = model.bigger[g][z];
+        symbols[(g * kValueZ + z) * 2] = MakeSymbol(p, kProbScale - p);
+        symbols[(g * kValueZ + z) * 2 + 1] = MakeSymbol(0, p);
+      }
+    }
+    RansEncoder coder(&value_words);
+    for (size_t r = changes; r-- > 0;) {
+      const uint32_t pos = positions[r];
+      const int e = ExponentOf(src[pos]);
+      const ValueCode code = ValueCodeOf(src[pos], dst[pos]);
+      uint32_t* x = &value_states[r % kValueLanes];
+      coder.PutUniform(x, (code.low_bits << 1) | code.negative, code.cls + 1);
+      for (int j = std::min(code.cls, kUnaryDecisions - 1); j >= 0; --j) {
+        coder.Put(x, symbols[((j > 0) * kValueZ + e + j) * 2 + (code.cls > j)]);
+      }
+    }
+  }
+
+  out->push_back(class_base);
+  out->insert(out->end(), change_q, change_q + kClasses);
+  for (const uint16_t v : value_log) {
+    out->push_back(static_cast<uint8_t>(v));
+    out->push_back(static_cast<uint8_t>(v >> 8));
+  }
+  PutVarint(position_words.size(), out);
+  AppendStream(position_states, kRansLanes, position_words, out);
+  AppendStream(value_states, kValueLanes, value_words, out);
+  return Status::Ok();
+}
+
+Status DecodeChunkRans(const uint16_t* src, size_t len, const uint8_t* bytes, size_t size,
+                       std::vector<uint32_t>* positions, std::vector<uint16_t>* xors) {
+  if (positions == nullptr || xors == nullptr || (len > 0 && src == nullptr) ||
+      (size > 0 && bytes == nullptr)) {
+    return Status(ErrorCode::kInvalidArgument, "DecodeChunkRans: null pointer");
+  }
+  if (len > kMaxRansChunk) {
+    return Status(ErrorCode::kInvalidArgument, "DecodeChunkRans: chunk too large");
+  }
+  positions->clear();
+  xors->clear();
+  ByteReader reader(bytes, size);
+  const uint8_t* header;
+  if (!reader.ReadSpan(kHeaderBytes, &header)) {
+    return Status(ErrorCode::kTruncated, "rANS chunk: header truncated");
+  }
+  const uint8_t class_base = header[0];
+  const uint8_t* change_q = header + 1;
+  const uint16_t value_log[2] = {
+      static_cast<uint16_t>(header[1 + kClasses] | (header[2 + kClasses] << 8)),
+      static_cast<uint16_t>(header[3 + kClasses] | (header[4 + kClasses] << 8))};
+  uint64_t position_words;
+  if (!reader.ReadVarint(&position_words)) {
+    return reader.remaining() == 0 ? Status(ErrorCode::kTruncated, "rANS chunk: header truncated")
+                                   : Corrupt("bad word count");
+  }
+  const size_t rest = reader.remaining();
+  if (rest < kPositionStateBytes + kValueStateBytes ||
+      position_words > (rest - kPositionStateBytes - kValueStateBytes) / 2) {
+    return Status(ErrorCode::kTruncated, "rANS chunk: streams truncated");
+  }
+  const uint8_t* position_stream = reader.current();
+  const uint8_t* value_stream = position_stream + kPositionStateBytes + 2 * position_words;
+  const size_t value_bytes = static_cast<size_t>(bytes + size - value_stream);
+  if ((value_bytes - kValueStateBytes) % 2 != 0) return Corrupt("odd value stream");
+  if (len == 0) return Corrupt("changes in 0 elements");
+
+  const RansModel model(class_base, change_q, value_log);
+  uint32_t states[kRansLanes];
+  for (size_t s = 0; s < kRansLanes; ++s) {
+    states[s] = LoadU32(position_stream + 4 * s);
+    if (states[s] < kRansLow) return Corrupt("bad coder state");
+  }
+  // Slices of the chunk (a multiple of kRansLanes, so each element keeps its state)
+  // through a small buffer: `positions` grows by the changes only.
+  constexpr size_t kSlice = 4096;
+  uint32_t found[kSlice + kRansLanes];
+  size_t words_used = 0;
+  bool consistent = true;
+  for (size_t begin = 0; begin < len && consistent; begin += kSlice) {
+    const size_t count = std::min(kSlice, len - begin);
+    const size_t n = DecodeRansChanges(src + begin, count, model.change, states,
+                                       position_stream + kPositionStateBytes, position_words,
+                                       &words_used, found);
+    consistent = n != kRansWordsExhausted;
+    if (!consistent) break;
+    const size_t old_size = positions->size();
+    positions->resize(old_size + n);
+    uint32_t* out = positions->data() + old_size;
+    for (size_t k = 0; k < n; ++k) out[k] = static_cast<uint32_t>(begin) + found[k];
+  }
+  consistent = consistent && !positions->empty() && words_used == position_words;
+  for (size_t s = 0; consistent && s < kRansLanes; ++s) consistent = states[s] == kRansLow;
+  if (!consistent) {
+    positions->clear();
+    return Corrupt("inconsistent position stream");
+  }
+  const size_t changes = positions->size();
+
+  uint32_t value_states[kValueLanes];
+  for (int s = 0; s < kValueLanes; ++s) {
+    value_states[s] = LoadU32(value_stream + 4 * s);
+    if (value_states[s] < kRansLow) {
+      positions->clear();
+      return Corrupt("bad coder state");
+    }
+  }
+  ValueDecoder coder(value_stream + kValueStateBytes, (value_bytes - kValueStateBytes) / 2);
+  xors->resize(changes);
+  for (size_t r = 0; r < changes && !coder.exhausted(); ++r) {
+    const uint16_t prev = src[(*positions)[r]];
+    const int e = ExponentOf(prev);
+    uint32_t* x = &value_states[r % kValueLanes];
+    int cls = 0;
+    while (cls < kUnaryDecisions && coder.GetBit(x, model.bigger[cls > 0][e + cls])) ++cls;
+    const uint32_t code = coder.GetUniform(x, cls + 1);
+    const uint32_t magnitude = (1u << cls) | (code >> 1);
+    const bool negative = code & 1;
+    // |d| <= 2^15, and -2^15 has one coding: negative.
+    if (magnitude > 0x8000 || (magnitude == 0x8000 && !negative)) {
+      positions->clear();
+      xors->clear();
+      return Corrupt("change out of range");
+    }
+    const uint16_t step = static_cast<uint16_t>(negative ? 0u - magnitude : magnitude);
+    (*xors)[r] = static_cast<uint16_t>(
+        prev ^ FromMonotoneKey(static_cast<uint16_t>(MonotoneKey(prev) + step)));
+  }
+  consistent = !coder.exhausted() && coder.AllRead();
+  for (int s = 0; consistent && s < kValueLanes; ++s) consistent = value_states[s] == kRansLow;
+  if (!consistent) {
+    positions->clear();
+    xors->clear();
+    return Corrupt("inconsistent value stream");
+  }
+  return Status::Ok();
+}
+
+}  // namespace arc_v3

@@ -1,0 +1,51 @@
+// rANS chunk coder (issue 4, format version 4): the same knowledge as the modelled coder
+// (model_coder.h) — an element's chance to change halves with each step up of its
+// exponent, and most changes are +-1 in monotone key order — but with probabilities
+// fitted once per chunk and sent in its header, so that nothing adapts and the decoder
+// can run 16 interleaved rANS states on vectors (the DecodeRansChanges kernel).
+//
+// Where it pays: dense chunks. The adaptive coder makes ~13 serial binary decisions per
+// change at 2% density; this one makes one vectorised decision per element and about
+// two per change, at the price of ~95 header bytes (probabilities and coder states).
+// The encoder races both (encoder.cc), so small or sparse chunks keep the adaptive coder.
+//
+// Layer: chunk coder, below the frame format, like model_coder.h. Integer arithmetic
+// only: the bytes do not depend on the compiler, target or machine.
+#ifndef ARC_V3_SRC_RANS_CODER_H_
+#define ARC_V3_SRC_RANS_CODER_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "arc_v3.hpp"
+
+namespace arc_v3 {
+
+// The encoder's default (efforts 1-2) codes a chunk as rANS from this many changes and a
+// density of 1 / kRansMinDensityInverse on (encoder.cc, PreferRans).
+constexpr uint64_t kRansMinChanges = 2048;
+constexpr uint64_t kRansMinDensityInverse = 64;
+
+// Largest chunk the rANS coder accepts, in elements (positions are u32).
+constexpr size_t kMaxRansChunk = size_t{1} << 24;
+
+// Appends the rANS coding of one chunk (len <= kMaxRansChunk elements, with `changes` >
+// 0 changed elements listed ascending in `positions`) to out. Deterministic.
+// @return ok, or kInvalidArgument (null pointer, len too large, no changes).
+Status EncodeChunkRans(const uint16_t* src, const uint16_t* dst, size_t len,
+                       const uint32_t* positions, size_t changes, std::vector<uint8_t>* out);
+
+// Decodes a chunk written by EncodeChunkRans for the same `src` and `len`: replaces the
+// contents of `positions` (ascending, < len) and `xors` (src[pos] ^ dst[pos], never 0).
+// The input is untrusted: any bytes give a result or kCorruptChunk / kTruncated, never
+// a read outside [bytes, bytes + size) nor a write outside the vectors. All `size` bytes
+// must belong to the chunk. A wrong src gives a wrong result or kCorruptChunk; the
+// frame's checksum catches the former.
+// @return ok, kInvalidArgument (null pointers, len too large), kTruncated, kCorruptChunk.
+Status DecodeChunkRans(const uint16_t* src, size_t len, const uint8_t* bytes, size_t size,
+                       std::vector<uint32_t>* positions, std::vector<uint16_t>* xors);
+
+}  // namespace arc_v3
+
+#endif  // ARC_V3_SRC_RANS_CODER_H_

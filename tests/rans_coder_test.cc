@@ -1,0 +1,248 @@
+// Tests of the rANS chunk coder (src/rans_coder.h): exact round trips on random and
+// structured data, lengths around the 16-lane groups and the decoder's 4096-element
+// slices, determinism, robustness against truncated / flipped / arbitrary bytes and a
+// wrong base, and that on dense realistic updates it stays close to the modelled coder.
+#include "src/rans_coder.h"
+
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "src/kernels.h"
+#include "src/model_coder.h"
+#include "tests/test_data.h"
+
+namespace arc_v3 {
+namespace {
+
+using test::GaussianWeights;
+using test::Step;
+
+// The changed positions of a pair, ascending.
+std::vector<uint32_t> ChangedPositions(const std::vector<uint16_t>& src,
+                                       const std::vector<uint16_t>& dst) {
+  std::vector<uint32_t> positions;
+  for (size_t i = 0; i < src.size(); ++i) {
+    if (src[i] != dst[i]) positions.push_back(static_cast<uint32_t>(i));
+  }
+  return positions;
+}
+
+// Encodes (which needs at least one change), checks that decoding gives exactly the
+// changed positions and their XORs, and that encoding is deterministic.
+std::vector<uint8_t> CheckRoundTrip(const std::vector<uint16_t>& src,
+                                    const std::vector<uint16_t>& dst) {
+  REQUIRE(src.size() == dst.size());
+  const std::vector<uint32_t> want_positions = ChangedPositions(src, dst);
+  REQUIRE(!want_positions.empty());
+  std::vector<uint8_t> bytes = {0xAB};  // appends: a prefix must survive
+  REQUIRE(EncodeChunkRans(src.data(), dst.data(), src.size(), want_positions.data(),
+                          want_positions.size(), &bytes)
+              .ok());
+  REQUIRE(bytes[0] == 0xAB);
+  bytes.erase(bytes.begin());
+  std::vector<uint8_t> again;
+  REQUIRE(EncodeChunkRans(src.data(), dst.data(), src.size(), want_positions.data(),
+                          want_positions.size(), &again)
+              .ok());
+  CHECK(again == bytes);
+
+  std::vector<uint32_t> positions = {7, 7};  // stale contents must be replaced
+  std::vector<uint16_t> xors = {1};
+  const Status d =
+      DecodeChunkRans(src.data(), src.size(), bytes.data(), bytes.size(), &positions, &xors);
+  REQUIRE_MESSAGE(d.ok(), d.ToString());
+  std::vector<uint16_t> want_xors;
+  for (const uint32_t p : want_positions) want_xors.push_back(src[p] ^ dst[p]);
+  CHECK(positions == want_positions);
+  CHECK(xors == want_xors);
+  return bytes;
+}
+
+// What a decoder may return for untrusted bytes: an error with empty outputs, or a
+// well-formed result.
+void CheckSane(const std::vector<uint16_t>& src, const uint8_t* bytes, size_t size) {
+  std::vector<uint32_t> positions;
+  std::vector<uint16_t> xors;
+  const Status s = DecodeChunkRans(src.data(), src.size(), bytes, size, &positions, &xors);
+  if (!s.ok()) {
+    CHECK((s.code() == ErrorCode::kCorruptChunk || s.code() == ErrorCode::kTruncated));
+    CHECK(positions.empty());
+    CHECK(xors.empty());
+    return;
+  }
+  REQUIRE(positions.size() == xors.size());
+  REQUIRE(!positions.empty());
+  for (size_t k = 0; k < positions.size(); ++k) {
+    CHECK(positions[k] < src.size());
+    if (k > 0) CHECK(positions[k] > positions[k - 1]);
+    CHECK(xors[k] != 0);
+  }
+}
+
+TEST_CASE("Round trips: lengths around lane groups and decoder slices") {
+  std::mt19937 rng(1);
+  for (size_t n : {1, 2, 15, 16, 17, 31, 33, 100, 4095, 4096, 4097, 8192 + 5, 20000}) {
+    INFO("n = " << n);
+    const std::vector<uint16_t> src = GaussianWeights(n, &rng);
+    std::vector<uint16_t> dst = src;
+    dst[n - 1] ^= 1;  // one change, in the last lane group
+    CheckRoundTrip(src, dst);
+    dst[0] ^= 0x40;
+    CheckRoundTrip(src, dst);
+    for (float lr : {3e-5f, 3e-4f, 3e-3f}) {
+      dst = Step(src, lr, &rng);
+      if (!ChangedPositions(src, dst).empty()) CheckRoundTrip(src, dst);
+    }
+  }
+}
+
+TEST_CASE("Round trips: everything changed, arbitrary bit patterns, sign flips") {
+  std::mt19937 rng(2);
+  std::uniform_int_distribution<uint32_t> any(0, 0xFFFF);
+  for (size_t n : {1, 17, 1000, 4099}) {
+    std::vector<uint16_t> src(n), dst(n);
+    for (size_t i = 0; i < n; ++i) {
+      src[i] = static_cast<uint16_t>(any(rng));
+      do {
+        dst[i] = static_cast<uint16_t>(any(rng));
+      } while (dst[i] == src[i]);
+    }
+    CheckRoundTrip(src, dst);
+    for (size_t i = 0; i < n; ++i) dst[i] = src[i] ^ 0x8000;  // every sign flipped
+    CheckRoundTrip(src, dst);
+    for (size_t i = 0; i < n; ++i) dst[i] = static_cast<uint16_t>(~src[i]);  // every bit
+    CheckRoundTrip(src, dst);
+  }
+}
+
+TEST_CASE("Round trips: +-0, NaN, Inf, denormals and the extreme monotone steps") {
+  const std::vector<uint16_t> specials = test::SpecialValues();
+  std::vector<uint16_t> src, dst;
+  for (uint16_t a : specials) {
+    for (uint16_t b : specials) {
+      src.push_back(a);
+      dst.push_back(b);
+    }
+  }
+  CheckRoundTrip(src, dst);
+  // Steps of -32768 (the one step with two spellings, coded as negative), +32767 and
+  // one short of a full wrap, in every exponent class.
+  src = {0x0000, 0x8000, 0x7FFF, 0xFFFF, 0x1234, 0x3F80, 0x0080};
+  dst = {0xFFFF, 0x7FFF, 0x8000, 0x0000, 0x9234, 0xBF80, 0x8080};
+  CheckRoundTrip(src, dst);
+}
+
+TEST_CASE("Bad arguments") {
+  const std::vector<uint16_t> v = {1, 2, 3};
+  const uint32_t position = 0;
+  std::vector<uint8_t> out;
+  std::vector<uint32_t> positions;
+  std::vector<uint16_t> xors;
+  CHECK(EncodeChunkRans(nullptr, v.data(), 3, &position, 1, &out).code() ==
+        ErrorCode::kInvalidArgument);
+  CHECK(EncodeChunkRans(v.data(), nullptr, 3, &position, 1, &out).code() ==
+        ErrorCode::kInvalidArgument);
+  CHECK(EncodeChunkRans(v.data(), v.data(), 3, nullptr, 1, &out).code() ==
+        ErrorCode::kInvalidArgument);
+  CHECK(EncodeChunkRans(v.data(), v.data(), 3, &position, 0, &out).code() ==
+        ErrorCode::kInvalidArgument);
+  CHECK(EncodeChunkRans(v.data(), v.data(), kMaxRansChunk + 1, &position, 1, &out).code() ==
+        ErrorCode::kInvalidArgument);
+  CHECK(out.empty());
+  const uint8_t byte = 0;
+  CHECK(DecodeChunkRans(nullptr, 3, &byte, 1, &positions, &xors).code() ==
+        ErrorCode::kInvalidArgument);
+  CHECK(DecodeChunkRans(v.data(), 3, nullptr, 1, &positions, &xors).code() ==
+        ErrorCode::kInvalidArgument);
+  CHECK(DecodeChunkRans(v.data(), 3, &byte, 1, nullptr, &xors).code() ==
+        ErrorCode::kInvalidArgument);
+  CHECK(DecodeChunkRans(v.data(), kMaxRansChunk + 1, &byte, 1, &positions, &xors).code() ==
+        ErrorCode::kInvalidArgument);
+}
+
+TEST_CASE("Malformed chunks are rejected") {
+  std::mt19937 rng(4);
+  const std::vector<uint16_t> src = GaussianWeights(5000, &rng);
+  const std::vector<uint16_t> dst = Step(src, 1e-3f, &rng);
+  const std::vector<uint8_t> good = CheckRoundTrip(src, dst);
+  const auto decode = [&](const std::vector<uint8_t>& bytes) {
+    std::vector<uint32_t> positions;
+    std::vector<uint16_t> xors;
+    return DecodeChunkRans(src.data(), src.size(), bytes.data(), bytes.size(), &positions,
+                           &xors)
+        .code();
+  };
+  std::vector<uint8_t> bad = good;
+  bad.push_back(0);  // odd value stream
+  CHECK(decode(bad) == ErrorCode::kCorruptChunk);
+  bad.push_back(0);  // a word the decoder does not reach
+  CHECK(decode(bad) == ErrorCode::kCorruptChunk);
+  bad = good;
+  bad[21] = 0xFF;  // Position_Words: beyond the chunk
+  bad[22] = 0x7F;
+  CHECK(decode(bad) == ErrorCode::kTruncated);
+  bad = good;
+  for (int i = 0; i < 4; ++i) bad[23 + i] = 0;  // a position state below 2^16
+  CHECK(decode(bad) == ErrorCode::kCorruptChunk);
+  CHECK(decode(std::vector<uint8_t>(good.begin(), good.begin() + 20)) == ErrorCode::kTruncated);
+  // Changes in zero elements.
+  std::vector<uint32_t> positions;
+  std::vector<uint16_t> xors;
+  CHECK(DecodeChunkRans(nullptr, 0, good.data(), good.size(), &positions, &xors).code() ==
+        ErrorCode::kCorruptChunk);
+}
+
+TEST_CASE("Truncated, bit-flipped, arbitrary bytes and a wrong base never crash") {
+  std::mt19937 rng(5);
+  for (size_t n : {1, 40, 300}) {
+    const std::vector<uint16_t> src = GaussianWeights(n, &rng);
+    std::vector<uint16_t> dst = Step(src, 5e-4f, &rng);
+    dst[n / 2] ^= 0x8001;  // at least one change, one with a large step
+    const std::vector<uint8_t> good = CheckRoundTrip(src, dst);
+    for (size_t size = 0; size < good.size(); ++size) CheckSane(src, good.data(), size);
+    std::vector<uint8_t> flipped = good;
+    for (size_t bit = 0; bit < 8 * good.size(); ++bit) {
+      flipped[bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));
+      CheckSane(src, flipped.data(), flipped.size());
+      flipped[bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));
+    }
+    std::uniform_int_distribution<int> byte(0, 255);
+    for (int trial = 0; trial < 200; ++trial) {
+      std::vector<uint8_t> junk(1 + trial % 120);
+      for (auto& b : junk) b = static_cast<uint8_t>(byte(rng));
+      CheckSane(src, junk.data(), junk.size());
+    }
+    // Another base predicts other probabilities: a wrong result or an error, no crash.
+    CheckSane(GaussianWeights(n, &rng), good.data(), good.size());
+  }
+}
+
+TEST_CASE("On dense realistic updates rANS stays within 3% of the modelled coder") {
+  // 2^18 weights, steps that change 2-10% of them: the densities where the encoder's
+  // default picks rANS for its decoding speed. Its ~95 header bytes and static
+  // probabilities must cost little against the adaptive coder.
+  std::mt19937 rng(6);
+  const std::vector<uint16_t> src = GaussianWeights(size_t{1} << 18, &rng);
+  for (float lr : {2e-6f, 6e-6f}) {
+    const std::vector<uint16_t> dst = Step(src, lr, &rng);
+    const std::vector<uint32_t> positions = ChangedPositions(src, dst);
+    const double density = static_cast<double>(positions.size()) / src.size();
+    INFO("density " << density);
+    REQUIRE(density > 0.02);
+    REQUIRE(density < 0.12);
+    std::vector<uint8_t> rans, modelled;
+    REQUIRE(EncodeChunkRans(src.data(), dst.data(), src.size(), positions.data(),
+                            positions.size(), &rans)
+                .ok());
+    REQUIRE(EncodeChunkModelled(src.data(), dst.data(), src.size(), &modelled).ok());
+    MESSAGE("density ", density, ": rANS ", rans.size(), " bytes, modelled ", modelled.size());
+    CHECK(rans.size() < modelled.size() * 1.03);
+    CheckRoundTrip(src, dst);
+  }
+}
+
+}  // namespace
+}  // namespace arc_v3

@@ -37,7 +37,8 @@ FLAGS=(-std=c++17 -O2 -I. -Wall -Wextra -DHWY_COMPILE_ALL_ATTAINABLE -DHWY_BROKE
        -DHWY_DISABLED_TARGETS=HWY_SSSE3 -DHWY_WANT_AVX3_DL)
 LIBS=(-lhwy -lzstd -llz4 -lxxhash -pthread -Wl,-rpath,/usr/lib/aarch64-linux-gnu)
 LIB_SRCS=(src/checksum.cc src/status.cc src/entropy.cc src/encoder.cc src/decoder.cc
-          src/kernels.cc src/ref_kernels.cc src/model_coder.cc src/session.cc src/safetensors.cc
+          src/kernels.cc src/ref_kernels.cc src/model_coder.cc src/rans_coder.cc src/session.cc
+          src/safetensors.cc
           bench/generator.cc bench/dataset.cc tests/doctest_main.cc)
 # kernels_test: every kernel on every Arm target vs its reference; encode_golden_test:
 # the Arm encoder reproduces the x86 payloads byte for byte on every Arm target; the
@@ -46,7 +47,7 @@ LIB_SRCS=(src/checksum.cc src/status.cc src/entropy.cc src/encoder.cc src/decode
 # libraries above): with the cross toolchain's sysroot (/usr/aarch64-linux-gnu) instead,
 # Debian 12's qemu-aarch64 hangs in the first pthread_create.
 TESTS=(kernels_test encode_golden_test codec_test corruption_test golden_test
-       model_coder_test session_test)
+       model_coder_test rans_coder_test session_test)
 [[ -n "${ARC_V3_NEON_FULL:-}" ]] && TESTS+=(bitflip_test)
 mkdir -p "$BUILD/obj"
 

@@ -263,30 +263,83 @@ void AdvanceHistory(const uint16_t* HWY_RESTRICT src, const uint16_t* HWY_RESTRI
   ref::AdvanceHistory(src + i, dst + i, count - i, history + i);
 }
 
+// MonotoneKey and its inverse on u32 lanes holding BF16 patterns: a negative value's
+// 16 bits are all flipped, a positive one's sign bit.
+template <class D>
+hn::Vec<D> KeysOf16(D d, hn::Vec<D> bits) {
+  const auto negative = hn::Sub(hn::Zero(d), hn::ShiftRight<15>(bits));  // 0 or ~0
+  return hn::Xor(bits, hn::Or(hn::And(negative, hn::Set(d, 0x7FFF)), hn::Set(d, 0x8000)));
+}
+template <class D>
+hn::Vec<D> BitsFromKeys16(D d, hn::Vec<D> keys) {
+  const auto positive = hn::Sub(hn::Zero(d), hn::ShiftRight<15>(keys));  // key >= 0x8000
+  return hn::Xor(keys, hn::Xor(hn::Set(d, 0xFFFF), hn::And(positive, hn::Set(d, 0x7FFF))));
+}
+
 // Decodes lanes [i, i + Lanes(d32)) of one group of kRansLanes elements; `x` holds their
-// states. Renormalisation is rare (about once per 16 / (bits per element) elements of a
-// lane), so it takes a scalar path that reads the words in lane order, as the reference
-// does. Sets *exhausted if the words run out.
+// states. Lanes that renormalise take the next words in lane order, as the reference
+// does: while at least a vector's worth of words remains, without branches (each lane
+// takes the word at `word` + the number of renormalising lanes below it); near the end
+// of the words, lane by lane with a bounds check. Sets *exhausted if the words run out.
+// The entry of a kRansClasses-entry table for each lane's class: a lane permutation
+// where a vector holds the whole table (AVX3), else a gather.
+template <class D>
+HWY_INLINE hn::Vec<D> LookupClass(D d32, const uint32_t* HWY_RESTRICT table, hn::Vec<D> cls) {
+  const hn::RebindToSigned<D> di32;
+  if (hn::Lanes(d32) == kRansClasses) {
+    return hn::TableLookupLanes(hn::LoadU(d32, table), hn::IndicesFromVec(d32, cls));
+  }
+  return hn::GatherIndex(d32, table, hn::BitCast(di32, cls));
+}
+
 template <class D>
 HWY_INLINE hn::Vec<D> DecodeRansVector(D d32, hn::Vec<D> x, const uint16_t* HWY_RESTRICT src,
-                                       size_t i, const uint32_t* HWY_RESTRICT probs,
+                                       size_t i, hn::Vec<D> class_base,
+                                       const uint32_t* HWY_RESTRICT probs,
+                                       const uint32_t* HWY_RESTRICT splits,
                                        const uint8_t* HWY_RESTRICT words, size_t num_words,
                                        size_t* HWY_RESTRICT word,
                                        uint32_t* HWY_RESTRICT positions,
+                                       uint32_t* HWY_RESTRICT xors,
                                        size_t* HWY_RESTRICT changes, bool* exhausted) {
   const hn::Rebind<uint16_t, D> d16;
   const hn::RebindToSigned<D> di32;
   const size_t N = hn::Lanes(d32);
   const auto low = hn::Set(d32, kRansLow);
   const auto bits = hn::PromoteTo(d32, hn::LoadU(d16, src + i));
-  const auto exponent = hn::And(hn::ShiftRight<7>(bits), hn::Set(d32, 0xFF));
-  const auto p = hn::GatherIndex(d32, probs, hn::BitCast(di32, exponent));
+  const auto exponent = hn::BitCast(di32, hn::And(hn::ShiftRight<7>(bits), hn::Set(d32, 0xFF)));
+  const auto cls = hn::BitCast(
+      d32, hn::Min(hn::Max(hn::Sub(exponent, hn::BitCast(di32, class_base)), hn::Zero(di32)),
+                   hn::Set(di32, kRansClasses - 1)));
+  const auto p = LookupClass(d32, probs, cls);
+  const auto ab = LookupClass(d32, splits, cls);
+  const auto a = hn::And(ab, hn::Set(d32, 0xFFFF));
+  const auto b = hn::ShiftRight<16>(ab);
   const auto slot = hn::And(x, hn::Set(d32, 0xFFFF));
+  const auto escape = hn::Lt(slot, a);
+  const auto up = hn::Lt(slot, b);  // with !escape: d = +1
   const auto changed = hn::Lt(slot, p);
-  const auto freq = hn::IfThenElse(changed, p, hn::Sub(low, p));
-  const auto start = hn::IfThenZeroElse(changed, p);
-  x = hn::Add(hn::Mul(freq, hn::ShiftRight<16>(x)), hn::Sub(slot, start));
-  if (HWY_UNLIKELY(!hn::AllFalse(d32, hn::Lt(x, low)))) {
+  // (start, frequency) of the decoded symbol.
+  const auto start = hn::IfThenElse(changed, hn::IfThenElse(up, hn::IfThenZeroElse(escape, a), b), p);
+  const auto end = hn::IfThenElse(changed, hn::IfThenElse(up, hn::IfThenElse(escape, a, b), p), low);
+  x = hn::Add(hn::Mul(hn::Sub(end, start), hn::ShiftRight<16>(x)), hn::Sub(slot, start));
+  const auto renormalize = hn::Lt(x, low);
+  uint8_t mask_bytes[8] = {};
+  hn::StoreMaskBits(d32, renormalize, mask_bytes);
+  const uint32_t mask = mask_bytes[0] | (uint32_t{mask_bytes[1]} << 8);
+  if (*word + N <= num_words) {
+    // Lane l takes word `word + rank(l)`, rank(l) = popcount(mask & (2^l - 1)) < N: one
+    // contiguous load (off the states' dependency chain) and a lane permutation.
+    HWY_ALIGN static constexpr uint32_t kBelow[kRansLanes] = {
+        0x0, 0x1, 0x3, 0x7, 0xF, 0x1F, 0x3F, 0x7F, 0xFF, 0x1FF, 0x3FF, 0x7FF, 0xFFF,
+        0x1FFF, 0x3FFF, 0x7FFF};
+    const auto next_words = hn::PromoteTo(
+        d32, hn::LoadU(d16, reinterpret_cast<const uint16_t*>(words + 2 * *word)));
+    const auto rank = hn::PopulationCount(hn::And(hn::Set(d32, mask), hn::Load(d32, kBelow)));
+    const auto taken = hn::TableLookupLanes(next_words, hn::IndicesFromVec(d32, rank));
+    x = hn::IfThenElse(renormalize, hn::Or(hn::ShiftLeft<16>(x), taken), x);
+    *word += static_cast<size_t>(__builtin_popcount(mask));
+  } else if (mask != 0) {
     HWY_ALIGN uint32_t lanes[kRansLanes];
     hn::Store(x, d32, lanes);
     for (size_t lane = 0; lane < N; ++lane) {
@@ -302,11 +355,13 @@ HWY_INLINE hn::Vec<D> DecodeRansVector(D d32, hn::Vec<D> x, const uint16_t* HWY_
     x = hn::Load(d32, lanes);
   }
   if (!hn::AllFalse(d32, changed)) {
-    uint8_t mask_bits[8] = {};
-    hn::StoreMaskBits(d32, changed, mask_bits);
-    for (uint32_t set = mask_bits[0] | (uint32_t{mask_bits[1]} << 8); set != 0; set &= set - 1) {
-      positions[(*changes)++] = static_cast<uint32_t>(i + __builtin_ctz(set));
-    }
+    // The new value of a +-1 step; escapes get 0.
+    const auto step = hn::IfThenElse(up, hn::Set(d32, 1), hn::Set(d32, 0xFFFFFFFFu));
+    const auto key = hn::And(hn::Add(KeysOf16(d32, bits), step), hn::Set(d32, 0xFFFF));
+    const auto xor_bits = hn::IfThenZeroElse(escape, hn::Xor(bits, BitsFromKeys16(d32, key)));
+    const auto index = hn::Add(hn::Iota(d32, 0), hn::Set(d32, static_cast<uint32_t>(i)));
+    hn::CompressStore(index, changed, d32, positions + *changes);
+    *changes += hn::CompressStore(xor_bits, changed, d32, xors + *changes);
   }
   return x;
 }
@@ -314,36 +369,40 @@ HWY_INLINE hn::Vec<D> DecodeRansVector(D d32, hn::Vec<D> x, const uint16_t* HWY_
 // Whole groups of kRansLanes elements run on vectors: one holding all the states where
 // vectors have kRansLanes u32 lanes (AVX3), else kRansLanes / N vectors kept in memory.
 // The tail (count % kRansLanes elements) runs the reference.
-size_t DecodeRansChanges(const uint16_t* HWY_RESTRICT src, size_t count,
-                         const uint32_t* HWY_RESTRICT probs, uint32_t* HWY_RESTRICT states,
-                         const uint8_t* HWY_RESTRICT words, size_t num_words,
-                         size_t* HWY_RESTRICT words_used, uint32_t* HWY_RESTRICT positions) {
+size_t DecodeRansChanges(const uint16_t* HWY_RESTRICT src, size_t count, int class_base,
+                         const uint32_t* HWY_RESTRICT probs, const uint32_t* HWY_RESTRICT splits,
+                         uint32_t* HWY_RESTRICT states, const uint8_t* HWY_RESTRICT words,
+                         size_t num_words, size_t* HWY_RESTRICT words_used,
+                         uint32_t* HWY_RESTRICT positions, uint32_t* HWY_RESTRICT xors) {
   const hn::CappedTag<uint32_t, kRansLanes> d32;
   const size_t N = hn::Lanes(d32);
   size_t word = *words_used;
   size_t changes = 0;
   bool exhausted = false;
+  const auto base = hn::Set(d32, static_cast<uint32_t>(class_base));
   size_t i = 0;
   if (N == kRansLanes) {
     auto x = hn::LoadU(d32, states);
     for (; i + kRansLanes <= count && !exhausted; i += kRansLanes) {
-      x = DecodeRansVector(d32, x, src, i, probs, words, num_words, &word, positions, &changes,
-                           &exhausted);
+      x = DecodeRansVector(d32, x, src, i, base, probs, splits, words, num_words, &word,
+                           positions, xors, &changes, &exhausted);
     }
     hn::StoreU(x, d32, states);
   } else {
     for (; i + kRansLanes <= count && !exhausted; i += kRansLanes) {
       for (size_t v = 0; v < kRansLanes; v += N) {
-        const auto x = DecodeRansVector(d32, hn::LoadU(d32, states + v), src, i + v, probs,
-                                        words, num_words, &word, positions, &changes,
-                                        &exhausted);
+        const auto x = DecodeRansVector(d32, hn::LoadU(d32, states + v), src, i + v, base,
+                                        probs, splits, words, num_words, &word, positions,
+                                        xors, &changes, &exhausted);
         hn::StoreU(x, d32, states + v);
       }
     }
   }
   if (exhausted) return kRansWordsExhausted;
-  const size_t tail = ref::DecodeRansChanges(src + i, count - i, probs, states, words,
-                                             num_words, &word, positions + changes);
+  const size_t tail = ref::DecodeRansChanges(src + i, count - i, class_base, probs, splits,
+                                             states, words,
+                                             num_words, &word, positions + changes,
+                                             xors + changes);
   if (tail == kRansWordsExhausted) return kRansWordsExhausted;
   for (size_t k = changes; k < changes + tail; ++k) positions[k] += static_cast<uint32_t>(i);
   *words_used = word;
@@ -405,11 +464,12 @@ void AdvanceHistory(const uint16_t* src, const uint16_t* dst, size_t count, uint
   HWY_DYNAMIC_DISPATCH(AdvanceHistory)(src, dst, count, history);
 }
 
-size_t DecodeRansChanges(const uint16_t* src, size_t count, const uint32_t probs[256],
+size_t DecodeRansChanges(const uint16_t* src, size_t count, int class_base,
+                         const uint32_t probs[kRansClasses], const uint32_t splits[kRansClasses],
                          uint32_t states[kRansLanes], const uint8_t* words, size_t num_words,
-                         size_t* words_used, uint32_t* positions) {
-  return HWY_DYNAMIC_DISPATCH(DecodeRansChanges)(src, count, probs, states, words, num_words,
-                                                 words_used, positions);
+                         size_t* words_used, uint32_t* positions, uint32_t* xors) {
+  return HWY_DYNAMIC_DISPATCH(DecodeRansChanges)(src, count, class_base, probs, splits, states,
+                                                 words, num_words, words_used, positions, xors);
 }
 
 const char* DispatchedTargetName() {

@@ -88,22 +88,30 @@ void HistoryRateSums(const uint16_t* src, const uint8_t* history, const uint8_t 
 // stay as they are (the whole byte).
 void AdvanceHistory(const uint16_t* src, const uint16_t* dst, size_t count, uint8_t* history);
 
-// Interleaved rANS decoding of change flags (rans_coder.h, FORMAT.md "rANS chunk").
-// kRansLanes coder states; element i of src (i < count) is coded by state i % kRansLanes
-// with P(change) = probs[exponent field of src[i]] in units of 2^-16 (each in 1..65535).
-// A state x in [2^16, 2^32) decodes: slot = x & 0xFFFF; changed = slot < p;
-// x = f * (x >> 16) + slot - start with (f, start) = (p, 0) if changed, else
-// (2^16 - p, p); then, if x < 2^16, x = x << 16 | the next 16-bit little-endian word of
-// `words`. Appends the index of every changed element to positions (room for count +
-// kRansLanes entries), advances *words_used (words read so far, of num_words) and
-// updates states[]. Returns the number of changes, or kRansWordsExhausted if a state
-// needed a word past num_words (the stream is corrupt).
+// Interleaved rANS decoding of the element symbols of an rANS chunk (rans_coder.h,
+// FORMAT.md "rANS chunk"). kRansLanes coder states; element i of src (i < count) is coded
+// by state i % kRansLanes. With its class c = clamp(e - class_base, 0, kRansClasses - 1),
+// e the exponent field of src[i], p = probs[c], a = splits[c] & 0xFFFF and
+// b = splits[c] >> 16 (1 <= a < b < p <= 65535), a state x in [2^16, 2^32) decodes
+// slot = x & 0xFFFF as: slot < a an escape (|d| >= 2, coded elsewhere), a <= slot < b
+// the step d = +1 in MonotoneKey order, b <= slot < p d = -1, else unchanged; with that
+// symbol's (start, frequency) = (0, a), (a, b - a), (b, p - b) or (p, 2^16 - p):
+// x = frequency * (x >> 16) + slot - start; then, if x < 2^16, x = x << 16 | the next
+// 16-bit little-endian word of `words`.
+// Appends, for every changed element, its index to positions and its XOR with the new
+// value to xors (0 for an escape); both need room for count + kRansLanes entries.
+// Advances *words_used (words read so far, of num_words) and updates states[]. Returns
+// the number of changes, or kRansWordsExhausted if a state needed a word past num_words
+// (the stream is corrupt; outputs unspecified).
+constexpr int kRansClasses = 16;
 constexpr size_t kRansLanes = 16;
 constexpr uint32_t kRansLow = 1u << 16;  // states live in [kRansLow, 2^32)
 constexpr size_t kRansWordsExhausted = ~size_t{0};
-size_t DecodeRansChanges(const uint16_t* src, size_t count, const uint32_t probs[256],
-                         uint32_t states[kRansLanes], const uint8_t* words, size_t num_words,
-                         size_t* words_used, uint32_t* positions);
+size_t DecodeRansChanges(const uint16_t* src, size_t count, int class_base,
+                         const uint32_t probs[kRansClasses], const uint32_t splits[kRansClasses],
+                         uint32_t states[kRansLanes],
+                         const uint8_t* words, size_t num_words, size_t* words_used,
+                         uint32_t* positions, uint32_t* xors);
 
 // Name of the target the dispatching wrappers above run on now ("AVX3", "EMU128", ...).
 const char* DispatchedTargetName();
@@ -119,9 +127,11 @@ void GroupRateSums(const uint16_t* src, size_t groups, uint64_t* sums);
 void HistoryRateSums(const uint16_t* src, const uint8_t* history, const uint8_t boosts[8],
                      size_t groups, uint64_t* sums);
 void AdvanceHistory(const uint16_t* src, const uint16_t* dst, size_t count, uint8_t* history);
-size_t DecodeRansChanges(const uint16_t* src, size_t count, const uint32_t probs[256],
-                         uint32_t states[kRansLanes], const uint8_t* words, size_t num_words,
-                         size_t* words_used, uint32_t* positions);
+size_t DecodeRansChanges(const uint16_t* src, size_t count, int class_base,
+                         const uint32_t probs[kRansClasses], const uint32_t splits[kRansClasses],
+                         uint32_t states[kRansLanes],
+                         const uint8_t* words, size_t num_words, size_t* words_used,
+                         uint32_t* positions, uint32_t* xors);
 }  // namespace ref
 
 }  // namespace arc_v3

@@ -6,11 +6,14 @@
 //   Value_Log     2 x u16  V0, V1: the "|d| >= 2^(j+1) given >= 2^j" decisions have
 //                          P = x / (1 + x), x = 2^((V - 16 z) / 16), z = exponent + j,
 //                          V0 for j = 0 and V1 for j >= 1
-//   Position_Words varint  number of 16-bit words of the position stream
-//   Position stream        16 x u32 states, then the words (DecodeRansChanges)
-//   Value stream           2 x u32 states, then the words, to the end of the chunk
+//   Element_Words varint   number of 16-bit words of the element stream
+//   Element stream         16 x u32 states, then the words (DecodeRansChanges): one symbol
+//                          per element, unchanged / +1 / -1 / escape (|d| >= 2)
+//   Escape stream          2 x u32 states, then the words, to the end of the chunk: the
+//                          log2 class (from j = 1), low bits and sign of each escape
 // Both streams are rANS with 16-bit probabilities, states in [2^16, 2^32) and 16-bit
 // renormalisation; the encoder starts every state at 2^16, so the decoder must end there.
+// About 90% of changes are +-1: the vectorised element stream decodes them completely.
 #include "src/rans_coder.h"
 
 #include <algorithm>
@@ -23,7 +26,7 @@
 namespace arc_v3 {
 namespace {
 
-constexpr int kClasses = 16;
+constexpr int kClasses = kRansClasses;
 constexpr int kValueLanes = 2;
 constexpr int kUnaryDecisions = 15;  // |d| <= 2^15: log2 class 0..15
 constexpr int kValueZ = 256 + kUnaryDecisions;  // z = exponent + j
@@ -31,16 +34,18 @@ constexpr uint32_t kProbScale = 1u << 16;
 constexpr size_t kHeaderBytes = 1 + kClasses + 4;
 constexpr size_t kPositionStateBytes = 4 * kRansLanes;
 constexpr size_t kValueStateBytes = 4 * kValueLanes;
+// The symbols of the element stream (the encoder's names; FORMAT.md "rANS chunk").
+constexpr uint8_t kSymbolUnchanged = 0, kSymbolEscape = 1, kSymbolUp = 2, kSymbolDown = 3;
 
 inline int ExponentOf(uint16_t bits) { return (bits >> 7) & 0xFF; }
 
 // 2^(t/16) in units of 2^-16, for |t| <= 16 * 24 (rounded; 0 only far below 1).
 inline uint64_t Pow2Sixteenths(int t) {
-  static constexpr uint64_t kUp[16] = {65536, 68438, 71468,  74632,  77936,  81386,
+  static constexpr uint64_t kPow2[16] = {65536, 68438, 71468,  74632,  77936,  81386,
                                        84990, 88752, 92682,  96785,  101070, 105545,
                                        110218, 115098, 120194, 125515};
   const int octave = t >> 4;  // floor
-  const uint64_t base = kUp[t & 15];
+  const uint64_t base = kPow2[t & 15];
   if (octave >= 0) return base << octave;
   return (base + (uint64_t{1} << (-octave - 1))) >> -octave;
 }
@@ -60,18 +65,24 @@ inline uint32_t ProbOfLog(int t) {
 
 // The decoder's view of a chunk's model.
 struct RansModel {
-  uint32_t change[256];          // P(change) by exponent field
-  uint32_t bigger[2][kValueZ];   // P(|d| >= 2^(j+1) | >= 2^j) by z; [0]: j = 0, [1]: j >= 1
+  // Element symbols by class (DecodeRansChanges): P(change) = p (at least 3, so that
+  // each of the three change symbols has a frequency), split into an escape [0, a), +1
+  // [a, b) and -1 [b, p); a / p follows P(|d| >= 2) at the class's exponent
+  // class_base + c, and the signs share the rest evenly.
+  int class_base;
+  uint32_t change[kClasses];
+  uint32_t splits[kClasses];     // a | b << 16
+  uint32_t bigger[kValueZ];      // escapes: P(|d| >= 2^(j+1) | >= 2^j) by z = e + j, j >= 1
 
-  RansModel(int class_base, const uint8_t* change_q, const uint16_t* value_log) {
-    uint32_t by_class[kClasses];
-    for (int c = 0; c < kClasses; ++c) by_class[c] = ProbOfQ(change_q[c]);
-    for (int e = 0; e < 256; ++e) {
-      change[e] = by_class[std::min(std::max(e - class_base, 0), kClasses - 1)];
+  RansModel(int base, const uint8_t* change_q, const uint16_t* value_log) : class_base(base) {
+    for (int c = 0; c < kClasses; ++c) {
+      const uint32_t p = std::max<uint32_t>(ProbOfQ(change_q[c]), 3);
+      const uint32_t escape = (p * ProbOfLog(value_log[0] - 16 * (base + c)) + 32768) >> 16;
+      const uint32_t a = std::min(std::max<uint32_t>(escape, 1), p - 2);
+      change[c] = p;
+      splits[c] = a | ((a + (p - a + 1) / 2) << 16);
     }
-    for (int g = 0; g < 2; ++g) {
-      for (int z = 0; z < kValueZ; ++z) bigger[g][z] = ProbOfLog(value_log[g] - 16 * z);
-    }
+    for (int z = 0; z < kValueZ; ++z) bigger[z] = ProbOfLog(value_log[1] - 16 * z);
   }
 };
 
@@ -273,44 +284,68 @@ inline ValueCode ValueCodeOf(uint16_t prev, uint16_t next) {
 }
 
 // ---------------------------------------------------------------------------------------
-// rANS decoding of the value stream (the position stream is the DecodeRansChanges
+// rANS decoding of the escape stream (the element stream is the DecodeRansChanges
 // kernel's).
-class ValueDecoder {
- public:
-  ValueDecoder(const uint8_t* words, size_t num_words) : words_(words), num_words_(num_words) {}
+// Inlined into the decoding loop, so that the states stay in registers (GCC does not
+// inline Decode on its own: it calls it with the state in memory, ~2x slower).
+#define ARC_V3_RANS_INLINE inline __attribute__((always_inline))
 
-  inline uint32_t GetBit(uint32_t* x, uint32_t p) {
-    const uint32_t slot = *x & 0xFFFF;
+class EscapeDecoder {
+ public:
+  EscapeDecoder(const RansModel& model, const uint8_t* words, size_t num_words)
+      : model_(model), words_(words), num_words_(num_words) {}
+
+  // The XOR of the escape (|d| >= 2) of `prev` coded on state x. Sets bad() for a |d|
+  // the encoder cannot write.
+  ARC_V3_RANS_INLINE uint16_t Decode(uint32_t& x, uint16_t prev) {
+    const int e = ExponentOf(prev);
+    int cls = 1;
+    while (cls < kUnaryDecisions && GetBit(x, model_.bigger[e + cls])) ++cls;
+    const uint32_t code = GetUniform(x, cls + 1);
+    const uint32_t magnitude = (1u << cls) | (code >> 1);
+    const bool negative = code & 1;
+    // |d| <= 2^15, and -2^15 has one coding: negative.
+    bad_ |= magnitude > 0x8000 || (magnitude == 0x8000 && !negative);
+    const uint16_t step = static_cast<uint16_t>(negative ? 0u - magnitude : magnitude);
+    return static_cast<uint16_t>(prev ^
+                                 FromMonotoneKey(static_cast<uint16_t>(MonotoneKey(prev) + step)));
+  }
+  bool bad() const { return bad_; }
+  // Every word read, none missing.
+  bool AllRead() const { return !bad_ && next_ == num_words_; }
+
+ private:
+  ARC_V3_RANS_INLINE uint32_t GetBit(uint32_t& x, uint32_t p) {
+    const uint32_t slot = x & 0xFFFF;
     const uint32_t event = slot < p;
-    *x = (event ? p : kProbScale - p) * (*x >> 16) + slot - (event ? 0 : p);
+    x = (event ? p : kProbScale - p) * (x >> 16) + slot - (event ? 0 : p);
     Renormalize(x);
     return event;
   }
-  inline uint32_t GetUniform(uint32_t* x, int bits) {
-    const uint32_t slot = *x & 0xFFFF;
+  ARC_V3_RANS_INLINE uint32_t GetUniform(uint32_t& x, int bits) {
+    const uint32_t slot = x & 0xFFFF;
     const uint32_t value = slot >> (16 - bits);
-    *x = ((*x >> 16) << (16 - bits)) + (slot & ((1u << (16 - bits)) - 1));
+    x = ((x >> 16) << (16 - bits)) + (slot & ((1u << (16 - bits)) - 1));
     Renormalize(x);
     return value;
   }
-  bool exhausted() const { return exhausted_; }
-  bool AllRead() const { return next_ == num_words_; }
-
- private:
-  inline void Renormalize(uint32_t* x) {
-    if (*x >= kRansLow) return;
+  // A branch: states renormalise every ~8 decisions here, and a branch-free version would
+  // chain both states through the word counter.
+  ARC_V3_RANS_INLINE void Renormalize(uint32_t& x) {
+    if (__builtin_expect(x >= kRansLow, 1)) return;
     if (next_ == num_words_) {
-      exhausted_ = true;  // the caller stops; the state stays below 2^16 and fails the end check
+      bad_ = true;  // the state stays below 2^16
       return;
     }
-    *x = (*x << 16) | words_[2 * next_] | (uint32_t{words_[2 * next_ + 1]} << 8);
+    x = (x << 16) | words_[2 * next_] | (uint32_t{words_[2 * next_ + 1]} << 8);
     ++next_;
   }
 
+  const RansModel& model_;
   const uint8_t* words_;
   size_t num_words_;
   size_t next_ = 0;
-  bool exhausted_ = false;
+  bool bad_ = false;
 };
 
 inline uint32_t LoadU32(const uint8_t* bytes) {
@@ -345,12 +380,15 @@ Status EncodeChunkRans(const uint16_t* src, const uint16_t* dst, size_t len,
       all[e] = uint64_t{partial[0][e]} + partial[1][e] + partial[2][e] + partial[3][e];
     }
   }
+  // Element symbols of the changes.
+  std::vector<uint8_t> symbol_of(changes);
   uint64_t ones[2][kValueZ] = {}, zeros[2][kValueZ] = {};
   for (size_t r = 0; r < changes; ++r) {
     const uint32_t pos = positions[r];
     const int e = ExponentOf(src[pos]);
     ++changed[e];
     const ValueCode code = ValueCodeOf(src[pos], dst[pos]);
+    symbol_of[r] = code.cls > 0 ? kSymbolEscape : code.negative ? kSymbolDown : kSymbolUp;
     for (int j = 0; j <= std::min(code.cls, kUnaryDecisions - 1); ++j) {
       ++(code.cls > j ? ones : zeros)[j > 0][e + j];
     }
@@ -363,49 +401,54 @@ Status EncodeChunkRans(const uint16_t* src, const uint16_t* dst, size_t len,
                                  ChooseValueLog(ones[1], zeros[1])};
   const RansModel model(class_base, change_q, value_log);
 
-  // Positions: every element, last to first, element i on state i % kRansLanes.
-  std::vector<uint16_t> position_words, value_words;
-  position_words.reserve(len / 64 + changes);
-  uint32_t position_states[kRansLanes];
-  std::fill(position_states, position_states + kRansLanes, kRansLow);
+  // Elements, last to first, element i on state i % kRansLanes.
+  std::vector<uint16_t> element_words, escape_words;
+  element_words.reserve(len / 64 + changes);
+  uint32_t element_states[kRansLanes];
+  std::fill(element_states, element_states + kRansLanes, kRansLow);
   {
-    // Both symbols of every exponent, with their reciprocals.
-    EncSymbol symbols[256][2];
+    // The four symbols of every exponent's class, with their reciprocals.
+    EncSymbol symbols[256][4];
     for (int e = 0; e < 256; ++e) {
-      const uint32_t p = model.change[e];
-      symbols[e][0] = MakeSymbol(p, kProbScale - p);
-      symbols[e][1] = MakeSymbol(0, p);
+      const int c = std::min(std::max(e - class_base, 0), kClasses - 1);
+      const uint32_t p = model.change[c], a = model.splits[c] & 0xFFFF;
+      const uint32_t b = model.splits[c] >> 16;
+      symbols[e][kSymbolUnchanged] = MakeSymbol(p, kProbScale - p);
+      symbols[e][kSymbolEscape] = MakeSymbol(0, a);
+      symbols[e][kSymbolUp] = MakeSymbol(a, b - a);
+      symbols[e][kSymbolDown] = MakeSymbol(b, p - b);
     }
-    RansEncoder coder(&position_words);
+    RansEncoder coder(&element_words);
     size_t next = changes;  // positions[next - 1] is the last change not yet coded
     for (size_t i = len; i-- > 0;) {
       const bool is_change = next > 0 && positions[next - 1] == i;
       next -= is_change;
-      coder.Put(&position_states[i % kRansLanes], symbols[ExponentOf(src[i])][is_change]);
+      const uint8_t symbol = is_change ? symbol_of[next] : kSymbolUnchanged;
+      coder.Put(&element_states[i % kRansLanes], symbols[ExponentOf(src[i])][symbol]);
     }
   }
-  // Values: change of rank r on state r % kValueLanes; per change the class decisions,
+  // Escapes: the k-th escape on state k % kValueLanes; the class decisions from j = 1,
   // then the low bits and the sign as one uniform symbol (decoded in that order).
-  uint32_t value_states[kValueLanes] = {kRansLow, kRansLow};
+  uint32_t escape_states[kValueLanes] = {kRansLow, kRansLow};
   {
-    // [j > 0][z][bigger]
-    std::vector<EncSymbol> symbols(2 * kValueZ * 2);
-    for (int g = 0; g < 2; ++g) {
-      for (int z = 0; z < kValueZ; ++z) {
-        const uint32_t p = model.bigger[g][z];
-        symbols[(g * kValueZ + z) * 2] = MakeSymbol(p, kProbScale - p);
-        symbols[(g * kValueZ + z) * 2 + 1] = MakeSymbol(0, p);
-      }
+    std::vector<EncSymbol> symbols(kValueZ * 2);  // [z][bigger]
+    for (int z = 0; z < kValueZ; ++z) {
+      const uint32_t p = model.bigger[z];
+      symbols[2 * z] = MakeSymbol(p, kProbScale - p);
+      symbols[2 * z + 1] = MakeSymbol(0, p);
     }
-    RansEncoder coder(&value_words);
+    size_t escapes = 0;
+    for (const uint8_t symbol : symbol_of) escapes += symbol == kSymbolEscape;
+    RansEncoder coder(&escape_words);
     for (size_t r = changes; r-- > 0;) {
+      if (symbol_of[r] != kSymbolEscape) continue;
       const uint32_t pos = positions[r];
       const int e = ExponentOf(src[pos]);
       const ValueCode code = ValueCodeOf(src[pos], dst[pos]);
-      uint32_t* x = &value_states[r % kValueLanes];
+      uint32_t* x = &escape_states[--escapes % kValueLanes];
       coder.PutUniform(x, (code.low_bits << 1) | code.negative, code.cls + 1);
-      for (int j = std::min(code.cls, kUnaryDecisions - 1); j >= 0; --j) {
-        coder.Put(x, symbols[((j > 0) * kValueZ + e + j) * 2 + (code.cls > j)]);
+      for (int j = std::min(code.cls, kUnaryDecisions - 1); j >= 1; --j) {
+        coder.Put(x, symbols[2 * (e + j) + (code.cls > j)]);
       }
     }
   }
@@ -416,9 +459,9 @@ Status EncodeChunkRans(const uint16_t* src, const uint16_t* dst, size_t len,
     out->push_back(static_cast<uint8_t>(v));
     out->push_back(static_cast<uint8_t>(v >> 8));
   }
-  PutVarint(position_words.size(), out);
-  AppendStream(position_states, kRansLanes, position_words, out);
-  AppendStream(value_states, kValueLanes, value_words, out);
+  PutVarint(element_words.size(), out);
+  AppendStream(element_states, kRansLanes, element_words, out);
+  AppendStream(escape_states, kValueLanes, escape_words, out);
   return Status::Ok();
 }
 
@@ -443,89 +486,71 @@ Status DecodeChunkRans(const uint16_t* src, size_t len, const uint8_t* bytes, si
   const uint16_t value_log[2] = {
       static_cast<uint16_t>(header[1 + kClasses] | (header[2 + kClasses] << 8)),
       static_cast<uint16_t>(header[3 + kClasses] | (header[4 + kClasses] << 8))};
-  uint64_t position_words;
-  if (!reader.ReadVarint(&position_words)) {
+  uint64_t element_words;
+  if (!reader.ReadVarint(&element_words)) {
     return reader.remaining() == 0 ? Status(ErrorCode::kTruncated, "rANS chunk: header truncated")
                                    : Corrupt("bad word count");
   }
   const size_t rest = reader.remaining();
   if (rest < kPositionStateBytes + kValueStateBytes ||
-      position_words > (rest - kPositionStateBytes - kValueStateBytes) / 2) {
+      element_words > (rest - kPositionStateBytes - kValueStateBytes) / 2) {
     return Status(ErrorCode::kTruncated, "rANS chunk: streams truncated");
   }
-  const uint8_t* position_stream = reader.current();
-  const uint8_t* value_stream = position_stream + kPositionStateBytes + 2 * position_words;
-  const size_t value_bytes = static_cast<size_t>(bytes + size - value_stream);
-  if ((value_bytes - kValueStateBytes) % 2 != 0) return Corrupt("odd value stream");
+  const uint8_t* element_stream = reader.current();
+  const uint8_t* escape_stream = element_stream + kPositionStateBytes + 2 * element_words;
+  const size_t escape_bytes = static_cast<size_t>(bytes + size - escape_stream);
+  if ((escape_bytes - kValueStateBytes) % 2 != 0) return Corrupt("odd escape stream");
   if (len == 0) return Corrupt("changes in 0 elements");
 
   const RansModel model(class_base, change_q, value_log);
   uint32_t states[kRansLanes];
   for (size_t s = 0; s < kRansLanes; ++s) {
-    states[s] = LoadU32(position_stream + 4 * s);
+    states[s] = LoadU32(element_stream + 4 * s);
     if (states[s] < kRansLow) return Corrupt("bad coder state");
   }
+  uint32_t escape_state = LoadU32(escape_stream), other_escape_state = LoadU32(escape_stream + 4);
+  if (escape_state < kRansLow || other_escape_state < kRansLow) return Corrupt("bad coder state");
+  EscapeDecoder escapes(model, escape_stream + kValueStateBytes,
+                        (escape_bytes - kValueStateBytes) / 2);
+
   // Slices of the chunk (a multiple of kRansLanes, so each element keeps its state)
-  // through a small buffer: `positions` grows by the changes only.
+  // through small buffers, escapes decoded while the slice is in cache: the outputs grow
+  // by the changes only.
   constexpr size_t kSlice = 4096;
-  uint32_t found[kSlice + kRansLanes];
+  uint32_t found_positions[kSlice + kRansLanes], found_xors[kSlice + kRansLanes];
   size_t words_used = 0;
   bool consistent = true;
   for (size_t begin = 0; begin < len && consistent; begin += kSlice) {
     const size_t count = std::min(kSlice, len - begin);
-    const size_t n = DecodeRansChanges(src + begin, count, model.change, states,
-                                       position_stream + kPositionStateBytes, position_words,
-                                       &words_used, found);
+    const size_t n = DecodeRansChanges(src + begin, count, class_base, model.change,
+                                       model.splits, states,
+                                       element_stream + kPositionStateBytes, element_words,
+                                       &words_used, found_positions, found_xors);
     consistent = n != kRansWordsExhausted;
     if (!consistent) break;
     const size_t old_size = positions->size();
     positions->resize(old_size + n);
-    uint32_t* out = positions->data() + old_size;
-    for (size_t k = 0; k < n; ++k) out[k] = static_cast<uint32_t>(begin) + found[k];
+    xors->resize(old_size + n);
+    uint32_t* position_out = positions->data() + old_size;
+    uint16_t* xor_out = xors->data() + old_size;
+    for (size_t k = 0; k < n; ++k) {
+      const uint32_t pos = static_cast<uint32_t>(begin) + found_positions[k];
+      position_out[k] = pos;
+      uint32_t x = found_xors[k];
+      if (x == 0) {  // an escape: the escapes alternate between the two states
+        x = escapes.Decode(escape_state, src[pos]);
+        std::swap(escape_state, other_escape_state);
+      }
+      xor_out[k] = static_cast<uint16_t>(x);
+    }
   }
-  consistent = consistent && !positions->empty() && words_used == position_words;
+  consistent = consistent && !positions->empty() && words_used == element_words &&
+               escapes.AllRead() && escape_state == kRansLow && other_escape_state == kRansLow;
   for (size_t s = 0; consistent && s < kRansLanes; ++s) consistent = states[s] == kRansLow;
   if (!consistent) {
     positions->clear();
-    return Corrupt("inconsistent position stream");
-  }
-  const size_t changes = positions->size();
-
-  uint32_t value_states[kValueLanes];
-  for (int s = 0; s < kValueLanes; ++s) {
-    value_states[s] = LoadU32(value_stream + 4 * s);
-    if (value_states[s] < kRansLow) {
-      positions->clear();
-      return Corrupt("bad coder state");
-    }
-  }
-  ValueDecoder coder(value_stream + kValueStateBytes, (value_bytes - kValueStateBytes) / 2);
-  xors->resize(changes);
-  for (size_t r = 0; r < changes && !coder.exhausted(); ++r) {
-    const uint16_t prev = src[(*positions)[r]];
-    const int e = ExponentOf(prev);
-    uint32_t* x = &value_states[r % kValueLanes];
-    int cls = 0;
-    while (cls < kUnaryDecisions && coder.GetBit(x, model.bigger[cls > 0][e + cls])) ++cls;
-    const uint32_t code = coder.GetUniform(x, cls + 1);
-    const uint32_t magnitude = (1u << cls) | (code >> 1);
-    const bool negative = code & 1;
-    // |d| <= 2^15, and -2^15 has one coding: negative.
-    if (magnitude > 0x8000 || (magnitude == 0x8000 && !negative)) {
-      positions->clear();
-      xors->clear();
-      return Corrupt("change out of range");
-    }
-    const uint16_t step = static_cast<uint16_t>(negative ? 0u - magnitude : magnitude);
-    (*xors)[r] = static_cast<uint16_t>(
-        prev ^ FromMonotoneKey(static_cast<uint16_t>(MonotoneKey(prev) + step)));
-  }
-  consistent = !coder.exhausted() && coder.AllRead();
-  for (int s = 0; consistent && s < kValueLanes; ++s) consistent = value_states[s] == kRansLow;
-  if (!consistent) {
-    positions->clear();
     xors->clear();
-    return Corrupt("inconsistent value stream");
+    return Corrupt("inconsistent streams");
   }
   return Status::Ok();
 }

@@ -105,25 +105,40 @@ void AdvanceHistory(const uint16_t* src, const uint16_t* dst, size_t count, uint
   }
 }
 
-size_t DecodeRansChanges(const uint16_t* src, size_t count, const uint32_t probs[256],
-                         uint32_t states[kRansLanes], const uint8_t* words, size_t num_words,
-                         size_t* words_used, uint32_t* positions) {
+size_t DecodeRansChanges(const uint16_t* src, size_t count, int class_base,
+                         const uint32_t probs[kRansClasses], const uint32_t splits[kRansClasses],
+                         uint32_t states[kRansLanes],
+                         const uint8_t* words, size_t num_words, size_t* words_used,
+                         uint32_t* positions, uint32_t* xors) {
   size_t changes = 0;
   size_t word = *words_used;
   for (size_t i = 0; i < count; ++i) {
     uint32_t& x = states[i % kRansLanes];
-    const uint32_t p = probs[(src[i] >> 7) & 0xFF];
+    const int c = std::min(std::max(((src[i] >> 7) & 0xFF) - class_base, 0), kRansClasses - 1);
+    const uint32_t p = probs[c], a = splits[c] & 0xFFFF, b = splits[c] >> 16;
     const uint32_t slot = x & 0xFFFF;
-    const bool changed = slot < p;
-    const uint32_t freq = changed ? p : kRansLow - p;
-    const uint32_t start = changed ? 0 : p;
+    uint32_t start, freq;
+    if (slot < a) {
+      start = 0, freq = a;
+    } else if (slot < b) {
+      start = a, freq = b - a;
+    } else if (slot < p) {
+      start = b, freq = p - b;
+    } else {
+      start = p, freq = kRansLow - p;
+    }
     x = freq * (x >> 16) + slot - start;
     if (x < kRansLow) {
       if (word == num_words) return kRansWordsExhausted;
       x = (x << 16) | words[2 * word] | (uint32_t{words[2 * word + 1]} << 8);
       ++word;
     }
-    if (changed) positions[changes++] = static_cast<uint32_t>(i);
+    if (slot < p) {
+      const uint16_t key = static_cast<uint16_t>(MonotoneKey(src[i]) + (slot < b ? 1 : -1));
+      positions[changes] = static_cast<uint32_t>(i);
+      xors[changes] = slot < a ? 0 : static_cast<uint32_t>(src[i] ^ FromMonotoneKey(key));
+      ++changes;
+    }
   }
   *words_used = word;
   return changes;

@@ -315,43 +315,57 @@ TEST_CASE("AdvanceHistory: every history byte, changes across zero and NaN, vs t
 
 TEST_CASE("DecodeRansChanges: arbitrary states, probabilities and words, vs the reference") {
   // Every byte string is a valid input to the kernel (the chunk decoder checks the end
-  // state), so random words exercise every path: renormalisation in any lane, changes in
-  // any lane, and words running out in the middle of a group.
+  // state), so random words exercise every path: renormalisation in any lane, changes of
+  // every kind in any lane, and words running out in the middle of a group.
   std::mt19937 rng(14);
   test::ForEachTarget([&](const char*) {
     for (const uint32_t max_prob : {uint32_t{64}, uint32_t{4096}, uint32_t{65535}}) {
-      uint32_t probs[256];
-      for (auto& p : probs) p = 1 + static_cast<uint32_t>(rng() % max_prob);
+      uint32_t probs[kRansClasses], splits[kRansClasses];
+      for (int c = 0; c < kRansClasses; ++c) {
+        probs[c] = 3 + static_cast<uint32_t>(rng() % (max_prob - 2));  // 3..max_prob
+        const uint32_t a = 1 + static_cast<uint32_t>(rng() % (probs[c] - 2));
+        const uint32_t b = a + 1 + static_cast<uint32_t>(rng() % (probs[c] - a - 1));
+        splits[c] = a | (b << 16);
+      }
+      // Random bits span every exponent: classes below, inside and above the window.
+      const int class_base = static_cast<int>(rng() % 256);
       std::vector<uint16_t> src(100100 + 8);
       for (auto& v : src) v = static_cast<uint16_t>(rng());
       std::vector<uint8_t> words(2 * 40000);
       for (auto& b : words) b = static_cast<uint8_t>(rng());
       for (const size_t n : TestLengths()) {
         for (const size_t mis : kMisalignments) {
-          for (const size_t num_words : {size_t{0}, size_t{3}, n / 8, words.size() / 2}) {
+          for (const size_t num_words : {size_t{0}, size_t{3}, n / 8, words.size() / 2 - 1}) {
             uint32_t start_states[kRansLanes];
             for (auto& x : start_states) x = kRansLow + static_cast<uint32_t>(rng() % (0u - kRansLow));
             uint32_t want_states[kRansLanes], got_states[kRansLanes];
             std::copy(start_states, start_states + kRansLanes, want_states);
             std::copy(start_states, start_states + kRansLanes, got_states);
-            std::vector<uint32_t> want(n + kRansLanes), got(n + kRansLanes + 2 * kGuard, kSentinel32);
+            std::vector<uint32_t> want(n + kRansLanes), want_xors(n + kRansLanes);
+            std::vector<uint32_t> got(n + kRansLanes + 2 * kGuard, kSentinel32);
+            std::vector<uint32_t> got_xors(n + kRansLanes + 2 * kGuard, kSentinel32);
             size_t want_used = 1, got_used = 1;  // the kernels start after word 1
-            const size_t want_n = ref::DecodeRansChanges(src.data() + mis, n, probs, want_states,
-                                                         words.data(), num_words + 1, &want_used,
-                                                         want.data());
-            const size_t got_n = DecodeRansChanges(src.data() + mis, n, probs, got_states,
-                                                   words.data(), num_words + 1, &got_used,
-                                                   got.data() + kGuard);
+            const size_t want_n = ref::DecodeRansChanges(
+                src.data() + mis, n, class_base, probs, splits, want_states, words.data(), num_words + 1,
+                &want_used, want.data(), want_xors.data());
+            const size_t got_n = DecodeRansChanges(src.data() + mis, n, class_base, probs,
+                                                   splits, got_states, words.data(), num_words + 1,
+                                                   &got_used, got.data() + kGuard,
+                                                   got_xors.data() + kGuard);
             REQUIRE(got_n == want_n);
             if (want_n == kRansWordsExhausted) continue;  // outputs unspecified
             REQUIRE(got_used == want_used);
             REQUIRE(std::equal(want_states, want_states + kRansLanes, got_states));
-            REQUIRE(std::equal(want.begin(), want.begin() + static_cast<std::ptrdiff_t>(want_n),
-                               got.begin() + kGuard));
-            // Room for n + kRansLanes positions is what the contract asks; nothing beyond.
-            for (size_t i = 0; i < kGuard; ++i) REQUIRE(got[i] == kSentinel32);
-            for (size_t i = kGuard + n + kRansLanes; i < got.size(); ++i) {
-              REQUIRE(got[i] == kSentinel32);
+            const auto used = static_cast<std::ptrdiff_t>(want_n);
+            REQUIRE(std::equal(want.begin(), want.begin() + used, got.begin() + kGuard));
+            REQUIRE(std::equal(want_xors.begin(), want_xors.begin() + used,
+                               got_xors.begin() + kGuard));
+            // Room for n + kRansLanes entries is what the contract asks; nothing beyond.
+            for (const auto* buffer : {&got, &got_xors}) {
+              for (size_t i = 0; i < kGuard; ++i) REQUIRE((*buffer)[i] == kSentinel32);
+              for (size_t i = kGuard + n + kRansLanes; i < buffer->size(); ++i) {
+                REQUIRE((*buffer)[i] == kSentinel32);
+              }
             }
           }
         }

@@ -72,21 +72,24 @@ int FuzzKernels(const uint8_t* data, size_t size) {
   ref::AdvanceHistory(src.data(), dst.data(), n, want_history.data());
   // rANS change flags: probabilities from the input's low bytes, states from its first
   // bytes, the input itself as words (every byte string is a valid input).
-  uint32_t probs[256];
-  for (size_t e = 0; e < 256; ++e) {
-    probs[e] = 1 + (e < rest_size ? uint32_t{rest[e]} * 257 % 65535 : 4096);
+  uint32_t probs[kRansClasses], splits[kRansClasses];
+  for (size_t c = 0; c < kRansClasses; ++c) {
+    probs[c] = 3 + (c < rest_size ? uint32_t{rest[c]} * 257 % 65533 : 4096);
+    const uint32_t a = 1 + (c + 1 < rest_size ? rest[c + 1] : 7u) % (probs[c] - 2);
+    splits[c] = a | ((a + 1 + (probs[c] - a - 2) / 2) << 16);
   }
+  const int class_base = 100 + (control >> 5) * 4;  // the base values' exponents span it
   uint32_t start_states[kRansLanes];
   for (size_t l = 0; l < kRansLanes; ++l) {
     start_states[l] = kRansLow | (l < n ? dst[l] : 0x1234u) | (uint32_t{rest_size > l ? rest[l] : 0u} << 24);
   }
   uint32_t want_states[kRansLanes];
   std::copy(start_states, start_states + kRansLanes, want_states);
-  std::vector<uint32_t> want_flags(n + kRansLanes);
+  std::vector<uint32_t> want_flags(n + kRansLanes), want_flag_xors(n + kRansLanes);
   size_t want_words_used = 0;
   const size_t want_flag_count =
-      ref::DecodeRansChanges(src.data(), n, probs, want_states, rest, rest_size / 2,
-                             &want_words_used, want_flags.data());
+      ref::DecodeRansChanges(src.data(), n, class_base, probs, splits, want_states, rest, rest_size / 2,
+                             &want_words_used, want_flags.data(), want_flag_xors.data());
 
   for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
     hwy::SetSupportedTargetsForTest(target);
@@ -141,15 +144,18 @@ int FuzzKernels(const uint8_t* data, size_t size) {
 
     uint32_t states[kRansLanes];
     std::copy(start_states, start_states + kRansLanes, states);
-    Exact<uint32_t> flags(n + kRansLanes, misalign);
+    Exact<uint32_t> flags(n + kRansLanes, misalign), flag_xors(n + kRansLanes, misalign);
     size_t words_used = 0;
-    const size_t flag_count = DecodeRansChanges(s.data(), n, probs, states, rest, rest_size / 2,
-                                                &words_used, flags.data());
+    const size_t flag_count = DecodeRansChanges(s.data(), n, class_base, probs, splits, states, rest,
+                                                rest_size / 2, &words_used, flags.data(),
+                                                flag_xors.data());
     FUZZ_CHECK(flag_count == want_flag_count, name);
     if (flag_count != kRansWordsExhausted) {
       FUZZ_CHECK(words_used == want_words_used &&
                      std::equal(states, states + kRansLanes, want_states) &&
-                     std::equal(flags.data(), flags.data() + flag_count, want_flags.begin()),
+                     std::equal(flags.data(), flags.data() + flag_count, want_flags.begin()) &&
+                     std::equal(flag_xors.data(), flag_xors.data() + flag_count,
+                                want_flag_xors.begin()),
                  name);
     }
 

@@ -399,13 +399,15 @@ size_t DecodeRansChanges(const uint16_t* HWY_RESTRICT src, size_t count, int cla
     }
   }
   if (exhausted) return kRansWordsExhausted;
+  // A copy: were `word` itself passed on, its address would escape and it would live in
+  // memory in the loop above.
+  size_t tail_word = word;
   const size_t tail = ref::DecodeRansChanges(src + i, count - i, class_base, probs, splits,
-                                             states, words,
-                                             num_words, &word, positions + changes,
-                                             xors + changes);
+                                             states, words, num_words, &tail_word,
+                                             positions + changes, xors + changes);
   if (tail == kRansWordsExhausted) return kRansWordsExhausted;
   for (size_t k = changes; k < changes + tail; ++k) positions[k] += static_cast<uint32_t>(i);
-  *words_used = word;
+  *words_used = tail_word;
   return changes + tail;
 }
 

@@ -10,7 +10,7 @@
 //   Element stream         16 x u32 states, then the words (DecodeRansChanges): one symbol
 //                          per element, unchanged / +1 / -1 / escape (|d| >= 2)
 //   Escape stream          2 x u32 states, then the words, to the end of the chunk: the
-//                          log2 class (from j = 1), low bits and sign of each escape
+//                          log2 class (one symbol, 1..15), low bits and sign of each escape
 // Both streams are rANS with 16-bit probabilities, states in [2^16, 2^32) and 16-bit
 // renormalisation; the encoder starts every state at 2^16, so the decoder must end there.
 // About 90% of changes are +-1: the vectorised element stream decodes them completely.
@@ -29,6 +29,7 @@ namespace {
 constexpr int kClasses = kRansClasses;
 constexpr int kValueLanes = 2;
 constexpr int kUnaryDecisions = 15;  // |d| <= 2^15: log2 class 0..15
+constexpr int kEscapeClasses = 15;   // an escape's log2 class: 1..15
 constexpr int kValueZ = 256 + kUnaryDecisions;  // z = exponent + j
 constexpr uint32_t kProbScale = 1u << 16;
 constexpr size_t kHeaderBytes = 1 + kClasses + 4;
@@ -72,7 +73,9 @@ struct RansModel {
   int class_base;
   uint32_t change[kClasses];
   uint32_t splits[kClasses];     // a | b << 16
-  uint32_t bigger[kValueZ];      // escapes: P(|d| >= 2^(j+1) | >= 2^j) by z = e + j, j >= 1
+  // Escapes: the log2 class j = 1..15 of |d| as one symbol, per class: j's interval of
+  // [0, 2^16) is [escape_start[c][j], escape_start[c][j + 1]).
+  uint32_t escape_start[kClasses][kEscapeClasses + 2];
 
   RansModel(int base, const uint8_t* change_q, const uint16_t* value_log) : class_base(base) {
     for (int c = 0; c < kClasses; ++c) {
@@ -82,7 +85,27 @@ struct RansModel {
       change[c] = p;
       splits[c] = a | ((a + (p - a + 1) / 2) << 16);
     }
-    for (int z = 0; z < kValueZ; ++z) bigger[z] = ProbOfLog(value_log[1] - 16 * z);
+    for (int c = 0; c < kClasses; ++c) EscapeIntervals(value_log[1], base + c, escape_start[c]);
+  }
+
+  // P(j) = (q_1 ... q_(j-1)) (1 - q_j) with q_k = P(|d| >= 2^(k+1) | >= 2^k) =
+  // ProbOfLog(V1 - 16 (e + k)) (q_15 = 0), in units of 2^-32, then frequencies of 2^16:
+  // each at least 1, the rounding remainder to the most likely class.
+  static void EscapeIntervals(int v1, int e, uint32_t* start) {
+    uint32_t freq[kEscapeClasses + 1] = {};
+    uint64_t reach = uint64_t{1} << 32;  // P(j >= k)
+    int64_t total = 0;
+    int most = 1;
+    for (int k = 1; k <= kEscapeClasses; ++k) {
+      const uint64_t next = k < kEscapeClasses ? (reach * ProbOfLog(v1 - 16 * (e + k))) >> 16 : 0;
+      freq[k] = std::max<uint32_t>(static_cast<uint32_t>((reach - next) >> 16), 1);
+      total += freq[k];
+      if (freq[k] > freq[most]) most = k;
+      reach = next;
+    }
+    freq[most] = static_cast<uint32_t>(freq[most] + (int64_t{kProbScale} - total));
+    start[0] = start[1] = 0;
+    for (int k = 1; k <= kEscapeClasses; ++k) start[k + 1] = start[k] + freq[k];
   }
 };
 
@@ -298,9 +321,14 @@ class EscapeDecoder {
   // The XOR of the escape (|d| >= 2) of `prev` coded on state x. Sets bad() for a |d|
   // the encoder cannot write.
   ARC_V3_RANS_INLINE uint16_t Decode(uint32_t& x, uint16_t prev) {
-    const int e = ExponentOf(prev);
+    const int c = std::min(std::max(ExponentOf(prev) - model_.class_base, 0), kClasses - 1);
+    const uint32_t* start = model_.escape_start[c];
+    // The class whose interval holds the slot, without branches.
+    const uint32_t slot = x & 0xFFFF;
     int cls = 1;
-    while (cls < kUnaryDecisions && GetBit(x, model_.bigger[e + cls])) ++cls;
+    for (int k = 2; k <= kEscapeClasses; ++k) cls += slot >= start[k];
+    x = (start[cls + 1] - start[cls]) * (x >> 16) + slot - start[cls];
+    Renormalize(x);
     const uint32_t code = GetUniform(x, cls + 1);
     const uint32_t magnitude = (1u << cls) | (code >> 1);
     const bool negative = code & 1;
@@ -315,13 +343,6 @@ class EscapeDecoder {
   bool AllRead() const { return !bad_ && next_ == num_words_; }
 
  private:
-  ARC_V3_RANS_INLINE uint32_t GetBit(uint32_t& x, uint32_t p) {
-    const uint32_t slot = x & 0xFFFF;
-    const uint32_t event = slot < p;
-    x = (event ? p : kProbScale - p) * (x >> 16) + slot - (event ? 0 : p);
-    Renormalize(x);
-    return event;
-  }
   ARC_V3_RANS_INLINE uint32_t GetUniform(uint32_t& x, int bits) {
     const uint32_t slot = x & 0xFFFF;
     const uint32_t value = slot >> (16 - bits);
@@ -427,15 +448,16 @@ Status EncodeChunkRans(const uint16_t* src, const uint16_t* dst, size_t len,
       coder.Put(&element_states[i % kRansLanes], symbols[ExponentOf(src[i])][symbol]);
     }
   }
-  // Escapes: the k-th escape on state k % kValueLanes; the class decisions from j = 1,
-  // then the low bits and the sign as one uniform symbol (decoded in that order).
+  // Escapes: the k-th escape on state k % kValueLanes; the log2 class, then the low bits
+  // and the sign as one uniform symbol (decoded in that order).
   uint32_t escape_states[kValueLanes] = {kRansLow, kRansLow};
   {
-    std::vector<EncSymbol> symbols(kValueZ * 2);  // [z][bigger]
-    for (int z = 0; z < kValueZ; ++z) {
-      const uint32_t p = model.bigger[z];
-      symbols[2 * z] = MakeSymbol(p, kProbScale - p);
-      symbols[2 * z + 1] = MakeSymbol(0, p);
+    EncSymbol symbols[kClasses][kEscapeClasses + 1];
+    for (int c = 0; c < kClasses; ++c) {
+      for (int j = 1; j <= kEscapeClasses; ++j) {
+        const uint32_t* start = model.escape_start[c];
+        symbols[c][j] = MakeSymbol(start[j], start[j + 1] - start[j]);
+      }
     }
     size_t escapes = 0;
     for (const uint8_t symbol : symbol_of) escapes += symbol == kSymbolEscape;
@@ -443,13 +465,11 @@ Status EncodeChunkRans(const uint16_t* src, const uint16_t* dst, size_t len,
     for (size_t r = changes; r-- > 0;) {
       if (symbol_of[r] != kSymbolEscape) continue;
       const uint32_t pos = positions[r];
-      const int e = ExponentOf(src[pos]);
+      const int c = std::min(std::max(ExponentOf(src[pos]) - class_base, 0), kClasses - 1);
       const ValueCode code = ValueCodeOf(src[pos], dst[pos]);
       uint32_t* x = &escape_states[--escapes % kValueLanes];
       coder.PutUniform(x, (code.low_bits << 1) | code.negative, code.cls + 1);
-      for (int j = std::min(code.cls, kUnaryDecisions - 1); j >= 1; --j) {
-        coder.Put(x, symbols[2 * (e + j) + (code.cls > j)]);
-      }
+      coder.Put(x, symbols[c][code.cls]);
     }
   }
 
@@ -534,14 +554,23 @@ Status DecodeChunkRans(const uint16_t* src, size_t len, const uint8_t* bytes, si
     uint32_t* position_out = positions->data() + old_size;
     uint16_t* xor_out = xors->data() + old_size;
     for (size_t k = 0; k < n; ++k) {
-      const uint32_t pos = static_cast<uint32_t>(begin) + found_positions[k];
-      position_out[k] = pos;
-      uint32_t x = found_xors[k];
-      if (x == 0) {  // an escape: the escapes alternate between the two states
-        x = escapes.Decode(escape_state, src[pos]);
-        std::swap(escape_state, other_escape_state);
+      position_out[k] = static_cast<uint32_t>(begin) + found_positions[k];
+      xor_out[k] = static_cast<uint16_t>(found_xors[k]);
+    }
+    // Escapes (XOR 0 so far) are rare: skip four XORs at a time while none is 0.
+    for (size_t k = 0; k < n; ++k) {
+      if (k + 4 <= n) {
+        uint64_t four;
+        std::memcpy(&four, xor_out + k, 8);
+        if (((four - 0x0001000100010001ull) & ~four & 0x8000800080008000ull) == 0) {
+          k += 3;
+          continue;
+        }
       }
-      xor_out[k] = static_cast<uint16_t>(x);
+      if (xor_out[k] != 0) continue;
+      // The escapes alternate between the two states.
+      xor_out[k] = escapes.Decode(escape_state, src[position_out[k]]);
+      std::swap(escape_state, other_escape_state);
     }
   }
   consistent = consistent && !positions->empty() && words_used == element_words &&

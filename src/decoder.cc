@@ -409,24 +409,25 @@ Status DecodeChunks(const uint8_t* bytes, const FrameHeader& header, const uint1
   return Status::Ok();
 }
 
-// The result is built in tiles that stay in L1/L2: the chunk's XORs are scattered into a
-// zeroed tile, ApplyXor combines it with src, and the tile is zeroed again where written.
+// The result is built in tiles that stay in L1/L2: src's tile is copied and the tile's
+// changes are XORed in.
 constexpr size_t kTileElements = 16384;
 
-// Calls sink(first_element, tile_len, tile_xors) for each tile of a chunk.
-template <class Sink>
-void ForEachXorTile(size_t begin, size_t len, const ChunkChanges& changes, uint16_t* xor_tile,
-                    const Sink& sink) {
+// For each tile of chunk c (`begin`, `len` elements), writes the result into
+// dest(first_element), then calls sink(first_element, tile_len, result).
+template <class Dest, class Sink>
+void ForEachResultTile(const uint16_t* src, size_t begin, size_t len, const ChunkChanges& changes,
+                       const Dest& dest, const Sink& sink) {
   size_t k = 0;
   const size_t n = changes.positions.size();
   for (size_t tile = 0; tile < len; tile += kTileElements) {
     const size_t tile_len = std::min(kTileElements, len - tile);
-    const size_t first = k;
+    uint16_t* result = dest(begin + tile);
+    std::memcpy(result, src + begin + tile, tile_len * sizeof(uint16_t));
     for (; k < n && changes.positions[k] < tile + tile_len; ++k) {
-      xor_tile[changes.positions[k] - tile] = changes.xors[k];
+      result[changes.positions[k] - tile] ^= changes.xors[k];
     }
-    sink(begin + tile, tile_len, xor_tile);
-    for (size_t j = first; j < k; ++j) xor_tile[changes.positions[j] - tile] = 0;
+    sink(begin + tile, tile_len, result);
   }
 }
 
@@ -479,20 +480,21 @@ Status DecodeFrame(const uint16_t* src, size_t count, const uint8_t* bytes, size
     if (next_history != nullptr && count > 0) std::memcpy(next_history, history, count);
 
     const size_t chunk_elements = size_t{1} << header.chunk_log;
+    // Verified before anything is written to out: the result tile by tile, hashed.
     const size_t tile_elements = std::min(kTileElements, count);  // small tensors: small tiles
-    std::vector<uint16_t> xor_tile(tile_elements, 0), result_tile(tile_elements);
+    std::vector<uint16_t> result_tile(tile_elements);
     ChecksumStream hash;
     for (size_t c = 0; c < changes.size(); ++c) {
       const size_t begin = c * chunk_elements;
       const size_t len = std::min(chunk_elements, count - begin);
-      ForEachXorTile(begin, len, changes[c], xor_tile.data(),
-                     [&](size_t at, size_t n, const uint16_t* xors) {
-                       ApplyXor(src + at, xors, n, result_tile.data());
-                       hash.Update(result_tile.data(), n);
-                       if (next_history != nullptr) {
-                         AdvanceHistory(src + at, result_tile.data(), n, next_history + at);
-                       }
-                     });
+      ForEachResultTile(src, begin, len, changes[c],
+                        [&](size_t) { return result_tile.data(); },
+                        [&](size_t at, size_t n, const uint16_t* result) {
+                          hash.Update(result, n);
+                          if (next_history != nullptr) {
+                            AdvanceHistory(src + at, result, n, next_history + at);
+                          }
+                        });
     }
     const uint64_t actual = hash.Digest();
     if (actual != checksum) {
@@ -501,8 +503,7 @@ Status DecodeFrame(const uint16_t* src, size_t count, const uint8_t* bytes, size
     }
 
     const size_t num_workers = WorkerCount(threads, changes.size());
-    std::vector<std::vector<uint16_t>> tiles(num_workers, std::vector<uint16_t>(tile_elements, 0));
-    ParallelFor(changes.size(), num_workers, [&](size_t c, size_t worker) {
+    ParallelFor(changes.size(), num_workers, [&](size_t c, size_t) {
       const size_t begin = c * chunk_elements;
       const size_t len = std::min(chunk_elements, count - begin);
       if (out == src) {  // in place: touch only the changed elements
@@ -511,10 +512,8 @@ Status DecodeFrame(const uint16_t* src, size_t count, const uint8_t* bytes, size
         }
         return;
       }
-      ForEachXorTile(begin, len, changes[c], tiles[worker].data(),
-                     [&](size_t at, size_t n, const uint16_t* xors) {
-                       ApplyXor(src + at, xors, n, out + at);
-                     });
+      ForEachResultTile(src, begin, len, changes[c], [&](size_t at) { return out + at; },
+                        [](size_t, size_t, const uint16_t*) {});
     });
     return Status::Ok();
   } catch (const std::bad_alloc&) {

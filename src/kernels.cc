@@ -281,6 +281,20 @@ hn::Vec<D> BitsFromKeys16(D d, hn::Vec<D> keys) {
 // does: while at least a vector's worth of words remains, without branches (each lane
 // takes the word at `word` + the number of renormalising lanes below it); near the end
 // of the words, lane by lane with a bounds check. Sets *exhausted if the words run out.
+// The bits of a mask, lane 0 = bit 0, for up to 16 lanes. AVX-512 masks are those bits
+// already; elsewhere StoreMaskBits writes them as bytes.
+template <class D>
+HWY_INLINE uint32_t MaskBits16(D d, hn::Mask<D> mask) {
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  (void)d;
+  return static_cast<uint32_t>(mask.raw);
+#else
+  uint8_t bytes[8] = {};
+  hn::StoreMaskBits(d, mask, bytes);
+  return bytes[0] | (uint32_t{bytes[1]} << 8);
+#endif
+}
+
 // The entry of a kRansClasses-entry table for each lane's class: a lane permutation
 // where a vector holds the whole table (AVX3), else a gather.
 template <class D>
@@ -324,9 +338,7 @@ HWY_INLINE hn::Vec<D> DecodeRansVector(D d32, hn::Vec<D> x, const uint16_t* HWY_
   const auto end = hn::IfThenElse(changed, hn::IfThenElse(up, hn::IfThenElse(escape, a, b), p), low);
   x = hn::Add(hn::Mul(hn::Sub(end, start), hn::ShiftRight<16>(x)), hn::Sub(slot, start));
   const auto renormalize = hn::Lt(x, low);
-  uint8_t mask_bytes[8] = {};
-  hn::StoreMaskBits(d32, renormalize, mask_bytes);
-  const uint32_t mask = mask_bytes[0] | (uint32_t{mask_bytes[1]} << 8);
+  const uint32_t mask = MaskBits16(d32, renormalize);
   if (*word + N <= num_words) {
     // Lane l takes word `word + rank(l)`, rank(l) = popcount(mask & (2^l - 1)) < N: one
     // contiguous load (off the states' dependency chain) and a lane permutation.
@@ -360,8 +372,11 @@ HWY_INLINE hn::Vec<D> DecodeRansVector(D d32, hn::Vec<D> x, const uint16_t* HWY_
     const auto key = hn::And(hn::Add(KeysOf16(d32, bits), step), hn::Set(d32, 0xFFFF));
     const auto xor_bits = hn::IfThenZeroElse(escape, hn::Xor(bits, BitsFromKeys16(d32, key)));
     const auto index = hn::Add(hn::Iota(d32, 0), hn::Set(d32, static_cast<uint32_t>(i)));
-    hn::CompressStore(index, changed, d32, positions + *changes);
-    *changes += hn::CompressStore(xor_bits, changed, d32, xors + *changes);
+    // Compress in registers and store whole vectors (the outputs have room for N more):
+    // AVX-512's compress-to-memory is microcoded and slow on AMD Zen 4.
+    hn::StoreU(hn::Compress(index, changed), d32, positions + *changes);
+    hn::StoreU(hn::Compress(xor_bits, changed), d32, xors + *changes);
+    *changes += hn::CountTrue(d32, changed);
   }
   return x;
 }

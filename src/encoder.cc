@@ -36,6 +36,7 @@ struct EncoderScratch {
   std::vector<uint8_t> raw;     // one stream before compression
   std::vector<uint8_t> bitmap_stream, gaps_stream;
   std::vector<uint8_t> modelled;
+  std::vector<uint16_t> rans_words;  // EncodeChunkRans' scratch
   // On one thread: the frame's checksums, fed slice by slice as chunks are read.
   ChecksumStream* target_stream = nullptr;
   ChecksumStream* base_stream = nullptr;
@@ -194,7 +195,7 @@ Status EncodeChunkV2(const uint16_t* src, const uint16_t* dst, size_t chunk_len,
     s->modelled.clear();
     s->modelled.push_back(kChunkRans);
     const Status status = EncodeChunkRans(src, dst, chunk_len, s->positions.data(),
-                                          counts.changed, &s->modelled);
+                                          counts.changed, &s->modelled, &s->rans_words);
     if (!status.ok()) return status;
     if (out->empty() || s->modelled.size() < out->size()) out->swap(s->modelled);
   }

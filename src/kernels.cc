@@ -426,6 +426,101 @@ size_t DecodeRansChanges(const uint16_t* HWY_RESTRICT src, size_t count, int cla
   return changes + tail;
 }
 
+// One vector of lanes [i, i + Lanes(d32)) of a group, coded after the group's higher
+// lanes: symbols from src and dst, renormalisation (the emitting lanes' words pushed in
+// descending lane order, as the reference pushes them), then x / frequency through f32:
+// the quotient is below 2^16 and the f32 estimate within one of it, so one integer
+// correction each way makes it exact.
+template <class D>
+HWY_INLINE hn::Vec<D> EncodeRansVector(D d32, hn::Vec<D> x, const uint16_t* HWY_RESTRICT src,
+                                       const uint16_t* HWY_RESTRICT dst, size_t i,
+                                       hn::Vec<D> class_base, const uint32_t* HWY_RESTRICT probs,
+                                       const uint32_t* HWY_RESTRICT splits,
+                                       uint16_t* HWY_RESTRICT pushed, size_t* num_pushed) {
+  const hn::Rebind<uint16_t, D> d16;
+  const hn::RebindToSigned<D> di32;
+  const hn::Rebind<float, D> df;
+  const size_t N = hn::Lanes(d32);
+  const auto low = hn::Set(d32, kRansLow);
+  const auto bits = hn::PromoteTo(d32, hn::LoadU(d16, src + i));
+  const auto target = hn::PromoteTo(d32, hn::LoadU(d16, dst + i));
+  const auto exponent = hn::BitCast(di32, hn::And(hn::ShiftRight<7>(bits), hn::Set(d32, 0xFF)));
+  const auto cls = hn::BitCast(
+      d32, hn::Min(hn::Max(hn::Sub(exponent, hn::BitCast(di32, class_base)), hn::Zero(di32)),
+                   hn::Set(di32, kRansClasses - 1)));
+  const auto p = LookupClass(d32, probs, cls);
+  const auto ab = LookupClass(d32, splits, cls);
+  const auto a = hn::And(ab, hn::Set(d32, 0xFFFF));
+  const auto b = hn::ShiftRight<16>(ab);
+  const auto step =
+      hn::And(hn::Sub(KeysOf16(d32, target), KeysOf16(d32, bits)), hn::Set(d32, 0xFFFF));
+  const auto unchanged = hn::Eq(step, hn::Zero(d32));
+  const auto up = hn::Eq(step, hn::Set(d32, 1));
+  const auto down = hn::Eq(step, hn::Set(d32, 0xFFFF));
+  // (start, end) of the symbol: unchanged [p, 2^16), +1 [a, b), -1 [b, p), escape [0, a).
+  const auto start = hn::IfThenElse(
+      unchanged, p, hn::IfThenElse(up, a, hn::IfThenElse(down, b, hn::Zero(d32))));
+  const auto end = hn::IfThenElse(unchanged, low, hn::IfThenElse(up, b, hn::IfThenElse(down, p, a)));
+  const auto freq = hn::Sub(end, start);
+  const auto emit = hn::Not(hn::Lt(x, hn::ShiftLeft<16>(freq)));
+  if (HWY_UNLIKELY(!hn::AllFalse(d32, emit))) {
+    HWY_ALIGN uint32_t lanes[kRansLanes];
+    hn::Store(x, d32, lanes);
+    const uint32_t mask = MaskBits16(d32, emit);
+    for (size_t lane = N; lane-- > 0;) {
+      if (mask & (1u << lane)) pushed[(*num_pushed)++] = static_cast<uint16_t>(lanes[lane]);
+    }
+    x = hn::IfThenElse(emit, hn::ShiftRight<16>(x), x);
+  }
+  const auto x_float = hn::Add(
+      hn::Mul(hn::ConvertTo(df, hn::BitCast(di32, hn::ShiftRight<16>(x))), hn::Set(df, 65536.0f)),
+      hn::ConvertTo(df, hn::BitCast(di32, hn::And(x, hn::Set(d32, 0xFFFF)))));
+  const auto freq_float = hn::ConvertTo(df, hn::BitCast(di32, freq));
+  auto q = hn::BitCast(d32, hn::ConvertTo(di32, hn::Div(x_float, freq_float)));
+  auto r = hn::BitCast(di32, hn::Sub(x, hn::Mul(q, freq)));
+  const auto too_big = hn::RebindMask(d32, hn::Lt(r, hn::Zero(di32)));
+  q = hn::IfThenElse(too_big, hn::Sub(q, hn::Set(d32, 1)), q);
+  r = hn::IfThenElse(hn::RebindMask(di32, too_big), hn::Add(r, hn::BitCast(di32, freq)), r);
+  const auto too_small = hn::RebindMask(d32, hn::Not(hn::Lt(r, hn::BitCast(di32, freq))));
+  q = hn::IfThenElse(too_small, hn::Add(q, hn::Set(d32, 1)), q);
+  r = hn::IfThenElse(hn::RebindMask(di32, too_small), hn::Sub(r, hn::BitCast(di32, freq)), r);
+  return hn::Add(hn::Add(hn::ShiftLeft<16>(q), hn::BitCast(d32, r)), start);
+}
+
+// The tail (count % kRansLanes elements, coded first) runs the reference; then whole
+// groups from the last, their vectors from the highest lanes down.
+size_t EncodeRansElements(const uint16_t* HWY_RESTRICT src, const uint16_t* HWY_RESTRICT dst,
+                          size_t count, int class_base, const uint32_t* HWY_RESTRICT probs,
+                          const uint32_t* HWY_RESTRICT splits, uint32_t* HWY_RESTRICT states,
+                          uint16_t* HWY_RESTRICT pushed) {
+  const hn::CappedTag<uint32_t, kRansLanes> d32;
+  const size_t N = hn::Lanes(d32);
+  const size_t groups_end = count / kRansLanes * kRansLanes;
+  size_t num_pushed = ref::EncodeRansElements(src + groups_end, dst + groups_end,
+                                              count - groups_end, class_base, probs, splits,
+                                              states, pushed);
+  const auto base = hn::Set(d32, static_cast<uint32_t>(class_base));
+  if (N == kRansLanes) {
+    auto x = hn::LoadU(d32, states);
+    for (size_t i = groups_end; i > 0;) {
+      i -= kRansLanes;
+      x = EncodeRansVector(d32, x, src, dst, i, base, probs, splits, pushed, &num_pushed);
+    }
+    hn::StoreU(x, d32, states);
+  } else {
+    for (size_t i = groups_end; i > 0;) {
+      i -= kRansLanes;
+      for (size_t v = kRansLanes; v > 0;) {
+        v -= N;
+        const auto x = EncodeRansVector(d32, hn::LoadU(d32, states + v), src, dst, i + v, base,
+                                        probs, splits, pushed, &num_pushed);
+        hn::StoreU(x, d32, states + v);
+      }
+    }
+  }
+  return num_pushed;
+}
+
 int64_t TargetId() { return HWY_TARGET; }
 
 // NOLINTNEXTLINE(google-readability-namespace-comments)
@@ -445,6 +540,7 @@ HWY_EXPORT(GroupRateSums);
 HWY_EXPORT(HistoryRateSums);
 HWY_EXPORT(AdvanceHistory);
 HWY_EXPORT(DecodeRansChanges);
+HWY_EXPORT(EncodeRansElements);
 HWY_EXPORT(TargetId);
 
 ChangeCounts ClassifyChanges(const uint16_t* src, const uint16_t* dst, size_t count) {
@@ -487,6 +583,13 @@ size_t DecodeRansChanges(const uint16_t* src, size_t count, int class_base,
                          size_t* words_used, uint32_t* positions, uint32_t* xors) {
   return HWY_DYNAMIC_DISPATCH(DecodeRansChanges)(src, count, class_base, probs, splits, states,
                                                  words, num_words, words_used, positions, xors);
+}
+
+size_t EncodeRansElements(const uint16_t* src, const uint16_t* dst, size_t count, int class_base,
+                          const uint32_t probs[kRansClasses], const uint32_t splits[kRansClasses],
+                          uint32_t states[kRansLanes], uint16_t* pushed) {
+  return HWY_DYNAMIC_DISPATCH(EncodeRansElements)(src, dst, count, class_base, probs, splits,
+                                                  states, pushed);
 }
 
 const char* DispatchedTargetName() {

@@ -113,6 +113,18 @@ size_t DecodeRansChanges(const uint16_t* src, size_t count, int class_base,
                          const uint8_t* words, size_t num_words, size_t* words_used,
                          uint32_t* positions, uint32_t* xors);
 
+// The encoder of the element symbols DecodeRansChanges decodes: elements count-1 down to
+// 0 of src -> dst, element i on state i % kRansLanes (states start at kRansLow for a new
+// stream). Each element's symbol follows from src[i] and dst[i] (unchanged; +1 or -1 in
+// MonotoneKey order; any other change an escape); with its (start, frequency) from its
+// class as in DecodeRansChanges: if x >= frequency << 16, the low 16 bits of x are
+// pushed and x >>= 16; then x = (x / frequency) << 16 | x % frequency, plus start.
+// Pushes the words to `pushed` in the order they are produced (room for count +
+// kRansLanes): the stream holds them in reverse. Returns the number pushed.
+size_t EncodeRansElements(const uint16_t* src, const uint16_t* dst, size_t count, int class_base,
+                          const uint32_t probs[kRansClasses], const uint32_t splits[kRansClasses],
+                          uint32_t states[kRansLanes], uint16_t* pushed);
+
 // Name of the target the dispatching wrappers above run on now ("AVX3", "EMU128", ...).
 const char* DispatchedTargetName();
 
@@ -132,6 +144,9 @@ size_t DecodeRansChanges(const uint16_t* src, size_t count, int class_base,
                          uint32_t states[kRansLanes],
                          const uint8_t* words, size_t num_words, size_t* words_used,
                          uint32_t* positions, uint32_t* xors);
+size_t EncodeRansElements(const uint16_t* src, const uint16_t* dst, size_t count, int class_base,
+                          const uint32_t probs[kRansClasses], const uint32_t splits[kRansClasses],
+                          uint32_t states[kRansLanes], uint16_t* pushed);
 }  // namespace ref
 
 }  // namespace arc_v3

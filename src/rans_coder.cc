@@ -35,8 +35,6 @@ constexpr uint32_t kProbScale = 1u << 16;
 constexpr size_t kHeaderBytes = 1 + kClasses + 4;
 constexpr size_t kPositionStateBytes = 4 * kRansLanes;
 constexpr size_t kValueStateBytes = 4 * kValueLanes;
-// The symbols of the element stream (the encoder's names; FORMAT.md "rANS chunk").
-constexpr uint8_t kSymbolUnchanged = 0, kSymbolEscape = 1, kSymbolUp = 2, kSymbolDown = 3;
 
 inline int ExponentOf(uint16_t bits) { return (bits >> 7) & 0xFF; }
 
@@ -283,13 +281,17 @@ void PutU32(uint32_t value, std::vector<uint8_t>* out) {
   for (int i = 0; i < 4; ++i) out->push_back(static_cast<uint8_t>(value >> (8 * i)));
 }
 
-// The states, then the words in decoding order.
-void AppendStream(const uint32_t* states, int num_states, const std::vector<uint16_t>& words,
-                  std::vector<uint8_t>* out) {
+// The states, then the words in decoding order (the reverse of their coding order).
+void AppendStream(const uint32_t* states, int num_states, const uint16_t* words,
+                  size_t num_words, std::vector<uint8_t>* out) {
   for (int s = 0; s < num_states; ++s) PutU32(states[s], out);
-  for (size_t w = words.size(); w-- > 0;) {
-    out->push_back(static_cast<uint8_t>(words[w]));
-    out->push_back(static_cast<uint8_t>(words[w] >> 8));
+  const size_t at = out->size();
+  out->resize(at + 2 * num_words);
+  uint8_t* bytes = out->data() + at;
+  for (size_t w = 0; w < num_words; ++w) {
+    const uint16_t word = words[num_words - 1 - w];
+    bytes[2 * w] = static_cast<uint8_t>(word);
+    bytes[2 * w + 1] = static_cast<uint8_t>(word >> 8);
   }
 }
 
@@ -381,7 +383,8 @@ Status Corrupt(const char* what) {
 }  // namespace
 
 Status EncodeChunkRans(const uint16_t* src, const uint16_t* dst, size_t len,
-                       const uint32_t* positions, size_t changes, std::vector<uint8_t>* out) {
+                       const uint32_t* positions, size_t changes, std::vector<uint8_t>* out,
+                       std::vector<uint16_t>* scratch) {
   if (out == nullptr || src == nullptr || dst == nullptr || positions == nullptr) {
     return Status(ErrorCode::kInvalidArgument, "EncodeChunkRans: null pointer");
   }
@@ -401,15 +404,15 @@ Status EncodeChunkRans(const uint16_t* src, const uint16_t* dst, size_t len,
       all[e] = uint64_t{partial[0][e]} + partial[1][e] + partial[2][e] + partial[3][e];
     }
   }
-  // Element symbols of the changes.
-  std::vector<uint8_t> symbol_of(changes);
+  // Which changes are escapes (|d| >= 2).
+  std::vector<uint8_t> is_escape(changes);
   uint64_t ones[2][kValueZ] = {}, zeros[2][kValueZ] = {};
   for (size_t r = 0; r < changes; ++r) {
     const uint32_t pos = positions[r];
     const int e = ExponentOf(src[pos]);
     ++changed[e];
     const ValueCode code = ValueCodeOf(src[pos], dst[pos]);
-    symbol_of[r] = code.cls > 0 ? kSymbolEscape : code.negative ? kSymbolDown : kSymbolUp;
+    is_escape[r] = code.cls > 0;
     for (int j = 0; j <= std::min(code.cls, kUnaryDecisions - 1); ++j) {
       ++(code.cls > j ? ones : zeros)[j > 0][e + j];
     }
@@ -422,32 +425,16 @@ Status EncodeChunkRans(const uint16_t* src, const uint16_t* dst, size_t len,
                                  ChooseValueLog(ones[1], zeros[1])};
   const RansModel model(class_base, change_q, value_log);
 
-  // Elements, last to first, element i on state i % kRansLanes.
-  std::vector<uint16_t> element_words, escape_words;
-  element_words.reserve(len / 64 + changes);
+  // Elements, last to first, element i on state i % kRansLanes (a kernel: every element
+  // is coded).
+  std::vector<uint16_t> own_scratch;
+  std::vector<uint16_t>& pushed = scratch != nullptr ? *scratch : own_scratch;
+  if (pushed.size() < len + kRansLanes) pushed.resize(len + kRansLanes);
   uint32_t element_states[kRansLanes];
   std::fill(element_states, element_states + kRansLanes, kRansLow);
-  {
-    // The four symbols of every exponent's class, with their reciprocals.
-    EncSymbol symbols[256][4];
-    for (int e = 0; e < 256; ++e) {
-      const int c = std::min(std::max(e - class_base, 0), kClasses - 1);
-      const uint32_t p = model.change[c], a = model.splits[c] & 0xFFFF;
-      const uint32_t b = model.splits[c] >> 16;
-      symbols[e][kSymbolUnchanged] = MakeSymbol(p, kProbScale - p);
-      symbols[e][kSymbolEscape] = MakeSymbol(0, a);
-      symbols[e][kSymbolUp] = MakeSymbol(a, b - a);
-      symbols[e][kSymbolDown] = MakeSymbol(b, p - b);
-    }
-    RansEncoder coder(&element_words);
-    size_t next = changes;  // positions[next - 1] is the last change not yet coded
-    for (size_t i = len; i-- > 0;) {
-      const bool is_change = next > 0 && positions[next - 1] == i;
-      next -= is_change;
-      const uint8_t symbol = is_change ? symbol_of[next] : kSymbolUnchanged;
-      coder.Put(&element_states[i % kRansLanes], symbols[ExponentOf(src[i])][symbol]);
-    }
-  }
+  const size_t element_words = EncodeRansElements(src, dst, len, class_base, model.change,
+                                                  model.splits, element_states, pushed.data());
+  std::vector<uint16_t> escape_words;
   // Escapes: the k-th escape on state k % kValueLanes; the log2 class, then the low bits
   // and the sign as one uniform symbol (decoded in that order).
   uint32_t escape_states[kValueLanes] = {kRansLow, kRansLow};
@@ -460,10 +447,10 @@ Status EncodeChunkRans(const uint16_t* src, const uint16_t* dst, size_t len,
       }
     }
     size_t escapes = 0;
-    for (const uint8_t symbol : symbol_of) escapes += symbol == kSymbolEscape;
+    for (const uint8_t escape : is_escape) escapes += escape;
     RansEncoder coder(&escape_words);
     for (size_t r = changes; r-- > 0;) {
-      if (symbol_of[r] != kSymbolEscape) continue;
+      if (!is_escape[r]) continue;
       const uint32_t pos = positions[r];
       const int c = std::min(std::max(ExponentOf(src[pos]) - class_base, 0), kClasses - 1);
       const ValueCode code = ValueCodeOf(src[pos], dst[pos]);
@@ -479,9 +466,9 @@ Status EncodeChunkRans(const uint16_t* src, const uint16_t* dst, size_t len,
     out->push_back(static_cast<uint8_t>(v));
     out->push_back(static_cast<uint8_t>(v >> 8));
   }
-  PutVarint(element_words.size(), out);
-  AppendStream(element_states, kRansLanes, element_words, out);
-  AppendStream(escape_states, kValueLanes, escape_words, out);
+  PutVarint(element_words, out);
+  AppendStream(element_states, kRansLanes, pushed.data(), element_words, out);
+  AppendStream(escape_states, kValueLanes, escape_words.data(), escape_words.size(), out);
   return Status::Ok();
 }
 

@@ -31,10 +31,13 @@ constexpr uint64_t kRansMinDensityInverse = 64;
 constexpr size_t kMaxRansChunk = size_t{1} << 24;
 
 // Appends the rANS coding of one chunk (len <= kMaxRansChunk elements, with `changes` >
-// 0 changed elements listed ascending in `positions`) to out. Deterministic.
+// 0 changed elements listed ascending in `positions`) to out. Deterministic. `scratch`,
+// if given, is reused for the element stream's words across calls (its contents do not
+// matter; it grows to len + 16 entries).
 // @return ok, or kInvalidArgument (null pointer, len too large, no changes).
 Status EncodeChunkRans(const uint16_t* src, const uint16_t* dst, size_t len,
-                       const uint32_t* positions, size_t changes, std::vector<uint8_t>* out);
+                       const uint32_t* positions, size_t changes, std::vector<uint8_t>* out,
+                       std::vector<uint16_t>* scratch = nullptr);
 
 // Decodes a chunk written by EncodeChunkRans for the same `src` and `len`: replaces the
 // contents of `positions` (ascending, < len) and `xors` (src[pos] ^ dst[pos], never 0).

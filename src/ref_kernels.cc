@@ -144,5 +144,33 @@ size_t DecodeRansChanges(const uint16_t* src, size_t count, int class_base,
   return changes;
 }
 
+size_t EncodeRansElements(const uint16_t* src, const uint16_t* dst, size_t count, int class_base,
+                          const uint32_t probs[kRansClasses], const uint32_t splits[kRansClasses],
+                          uint32_t states[kRansLanes], uint16_t* pushed) {
+  size_t num_pushed = 0;
+  for (size_t i = count; i-- > 0;) {
+    uint32_t& x = states[i % kRansLanes];
+    const int c = std::min(std::max(((src[i] >> 7) & 0xFF) - class_base, 0), kRansClasses - 1);
+    const uint32_t p = probs[c], a = splits[c] & 0xFFFF, b = splits[c] >> 16;
+    const uint16_t step = static_cast<uint16_t>(MonotoneKey(dst[i]) - MonotoneKey(src[i]));
+    uint32_t start, freq;
+    if (step == 0) {
+      start = p, freq = kRansLow - p;
+    } else if (step == 1) {
+      start = a, freq = b - a;
+    } else if (step == 0xFFFF) {
+      start = b, freq = p - b;
+    } else {
+      start = 0, freq = a;
+    }
+    if (x >= (freq << 16)) {
+      pushed[num_pushed++] = static_cast<uint16_t>(x);
+      x >>= 16;
+    }
+    x = ((x / freq) << 16) + x % freq + start;
+  }
+  return num_pushed;
+}
+
 }  // namespace ref
 }  // namespace arc_v3

@@ -394,10 +394,14 @@ Status EncodeChunkRans(const uint16_t* src, const uint16_t* dst, size_t len,
   // Tallies: elements and changes by exponent; value decisions by z.
   uint64_t all[256] = {}, changed[256] = {};
   {
+    // Four histograms, so that equal exponents in a row do not wait for each other.
     uint32_t partial[4][256] = {};
     size_t i = 0;
     for (; i + 4 <= len; i += 4) {
-      for (int j = 0; j < 4; ++j) ++partial[j][ExponentOf(src[i + j])];
+      ++partial[0][ExponentOf(src[i])];
+      ++partial[1][ExponentOf(src[i + 1])];
+      ++partial[2][ExponentOf(src[i + 2])];
+      ++partial[3][ExponentOf(src[i + 3])];
     }
     for (; i < len; ++i) ++partial[0][ExponentOf(src[i])];
     for (int e = 0; e < 256; ++e) {

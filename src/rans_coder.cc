@@ -3,9 +3,9 @@
 // Chunk bytes (after the frame's Chunk_Mode byte):
 //   Class_Base    1 byte   e0: element i is in class clamp(exponent(src[i]) - e0, 0, 15)
 //   Change_Q      16 bytes P(change | class c) = ProbOfQ(Change_Q[c]) = 2^16 * 2^(-q/16)
-//   Value_Log     2 x u16  V0, V1: the "|d| >= 2^(j+1) given >= 2^j" decisions have
-//                          P = x / (1 + x), x = 2^((V - 16 z) / 16), z = exponent + j,
-//                          V0 for j = 0 and V1 for j >= 1
+//   Value_Log     2 x u16  V0, V1: the chance that |d| >= 2^(j+1) given |d| >= 2^j is
+//                          x / (1 + x), x = 2^((V - 16 (exponent + j)) / 16), with V0 for
+//                          j = 0 (the escape share) and V1 for j >= 1 (the escapes' classes)
 //   Element_Words varint   number of 16-bit words of the element stream
 //   Element stream         16 x u32 states, then the words (DecodeRansChanges): one symbol
 //                          per element, unchanged / +1 / -1 / escape (|d| >= 2)
@@ -27,14 +27,14 @@ namespace arc_v3 {
 namespace {
 
 constexpr int kClasses = kRansClasses;
-constexpr int kValueLanes = 2;
+constexpr int kEscapeLanes = 2;
 constexpr int kUnaryDecisions = 15;  // |d| <= 2^15: log2 class 0..15
 constexpr int kEscapeClasses = 15;   // an escape's log2 class: 1..15
 constexpr int kValueZ = 256 + kUnaryDecisions;  // z = exponent + j
 constexpr uint32_t kProbScale = 1u << 16;
 constexpr size_t kHeaderBytes = 1 + kClasses + 4;
-constexpr size_t kPositionStateBytes = 4 * kRansLanes;
-constexpr size_t kValueStateBytes = 4 * kValueLanes;
+constexpr size_t kElementStateBytes = 4 * kRansLanes;
+constexpr size_t kEscapeStateBytes = 4 * kEscapeLanes;
 
 inline int ExponentOf(uint16_t bits) { return (bits >> 7) & 0xFF; }
 
@@ -439,9 +439,9 @@ Status EncodeChunkRans(const uint16_t* src, const uint16_t* dst, size_t len,
   const size_t element_words = EncodeRansElements(src, dst, len, class_base, model.change,
                                                   model.splits, element_states, pushed.data());
   std::vector<uint16_t> escape_words;
-  // Escapes: the k-th escape on state k % kValueLanes; the log2 class, then the low bits
+  // Escapes: the k-th escape on state k % kEscapeLanes; the log2 class, then the low bits
   // and the sign as one uniform symbol (decoded in that order).
-  uint32_t escape_states[kValueLanes] = {kRansLow, kRansLow};
+  uint32_t escape_states[kEscapeLanes] = {kRansLow, kRansLow};
   {
     EncSymbol symbols[kClasses][kEscapeClasses + 1];
     for (int c = 0; c < kClasses; ++c) {
@@ -458,7 +458,7 @@ Status EncodeChunkRans(const uint16_t* src, const uint16_t* dst, size_t len,
       const uint32_t pos = positions[r];
       const int c = std::min(std::max(ExponentOf(src[pos]) - class_base, 0), kClasses - 1);
       const ValueCode code = ValueCodeOf(src[pos], dst[pos]);
-      uint32_t* x = &escape_states[--escapes % kValueLanes];
+      uint32_t* x = &escape_states[--escapes % kEscapeLanes];
       coder.PutUniform(x, (code.low_bits << 1) | code.negative, code.cls + 1);
       coder.Put(x, symbols[c][code.cls]);
     }
@@ -472,7 +472,7 @@ Status EncodeChunkRans(const uint16_t* src, const uint16_t* dst, size_t len,
   }
   PutVarint(element_words, out);
   AppendStream(element_states, kRansLanes, pushed.data(), element_words, out);
-  AppendStream(escape_states, kValueLanes, escape_words.data(), escape_words.size(), out);
+  AppendStream(escape_states, kEscapeLanes, escape_words.data(), escape_words.size(), out);
   return Status::Ok();
 }
 
@@ -503,14 +503,14 @@ Status DecodeChunkRans(const uint16_t* src, size_t len, const uint8_t* bytes, si
                                    : Corrupt("bad word count");
   }
   const size_t rest = reader.remaining();
-  if (rest < kPositionStateBytes + kValueStateBytes ||
-      element_words > (rest - kPositionStateBytes - kValueStateBytes) / 2) {
+  if (rest < kElementStateBytes + kEscapeStateBytes ||
+      element_words > (rest - kElementStateBytes - kEscapeStateBytes) / 2) {
     return Status(ErrorCode::kTruncated, "rANS chunk: streams truncated");
   }
   const uint8_t* element_stream = reader.current();
-  const uint8_t* escape_stream = element_stream + kPositionStateBytes + 2 * element_words;
+  const uint8_t* escape_stream = element_stream + kElementStateBytes + 2 * element_words;
   const size_t escape_bytes = static_cast<size_t>(bytes + size - escape_stream);
-  if ((escape_bytes - kValueStateBytes) % 2 != 0) return Corrupt("odd escape stream");
+  if ((escape_bytes - kEscapeStateBytes) % 2 != 0) return Corrupt("odd escape stream");
   if (len == 0) return Corrupt("changes in 0 elements");
 
   const RansModel model(class_base, change_q, value_log);
@@ -521,8 +521,8 @@ Status DecodeChunkRans(const uint16_t* src, size_t len, const uint8_t* bytes, si
   }
   uint32_t escape_state = LoadU32(escape_stream), other_escape_state = LoadU32(escape_stream + 4);
   if (escape_state < kRansLow || other_escape_state < kRansLow) return Corrupt("bad coder state");
-  EscapeDecoder escapes(model, escape_stream + kValueStateBytes,
-                        (escape_bytes - kValueStateBytes) / 2);
+  EscapeDecoder escapes(model, escape_stream + kEscapeStateBytes,
+                        (escape_bytes - kEscapeStateBytes) / 2);
 
   // About 4 changes per word of the element stream at 2-10% density: room for them up
   // front saves regrowing the outputs.
@@ -540,7 +540,7 @@ Status DecodeChunkRans(const uint16_t* src, size_t len, const uint8_t* bytes, si
     const size_t count = std::min(kSlice, len - begin);
     const size_t n = DecodeRansChanges(src + begin, count, class_base, model.change,
                                        model.splits, states,
-                                       element_stream + kPositionStateBytes, element_words,
+                                       element_stream + kElementStateBytes, element_words,
                                        &words_used, found_positions, found_xors);
     consistent = n != kRansWordsExhausted;
     if (!consistent) break;

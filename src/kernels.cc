@@ -55,19 +55,22 @@ ChangeCounts ClassifyChanges(const uint16_t* HWY_RESTRICT src,
 }
 
 // Most vectors have no change at the densities of weight deltas, so the loop only tests
-// them; a vector with changes is compressed in registers and stored with a mask of its
-// first `count` lanes (indices as u32 lanes, XORs as u16), so nothing beyond the changes
-// is written. (Compress-to-memory instructions are microcoded and slow on AMD Zen 4.)
+// them. With AVX-512, a vector with changes is compressed in registers and stored with a
+// mask of its first `count` lanes (indices as u32 lanes, XORs as u16; compress-to-memory
+// instructions are microcoded and slow on AMD Zen 4). Elsewhere, where 16-bit masked
+// stores are emulated lane by lane, its mask is stored as bits (lane 0 = bit 0, whatever
+// the width) and its set bits walked. Either way nothing beyond the changes is written.
 size_t CompactChanges(const uint16_t* HWY_RESTRICT src, const uint16_t* HWY_RESTRICT dst,
                       size_t count, uint32_t* HWY_RESTRICT positions,
                       uint16_t* HWY_RESTRICT xors) {
+  size_t n = 0;
+  size_t i = 0;
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
   const hn::CappedTag<uint32_t, 16> d32;
   const hn::RebindToSigned<decltype(d32)> di32;
   const hn::Rebind<uint16_t, decltype(d32)> d16;
   const size_t N = hn::Lanes(d32);
   const auto zero = hn::Zero(d32);
-  size_t n = 0;
-  size_t i = 0;
   for (; i + N <= count; i += N) {
     const auto x = hn::PromoteTo(d32, hn::Xor(hn::LoadU(d16, src + i), hn::LoadU(d16, dst + i)));
     const auto changed = hn::Ne(x, zero);
@@ -80,6 +83,28 @@ size_t CompactChanges(const uint16_t* HWY_RESTRICT src, const uint16_t* HWY_REST
     hn::BlendedStore(compact_xors, hn::FirstN(d16, k), d16, xors + n);
     n += k;
   }
+#else
+  const hn::ScalableTag<uint16_t> d;
+  const size_t N = hn::Lanes(d);
+  const auto zero = hn::Zero(d);
+  HWY_ALIGN uint16_t lanes[hn::MaxLanes(d)];
+  uint8_t mask_bits[(hn::MaxLanes(d) + 7) / 8 + 8] = {};
+  for (; i + N <= count; i += N) {
+    const auto x = hn::Xor(hn::LoadU(d, src + i), hn::LoadU(d, dst + i));
+    const auto changed = hn::Ne(x, zero);
+    if (hn::AllFalse(d, changed)) continue;
+    hn::Store(x, d, lanes);
+    const size_t mask_bytes = hn::StoreMaskBits(d, changed, mask_bits);
+    for (size_t byte = 0; byte < mask_bytes; ++byte) {
+      for (uint32_t bits = mask_bits[byte]; bits != 0; bits &= bits - 1) {
+        const size_t lane = byte * 8 + static_cast<size_t>(__builtin_ctz(bits));
+        positions[n] = static_cast<uint32_t>(i + lane);
+        xors[n] = lanes[lane];
+        ++n;
+      }
+    }
+  }
+#endif
   const size_t tail = ref::CompactChanges(src + i, dst + i, count - i, positions + n, xors + n);
   for (size_t k = n; k < n + tail; ++k) positions[k] += static_cast<uint32_t>(i);
   return n + tail;
@@ -297,10 +322,53 @@ HWY_INLINE uint32_t MaskBits16(D d, hn::Mask<D> mask) {
 template <class D>
 HWY_INLINE hn::Vec<D> LookupClass(D d32, const uint32_t* HWY_RESTRICT table, hn::Vec<D> cls) {
   const hn::RebindToSigned<D> di32;
-  if (hn::Lanes(d32) == kRansClasses) {
+  const size_t N = hn::Lanes(d32);
+  if (N == kRansClasses) {
     return hn::TableLookupLanes(hn::LoadU(d32, table), hn::IndicesFromVec(d32, cls));
   }
+  if (N * 2 == kRansClasses) {  // AVX2: the two halves of the table
+    const auto index = hn::IndicesFromVec(d32, hn::And(cls, hn::Set(d32, N - 1)));
+    const auto low = hn::TableLookupLanes(hn::LoadU(d32, table), index);
+    const auto high = hn::TableLookupLanes(hn::LoadU(d32, table + N), index);
+    return hn::IfThenElse(hn::Lt(cls, hn::Set(d32, static_cast<uint32_t>(N))), low, high);
+  }
   return hn::GatherIndex(d32, table, hn::BitCast(di32, cls));
+}
+
+// kRankBytes[m] byte l = popcount(m & (2^l - 1)): for masks of up to 8 lanes, the number
+// of set lanes below each lane.
+struct RankBytes {
+  uint64_t of[256];
+};
+constexpr RankBytes MakeRankBytes() {
+  RankBytes table{};
+  for (int m = 0; m < 256; ++m) {
+    uint64_t packed = 0;
+    for (int lane = 0; lane < 8; ++lane) {
+      int below = 0;
+      for (int b = 0; b < lane; ++b) below += (m >> b) & 1;
+      packed |= static_cast<uint64_t>(below) << (8 * lane);
+    }
+    table.of[m] = packed;
+  }
+  return table;
+}
+constexpr RankBytes kRankBytes = MakeRankBytes();
+
+// rank(l) = popcount(mask & (2^l - 1)) for each lane l (up to 16 lanes): a per-lane
+// population count where vectors hold 16 lanes (native on AVX3_DL), else a table.
+template <class D>
+HWY_INLINE hn::Vec<D> RanksBelow(D d32, uint32_t mask) {
+  if (hn::Lanes(d32) == kRansLanes) {
+    HWY_ALIGN static constexpr uint32_t kBelow[kRansLanes] = {
+        0x0, 0x1, 0x3, 0x7, 0xF, 0x1F, 0x3F, 0x7F, 0xFF, 0x1FF, 0x3FF, 0x7FF, 0xFFF,
+        0x1FFF, 0x3FFF, 0x7FFF};
+    return hn::PopulationCount(hn::And(hn::Set(d32, mask), hn::Load(d32, kBelow)));
+  }
+  const hn::Rebind<uint8_t, D> d8;
+  uint8_t bytes[8];
+  std::memcpy(bytes, &kRankBytes.of[mask & 0xFF], 8);  // little-endian: byte l is lane l
+  return hn::PromoteTo(d32, hn::LoadU(d8, bytes));
 }
 
 template <class D>
@@ -339,12 +407,9 @@ HWY_INLINE hn::Vec<D> DecodeRansVector(D d32, hn::Vec<D> x, const uint16_t* HWY_
   if (*word + N <= num_words) {
     // Lane l takes word `word + rank(l)`, rank(l) = popcount(mask & (2^l - 1)) < N: one
     // contiguous load (off the states' dependency chain) and a lane permutation.
-    HWY_ALIGN static constexpr uint32_t kBelow[kRansLanes] = {
-        0x0, 0x1, 0x3, 0x7, 0xF, 0x1F, 0x3F, 0x7F, 0xFF, 0x1FF, 0x3FF, 0x7FF, 0xFFF,
-        0x1FFF, 0x3FFF, 0x7FFF};
     const auto next_words = hn::PromoteTo(
         d32, hn::LoadU(d16, reinterpret_cast<const uint16_t*>(words + 2 * *word)));
-    const auto rank = hn::PopulationCount(hn::And(hn::Set(d32, mask), hn::Load(d32, kBelow)));
+    const auto rank = RanksBelow(d32, mask);
     const auto taken = hn::TableLookupLanes(next_words, hn::IndicesFromVec(d32, rank));
     x = hn::IfThenElse(renormalize, hn::Or(hn::ShiftLeft<16>(x), taken), x);
     *word += static_cast<size_t>(__builtin_popcount(mask));
@@ -400,6 +465,16 @@ size_t DecodeRansChanges(const uint16_t* HWY_RESTRICT src, size_t count, int cla
                            positions, xors, &changes, &exhausted);
     }
     hn::StoreU(x, d32, states);
+  } else if (N * 2 == kRansLanes) {  // AVX2: both halves of the states in registers
+    auto low = hn::LoadU(d32, states), high = hn::LoadU(d32, states + N);
+    for (; i + kRansLanes <= count && !exhausted; i += kRansLanes) {
+      low = DecodeRansVector(d32, low, src, i, base, probs, splits, words, num_words, &word,
+                             positions, xors, &changes, &exhausted);
+      high = DecodeRansVector(d32, high, src, i + N, base, probs, splits, words, num_words,
+                              &word, positions, xors, &changes, &exhausted);
+    }
+    hn::StoreU(low, d32, states);
+    hn::StoreU(high, d32, states + N);
   } else {
     for (; i + kRansLanes <= count && !exhausted; i += kRansLanes) {
       for (size_t v = 0; v < kRansLanes; v += N) {
@@ -504,6 +579,16 @@ size_t EncodeRansElements(const uint16_t* HWY_RESTRICT src, const uint16_t* HWY_
       x = EncodeRansVector(d32, x, src, dst, i, base, probs, splits, pushed, &num_pushed);
     }
     hn::StoreU(x, d32, states);
+  } else if (N * 2 == kRansLanes) {  // AVX2: both halves of the states in registers
+    auto low = hn::LoadU(d32, states), high = hn::LoadU(d32, states + N);
+    for (size_t i = groups_end; i > 0;) {
+      i -= kRansLanes;
+      high = EncodeRansVector(d32, high, src, dst, i + N, base, probs, splits, pushed,
+                              &num_pushed);
+      low = EncodeRansVector(d32, low, src, dst, i, base, probs, splits, pushed, &num_pushed);
+    }
+    hn::StoreU(low, d32, states);
+    hn::StoreU(high, d32, states + N);
   } else {
     for (size_t i = groups_end; i > 0;) {
       i -= kRansLanes;

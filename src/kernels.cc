@@ -298,11 +298,6 @@ hn::Vec<D> BitsFromKeys16(D d, hn::Vec<D> keys) {
   return hn::Xor(keys, hn::Xor(hn::Set(d, 0xFFFF), hn::And(positive, hn::Set(d, 0x7FFF))));
 }
 
-// Decodes lanes [i, i + Lanes(d32)) of one group of kRansLanes elements; `x` holds their
-// states. Lanes that renormalise take the next words in lane order, as the reference
-// does: while at least a vector's worth of words remains, without branches (each lane
-// takes the word at `word` + the number of renormalising lanes below it); near the end
-// of the words, lane by lane with a bounds check. Sets *exhausted if the words run out.
 // The bits of a mask, lane 0 = bit 0, for up to 16 lanes. AVX-512 masks are those bits
 // already; elsewhere StoreMaskBits writes them as bytes.
 template <class D>
@@ -371,6 +366,11 @@ HWY_INLINE hn::Vec<D> RanksBelow(D d32, uint32_t mask) {
   return hn::PromoteTo(d32, hn::LoadU(d8, bytes));
 }
 
+// Decodes lanes [i, i + Lanes(d32)) of one group of kRansLanes elements; `x` holds their
+// states. Lanes that renormalise take the next words in lane order, as the reference
+// does: while at least a vector's worth of words remains, without branches (each lane
+// takes the word at `word` + the number of renormalising lanes below it); near the end
+// of the words, lane by lane with a bounds check. Sets *exhausted if the words run out.
 template <class D>
 HWY_INLINE hn::Vec<D> DecodeRansVector(D d32, hn::Vec<D> x, const uint16_t* HWY_RESTRICT src,
                                        size_t i, hn::Vec<D> class_base,
@@ -444,8 +444,9 @@ HWY_INLINE hn::Vec<D> DecodeRansVector(D d32, hn::Vec<D> x, const uint16_t* HWY_
 }
 
 // Whole groups of kRansLanes elements run on vectors: one holding all the states where
-// vectors have kRansLanes u32 lanes (AVX3), else kRansLanes / N vectors kept in memory.
-// The tail (count % kRansLanes elements) runs the reference.
+// vectors have kRansLanes u32 lanes (AVX3), two where they have half as many (AVX2),
+// else kRansLanes / N vectors kept in memory. The tail (count % kRansLanes elements)
+// runs the reference.
 size_t DecodeRansChanges(const uint16_t* HWY_RESTRICT src, size_t count, int class_base,
                          const uint32_t* HWY_RESTRICT probs, const uint32_t* HWY_RESTRICT splits,
                          uint32_t* HWY_RESTRICT states, const uint8_t* HWY_RESTRICT words,

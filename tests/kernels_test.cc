@@ -374,6 +374,56 @@ TEST_CASE("DecodeRansChanges: arbitrary states, probabilities and words, vs the 
   });
 }
 
+TEST_CASE("EncodeRansElements: every kind of change, any tables and states, vs the reference") {
+  std::mt19937 rng(15);
+  test::ForEachTarget([&](const char*) {
+    for (const double density : {0.0, 0.02, 0.3, 1.0}) {
+      uint32_t probs[kRansClasses], splits[kRansClasses];
+      for (int c = 0; c < kRansClasses; ++c) {
+        probs[c] = 3 + static_cast<uint32_t>(rng() % 65533);  // 3..65535
+        const uint32_t a = 1 + static_cast<uint32_t>(rng() % (probs[c] - 2));
+        const uint32_t b = a + 1 + static_cast<uint32_t>(rng() % (probs[c] - a - 1));
+        splits[c] = a | (b << 16);
+      }
+      const int class_base = static_cast<int>(rng() % 256);
+      // Changes of +-1 in key order (across zero and exponents too) and arbitrary ones.
+      std::vector<uint16_t> src(100100 + 8), dst(src.size());
+      for (size_t i = 0; i < src.size(); ++i) {
+        src[i] = static_cast<uint16_t>(rng());
+        dst[i] = src[i];
+        if (std::uniform_real_distribution<double>(0, 1)(rng) >= density) continue;
+        const uint32_t kind = rng() % 4;
+        const uint16_t key = MonotoneKey(src[i]);
+        dst[i] = kind == 0   ? FromMonotoneKey(static_cast<uint16_t>(key + 1))
+                 : kind == 1 ? FromMonotoneKey(static_cast<uint16_t>(key - 1))
+                             : static_cast<uint16_t>(src[i] ^ (1 + rng() % 0xFFFF));
+      }
+      for (const size_t n : TestLengths()) {
+        for (const size_t mis : kMisalignments) {
+          uint32_t want_states[kRansLanes], got_states[kRansLanes];
+          for (size_t l = 0; l < kRansLanes; ++l) {
+            want_states[l] = got_states[l] =
+                kRansLow + static_cast<uint32_t>(rng() % (0u - kRansLow));
+          }
+          std::vector<uint16_t> want(n + kRansLanes);
+          std::vector<uint16_t> got(n + kRansLanes + 2 * kGuard, kSentinel16);
+          const size_t want_n = ref::EncodeRansElements(src.data() + mis, dst.data() + mis, n,
+                                                        class_base, probs, splits, want_states,
+                                                        want.data());
+          const size_t got_n = EncodeRansElements(src.data() + mis, dst.data() + mis, n,
+                                                  class_base, probs, splits, got_states,
+                                                  got.data() + kGuard);
+          REQUIRE(got_n == want_n);
+          REQUIRE(std::equal(want_states, want_states + kRansLanes, got_states));
+          REQUIRE(std::equal(want.begin(), want.begin() + static_cast<std::ptrdiff_t>(want_n),
+                             got.begin() + kGuard));
+          ExpectGuards(got, kGuard, want_n, kSentinel16);
+        }
+      }
+    }
+  });
+}
+
 TEST_CASE("every compiled target is exercised") {
   const auto targets = hwy::SupportedAndGeneratedTargets();
   std::string names;

@@ -79,6 +79,13 @@ int FuzzKernels(const uint8_t* data, size_t size) {
     splits[c] = a | ((a + 1 + (probs[c] - a - 2) / 2) << 16);
   }
   const int class_base = 100 + (control >> 5) * 4;  // the base values' exponents span it
+  // The rANS element encoder on src -> dst with the same tables.
+  uint32_t want_encoder_states[kRansLanes];
+  for (size_t l = 0; l < kRansLanes; ++l) want_encoder_states[l] = kRansLow + 977 * l;
+  std::vector<uint16_t> want_pushed(n + kRansLanes);
+  const size_t want_pushed_count =
+      ref::EncodeRansElements(src.data(), dst.data(), n, class_base, probs, splits,
+                              want_encoder_states, want_pushed.data());
   uint32_t start_states[kRansLanes];
   for (size_t l = 0; l < kRansLanes; ++l) {
     start_states[l] = kRansLow | (l < n ? dst[l] : 0x1234u) | (uint32_t{rest_size > l ? rest[l] : 0u} << 24);
@@ -158,6 +165,17 @@ int FuzzKernels(const uint8_t* data, size_t size) {
                                 want_flag_xors.begin()),
                  name);
     }
+
+    uint32_t encoder_states[kRansLanes];
+    for (size_t l = 0; l < kRansLanes; ++l) encoder_states[l] = kRansLow + 977 * l;
+    Exact<uint16_t> pushed(n + kRansLanes, misalign);
+    FUZZ_CHECK(EncodeRansElements(s.data(), d.data(), n, class_base, probs, splits,
+                                  encoder_states, pushed.data()) == want_pushed_count &&
+                   std::equal(encoder_states, encoder_states + kRansLanes,
+                              want_encoder_states) &&
+                   std::equal(pushed.data(), pushed.data() + want_pushed_count,
+                              want_pushed.begin()),
+               name);
 
     Exact<uint16_t> applied(n, misalign);
     ApplyXor(s.data(), x.data(), n, applied.data());

@@ -330,6 +330,16 @@ HWY_INLINE hn::Vec<D> LookupClass(D d32, const uint32_t* HWY_RESTRICT table, hn:
   return hn::GatherIndex(d32, table, hn::BitCast(di32, cls));
 }
 
+// Each lane's class: clamp(exponent field - class_base, 0, kRansClasses - 1).
+template <class D>
+HWY_INLINE hn::Vec<D> ClassOf(D d32, hn::Vec<D> bits, hn::Vec<D> class_base) {
+  const hn::RebindToSigned<D> di32;
+  const auto exponent = hn::BitCast(di32, hn::And(hn::ShiftRight<7>(bits), hn::Set(d32, 0xFF)));
+  return hn::BitCast(
+      d32, hn::Min(hn::Max(hn::Sub(exponent, hn::BitCast(di32, class_base)), hn::Zero(di32)),
+                   hn::Set(di32, kRansClasses - 1)));
+}
+
 // kRankBytes[m] byte l = popcount(m & (2^l - 1)): for masks of up to 8 lanes, the number
 // of set lanes below each lane.
 struct RankBytes {
@@ -382,14 +392,10 @@ HWY_INLINE hn::Vec<D> DecodeRansVector(D d32, hn::Vec<D> x, const uint16_t* HWY_
                                        uint32_t* HWY_RESTRICT xors,
                                        size_t* HWY_RESTRICT changes, bool* exhausted) {
   const hn::Rebind<uint16_t, D> d16;
-  const hn::RebindToSigned<D> di32;
   const size_t N = hn::Lanes(d32);
   const auto low = hn::Set(d32, kRansLow);
   const auto bits = hn::PromoteTo(d32, hn::LoadU(d16, src + i));
-  const auto exponent = hn::BitCast(di32, hn::And(hn::ShiftRight<7>(bits), hn::Set(d32, 0xFF)));
-  const auto cls = hn::BitCast(
-      d32, hn::Min(hn::Max(hn::Sub(exponent, hn::BitCast(di32, class_base)), hn::Zero(di32)),
-                   hn::Set(di32, kRansClasses - 1)));
+  const auto cls = ClassOf(d32, bits, class_base);
   const auto p = LookupClass(d32, probs, cls);
   const auto ab = LookupClass(d32, splits, cls);
   const auto a = hn::And(ab, hn::Set(d32, 0xFFFF));
@@ -517,10 +523,7 @@ HWY_INLINE hn::Vec<D> EncodeRansVector(D d32, hn::Vec<D> x, const uint16_t* HWY_
   const auto low = hn::Set(d32, kRansLow);
   const auto bits = hn::PromoteTo(d32, hn::LoadU(d16, src + i));
   const auto target = hn::PromoteTo(d32, hn::LoadU(d16, dst + i));
-  const auto exponent = hn::BitCast(di32, hn::And(hn::ShiftRight<7>(bits), hn::Set(d32, 0xFF)));
-  const auto cls = hn::BitCast(
-      d32, hn::Min(hn::Max(hn::Sub(exponent, hn::BitCast(di32, class_base)), hn::Zero(di32)),
-                   hn::Set(di32, kRansClasses - 1)));
+  const auto cls = ClassOf(d32, bits, class_base);
   const auto p = LookupClass(d32, probs, cls);
   const auto ab = LookupClass(d32, splits, cls);
   const auto a = hn::And(ab, hn::Set(d32, 0xFFFF));

@@ -189,9 +189,11 @@ Status EncodeChunkV2(const uint16_t* src, const uint16_t* dst, size_t chunk_len,
     if (out->empty() || s->modelled.size() < out->size()) out->swap(s->modelled);
   }
   if (try_rans) {
-    s->positions.resize(counts.changed);
-    s->xors.resize(counts.changed);
-    CompactChanges(src, dst, chunk_len, s->positions.data(), s->xors.data());
+    if (!try_xor_streams) {  // else EncodeXorStreams compacted them into s already
+      s->positions.resize(counts.changed);
+      s->xors.resize(counts.changed);
+      CompactChanges(src, dst, chunk_len, s->positions.data(), s->xors.data());
+    }
     s->modelled.clear();
     s->modelled.push_back(kChunkRans);
     const Status status = EncodeChunkRans(src, dst, chunk_len, s->positions.data(),

@@ -86,6 +86,10 @@ struct RansModel {
     for (int c = 0; c < kClasses; ++c) EscapeIntervals(value_log[1], base + c, escape_start[c]);
   }
 
+  int ClassOf(uint16_t bits) const {
+    return std::min(std::max(ExponentOf(bits) - class_base, 0), kClasses - 1);
+  }
+
   // P(j) = (q_1 ... q_(j-1)) (1 - q_j) with q_k = P(|d| >= 2^(k+1) | >= 2^k) =
   // ProbOfLog(V1 - 16 (e + k)) (q_15 = 0), in units of 2^-32, then frequencies of 2^16:
   // each at least 1, the rounding remainder to the most likely class.
@@ -320,11 +324,10 @@ class EscapeDecoder {
   EscapeDecoder(const RansModel& model, const uint8_t* words, size_t num_words)
       : model_(model), words_(words), num_words_(num_words) {}
 
-  // The XOR of the escape (|d| >= 2) of `prev` coded on state x. Sets bad() for a |d|
-  // the encoder cannot write.
+  // The XOR of the escape (|d| >= 2) of `prev` coded on state x. A |d| the encoder cannot
+  // write, or a word missing, makes AllRead() false.
   ARC_V3_RANS_INLINE uint16_t Decode(uint32_t& x, uint16_t prev) {
-    const int c = std::min(std::max(ExponentOf(prev) - model_.class_base, 0), kClasses - 1);
-    const uint32_t* start = model_.escape_start[c];
+    const uint32_t* start = model_.escape_start[model_.ClassOf(prev)];
     // The class whose interval holds the slot, without branches.
     const uint32_t slot = x & 0xFFFF;
     int cls = 1;
@@ -340,7 +343,6 @@ class EscapeDecoder {
     return static_cast<uint16_t>(prev ^
                                  FromMonotoneKey(static_cast<uint16_t>(MonotoneKey(prev) + step)));
   }
-  bool bad() const { return bad_; }
   // Every word read, none missing.
   bool AllRead() const { return !bad_ && next_ == num_words_; }
 
@@ -456,11 +458,10 @@ Status EncodeChunkRans(const uint16_t* src, const uint16_t* dst, size_t len,
     for (size_t r = changes; r-- > 0;) {
       if (!is_escape[r]) continue;
       const uint32_t pos = positions[r];
-      const int c = std::min(std::max(ExponentOf(src[pos]) - class_base, 0), kClasses - 1);
       const ValueCode code = ValueCodeOf(src[pos], dst[pos]);
       uint32_t* x = &escape_states[--escapes % kEscapeLanes];
       coder.PutUniform(x, (code.low_bits << 1) | code.negative, code.cls + 1);
-      coder.Put(x, symbols[c][code.cls]);
+      coder.Put(x, symbols[model.ClassOf(src[pos])][code.cls]);
     }
   }
 

@@ -82,6 +82,27 @@ inline std::vector<uint16_t> Step(const std::vector<uint16_t>& w, float lr, std:
   return next;
 }
 
+// Damaged copies of a valid chunk for decoder robustness tests: calls check(bytes, size)
+// on every truncation of `good`, on `good` with each of its bits flipped in turn, and on
+// 200 arbitrary byte strings of 1 to max_junk bytes.
+template <class Check>
+void ForEachDamagedChunk(const std::vector<uint8_t>& good, size_t max_junk, std::mt19937* rng,
+                         const Check& check) {
+  for (size_t size = 0; size < good.size(); ++size) check(good.data(), size);
+  std::vector<uint8_t> flipped = good;
+  for (size_t bit = 0; bit < 8 * good.size(); ++bit) {
+    flipped[bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));
+    check(flipped.data(), flipped.size());
+    flipped[bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));
+  }
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (size_t trial = 0; trial < 200; ++trial) {
+    std::vector<uint8_t> junk(1 + trial % max_junk);
+    for (auto& b : junk) b = static_cast<uint8_t>(byte(*rng));
+    check(junk.data(), junk.size());
+  }
+}
+
 // Every interesting special BF16 value.
 inline std::vector<uint16_t> SpecialValues() {
   return {0x0000, 0x8000,                  // +-0

@@ -198,7 +198,7 @@ class ChunkDecoder {
         if (src == nullptr) return Status::Ok();  // statistics without the base
         const Status status = DecodeChunkRans(src, chunk_len, reader.current(),
                                               reader.remaining(), &changes->positions,
-                                              &changes->xors);
+                                              &changes->xors, version);
         if (!status.ok()) {
           return Status(status.code(), status.message() +
                                            " (the payload is corrupt, or src is not its base)");

@@ -153,7 +153,7 @@ Status EncodeChunkV1(const uint16_t* src, const uint16_t* dst, size_t chunk_len,
   return Status::Ok();
 }
 
-// rANS chunks (format 4) decode 2-3x faster than modelled ones where changes are dense,
+// rANS chunks (format 4 on) decode 2-3x faster than modelled ones where changes are dense,
 // for ~95 header bytes (1-6% more than a modelled chunk on the corpus; under 2% on
 // chunks with tens of thousands of changes). Efforts 1-2 take them from this density
 // and change count on, the modelled coding below.

@@ -15,9 +15,10 @@ constexpr uint8_t kMagic[4] = {'A', 'R', 'C', '3'};
 // byte to every chunk and the context-modelled chunk coder. Version 3 (Format::kDefault)
 // leaves the last chunk's size out of the chunk table (the chunk runs to the end of the
 // payload) and lets modelled chunks use value priors (model_coder.h, kModelValuePriors).
-// Version 4 (Format::kDefault) adds rANS chunks (rans_coder.h).
+// Version 4 adds rANS chunks (rans_coder.h). Version 5 (Format::kDefault) gives their value
+// curves slopes and carries the start of their escape stream in the element states.
 constexpr uint8_t kFormatVersionArcV3 = 1;
-constexpr uint8_t kFormatVersion = 4;
+constexpr uint8_t kFormatVersion = 5;
 constexpr uint8_t kMinChunkLog = 10;
 constexpr uint8_t kMaxChunkLog = 24;
 // Varints in this format never exceed 64 bits (10 bytes of LEB128).

@@ -1,18 +1,25 @@
 // rANS chunk coder (see rans_coder.h; the bytes are specified in FORMAT.md, "rANS chunk").
 //
-// Chunk bytes (after the frame's Chunk_Mode byte):
+// Chunk bytes (after the frame's Chunk_Mode byte), format version 5:
 //   Class_Base    1 byte   e0: element i is in class clamp(exponent(src[i]) - e0, 0, 15)
 //   Change_Q      16 bytes P(change | class c) = ProbOfQ(Change_Q[c]) = 2^16 * 2^(-q/16)
-//   Value_Log     2 x u16  V0, V1: the chance that |d| >= 2^(j+1) given |d| >= 2^j is
-//                          x / (1 + x), x = 2^((V - 16 (exponent + j)) / 16), with V0 for
-//                          j = 0 (the escape share) and V1 for j >= 1 (the escapes' classes)
+//   Value_Log     2 x u16  V0, V1 and
+//   Value_Slope   2 bytes  S0, S1: the chance that |d| >= 2^(j+1) given |d| >= 2^j is
+//                          x / (1 + x), x = 2^((V - S (exponent + j)) / 16), with V0, S0 for
+//                          j = 0 (the escape share) and V1, S1 for j >= 1 (the escapes'
+//                          classes)
 //   Element_Words varint   number of 16-bit words of the element stream
 //   Element stream         16 x u32 states, then the words (DecodeRansChanges): one symbol
 //                          per element, unchanged / +1 / -1 / escape (|d| >= 2)
-//   Escape stream          2 x u32 states, then the words, to the end of the chunk: the
-//                          log2 class (one symbol, 1..15), low bits and sign of each escape
+//   Escape words           the rest of the chunk: the escape stream (2 states, then words:
+//                          the log2 class, low bits and sign of each escape) goes on from
+//                          the 16 units the element states end on
 // Both streams are rANS with 16-bit probabilities, states in [2^16, 2^32) and 16-bit
-// renormalisation; the encoder starts every state at 2^16, so the decoder must end there.
+// renormalisation. The element encoder starts state l at 2^16 + unit l of the escape
+// stream, so the decoder gets those 16 units back from where its states end (they would
+// be 32 bytes of padding otherwise); the escape encoder starts at 2^16.
+// Format version 4 had no slopes (both 16) and the whole escape stream, states first,
+// after the element words; its element states end at 2^16.
 // About 90% of changes are +-1: the vectorised element stream decodes them completely.
 #include "src/rans_coder.h"
 
@@ -32,9 +39,16 @@ constexpr int kUnaryDecisions = 15;  // |d| <= 2^15: log2 class 0..15
 constexpr int kEscapeClasses = 15;   // an escape's log2 class: 1..15
 constexpr int kValueZ = 256 + kUnaryDecisions;  // z = exponent + j
 constexpr uint32_t kProbScale = 1u << 16;
-constexpr size_t kHeaderBytes = 1 + kClasses + 4;
+constexpr size_t kHeaderBytesV4 = 1 + kClasses + 4;
+constexpr size_t kHeaderBytes = kHeaderBytesV4 + 2;  // with Value_Slope
 constexpr size_t kElementStateBytes = 4 * kRansLanes;
 constexpr size_t kEscapeStateBytes = 4 * kEscapeLanes;
+// Version 5: units of the escape stream carried by the element states' ends.
+constexpr size_t kLaneUnits = kRansLanes;
+constexpr uint8_t kVersion4Slope = 16;  // one octave per exponent step
+// The slopes the encoder tries (the decoder takes any byte).
+constexpr int kMinSlope = 2;
+constexpr int kMaxSlope = 64;
 
 inline int ExponentOf(uint16_t bits) { return (bits >> 7) & 0xFF; }
 
@@ -75,15 +89,20 @@ struct RansModel {
   // [0, 2^16) is [escape_start[c][j], escape_start[c][j + 1]).
   uint32_t escape_start[kClasses][kEscapeClasses + 2];
 
-  RansModel(int base, const uint8_t* change_q, const uint16_t* value_log) : class_base(base) {
+  RansModel(int base, const uint8_t* change_q, const uint16_t* value_log,
+            const uint8_t* value_slope)
+      : class_base(base) {
     for (int c = 0; c < kClasses; ++c) {
       const uint32_t p = std::max<uint32_t>(ProbOfQ(change_q[c]), 3);
-      const uint32_t escape = (p * ProbOfLog(value_log[0] - 16 * (base + c)) + 32768) >> 16;
+      const uint32_t escape =
+          (p * ProbOfLog(value_log[0] - value_slope[0] * (base + c)) + 32768) >> 16;
       const uint32_t a = std::min(std::max<uint32_t>(escape, 1), p - 2);
       change[c] = p;
       splits[c] = a | ((a + (p - a + 1) / 2) << 16);
     }
-    for (int c = 0; c < kClasses; ++c) EscapeIntervals(value_log[1], base + c, escape_start[c]);
+    for (int c = 0; c < kClasses; ++c) {
+      EscapeIntervals(value_log[1], value_slope[1], base + c, escape_start[c]);
+    }
   }
 
   int ClassOf(uint16_t bits) const {
@@ -91,15 +110,15 @@ struct RansModel {
   }
 
   // P(j) = (q_1 ... q_(j-1)) (1 - q_j) with q_k = P(|d| >= 2^(k+1) | >= 2^k) =
-  // ProbOfLog(V1 - 16 (e + k)) (q_15 = 0), in units of 2^-32, then frequencies of 2^16:
+  // ProbOfLog(V1 - S1 (e + k)) (q_15 = 0), in units of 2^-32, then frequencies of 2^16:
   // each at least 1, the rounding remainder to the most likely class.
-  static void EscapeIntervals(int v1, int e, uint32_t* start) {
+  static void EscapeIntervals(int v1, int s1, int e, uint32_t* start) {
     uint32_t freq[kEscapeClasses + 1] = {};
     uint64_t reach = uint64_t{1} << 32;  // P(j >= k)
     int64_t total = 0;
     int most = 1;
     for (int k = 1; k <= kEscapeClasses; ++k) {
-      const uint64_t next = k < kEscapeClasses ? (reach * ProbOfLog(v1 - 16 * (e + k))) >> 16 : 0;
+      const uint64_t next = k < kEscapeClasses ? (reach * ProbOfLog(v1 - s1 * (e + k))) >> 16 : 0;
       freq[k] = std::max<uint32_t>(static_cast<uint32_t>((reach - next) >> 16), 1);
       total += freq[k];
       if (freq[k] > freq[most]) most = k;
@@ -204,39 +223,90 @@ void ChoosePositionModel(const uint64_t* all, const uint64_t* changed, uint8_t* 
   }
 }
 
-// The Value_Log that codes the tallied decisions (ones[z], zeros[z]) most cheaply: the
-// cost is convex in V (a logistic fit), so a scan by octaves and then by sixteenths.
-uint16_t ChooseValueLog(const uint64_t* ones, const uint64_t* zeros) {
-  int lo = kValueZ, hi = -1;
-  for (int z = 0; z < kValueZ; ++z) {
-    if (ones[z] + zeros[z] != 0) {
-      lo = std::min(lo, z);
-      hi = std::max(hi, z);
+// The costs of an event and of its absence at probability ProbOfLog(t), t in [-256, 256]
+// (ProbOfLog clamps beyond).
+struct LogisticCosts {
+  uint32_t event[513];
+  uint32_t no_event[513];
+};
+const LogisticCosts& Logistic() {
+  static const LogisticCosts table = [] {
+    LogisticCosts costs;
+    for (int t = -256; t <= 256; ++t) {
+      const uint32_t p = ProbOfLog(t);
+      costs.event[t + 256] = CostOf(p);
+      costs.no_event[t + 256] = CostOf(kProbScale - p);
     }
+    return costs;
+  }();
+  return table;
+}
+
+// The value curve (V, S) that codes the tallied decisions (ones[z], zeros[z]) most
+// cheaply. The cost is convex in (V, S) (a logistic regression, t = V - S z), and nearly
+// separable written as t = W - S (z - center) about the decisions' mean z: a scan of W
+// at S = 16 (the v4 curve), then a pattern search on (W, S) with halving steps. Real
+// runs lie between 1 and 2 octaves per exponent step (the fixed 16 of version 4 cost
+// 1-2% of the payload at 2-8% density).
+struct ValueCurve {
+  uint16_t log;
+  uint8_t slope;
+};
+ValueCurve ChooseValueCurve(const uint64_t* ones, const uint64_t* zeros) {
+  int zs[kValueZ];
+  uint64_t events[kValueZ], non_events[kValueZ];
+  int active = 0;
+  uint64_t weight = 0, weighted_z = 0;
+  for (int z = 0; z < kValueZ; ++z) {
+    if (ones[z] + zeros[z] == 0) continue;
+    zs[active] = z;
+    events[active] = ones[z];
+    non_events[active] = zeros[z];
+    ++active;
+    weight += ones[z] + zeros[z];
+    weighted_z += (ones[z] + zeros[z]) * static_cast<uint64_t>(z);
   }
-  if (hi < 0) return 0;  // no such decisions in this chunk
-  const auto cost_of = [&](int v) {
+  if (active == 0) return {0, kVersion4Slope};  // no such decisions in this chunk
+  const int center = static_cast<int>(weighted_z / weight);
+  const LogisticCosts& costs = Logistic();
+  const uint64_t kInvalid = std::numeric_limits<uint64_t>::max();
+  const auto cost_of = [&](int w, int slope) {
+    const int v = w + slope * center;
+    if (slope < kMinSlope || slope > kMaxSlope || v < 0 || v > 0xFFFF) return kInvalid;
     uint64_t cost = 0;
-    for (int z = lo; z <= hi; ++z) {
-      const uint32_t p = ProbOfLog(v - 16 * z);
-      cost += ones[z] * CostOf(p) + zeros[z] * CostOf(kProbScale - p);
+    for (int i = 0; i < active; ++i) {
+      const int t = std::min(std::max(v - slope * zs[i], -256), 256) + 256;
+      cost += events[i] * costs.event[t] + non_events[i] * costs.no_event[t];
     }
     return cost;
   };
-  const int v_min = std::max(16 * lo - 256, 0);
-  const int v_max = std::min(16 * hi + 256, 0xFFFF);
-  int best = v_min;
-  uint64_t best_cost = cost_of(best);
-  for (int v = v_min; v <= v_max; v += 16) {
-    const uint64_t c = cost_of(v);
-    if (c < best_cost) best_cost = c, best = v;
+  int best_w = 0, best_slope = kVersion4Slope;
+  uint64_t best_cost = kInvalid;
+  for (int w = -256; w <= 256; w += 16) {
+    const uint64_t c = cost_of(w, kVersion4Slope);
+    if (c < best_cost) best_cost = c, best_w = w;
   }
-  const int center = best;
-  for (int v = std::max(center - 15, v_min); v <= std::min(center + 15, v_max); ++v) {
-    const uint64_t c = cost_of(v);
-    if (c < best_cost) best_cost = c, best = v;
+  int step_w = 8, step_slope = 4;
+  for (;;) {
+    const int moves[4][2] = {{step_w, 0}, {-step_w, 0}, {0, step_slope}, {0, -step_slope}};
+    int move = -1;
+    uint64_t move_cost = best_cost;
+    for (int m = 0; m < 4; ++m) {
+      const uint64_t c = cost_of(best_w + moves[m][0], best_slope + moves[m][1]);
+      if (c < move_cost) move_cost = c, move = m;
+    }
+    if (move >= 0) {
+      best_w += moves[move][0];
+      best_slope += moves[move][1];
+      best_cost = move_cost;
+    } else if (step_w > 1 || step_slope > 1) {
+      step_w = std::max(step_w / 2, 1);
+      step_slope = std::max(step_slope / 2, 1);
+    } else {
+      break;
+    }
   }
-  return static_cast<uint16_t>(best);
+  return {static_cast<uint16_t>(best_w + best_slope * center), static_cast<uint8_t>(best_slope)};
 }
 
 // ---------------------------------------------------------------------------------------
@@ -345,6 +415,9 @@ class EscapeDecoder {
   }
   // Every word read, none missing.
   bool AllRead() const { return !bad_ && next_ == num_words_; }
+  // A word was missing, or a |d| out of range.
+  bool Failed() const { return bad_; }
+  size_t WordsRead() const { return next_; }
 
  private:
   ARC_V3_RANS_INLINE uint32_t GetUniform(uint32_t& x, int bits) {
@@ -427,22 +500,16 @@ Status EncodeChunkRans(const uint16_t* src, const uint16_t* dst, size_t len,
   uint8_t class_base = 0;
   uint8_t change_q[kClasses];
   ChoosePositionModel(all, changed, &class_base, change_q);
-  const uint16_t value_log[2] = {ChooseValueLog(ones[0], zeros[0]),
-                                 ChooseValueLog(ones[1], zeros[1])};
-  const RansModel model(class_base, change_q, value_log);
+  const ValueCurve curves[2] = {ChooseValueCurve(ones[0], zeros[0]),
+                                ChooseValueCurve(ones[1], zeros[1])};
+  const uint16_t value_log[2] = {curves[0].log, curves[1].log};
+  const uint8_t value_slope[2] = {curves[0].slope, curves[1].slope};
+  const RansModel model(class_base, change_q, value_log, value_slope);
 
-  // Elements, last to first, element i on state i % kRansLanes (a kernel: every element
-  // is coded).
-  std::vector<uint16_t> own_scratch;
-  std::vector<uint16_t>& pushed = scratch != nullptr ? *scratch : own_scratch;
-  if (pushed.size() < len + kRansLanes) pushed.resize(len + kRansLanes);
-  uint32_t element_states[kRansLanes];
-  std::fill(element_states, element_states + kRansLanes, kRansLow);
-  const size_t element_words = EncodeRansElements(src, dst, len, class_base, model.change,
-                                                  model.splits, element_states, pushed.data());
+  // Escapes first (their first units start the element states): the k-th escape on
+  // state k % kEscapeLanes; the log2 class, then the low bits and the sign as one
+  // uniform symbol (decoded in that order).
   std::vector<uint16_t> escape_words;
-  // Escapes: the k-th escape on state k % kEscapeLanes; the log2 class, then the low bits
-  // and the sign as one uniform symbol (decoded in that order).
   uint32_t escape_states[kEscapeLanes] = {kRansLow, kRansLow};
   {
     EncSymbol symbols[kClasses][kEscapeClasses + 1];
@@ -464,6 +531,28 @@ Status EncodeChunkRans(const uint16_t* src, const uint16_t* dst, size_t len,
       coder.Put(x, symbols[model.ClassOf(src[pos])][code.cls]);
     }
   }
+  // The escape stream in decoding order, as u16 units: the states (low half first), then
+  // the words (the reverse of their coding order). Its first kLaneUnits units (zeros past
+  // its end) start the element states.
+  std::vector<uint16_t> escape_units;
+  escape_units.reserve(2 * kEscapeLanes + escape_words.size());
+  for (const uint32_t state : escape_states) {
+    escape_units.push_back(static_cast<uint16_t>(state));
+    escape_units.push_back(static_cast<uint16_t>(state >> 16));
+  }
+  escape_units.insert(escape_units.end(), escape_words.rbegin(), escape_words.rend());
+
+  // Elements, last to first, element i on state i % kRansLanes (a kernel: every element
+  // is coded).
+  std::vector<uint16_t> own_scratch;
+  std::vector<uint16_t>& pushed = scratch != nullptr ? *scratch : own_scratch;
+  if (pushed.size() < len + kRansLanes) pushed.resize(len + kRansLanes);
+  uint32_t element_states[kRansLanes];
+  for (size_t lane = 0; lane < kRansLanes; ++lane) {
+    element_states[lane] = kRansLow + (lane < escape_units.size() ? escape_units[lane] : 0);
+  }
+  const size_t element_words = EncodeRansElements(src, dst, len, class_base, model.change,
+                                                  model.splits, element_states, pushed.data());
 
   out->push_back(class_base);
   out->insert(out->end(), change_q, change_q + kClasses);
@@ -471,14 +560,19 @@ Status EncodeChunkRans(const uint16_t* src, const uint16_t* dst, size_t len,
     out->push_back(static_cast<uint8_t>(v));
     out->push_back(static_cast<uint8_t>(v >> 8));
   }
+  out->insert(out->end(), value_slope, value_slope + 2);
   PutVarint(element_words, out);
   AppendStream(element_states, kRansLanes, pushed.data(), element_words, out);
-  AppendStream(escape_states, kEscapeLanes, escape_words.data(), escape_words.size(), out);
+  for (size_t u = kLaneUnits; u < escape_units.size(); ++u) {
+    out->push_back(static_cast<uint8_t>(escape_units[u]));
+    out->push_back(static_cast<uint8_t>(escape_units[u] >> 8));
+  }
   return Status::Ok();
 }
 
 Status DecodeChunkRans(const uint16_t* src, size_t len, const uint8_t* bytes, size_t size,
-                       std::vector<uint32_t>* positions, std::vector<uint16_t>* xors) {
+                       std::vector<uint32_t>* positions, std::vector<uint16_t>* xors,
+                       int format_version) {
   if (positions == nullptr || xors == nullptr || (len > 0 && src == nullptr) ||
       (size > 0 && bytes == nullptr)) {
     return Status(ErrorCode::kInvalidArgument, "DecodeChunkRans: null pointer");
@@ -486,11 +580,15 @@ Status DecodeChunkRans(const uint16_t* src, size_t len, const uint8_t* bytes, si
   if (len > kMaxRansChunk) {
     return Status(ErrorCode::kInvalidArgument, "DecodeChunkRans: chunk too large");
   }
+  if (format_version < kRansFirstVersion || format_version > kFormatVersion) {
+    return Status(ErrorCode::kInvalidArgument, "DecodeChunkRans: no rANS chunks in this version");
+  }
+  const bool lane_units = format_version >= 5;
   positions->clear();
   xors->clear();
   ByteReader reader(bytes, size);
   const uint8_t* header;
-  if (!reader.ReadSpan(kHeaderBytes, &header)) {
+  if (!reader.ReadSpan(lane_units ? kHeaderBytes : kHeaderBytesV4, &header)) {
     return Status(ErrorCode::kTruncated, "rANS chunk: header truncated");
   }
   const uint8_t class_base = header[0];
@@ -498,53 +596,55 @@ Status DecodeChunkRans(const uint16_t* src, size_t len, const uint8_t* bytes, si
   const uint16_t value_log[2] = {
       static_cast<uint16_t>(header[1 + kClasses] | (header[2 + kClasses] << 8)),
       static_cast<uint16_t>(header[3 + kClasses] | (header[4 + kClasses] << 8))};
+  const uint8_t value_slope[2] = {lane_units ? header[5 + kClasses] : kVersion4Slope,
+                                  lane_units ? header[6 + kClasses] : kVersion4Slope};
   uint64_t element_words;
   if (!reader.ReadVarint(&element_words)) {
     return reader.remaining() == 0 ? Status(ErrorCode::kTruncated, "rANS chunk: header truncated")
                                    : Corrupt("bad word count");
   }
+  // Version 4 keeps the escape stream's states in the chunk; version 5 in the lane units.
+  const size_t escape_state_bytes = lane_units ? 0 : kEscapeStateBytes;
   const size_t rest = reader.remaining();
-  if (rest < kElementStateBytes + kEscapeStateBytes ||
-      element_words > (rest - kElementStateBytes - kEscapeStateBytes) / 2) {
+  if (rest < kElementStateBytes + escape_state_bytes ||
+      element_words > (rest - kElementStateBytes - escape_state_bytes) / 2) {
     return Status(ErrorCode::kTruncated, "rANS chunk: streams truncated");
   }
   const uint8_t* element_stream = reader.current();
-  const uint8_t* escape_stream = element_stream + kElementStateBytes + 2 * element_words;
-  const size_t escape_bytes = static_cast<size_t>(bytes + size - escape_stream);
-  if ((escape_bytes - kEscapeStateBytes) % 2 != 0) return Corrupt("odd escape stream");
+  const uint8_t* escape_tail = element_stream + kElementStateBytes + 2 * element_words;
+  const size_t tail_bytes = static_cast<size_t>(bytes + size - escape_tail);
+  if (tail_bytes % 2 != 0) return Corrupt("odd escape stream");
   if (len == 0) return Corrupt("changes in 0 elements");
 
-  const RansModel model(class_base, change_q, value_log);
+  const RansModel model(class_base, change_q, value_log, value_slope);
   uint32_t states[kRansLanes];
   for (size_t s = 0; s < kRansLanes; ++s) {
     states[s] = LoadU32(element_stream + 4 * s);
     if (states[s] < kRansLow) return Corrupt("bad coder state");
   }
-  uint32_t escape_state = LoadU32(escape_stream), other_escape_state = LoadU32(escape_stream + 4);
-  if (escape_state < kRansLow || other_escape_state < kRansLow) return Corrupt("bad coder state");
-  EscapeDecoder escapes(model, escape_stream + kEscapeStateBytes,
-                        (escape_bytes - kEscapeStateBytes) / 2);
 
   // About 4 changes per word of the element stream at 2-10% density: room for them up
   // front saves regrowing the outputs.
   const size_t expected = std::min<uint64_t>(len, element_words * 4);
   positions->reserve(expected);
   xors->reserve(expected);
-  // Slices of the chunk (a multiple of kRansLanes, so each element keeps its state)
-  // through small buffers, escapes decoded while the slice is in cache: the outputs grow
-  // by the changes only.
+  const auto fail = [&](const char* what) {
+    positions->clear();
+    xors->clear();
+    return Corrupt(what);
+  };
+  // Elements, in slices of the chunk (a multiple of kRansLanes, so each element keeps
+  // its state) through small buffers: the outputs grow by the changes only.
   constexpr size_t kSlice = 4096;
   uint32_t found_positions[kSlice + kRansLanes], found_xors[kSlice + kRansLanes];
   size_t words_used = 0;
-  bool consistent = true;
-  for (size_t begin = 0; begin < len && consistent; begin += kSlice) {
+  for (size_t begin = 0; begin < len; begin += kSlice) {
     const size_t count = std::min(kSlice, len - begin);
     const size_t n = DecodeRansChanges(src + begin, count, class_base, model.change,
                                        model.splits, states,
                                        element_stream + kElementStateBytes, element_words,
                                        &words_used, found_positions, found_xors);
-    consistent = n != kRansWordsExhausted;
-    if (!consistent) break;
+    if (n == kRansWordsExhausted) return fail("element stream exhausted");
     const size_t old_size = positions->size();
     positions->resize(old_size + n);
     xors->resize(old_size + n);
@@ -554,29 +654,63 @@ Status DecodeChunkRans(const uint16_t* src, size_t len, const uint8_t* bytes, si
       position_out[k] = static_cast<uint32_t>(begin) + found_positions[k];
       xor_out[k] = static_cast<uint16_t>(found_xors[k]);
     }
-    // Escapes (XOR 0 so far) are rare: skip four XORs at a time while none is 0.
-    for (size_t k = 0; k < n; ++k) {
-      if (k + 4 <= n) {
-        uint64_t four;
-        std::memcpy(&four, xor_out + k, 8);
-        if (((four - 0x0001000100010001ull) & ~four & 0x8000800080008000ull) == 0) {
-          k += 3;
-          continue;
-        }
-      }
-      if (xor_out[k] != 0) continue;
-      // The escapes alternate between the two states.
-      xor_out[k] = escapes.Decode(escape_state, src[position_out[k]]);
-      std::swap(escape_state, other_escape_state);
+  }
+  if (positions->empty() || words_used != element_words) return fail("inconsistent streams");
+
+  // The escape stream: version 5 takes its first units from the element states' ends
+  // (each in [2^16, 2^17)), then the tail; version 4 the tail alone (states first).
+  std::vector<uint8_t> joined;
+  const uint8_t* escape_stream = escape_tail;
+  size_t escape_bytes = tail_bytes;
+  if (lane_units) {
+    joined.resize(2 * kLaneUnits + tail_bytes);
+    for (size_t s = 0; s < kRansLanes; ++s) {
+      if ((states[s] >> 16) != 1) return fail("inconsistent streams");
+      joined[2 * s] = static_cast<uint8_t>(states[s]);
+      joined[2 * s + 1] = static_cast<uint8_t>(states[s] >> 8);
+    }
+    if (tail_bytes > 0) std::memcpy(joined.data() + 2 * kLaneUnits, escape_tail, tail_bytes);
+    escape_stream = joined.data();
+    escape_bytes = joined.size();
+  } else {
+    for (size_t s = 0; s < kRansLanes; ++s) {
+      if (states[s] != kRansLow) return fail("inconsistent streams");
     }
   }
-  consistent = consistent && !positions->empty() && words_used == element_words &&
-               escapes.AllRead() && escape_state == kRansLow && other_escape_state == kRansLow;
-  for (size_t s = 0; consistent && s < kRansLanes; ++s) consistent = states[s] == kRansLow;
-  if (!consistent) {
-    positions->clear();
-    xors->clear();
-    return Corrupt("inconsistent streams");
+  uint32_t escape_state = LoadU32(escape_stream), other_escape_state = LoadU32(escape_stream + 4);
+  if (escape_state < kRansLow || other_escape_state < kRansLow) return fail("bad coder state");
+  const size_t escape_words = (escape_bytes - kEscapeStateBytes) / 2;
+  EscapeDecoder escapes(model, escape_stream + kEscapeStateBytes, escape_words);
+  // Escapes have XOR 0 so far, and are rare: skip four XORs at a time while none is 0.
+  const size_t n = positions->size();
+  const uint32_t* position_out = positions->data();
+  uint16_t* xor_out = xors->data();
+  for (size_t k = 0; k < n; ++k) {
+    if (k + 4 <= n) {
+      uint64_t four;
+      std::memcpy(&four, xor_out + k, 8);
+      if (((four - 0x0001000100010001ull) & ~four & 0x8000800080008000ull) == 0) {
+        k += 3;
+        continue;
+      }
+    }
+    if (xor_out[k] != 0) continue;
+    // The escapes alternate between the two states.
+    xor_out[k] = escapes.Decode(escape_state, src[position_out[k]]);
+    std::swap(escape_state, other_escape_state);
+  }
+  // Every word read; in version 5, a stream shorter than the lane units leaves the rest
+  // of them zero (and no tail).
+  bool all_read = escapes.AllRead();
+  if (lane_units && !all_read && !escapes.Failed() && tail_bytes == 0) {
+    all_read = true;
+    for (size_t w = escapes.WordsRead(); w < escape_words; ++w) {
+      all_read = all_read && escape_stream[kEscapeStateBytes + 2 * w] == 0 &&
+                 escape_stream[kEscapeStateBytes + 2 * w + 1] == 0;
+    }
+  }
+  if (!all_read || escape_state != kRansLow || other_escape_state != kRansLow) {
+    return fail("inconsistent streams");
   }
   return Status::Ok();
 }

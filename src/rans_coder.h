@@ -1,4 +1,4 @@
-// rANS chunk coder (issue 4, format version 4): the same knowledge as the modelled coder
+// rANS chunk coder (issue 4, format versions 4 and 5): the same knowledge as the modelled coder
 // (model_coder.h) — an element's chance to change halves with each step up of its
 // exponent, and most changes are +-1 in monotone key order — but with probabilities
 // fitted once per chunk and sent in its header, so that nothing adapts and both sides
@@ -8,9 +8,10 @@
 //
 // Where it pays: dense chunks. The adaptive coder makes ~13 serial binary decisions per
 // change at 2% density (~0.6 GB/s to decode on one core); this one decodes 2-3x faster
-// there, at the price of ~95 header bytes (probabilities and coder states): 1-6% more
-// bytes than the modelled coder on chunks of 2,000-6,000 changes, under 2% from tens of
-// thousands on. The frame encoder picks it for dense chunks (encoder.cc, PreferRans).
+// there, at the price of ~90 header bytes (probabilities and coder states, a third of
+// them carrying escape data since format 5). On the corpus' GPT-2 tensors of 2,000 to
+// 30,000 changes it codes within 1% of the modelled coder's size. The frame encoder
+// picks it for dense chunks (encoder.cc, PreferRans).
 //
 // Layer: chunk coder, below the frame format, like model_coder.h. Integer arithmetic
 // only: the bytes do not depend on the compiler, target or machine.
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "arc_v3.hpp"
+#include "src/format.h"
 
 namespace arc_v3 {
 
@@ -42,15 +44,23 @@ Status EncodeChunkRans(const uint16_t* src, const uint16_t* dst, size_t len,
                        const uint32_t* positions, size_t changes, std::vector<uint8_t>* out,
                        std::vector<uint16_t>* scratch = nullptr);
 
-// Decodes a chunk written by EncodeChunkRans for the same `src` and `len`: replaces the
+// The first format version with rANS chunks. EncodeChunkRans writes the latest
+// (kFormatVersion); version 4 chunks carry their whole escape stream after the element
+// words and fixed value slopes (FORMAT.md).
+constexpr int kRansFirstVersion = 4;
+
+// Decodes a chunk of `format_version` (kRansFirstVersion..kFormatVersion; version 4's
+// layout differs), written by EncodeChunkRans for the same `src` and `len`: replaces the
 // contents of `positions` (ascending, < len) and `xors` (src[pos] ^ dst[pos], never 0).
 // The input is untrusted: any bytes give a result or kCorruptChunk / kTruncated, never
 // a read outside [bytes, bytes + size) nor a write outside the vectors. All `size` bytes
 // must belong to the chunk. A wrong src gives a wrong result or kCorruptChunk; the
 // frame's checksum catches the former.
-// @return ok, kInvalidArgument (null pointers, len too large), kTruncated, kCorruptChunk.
+// @return ok, kInvalidArgument (null pointers, len too large, a version without rANS
+// chunks), kTruncated, kCorruptChunk.
 Status DecodeChunkRans(const uint16_t* src, size_t len, const uint8_t* bytes, size_t size,
-                       std::vector<uint32_t>* positions, std::vector<uint16_t>* xors);
+                       std::vector<uint32_t>* positions, std::vector<uint16_t>* xors,
+                       int format_version = kFormatVersion);
 
 }  // namespace arc_v3
 

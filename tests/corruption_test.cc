@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "arc_v3.hpp"
+#include "src/format.h"
 #include "src/model_coder.h"
 #include "tests/test_data.h"
 
@@ -191,11 +192,11 @@ TEST_CASE("stream-level corruption: codec ids, sizes, reserved layout bits") {
   CHECK(DecodeGuarded(f, bad, f.delta.checksum).code() == ErrorCode::kReservedBitsSet);
 }
 
-TEST_CASE("format version 4: chunk modes are validated") {
+TEST_CASE("format version 4 on: chunk modes are validated") {
   // One chunk: magic(4) version flags count(2) log | (no table: the only chunk is the
   // last) | mode ...
   Fixture f(1000, 0.05, 1024, 2, Format::kDefault);
-  REQUIRE(f.delta.bytes[4] == 4);
+  REQUIRE(f.delta.bytes[4] == kFormatVersion);
   const size_t mode_at = 4 + 1 + 1 + 2 + 1;
   REQUIRE(f.delta.bytes[mode_at] == 2);  // modelled
   for (const uint8_t mode : {uint8_t{4}, uint8_t{0x80}, uint8_t{0xFF}}) {

@@ -33,7 +33,7 @@ struct EncodeCase {
   Options options;
 };
 
-// Lines: NAME FORMAT(v1|v4) EFFORT CHUNK_ELEMENTS.
+// Lines: NAME FORMAT(v1|v5) EFFORT CHUNK_ELEMENTS.
 std::vector<EncodeCase> ReadEncodeList() {
   std::ifstream in(std::string(kGoldenDir) + "ENCODE.txt");
   REQUIRE(in.good());
@@ -45,7 +45,7 @@ std::vector<EncodeCase> ReadEncodeList() {
     EncodeCase c;
     std::string format;
     fields >> c.name >> format >> c.options.effort >> c.options.chunk_elements;
-    const bool valid = (format == "v1" || format == "v4") && !fields.fail();
+    const bool valid = (format == "v1" || format == "v5") && !fields.fail();
     REQUIRE_MESSAGE(valid, "bad line: ", line);
     c.options.format = format == "v1" ? Format::kArcV3 : Format::kDefault;
     c.options.threads = 1;
@@ -90,7 +90,7 @@ TEST_CASE("the encoder reproduces the committed golden payloads on every target"
                         ? " (a format-1 golden stays as committed: it must keep decoding; if the "
                           "encoder's race changed on purpose, pick the options that reproduce it "
                           "in ENCODE.txt or add a new golden)"
-                        : " (if format 3 changed on purpose: ARC_V3_UPDATE_GOLDEN=1 bazel run "
+                        : " (if the latest format changed on purpose: ARC_V3_UPDATE_GOLDEN=1 bazel run "
                           "//tests:encode_golden_test)");
     });
   }

@@ -62,11 +62,20 @@ std::vector<uint8_t> CheckRoundTrip(const std::vector<uint16_t>& src,
 }
 
 // What a decoder may return for untrusted bytes: an error with empty outputs, or a
-// well-formed result.
+// well-formed result; read as a chunk of either layout (format versions 4 and 5).
+void CheckSane(const std::vector<uint16_t>& src, const uint8_t* bytes, size_t size,
+               int format_version);
 void CheckSane(const std::vector<uint16_t>& src, const uint8_t* bytes, size_t size) {
+  for (int version = kRansFirstVersion; version <= kFormatVersion; ++version) {
+    CheckSane(src, bytes, size, version);
+  }
+}
+void CheckSane(const std::vector<uint16_t>& src, const uint8_t* bytes, size_t size,
+               int format_version) {
   std::vector<uint32_t> positions;
   std::vector<uint16_t> xors;
-  const Status s = DecodeChunkRans(src.data(), src.size(), bytes, size, &positions, &xors);
+  const Status s =
+      DecodeChunkRans(src.data(), src.size(), bytes, size, &positions, &xors, format_version);
   if (!s.ok()) {
     CHECK((s.code() == ErrorCode::kCorruptChunk || s.code() == ErrorCode::kTruncated));
     CHECK(positions.empty());
@@ -175,24 +184,90 @@ TEST_CASE("Malformed chunks are rejected") {
                            &xors)
         .code();
   };
+  // Class_Base, Change_Q, Value_Log, Value_Slope, then Element_Words (a varint).
+  const size_t words_at = 1 + 16 + 4 + 2;
+  size_t states_at = words_at;
+  while (good[states_at] & 0x80) ++states_at;
+  ++states_at;
+  REQUIRE(states_at - words_at == 2);
   std::vector<uint8_t> bad = good;
-  bad.push_back(0);  // odd value stream
+  bad.push_back(0);  // odd escape stream
   CHECK(decode(bad) == ErrorCode::kCorruptChunk);
   bad.push_back(0);  // a word the decoder does not reach
   CHECK(decode(bad) == ErrorCode::kCorruptChunk);
   bad = good;
-  bad[21] = 0xFF;  // Position_Words: beyond the chunk
-  bad[22] = 0x7F;
+  bad[words_at] = 0xFF;  // Element_Words: beyond the chunk
+  bad[words_at + 1] = 0x7F;
   CHECK(decode(bad) == ErrorCode::kTruncated);
   bad = good;
-  for (int i = 0; i < 4; ++i) bad[23 + i] = 0;  // a position state below 2^16
+  for (int i = 0; i < 4; ++i) bad[states_at + i] = 0;  // an element state below 2^16
   CHECK(decode(bad) == ErrorCode::kCorruptChunk);
-  CHECK(decode(std::vector<uint8_t>(good.begin(), good.begin() + 20)) == ErrorCode::kTruncated);
+  CHECK(decode(std::vector<uint8_t>(good.begin(), good.begin() + 22)) == ErrorCode::kTruncated);
+  CHECK(decode(std::vector<uint8_t>(good.begin(), good.begin() + states_at + 63)) ==
+        ErrorCode::kTruncated);
   // Changes in zero elements.
   std::vector<uint32_t> positions;
   std::vector<uint16_t> xors;
   CHECK(DecodeChunkRans(nullptr, 0, good.data(), good.size(), &positions, &xors).code() ==
         ErrorCode::kCorruptChunk);
+}
+
+TEST_CASE("Format versions without rANS chunks are refused") {
+  const std::vector<uint16_t> v = {1, 2, 3};
+  const uint8_t byte = 0;
+  std::vector<uint32_t> positions;
+  std::vector<uint16_t> xors;
+  for (const int version : {0, 1, 2, 3, kFormatVersion + 1}) {
+    CHECK(DecodeChunkRans(v.data(), 3, &byte, 1, &positions, &xors, version).code() ==
+          ErrorCode::kInvalidArgument);
+  }
+}
+
+// The number of words of the element stream, and where they start (version 5 layout).
+struct ElementStream {
+  size_t words;
+  size_t words_at;
+};
+ElementStream ElementStreamOf(const std::vector<uint8_t>& chunk) {
+  size_t at = 1 + 16 + 4 + 2;
+  uint64_t words = 0;
+  for (int shift = 0;; shift += 7) {
+    words |= uint64_t{chunk.at(at) & 0x7Fu} << shift;
+    if ((chunk[at++] & 0x80) == 0) break;
+  }
+  return {static_cast<size_t>(words), at + 4 * kRansLanes};
+}
+
+TEST_CASE("Version 5: the escape stream starts in the element states' ends") {
+  std::mt19937 rng(7);
+  const std::vector<uint16_t> src = GaussianWeights(20000, &rng);
+  // Only +-1 steps: the escape stream is its two states (4 of the 16 units the element
+  // states carry, the rest zero), so the chunk ends with the element words.
+  std::vector<uint16_t> dst = src;
+  for (size_t i = 0; i < dst.size(); i += 7) {
+    dst[i] = FromMonotoneKey(static_cast<uint16_t>(MonotoneKey(src[i]) + (i % 2 ? 1 : -1)));
+  }
+  const std::vector<uint8_t> no_escapes = CheckRoundTrip(src, dst);
+  const ElementStream stream = ElementStreamOf(no_escapes);
+  CHECK(no_escapes.size() == stream.words_at + 2 * stream.words);
+  // Any byte after them is a word the escape decoder never reads.
+  std::vector<uint8_t> bad = no_escapes;
+  bad.push_back(0);
+  bad.push_back(0);
+  std::vector<uint32_t> positions;
+  std::vector<uint16_t> xors;
+  CHECK(DecodeChunkRans(src.data(), src.size(), bad.data(), bad.size(), &positions, &xors)
+            .code() == ErrorCode::kCorruptChunk);
+  // Large steps: the escape stream outgrows the 16 units, and the rest follows the
+  // element words.
+  for (size_t i = 3; i < dst.size(); i += 11) {
+    dst[i] = FromMonotoneKey(static_cast<uint16_t>(MonotoneKey(src[i]) + 50 + i % 700));
+  }
+  const std::vector<uint8_t> escapes = CheckRoundTrip(src, dst);
+  const ElementStream with_escapes = ElementStreamOf(escapes);
+  CHECK(escapes.size() > with_escapes.words_at + 2 * with_escapes.words + 100);
+  // A version-4 reader of these bytes finds other streams: an error, never a crash.
+  CheckSane(src, escapes.data(), escapes.size(), 4);
 }
 
 TEST_CASE("Truncated, bit-flipped, arbitrary bytes and a wrong base never crash") {
@@ -212,8 +287,9 @@ TEST_CASE("Truncated, bit-flipped, arbitrary bytes and a wrong base never crash"
 
 TEST_CASE("On dense realistic updates rANS stays within 3% of the modelled coder") {
   // 2^18 weights, steps that change 2-10% of them: the densities where the encoder's
-  // default picks rANS for its decoding speed. Its ~95 header bytes and static
-  // probabilities must cost little against the adaptive coder.
+  // default picks rANS for its decoding speed. Its ~90 header bytes (a third of them
+  // carrying escape data) and static probabilities must cost little against the
+  // adaptive coder.
   std::mt19937 rng(6);
   const std::vector<uint16_t> src = GaussianWeights(size_t{1} << 18, &rng);
   for (float lr : {2e-6f, 6e-6f}) {

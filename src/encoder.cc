@@ -5,9 +5,10 @@
 // streams - positions, 7-bit mantissa XORs, and one record per sign/exponent change - and
 // race each through the general-purpose compressors.
 //
-// Format::kDefault (format version 2): each chunk is coded by the context-modelled coder
-// (model_coder.h), which predicts the delta from the previous weights; at effort 0 by the
-// XOR streams with LZ4 only (fastest), and at effort 3 both race and the smaller wins.
+// Format::kDefault (format version 5): each chunk is coded by the context-modelled coder
+// (model_coder.h), which predicts the delta from the previous weights, or where changes
+// are dense by the rANS coder (rans_coder.h, PreferRans); at effort 0 by the XOR streams
+// with LZ4 only (fastest), and at effort 3 all three race and the smallest wins.
 //
 // Chunks are independent, so they are coded in parallel and concatenated in order; the
 // bytes do not depend on the thread count or the SIMD target.

@@ -4,7 +4,7 @@
 // NAME.arc3, on x86) on every compiled target and compares byte for byte; run on Arm by
 // tests/run_neon.sh, it checks NEON/SVE/SVE2 against the x86 bytes.
 //
-// The newest format version (4; Format::kDefault) may still change its bytes before
+// The newest format version (5; Format::kDefault) may still change its bytes before
 // release. After a deliberate change, regenerate its payloads (the payloads of older
 // versions are frozen: golden_test keeps decoding them, nothing rewrites them):
 //   ARC_V3_UPDATE_GOLDEN=1 bazel run //tests:encode_golden_test

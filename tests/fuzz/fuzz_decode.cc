@@ -1,4 +1,4 @@
-// Fuzz target: arbitrary bytes as a payload (format version 1 or 2) against a fixed base.
+// Fuzz target: arbitrary bytes as a payload (any format version) against a fixed base.
 // Promises checked: no crash or out-of-bounds access (ASan/UBSan), `out` untouched on
 // every error (out of place and in place), the structural decoders agree (delta_stats
 // succeeds exactly when delta_decompress fails only on the checksum), and the result does

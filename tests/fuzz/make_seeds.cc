@@ -61,7 +61,7 @@ void DecodeSeeds(const std::string& dir) {
         }
       }
       if (n >= 4096 && density > 0.5) {
-        // Chunks of 4096 with thousands of changes: rANS chunks (format 4).
+        // Chunks of 4096 with thousands of changes: rANS chunks (format 4 on).
         Options options;
         options.chunk_elements = 4096;
         options.threads = 1;

@@ -37,7 +37,7 @@ struct EncoderScratch {
   std::vector<uint8_t> raw;     // one stream before compression
   std::vector<uint8_t> bitmap_stream, gaps_stream;
   std::vector<uint8_t> modelled;
-  std::vector<uint16_t> rans_words;  // EncodeChunkRans' scratch
+  RansScratch rans_words;  // EncodeChunkRans' scratch
   // On one thread: the frame's checksums, fed slice by slice as chunks are read.
   ChecksumStream* target_stream = nullptr;
   ChecksumStream* base_stream = nullptr;

@@ -55,7 +55,7 @@ arc_v3::Status EncodeChunk(const uint16_t* src, const uint16_t* dst, size_t len,
   std::vector<uint16_t> xors(changes);
   arc_v3::CompactChanges(src, dst, len, positions.data(), xors.data());
   std::vector<uint8_t> rans = {3};
-  static std::vector<uint16_t> scratch;  // as the frame encoder's, reused
+  static arc_v3::RansScratch scratch;  // as the frame encoder's, reused
   s = arc_v3::EncodeChunkRans(src, dst, len, positions.data(), changes, &rans, &scratch);
   if (s.ok() && (out->empty() || rans.size() < out->size())) out->swap(rans);
   return s;

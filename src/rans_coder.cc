@@ -459,7 +459,7 @@ Status Corrupt(const char* what) {
 
 Status EncodeChunkRans(const uint16_t* src, const uint16_t* dst, size_t len,
                        const uint32_t* positions, size_t changes, std::vector<uint8_t>* out,
-                       std::vector<uint16_t>* scratch) {
+                       RansScratch* scratch) {
   if (out == nullptr || src == nullptr || dst == nullptr || positions == nullptr) {
     return Status(ErrorCode::kInvalidArgument, "EncodeChunkRans: null pointer");
   }
@@ -544,15 +544,14 @@ Status EncodeChunkRans(const uint16_t* src, const uint16_t* dst, size_t len,
 
   // Elements, last to first, element i on state i % kRansLanes (a kernel: every element
   // is coded).
-  std::vector<uint16_t> own_scratch;
-  std::vector<uint16_t>& pushed = scratch != nullptr ? *scratch : own_scratch;
-  if (pushed.size() < len + kRansLanes) pushed.resize(len + kRansLanes);
+  RansScratch own_scratch;
+  uint16_t* pushed = (scratch != nullptr ? scratch : &own_scratch)->Reserve(len + kRansLanes);
   uint32_t element_states[kRansLanes];
   for (size_t lane = 0; lane < kRansLanes; ++lane) {
     element_states[lane] = kRansLow + (lane < escape_units.size() ? escape_units[lane] : 0);
   }
   const size_t element_words = EncodeRansElements(src, dst, len, class_base, model.change,
-                                                  model.splits, element_states, pushed.data());
+                                                  model.splits, element_states, pushed);
 
   out->push_back(class_base);
   out->insert(out->end(), change_q, change_q + kClasses);
@@ -562,7 +561,7 @@ Status EncodeChunkRans(const uint16_t* src, const uint16_t* dst, size_t len,
   }
   out->insert(out->end(), value_slope, value_slope + 2);
   PutVarint(element_words, out);
-  AppendStream(element_states, kRansLanes, pushed.data(), element_words, out);
+  AppendStream(element_states, kRansLanes, pushed, element_words, out);
   for (size_t u = kLaneUnits; u < escape_units.size(); ++u) {
     out->push_back(static_cast<uint8_t>(escape_units[u]));
     out->push_back(static_cast<uint8_t>(escape_units[u] >> 8));

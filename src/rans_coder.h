@@ -20,6 +20,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "arc_v3.hpp"
@@ -35,6 +36,23 @@ constexpr uint64_t kRansMinDensityInverse = 64;
 // Largest chunk the rANS coder accepts, in elements (positions are u32).
 constexpr size_t kMaxRansChunk = size_t{1} << 24;
 
+// Room for the element stream's words, reused across chunks. Not zero-filled: the
+// contents do not matter, and clearing 2 bytes per element cost ~3% of encoding.
+class RansScratch {
+ public:
+  uint16_t* Reserve(size_t count) {
+    if (count > capacity_) {
+      words_.reset(new uint16_t[count]);
+      capacity_ = count;
+    }
+    return words_.get();
+  }
+
+ private:
+  std::unique_ptr<uint16_t[]> words_;
+  size_t capacity_ = 0;
+};
+
 // Appends the rANS coding of one chunk (len <= kMaxRansChunk elements, with `changes` >
 // 0 changed elements listed ascending in `positions`) to out. Deterministic. `scratch`,
 // if given, is reused for the element stream's words across calls (its contents do not
@@ -42,7 +60,7 @@ constexpr size_t kMaxRansChunk = size_t{1} << 24;
 // @return ok, or kInvalidArgument (null pointer, len too large, no changes).
 Status EncodeChunkRans(const uint16_t* src, const uint16_t* dst, size_t len,
                        const uint32_t* positions, size_t changes, std::vector<uint8_t>* out,
-                       std::vector<uint16_t>* scratch = nullptr);
+                       RansScratch* scratch = nullptr);
 
 // The first format version with rANS chunks. EncodeChunkRans writes the latest
 // (kFormatVersion); version 4 chunks carry their whole escape stream after the element

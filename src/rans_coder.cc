@@ -633,9 +633,18 @@ Status DecodeChunkRans(const uint16_t* src, size_t len, const uint8_t* bytes, si
     return Corrupt(what);
   };
   // Elements, in slices of the chunk (a multiple of kRansLanes, so each element keeps
-  // its state) through small buffers: the outputs grow by the changes only.
+  // its state) through small buffers: the outputs grow by the changes only. Escapes
+  // (XOR 0 so far) are noted with their src value while the slice is in cache: they
+  // decode after the last element.
   constexpr size_t kSlice = 4096;
   uint32_t found_positions[kSlice + kRansLanes], found_xors[kSlice + kRansLanes];
+  struct EscapeAt {
+    uint32_t index;  // in the outputs
+    uint16_t prev;   // src there
+  };
+  EscapeAt found_escapes[kSlice + kRansLanes + 1];
+  std::vector<EscapeAt> escape_list;
+  escape_list.reserve(expected / 8);
   size_t words_used = 0;
   for (size_t begin = 0; begin < len; begin += kSlice) {
     const size_t count = std::min(kSlice, len - begin);
@@ -649,10 +658,16 @@ Status DecodeChunkRans(const uint16_t* src, size_t len, const uint8_t* bytes, si
     xors->resize(old_size + n);
     uint32_t* position_out = positions->data() + old_size;
     uint16_t* xor_out = xors->data() + old_size;
+    size_t slice_escapes = 0;
     for (size_t k = 0; k < n; ++k) {
       position_out[k] = static_cast<uint32_t>(begin) + found_positions[k];
       xor_out[k] = static_cast<uint16_t>(found_xors[k]);
+      // Written for every change, kept for escapes: no branch to mispredict.
+      found_escapes[slice_escapes] = {static_cast<uint32_t>(old_size + k),
+                                      src[begin + found_positions[k]]};
+      slice_escapes += found_xors[k] == 0;
     }
+    escape_list.insert(escape_list.end(), found_escapes, found_escapes + slice_escapes);
   }
   if (positions->empty() || words_used != element_words) return fail("inconsistent streams");
 
@@ -680,22 +695,10 @@ Status DecodeChunkRans(const uint16_t* src, size_t len, const uint8_t* bytes, si
   if (escape_state < kRansLow || other_escape_state < kRansLow) return fail("bad coder state");
   const size_t escape_words = (escape_bytes - kEscapeStateBytes) / 2;
   EscapeDecoder escapes(model, escape_stream + kEscapeStateBytes, escape_words);
-  // Escapes have XOR 0 so far, and are rare: skip four XORs at a time while none is 0.
-  const size_t n = positions->size();
-  const uint32_t* position_out = positions->data();
   uint16_t* xor_out = xors->data();
-  for (size_t k = 0; k < n; ++k) {
-    if (k + 4 <= n) {
-      uint64_t four;
-      std::memcpy(&four, xor_out + k, 8);
-      if (((four - 0x0001000100010001ull) & ~four & 0x8000800080008000ull) == 0) {
-        k += 3;
-        continue;
-      }
-    }
-    if (xor_out[k] != 0) continue;
+  for (const EscapeAt& escape : escape_list) {
     // The escapes alternate between the two states.
-    xor_out[k] = escapes.Decode(escape_state, src[position_out[k]]);
+    xor_out[escape.index] = escapes.Decode(escape_state, escape.prev);
     std::swap(escape_state, other_escape_state);
   }
   // Every word read; in version 5, a stream shorter than the lane units leaves the rest

@@ -49,6 +49,22 @@ expect_rc 0 "$CLI" inspect d.a3d
 grep -q '^w  *U8  *\[8,2\]  *delta' out.txt || { cat out.txt; fail "inspect lists w"; }
 expect_rc 0 "$CLI" inspect --json d.a3d
 grep -q '"changed": 2' out.txt || { cat out.txt; fail "inspect --json counts w's changes"; }
+# A BF16 tensor goes through the arc_v3 codec; inspect names the chunk coder it chose.
+write_bf16() {
+  local json='{"h":{"dtype":"BF16","shape":[4],"data_offsets":[0,8]}}'
+  while (( ${#json} % 8 )); do json+=" "; done
+  local n=${#json}
+  { printf "$(printf '\\x%02x\\x%02x' $((n & 255)) $((n >> 8 & 255)))\x00\x00\x00\x00\x00\x00"
+    printf '%s' "$json"
+    printf "$2"; } > "$1"
+}
+write_bf16 h0.safetensors '\x80\x3f\x00\x40\x40\x40\x80\x40'
+write_bf16 h1.safetensors '\x81\x3f\x00\x40\x40\x40\x80\x40'
+expect_rc 0 "$CLI" diff -q h0.safetensors h1.safetensors -o h.a3d
+expect_rc 0 "$CLI" inspect h.a3d
+grep -q '^h  *BF16  *\[4\]  *delta .* arc_v3:modelled ' out.txt || { cat out.txt; fail "inspect names arc_v3's chunk coder"; }
+expect_rc 0 "$CLI" apply -q h0.safetensors h.a3d -o h2.safetensors
+cmp -s h2.safetensors h1.safetensors || fail "apply did not rebuild the BF16 checkpoint"
 
 # Exit codes: 3 wrong base, 4 corrupt delta, 2 usage, 1 I/O.
 expect_rc 3 "$CLI" verify next.safetensors d.a3d

@@ -289,7 +289,7 @@ int Inspect(const std::string& path, const std::string& base_path, const Common&
   std::map<std::string, uint64_t> kinds;
   Json jtensors = Json::array();
   if (!c.json) {
-    std::printf("%-44s %-6s %-16s %-8s %8s %9s %-18s %12s %8s\n", "tensor", "dtype", "shape", "kind",
+    std::printf("%-44s %-6s %-16s %-8s %8s %9s %-22s %12s %8s\n", "tensor", "dtype", "shape", "kind",
                 "density", "exp/sign", "coder", "bytes", "% size");
   }
   for (size_t i = 0; i < tensors.size(); ++i) {
@@ -298,7 +298,18 @@ int Inspect(const std::string& path, const std::string& base_path, const Common&
     std::string shape = "[", coders;
     for (size_t d = 0; d < t.shape.size(); ++d) shape += (d ? "," : "") + std::to_string(t.shape[d]);
     shape += "]";
-    for (const auto& cn : st.coders) coders += (coders.empty() ? "" : "+") + cn;
+    for (const auto& cn : st.coders) {
+      coders += (coders.empty() ? "" : "+") + cn;
+      if (cn == container::CoderName(container::Coder::kArcV3) && st.has_high) {
+        // Which chunk coders arc_v3 chose: "arc_v3:rans+modelled".
+        static const char* const kModes[4] = {"unchanged", "xor", "modelled", "rans"};
+        std::string modes;
+        for (int k = 1; k < 4; ++k) {
+          if (st.chunk_modes[k] > 0) modes += (modes.empty() ? "" : "+") + std::string(kModes[k]);
+        }
+        coders += ":" + (modes.empty() ? std::string(kModes[0]) : modes);
+      }
+    }
     if (coders.empty()) coders = "-";
     const bool whole = t.kind != container::TensorKind::kDelta;
     const double density = st.elements ? static_cast<double>(st.changed) / st.elements : 0;
@@ -328,7 +339,7 @@ int Inspect(const std::string& path, const std::string& base_path, const Common&
       if (!whole && !st.counts_known) std::snprintf(dens, sizeof(dens), "?");
       if (!whole && st.counts_known) std::snprintf(dens, sizeof(dens), "%.3f%%", 100 * density);
       if (!whole && st.counts_known && st.has_high) std::snprintf(hi, sizeof(hi), "%.2f%%", 100 * high);
-      std::printf("%-44s %-6s %-16s %-8s %8s %9s %-18s %12" PRIu64 " %7.3f%%\n", t.name.c_str(),
+      std::printf("%-44s %-6s %-16s %-8s %8s %9s %-22s %12" PRIu64 " %7.3f%%\n", t.name.c_str(),
                   t.dtype.c_str(), shape.c_str(), container::TensorKindName(t.kind), dens, hi,
                   coders.c_str(), st.stored, st.bytes ? 100.0 * st.stored / st.bytes : 0.0);
     }

@@ -14,15 +14,19 @@ expect_rc() {  # expect_rc CODE COMMAND...
   [ "$rc" -eq "$want" ] || { cat err.txt; fail "'$*' exited $rc, want $want"; }
 }
 
-# write_st FILE DATA: a U8 tensor "w" [8, 2] and an F32 tensor "b" [4]; DATA is 32 bytes
-# as printf escapes.
-write_st() {
-  local json='{"w":{"dtype":"U8","shape":[8,2],"data_offsets":[0,16]},"b":{"dtype":"F32","shape":[4],"data_offsets":[16,32]}}'
+# write_safetensors FILE JSON DATA: a safetensors file with header JSON (padded to 8 bytes)
+# and DATA as printf escapes.
+write_safetensors() {
+  local json="$2"
   while (( ${#json} % 8 )); do json+=" "; done
   local n=${#json}
   { printf "$(printf '\\x%02x\\x%02x' $((n & 255)) $((n >> 8 & 255)))\x00\x00\x00\x00\x00\x00"
     printf '%s' "$json"
-    printf "$2"; } > "$1"
+    printf "$3"; } > "$1"
+}
+# write_st FILE DATA: a U8 tensor "w" [8, 2] and an F32 tensor "b" [4]; DATA is 32 bytes.
+write_st() {
+  write_safetensors "$1" '{"w":{"dtype":"U8","shape":[8,2],"data_offsets":[0,16]},"b":{"dtype":"F32","shape":[4],"data_offsets":[16,32]}}' "$2"
 }
 A='\x01\x02\x03\x04\x05\x06\x07\x08\x09\x0a\x0b\x0c\x0d\x0e\x0f\x10\x00\x00\x80\x3f\x00\x00\x00\x40\x00\x00\x40\x40\x00\x00\x80\x40'
 B='\x01\x02\x03\x04\x05\x07\x07\x08\x09\x0a\x0b\x0c\x0d\x0e\x0f\x11\x00\x01\x80\x3f\x00\x00\x00\x40\x00\x00\x40\x40\x00\x00\x80\xc0'
@@ -50,13 +54,8 @@ grep -q '^w  *U8  *\[8,2\]  *delta' out.txt || { cat out.txt; fail "inspect list
 expect_rc 0 "$CLI" inspect --json d.a3d
 grep -q '"changed": 2' out.txt || { cat out.txt; fail "inspect --json counts w's changes"; }
 # A BF16 tensor goes through the arc_v3 codec; inspect names the chunk coder it chose.
-write_bf16() {
-  local json='{"h":{"dtype":"BF16","shape":[4],"data_offsets":[0,8]}}'
-  while (( ${#json} % 8 )); do json+=" "; done
-  local n=${#json}
-  { printf "$(printf '\\x%02x\\x%02x' $((n & 255)) $((n >> 8 & 255)))\x00\x00\x00\x00\x00\x00"
-    printf '%s' "$json"
-    printf "$2"; } > "$1"
+write_bf16() {  # FILE DATA: a BF16 tensor "h" [4]
+  write_safetensors "$1" '{"h":{"dtype":"BF16","shape":[4],"data_offsets":[0,8]}}' "$2"
 }
 write_bf16 h0.safetensors '\x80\x3f\x00\x40\x40\x40\x80\x40'
 write_bf16 h1.safetensors '\x81\x3f\x00\x40\x40\x40\x80\x40'

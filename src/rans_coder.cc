@@ -483,19 +483,23 @@ Status EncodeChunkRans(const uint16_t* src, const uint16_t* dst, size_t len,
       all[e] = uint64_t{partial[0][e]} + partial[1][e] + partial[2][e] + partial[3][e];
     }
   }
-  // Which changes are escapes (|d| >= 2).
-  std::vector<uint8_t> is_escape(changes);
+  // The positions of the escapes (|d| >= 2), and the value decisions "|d| >= 2^(j+1)
+  // given |d| >= 2^j" by z = e + j: every change makes the one of j = 0.
+  std::vector<uint32_t> escape_positions;
+  escape_positions.reserve(changes / 8);
   uint64_t ones[2][kValueZ] = {}, zeros[2][kValueZ] = {};
   for (size_t r = 0; r < changes; ++r) {
     const uint32_t pos = positions[r];
     const int e = ExponentOf(src[pos]);
-    ++changed[e];
     const ValueCode code = ValueCodeOf(src[pos], dst[pos]);
-    is_escape[r] = code.cls > 0;
-    for (int j = 0; j <= std::min(code.cls, kUnaryDecisions - 1); ++j) {
-      ++(code.cls > j ? ones : zeros)[j > 0][e + j];
+    ++(code.cls > 0 ? ones : zeros)[0][e];
+    if (code.cls == 0) continue;
+    escape_positions.push_back(pos);
+    for (int j = 1; j <= std::min(code.cls, kUnaryDecisions - 1); ++j) {
+      ++(code.cls > j ? ones : zeros)[1][e + j];
     }
   }
+  for (int e = 0; e < 256; ++e) changed[e] = ones[0][e] + zeros[0][e];
 
   uint8_t class_base = 0;
   uint8_t change_q[kClasses];
@@ -519,14 +523,11 @@ Status EncodeChunkRans(const uint16_t* src, const uint16_t* dst, size_t len,
         symbols[c][j] = MakeSymbol(start[j], start[j + 1] - start[j]);
       }
     }
-    size_t escapes = 0;
-    for (const uint8_t escape : is_escape) escapes += escape;
     RansEncoder coder(&escape_words);
-    for (size_t r = changes; r-- > 0;) {
-      if (!is_escape[r]) continue;
-      const uint32_t pos = positions[r];
+    for (size_t k = escape_positions.size(); k-- > 0;) {
+      const uint32_t pos = escape_positions[k];
       const ValueCode code = ValueCodeOf(src[pos], dst[pos]);
-      uint32_t* x = &escape_states[--escapes % kEscapeLanes];
+      uint32_t* x = &escape_states[k % kEscapeLanes];
       coder.PutUniform(x, (code.low_bits << 1) | code.negative, code.cls + 1);
       coder.Put(x, symbols[model.ClassOf(src[pos])][code.cls]);
     }

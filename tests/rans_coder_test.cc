@@ -20,6 +20,10 @@ namespace {
 using test::GaussianWeights;
 using test::Step;
 
+// Where a version-5 chunk's Element_Words varint starts: after Class_Base, Change_Q,
+// Value_Log and Value_Slope.
+constexpr size_t kElementWordsAt = 1 + 16 + 4 + 2;
+
 // The changed positions of a pair, ascending.
 std::vector<uint32_t> ChangedPositions(const std::vector<uint16_t>& src,
                                        const std::vector<uint16_t>& dst) {
@@ -184,8 +188,7 @@ TEST_CASE("Malformed chunks are rejected") {
                            &xors)
         .code();
   };
-  // Class_Base, Change_Q, Value_Log, Value_Slope, then Element_Words (a varint).
-  const size_t words_at = 1 + 16 + 4 + 2;
+  const size_t words_at = kElementWordsAt;
   size_t states_at = words_at;
   while (good[states_at] & 0x80) ++states_at;
   ++states_at;
@@ -229,7 +232,7 @@ struct ElementStream {
   size_t words_at;
 };
 ElementStream ElementStreamOf(const std::vector<uint8_t>& chunk) {
-  size_t at = 1 + 16 + 4 + 2;
+  size_t at = kElementWordsAt;
   uint64_t words = 0;
   for (int shift = 0;; shift += 7) {
     words |= uint64_t{chunk.at(at) & 0x7Fu} << shift;

@@ -386,21 +386,18 @@ constexpr CompressTables MakeCompressTables() {
 constexpr CompressTables kCompressTables = MakeCompressTables();
 
 // hn::Compress(v, mask) for the mask whose bits are `bits` (lane l = bit l): the lanes
-// `mask` selects, in order, come first.
-// (SVE compresses natively.)
+// `mask` selects, in order, come first. SVE (whose SVE_256 target has 8 lanes) and
+// 16-lane vectors compress natively.
 template <class D>
 HWY_INLINE hn::Vec<D> CompressLanes(D d32, hn::Vec<D> v, hn::Mask<D> mask, uint32_t bits) {
-  constexpr bool kSve =
-      (HWY_TARGET & (HWY_SVE | HWY_SVE2 | HWY_SVE_256 | HWY_SVE2_128)) != 0;
-  if constexpr (kSve) {
-    (void)bits;
-    return hn::Compress(v, mask);
-  } else if constexpr (hn::MaxLanes(D()) == 8) {
+  constexpr bool kTables =
+      (HWY_TARGET & (HWY_SVE | HWY_SVE2 | HWY_SVE_256 | HWY_SVE2_128)) == 0;
+  if constexpr (kTables && hn::MaxLanes(D()) == 8) {
     HWY_ALIGN static constexpr uint32_t kShifts[8] = {0, 4, 8, 12, 16, 20, 24, 28};
     const auto packed = hn::Set(d32, kCompressTables.nibbles8[bits & 0xFF]);
     const auto indices = hn::And(packed >> hn::Load(d32, kShifts), hn::Set(d32, 7));
     return hn::TableLookupLanes(v, hn::IndicesFromVec(d32, indices));
-  } else if constexpr (hn::MaxLanes(D()) == 4) {
+  } else if constexpr (kTables && hn::MaxLanes(D()) == 4) {
     return hn::TableLookupLanes(v, hn::SetTableIndices(d32, kCompressTables.lanes4[bits & 0xF]));
   } else {
     (void)bits;

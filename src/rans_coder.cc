@@ -705,12 +705,9 @@ Status DecodeChunkRans(const uint16_t* src, size_t len, const uint8_t* bytes, si
   // Every word read; in version 5, a stream shorter than the lane units leaves the rest
   // of them zero (and no tail).
   bool all_read = escapes.AllRead();
-  if (lane_units && !all_read && !escapes.Failed() && tail_bytes == 0) {
-    all_read = true;
-    for (size_t w = escapes.WordsRead(); w < escape_words; ++w) {
-      all_read = all_read && escape_stream[kEscapeStateBytes + 2 * w] == 0 &&
-                 escape_stream[kEscapeStateBytes + 2 * w + 1] == 0;
-    }
+  if (lane_units && tail_bytes == 0 && !escapes.Failed()) {
+    const uint8_t* unread = escape_stream + kEscapeStateBytes + 2 * escapes.WordsRead();
+    all_read = std::all_of(unread, escape_stream + escape_bytes, [](uint8_t b) { return b == 0; });
   }
   if (!all_read || escape_state != kRansLow || other_escape_state != kRansLow) {
     return fail("inconsistent streams");

@@ -151,6 +151,41 @@ Status delta_compress(const std::vector<uint16_t>& src, const std::vector<uint16
 Status delta_decompress(const std::vector<uint16_t>& src, const Delta& delta,
                         std::vector<uint16_t>* out);
 
+// Several tensors in one payload (format version 6). Each payload pays a frame header,
+// a checksum and the time its adaptive contexts take to learn: about 20-30 bytes, a tenth
+// of the delta of a tensor with a hundred changed values. Norms, biases and small layers
+// coded together cost 5-20% less than coded one by one (bench: 17% on a 1 M-parameter
+// model of 29 tensors). The tensors are coded as their concatenation (chunks run across
+// tensor boundaries), and the checksum is XXH3-64 of the concatenated dst bytes.
+// Tensors that lie back to back in memory (as in a safetensors file or a flat parameter
+// buffer) are read and written in place; otherwise the calls copy them into one buffer
+// (and the decoder builds the result there before writing any `out`). Big tensors gain
+// nothing from sharing a frame: give them their own payloads, which decode in parallel.
+struct TensorDelta {
+  const uint16_t* src = nullptr;  // previous weights, `count` BF16 values
+  const uint16_t* dst = nullptr;  // new weights
+  size_t count = 0;
+};
+// @return ok, or kInvalidArgument (null pointers with count > 0, bad options,
+//         Format::kArcV3), kOutOfMemory.
+Status delta_compress_tensors(const TensorDelta* tensors, size_t tensor_count, Delta* out,
+                              const Options& options = Options());
+
+struct TensorOut {
+  const uint16_t* src = nullptr;  // the base the payload was made from
+  uint16_t* out = nullptr;        // receives the new weights; may equal src
+  size_t count = 0;
+};
+// Rebuilds every tensor of a payload of delta_compress_tensors (or of delta_compress,
+// as a list of one). The tensors must be passed in the order they were coded, with the
+// same counts (else kSizeMismatch, naming the tensor). Each `out` may equal its own
+// `src`; otherwise it must not overlap any tensor's src or out. All or nothing: on error
+// no `out` is written.
+// `threads`: 0 = all hardware threads.
+Status delta_decompress_tensors(const TensorOut* tensors, size_t tensor_count,
+                                const uint8_t* bytes, size_t size, uint64_t checksum,
+                                int threads = 0);
+
 // What a payload's header says, read without decoding it. Fields from untrusted input:
 // the element count may be a lie until delta_decompress has verified the checksum.
 struct PayloadInfo {
@@ -158,6 +193,8 @@ struct PayloadInfo {
   uint64_t element_count = 0;
   uint32_t chunk_elements = 0;
   uint64_t chunk_count = 0;
+  uint64_t tensor_count = 1;  // tensors listed by a delta_compress_tensors payload, else 1
+  std::vector<uint64_t> tensor_elements;  // their element counts (empty for one tensor)
 };
 Status delta_inspect(const uint8_t* bytes, size_t size, PayloadInfo* info);
 

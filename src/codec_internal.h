@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "arc_v3.hpp"
 
@@ -17,18 +18,25 @@ struct SessionFrame {
 };
 
 // `history`: one byte per element (model_coder.h), or nullptr when stateless, in which
-// case `session` must be nullptr too. `base_checksum`, if not null, receives Checksum(src);
+// case `session` must be nullptr too. `tensors`: for delta_compress_tensors, the element
+// count of each tensor (src and dst are their concatenations; no session), written in
+// the header of a version-6 frame; nullptr for one tensor. `base_checksum`, if not null, receives Checksum(src);
 // on one thread both checksums are computed slice by slice as the chunks are first read.
 Status EncodeFrame(const uint16_t* src, const uint16_t* dst, size_t count,
                    const Options& options, const uint8_t* history, const SessionFrame* session,
-                   Delta* out, uint64_t* base_checksum = nullptr);
+                   Delta* out, uint64_t* base_checksum = nullptr,
+                   const std::vector<uint64_t>* tensors = nullptr);
 
 // `expected` / `history` as above. With a session, `next_history` (count bytes) receives
 // the history advanced by this step, written only if the call succeeds.
+// `tensors`: for delta_decompress_tensors, the element count of each tensor the caller
+// holds (src and out are their concatenations); a frame of several tensors must list the
+// same counts, a one-tensor frame must match a list of one. nullptr: a one-tensor call,
+// which refuses frames of several tensors.
 Status DecodeFrame(const uint16_t* src, size_t count, const uint8_t* bytes, size_t size,
                    uint64_t checksum, uint16_t* out, size_t out_capacity, int threads,
                    const uint8_t* history, const SessionFrame* expected,
-                   uint8_t* next_history);
+                   uint8_t* next_history, const std::vector<uint64_t>* tensors = nullptr);
 
 // Checksum() of values given in consecutive pieces (XXH3-64 streaming, seed 0).
 class ChecksumStream {

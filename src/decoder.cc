@@ -37,6 +37,8 @@ struct FrameHeader {
   int version = 0;
   bool session = false;
   SessionFrame session_frame;  // if session
+  bool tensors = false;        // several tensors (version 6 on)
+  std::vector<uint64_t> tensor_elements;  // if tensors: each tensor's element count
   uint64_t element_count = 0;
   int chunk_log = 0;
   uint64_t num_chunks = 0;
@@ -64,11 +66,16 @@ Status ParseHeader(const uint8_t* bytes, size_t size, bool with_chunk_table,
                       std::to_string(kFormatVersion) + ")");
   }
   if (!reader.ReadByte(&flags)) return Status(ErrorCode::kTruncated, "no flags byte");
-  const uint8_t known_flags = version >= 2 ? kFlagSession : 0;
+  const uint8_t known_flags = (version >= 2 ? kFlagSession : 0) |
+                              (version >= kFirstTensorsVersion ? kFlagTensors : 0);
   if ((flags & ~known_flags) != 0) {
     return Status(ErrorCode::kReservedBitsSet, "reserved frame flags are set");
   }
   header->session = (flags & kFlagSession) != 0;
+  header->tensors = (flags & kFlagTensors) != 0;
+  if (header->session && header->tensors) {
+    return Status(ErrorCode::kCorruptHeader, "a session frame cannot hold several tensors");
+  }
   if (!reader.ReadVarint(&header->element_count)) {
     return Status(reader.remaining() == 0 ? ErrorCode::kTruncated : ErrorCode::kCorruptHeader,
                   "bad element count");
@@ -86,6 +93,32 @@ Status ParseHeader(const uint8_t* bytes, size_t size, bool with_chunk_table,
     if (!reader.ReadSpan(16, &fields)) return Status(ErrorCode::kTruncated, "no session fields");
     header->session_frame.base_checksum = LoadU64(fields);
     header->session_frame.history_id = LoadU64(fields + 8);
+  }
+  if (header->tensors) {
+    // Each count takes at least one byte, so the list cannot outgrow the payload.
+    uint64_t tensor_count;
+    if (!reader.ReadVarint(&tensor_count)) {
+      return Status(reader.remaining() == 0 ? ErrorCode::kTruncated : ErrorCode::kCorruptHeader,
+                    "bad tensor count");
+    }
+    if (tensor_count > reader.remaining()) {
+      return Status(ErrorCode::kTruncated, "payload too short for its tensor list");
+    }
+    header->tensor_elements.resize(tensor_count);
+    uint64_t sum = 0;
+    for (uint64_t& elements : header->tensor_elements) {
+      if (!reader.ReadVarint(&elements)) {
+        return Status(reader.remaining() == 0 ? ErrorCode::kTruncated : ErrorCode::kCorruptHeader,
+                      "bad tensor element count");
+      }
+      if (elements > header->element_count - sum) {
+        return Status(ErrorCode::kCorruptHeader, "tensor element counts exceed the frame's");
+      }
+      sum += elements;
+    }
+    if (sum != header->element_count) {
+      return Status(ErrorCode::kCorruptHeader, "tensor element counts fall short of the frame's");
+    }
   }
   header->num_chunks = (header->element_count + (uint64_t{1} << chunk_log) - 1) >> chunk_log;
   if (!with_chunk_table) return Status::Ok();
@@ -431,12 +464,81 @@ void ForEachResultTile(const uint16_t* src, size_t begin, size_t len, const Chun
   }
 }
 
+// A one-tensor call (tensors == nullptr) refuses frames of several tensors; a call with
+// a tensor list needs the frame's list (or, for a one-tensor frame, a list of one) to be
+// the same.
+Status CheckTensorList(const FrameHeader& header, const std::vector<uint64_t>* tensors) {
+  if (header.tensors && tensors == nullptr) {
+    return Status(ErrorCode::kSizeMismatch,
+                  "payload holds " + std::to_string(header.tensor_elements.size()) +
+                      " tensors; decode it with delta_decompress_tensors");
+  }
+  if (tensors != nullptr) {
+    const size_t listed = header.tensors ? header.tensor_elements.size() : 1;
+    if (tensors->size() != listed) {
+      return Status(ErrorCode::kSizeMismatch,
+                    "payload holds " + std::to_string(listed) + " tensor(s), the call passes " +
+                        std::to_string(tensors->size()));
+    }
+    for (size_t t = 0; t < listed; ++t) {
+      const uint64_t elements = header.tensors ? header.tensor_elements[t] : header.element_count;
+      if ((*tensors)[t] != elements) {
+        return Status(ErrorCode::kSizeMismatch,
+                      "tensor " + std::to_string(t) + ": payload holds " +
+                          std::to_string(elements) + " elements, the call passes " +
+                          std::to_string((*tensors)[t]));
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+// The first array of the tensors' src or out arrays (`field` picks which) if they lie back
+// to back in memory (a safetensors file, a flat parameter buffer), else nullptr. For
+// tensors without elements, a non-null dummy.
+template <class Field>
+auto BackToBack(const TensorOut* tensors, size_t tensor_count, const Field& field)
+    -> decltype(field(tensors[0])) {
+  static uint16_t no_elements[1];
+  decltype(field(tensors[0])) start = nullptr;
+  decltype(field(tensors[0])) end = nullptr;
+  for (size_t t = 0; t < tensor_count; ++t) {
+    if (tensors[t].count == 0) continue;
+    const auto values = field(tensors[t]);
+    if (start == nullptr) start = values;
+    if (end != nullptr && values != end) return nullptr;
+    end = values + tensors[t].count;
+  }
+  return start != nullptr ? start : no_elements;
+}
+
+const uint16_t* Gather(const TensorOut* tensors, size_t tensor_count, size_t total,
+                       std::vector<uint16_t>* copy) {
+  copy->resize(total);
+  size_t at = 0;
+  for (size_t t = 0; t < tensor_count; ++t) {
+    if (tensors[t].count == 0) continue;
+    std::memcpy(copy->data() + at, tensors[t].src, tensors[t].count * sizeof(uint16_t));
+    at += tensors[t].count;
+  }
+  return copy->data();
+}
+
+void Scatter(const uint16_t* result, const TensorOut* tensors, size_t tensor_count) {
+  size_t at = 0;
+  for (size_t t = 0; t < tensor_count; ++t) {
+    if (tensors[t].count == 0) continue;
+    std::memcpy(tensors[t].out, result + at, tensors[t].count * sizeof(uint16_t));
+    at += tensors[t].count;
+  }
+}
+
 }  // namespace
 
 Status DecodeFrame(const uint16_t* src, size_t count, const uint8_t* bytes, size_t size,
                    uint64_t checksum, uint16_t* out, size_t out_capacity, int threads,
                    const uint8_t* history, const SessionFrame* expected,
-                   uint8_t* next_history) {
+                   uint8_t* next_history, const std::vector<uint64_t>* tensors) {
   if (count > 0 && (src == nullptr || out == nullptr)) {
     return Status(ErrorCode::kInvalidArgument, "src or out is null");
   }
@@ -447,6 +549,7 @@ Status DecodeFrame(const uint16_t* src, size_t count, const uint8_t* bytes, size
   try {
     FrameHeader header;
     ARC_V3_RETURN_IF_ERROR(ParseHeader(bytes, size, /*with_chunk_table=*/true, &header));
+    ARC_V3_RETURN_IF_ERROR(CheckTensorList(header, tensors));
     if (header.element_count != count) {
       return Status(ErrorCode::kSizeMismatch,
                     "payload holds " + std::to_string(header.element_count) +
@@ -544,6 +647,51 @@ Status delta_decompress(const std::vector<uint16_t>& src, const Delta& delta,
   return status;
 }
 
+Status delta_decompress_tensors(const TensorOut* tensors, size_t tensor_count,
+                                const uint8_t* bytes, size_t size, uint64_t checksum,
+                                int threads) {
+  if (tensors == nullptr && tensor_count > 0) {
+    return Status(ErrorCode::kInvalidArgument, "tensors is null");
+  }
+  try {
+    std::vector<uint64_t> counts(tensor_count);
+    size_t total = 0;
+    for (size_t t = 0; t < tensor_count; ++t) {
+      const TensorOut& tensor = tensors[t];
+      if (tensor.count > 0 && (tensor.src == nullptr || tensor.out == nullptr)) {
+        return Status(ErrorCode::kInvalidArgument,
+                      "tensor " + std::to_string(t) + ": src or out is null");
+      }
+      if (tensor.count > (size_t{1} << 62) - total) {
+        return Status(ErrorCode::kSizeMismatch, "more than 2^62 elements in all");
+      }
+      counts[t] = tensor.count;
+      total += tensor.count;
+    }
+    // Validate the header against the tensors before allocating for them.
+    FrameHeader header;
+    ARC_V3_RETURN_IF_ERROR(ParseHeader(bytes, size, /*with_chunk_table=*/false, &header));
+    ARC_V3_RETURN_IF_ERROR(CheckTensorList(header, &counts));
+    // Tensors that lie back to back in memory are decoded in place; others go through
+    // copies (DecodeFrame writes its `out` only once the result is verified).
+    std::vector<uint16_t> src_copy, result;
+    const uint16_t* src = BackToBack(tensors, tensor_count, [](const TensorOut& t) { return t.src; });
+    if (src == nullptr) src = Gather(tensors, tensor_count, total, &src_copy);
+    uint16_t* out = BackToBack(tensors, tensor_count, [](const TensorOut& t) { return t.out; });
+    if (out == nullptr || (out != src && out < src + total && src < out + total)) {
+      result.resize(total);
+      ARC_V3_RETURN_IF_ERROR(DecodeFrame(src, total, bytes, size, checksum, result.data(), total,
+                                         threads, nullptr, nullptr, nullptr, &counts));
+      Scatter(result.data(), tensors, tensor_count);
+      return Status::Ok();
+    }
+    return DecodeFrame(src, total, bytes, size, checksum, out, total, threads, nullptr, nullptr,
+                       nullptr, &counts);
+  } catch (const std::bad_alloc&) {
+    return Status(ErrorCode::kOutOfMemory, "out of memory while decoding");
+  }
+}
+
 Status delta_inspect(const uint8_t* bytes, size_t size, PayloadInfo* info) {
   if (info == nullptr) return Status(ErrorCode::kInvalidArgument, "info is null");
   FrameHeader header;
@@ -552,6 +700,8 @@ Status delta_inspect(const uint8_t* bytes, size_t size, PayloadInfo* info) {
   info->element_count = header.element_count;
   info->chunk_elements = uint32_t{1} << header.chunk_log;
   info->chunk_count = header.num_chunks;
+  info->tensor_count = header.tensors ? header.tensor_elements.size() : 1;
+  info->tensor_elements = header.tensor_elements;
   return Status::Ok();
 }
 

@@ -5,7 +5,8 @@
 // streams - positions, 7-bit mantissa XORs, and one record per sign/exponent change - and
 // race each through the general-purpose compressors.
 //
-// Format::kDefault (format version 5): each chunk is coded by the context-modelled coder
+// Format::kDefault (format version 5; 6 for several tensors in one frame, which are coded
+// as their concatenation): each chunk is coded by the context-modelled coder
 // (model_coder.h), which predicts the delta from the previous weights, or where changes
 // are dense by the rANS coder (rans_coder.h, PreferRans); at effort 0 by the XOR streams
 // with LZ4 only (fastest), and at effort 3 all three race and the smallest wins.
@@ -15,6 +16,7 @@
 #include <cstring>
 #include <memory>
 #include <new>
+#include <string>
 #include <vector>
 
 #include "arc_v3.hpp"
@@ -205,6 +207,32 @@ Status EncodeChunkV2(const uint16_t* src, const uint16_t* dst, size_t chunk_len,
   return Status::Ok();
 }
 
+// The concatenation of the tensors' arrays (`field` picks src or dst): the first array
+// itself when they lie back to back in memory, else a copy made in `copy`.
+template <class Field>
+const uint16_t* Concatenation(const TensorDelta* tensors, size_t tensor_count, size_t total,
+                              const Field& field, std::vector<uint16_t>* copy) {
+  const uint16_t* start = nullptr;
+  const uint16_t* end = nullptr;
+  bool contiguous = true;
+  for (size_t t = 0; t < tensor_count && contiguous; ++t) {
+    if (tensors[t].count == 0) continue;
+    const uint16_t* values = field(tensors[t]);
+    if (start == nullptr) start = values;
+    contiguous = end == nullptr || values == end;
+    end = values + tensors[t].count;
+  }
+  if (contiguous) return start;
+  copy->resize(total);
+  size_t at = 0;
+  for (size_t t = 0; t < tensor_count; ++t) {
+    if (tensors[t].count == 0) continue;
+    std::memcpy(copy->data() + at, field(tensors[t]), tensors[t].count * sizeof(uint16_t));
+    at += tensors[t].count;
+  }
+  return copy->data();
+}
+
 int ChunkLog(uint32_t chunk_elements) {
   int log = 0;
   while ((uint64_t{1} << log) < chunk_elements) ++log;
@@ -215,7 +243,8 @@ int ChunkLog(uint32_t chunk_elements) {
 
 Status EncodeFrame(const uint16_t* src, const uint16_t* dst, size_t count,
                    const Options& options, const uint8_t* history, const SessionFrame* session,
-                   Delta* out, uint64_t* base_checksum) {
+                   Delta* out, uint64_t* base_checksum,
+                   const std::vector<uint64_t>* tensors) {
   if (out == nullptr) return Status(ErrorCode::kInvalidArgument, "out is null");
   if (count > 0 && (src == nullptr || dst == nullptr)) {
     return Status(ErrorCode::kInvalidArgument, "src or dst is null");
@@ -229,6 +258,12 @@ Status EncodeFrame(const uint16_t* src, const uint16_t* dst, size_t count,
   }
   if (session != nullptr && options.format == Format::kArcV3) {
     return Status(ErrorCode::kInvalidArgument, "sessions need the default format");
+  }
+  if (tensors != nullptr && options.format == Format::kArcV3) {
+    return Status(ErrorCode::kInvalidArgument, "several tensors in one payload need the default format");
+  }
+  if (tensors != nullptr && session != nullptr) {
+    return Status(ErrorCode::kInvalidArgument, "a session payload holds one tensor");
   }
   const int chunk_log = ChunkLog(options.chunk_elements);
   if ((uint64_t{1} << chunk_log) != options.chunk_elements || chunk_log < kMinChunkLog ||
@@ -283,13 +318,20 @@ Status EncodeFrame(const uint16_t* src, const uint16_t* dst, size_t count,
     std::vector<uint8_t>& bytes = out->bytes;
     bytes.clear();
     for (const uint8_t byte : kMagic) bytes.push_back(byte);
-    bytes.push_back(published ? kFormatVersionArcV3 : kFormatVersion);
-    bytes.push_back(session != nullptr ? kFlagSession : 0);
+    // The lowest version that holds the payload's features.
+    bytes.push_back(published          ? kFormatVersionArcV3
+                    : tensors != nullptr ? kFirstTensorsVersion
+                                         : kFormatVersionOneTensor);
+    bytes.push_back(session != nullptr ? kFlagSession : tensors != nullptr ? kFlagTensors : 0);
     PutVarint(count, &bytes);
     bytes.push_back(static_cast<uint8_t>(chunk_log));
     if (session != nullptr) {
       PutU64(session->base_checksum, &bytes);
       PutU64(session->history_id, &bytes);
+    }
+    if (tensors != nullptr) {
+      PutVarint(tensors->size(), &bytes);
+      for (const uint64_t elements : *tensors) PutVarint(elements, &bytes);
     }
     // Version 3 leaves out the last chunk's size: it runs to the end of the payload.
     const size_t stored_sizes = published || chunks.empty() ? chunks.size() : chunks.size() - 1;
@@ -310,6 +352,39 @@ Status EncodeFrame(const uint16_t* src, const uint16_t* dst, size_t count,
 Status delta_compress(const uint16_t* src, const uint16_t* dst, size_t count, Delta* out,
                       const Options& options) {
   return EncodeFrame(src, dst, count, options, nullptr, nullptr, out);
+}
+
+Status delta_compress_tensors(const TensorDelta* tensors, size_t tensor_count, Delta* out,
+                              const Options& options) {
+  if (tensors == nullptr && tensor_count > 0) {
+    return Status(ErrorCode::kInvalidArgument, "tensors is null");
+  }
+  try {
+    std::vector<uint64_t> counts(tensor_count);
+    size_t total = 0;
+    for (size_t t = 0; t < tensor_count; ++t) {
+      const TensorDelta& tensor = tensors[t];
+      if (tensor.count > 0 && (tensor.src == nullptr || tensor.dst == nullptr)) {
+        return Status(ErrorCode::kInvalidArgument,
+                      "tensor " + std::to_string(t) + ": src or dst is null");
+      }
+      if (tensor.count > (size_t{1} << 62) - total) {
+        return Status(ErrorCode::kInvalidArgument, "more than 2^62 elements in all");
+      }
+      counts[t] = tensor.count;
+      total += tensor.count;
+    }
+    // Tensors that lie back to back in memory (a safetensors file, a flat parameter
+    // buffer) are coded in place; others are copied together first.
+    std::vector<uint16_t> src_copy, dst_copy;
+    const uint16_t* src = Concatenation(
+        tensors, tensor_count, total, [](const TensorDelta& t) { return t.src; }, &src_copy);
+    const uint16_t* dst = Concatenation(
+        tensors, tensor_count, total, [](const TensorDelta& t) { return t.dst; }, &dst_copy);
+    return EncodeFrame(src, dst, total, options, nullptr, nullptr, out, nullptr, &counts);
+  } catch (const std::bad_alloc&) {
+    return Status(ErrorCode::kOutOfMemory, "out of memory while encoding");
+  }
 }
 
 Status delta_compress(const std::vector<uint16_t>& src, const std::vector<uint16_t>& dst,

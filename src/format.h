@@ -17,8 +17,13 @@ constexpr uint8_t kMagic[4] = {'A', 'R', 'C', '3'};
 // payload) and lets modelled chunks use value priors (model_coder.h, kModelValuePriors).
 // Version 4 adds rANS chunks (rans_coder.h). Version 5 (Format::kDefault) gives their value
 // curves slopes and carries the start of their escape stream in the element states.
+// Version 6 adds frames of several tensors (kFlagTensors); it changes nothing else, so
+// the encoder writes it only for those and one-tensor payloads stay readable by decoders
+// of version 5.
 constexpr uint8_t kFormatVersionArcV3 = 1;
-constexpr uint8_t kFormatVersion = 5;
+constexpr uint8_t kFormatVersion = 6;
+constexpr uint8_t kFormatVersionOneTensor = 5;
+constexpr uint8_t kFirstTensorsVersion = 6;
 constexpr uint8_t kMinChunkLog = 10;
 constexpr uint8_t kMaxChunkLog = 24;
 // Varints in this format never exceed 64 bits (10 bytes of LEB128).
@@ -32,9 +37,12 @@ enum ChunkMode : uint8_t {
   kChunkRans = 3,        // version 4 on: the rANS coding follows (rans_coder.h)
 };
 
-// Frame_Header Flags (versions 2 and 3): bit 0 = session payload (Base_Checksum and
-// History_Id follow Chunk_Log); bits 1-7 reserved.
+// Frame_Header Flags (version 2 on): bit 0 = session payload (Base_Checksum and
+// History_Id follow Chunk_Log); bit 1 (version 6 on) = several tensors (Tensor_Count and
+// the tensors' element counts follow Chunk_Log); bits 2-7 reserved. A frame sets at most
+// one of the two.
 constexpr uint8_t kFlagSession = 0x01;
+constexpr uint8_t kFlagTensors = 0x02;
 
 // Chunk layout byte: bits 0-1 select how positions are coded; bits 2-7 are reserved.
 enum PositionMode : uint8_t {

@@ -8,6 +8,7 @@
 
 #include "arc_v3.hpp"
 #include "src/codec_internal.h"
+#include "src/format.h"
 #include "src/kernels.h"
 #include "tests/hwy_doctest.h"
 #include "tests/test_data.h"
@@ -135,7 +136,7 @@ TEST_CASE("round trip: every effort, format and thread count gives the same resu
     REQUIRE(delta_inspect(published.bytes.data(), published.bytes.size(), &info).ok());
     CHECK(info.format_version == 1);  // the published scheme keeps format version 1
     REQUIRE(delta_inspect(one.bytes.data(), one.bytes.size(), &info).ok());
-    CHECK(info.format_version == FormatVersion());
+    CHECK(info.format_version == kFormatVersionOneTensor);  // one tensor: version 6 not needed
   }
 }
 
@@ -223,7 +224,8 @@ TEST_CASE("vector overloads and delta_inspect") {
   CHECK(info.element_count == 3000);
   CHECK(info.chunk_elements == 1024);
   CHECK(info.chunk_count == 3);
-  CHECK(info.format_version == FormatVersion());
+  CHECK(info.format_version == kFormatVersionOneTensor);
+  CHECK(info.tensor_count == 1);
 
   std::vector<uint16_t> shorter(src.begin(), src.end() - 1);
   CHECK(delta_compress(shorter, dst, &delta).code() == ErrorCode::kSizeMismatch);

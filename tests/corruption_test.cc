@@ -106,7 +106,7 @@ TEST_CASE("every single-bit flip is an error or decodes exactly") {
 TEST_CASE("header fields are validated") {
   Fixture f(2000, 0.05);
   const std::vector<uint8_t>& good = f.delta.bytes;
-  REQUIRE(good[4] == FormatVersion());
+  REQUIRE(good[4] == kFormatVersionOneTensor);
   auto with = [&](size_t at, uint8_t value) {
     std::vector<uint8_t> bad = good;
     bad[at] = value;
@@ -196,7 +196,7 @@ TEST_CASE("format version 4 on: chunk modes are validated") {
   // One chunk: magic(4) version flags count(2) log | (no table: the only chunk is the
   // last) | mode ...
   Fixture f(1000, 0.05, 1024, 2, Format::kDefault);
-  REQUIRE(f.delta.bytes[4] == kFormatVersion);
+  REQUIRE(f.delta.bytes[4] == kFormatVersionOneTensor);
   const size_t mode_at = 4 + 1 + 1 + 2 + 1;
   REQUIRE(f.delta.bytes[mode_at] == 2);  // modelled
   for (const uint8_t mode : {uint8_t{4}, uint8_t{0x80}, uint8_t{0xFF}}) {

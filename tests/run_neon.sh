@@ -47,7 +47,7 @@ LIB_SRCS=(src/checksum.cc src/status.cc src/entropy.cc src/encoder.cc src/decode
 # libraries above): with the cross toolchain's sysroot (/usr/aarch64-linux-gnu) instead,
 # Debian 12's qemu-aarch64 hangs in the first pthread_create.
 TESTS=(kernels_test encode_golden_test codec_test corruption_test golden_test
-       model_coder_test rans_coder_test session_test)
+       model_coder_test rans_coder_test session_test tensors_test)
 [[ -n "${ARC_V3_NEON_FULL:-}" ]] && TESTS+=(bitflip_test)
 mkdir -p "$BUILD/obj"
 

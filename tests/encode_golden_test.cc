@@ -4,8 +4,8 @@
 // NAME.arc3, on x86) on every compiled target and compares byte for byte; run on Arm by
 // tests/run_neon.sh, it checks NEON/SVE/SVE2 against the x86 bytes.
 //
-// The newest format version (5; Format::kDefault) may still change its bytes before
-// release. After a deliberate change, regenerate its payloads (the payloads of older
+// The newest format versions (5 for one tensor, 6 for several; Format::kDefault) may
+// still change their bytes before release. After a deliberate change, regenerate its payloads (the payloads of older
 // versions are frozen: golden_test keeps decoding them, nothing rewrites them):
 //   ARC_V3_UPDATE_GOLDEN=1 bazel run //tests:encode_golden_test
 #include <doctest/doctest.h>
@@ -31,9 +31,10 @@ using test::ReadFile;
 struct EncodeCase {
   std::string name;
   Options options;
+  std::vector<size_t> tensors;  // v6: the tensors' element counts
 };
 
-// Lines: NAME FORMAT(v1|v5) EFFORT CHUNK_ELEMENTS.
+// Lines: NAME FORMAT(v1|v5|v6) EFFORT CHUNK_ELEMENTS [TENSOR_ELEMENTS,...].
 std::vector<EncodeCase> ReadEncodeList() {
   std::ifstream in(std::string(kGoldenDir) + "ENCODE.txt");
   REQUIRE(in.good());
@@ -44,9 +45,13 @@ std::vector<EncodeCase> ReadEncodeList() {
     std::istringstream fields(line);
     EncodeCase c;
     std::string format;
+    std::string tensors;
     fields >> c.name >> format >> c.options.effort >> c.options.chunk_elements;
-    const bool valid = (format == "v1" || format == "v5") && !fields.fail();
+    const bool valid = (format == "v1" || format == "v5" || format == "v6") && !fields.fail();
     REQUIRE_MESSAGE(valid, "bad line: ", line);
+    fields >> tensors;
+    c.tensors = test::ParseTensorElements(tensors);
+    REQUIRE_MESSAGE((format == "v6") == !c.tensors.empty(), "bad line: ", line);
     c.options.format = format == "v1" ? Format::kArcV3 : Format::kDefault;
     c.options.threads = 1;
     cases.push_back(c);
@@ -67,8 +72,17 @@ TEST_CASE("the encoder reproduces the committed golden payloads on every target"
     const std::vector<uint16_t> dst = ReadBf16(base + ".dst.bf16");
     const bool exists = std::ifstream(base + ".arc3").good();
     const std::vector<uint8_t> committed = exists ? ReadFile(base + ".arc3") : std::vector<uint8_t>();
+    // One tensor through delta_compress, several through delta_compress_tensors.
+    const auto compress = [&](Delta* delta) {
+      if (c.tensors.empty()) return delta_compress(src, dst, delta, c.options);
+      const std::vector<TensorDelta> tensors = test::SplitTensors<TensorDelta>(
+          c.tensors, src.size(), [&](size_t at, size_t count) {
+            return TensorDelta{src.data() + at, dst.data() + at, count};
+          });
+      return delta_compress_tensors(tensors.data(), tensors.size(), delta, c.options);
+    };
     Delta delta;
-    REQUIRE(delta_compress(src, dst, &delta, c.options).ok());
+    REQUIRE(compress(&delta).ok());
     // Version 1 payloads are written once (when new) and then frozen.
     if (delta.bytes != committed && update != nullptr && workspace != nullptr &&
         (c.options.format == Format::kDefault || !exists)) {
@@ -83,7 +97,7 @@ TEST_CASE("the encoder reproduces the committed golden payloads on every target"
     }
     test::ForEachTarget([&](const char* target) {
       Delta on_target;
-      REQUIRE(delta_compress(src, dst, &on_target, c.options).ok());
+      REQUIRE(compress(&on_target).ok());
       CHECK_MESSAGE(on_target.bytes == committed, "target ", std::string(target), ": ",
                     on_target.bytes.size(), " bytes, committed ", committed.size(),
                     c.options.format == Format::kArcV3

@@ -5,8 +5,9 @@
 // at three densities) and each codec: payload as % of the BF16 bytes, bits per changed
 // element, the ratio to bound (b2), and compress / decompress throughput (GB/s of BF16
 // input, median of several runs, one thread and all threads). Every round trip is checked
-// bit-exact. Then, per dataset, session mode step pair by step pair (arc_v3::Session over
-// the run's steps, against each pair's bound (b2)); last, memcpy bandwidth and each
+// bit-exact. Then, per dataset and step pair, against each pair's bound (b2): the small
+// tensors grouped in one payload (delta_compress_tensors) and session mode
+// (arc_v3::Session over the run's steps); last, memcpy bandwidth and each
 // kernel's speed per Highway target.
 //
 // Run `arc_bench --help` for the flags.
@@ -57,7 +58,7 @@ Usage: arc_bench [flags]
   --quick            fewer repetitions, smaller kernel buffers
   --threads N        "all threads" means N (default: hardware threads)
   --no-kernels       skip the memcpy / kernel speed section
-  --no-session       skip the session-mode table (arc_v3::Session over each run's steps)
+  --no-session       skip the per-step table (grouped tensors and arc_v3::Session over each run's steps)
   --json FILE        write all results as JSON
   --csv FILE         write the codec table as CSV
   --chart FILE.png   plot payload % vs density per codec (needs gnuplot)
@@ -217,10 +218,14 @@ struct CodecResult {
 // Session mode, per step pair: the same tensors through arc_v3::Session, so that step k is
 // coded with the history of steps 0..k-1, beside the stateless default (delta_compress).
 // Both payloads count frames and the 8-byte checksum, as in the codec table.
+// "grouped": the step's tensors under kGroupedBelow elements share one payload
+// (delta_compress_tensors), bigger ones have their own.
+constexpr size_t kGroupedBelow = size_t{1} << 20;
+
 struct SessionStep {
   uint64_t elements = 0, changed = 0;
   double bits_b2 = 0;  // bound (b2) of this pair
-  uint64_t stateless_bytes = 0, session_bytes = 0;
+  uint64_t stateless_bytes = 0, grouped_bytes = 0, session_bytes = 0;
 };
 
 struct SessionResult {
@@ -229,7 +234,59 @@ struct SessionResult {
   std::string error;
   std::vector<SessionStep> steps;
   double compress_seconds = 0, decompress_seconds = 0;  // session, 1 thread, one pass
+  double grouped_compress_seconds = 0, grouped_decompress_seconds = 0;  // the group calls
+  uint64_t grouped_elements = 0;                                        // in those calls
 };
+
+// Codes each step's small tensors as one group (see kGroupedBelow), checks the round trip
+// and adds the group's payload to grouped_bytes (the big tensors' stateless payloads are
+// added by RunSessions).
+bool RunGrouped(const Dataset& dataset, SessionResult* result) {
+  Options options;
+  options.threads = 1;
+  for (size_t p = 0; p < dataset.pairs.size(); ++p) {
+    // The receiver rebuilds the group into one buffer, back to back as in a safetensors
+    // file (scattered outputs would cost the library a copy).
+    std::vector<TensorDelta> group;
+    size_t group_elements = 0;
+    for (const TensorPair& tensor : dataset.pairs[p].tensors) {
+      if (tensor.count >= kGroupedBelow) continue;
+      group.push_back({tensor.prev, tensor.next, tensor.count});
+      group_elements += tensor.count;
+    }
+    if (group.empty()) continue;  // only big tensors: nothing to group
+    result->grouped_elements += group_elements;
+    std::vector<uint16_t> out(group_elements, 0);
+    std::vector<TensorOut> slots;
+    size_t at = 0;
+    for (const TensorDelta& tensor : group) {
+      slots.push_back({tensor.src, out.data() + at, tensor.count});
+      at += tensor.count;
+    }
+    Delta delta;
+    double t0 = NowSeconds();
+    const Status compressed = delta_compress_tensors(group.data(), group.size(), &delta, options);
+    result->grouped_compress_seconds += NowSeconds() - t0;
+    t0 = NowSeconds();
+    const Status decompressed =
+        compressed.ok() ? delta_decompress_tensors(slots.data(), slots.size(), delta.bytes.data(),
+                                                   delta.bytes.size(), delta.checksum, 1)
+                        : compressed;
+    result->grouped_decompress_seconds += NowSeconds() - t0;
+    bool exact = decompressed.ok();
+    for (size_t t = 0; exact && t < group.size(); ++t) {
+      exact = std::memcmp(slots[t].out, group[t].dst, 2 * group[t].count) == 0;
+    }
+    if (!exact) {
+      result->ok = false;
+      result->error = "grouped round trip failed (step pair " + std::to_string(p) +
+                      "): " + decompressed.ToString();
+      return false;
+    }
+    result->steps[p].grouped_bytes += delta.bytes.size() + sizeof(delta.checksum);
+  }
+  return true;
+}
 
 struct DatasetResult {
   std::string name;
@@ -375,6 +432,7 @@ SessionResult RunSessions(const Dataset& dataset, const std::vector<DeltaStats>&
   }
   Options options;
   options.threads = 1;
+  if (!RunGrouped(dataset, &result)) return result;
   std::vector<uint16_t> out;
   const size_t num_tensors = dataset.pairs.front().tensors.size();
   for (size_t t = 0; t < num_tensors; ++t) {
@@ -411,6 +469,9 @@ SessionResult RunSessions(const Dataset& dataset, const std::vector<DeltaStats>&
         return result;
       }
       result.steps[p].stateless_bytes += stateless.bytes.size() + sizeof(stateless.checksum);
+      if (tensor.count >= kGroupedBelow) {
+        result.steps[p].grouped_bytes += stateless.bytes.size() + sizeof(stateless.checksum);
+      }
       result.steps[p].session_bytes += delta.bytes.size() + sizeof(delta.checksum);
     }
   }
@@ -595,12 +656,15 @@ void PrintCodecTable(const DatasetResult& d) {
   }
 }
 
-// Per step pair: the stateless default and the session payload against that pair's (b2).
+// Per step pair: the stateless default, the grouped payloads and the session payload
+// against that pair's (b2).
 // The first pair has no history yet; "with history" pools the pairs after it.
 void PrintSessionTable(const DatasetResult& d) {
   const SessionResult& r = d.session;
   if (!r.ran) return;
-  std::printf("\n   session mode (arc_v3::Session; step k coded with the history of steps 0..k-1):\n\n");
+  std::printf("\n   per step pair: default (one payload per tensor), grouped (small tensors share one "
+              "payload: delta_compress_tensors),\n   session mode (arc_v3::Session; step k coded with "
+              "the history of steps 0..k-1):\n\n");
   if (!r.ok) {
     std::printf("   FAILED: %s\n", r.error.c_str());
     return;
@@ -612,6 +676,7 @@ void PrintSessionTable(const DatasetResult& d) {
     to->changed += step.changed;
     to->bits_b2 += step.bits_b2;
     to->stateless_bytes += step.stateless_bytes;
+    to->grouped_bytes += step.grouped_bytes;
     to->session_bytes += step.session_bytes;
   };
   auto row = [&](const std::string& name, const SessionStep& step) {
@@ -620,6 +685,8 @@ void PrintSessionTable(const DatasetResult& d) {
                         Format("%.4f%%", bf16 > 0 ? 100.0 * step.bits_b2 / 8 / bf16 : 0),
                         Format("%.4f%%", bf16 > 0 ? 100.0 * step.stateless_bytes / bf16 : 0),
                         Format("%.3f", BoundRatio(8.0 * step.stateless_bytes, step.bits_b2)),
+                        Format("%.4f%%", bf16 > 0 ? 100.0 * step.grouped_bytes / bf16 : 0),
+                        Format("%.3f", BoundRatio(8.0 * step.grouped_bytes, step.bits_b2)),
                         Format("%.4f%%", bf16 > 0 ? 100.0 * step.session_bytes / bf16 : 0),
                         Format("%.3f", BoundRatio(8.0 * step.session_bytes, step.bits_b2))}});
   };
@@ -630,11 +697,20 @@ void PrintSessionTable(const DatasetResult& d) {
   }
   row("all pairs", all);
   if (r.steps.size() > 1) row("with history", later);
-  PrintTable({"   " + d.name, "density", "(b2)", "default", "x(b2)", "session", "x(b2)"}, rows);
+  PrintTable({"   " + d.name, "density", "(b2)", "default", "x(b2)", "grouped", "x(b2)", "session",
+              "x(b2)"},
+             rows);
   const double bf16 = 2.0 * static_cast<double>(all.elements);
   std::printf("   session 1 thread, one pass: compress %.2f GB/s, decompress %.2f GB/s\n",
               r.compress_seconds > 0 ? bf16 / r.compress_seconds * 1e-9 : 0,
               r.decompress_seconds > 0 ? bf16 / r.decompress_seconds * 1e-9 : 0);
+  const double grouped_bf16 = 2.0 * static_cast<double>(r.grouped_elements);
+  std::printf("   grouped (tensors under %zu elements in one delta_compress_tensors call per step, %.0f%% "
+              "of the elements), 1 thread, one pass: compress %.2f GB/s, decompress %.2f GB/s\n",
+              kGroupedBelow, bf16 > 0 ? 100.0 * grouped_bf16 / bf16 : 0,
+              r.grouped_compress_seconds > 0 ? grouped_bf16 / r.grouped_compress_seconds * 1e-9 : 0,
+              r.grouped_decompress_seconds > 0 ? grouped_bf16 / r.grouped_decompress_seconds * 1e-9
+                                               : 0);
 }
 
 nlohmann::json ToJson(const std::vector<DatasetResult>& datasets, const std::vector<KernelResult>& kernels,
@@ -686,6 +762,7 @@ nlohmann::json ToJson(const std::vector<DatasetResult>& datasets, const std::vec
                                     {"changed", step.changed},
                                     {"bound_b2_bits", step.bits_b2},
                                     {"default_bytes", step.stateless_bytes},
+                                    {"grouped_bytes", step.grouped_bytes},
                                     {"session_bytes", step.session_bytes}});
       }
       j["session"] = session;

@@ -39,6 +39,51 @@ int FuzzSessionDecode(const std::vector<uint16_t>& src, const uint8_t* data, siz
   return 0;
 }
 
+// A frame of several tensors (version 6): delta_decompress refuses it; the tensor calls
+// decode it into outputs back to back (in place) and scattered (copied), with the same
+// promises as one tensor.
+int FuzzTensorsDecode(const std::vector<uint16_t>& src, const PayloadInfo& info,
+                      const uint8_t* data, size_t size, uint64_t checksum, bool stats_ok,
+                      std::vector<uint16_t>* out) {
+  const size_t n = src.size();
+  // Refused: for the list (size_mismatch), or for a broken chunk table found before it.
+  const Status plain = delta_decompress(src.data(), n, data, size, checksum, out->data(), n, 1);
+  FUZZ_CHECK(!plain.ok(), "delta_decompress accepted a group");
+  for (const uint16_t v : *out) FUZZ_CHECK(v == 0xBEEF, "out written on error (one-tensor call)");
+  FUZZ_CHECK(info.tensor_elements.size() == info.tensor_count, "tensor list size");
+  std::vector<TensorOut> back_to_back, scattered;
+  std::vector<std::vector<uint16_t>> parts;
+  size_t at = 0;
+  for (const uint64_t count : info.tensor_elements) {
+    FUZZ_CHECK(count <= n - at, "tensor counts exceed the element count");
+    back_to_back.push_back({src.data() + at, out->data() + at, count});
+    parts.emplace_back(count + 1, 0xBEEF);
+    scattered.push_back({src.data() + at, parts.back().data(), count});
+    at += count;
+  }
+  FUZZ_CHECK(at == n, "tensor counts fall short of the element count");
+  const Status one_thread = delta_decompress_tensors(back_to_back.data(), back_to_back.size(),
+                                                     data, size, checksum, 1);
+  FUZZ_CHECK(!one_thread.ok() || n == 0 || Checksum(out->data(), n) == checksum,
+             "reported success with a result that does not match the checksum (group)");
+  if (!one_thread.ok()) {
+    for (const uint16_t v : *out) FUZZ_CHECK(v == 0xBEEF, "out written on error (group)");
+    FUZZ_CHECK((one_thread.code() == ErrorCode::kChecksumMismatch) == stats_ok,
+               "delta_stats and delta_decompress_tensors disagree on the payload");
+  }
+  FUZZ_CHECK((*out)[n] == 0xBEEF, "write past count (group)");
+  const Status two_threads =
+      delta_decompress_tensors(scattered.data(), scattered.size(), data, size, checksum, 2);
+  FUZZ_CHECK(two_threads.code() == one_thread.code(), "group result depends on the layout");
+  for (const auto& part : parts) {
+    FUZZ_CHECK(part.back() == 0xBEEF, "write past a tensor (group)");
+    if (!two_threads.ok()) {
+      for (const uint16_t v : part) FUZZ_CHECK(v == 0xBEEF, "scattered out written on error");
+    }
+  }
+  return 0;
+}
+
 int FuzzDecode(const uint8_t* data, size_t size) {
   PayloadInfo info;
   const Status inspected = delta_inspect(data, size, &info);
@@ -84,6 +129,9 @@ int FuzzDecode(const uint8_t* data, size_t size) {
 
   std::vector<uint16_t> out(n + 1, 0xBEEF);
   if (session) return FuzzSessionDecode(src, data, size, checksum, &out);
+  if (!info.tensor_elements.empty() || info.tensor_count != 1) {
+    return FuzzTensorsDecode(src, info, data, size, checksum, stats_status.ok(), &out);
+  }
   const Status one_thread =
       delta_decompress(src.data(), n, data, size, checksum, out.data(), n, /*threads=*/1);
   FUZZ_CHECK(!one_thread.ok() || n == 0 || Checksum(out.data(), n) == checksum,

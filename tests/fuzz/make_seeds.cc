@@ -1,5 +1,6 @@
 // Writes the seed corpora of the fuzz targets (run by build.sh --seeds):
 //   decode/     payloads of both formats, several densities, efforts and chunk sizes,
+//               groups of tensors (format 6),
 //               and session payloads,
 //               against the fixed base of fuzz_common.h;
 //   roundtrip/  option + edit-list inputs of fuzz_roundtrip.cc;
@@ -68,6 +69,21 @@ void DecodeSeeds(const std::string& dir) {
         Delta delta;
         FUZZ_CHECK(delta_compress(src, dst, &delta, options).ok(), "compress");
         Write(dir + "/seed_" + std::to_string(index++), delta.bytes);
+      }
+      if (n > 0) {
+        // Groups of tensors (format 6): the same elements split in three, one empty.
+        const size_t first = n / 3;
+        const std::vector<TensorDelta> tensors = {{src.data(), dst.data(), first},
+                                                  {src.data() + first, dst.data() + first, 0},
+                                                  {src.data() + first, dst.data() + first,
+                                                   n - first}};
+        Options options;
+        options.chunk_elements = 1024;
+        options.threads = 1;
+        Delta delta;
+        FUZZ_CHECK(delta_compress_tensors(tensors.data(), tensors.size(), &delta, options).ok(),
+                   "compress tensors");
+        Write(dir + "/tensors_" + std::to_string(index++), delta.bytes);
       }
       // Session payloads: the first step's matches a fresh Session on the fuzz base, so
       // mutations reach the history-conditioned decoding; the second's history differs.

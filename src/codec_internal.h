@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "arc_v3.hpp"
@@ -37,6 +38,33 @@ Status DecodeFrame(const uint16_t* src, size_t count, const uint8_t* bytes, size
                    uint64_t checksum, uint16_t* out, size_t out_capacity, int threads,
                    const uint8_t* history, const SessionFrame* expected,
                    uint8_t* next_history, const std::vector<uint64_t>* tensors = nullptr);
+
+// The element counts of the tensors of delta_compress_tensors / delta_decompress_tensors
+// and their total, after checking that every tensor with elements has both its arrays
+// (src and dst, or src and out) and that the total stays within 2^62.
+inline const void* SecondArray(const TensorDelta& tensor) { return tensor.dst; }
+inline const void* SecondArray(const TensorOut& tensor) { return tensor.out; }
+template <class Tensor>
+Status ListTensors(const Tensor* tensors, size_t tensor_count, std::vector<uint64_t>* counts,
+                   size_t* total) {
+  if (tensors == nullptr && tensor_count > 0) {
+    return Status(ErrorCode::kInvalidArgument, "tensors is null");
+  }
+  counts->resize(tensor_count);
+  *total = 0;
+  for (size_t t = 0; t < tensor_count; ++t) {
+    const Tensor& tensor = tensors[t];
+    if (tensor.count > 0 && (tensor.src == nullptr || SecondArray(tensor) == nullptr)) {
+      return Status(ErrorCode::kInvalidArgument, "tensor " + std::to_string(t) + ": null array");
+    }
+    if (tensor.count > (size_t{1} << 62) - *total) {
+      return Status(ErrorCode::kInvalidArgument, "more than 2^62 elements in all");
+    }
+    (*counts)[t] = tensor.count;
+    *total += tensor.count;
+  }
+  return Status::Ok();
+}
 
 // Checksum() of values given in consecutive pieces (XXH3-64 streaming, seed 0).
 class ChecksumStream {

@@ -650,24 +650,10 @@ Status delta_decompress(const std::vector<uint16_t>& src, const Delta& delta,
 Status delta_decompress_tensors(const TensorOut* tensors, size_t tensor_count,
                                 const uint8_t* bytes, size_t size, uint64_t checksum,
                                 int threads) {
-  if (tensors == nullptr && tensor_count > 0) {
-    return Status(ErrorCode::kInvalidArgument, "tensors is null");
-  }
   try {
-    std::vector<uint64_t> counts(tensor_count);
-    size_t total = 0;
-    for (size_t t = 0; t < tensor_count; ++t) {
-      const TensorOut& tensor = tensors[t];
-      if (tensor.count > 0 && (tensor.src == nullptr || tensor.out == nullptr)) {
-        return Status(ErrorCode::kInvalidArgument,
-                      "tensor " + std::to_string(t) + ": src or out is null");
-      }
-      if (tensor.count > (size_t{1} << 62) - total) {
-        return Status(ErrorCode::kSizeMismatch, "more than 2^62 elements in all");
-      }
-      counts[t] = tensor.count;
-      total += tensor.count;
-    }
+    std::vector<uint64_t> counts;
+    size_t total;
+    ARC_V3_RETURN_IF_ERROR(ListTensors(tensors, tensor_count, &counts, &total));
     // Validate the header against the tensors before allocating for them.
     FrameHeader header;
     ARC_V3_RETURN_IF_ERROR(ParseHeader(bytes, size, /*with_chunk_table=*/false, &header));

@@ -356,24 +356,11 @@ Status delta_compress(const uint16_t* src, const uint16_t* dst, size_t count, De
 
 Status delta_compress_tensors(const TensorDelta* tensors, size_t tensor_count, Delta* out,
                               const Options& options) {
-  if (tensors == nullptr && tensor_count > 0) {
-    return Status(ErrorCode::kInvalidArgument, "tensors is null");
-  }
   try {
-    std::vector<uint64_t> counts(tensor_count);
-    size_t total = 0;
-    for (size_t t = 0; t < tensor_count; ++t) {
-      const TensorDelta& tensor = tensors[t];
-      if (tensor.count > 0 && (tensor.src == nullptr || tensor.dst == nullptr)) {
-        return Status(ErrorCode::kInvalidArgument,
-                      "tensor " + std::to_string(t) + ": src or dst is null");
-      }
-      if (tensor.count > (size_t{1} << 62) - total) {
-        return Status(ErrorCode::kInvalidArgument, "more than 2^62 elements in all");
-      }
-      counts[t] = tensor.count;
-      total += tensor.count;
-    }
+    std::vector<uint64_t> counts;
+    size_t total;
+    const Status listed = ListTensors(tensors, tensor_count, &counts, &total);
+    if (!listed.ok()) return listed;
     // Tensors that lie back to back in memory (a safetensors file, a flat parameter
     // buffer) are coded in place; others are copied together first.
     std::vector<uint16_t> src_copy, dst_copy;

@@ -32,8 +32,10 @@ __all__ = [
     "checksum",
     "delta_compress",
     "delta_compress_dicts",
+    "delta_compress_tensors",
     "delta_decompress",
     "delta_decompress_dicts",
+    "delta_decompress_tensors",
     "delta_dicts_info",
     "payload_info",
 ]
@@ -267,9 +269,124 @@ def delta_decompress(src, compressed_diff, checksum, compression_format="arc_v3"
     return out
 
 
+def delta_compress_tensors(srcs, dsts, compression_format="arc_v3", *, threads=0, effort=None,
+                           chunk_elements=None):
+    """Encodes the changes of several tensors as one payload (format version 6).
+
+    Every payload pays a frame, a checksum and the time its adaptive contexts take to
+    learn, about 20-30 bytes: for norms, biases and small layers with a few hundred changed
+    values, one payload for the group is 5-20% smaller than one per tensor. Big tensors
+    gain nothing: give them their own payloads.
+
+    Args:
+        srcs, dsts: sequences of the same length; srcs[i] and dsts[i] as for
+            delta_compress (same shape; torch.bfloat16 CPU tensors, numpy uint16 arrays or
+            bytes-like buffers).
+        compression_format: "arc_v3" (groups need the default format).
+        threads, effort, chunk_elements: as for delta_compress.
+
+    Returns:
+        (compressed_diff: bytes, checksum: int), checksum = XXH3-64 of the dsts' bytes
+        concatenated in order.
+    """
+    fmt = _format_id(compression_format)
+    srcs, dsts = list(srcs), list(dsts)
+    if len(srcs) != len(dsts):
+        raise ValueError(f"srcs holds {len(srcs)} tensors but dsts {len(dsts)}")
+    s = [_Values(v, f"srcs[{i}]") for i, v in enumerate(srcs)]
+    d = [_Values(v, f"dsts[{i}]") for i, v in enumerate(dsts)]
+    for i, (a, b) in enumerate(zip(s, d)):
+        _check_same_shape(a, b, f"srcs[{i}]", f"dsts[{i}]")
+    return _ext.compress_tensors(
+        [v.buf for v in s], [v.buf for v in d], fmt,
+        _ext.DEFAULT_EFFORT if effort is None else int(effort),
+        int(threads),
+        _ext.DEFAULT_CHUNK_ELEMENTS if chunk_elements is None else int(chunk_elements))
+
+
+def _writable_u16(out, what):
+    """A C-contiguous writable view of ``out`` for the extension (no copy)."""
+    torch = _torch_module(out)
+    if torch is not None:
+        if out.dtype != torch.bfloat16 or out.device.type != "cpu":
+            raise TypeError(f"{what}: expected a torch.bfloat16 CPU tensor, got {out.dtype} "
+                            f"on {out.device}")
+        if not out.is_contiguous():
+            raise ValueError(f"{what}: tensor must be contiguous")
+        return out.detach().view(torch.int16).numpy()
+    if isinstance(out, np.ndarray):
+        if not _is_u16_dtype(out.dtype) or out.dtype.byteorder == ">":
+            raise TypeError(f"{what}: expected a little-endian numpy uint16 array, got dtype "
+                            f"{out.dtype}")
+        if not out.flags.writeable or not out.flags.c_contiguous:
+            raise ValueError(f"{what}: array must be writable and C-contiguous")
+        return out
+    try:
+        view = memoryview(out)
+    except TypeError:
+        raise TypeError(f"{what}: expected a torch.bfloat16 tensor, numpy uint16 array or "
+                        f"writable buffer, got {type(out).__name__}") from None
+    if view.readonly or not view.c_contiguous:
+        raise ValueError(f"{what}: buffer must be writable and C-contiguous")
+    return view if view.itemsize in (1, 2) else view.cast("B")
+
+
+def delta_decompress_tensors(srcs, compressed_diff, checksum, compression_format="arc_v3", *,
+                             outs=None, threads=0):
+    """Rebuilds every tensor of a delta_compress_tensors payload, all or none.
+
+    Args:
+        srcs: the base values delta_compress_tensors saw, in the same order.
+        compressed_diff, checksum: what delta_compress_tensors returned.
+        compression_format: one of COMPRESSION_FORMATS (any payload format is decoded).
+        outs: optional destinations, one per src (contiguous bfloat16 tensors, uint16
+            arrays or writable buffers of the same sizes); outs[i] may be srcs[i] (in
+            place). On error none of them is changed.
+        threads: worker threads, 0 = all hardware threads.
+
+    Returns:
+        ``outs`` if given, else a list mirroring srcs (as delta_decompress returns).
+
+    Raises:
+        ArcV3Error: size_mismatch when the tensors' sizes or count differ from the
+            payload's; checksum_mismatch for a wrong base; corrupt or truncated payloads.
+    """
+    _format_id(compression_format)
+    s = [_Values(v, f"srcs[{i}]") for i, v in enumerate(srcs)]
+    payload = _payload_buffer(compressed_diff)
+    checksum = _checksum_value(checksum)
+    if outs is not None:
+        outs = list(outs)
+        if len(outs) != len(s):
+            raise ValueError(f"srcs holds {len(s)} tensors but outs {len(outs)}")
+        views = [_writable_u16(o, f"outs[{i}]") for i, o in enumerate(outs)]
+        _ext.decompress_tensors_into([v.buf for v in s], payload, checksum, views, int(threads))
+        return outs
+    results, views = [], []
+    for v in s:
+        if v.kind == "raw":
+            buffer = bytearray(v.buf.nbytes)
+            results.append(buffer)
+            views.append(buffer)
+        else:
+            dtype = np.int16 if v.kind == "torch" else v.buf.dtype
+            values = np.empty(v.shape, dtype=dtype)
+            results.append(values)
+            views.append(values)
+    _ext.decompress_tensors_into([v.buf for v in s], payload, checksum, views, int(threads))
+    for i, v in enumerate(s):
+        if v.kind == "raw":
+            results[i] = bytes(results[i])
+        elif v.kind == "torch":
+            torch = _torch_module(v.obj)
+            results[i] = torch.from_numpy(results[i]).view(torch.bfloat16)
+    return results
+
+
 def payload_info(compressed_diff):
     """What a payload's header says (format_version, element_count, chunk_elements,
-    chunk_count), without decoding it. Untrusted until delta_decompress verified it."""
+    chunk_count, tensor_count, tensor_elements: the sizes of a delta_compress_tensors
+    group, else []), without decoding it. Untrusted until delta_decompress verified it."""
     return _ext.inspect(_payload_buffer(compressed_diff))
 
 

@@ -132,6 +132,80 @@ py::bytes DecompressToBytes(const py::buffer& src, const py::buffer& payload,
   return result;
 }
 
+// Several tensors in one payload (arc_v3::delta_compress_tensors): lists of src and dst
+// buffers, pairwise of equal length.
+py::tuple CompressTensors(const py::list& srcs, const py::list& dsts, int format, int effort,
+                          int threads, uint32_t chunk_elements) {
+  if (srcs.size() != dsts.size()) {
+    throw py::value_error("srcs and dsts differ in length: " + std::to_string(srcs.size()) +
+                          " vs " + std::to_string(dsts.size()) + " tensors");
+  }
+  if (format < 0 || format > 255) throw py::value_error("format out of range");
+  std::vector<arc_v3::TensorDelta> tensors;
+  std::vector<U16View> views;  // hold the buffers until the call returns
+  views.reserve(2 * srcs.size());
+  for (size_t t = 0; t < srcs.size(); ++t) {
+    const std::string name = "tensor " + std::to_string(t);
+    views.push_back(ViewU16(srcs[t].cast<py::buffer>(), (name + " src").c_str(), false));
+    views.push_back(ViewU16(dsts[t].cast<py::buffer>(), (name + " dst").c_str(), false));
+    const U16View& s = views[views.size() - 2];
+    const U16View& d = views.back();
+    if (s.count != d.count) {
+      throw py::value_error(name + ": src and dst differ in length: " + std::to_string(s.count) +
+                            " vs " + std::to_string(d.count) + " values");
+    }
+    tensors.push_back({s.data, d.data, s.count});
+  }
+  arc_v3::Options options;
+  options.format = static_cast<arc_v3::Format>(format);
+  options.effort = effort;
+  options.threads = threads;
+  options.chunk_elements = chunk_elements;
+  arc_v3::Delta delta;
+  arc_v3::Status status;
+  {
+    py::gil_scoped_release release;
+    status = arc_v3::delta_compress_tensors(tensors.data(), tensors.size(), &delta, options);
+  }
+  if (!status.ok()) throw CodecError{status};
+  py::bytes payload(reinterpret_cast<const char*>(delta.bytes.data()), delta.bytes.size());
+  return py::make_tuple(std::move(payload), delta.checksum);
+}
+
+// Rebuilds every tensor of such a payload into the writable `outs` (all or none).
+void DecompressTensorsInto(const py::list& srcs, const py::buffer& payload, uint64_t checksum,
+                           const py::list& outs, int threads) {
+  if (srcs.size() != outs.size()) {
+    throw py::value_error("srcs and outs differ in length: " + std::to_string(srcs.size()) +
+                          " vs " + std::to_string(outs.size()) + " tensors");
+  }
+  std::vector<arc_v3::TensorOut> tensors;
+  std::vector<U16View> views;  // hold the buffers until the call returns
+  views.reserve(2 * srcs.size());
+  for (size_t t = 0; t < srcs.size(); ++t) {
+    const std::string name = "tensor " + std::to_string(t);
+    views.push_back(ViewU16(srcs[t].cast<py::buffer>(), (name + " src").c_str(), false));
+    views.push_back(ViewU16(outs[t].cast<py::buffer>(), (name + " out").c_str(), true));
+    const U16View& s = views[views.size() - 2];
+    const U16View& o = views.back();
+    if (o.count != s.count) {
+      throw py::value_error(name + ": out holds " + std::to_string(o.count) + " values, src " +
+                            std::to_string(s.count));
+    }
+    tensors.push_back({s.data, const_cast<uint16_t*>(o.data), s.count});
+  }
+  const py::buffer_info p = payload.request();
+  arc_v3::Status status;
+  {
+    py::gil_scoped_release release;
+    status = arc_v3::delta_decompress_tensors(tensors.data(), tensors.size(),
+                                              static_cast<const uint8_t*>(p.ptr),
+                                              static_cast<size_t>(p.size * p.itemsize), checksum,
+                                              threads);
+  }
+  if (!status.ok()) throw CodecError{status};
+}
+
 py::dict Inspect(const py::buffer& payload) {
   const py::buffer_info p = payload.request();
   arc_v3::PayloadInfo info;
@@ -143,6 +217,8 @@ py::dict Inspect(const py::buffer& payload) {
   result["element_count"] = info.element_count;
   result["chunk_elements"] = info.chunk_elements;
   result["chunk_count"] = info.chunk_count;
+  result["tensor_count"] = info.tensor_count;
+  result["tensor_elements"] = info.tensor_elements;
   return result;
 }
 
@@ -314,6 +390,10 @@ PYBIND11_MODULE(_arc_v3, m) {
         py::arg("checksum"), py::arg("out"), py::arg("threads"));
   m.def("decompress_to_bytes", &DecompressToBytes, py::arg("src"), py::arg("payload"),
         py::arg("checksum"), py::arg("threads"));
+  m.def("compress_tensors", &CompressTensors, py::arg("srcs"), py::arg("dsts"),
+        py::arg("format"), py::arg("effort"), py::arg("threads"), py::arg("chunk_elements"));
+  m.def("decompress_tensors_into", &DecompressTensorsInto, py::arg("srcs"), py::arg("payload"),
+        py::arg("checksum"), py::arg("outs"), py::arg("threads"));
   m.def("inspect", &Inspect, py::arg("payload"));
   m.def("xxh3_64", &Xxh3, py::arg("buffer"));
   m.def("checkpoint_diff", &CheckpointDiff, py::arg("prev_path"), py::arg("next_path"),

@@ -19,10 +19,11 @@ struct SessionFrame {
 };
 
 // `history`: one byte per element (model_coder.h), or nullptr when stateless, in which
-// case `session` must be nullptr too. `tensors`: for delta_compress_tensors, the element
-// count of each tensor (src and dst are their concatenations; no session), written in
-// the header of a version-6 frame; nullptr for one tensor. `base_checksum`, if not null, receives Checksum(src);
-// on one thread both checksums are computed slice by slice as the chunks are first read.
+// case `session` must be nullptr too. `base_checksum`, if not null, receives
+// Checksum(src); on one thread both checksums are computed slice by slice as the chunks
+// are first read. `tensors`: for delta_compress_tensors, the element count of each tensor
+// (src and dst are their concatenations; no session), written in the header of a
+// version-6 frame; nullptr for one tensor.
 Status EncodeFrame(const uint16_t* src, const uint16_t* dst, size_t count,
                    const Options& options, const uint8_t* history, const SessionFrame* session,
                    Delta* out, uint64_t* base_checksum = nullptr,

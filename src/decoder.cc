@@ -661,7 +661,8 @@ Status delta_decompress_tensors(const TensorOut* tensors, size_t tensor_count,
     // Tensors that lie back to back in memory are decoded in place; others go through
     // copies (DecodeFrame writes its `out` only once the result is verified).
     std::vector<uint16_t> src_copy, result;
-    const uint16_t* src = BackToBack(tensors, tensor_count, [](const TensorOut& t) { return t.src; });
+    const uint16_t* src =
+        BackToBack(tensors, tensor_count, [](const TensorOut& t) { return t.src; });
     if (src == nullptr) src = Gather(tensors, tensor_count, total, &src_copy);
     uint16_t* out = BackToBack(tensors, tensor_count, [](const TensorOut& t) { return t.out; });
     if (out == nullptr || (out != src && out < src + total && src < out + total)) {

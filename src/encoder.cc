@@ -260,7 +260,8 @@ Status EncodeFrame(const uint16_t* src, const uint16_t* dst, size_t count,
     return Status(ErrorCode::kInvalidArgument, "sessions need the default format");
   }
   if (tensors != nullptr && options.format == Format::kArcV3) {
-    return Status(ErrorCode::kInvalidArgument, "several tensors in one payload need the default format");
+    return Status(ErrorCode::kInvalidArgument,
+                  "several tensors in one payload need the default format");
   }
   if (tensors != nullptr && session != nullptr) {
     return Status(ErrorCode::kInvalidArgument, "a session payload holds one tensor");

@@ -253,6 +253,14 @@ class Session {
   Status Decompress(const uint16_t* src, size_t count, const uint8_t* bytes, size_t size,
                     uint64_t checksum, uint16_t* out);
 
+  // The same for a group of tensors in one payload per step (format version 6, as
+  // delta_compress_tensors): one Session for many small tensors, or a whole model, and
+  // one 16-byte session header per step instead of one per tensor. The history covers
+  // the tensors' concatenation: pass the same tensors, in the same order, at every step.
+  Status CompressTensors(const TensorDelta* tensors, size_t tensor_count, Delta* out);
+  Status DecompressTensors(const TensorOut* tensors, size_t tensor_count, const uint8_t* bytes,
+                           size_t size, uint64_t checksum);
+
   // Steps coded or decoded so far, and the identity of the history (equal on both sides
   // when they are in step).
   uint64_t steps() const;

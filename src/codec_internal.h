@@ -21,9 +21,9 @@ struct SessionFrame {
 // `history`: one byte per element (model_coder.h), or nullptr when stateless, in which
 // case `session` must be nullptr too. `base_checksum`, if not null, receives
 // Checksum(src); on one thread both checksums are computed slice by slice as the chunks
-// are first read. `tensors`: for delta_compress_tensors, the element count of each tensor
-// (src and dst are their concatenations; no session), written in the header of a
-// version-6 frame; nullptr for one tensor.
+// are first read. `tensors`: for a group of tensors, the element count of each (src and
+// dst are their concatenations), written in the header of a version-6 frame; nullptr for
+// one tensor.
 Status EncodeFrame(const uint16_t* src, const uint16_t* dst, size_t count,
                    const Options& options, const uint8_t* history, const SessionFrame* session,
                    Delta* out, uint64_t* base_checksum = nullptr,
@@ -66,6 +66,28 @@ Status ListTensors(const Tensor* tensors, size_t tensor_count, std::vector<uint6
   }
   return Status::Ok();
 }
+
+// The tensors of a group as their two concatenated arrays: the tensors' own memory when
+// they lie back to back (a safetensors file, a flat parameter buffer), else copies.
+struct ConcatenatedTensors {
+  const uint16_t* src = nullptr;
+  const uint16_t* dst = nullptr;
+  size_t total = 0;
+  std::vector<uint64_t> counts;
+  std::vector<uint16_t> src_copy, dst_copy;
+};
+Status ConcatenateTensors(const TensorDelta* tensors, size_t tensor_count,
+                          ConcatenatedTensors* group);  // may throw std::bad_alloc
+
+// Decodes a payload onto a group of tensors (`counts` and `total` from ListTensors),
+// writing every `out` or none. With `history_id` (a session), src's concatenation must
+// have the payload's base checksum, returned in `base_checksum`, and `history` /
+// `next_history` hold `total` bytes as for DecodeFrame. May throw std::bad_alloc.
+Status DecodeTensors(const TensorOut* tensors, size_t tensor_count,
+                     const std::vector<uint64_t>& counts, size_t total, const uint8_t* bytes,
+                     size_t size, uint64_t checksum, int threads, const uint8_t* history,
+                     const uint64_t* history_id, uint8_t* next_history,
+                     uint64_t* base_checksum);
 
 // Checksum() of values given in consecutive pieces (XXH3-64 streaming, seed 0).
 class ChecksumStream {

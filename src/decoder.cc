@@ -73,9 +73,6 @@ Status ParseHeader(const uint8_t* bytes, size_t size, bool with_chunk_table,
   }
   header->session = (flags & kFlagSession) != 0;
   header->tensors = (flags & kFlagTensors) != 0;
-  if (header->session && header->tensors) {
-    return Status(ErrorCode::kCorruptHeader, "a session frame cannot hold several tensors");
-  }
   if (!reader.ReadVarint(&header->element_count)) {
     return Status(reader.remaining() == 0 ? ErrorCode::kTruncated : ErrorCode::kCorruptHeader,
                   "bad element count");
@@ -647,6 +644,40 @@ Status delta_decompress(const std::vector<uint16_t>& src, const Delta& delta,
   return status;
 }
 
+Status DecodeTensors(const TensorOut* tensors, size_t tensor_count,
+                     const std::vector<uint64_t>& counts, size_t total, const uint8_t* bytes,
+                     size_t size, uint64_t checksum, int threads, const uint8_t* history,
+                     const uint64_t* history_id, uint8_t* next_history,
+                     uint64_t* base_checksum) {
+  // Validate the header against the tensors before allocating for them.
+  FrameHeader header;
+  ARC_V3_RETURN_IF_ERROR(ParseHeader(bytes, size, /*with_chunk_table=*/false, &header));
+  ARC_V3_RETURN_IF_ERROR(CheckTensorList(header, &counts));
+  // Tensors that lie back to back in memory are decoded in place; others go through
+  // copies (DecodeFrame writes its `out` only once the result is verified).
+  std::vector<uint16_t> src_copy, result;
+  const uint16_t* src =
+      BackToBack(tensors, tensor_count, [](const TensorOut& t) { return t.src; });
+  if (src == nullptr) src = Gather(tensors, tensor_count, total, &src_copy);
+  SessionFrame expected;
+  if (history_id != nullptr) {
+    expected.base_checksum = Checksum(src, total);
+    expected.history_id = *history_id;
+    if (base_checksum != nullptr) *base_checksum = expected.base_checksum;
+  }
+  const SessionFrame* session = history_id != nullptr ? &expected : nullptr;
+  uint16_t* out = BackToBack(tensors, tensor_count, [](const TensorOut& t) { return t.out; });
+  if (out == nullptr || (out != src && out < src + total && src < out + total)) {
+    result.resize(total);
+    ARC_V3_RETURN_IF_ERROR(DecodeFrame(src, total, bytes, size, checksum, result.data(), total,
+                                       threads, history, session, next_history, &counts));
+    Scatter(result.data(), tensors, tensor_count);
+    return Status::Ok();
+  }
+  return DecodeFrame(src, total, bytes, size, checksum, out, total, threads, history, session,
+                     next_history, &counts);
+}
+
 Status delta_decompress_tensors(const TensorOut* tensors, size_t tensor_count,
                                 const uint8_t* bytes, size_t size, uint64_t checksum,
                                 int threads) {
@@ -654,26 +685,8 @@ Status delta_decompress_tensors(const TensorOut* tensors, size_t tensor_count,
     std::vector<uint64_t> counts;
     size_t total;
     ARC_V3_RETURN_IF_ERROR(ListTensors(tensors, tensor_count, &counts, &total));
-    // Validate the header against the tensors before allocating for them.
-    FrameHeader header;
-    ARC_V3_RETURN_IF_ERROR(ParseHeader(bytes, size, /*with_chunk_table=*/false, &header));
-    ARC_V3_RETURN_IF_ERROR(CheckTensorList(header, &counts));
-    // Tensors that lie back to back in memory are decoded in place; others go through
-    // copies (DecodeFrame writes its `out` only once the result is verified).
-    std::vector<uint16_t> src_copy, result;
-    const uint16_t* src =
-        BackToBack(tensors, tensor_count, [](const TensorOut& t) { return t.src; });
-    if (src == nullptr) src = Gather(tensors, tensor_count, total, &src_copy);
-    uint16_t* out = BackToBack(tensors, tensor_count, [](const TensorOut& t) { return t.out; });
-    if (out == nullptr || (out != src && out < src + total && src < out + total)) {
-      result.resize(total);
-      ARC_V3_RETURN_IF_ERROR(DecodeFrame(src, total, bytes, size, checksum, result.data(), total,
-                                         threads, nullptr, nullptr, nullptr, &counts));
-      Scatter(result.data(), tensors, tensor_count);
-      return Status::Ok();
-    }
-    return DecodeFrame(src, total, bytes, size, checksum, out, total, threads, nullptr, nullptr,
-                       nullptr, &counts);
+    return DecodeTensors(tensors, tensor_count, counts, total, bytes, size, checksum, threads,
+                         nullptr, nullptr, nullptr, nullptr);
   } catch (const std::bad_alloc&) {
     return Status(ErrorCode::kOutOfMemory, "out of memory while decoding");
   }

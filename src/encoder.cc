@@ -263,9 +263,6 @@ Status EncodeFrame(const uint16_t* src, const uint16_t* dst, size_t count,
     return Status(ErrorCode::kInvalidArgument,
                   "several tensors in one payload need the default format");
   }
-  if (tensors != nullptr && session != nullptr) {
-    return Status(ErrorCode::kInvalidArgument, "a session payload holds one tensor");
-  }
   const int chunk_log = ChunkLog(options.chunk_elements);
   if ((uint64_t{1} << chunk_log) != options.chunk_elements || chunk_log < kMinChunkLog ||
       chunk_log > kMaxChunkLog) {
@@ -323,7 +320,8 @@ Status EncodeFrame(const uint16_t* src, const uint16_t* dst, size_t count,
     bytes.push_back(published          ? kFormatVersionArcV3
                     : tensors != nullptr ? kFirstTensorsVersion
                                          : kFormatVersionOneTensor);
-    bytes.push_back(session != nullptr ? kFlagSession : tensors != nullptr ? kFlagTensors : 0);
+    bytes.push_back(static_cast<uint8_t>((session != nullptr ? kFlagSession : 0) |
+                                         (tensors != nullptr ? kFlagTensors : 0)));
     PutVarint(count, &bytes);
     bytes.push_back(static_cast<uint8_t>(chunk_log));
     if (session != nullptr) {
@@ -355,21 +353,27 @@ Status delta_compress(const uint16_t* src, const uint16_t* dst, size_t count, De
   return EncodeFrame(src, dst, count, options, nullptr, nullptr, out);
 }
 
+Status ConcatenateTensors(const TensorDelta* tensors, size_t tensor_count,
+                          ConcatenatedTensors* group) {
+  const Status listed = ListTensors(tensors, tensor_count, &group->counts, &group->total);
+  if (!listed.ok()) return listed;
+  group->src = Concatenation(
+      tensors, tensor_count, group->total, [](const TensorDelta& t) { return t.src; },
+      &group->src_copy);
+  group->dst = Concatenation(
+      tensors, tensor_count, group->total, [](const TensorDelta& t) { return t.dst; },
+      &group->dst_copy);
+  return Status::Ok();
+}
+
 Status delta_compress_tensors(const TensorDelta* tensors, size_t tensor_count, Delta* out,
                               const Options& options) {
   try {
-    std::vector<uint64_t> counts;
-    size_t total;
-    const Status listed = ListTensors(tensors, tensor_count, &counts, &total);
-    if (!listed.ok()) return listed;
-    // Tensors that lie back to back in memory (a safetensors file, a flat parameter
-    // buffer) are coded in place; others are copied together first.
-    std::vector<uint16_t> src_copy, dst_copy;
-    const uint16_t* src = Concatenation(
-        tensors, tensor_count, total, [](const TensorDelta& t) { return t.src; }, &src_copy);
-    const uint16_t* dst = Concatenation(
-        tensors, tensor_count, total, [](const TensorDelta& t) { return t.dst; }, &dst_copy);
-    return EncodeFrame(src, dst, total, options, nullptr, nullptr, out, nullptr, &counts);
+    ConcatenatedTensors group;
+    const Status concatenated = ConcatenateTensors(tensors, tensor_count, &group);
+    if (!concatenated.ok()) return concatenated;
+    return EncodeFrame(group.src, group.dst, group.total, options, nullptr, nullptr, out,
+                       nullptr, &group.counts);
   } catch (const std::bad_alloc&) {
     return Status(ErrorCode::kOutOfMemory, "out of memory while encoding");
   }

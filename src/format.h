@@ -39,8 +39,8 @@ enum ChunkMode : uint8_t {
 
 // Frame_Header Flags (version 2 on): bit 0 = session payload (Base_Checksum and
 // History_Id follow Chunk_Log); bit 1 (version 6 on) = several tensors (Tensor_Count and
-// the tensors' element counts follow Chunk_Log); bits 2-7 reserved. A frame sets at most
-// one of the two.
+// the tensors' element counts follow Chunk_Log and the session fields); bits 2-7
+// reserved.
 constexpr uint8_t kFlagSession = 0x01;
 constexpr uint8_t kFlagTensors = 0x02;
 

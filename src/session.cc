@@ -28,6 +28,14 @@ struct Session::State {
   std::vector<uint8_t> next_history;
   uint64_t history_id = 0;
   uint64_t steps = 0;
+
+  Status Compress(const uint16_t* src, const uint16_t* dst, size_t count,
+                  const std::vector<uint64_t>* tensors, Delta* out);
+  // The history a step of `count` elements decodes with (a fresh one for the first step,
+  // so that a failed step leaves the session untouched), or an error.
+  Status HistoryFor(size_t count, std::vector<uint8_t>* fresh, const uint8_t** step_history);
+  // After a successful step: the decoded history becomes the session's.
+  void Advance(uint64_t base_checksum, uint64_t checksum);
 };
 
 Session::Session(const Options& options) : state_(new State) { state_->options = options; }
@@ -71,27 +79,66 @@ Status PrepareHistory(size_t count, uint64_t steps, std::vector<uint8_t>* histor
 
 }  // namespace
 
+// One step of the sender, for one tensor (tensors == nullptr) or the concatenation of a
+// group.
+Status Session::State::Compress(const uint16_t* src, const uint16_t* dst, size_t count,
+                                const std::vector<uint64_t>* tensors, Delta* out) {
+  const Status prepared = PrepareHistory(count, steps, &history);
+  if (!prepared.ok()) return prepared;
+  SessionFrame frame;
+  frame.base_checksum = Checksum(src, count);
+  frame.history_id = history_id;
+  const Status status =
+      EncodeFrame(src, dst, count, options, history.data(), &frame, out, nullptr, tensors);
+  if (!status.ok()) return status;
+  AdvanceHistory(src, dst, count, history.data());
+  history_id = NextHistoryId(frame.history_id, frame.base_checksum, out->checksum);
+  steps += 1;
+  return Status::Ok();
+}
+
 Status Session::Compress(const uint16_t* src, const uint16_t* dst, size_t count, Delta* out) {
   if (state_ == nullptr) return Status(ErrorCode::kInvalidArgument, "moved-from session");
   if (count > 0 && (src == nullptr || dst == nullptr)) {
     return Status(ErrorCode::kInvalidArgument, "src or dst is null");
   }
   try {
-    const Status prepared = PrepareHistory(count, state_->steps, &state_->history);
-    if (!prepared.ok()) return prepared;
-    SessionFrame frame;
-    frame.base_checksum = Checksum(src, count);
-    frame.history_id = state_->history_id;
-    const Status status =
-        EncodeFrame(src, dst, count, state_->options, state_->history.data(), &frame, out);
-    if (!status.ok()) return status;
-    AdvanceHistory(src, dst, count, state_->history.data());
-    state_->history_id = NextHistoryId(frame.history_id, frame.base_checksum, out->checksum);
-    state_->steps += 1;
-    return Status::Ok();
+    return state_->Compress(src, dst, count, nullptr, out);
   } catch (const std::bad_alloc&) {
     return Status(ErrorCode::kOutOfMemory, "out of memory for the session history");
   }
+}
+
+Status Session::CompressTensors(const TensorDelta* tensors, size_t tensor_count, Delta* out) {
+  if (state_ == nullptr) return Status(ErrorCode::kInvalidArgument, "moved-from session");
+  try {
+    ConcatenatedTensors group;
+    const Status concatenated = ConcatenateTensors(tensors, tensor_count, &group);
+    if (!concatenated.ok()) return concatenated;
+    return state_->Compress(group.src, group.dst, group.total, &group.counts, out);
+  } catch (const std::bad_alloc&) {
+    return Status(ErrorCode::kOutOfMemory, "out of memory for the session history");
+  }
+}
+
+Status Session::State::HistoryFor(size_t count, std::vector<uint8_t>* fresh,
+                                  const uint8_t** step_history) {
+  if (steps == 0) {
+    fresh->assign(count, 0);
+    *step_history = fresh->data();
+  } else if (history.size() != count) {
+    return PrepareHistory(count, steps, &history);
+  } else {
+    *step_history = history.data();
+  }
+  next_history.resize(count);
+  return Status::Ok();
+}
+
+void Session::State::Advance(uint64_t base_checksum, uint64_t checksum) {
+  history.swap(next_history);
+  history_id = NextHistoryId(history_id, base_checksum, checksum);
+  steps += 1;
 }
 
 Status Session::Decompress(const uint16_t* src, size_t count, const uint8_t* bytes, size_t size,
@@ -102,24 +149,42 @@ Status Session::Decompress(const uint16_t* src, size_t count, const uint8_t* byt
   }
   try {
     std::vector<uint8_t> fresh;
-    std::vector<uint8_t>* history = &state_->history;
-    if (state_->steps == 0) {  // keep the session untouched until the step succeeds
-      fresh.assign(count, 0);
-      history = &fresh;
-    } else if (history->size() != count) {
-      return PrepareHistory(count, state_->steps, history);
-    }
+    const uint8_t* history;
+    const Status ready = state_->HistoryFor(count, &fresh, &history);
+    if (!ready.ok()) return ready;
     SessionFrame expected;
     expected.base_checksum = Checksum(src, count);
     expected.history_id = state_->history_id;
-    state_->next_history.resize(count);
     const Status status =
         DecodeFrame(src, count, bytes, size, checksum, out, count, state_->options.threads,
-                    history->data(), &expected, state_->next_history.data());
+                    history, &expected, state_->next_history.data());
     if (!status.ok()) return status;
-    state_->history.swap(state_->next_history);
-    state_->history_id = NextHistoryId(expected.history_id, expected.base_checksum, checksum);
-    state_->steps += 1;
+    state_->Advance(expected.base_checksum, checksum);
+    return Status::Ok();
+  } catch (const std::bad_alloc&) {
+    return Status(ErrorCode::kOutOfMemory, "out of memory for the session history");
+  }
+}
+
+Status Session::DecompressTensors(const TensorOut* tensors, size_t tensor_count,
+                                  const uint8_t* bytes, size_t size, uint64_t checksum) {
+  if (state_ == nullptr) return Status(ErrorCode::kInvalidArgument, "moved-from session");
+  try {
+    std::vector<uint64_t> counts;
+    size_t total;
+    const Status listed = ListTensors(tensors, tensor_count, &counts, &total);
+    if (!listed.ok()) return listed;
+    std::vector<uint8_t> fresh;
+    const uint8_t* history;
+    const Status ready = state_->HistoryFor(total, &fresh, &history);
+    if (!ready.ok()) return ready;
+    uint64_t base_checksum = 0;
+    const Status status = DecodeTensors(tensors, tensor_count, counts, total, bytes, size,
+                                        checksum, state_->options.threads, history,
+                                        &state_->history_id, state_->next_history.data(),
+                                        &base_checksum);
+    if (!status.ok()) return status;
+    state_->Advance(base_checksum, checksum);
     return Status::Ok();
   } catch (const std::bad_alloc&) {
     return Status(ErrorCode::kOutOfMemory, "out of memory for the session history");

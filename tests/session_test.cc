@@ -119,5 +119,113 @@ TEST_CASE("a receiver with the wrong base or out of step gets an error, not weig
   CHECK(sender.Compress(small.data(), small.data(), small.size(), &delta).ok());
 }
 
+// A run's snapshots cut into tensors of these sizes, back to back in memory as in a
+// safetensors file, for the group calls.
+struct GroupViews {
+  std::vector<TensorDelta> Deltas(const std::vector<size_t>& sizes,
+                                  const std::vector<uint16_t>& prev,
+                                  const std::vector<uint16_t>& next) const {
+    std::vector<TensorDelta> tensors;
+    size_t at = 0;
+    for (const size_t n : sizes) {
+      tensors.push_back({prev.data() + at, next.data() + at, n});
+      at += n;
+    }
+    return tensors;
+  }
+  std::vector<TensorOut> Outs(const std::vector<size_t>& sizes,
+                              const std::vector<uint16_t>& base, uint16_t* out) const {
+    std::vector<TensorOut> tensors;
+    size_t at = 0;
+    for (const size_t n : sizes) {
+      tensors.push_back({base.data() + at, out + at, n});
+      at += n;
+    }
+    return tensors;
+  }
+};
+
+TEST_CASE("a session over a group of tensors round-trips and beats one session per tensor") {
+  const Steps steps = MakeSteps(0.003, 4, 300000);
+  const size_t count = steps.snapshots[0].size();
+  // Uneven tensors, one empty; they add up to the snapshot.
+  const std::vector<size_t> sizes = {1000, 0, 120000, 77, count - 121077};
+  const GroupViews views;
+  Session sender, receiver;
+  std::vector<Session> senders(sizes.size());
+  std::vector<uint16_t> weights = steps.snapshots[0];  // the receiver's copy, in place
+  size_t group_bytes = 0, per_tensor_bytes = 0;
+  for (size_t s = 0; s + 1 < steps.snapshots.size(); ++s) {
+    const auto& prev = steps.snapshots[s];
+    const auto& next = steps.snapshots[s + 1];
+    const std::vector<TensorDelta> tensors = views.Deltas(sizes, prev, next);
+    Delta delta;
+    REQUIRE(sender.CompressTensors(tensors.data(), tensors.size(), &delta).ok());
+    PayloadInfo info;
+    REQUIRE(delta_inspect(delta.bytes.data(), delta.bytes.size(), &info).ok());
+    CHECK(info.tensor_elements == std::vector<uint64_t>(sizes.begin(), sizes.end()));
+    // Stateless calls refuse it; the receiver rebuilds its weights in place.
+    std::vector<uint16_t> out(count, 7);
+    const std::vector<TensorOut> stateless = views.Outs(sizes, prev, out.data());
+    CHECK(delta_decompress_tensors(stateless.data(), stateless.size(), delta.bytes.data(),
+                                   delta.bytes.size(), delta.checksum)
+              .code() == ErrorCode::kHistoryMismatch);
+    CHECK(out == std::vector<uint16_t>(count, 7));
+    const std::vector<TensorOut> in_place = views.Outs(sizes, weights, weights.data());
+    const Status status = receiver.DecompressTensors(in_place.data(), in_place.size(),
+                                                     delta.bytes.data(), delta.bytes.size(),
+                                                     delta.checksum);
+    REQUIRE_MESSAGE(status.ok(), status.ToString());
+    REQUIRE(weights == next);
+    CHECK(sender.history_id() == receiver.history_id());
+    group_bytes += delta.bytes.size() + sizeof(delta.checksum);
+    for (size_t t = 0; t < sizes.size(); ++t) {
+      Delta one;
+      REQUIRE(senders[t].Compress(tensors[t].src, tensors[t].dst, tensors[t].count, &one).ok());
+      per_tensor_bytes += one.bytes.size() + sizeof(one.checksum);
+    }
+  }
+  INFO("group ", group_bytes, " bytes, one session per tensor ", per_tensor_bytes);
+  CHECK(group_bytes < per_tensor_bytes);
+
+  // A wrong list, a wrong base and a missed step are refused, with the session intact.
+  const auto& prev = steps.snapshots[3];
+  const auto& next = steps.snapshots[4];
+  Delta delta;
+  const std::vector<TensorDelta> tensors = views.Deltas(sizes, prev, next);
+  REQUIRE(sender.CompressTensors(tensors.data(), tensors.size(), &delta).ok());
+  std::vector<uint16_t> out(count, 7);
+  const auto decode = [&](const std::vector<TensorOut>& list) {
+    return receiver.DecompressTensors(list.data(), list.size(), delta.bytes.data(),
+                                      delta.bytes.size(), delta.checksum);
+  };
+  const uint64_t before = receiver.history_id();
+  std::vector<TensorOut> fewer = views.Outs(sizes, prev, out.data());
+  fewer.pop_back();
+  CHECK(decode(fewer).code() == ErrorCode::kSizeMismatch);
+  std::vector<size_t> other_split = sizes;
+  other_split[0] += 1;
+  other_split[2] -= 1;
+  CHECK(decode(views.Outs(other_split, prev, out.data())).code() == ErrorCode::kSizeMismatch);
+  CHECK(decode(views.Outs(sizes, steps.snapshots[2], out.data())).code() ==
+        ErrorCode::kWrongBase);
+  CHECK(out == std::vector<uint16_t>(count, 7));
+  CHECK(receiver.history_id() == before);
+  // Scattered outputs (not back to back) decode the same.
+  std::vector<std::vector<uint16_t>> parts;
+  std::vector<TensorOut> scattered;
+  size_t at = 0;
+  for (const size_t n : sizes) parts.emplace_back(n, 0);
+  for (size_t t = 0; t < sizes.size(); ++t) {
+    scattered.push_back({prev.data() + at, parts[t].data(), sizes[t]});
+    at += sizes[t];
+  }
+  REQUIRE(decode(scattered).ok());
+  std::vector<uint16_t> joined;
+  for (const auto& part : parts) joined.insert(joined.end(), part.begin(), part.end());
+  CHECK(joined == next);
+  CHECK(receiver.history_id() == sender.history_id());
+}
+
 }  // namespace
 }  // namespace arc_v3

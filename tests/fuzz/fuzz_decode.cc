@@ -3,7 +3,8 @@
 // every error (out of place and in place), the structural decoders agree (delta_stats
 // succeeds exactly when delta_decompress fails only on the checksum), and the result does
 // not depend on the thread count. Session payloads: delta_decompress refuses them, and a
-// fresh arc_v3::Session decodes them with the same promises, its state unchanged on error.
+// fresh arc_v3::Session decodes them (a group: DecompressTensors) with the same promises,
+// its state unchanged on error. Groups of tensors: see FuzzTensorsDecode.
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -18,8 +19,9 @@ namespace fuzz {
 constexpr uint64_t kMaxElements = uint64_t{1} << 16;
 
 // `out` holds n + 1 sentinels.
-int FuzzSessionDecode(const std::vector<uint16_t>& src, const uint8_t* data, size_t size,
-                      uint64_t checksum, std::vector<uint16_t>* out) {
+int FuzzSessionDecode(const std::vector<uint16_t>& src, const PayloadInfo& info,
+                      const uint8_t* data, size_t size, uint64_t checksum,
+                      std::vector<uint16_t>* out) {
   const size_t n = src.size();
   const Status plain = delta_decompress(src.data(), n, data, size, checksum, out->data(), n, 1);
   FUZZ_CHECK(!plain.ok(), "delta_decompress accepted a session payload");
@@ -27,7 +29,20 @@ int FuzzSessionDecode(const std::vector<uint16_t>& src, const uint8_t* data, siz
   options.threads = 1;
   Session session(options);
   const uint64_t history_id = session.history_id();
-  const Status decoded = session.Decompress(src.data(), n, data, size, checksum, out->data());
+  // A session over a group of tensors (format 6) decodes through DecompressTensors.
+  Status decoded;
+  if (!info.tensor_elements.empty() || info.tensor_count != 1) {
+    std::vector<TensorOut> tensors;
+    size_t at = 0;
+    for (const uint64_t count : info.tensor_elements) {
+      FUZZ_CHECK(count <= n - at, "tensor counts exceed the element count (session)");
+      tensors.push_back({src.data() + at, out->data() + at, count});
+      at += count;
+    }
+    decoded = session.DecompressTensors(tensors.data(), tensors.size(), data, size, checksum);
+  } else {
+    decoded = session.Decompress(src.data(), n, data, size, checksum, out->data());
+  }
   FUZZ_CHECK(!decoded.ok() || n == 0 || Checksum(out->data(), n) == checksum,
              "session reported success with a result that does not match the checksum");
   if (!decoded.ok()) {
@@ -128,7 +143,7 @@ int FuzzDecode(const uint8_t* data, size_t size) {
   }
 
   std::vector<uint16_t> out(n + 1, 0xBEEF);
-  if (session) return FuzzSessionDecode(src, data, size, checksum, &out);
+  if (session) return FuzzSessionDecode(src, info, data, size, checksum, &out);
   if (!info.tensor_elements.empty() || info.tensor_count != 1) {
     return FuzzTensorsDecode(src, info, data, size, checksum, stats_status.ok(), &out);
   }

@@ -84,6 +84,11 @@ void DecodeSeeds(const std::string& dir) {
         FUZZ_CHECK(delta_compress_tensors(tensors.data(), tensors.size(), &delta, options).ok(),
                    "compress tensors");
         Write(dir + "/tensors_" + std::to_string(index++), delta.bytes);
+        // The first step of a session over the same group matches a fresh receiver.
+        Session session(options);
+        FUZZ_CHECK(session.CompressTensors(tensors.data(), tensors.size(), &delta).ok(),
+                   "session tensors");
+        Write(dir + "/session_tensors_" + std::to_string(index++), delta.bytes);
       }
       // Session payloads: the first step's matches a fresh Session on the fuzz base, so
       // mutations reach the history-conditioned decoding; the second's history differs.

@@ -65,14 +65,10 @@ U16View ViewU16(const py::buffer& buffer, const char* what, bool writable) {
   return view;
 }
 
-py::tuple Compress(const py::buffer& src, const py::buffer& dst, int format, int effort,
-                   int threads, uint32_t chunk_elements) {
-  const U16View s = ViewU16(src, "src", false);
-  const U16View d = ViewU16(dst, "dst", false);
-  if (s.count != d.count) {
-    throw py::value_error("src and dst differ in length: " + std::to_string(s.count) + " vs " +
-                          std::to_string(d.count) + " values");
-  }
+// Runs an encoder call without the GIL; returns (payload bytes, checksum).
+template <class Encode>
+py::tuple RunEncoder(int format, int effort, int threads, uint32_t chunk_elements,
+                     const Encode& encode) {
   if (format < 0 || format > 255) throw py::value_error("format out of range");
   arc_v3::Options options;
   options.format = static_cast<arc_v3::Format>(format);
@@ -83,11 +79,25 @@ py::tuple Compress(const py::buffer& src, const py::buffer& dst, int format, int
   arc_v3::Status status;
   {
     py::gil_scoped_release release;
-    status = arc_v3::delta_compress(s.data, d.data, s.count, &delta, options);
+    status = encode(options, &delta);
   }
   if (!status.ok()) throw CodecError{status};
   py::bytes payload(reinterpret_cast<const char*>(delta.bytes.data()), delta.bytes.size());
   return py::make_tuple(std::move(payload), delta.checksum);
+}
+
+py::tuple Compress(const py::buffer& src, const py::buffer& dst, int format, int effort,
+                   int threads, uint32_t chunk_elements) {
+  const U16View s = ViewU16(src, "src", false);
+  const U16View d = ViewU16(dst, "dst", false);
+  if (s.count != d.count) {
+    throw py::value_error("src and dst differ in length: " + std::to_string(s.count) + " vs " +
+                          std::to_string(d.count) + " values");
+  }
+  return RunEncoder(format, effort, threads, chunk_elements,
+                    [&](const arc_v3::Options& options, arc_v3::Delta* delta) {
+                      return arc_v3::delta_compress(s.data, d.data, s.count, delta, options);
+                    });
 }
 
 void DecompressInto(const py::buffer& src, const py::buffer& payload, uint64_t checksum,
@@ -132,67 +142,55 @@ py::bytes DecompressToBytes(const py::buffer& src, const py::buffer& payload,
   return result;
 }
 
+// Views of two lists of buffers, pairwise of equal length (`second`: "dst" or a writable
+// "out"); `views` holds them (and so the buffers) until the call returns.
+void ViewPairs(const py::list& srcs, const py::list& seconds, const char* second,
+               bool writable, std::vector<U16View>* views) {
+  if (srcs.size() != seconds.size()) {
+    throw py::value_error("srcs and " + std::string(second) + "s differ in length: " +
+                          std::to_string(srcs.size()) + " vs " +
+                          std::to_string(seconds.size()) + " tensors");
+  }
+  views->reserve(2 * srcs.size());
+  for (size_t t = 0; t < srcs.size(); ++t) {
+    const std::string name = "tensor " + std::to_string(t);
+    views->push_back(ViewU16(srcs[t].cast<py::buffer>(), (name + " src").c_str(), false));
+    views->push_back(
+        ViewU16(seconds[t].cast<py::buffer>(), (name + " " + second).c_str(), writable));
+    const size_t a = (*views)[2 * t].count, b = (*views)[2 * t + 1].count;
+    if (a != b) {
+      throw py::value_error(name + ": src holds " + std::to_string(a) + " values, " + second +
+                            " " + std::to_string(b));
+    }
+  }
+}
+
 // Several tensors in one payload (arc_v3::delta_compress_tensors): lists of src and dst
 // buffers, pairwise of equal length.
 py::tuple CompressTensors(const py::list& srcs, const py::list& dsts, int format, int effort,
                           int threads, uint32_t chunk_elements) {
-  if (srcs.size() != dsts.size()) {
-    throw py::value_error("srcs and dsts differ in length: " + std::to_string(srcs.size()) +
-                          " vs " + std::to_string(dsts.size()) + " tensors");
-  }
-  if (format < 0 || format > 255) throw py::value_error("format out of range");
+  std::vector<U16View> views;
+  ViewPairs(srcs, dsts, "dst", false, &views);
   std::vector<arc_v3::TensorDelta> tensors;
-  std::vector<U16View> views;  // hold the buffers until the call returns
-  views.reserve(2 * srcs.size());
   for (size_t t = 0; t < srcs.size(); ++t) {
-    const std::string name = "tensor " + std::to_string(t);
-    views.push_back(ViewU16(srcs[t].cast<py::buffer>(), (name + " src").c_str(), false));
-    views.push_back(ViewU16(dsts[t].cast<py::buffer>(), (name + " dst").c_str(), false));
-    const U16View& s = views[views.size() - 2];
-    const U16View& d = views.back();
-    if (s.count != d.count) {
-      throw py::value_error(name + ": src and dst differ in length: " + std::to_string(s.count) +
-                            " vs " + std::to_string(d.count) + " values");
-    }
-    tensors.push_back({s.data, d.data, s.count});
+    tensors.push_back({views[2 * t].data, views[2 * t + 1].data, views[2 * t].count});
   }
-  arc_v3::Options options;
-  options.format = static_cast<arc_v3::Format>(format);
-  options.effort = effort;
-  options.threads = threads;
-  options.chunk_elements = chunk_elements;
-  arc_v3::Delta delta;
-  arc_v3::Status status;
-  {
-    py::gil_scoped_release release;
-    status = arc_v3::delta_compress_tensors(tensors.data(), tensors.size(), &delta, options);
-  }
-  if (!status.ok()) throw CodecError{status};
-  py::bytes payload(reinterpret_cast<const char*>(delta.bytes.data()), delta.bytes.size());
-  return py::make_tuple(std::move(payload), delta.checksum);
+  return RunEncoder(format, effort, threads, chunk_elements,
+                    [&](const arc_v3::Options& options, arc_v3::Delta* delta) {
+                      return arc_v3::delta_compress_tensors(tensors.data(), tensors.size(),
+                                                            delta, options);
+                    });
 }
 
 // Rebuilds every tensor of such a payload into the writable `outs` (all or none).
 void DecompressTensorsInto(const py::list& srcs, const py::buffer& payload, uint64_t checksum,
                            const py::list& outs, int threads) {
-  if (srcs.size() != outs.size()) {
-    throw py::value_error("srcs and outs differ in length: " + std::to_string(srcs.size()) +
-                          " vs " + std::to_string(outs.size()) + " tensors");
-  }
+  std::vector<U16View> views;
+  ViewPairs(srcs, outs, "out", true, &views);
   std::vector<arc_v3::TensorOut> tensors;
-  std::vector<U16View> views;  // hold the buffers until the call returns
-  views.reserve(2 * srcs.size());
   for (size_t t = 0; t < srcs.size(); ++t) {
-    const std::string name = "tensor " + std::to_string(t);
-    views.push_back(ViewU16(srcs[t].cast<py::buffer>(), (name + " src").c_str(), false));
-    views.push_back(ViewU16(outs[t].cast<py::buffer>(), (name + " out").c_str(), true));
-    const U16View& s = views[views.size() - 2];
-    const U16View& o = views.back();
-    if (o.count != s.count) {
-      throw py::value_error(name + ": out holds " + std::to_string(o.count) + " values, src " +
-                            std::to_string(s.count));
-    }
-    tensors.push_back({s.data, const_cast<uint16_t*>(o.data), s.count});
+    tensors.push_back({views[2 * t].data, const_cast<uint16_t*>(views[2 * t + 1].data),
+                       views[2 * t].count});
   }
   const py::buffer_info p = payload.request();
   arc_v3::Status status;

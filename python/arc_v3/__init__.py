@@ -29,6 +29,7 @@ __all__ = [
     "ArcV3Error",
     "COMPRESSION_FORMATS",
     "ERROR_NAMES",
+    "Session",
     "checksum",
     "delta_compress",
     "delta_compress_dicts",
@@ -269,6 +270,18 @@ def delta_decompress(src, compressed_diff, checksum, compression_format="arc_v3"
     return out
 
 
+def _value_pairs(srcs, dsts):
+    """The _Values of two equally long sequences of same-shaped tensors."""
+    srcs, dsts = list(srcs), list(dsts)
+    if len(srcs) != len(dsts):
+        raise ValueError(f"srcs holds {len(srcs)} tensors but dsts {len(dsts)}")
+    s = [_Values(v, f"srcs[{i}]") for i, v in enumerate(srcs)]
+    d = [_Values(v, f"dsts[{i}]") for i, v in enumerate(dsts)]
+    for i, (a, b) in enumerate(zip(s, d)):
+        _check_same_shape(a, b, f"srcs[{i}]", f"dsts[{i}]")
+    return s, d
+
+
 def delta_compress_tensors(srcs, dsts, compression_format="arc_v3", *, threads=0, effort=None,
                            chunk_elements=None):
     """Encodes the changes of several tensors as one payload (format version 6).
@@ -290,13 +303,7 @@ def delta_compress_tensors(srcs, dsts, compression_format="arc_v3", *, threads=0
         concatenated in order.
     """
     fmt = _format_id(compression_format)
-    srcs, dsts = list(srcs), list(dsts)
-    if len(srcs) != len(dsts):
-        raise ValueError(f"srcs holds {len(srcs)} tensors but dsts {len(dsts)}")
-    s = [_Values(v, f"srcs[{i}]") for i, v in enumerate(srcs)]
-    d = [_Values(v, f"dsts[{i}]") for i, v in enumerate(dsts)]
-    for i, (a, b) in enumerate(zip(s, d)):
-        _check_same_shape(a, b, f"srcs[{i}]", f"dsts[{i}]")
+    s, d = _value_pairs(srcs, dsts)
     return _ext.compress_tensors(
         [v.buf for v in s], [v.buf for v in d], fmt,
         _ext.DEFAULT_EFFORT if effort is None else int(effort),
@@ -355,32 +362,99 @@ def delta_decompress_tensors(srcs, compressed_diff, checksum, compression_format
     s = [_Values(v, f"srcs[{i}]") for i, v in enumerate(srcs)]
     payload = _payload_buffer(compressed_diff)
     checksum = _checksum_value(checksum)
+    return _decode_into_outputs(
+        s, outs, lambda views: _ext.decompress_tensors_into([v.buf for v in s], payload,
+                                                            checksum, views, int(threads)))
+
+
+def _decode_into_outputs(sources, outs, decode):
+    """Runs ``decode(views)`` into writable views of ``outs`` (checked against the
+    sources' count), or of new outputs mirroring the sources, which it returns."""
     if outs is not None:
         outs = list(outs)
-        if len(outs) != len(s):
-            raise ValueError(f"srcs holds {len(s)} tensors but outs {len(outs)}")
-        views = [_writable_u16(o, f"outs[{i}]") for i, o in enumerate(outs)]
-        _ext.decompress_tensors_into([v.buf for v in s], payload, checksum, views, int(threads))
+        if len(outs) != len(sources):
+            raise ValueError(f"srcs holds {len(sources)} tensors but outs {len(outs)}")
+        decode([_writable_u16(o, f"outs[{i}]") for i, o in enumerate(outs)])
         return outs
-    results, views = [], []
-    for v in s:
+    results = []
+    for v in sources:
         if v.kind == "raw":
-            buffer = bytearray(v.buf.nbytes)
-            results.append(buffer)
-            views.append(buffer)
+            results.append(bytearray(v.buf.nbytes))
         else:
-            dtype = np.int16 if v.kind == "torch" else v.buf.dtype
-            values = np.empty(v.shape, dtype=dtype)
-            results.append(values)
-            views.append(values)
-    _ext.decompress_tensors_into([v.buf for v in s], payload, checksum, views, int(threads))
-    for i, v in enumerate(s):
+            results.append(np.empty(v.shape, dtype=np.int16 if v.kind == "torch" else v.buf.dtype))
+    decode(results)
+    for i, v in enumerate(sources):
         if v.kind == "raw":
             results[i] = bytes(results[i])
         elif v.kind == "torch":
             torch = _torch_module(v.obj)
             results[i] = torch.from_numpy(results[i]).view(torch.bfloat16)
     return results
+
+
+class Session:
+    """Stateful coding of a sequence of steps (arc_v3::Session): smaller payloads than
+    delta_compress, because the coder also knows which weights changed in earlier steps.
+
+    Both sides keep one Session (for one tensor, or for a group of tensors or a whole
+    model) and call it for every step in the same order: the sender ``compress`` /
+    ``compress_tensors``, the receiver ``decompress`` / ``decompress_tensors``. Each
+    payload names the base and the history it was made with: a receiver with the wrong
+    base gets ArcV3Error ``wrong_base``, one that missed or repeated a step
+    ``history_mismatch`` -- never wrong weights -- and its state is unchanged by a
+    failed step. Session payloads decode only through a Session.
+    """
+
+    def __init__(self, *, threads=0, effort=None, chunk_elements=None):
+        self._session = _ext.Session(
+            _ext.DEFAULT_EFFORT if effort is None else int(effort), int(threads),
+            _ext.DEFAULT_CHUNK_ELEMENTS if chunk_elements is None else int(chunk_elements))
+
+    @property
+    def steps(self):
+        """Steps coded or decoded so far."""
+        return self._session.steps
+
+    @property
+    def history_id(self):
+        """Identity of the history; equal on both sides while they are in step."""
+        return self._session.history_id
+
+    def reset(self):
+        """Forgets the history (both sides must reset together)."""
+        self._session.reset()
+
+    def compress(self, src, dst):
+        """One step of one tensor: (compressed_diff: bytes, checksum: int)."""
+        s = _Values(src, "src")
+        d = _Values(dst, "dst")
+        _check_same_shape(s, d, "src", "dst")
+        return self._session.compress(s.buf, d.buf)
+
+    def decompress(self, src, compressed_diff, checksum, *, out=None):
+        """Rebuilds one step's tensor; ``out`` as for delta_decompress_tensors (``out=src``
+        applies in place). Returns ``out`` or a new object mirroring src."""
+        s = _Values(src, "src")
+        payload = _payload_buffer(compressed_diff)
+        checksum = _checksum_value(checksum)
+        result = _decode_into_outputs(
+            [s], None if out is None else [out],
+            lambda views: self._session.decompress_into(s.buf, payload, checksum, views[0]))
+        return result[0]
+
+    def compress_tensors(self, srcs, dsts):
+        """One step of a group of tensors (as delta_compress_tensors)."""
+        s, d = _value_pairs(srcs, dsts)
+        return self._session.compress_tensors([v.buf for v in s], [v.buf for v in d])
+
+    def decompress_tensors(self, srcs, compressed_diff, checksum, *, outs=None):
+        """Rebuilds one step's group of tensors, all or none (as delta_decompress_tensors)."""
+        s = [_Values(v, f"srcs[{i}]") for i, v in enumerate(srcs)]
+        payload = _payload_buffer(compressed_diff)
+        checksum = _checksum_value(checksum)
+        return _decode_into_outputs(
+            s, outs, lambda views: self._session.decompress_tensors_into(
+                [v.buf for v in s], payload, checksum, views))
 
 
 def payload_info(compressed_diff):

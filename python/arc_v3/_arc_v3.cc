@@ -165,16 +165,30 @@ void ViewPairs(const py::list& srcs, const py::list& seconds, const char* second
   }
 }
 
+// The tensor lists of the codec calls, from ViewPairs' views (src, second, src, ...).
+std::vector<arc_v3::TensorDelta> TensorDeltas(const std::vector<U16View>& views) {
+  std::vector<arc_v3::TensorDelta> tensors;
+  for (size_t t = 0; 2 * t < views.size(); ++t) {
+    tensors.push_back({views[2 * t].data, views[2 * t + 1].data, views[2 * t].count});
+  }
+  return tensors;
+}
+std::vector<arc_v3::TensorOut> TensorOuts(const std::vector<U16View>& views) {
+  std::vector<arc_v3::TensorOut> tensors;
+  for (size_t t = 0; 2 * t < views.size(); ++t) {
+    tensors.push_back({views[2 * t].data, const_cast<uint16_t*>(views[2 * t + 1].data),
+                       views[2 * t].count});
+  }
+  return tensors;
+}
+
 // Several tensors in one payload (arc_v3::delta_compress_tensors): lists of src and dst
 // buffers, pairwise of equal length.
 py::tuple CompressTensors(const py::list& srcs, const py::list& dsts, int format, int effort,
                           int threads, uint32_t chunk_elements) {
   std::vector<U16View> views;
   ViewPairs(srcs, dsts, "dst", false, &views);
-  std::vector<arc_v3::TensorDelta> tensors;
-  for (size_t t = 0; t < srcs.size(); ++t) {
-    tensors.push_back({views[2 * t].data, views[2 * t + 1].data, views[2 * t].count});
-  }
+  const std::vector<arc_v3::TensorDelta> tensors = TensorDeltas(views);
   return RunEncoder(format, effort, threads, chunk_elements,
                     [&](const arc_v3::Options& options, arc_v3::Delta* delta) {
                       return arc_v3::delta_compress_tensors(tensors.data(), tensors.size(),
@@ -187,11 +201,7 @@ void DecompressTensorsInto(const py::list& srcs, const py::buffer& payload, uint
                            const py::list& outs, int threads) {
   std::vector<U16View> views;
   ViewPairs(srcs, outs, "out", true, &views);
-  std::vector<arc_v3::TensorOut> tensors;
-  for (size_t t = 0; t < srcs.size(); ++t) {
-    tensors.push_back({views[2 * t].data, const_cast<uint16_t*>(views[2 * t + 1].data),
-                       views[2 * t].count});
-  }
+  const std::vector<arc_v3::TensorOut> tensors = TensorOuts(views);
   const py::buffer_info p = payload.request();
   arc_v3::Status status;
   {
@@ -203,6 +213,93 @@ void DecompressTensorsInto(const py::list& srcs, const py::buffer& payload, uint
   }
   if (!status.ok()) throw CodecError{status};
 }
+
+// arc_v3::Session behind the Python arc_v3.Session: the same buffer-level calls as the
+// functions above, on one session's history. Not thread-safe (one step at a time).
+class PySession {
+ public:
+  PySession(int effort, int threads, uint32_t chunk_elements) {
+    arc_v3::Options options;
+    options.effort = effort;
+    options.threads = threads;
+    options.chunk_elements = chunk_elements;
+    session_ = arc_v3::Session(options);
+  }
+
+  py::tuple Compress(const py::buffer& src, const py::buffer& dst) {
+    const U16View s = ViewU16(src, "src", false);
+    const U16View d = ViewU16(dst, "dst", false);
+    if (s.count != d.count) {
+      throw py::value_error("src and dst differ in length: " + std::to_string(s.count) +
+                            " vs " + std::to_string(d.count) + " values");
+    }
+    return Run([&](arc_v3::Delta* delta) {
+      return session_.Compress(s.data, d.data, s.count, delta);
+    });
+  }
+
+  void DecompressInto(const py::buffer& src, const py::buffer& payload, uint64_t checksum,
+                      const py::buffer& out) {
+    const U16View s = ViewU16(src, "src", false);
+    const U16View o = ViewU16(out, "out", true);
+    if (o.count != s.count) {
+      throw py::value_error("out holds " + std::to_string(o.count) + " values, src " +
+                            std::to_string(s.count));
+    }
+    const py::buffer_info p = payload.request();
+    Check([&] {
+      return session_.Decompress(s.data, s.count, static_cast<const uint8_t*>(p.ptr),
+                                 static_cast<size_t>(p.size * p.itemsize), checksum,
+                                 const_cast<uint16_t*>(o.data));
+    });
+  }
+
+  py::tuple CompressTensors(const py::list& srcs, const py::list& dsts) {
+    std::vector<U16View> views;
+    ViewPairs(srcs, dsts, "dst", false, &views);
+    const std::vector<arc_v3::TensorDelta> tensors = TensorDeltas(views);
+    return Run([&](arc_v3::Delta* delta) {
+      return session_.CompressTensors(tensors.data(), tensors.size(), delta);
+    });
+  }
+
+  void DecompressTensorsInto(const py::list& srcs, const py::buffer& payload,
+                             uint64_t checksum, const py::list& outs) {
+    std::vector<U16View> views;
+    ViewPairs(srcs, outs, "out", true, &views);
+    const std::vector<arc_v3::TensorOut> tensors = TensorOuts(views);
+    const py::buffer_info p = payload.request();
+    Check([&] {
+      return session_.DecompressTensors(tensors.data(), tensors.size(),
+                                        static_cast<const uint8_t*>(p.ptr),
+                                        static_cast<size_t>(p.size * p.itemsize), checksum);
+    });
+  }
+
+  uint64_t steps() const { return session_.steps(); }
+  uint64_t history_id() const { return session_.history_id(); }
+  void Reset() { session_.Reset(); }
+
+ private:
+  template <class Call>
+  void Check(const Call& call) {
+    arc_v3::Status status;
+    {
+      py::gil_scoped_release release;
+      status = call();
+    }
+    if (!status.ok()) throw CodecError{status};
+  }
+  template <class Call>
+  py::tuple Run(const Call& call) {
+    arc_v3::Delta delta;
+    Check([&] { return call(&delta); });
+    py::bytes payload(reinterpret_cast<const char*>(delta.bytes.data()), delta.bytes.size());
+    return py::make_tuple(std::move(payload), delta.checksum);
+  }
+
+  arc_v3::Session session_;
+};
 
 py::dict Inspect(const py::buffer& payload) {
   const py::buffer_info p = payload.request();
@@ -393,6 +490,18 @@ PYBIND11_MODULE(_arc_v3, m) {
   m.def("decompress_tensors_into", &DecompressTensorsInto, py::arg("srcs"), py::arg("payload"),
         py::arg("checksum"), py::arg("outs"), py::arg("threads"));
   m.def("inspect", &Inspect, py::arg("payload"));
+  py::class_<PySession>(m, "Session")
+      .def(py::init<int, int, uint32_t>(), py::arg("effort"), py::arg("threads"),
+           py::arg("chunk_elements"))
+      .def("compress", &PySession::Compress, py::arg("src"), py::arg("dst"))
+      .def("decompress_into", &PySession::DecompressInto, py::arg("src"), py::arg("payload"),
+           py::arg("checksum"), py::arg("out"))
+      .def("compress_tensors", &PySession::CompressTensors, py::arg("srcs"), py::arg("dsts"))
+      .def("decompress_tensors_into", &PySession::DecompressTensorsInto, py::arg("srcs"),
+           py::arg("payload"), py::arg("checksum"), py::arg("outs"))
+      .def_property_readonly("steps", &PySession::steps)
+      .def_property_readonly("history_id", &PySession::history_id)
+      .def("reset", &PySession::Reset);
   m.def("xxh3_64", &Xxh3, py::arg("buffer"));
   m.def("checkpoint_diff", &CheckpointDiff, py::arg("prev_path"), py::arg("next_path"),
         py::arg("delta_path"), py::arg("format"), py::arg("effort"), py::arg("threads"));

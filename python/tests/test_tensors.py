@@ -99,3 +99,44 @@ def test_misuse_raises_python_errors():
     with pytest.raises(ArcV3Error) as e:
         delta_compress_tensors(srcs, dsts, "arc_v3_published")
     assert e.value.name == "invalid_argument"
+
+
+def test_session_steps_and_errors():
+    """arc_v3.Session: per tensor and over a group, in step on both sides; a wrong base
+    or a missed step is refused with the receiver unchanged."""
+    steps = [bf16_step((200_000,), lr=1e-5, seed=s) for s in range(3)]
+    chain = [steps[0][0]]
+    for _, n in steps:  # a chain of snapshots: each step moves the previous one
+        chain.append(torch.where(torch.rand(200_000, generator=torch.Generator().manual_seed(
+            len(chain))) < 0.02, n, chain[-1]))
+    sender, receiver = arc_v3.Session(), arc_v3.Session()
+    weights = chain[0].clone()
+    payloads = []
+    for k in range(len(chain) - 1):
+        payload, checksum = sender.compress(chain[k], chain[k + 1])
+        payloads.append((payload, checksum))
+        with pytest.raises(ArcV3Error) as e:
+            delta_decompress(chain[k], payload, checksum)
+        assert e.value.name == "history_mismatch"
+        assert receiver.decompress(weights, payload, checksum, out=weights) is weights
+        assert torch.equal(weights.view(torch.int16), chain[k + 1].view(torch.int16))
+        assert receiver.history_id == sender.history_id and receiver.steps == k + 1
+    late = arc_v3.Session()
+    with pytest.raises(ArcV3Error) as e:
+        late.decompress(chain[1], *payloads[1])  # step 1 without step 0
+    assert e.value.name == "history_mismatch" and late.steps == 0
+    with pytest.raises(ArcV3Error) as e:
+        late.decompress(chain[1], *payloads[0])  # step 0 on the wrong base
+    assert e.value.name == "wrong_base" and late.steps == 0
+    restored = late.decompress(chain[0], *payloads[0])
+    assert torch.equal(restored.view(torch.int16), chain[1].view(torch.int16))
+
+    srcs, dsts = small_layers(seed=11)
+    group_sender, group_receiver = arc_v3.Session(), arc_v3.Session()
+    payload, checksum = group_sender.compress_tensors(srcs, dsts)
+    assert arc_v3.payload_info(payload)["tensor_elements"] == [t.numel() for t in srcs]
+    restored = group_receiver.decompress_tensors(srcs, payload, checksum)
+    for r, d in zip(restored, dsts):
+        assert torch.equal(r.view(torch.int16), d.view(torch.int16))
+    group_sender.reset()
+    assert group_sender.steps == 0

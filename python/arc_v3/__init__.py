@@ -288,8 +288,8 @@ def delta_compress_tensors(srcs, dsts, compression_format="arc_v3", *, threads=0
 
     Every payload pays a frame, a checksum and the time its adaptive contexts take to
     learn, about 20-30 bytes: for norms, biases and small layers with a few hundred changed
-    values, one payload for the group is 5-20% smaller than one per tensor. Tensors with
-    thousands of changes gain little and can lose ~1%: give them their own payloads.
+    values, one payload for the group is 5-20% smaller than one per tensor. Where ~10% of
+    the values change, grouping tensors with thousands of changes each can cost ~1%.
 
     Args:
         srcs, dsts: sequences of the same length; srcs[i] and dsts[i] as for

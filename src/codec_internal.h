@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -65,6 +66,39 @@ Status ListTensors(const Tensor* tensors, size_t tensor_count, std::vector<uint6
     *total += tensor.count;
   }
   return Status::Ok();
+}
+
+// The first of the tensors' arrays that `field` picks (src, dst or out) if they lie back to
+// back in memory (a safetensors file, a flat parameter buffer), else nullptr; for tensors
+// without elements, a non-null dummy.
+template <class Tensor, class Field>
+auto BackToBack(const Tensor* tensors, size_t tensor_count, const Field& field)
+    -> decltype(field(tensors[0])) {
+  static uint16_t no_elements[1];
+  decltype(field(tensors[0])) start = nullptr;
+  decltype(field(tensors[0])) end = nullptr;
+  for (size_t t = 0; t < tensor_count; ++t) {
+    if (tensors[t].count == 0) continue;
+    const auto values = field(tensors[t]);
+    if (start == nullptr) start = values;
+    if (end != nullptr && values != end) return nullptr;
+    end = values + tensors[t].count;
+  }
+  return start != nullptr ? start : no_elements;
+}
+
+// The tensors' arrays that `field` picks, copied one after the other into `copy`.
+template <class Tensor, class Field>
+const uint16_t* Gather(const Tensor* tensors, size_t tensor_count, size_t total,
+                       const Field& field, std::vector<uint16_t>* copy) {
+  copy->resize(total);
+  size_t at = 0;
+  for (size_t t = 0; t < tensor_count; ++t) {
+    if (tensors[t].count == 0) continue;
+    std::memcpy(copy->data() + at, field(tensors[t]), tensors[t].count * sizeof(uint16_t));
+    at += tensors[t].count;
+  }
+  return copy->data();
 }
 
 // The tensors of a group as their two concatenated arrays: the tensors' own memory when

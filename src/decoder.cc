@@ -490,37 +490,6 @@ Status CheckTensorList(const FrameHeader& header, const std::vector<uint64_t>* t
   return Status::Ok();
 }
 
-// The first array of the tensors' src or out arrays (`field` picks which) if they lie back
-// to back in memory (a safetensors file, a flat parameter buffer), else nullptr. For
-// tensors without elements, a non-null dummy.
-template <class Field>
-auto BackToBack(const TensorOut* tensors, size_t tensor_count, const Field& field)
-    -> decltype(field(tensors[0])) {
-  static uint16_t no_elements[1];
-  decltype(field(tensors[0])) start = nullptr;
-  decltype(field(tensors[0])) end = nullptr;
-  for (size_t t = 0; t < tensor_count; ++t) {
-    if (tensors[t].count == 0) continue;
-    const auto values = field(tensors[t]);
-    if (start == nullptr) start = values;
-    if (end != nullptr && values != end) return nullptr;
-    end = values + tensors[t].count;
-  }
-  return start != nullptr ? start : no_elements;
-}
-
-const uint16_t* Gather(const TensorOut* tensors, size_t tensor_count, size_t total,
-                       std::vector<uint16_t>* copy) {
-  copy->resize(total);
-  size_t at = 0;
-  for (size_t t = 0; t < tensor_count; ++t) {
-    if (tensors[t].count == 0) continue;
-    std::memcpy(copy->data() + at, tensors[t].src, tensors[t].count * sizeof(uint16_t));
-    at += tensors[t].count;
-  }
-  return copy->data();
-}
-
 void Scatter(const uint16_t* result, const TensorOut* tensors, size_t tensor_count) {
   size_t at = 0;
   for (size_t t = 0; t < tensor_count; ++t) {
@@ -656,9 +625,9 @@ Status DecodeTensors(const TensorOut* tensors, size_t tensor_count,
   // Tensors that lie back to back in memory are decoded in place; others go through
   // copies (DecodeFrame writes its `out` only once the result is verified).
   std::vector<uint16_t> src_copy, result;
-  const uint16_t* src =
-      BackToBack(tensors, tensor_count, [](const TensorOut& t) { return t.src; });
-  if (src == nullptr) src = Gather(tensors, tensor_count, total, &src_copy);
+  const auto field_src = [](const TensorOut& t) { return t.src; };
+  const uint16_t* src = BackToBack(tensors, tensor_count, field_src);
+  if (src == nullptr) src = Gather(tensors, tensor_count, total, field_src, &src_copy);
   SessionFrame expected;
   if (history_id != nullptr) {
     expected.base_checksum = Checksum(src, total);

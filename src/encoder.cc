@@ -207,32 +207,6 @@ Status EncodeChunkV2(const uint16_t* src, const uint16_t* dst, size_t chunk_len,
   return Status::Ok();
 }
 
-// The concatenation of the tensors' arrays (`field` picks src or dst): the first array
-// itself when they lie back to back in memory, else a copy made in `copy`.
-template <class Field>
-const uint16_t* Concatenation(const TensorDelta* tensors, size_t tensor_count, size_t total,
-                              const Field& field, std::vector<uint16_t>* copy) {
-  const uint16_t* start = nullptr;
-  const uint16_t* end = nullptr;
-  bool contiguous = true;
-  for (size_t t = 0; t < tensor_count && contiguous; ++t) {
-    if (tensors[t].count == 0) continue;
-    const uint16_t* values = field(tensors[t]);
-    if (start == nullptr) start = values;
-    contiguous = end == nullptr || values == end;
-    end = values + tensors[t].count;
-  }
-  if (contiguous) return start;
-  copy->resize(total);
-  size_t at = 0;
-  for (size_t t = 0; t < tensor_count; ++t) {
-    if (tensors[t].count == 0) continue;
-    std::memcpy(copy->data() + at, field(tensors[t]), tensors[t].count * sizeof(uint16_t));
-    at += tensors[t].count;
-  }
-  return copy->data();
-}
-
 int ChunkLog(uint32_t chunk_elements) {
   int log = 0;
   while ((uint64_t{1} << log) < chunk_elements) ++log;
@@ -357,12 +331,16 @@ Status ConcatenateTensors(const TensorDelta* tensors, size_t tensor_count,
                           ConcatenatedTensors* group) {
   const Status listed = ListTensors(tensors, tensor_count, &group->counts, &group->total);
   if (!listed.ok()) return listed;
-  group->src = Concatenation(
-      tensors, tensor_count, group->total, [](const TensorDelta& t) { return t.src; },
-      &group->src_copy);
-  group->dst = Concatenation(
-      tensors, tensor_count, group->total, [](const TensorDelta& t) { return t.dst; },
-      &group->dst_copy);
+  const auto src = [](const TensorDelta& t) { return t.src; };
+  const auto dst = [](const TensorDelta& t) { return t.dst; };
+  group->src = BackToBack(tensors, tensor_count, src);
+  if (group->src == nullptr) {
+    group->src = Gather(tensors, tensor_count, group->total, src, &group->src_copy);
+  }
+  group->dst = BackToBack(tensors, tensor_count, dst);
+  if (group->dst == nullptr) {
+    group->dst = Gather(tensors, tensor_count, group->total, dst, &group->dst_copy);
+  }
   return Status::Ok();
 }
 

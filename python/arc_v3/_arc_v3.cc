@@ -399,7 +399,10 @@ py::dict ContainerManifest(const py::buffer& container) {
       for (const arc_v3::container::Piece& p : t.pieces) {
         coders.append(arc_v3::container::CoderName(p.coder));
       }
+      // A grouped tensor is coded whole inside its group's one arc_v3 payload.
+      if (t.grouped()) coders.append(arc_v3::container::CoderName(arc_v3::container::Coder::kArcV3));
       entry["coders"] = coders;
+      entry["group"] = t.grouped() ? py::object(py::int_(t.group)) : py::object(py::none());
       tensors.append(entry);
     }
   }

@@ -16,9 +16,10 @@ int16 I16, int32 I32, int64 I64, uint8 U8, bool BOOL (others raise TypeError).
 
 The container then describes next against prev: per tensor, row-block pieces with the
 XXH3-64 of their base and target rows. BF16 tensors with a base of the same dtype and shape
-are arc_v3 payloads; other dtypes the XOR with the base through zstd; tensors that are new,
-or whose dtype or shape changed, are carried whole; tensors only in prev are listed as
-removed. Decoding checks every piece's base rows and target rows against its checksums.
+are arc_v3 payloads, those under 2^20 elements coded together in groups (one payload for
+many norms and biases); other dtypes the XOR with the base through zstd; tensors that are
+new, or whose dtype or shape changed, are carried whole; tensors only in prev are listed
+as removed. Decoding checks every base against its checksum, and every target.
 
 The container's C++ diff/apply (src/cli/checkpoint_delta.h) work on files: the helpers
 write the safetensors files and the container into a private temporary directory (under
@@ -184,7 +185,8 @@ def delta_dicts_info(delta_bytes):
 
         {"layout": "file" or "directory", "removed_tensors": [name, ...],
          "tensors": [{"name", "kind": "delta"/"added"/"reshaped", "dtype": e.g. "BF16",
-                      "shape": tuple, "coders": [coder of each piece, e.g. "arc_v3"]}]}
+                      "shape": tuple, "coders": [coder of each piece, e.g. "arc_v3"],
+                      "group": index of the group coding it whole, or None}]}
     """
     return _ext.container_manifest(memoryview(delta_bytes).cast("B"))
 

@@ -63,6 +63,9 @@ def test_round_trip_any_dtypes():
     assert set(tensors) == set(nxt)
     assert tensors["layer0.weight"]["kind"] == "delta"
     assert tensors["layer0.weight"]["coders"] == ["arc_v3"]
+    # Small BF16 tensors share one payload (a group); others have pieces of their own.
+    assert tensors["layer0.weight"]["group"] == 0
+    assert tensors["norm.weight"]["group"] is None
     assert tensors["layer0.weight"]["dtype"] == "BF16"
     assert tensors["layer0.weight"]["shape"] == (256, 128)
     assert tensors["norm.weight"]["kind"] == "delta" and \
@@ -79,11 +82,11 @@ def test_round_trip_any_dtypes():
 def test_bytes_are_the_checkpoint_delta_container():
     prev, nxt = make_state_dicts()
     delta = delta_compress_dicts(prev, nxt)
-    # FORMAT.md Part 2 header: magic, version 1, flags 0, then M and D with 40 + M + D
-    # the whole size.
+    # FORMAT.md Part 2 header: magic, version 2 (it has a group), flags 0, then M and D
+    # with 40 + M + D the whole size.
     magic, version, flags, manifest_size, _, data_size, _ = struct.unpack_from(
         "<4sHHQQQQ", delta)
-    assert magic == b"A3DC" and version == 1 and flags == 0
+    assert magic == b"A3DC" and version == 2 and flags == 0
     assert 40 + manifest_size + data_size == len(delta)
     # The bytes do not depend on the thread count or on the dicts' key order.
     assert delta_compress_dicts(prev, nxt, threads=1) == delta

@@ -245,6 +245,54 @@ Status CheckBaseRows(const TensorEntry& t, const Piece& p, const uint8_t* base_r
   return Status::Ok();
 }
 
+// Puts the file's small BF16 delta tensors into groups of at most kPieceElements
+// elements, in file order (FORMAT.md, Part 2: groups).
+void AssignGroups(FileEntry* f) {
+  for (size_t i = 0; i < f->tensors.size(); ++i) {
+    TensorEntry& t = f->tensors[i];
+    const uint64_t elements = t.bytes() / 2;
+    if (t.kind != TensorKind::kDelta || t.dtype != "BF16" || elements == 0 ||
+        elements >= kGroupBelowElements) {
+      continue;
+    }
+    if (f->groups.empty() || f->groups.back().elements + elements > kPieceElements) {
+      f->groups.emplace_back();
+    }
+    Group& g = f->groups.back();
+    g.members.push_back(i);
+    g.elements += elements;
+    t.group = f->groups.size() - 1;
+    t.pieces.clear();
+  }
+}
+
+// The base bytes of every member of a group, checked against the manifest: a mismatch
+// names the member (and, for a partial apply of another tensor, what it is needed for).
+Status GroupBases(const Checkpoint& base, const FileEntry& f, const Group& g,
+                  const std::string& needed_by, std::vector<const uint8_t*>* data,
+                  std::vector<uint64_t>* bytes) {
+  data->clear();
+  bytes->clear();
+  for (size_t member : g.members) {
+    const TensorEntry& t = f.tensors[member];
+    const uint8_t* rows = nullptr;
+    Status s = FindBaseTensor(base, t, &rows);
+    if (s.ok()) {
+      Prefault(rows, t.bytes());
+      if (Hash(rows, t.bytes()) != t.base_xxh3) {
+        s = WrongBase("tensor '" + t.name + "' differs from the delta's base (checksum mismatch)");
+      }
+    }
+    if (!s.ok()) {
+      if (needed_by.empty() || needed_by == t.name) return s;
+      return Status(s.code(), s.message() + "; it shares a group with '" + needed_by + "'");
+    }
+    data->push_back(rows);
+    bytes->push_back(t.bytes());
+  }
+  return Status::Ok();
+}
+
 // Decodes a small non-tensor piece (header, fills) into a vector.
 Status DecodeBytes(const Reader& reader, const Piece& p, std::vector<uint8_t>* out) {
   std::vector<uint8_t> scratch;
@@ -264,15 +312,34 @@ Status OpenDelta(const std::string& path, Reader* reader) {
   return s;
 }
 
-// One piece of work: a piece of one tensor of one output file.
+// One piece of work: a piece of one tensor of one output file, or a group of tensors.
 struct Task {
   size_t file = 0;  // index into the manifest's files (and the aside files)
   const TensorEntry* tensor = nullptr;
   const Piece* piece = nullptr;
   const uint8_t* base = nullptr;  // base rows of the piece, or nullptr
+  const Group* group = nullptr;   // set instead of tensor, piece and base
 };
 
+uint64_t GroupBytes(const Group& g) { return g.elements * 2; }
+
 }  // namespace
+
+Status ApplyGroup(const Checkpoint& base, const Reader& reader, const FileEntry& f, const Group& g,
+                  std::vector<uint16_t>* decoded, const std::string& needed_by) {
+  std::vector<const uint8_t*> base_data;
+  std::vector<uint64_t> bytes;
+  Status s = GroupBases(base, f, g, needed_by, &base_data, &bytes);
+  if (!s.ok()) return s;
+  std::vector<uint8_t> scratch;
+  const uint8_t* stored = nullptr;
+  s = reader.ReadGroup(g, &scratch, &stored);
+  if (s.ok()) s = DecodeGroup(g, stored, base_data, bytes, decoded);
+  if (!s.ok()) {
+    return Status(s.code(), "group of tensor '" + f.tensors[g.members[0]].name + "': " + s.message());
+  }
+  return Status::Ok();
+}
 
 Status Checkpoint::Open(const std::string& path, Checkpoint* checkpoint) {
   Checkpoint result;
@@ -362,6 +429,7 @@ Status Diff(const std::string& prev_path, const std::string& next_path, const st
       t.pieces = PlanPieces(t);
       f.tensors.push_back(std::move(t));
     }
+    if (options.group && options.format == Format::kDefault) AssignGroups(&f);
     m.files.push_back(std::move(f));
     raw_files.push_back(std::move(raw));
   }
@@ -400,6 +468,13 @@ Status Diff(const std::string& prev_path, const std::string& next_path, const st
     bool bf16;
     Piece* piece;
     bool tensor;  // counts towards progress
+    FileEntry* file = nullptr;  // with `group`, instead of base, target and piece
+    Group* group = nullptr;
+  };
+  const auto base_of = [&prev](const TensorEntry& t) {
+    const safetensors::File* base_file = nullptr;
+    const safetensors::TensorInfo* info = prev.Find(t.name, &base_file);
+    return base_file->data(*info);
   };
   std::vector<EncodeTask> tasks;
   uint64_t total = 0;
@@ -407,14 +482,19 @@ Status Diff(const std::string& prev_path, const std::string& next_path, const st
     FileEntry& f = m.files[fi];
     const uint8_t* raw = raw_files[fi]->data();
     tasks.push_back({nullptr, raw, f.data_start, 1, false, &f.header, false});
-    for (TensorEntry& t : f.tensors) {
-      const uint8_t* target = raw + f.data_start + t.data_offset;
-      const uint8_t* base = nullptr;
-      if (t.kind == TensorKind::kDelta) {
-        const safetensors::File* base_file = nullptr;
-        const safetensors::TensorInfo* info = prev.Find(t.name, &base_file);
-        base = base_file->data(*info);
+    for (size_t ti = 0; ti < f.tensors.size(); ++ti) {
+      TensorEntry& t = f.tensors[ti];
+      if (t.grouped()) {
+        // A group is one task, stored where its first member would be.
+        Group& g = f.groups[t.group];
+        if (g.members[0] == ti) {
+          tasks.push_back({nullptr, nullptr, GroupBytes(g), 2, true, nullptr, true, &f, &g});
+          total += GroupBytes(g);
+        }
+        continue;
       }
+      const uint8_t* target = raw + f.data_start + t.data_offset;
+      const uint8_t* base = t.kind == TensorKind::kDelta ? base_of(t) : nullptr;
       for (Piece& p : t.pieces) {
         const uint64_t offset = p.row_begin * t.row_bytes();
         const uint64_t bytes = (p.row_end - p.row_begin) * t.row_bytes();
@@ -442,6 +522,27 @@ Status Diff(const std::string& prev_path, const std::string& next_path, const st
   ParallelFor(tasks.size(), WorkerCount(options.threads, tasks.size()), [&](size_t i, size_t) {
     if (error.Skip(i)) return;
     const EncodeTask& task = tasks[i];
+    if (task.group != nullptr) {
+      const FileEntry& f = *task.file;
+      const uint8_t* raw = raw_files[static_cast<size_t>(task.file - m.files.data())]->data();
+      std::vector<const uint8_t*> base, target;
+      std::vector<uint64_t> bytes, base_xxh3;
+      for (size_t member : task.group->members) {
+        const TensorEntry& t = f.tensors[member];
+        base.push_back(base_of(t));
+        target.push_back(raw + f.data_start + t.data_offset);
+        bytes.push_back(t.bytes());
+        Prefault(base.back(), bytes.back());
+        Prefault(target.back(), bytes.back());
+      }
+      error.Set(i, EncodeGroup(base, target, bytes, options.effort, task.group, &base_xxh3,
+                               &outputs[i]));
+      for (size_t k = 0; k < base_xxh3.size(); ++k) {
+        task.file->tensors[task.group->members[k]].base_xxh3 = base_xxh3[k];
+      }
+      if (options.progress_done != nullptr) *options.progress_done += task.bytes;
+      return;
+    }
     Prefault(task.base, task.bytes);
     Prefault(task.target, task.bytes);
     error.Set(i, EncodePiece(task.base, task.target, task.bytes, task.element_size, task.bf16,
@@ -452,11 +553,12 @@ Status Diff(const std::string& prev_path, const std::string& next_path, const st
 
   uint64_t offset = 0;
   for (size_t i = 0; i < tasks.size(); ++i) {
-    tasks[i].piece->offset = offset;
+    (tasks[i].group != nullptr ? tasks[i].group->offset : tasks[i].piece->offset) = offset;
     offset += outputs[i].size();
   }
   for (FileEntry& f : m.files) {
     for (TensorEntry& t : f.tensors) {
+      if (t.grouped()) continue;  // base_xxh3 is the member's own, set by EncodeGroup
       std::vector<uint64_t> base_hashes, target_hashes;
       for (const Piece& p : t.pieces) {
         base_hashes.push_back(p.base_xxh3);
@@ -553,16 +655,39 @@ Status Apply(const std::string& prev_path, const std::string& delta_path, const 
         total += (p.row_end - p.row_begin) * t.row_bytes();
       }
     }
+    for (const Group& g : f.groups) {
+      Task task;
+      task.file = index;
+      task.group = &g;
+      tasks.push_back(task);
+      total += GroupBytes(g);
+    }
   }
   if (options.progress_total != nullptr) *options.progress_total = total;
 
   const size_t workers = WorkerCount(options.threads, tasks.size());
   std::vector<std::vector<uint8_t>> buffers(workers);
   std::vector<std::vector<uint8_t>> scratch(workers);
+  std::vector<std::vector<uint16_t>> group_buffers(workers);
   FirstError error;
   ParallelFor(tasks.size(), workers, [&](size_t i, size_t w) {
     if (error.Skip(i)) return;
     const Task& task = tasks[i];
+    if (task.group != nullptr) {
+      const FileEntry& f = m.files[task.file];
+      Status st = ApplyGroup(base, reader, f, *task.group, &group_buffers[w], "");
+      const uint8_t* decoded = reinterpret_cast<const uint8_t*>(group_buffers[w].data());
+      for (size_t k = 0; k < task.group->members.size() && st.ok(); ++k) {
+        const TensorEntry& t = f.tensors[task.group->members[k]];
+        st = WriteAll(out.fd(task.file), decoded, t.bytes(), f.data_start + t.data_offset,
+                      out.temp(task.file));
+        decoded += t.bytes();
+      }
+      if (!st.ok()) return error.Set(i, st);
+      if (options.progress_done != nullptr) *options.progress_done += GroupBytes(*task.group);
+      if (options.hook) error.Set(i, options.hook("piece"));
+      return;
+    }
     const TensorEntry& t = *task.tensor;
     const Piece& p = *task.piece;
     const uint64_t bytes = (p.row_end - p.row_begin) * t.row_bytes();
@@ -637,6 +762,16 @@ Status Verify(const std::string& prev_path, const std::string& delta_path, const
       total += (p.row_end - p.row_begin) * entry.first->row_bytes();
     }
   }
+  const Manifest& m = reader.manifest();
+  for (size_t fi = 0; fi < m.files.size(); ++fi) {
+    for (const Group& g : m.files[fi].groups) {
+      Task task;
+      task.file = fi;
+      task.group = &g;
+      tasks.push_back(task);
+      total += GroupBytes(g);
+    }
+  }
   if (options.progress_total != nullptr) *options.progress_total = total;
   const size_t workers = WorkerCount(options.threads, tasks.size());
   std::vector<std::vector<uint8_t>> scratch(workers);
@@ -644,6 +779,20 @@ Status Verify(const std::string& prev_path, const std::string& delta_path, const
   ParallelFor(tasks.size(), workers, [&](size_t i, size_t w) {
     if (error.Skip(i)) return;
     const Task& task = tasks[i];
+    if (task.group != nullptr) {
+      std::vector<const uint8_t*> base_data;
+      std::vector<uint64_t> bytes;
+      const FileEntry& f = m.files[task.file];
+      error.Set(i, GroupBases(base, f, *task.group, "", &base_data, &bytes));
+      const uint8_t* stored = nullptr;
+      const Status st = reader.ReadGroup(*task.group, &scratch[w], &stored);
+      if (!st.ok()) {
+        error.Set(i, Status(st.code(), "group of tensor '" + f.tensors[task.group->members[0]].name +
+                                           "': " + st.message()));
+      }
+      if (options.progress_done != nullptr) *options.progress_done += GroupBytes(*task.group);
+      return;
+    }
     error.Set(i, CheckBaseRows(*task.tensor, *task.piece, task.base));
     // The piece itself must be intact too, or apply would fail later.
     const uint8_t* stored = nullptr;
@@ -655,7 +804,7 @@ Status Verify(const std::string& prev_path, const std::string& delta_path, const
   });
   if (error.failed()) return error.status();
   if (report != nullptr) {
-    report->tensors = base_data.size();
+    report->tensors = base_data.size();  // grouped tensors included
     report->pieces = tasks.size();
     report->target_bytes = total;
     report->delta_bytes = reader.source().size();
@@ -667,6 +816,31 @@ Status ApplyRows(const Checkpoint& base, const Reader& delta, const TensorEntry&
                  uint64_t row_begin, uint64_t row_end, uint8_t* out, int threads) {
   row_end = std::min(row_end, t.rows());
   if (row_begin > row_end) return Status(ErrorCode::kInvalidArgument, "row range is reversed");
+  const uint64_t row_bytes = t.row_bytes();
+  if (t.grouped()) {
+    // Groups hold small tensors only: decode the whole group, keep the rows.
+    const FileEntry* file = nullptr;
+    for (const FileEntry& f : delta.manifest().files) {
+      if (!f.tensors.empty() && &t >= f.tensors.data() && &t < f.tensors.data() + f.tensors.size()) {
+        file = &f;
+      }
+    }
+    if (file == nullptr) {
+      return Status(ErrorCode::kInvalidArgument, "tensor '" + t.name + "' is not from this delta");
+    }
+    std::vector<uint16_t> decoded;
+    Status s = ApplyGroup(base, delta, *file, file->groups[t.group], &decoded, t.name);
+    if (!s.ok()) return s;
+    const uint8_t* at = reinterpret_cast<const uint8_t*>(decoded.data());
+    for (size_t member : file->groups[t.group].members) {
+      if (&file->tensors[member] == &t) break;
+      at += file->tensors[member].bytes();
+    }
+    if (row_end > row_begin) {
+      std::memcpy(out, at + row_begin * row_bytes, (row_end - row_begin) * row_bytes);
+    }
+    return Status::Ok();
+  }
   const uint8_t* base_data = nullptr;
   if (t.kind == TensorKind::kDelta) {
     const Status found = FindBaseTensor(base, t, &base_data);
@@ -676,7 +850,6 @@ Status ApplyRows(const Checkpoint& base, const Reader& delta, const TensorEntry&
   for (const Piece& p : t.pieces) {
     if (p.row_end > row_begin && p.row_begin < row_end) pieces.push_back(&p);
   }
-  const uint64_t row_bytes = t.row_bytes();
   FirstError error;
   ParallelFor(pieces.size(), WorkerCount(threads, pieces.size()), [&](size_t i, size_t) {
     if (error.Skip(i)) return;

@@ -49,6 +49,10 @@ struct RunOptions {
   int effort = 1;
   // arc_v3 Options::format of BF16 pieces in Diff (decoding reads every format).
   Format format = Format::kDefault;
+  // Diff codes BF16 delta tensors under kGroupBelowElements in groups (container version
+  // 2) rather than one payload each. Off: a version-1 container, for older readers.
+  // Groups need format kDefault.
+  bool group = true;
   // Bytes of tensor data processed so far / in all; updated as pieces finish.
   std::atomic<uint64_t>* progress_done = nullptr;
   std::atomic<uint64_t>* progress_total = nullptr;
@@ -59,7 +63,7 @@ struct RunOptions {
 };
 
 struct RunReport {
-  uint64_t files = 0, tensors = 0, pieces = 0;
+  uint64_t files = 0, tensors = 0, pieces = 0;  // pieces: groups included
   uint64_t target_bytes = 0;  // bytes of the checkpoint produced / described
   uint64_t delta_bytes = 0;
   std::vector<std::string> written;  // output paths
@@ -82,9 +86,16 @@ Status Verify(const std::string& prev, const std::string& delta_path, const RunO
 
 // Partial apply: decodes rows [row_begin, row_end) (clipped to the tensor) of one target
 // tensor into `out` (row_bytes * rows long), reading only the overlapping pieces of the
-// delta and checking the base rows they cover.
+// delta and checking the base rows they cover. A grouped tensor reads its group and
+// needs the base of every member.
 Status ApplyRows(const Checkpoint& base, const Reader& delta, const TensorEntry& tensor,
                  uint64_t row_begin, uint64_t row_end, uint8_t* out, int threads);
+
+// Checks the bases of a group's members (a mismatch names the member and, unless empty,
+// `needed_by`, the tensor it is needed for), reads the group and decodes it into
+// `decoded`: the members' target bytes, back to back.
+Status ApplyGroup(const Checkpoint& base, const Reader& reader, const FileEntry& file,
+                  const Group& group, std::vector<uint16_t>* decoded, const std::string& needed_by);
 
 // Partial apply into a new safetensors file: every target tensor whose name matches the
 // ECMAScript regular expression `tensor_regex` (whole-name match), sliced to rows

@@ -153,7 +153,29 @@ bool PlainFileName(const std::string& name) {
          name.find('\0') == std::string::npos;
 }
 
-Manifest ManifestFromJson(const Json& root, uint64_t data_size) {
+OrderedJson GroupToJson(const Group& g) {
+  OrderedJson j;
+  j["offset"] = g.offset;
+  j["size"] = g.size;
+  j["xxh3"] = HexU64(g.xxh3);
+  j["target_xxh3"] = HexU64(g.target_xxh3);
+  return j;
+}
+
+Group GroupFromJson(const Json& j, uint64_t data_size, const std::string& where) {
+  CheckKeys(j, {"offset", "size", "xxh3", "target_xxh3"}, where);
+  Group g;
+  g.offset = U64(Field(j, "offset", where), where + ".offset");
+  g.size = U64(Field(j, "size", where), where + ".size");
+  if (CheckedAdd(g.offset, g.size, where + " byte range") > data_size) {
+    Fail(where + " lies beyond the data section");
+  }
+  g.xxh3 = Hex(Field(j, "xxh3", where), where + ".xxh3");
+  g.target_xxh3 = Hex(Field(j, "target_xxh3", where), where + ".target_xxh3");
+  return g;
+}
+
+Manifest ManifestFromJson(const Json& root, uint64_t data_size, uint16_t version) {
   CheckKeys(root, {"layout", "files", "removed_files", "removed_tensors"}, "manifest");
   Manifest m;
   const std::string layout = Str(Field(root, "layout", "manifest"), "layout");
@@ -173,7 +195,9 @@ Manifest ManifestFromJson(const Json& root, uint64_t data_size) {
   std::set<std::string> file_names, tensor_names;
   for (const Json& jf : files) {
     const std::string fwhere = "file #" + std::to_string(m.files.size());
-    CheckKeys(jf, {"name", "size", "header", "fills", "fill", "tensors"}, fwhere);
+    std::set<std::string> file_keys = {"name", "size", "header", "fills", "fill", "tensors"};
+    if (version >= 2) file_keys.insert("groups");
+    CheckKeys(jf, file_keys, fwhere);
     FileEntry f;
     f.name = Str(Field(jf, "name", fwhere), fwhere + ".name");
     if (!PlainFileName(f.name)) Fail(fwhere + " name '" + f.name + "' is not a plain file name");
@@ -205,6 +229,14 @@ Manifest ManifestFromJson(const Json& root, uint64_t data_size) {
         Fail(where + ".fill length differs from the fills");
       }
     }
+    if (version >= 2) {
+      const Json& groups = Field(jf, "groups", where);
+      if (!groups.is_array()) Fail(where + ".groups is not an array");
+      for (const Json& jg : groups) {
+        f.groups.push_back(GroupFromJson(jg, data_size, where + " group #" +
+                                                            std::to_string(f.groups.size())));
+      }
+    }
     const Json& tensors = Field(jf, "tensors", where);
     if (!tensors.is_array()) Fail(where + ".tensors is not an array");
     for (const Json& jt : tensors) {
@@ -218,9 +250,14 @@ Manifest ManifestFromJson(const Json& root, uint64_t data_size) {
       else if (kind == "reshaped") t.kind = TensorKind::kReshaped;
       else Fail(twhere + " has unknown kind '" + kind + "'");
       const bool with_base = t.kind == TensorKind::kDelta;
-      std::set<std::string> keys = {"name", "kind", "dtype", "shape", "data_offset",
-                                    "target_xxh3", "pieces"};
+      const bool grouped = jt.is_object() && jt.contains("group");
+      std::set<std::string> keys = {"name", "kind", "dtype", "shape", "data_offset"};
       if (with_base) keys.insert("base_xxh3");
+      if (grouped) {
+        keys.insert("group");
+      } else {
+        keys.insert({"target_xxh3", "pieces"});
+      }
       CheckKeys(jt, keys, twhere);
       t.dtype = Str(Field(jt, "dtype", twhere), twhere + ".dtype");
       const size_t element_size = safetensors::DTypeSize(t.dtype);
@@ -237,6 +274,18 @@ Manifest ManifestFromJson(const Json& root, uint64_t data_size) {
       const uint64_t begin = CheckedAdd(f.data_start, t.data_offset, twhere + " offset");
       ranges.emplace_back(begin, CheckedAdd(begin, bytes, twhere + " range"));
       if (with_base) t.base_xxh3 = Hex(Field(jt, "base_xxh3", twhere), twhere + ".base_xxh3");
+      if (grouped) {
+        // Only version-2 files have groups, so "group" is an unknown field in version 1.
+        t.group = U64(Field(jt, "group", twhere), twhere + ".group");
+        if (t.group >= f.groups.size()) Fail(twhere + " names a group the file lacks");
+        if (!with_base || t.dtype != "BF16") Fail(twhere + ": only BF16 deltas are grouped");
+        if (bytes == 0) Fail(twhere + " is empty but grouped");
+        Group& g = f.groups[t.group];
+        g.members.push_back(f.tensors.size());
+        g.elements = CheckedAdd(g.elements, bytes / 2, twhere + " group size");
+        f.tensors.push_back(std::move(t));
+        continue;
+      }
       t.target_xxh3 = Hex(Field(jt, "target_xxh3", twhere), twhere + ".target_xxh3");
       const Json& pieces = Field(jt, "pieces", twhere);
       if (!pieces.is_array()) Fail(twhere + ".pieces is not an array");
@@ -262,6 +311,9 @@ Manifest ManifestFromJson(const Json& root, uint64_t data_size) {
         Fail(twhere + " checksums disagree with its pieces'");
       }
       f.tensors.push_back(std::move(t));
+    }
+    for (size_t g = 0; g < f.groups.size(); ++g) {
+      if (f.groups[g].members.empty()) Fail(where + " group #" + std::to_string(g) + " has no tensors");
     }
     std::sort(ranges.begin(), ranges.end());
     uint64_t at = f.data_start;
@@ -405,6 +457,9 @@ Status MappedFile::Read(uint64_t offset, uint64_t size, std::vector<uint8_t>* /*
 }
 
 std::vector<uint8_t> SerializeHeaderAndManifest(const Manifest& m, uint64_t data_size) {
+  bool any_groups = false;
+  for (const FileEntry& f : m.files) any_groups = any_groups || !f.groups.empty();
+  const uint16_t version = any_groups ? kVersion : kVersionWithoutGroups;
   OrderedJson root;
   root["layout"] = m.directory ? "directory" : "file";
   OrderedJson files = OrderedJson::array();
@@ -416,6 +471,10 @@ std::vector<uint8_t> SerializeHeaderAndManifest(const Manifest& m, uint64_t data
     jf["fills"] = OrderedJson::array();
     for (const auto& r : f.fills) jf["fills"].push_back({r.first, r.second});
     if (!f.fills.empty()) jf["fill"] = PieceToJson(f.fill, false);
+    if (version >= 2) {
+      jf["groups"] = OrderedJson::array();
+      for (const Group& g : f.groups) jf["groups"].push_back(GroupToJson(g));
+    }
     OrderedJson tensors = OrderedJson::array();
     for (const TensorEntry& t : f.tensors) {
       const bool with_base = t.kind == TensorKind::kDelta;
@@ -426,6 +485,11 @@ std::vector<uint8_t> SerializeHeaderAndManifest(const Manifest& m, uint64_t data
       jt["shape"] = t.shape;
       jt["data_offset"] = t.data_offset;
       if (with_base) jt["base_xxh3"] = HexU64(t.base_xxh3);
+      if (t.grouped()) {
+        jt["group"] = t.group;
+        tensors.push_back(std::move(jt));
+        continue;
+      }
       jt["target_xxh3"] = HexU64(t.target_xxh3);
       jt["pieces"] = OrderedJson::array();
       for (const Piece& p : t.pieces) jt["pieces"].push_back(PieceToJson(p, with_base));
@@ -446,7 +510,7 @@ std::vector<uint8_t> SerializeHeaderAndManifest(const Manifest& m, uint64_t data
 
   std::vector<uint8_t> out(kHeaderSize + json.size());
   std::memcpy(out.data(), kMagic, 4);
-  PutU16(kVersion, out.data() + 4);
+  PutU16(version, out.data() + 4);
   PutU16(0, out.data() + 6);
   PutU64(json.size(), out.data() + 8);
   PutU64(Hash(json.data(), json.size()), out.data() + 16);
@@ -470,9 +534,11 @@ Status Reader::Open(std::unique_ptr<ByteSource> source, Reader* reader) {
     return Status(ErrorCode::kBadMagic, "not an arc_v3 delta container (magic is not 'A3DC')");
   }
   const uint16_t version = GetU16(h + 4);
-  if (version != kVersion) {
-    return Status(ErrorCode::kUnsupportedVersion,
-                  "delta container version " + std::to_string(version) + " (this tool reads 1)");
+  if (version < 1 || version > kVersion) {
+    return Status(ErrorCode::kUnsupportedVersion, "delta container version " +
+                                                      std::to_string(version) +
+                                                      " (this tool reads 1 to " +
+                                                      std::to_string(kVersion) + ")");
   }
   if (GetU64(h + 32) != Hash(h, 32)) {
     return Status(ErrorCode::kCorruptHeader, "delta container header checksum mismatch");
@@ -508,7 +574,7 @@ Status Reader::Open(std::unique_ptr<ByteSource> source, Reader* reader) {
   const Json root = Json::parse(json, nullptr, /*allow_exceptions=*/false);
   if (root.is_discarded()) return Corrupt("not valid JSON");
   try {
-    reader->manifest_ = ManifestFromJson(root, data_size);
+    reader->manifest_ = ManifestFromJson(root, data_size, version);
   } catch (const ManifestError& e) {
     return Corrupt(e.what);
   } catch (const std::exception& e) {  // nlohmann type errors, allocation
@@ -526,6 +592,107 @@ Status Reader::ReadPiece(const Piece& piece, std::vector<uint8_t>* scratch,
   if (Hash(*data, piece.size) != piece.xxh3) {
     return Status(ErrorCode::kCorruptChunk, "piece bytes checksum mismatch (corrupt delta)");
   }
+  return Status::Ok();
+}
+
+Status Reader::ReadGroup(const Group& group, std::vector<uint8_t>* scratch,
+                         const uint8_t** data) const {
+  Status s = source_->Read(data_start_ + group.offset, group.size, scratch, data);
+  if (!s.ok()) return s;
+  if (Hash(*data, group.size) != group.xxh3) {
+    return Status(ErrorCode::kCorruptChunk, "group bytes checksum mismatch (corrupt delta)");
+  }
+  return Status::Ok();
+}
+
+namespace {
+
+bool AnyOdd(const std::vector<const uint8_t*>& pointers) {
+  for (const uint8_t* p : pointers) {
+    if (reinterpret_cast<uintptr_t>(p) & 1) return true;
+  }
+  return false;
+}
+
+// The members' bytes as BF16 arrays: the pointers themselves when all are 2-byte aligned
+// (as in safetensors files the writers align), else aligned copies, back to back.
+std::vector<const uint16_t*> AlignedMembers(const std::vector<const uint8_t*>& members,
+                                            const std::vector<uint64_t>& bytes,
+                                            std::vector<uint16_t>* copy) {
+  std::vector<const uint16_t*> result(members.size());
+  if (!AnyOdd(members)) {
+    for (size_t i = 0; i < members.size(); ++i) {
+      result[i] = reinterpret_cast<const uint16_t*>(members[i]);
+    }
+    return result;
+  }
+  uint64_t total = 0;
+  for (uint64_t b : bytes) total += b / 2;
+  copy->resize(total);
+  uint64_t at = 0;
+  for (size_t i = 0; i < members.size(); ++i) {
+    std::memcpy(copy->data() + at, members[i], bytes[i]);
+    result[i] = copy->data() + at;
+    at += bytes[i] / 2;
+  }
+  return result;
+}
+
+}  // namespace
+
+Status EncodeGroup(const std::vector<const uint8_t*>& base, const std::vector<const uint8_t*>& target,
+                   const std::vector<uint64_t>& bytes, int effort, Group* group,
+                   std::vector<uint64_t>* base_xxh3, std::vector<uint8_t>* out) {
+  std::vector<uint16_t> base_copy, target_copy;
+  const std::vector<const uint16_t*> src = AlignedMembers(base, bytes, &base_copy);
+  const std::vector<const uint16_t*> dst = AlignedMembers(target, bytes, &target_copy);
+  std::vector<TensorDelta> tensors(base.size());
+  base_xxh3->resize(base.size());
+  for (size_t i = 0; i < base.size(); ++i) {
+    tensors[i].src = src[i];
+    tensors[i].dst = dst[i];
+    tensors[i].count = bytes[i] / 2;
+    (*base_xxh3)[i] = Hash(base[i], bytes[i]);
+  }
+  Options options;
+  options.threads = 1;  // the caller runs pieces and groups in parallel
+  options.effort = effort;
+  Delta delta;
+  Status s = delta_compress_tensors(tensors.data(), tensors.size(), &delta, options);
+  if (!s.ok()) return s;
+  group->target_xxh3 = delta.checksum;
+  *out = std::move(delta.bytes);
+  group->xxh3 = Hash(out->data(), out->size());
+  group->size = out->size();
+  return Status::Ok();
+}
+
+Status DecodeGroup(const Group& group, const uint8_t* stored, const std::vector<const uint8_t*>& base,
+                   const std::vector<uint64_t>& bytes, std::vector<uint16_t>* out) {
+  std::vector<uint16_t> base_copy;
+  const std::vector<const uint16_t*> src = AlignedMembers(base, bytes, &base_copy);
+  uint64_t total = 0;
+  for (uint64_t b : bytes) total += b / 2;
+  out->resize(total);
+  std::vector<TensorOut> tensors(base.size());
+  uint64_t at = 0;
+  for (size_t i = 0; i < base.size(); ++i) {
+    tensors[i].src = src[i];
+    tensors[i].out = out->data() + at;
+    tensors[i].count = bytes[i] / 2;
+    at += tensors[i].count;
+  }
+  Status s = delta_decompress_tensors(tensors.data(), tensors.size(), stored, group.size,
+                                      group.target_xxh3, /*threads=*/1);
+  if (s.code() == ErrorCode::kChecksumMismatch) {
+    return Status(ErrorCode::kCorruptChunk,
+                  "decoded group differs from the target checksum (corrupt delta)");
+  }
+  if (s.code() == ErrorCode::kSizeMismatch) {
+    // The manifest's member list disagrees with the payload's own.
+    return Status(ErrorCode::kCorruptChunk, "group payload: " + s.message());
+  }
+  if (!s.ok()) return Status(s.code(), "group payload: " + s.message());
   return Status::Ok();
 }
 

@@ -424,7 +424,8 @@ TEST_CASE("corrupt and truncated deltas always give a clean error and write noth
   REQUIRE_OK(Reader::Open(std::move(file), &reader));
   Manifest m = reader.manifest();
   const uint64_t data_size = good.size() - reader.data_start();
-  m.files[0].tensors[0].pieces[0].row_end += 1;  // rows no longer match the shape
+  REQUIRE(!m.files[0].tensors[1].grouped());
+  m.files[0].tensors[1].pieces[0].row_end += 1;  // rows no longer match the shape
   std::vector<uint8_t> head = SerializeHeaderAndManifest(m, data_size);
   head.insert(head.end(), good.begin() + reader.data_start(), good.end());
   WriteFile(bad, head);
@@ -454,6 +455,185 @@ TEST_CASE("corrupt and truncated deltas always give a clean error and write noth
   WriteFile(bad, flagged);
   CHECK(Apply(dir / "prev.safetensors", bad, out, Threads(1), nullptr).code() == ErrorCode::kReservedBitsSet);
   CHECK(!fs::exists(out));
+}
+
+// Many small BF16 tensors (norms, biases, small layers), one tensor too big to group, a
+// U8 tensor that leaves the next BF16 tensors at odd offsets, and an F32 tensor.
+void MakeSmallTensorPair(const std::string& prev, const std::string& next, std::mt19937_64* rng) {
+  std::vector<Tensor> a, b;
+  for (int i = 0; i < 30; ++i) {
+    a.push_back(Random("norm." + std::to_string(i), "BF16", {static_cast<uint64_t>(64 + 8 * i)}, rng));
+    if (i == 10) a.push_back(Random("flags", "U8", {7}, rng));
+    if (i == 20) a.push_back(Random("scale", "F32", {16}, rng));
+  }
+  a.push_back(Random("proj", "BF16", {96, 40}, rng));
+  a.push_back(Random("big", "BF16", {1024, 1024}, rng));  // 2^20 elements: pieces of its own
+  // Three tensors just under the limit: 3 x 1M elements need two groups of at most 2^21.
+  for (int i = 0; i < 3; ++i) a.push_back(Random("mid." + std::to_string(i), "BF16", {1000, 1000}, rng));
+  for (const Tensor& t : a) b.push_back(Step(t, 0.01, rng));
+  WriteSafetensors(prev, a);
+  WriteSafetensors(next, b);
+}
+
+Manifest ReadManifest(const std::string& path) {
+  std::unique_ptr<MappedFile> file;
+  REQUIRE_OK(MappedFile::Open(path, &file));
+  Reader reader;
+  REQUIRE_OK(Reader::Open(std::move(file), &reader));
+  return reader.manifest();
+}
+
+TEST_CASE("small BF16 tensors are grouped (container version 2): exact, smaller, partial pulls") {
+  TempDir dir;
+  std::mt19937_64 rng(21);
+  MakeSmallTensorPair(dir / "prev.safetensors", dir / "next.safetensors", &rng);
+  RunOptions ungrouped = Threads(2);
+  ungrouped.group = false;
+  REQUIRE_OK(Diff(dir / "prev.safetensors", dir / "next.safetensors", dir / "v1.a3d", ungrouped, nullptr));
+  for (int threads : {1, 2}) {
+    REQUIRE_OK(Diff(dir / "prev.safetensors", dir / "next.safetensors", dir / "d.a3d", Threads(threads), nullptr));
+    REQUIRE_OK(Apply(dir / "prev.safetensors", dir / "d.a3d", dir / "out.safetensors", Threads(threads), nullptr));
+    CHECK(ReadFile(dir / "out.safetensors") == ReadFile(dir / "next.safetensors"));
+  }
+  const std::vector<uint8_t> grouped_bytes = ReadFile(dir / "d.a3d");
+  const std::vector<uint8_t> v1_bytes = ReadFile(dir / "v1.a3d");
+  // Version 2 only when there are groups; version 1 otherwise (older readers read it).
+  CHECK(grouped_bytes[4] == 2);
+  CHECK(v1_bytes[4] == 1);
+  CHECK(ReadManifest(dir / "v1.a3d").files[0].groups.empty());
+  REQUIRE_OK(Apply(dir / "prev.safetensors", dir / "v1.a3d", dir / "out1.safetensors", Threads(2), nullptr));
+  CHECK(ReadFile(dir / "out1.safetensors") == ReadFile(dir / "next.safetensors"));
+  // 31 small tensors in one payload instead of 31: a smaller delta file.
+  CAPTURE(grouped_bytes.size());
+  CAPTURE(v1_bytes.size());
+  CHECK(grouped_bytes.size() < v1_bytes.size());
+
+  const Manifest m = ReadManifest(dir / "d.a3d");
+  const FileEntry& f = m.files[0];
+  std::map<std::string, const TensorEntry*> by_name;
+  for (const TensorEntry& t : f.tensors) by_name[t.name] = &t;
+  CHECK(!by_name.at("big")->grouped());
+  CHECK(!by_name.at("scale")->grouped());
+  CHECK(!by_name.at("flags")->grouped());
+  REQUIRE(by_name.at("norm.0")->grouped());
+  CHECK(by_name.at("norm.29")->group == by_name.at("norm.0")->group);
+  CHECK(by_name.at("proj")->group == by_name.at("norm.0")->group);
+  // Groups hold at most kPieceElements elements: the third 1M-element tensor starts a
+  // second group.
+  CHECK(f.groups.size() == 2);
+  for (const Group& g : f.groups) CHECK(g.elements <= kPieceElements);
+  CHECK(by_name.at("mid.1")->group == by_name.at("norm.0")->group);
+  CHECK(by_name.at("mid.2")->group != by_name.at("norm.0")->group);
+
+  // Partial pulls of grouped tensors equal the slice of the full apply.
+  safetensors::File next;
+  REQUIRE_OK(safetensors::File::Open(dir / "next.safetensors", &next));
+  REQUIRE_OK(ApplyPartial(dir / "prev.safetensors", dir / "d.a3d", "norm\\.1[0-9]|proj|mid\\.1", 3, 70,
+                          dir / "part.safetensors", Threads(2), nullptr));
+  safetensors::File part;
+  REQUIRE_OK(safetensors::File::Open(dir / "part.safetensors", &part));
+  CHECK(part.tensors().size() == 12);
+  for (const safetensors::TensorInfo& t : part.tensors()) {
+    CAPTURE(t.name);
+    const safetensors::TensorInfo* full = next.Find(t.name);
+    REQUIRE(full != nullptr);
+    const uint64_t row_bytes = full->size() / full->shape[0];
+    const uint64_t last = std::min<uint64_t>(70, full->shape[0]);
+    REQUIRE(t.size() == (last - 3) * row_bytes);
+    CHECK(std::memcmp(part.data(t), next.data(*full) + 3 * row_bytes, t.size()) == 0);
+  }
+  CHECK(Verify(dir / "prev.safetensors", dir / "d.a3d", Threads(2), nullptr).ok());
+
+  // A wrong base under a group names the tensor, in apply, verify and partial pulls of
+  // another member of its group; nothing is written.
+  safetensors::File prev;
+  REQUIRE_OK(safetensors::File::Open(dir / "prev.safetensors", &prev));
+  std::vector<uint8_t> wrong = ReadFile(dir / "prev.safetensors");
+  const uint64_t data_start = prev.file_size() - prev.tensors().back().end;
+  wrong[data_start + prev.Find("norm.12")->begin + 3] ^= 0x01;
+  WriteFile(dir / "wrong.safetensors", wrong);
+  Status s = Apply(dir / "wrong.safetensors", dir / "d.a3d", dir / "out2.safetensors", Threads(2), nullptr);
+  CHECK(s.code() == ErrorCode::kChecksumMismatch);
+  CHECK(s.message().find("norm.12") != std::string::npos);
+  CHECK(!fs::exists(dir / "out2.safetensors"));
+  s = Verify(dir / "wrong.safetensors", dir / "d.a3d", Threads(2), nullptr);
+  CHECK(s.code() == ErrorCode::kChecksumMismatch);
+  CHECK(s.message().find("norm.12") != std::string::npos);
+  s = ApplyPartial(dir / "wrong.safetensors", dir / "d.a3d", "norm\\.3", 0, UINT64_MAX,
+                   dir / "part2.safetensors", Threads(1), nullptr);
+  CHECK(s.code() == ErrorCode::kChecksumMismatch);
+  CHECK(s.message().find("norm.12") != std::string::npos);
+  CHECK(s.message().find("norm.3") != std::string::npos);
+  CHECK(!fs::exists(dir / "part2.safetensors"));
+  // A base that lacks one member.
+  std::vector<Tensor> few = {Random("norm.3", "BF16", {88}, &rng)};
+  WriteSafetensors(dir / "few.safetensors", few);
+  s = ApplyPartial(dir / "few.safetensors", dir / "d.a3d", "norm\\.3", 0, UINT64_MAX,
+                   dir / "part2.safetensors", Threads(1), nullptr);
+  CHECK(s.code() == ErrorCode::kChecksumMismatch);
+  CHECK(s.message().find("missing") != std::string::npos);
+}
+
+// Writes `m` over the data section of `good` (a container whose manifest was `m`'s source).
+std::vector<uint8_t> WithManifest(const Manifest& m, const std::vector<uint8_t>& good, uint64_t data_start) {
+  std::vector<uint8_t> out = SerializeHeaderAndManifest(m, good.size() - data_start);
+  out.insert(out.end(), good.begin() + data_start, good.end());
+  return out;
+}
+
+TEST_CASE("inconsistent groups are refused before anything is written") {
+  TempDir dir;
+  std::mt19937_64 rng(22);
+  std::vector<Tensor> a = {Random("a", "BF16", {300}, &rng), Random("b", "BF16", {50, 4}, &rng),
+                           Random("c", "F32", {9}, &rng), Random("d", "BF16", {70}, &rng)};
+  std::vector<Tensor> b;
+  for (const Tensor& t : a) b.push_back(Step(t, 0.05, &rng));
+  WriteSafetensors(dir / "prev.safetensors", a);
+  WriteSafetensors(dir / "next.safetensors", b);
+  REQUIRE_OK(Diff(dir / "prev.safetensors", dir / "next.safetensors", dir / "d.a3d", Threads(1), nullptr));
+  const std::vector<uint8_t> good = ReadFile(dir / "d.a3d");
+  std::unique_ptr<MappedFile> file;
+  REQUIRE_OK(MappedFile::Open(dir / "d.a3d", &file));
+  Reader reader;
+  REQUIRE_OK(Reader::Open(std::move(file), &reader));
+  const Manifest& m = reader.manifest();
+  REQUIRE(m.files[0].groups.size() == 1);
+  REQUIRE(m.files[0].groups[0].members == std::vector<size_t>{0, 1, 3});
+  const std::string bad = dir / "bad.a3d", out = dir / "out.safetensors";
+  const auto apply_code = [&](const Manifest& edited) {
+    WriteFile(bad, WithManifest(edited, good, reader.data_start()));
+    const Status s = Apply(dir / "prev.safetensors", bad, out, Threads(1), nullptr);
+    CHECK(!fs::exists(out));
+    INFO(s.ToString());
+    return s.code();
+  };
+  Manifest e = m;
+  e.files[0].tensors[1].group = 1;  // no such group
+  CHECK(apply_code(e) == ErrorCode::kCorruptHeader);
+  e = m;
+  e.files[0].groups.emplace_back();  // a group without members
+  CHECK(apply_code(e) == ErrorCode::kCorruptHeader);
+  e = m;
+  e.files[0].tensors[2].group = 0;  // an F32 tensor in a group
+  e.files[0].tensors[2].pieces.clear();
+  CHECK(apply_code(e) == ErrorCode::kCorruptHeader);
+  e = m;
+  e.files[0].groups.clear();  // "group" fields in a version-1 manifest
+  CHECK(apply_code(e) == ErrorCode::kCorruptHeader);
+  e = m;
+  e.files[0].groups[0].offset = good.size();  // bytes beyond the data section
+  CHECK(apply_code(e) == ErrorCode::kCorruptHeader);
+  // A member list that disagrees with the payload's own: caught when decoding.
+  e = m;
+  std::swap(e.files[0].tensors[0], e.files[0].tensors[1]);
+  std::swap(e.files[0].tensors[0].data_offset, e.files[0].tensors[1].data_offset);
+  CHECK(apply_code(e) != ErrorCode::kOk);
+  e = m;
+  e.files[0].tensors[3].group = TensorEntry::kNoGroup;  // d leaves the group: no pieces
+  CHECK(apply_code(e) == ErrorCode::kCorruptHeader);
+  e = m;
+  e.files[0].groups[0].target_xxh3 ^= 1;
+  CHECK(apply_code(e) == ErrorCode::kCorruptChunk);
 }
 
 // Runs an in-place apply in a child that SIGKILLs itself at the given stage.
@@ -486,7 +666,7 @@ TEST_CASE("an apply killed or failing midway leaves the old checkpoint intact") 
   const auto before = Snapshot(dir / "prev");
   fs::copy(dir / "prev", dir / "work");
 
-  for (int after : {0, 3}) {
+  for (int after : {0, 1}) {  // of 3 tasks: 2 groups (the 6 layers) and the norm
     ApplyAndDie(dir / "work", dir / "d.a3d", dir / "work", "piece", after);
     // Old shards untouched; the new shard names do not exist (only hidden temp files may).
     for (const auto& [name, bytes] : before) CHECK(ReadFile(dir / ("work/" + name)) == bytes);

@@ -123,6 +123,7 @@ struct Common {
   bool json = false;
   bool quiet = false;
   bool no_sync = false;
+  bool no_group = false;
 };
 
 void AddCommon(CLI::App* cmd, Common* c) {
@@ -137,6 +138,7 @@ RunOptions MakeOptions(const Common& c, Progress* progress) {
   o.threads = c.threads;
   o.effort = c.effort;
   o.sync = !c.no_sync;
+  o.group = !c.no_group;
   o.progress_done = &progress->done;
   o.progress_total = &progress->total;
   return o;
@@ -202,6 +204,27 @@ struct TensorStats {
   bool counts_known = true;  // false: modelled chunks not counted (no base given)
   uint64_t chunk_modes[4] = {0, 0, 0, 0};
   std::set<std::string> coders;
+  int64_t group = -1;  // its group's number in `inspect` (counted over all files), or -1
+};
+
+// Which chunk coders an arc_v3 payload chose: "arc_v3:rans+modelled".
+std::string ArcV3Coders(const uint64_t chunk_modes[4]) {
+  static const char* const kModes[4] = {"unchanged", "xor", "modelled", "rans"};
+  std::string modes;
+  for (int k = 1; k < 4; ++k) {
+    if (chunk_modes[k] > 0) modes += (modes.empty() ? "" : "+") + std::string(kModes[k]);
+  }
+  return std::string(container::CoderName(container::Coder::kArcV3)) + ":" +
+         (modes.empty() ? std::string(kModes[0]) : modes);
+}
+
+// Per-group statistics for `inspect`: a group's bytes are not split among its members.
+struct GroupStats {
+  const container::FileEntry* file = nullptr;
+  const container::Group* group = nullptr;
+  PayloadStats payload;
+  bool counted = false;  // members' changes counted (the base was given)
+  Status error;
 };
 
 int Inspect(const std::string& path, const std::string& base_path, const Common& c) {
@@ -236,6 +259,59 @@ int Inspect(const std::string& path, const std::string& base_path, const Common&
     const size_t es = safetensors::DTypeSize(tensors[i]->dtype);
     stats[i].bytes = tensors[i]->bytes();
     stats[i].elements = es ? stats[i].bytes / es : 0;
+  }
+  // Groups: the payload's chunk coders, and with the base each member's changes, counted
+  // on the decoded group.
+  std::vector<GroupStats> groups;
+  std::map<const container::TensorEntry*, size_t> tensor_index;
+  for (size_t i = 0; i < tensors.size(); ++i) tensor_index[tensors[i]] = i;
+  for (const auto& f : m.files) {
+    for (const auto& g : f.groups) {
+      for (size_t member : g.members) stats[tensor_index[&f.tensors[member]]].group = groups.size();
+      groups.push_back({&f, &g, {}, false, Status::Ok()});
+    }
+  }
+  ParallelFor(groups.size(), WorkerCount(c.threads, groups.size()), [&](size_t i, size_t) {
+    GroupStats& gs = groups[i];
+    std::vector<uint8_t> scratch;
+    const uint8_t* bytes = nullptr;
+    gs.error = reader.ReadGroup(*gs.group, &scratch, &bytes);
+    if (gs.error.ok()) gs.error = delta_stats(bytes, gs.group->size, &gs.payload);
+    if (!gs.error.ok() || base_path.empty()) return;
+    std::vector<uint16_t> decoded;
+    gs.error = container::ApplyGroup(base, reader, *gs.file, *gs.group, &decoded, "");
+    if (!gs.error.ok()) return;
+    const uint16_t* next = decoded.data();
+    for (size_t member : gs.group->members) {
+      const container::TensorEntry& t = gs.file->tensors[member];
+      const safetensors::File* base_file = nullptr;
+      const safetensors::TensorInfo* info = base.Find(t.name, &base_file);  // ApplyGroup found it
+      const uint8_t* prev = base_file->data(*info);
+      TensorStats& st = stats[tensor_index[&t]];
+      for (uint64_t e = 0; e < st.elements; ++e, ++next) {
+        uint16_t old_bits;
+        std::memcpy(&old_bits, prev + 2 * e, 2);  // base tensors may be unaligned
+        const uint16_t flipped = static_cast<uint16_t>(old_bits ^ *next);
+        st.changed += flipped != 0;
+        st.high += (flipped & 0xFF80) != 0;  // sign or exponent field
+      }
+    }
+    gs.counted = true;
+  });
+  for (size_t i = 0; i < groups.size(); ++i) {
+    if (!groups[i].error.ok()) {
+      const auto& first = groups[i].file->tensors[groups[i].group->members[0]];
+      std::fprintf(stderr, "arc_v3 inspect: error: group %zu (tensor '%s' ...): %s\n", i,
+                   first.name.c_str(), groups[i].error.ToString().c_str());
+      return ExitCodeFor(groups[i].error);
+    }
+    for (size_t member : groups[i].group->members) {
+      TensorStats& st = stats[tensor_index[&groups[i].file->tensors[member]]];
+      st.has_high = true;
+      st.counts_known = groups[i].counted;
+      std::copy(groups[i].payload.chunk_modes, groups[i].payload.chunk_modes + 4, st.chunk_modes);
+      st.coders.insert(container::CoderName(container::Coder::kArcV3));
+    }
   }
   std::vector<PayloadStats> payload(pieces.size());
   std::vector<Status> errors(pieces.size());
@@ -299,16 +375,10 @@ int Inspect(const std::string& path, const std::string& base_path, const Common&
     for (size_t d = 0; d < t.shape.size(); ++d) shape += (d ? "," : "") + std::to_string(t.shape[d]);
     shape += "]";
     for (const auto& cn : st.coders) {
-      coders += (coders.empty() ? "" : "+") + cn;
-      if (cn == container::CoderName(container::Coder::kArcV3) && st.has_high) {
-        // Which chunk coders arc_v3 chose: "arc_v3:rans+modelled".
-        static const char* const kModes[4] = {"unchanged", "xor", "modelled", "rans"};
-        std::string modes;
-        for (int k = 1; k < 4; ++k) {
-          if (st.chunk_modes[k] > 0) modes += (modes.empty() ? "" : "+") + std::string(kModes[k]);
-        }
-        coders += ":" + (modes.empty() ? std::string(kModes[0]) : modes);
-      }
+      coders += (coders.empty() ? "" : "+");
+      coders += cn == container::CoderName(container::Coder::kArcV3) && st.has_high
+                    ? ArcV3Coders(st.chunk_modes)
+                    : cn;
     }
     if (coders.empty()) coders = "-";
     const bool whole = t.kind != container::TensorKind::kDelta;
@@ -323,7 +393,13 @@ int Inspect(const std::string& path, const std::string& base_path, const Common&
     if (c.json) {
       Json jt = {{"name", t.name}, {"dtype", t.dtype}, {"shape", t.shape},
                  {"kind", container::TensorKindName(t.kind)}, {"pieces", t.pieces.size()},
-                 {"coders", st.coders}, {"bytes", st.bytes}, {"delta_bytes", st.stored}};
+                 {"coders", st.coders}, {"bytes", st.bytes}};
+      // A grouped tensor's delta bytes are its group's, listed under "groups".
+      if (st.group >= 0) {
+        jt["group"] = st.group;
+      } else {
+        jt["delta_bytes"] = st.stored;
+      }
       if (st.has_high) {
         jt["arc_v3_chunks"] = {{"unchanged", st.chunk_modes[0]}, {"xor_streams", st.chunk_modes[1]},
                                {"modelled", st.chunk_modes[2]}, {"rans", st.chunk_modes[3]}};
@@ -339,14 +415,48 @@ int Inspect(const std::string& path, const std::string& base_path, const Common&
       if (!whole && !st.counts_known) std::snprintf(dens, sizeof(dens), "?");
       if (!whole && st.counts_known) std::snprintf(dens, sizeof(dens), "%.3f%%", 100 * density);
       if (!whole && st.counts_known && st.has_high) std::snprintf(hi, sizeof(hi), "%.2f%%", 100 * high);
-      std::printf("%-44s %-6s %-16s %-8s %8s %9s %-22s %12" PRIu64 " %7.3f%%\n", t.name.c_str(),
-                  t.dtype.c_str(), shape.c_str(), container::TensorKindName(t.kind), dens, hi,
-                  coders.c_str(), st.stored, st.bytes ? 100.0 * st.stored / st.bytes : 0.0);
+      char stored[32], share[16] = "-";
+      if (st.group >= 0) {
+        std::snprintf(stored, sizeof(stored), "group %" PRId64, st.group);
+      } else {
+        std::snprintf(stored, sizeof(stored), "%" PRIu64, st.stored);
+        std::snprintf(share, sizeof(share), "%.3f%%", st.bytes ? 100.0 * st.stored / st.bytes : 0.0);
+      }
+      std::printf("%-44s %-6s %-16s %-8s %8s %9s %-22s %12s %8s\n", t.name.c_str(), t.dtype.c_str(),
+                  shape.c_str(), container::TensorKindName(t.kind), dens, hi, coders.c_str(), stored,
+                  share);
     }
+  }
+  Json jgroups = Json::array();
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const GroupStats& gs = groups[i];
+    total_stored += gs.group->size;
+    uint64_t changed = 0;
+    for (size_t member : gs.group->members) changed += stats[tensor_index[&gs.file->tensors[member]]].changed;
+    const std::string coder = ArcV3Coders(gs.payload.chunk_modes);
+    if (c.json) {
+      Json jg = {{"group", i}, {"file", gs.file->name}, {"tensors", gs.group->members.size()},
+                 {"elements", gs.group->elements}, {"coders", {coder}}, {"delta_bytes", gs.group->size}};
+      if (gs.counted) jg["changed"] = changed;
+      jgroups.push_back(jg);
+      continue;
+    }
+    if (i == 0) std::printf("\n%-7s %-32s %8s %12s %9s %-22s %12s %8s\n", "group", "file", "tensors",
+                            "elements", "density", "coder", "bytes", "% size");
+    char dens[16] = "?";
+    if (gs.counted) {
+      std::snprintf(dens, sizeof(dens), "%.3f%%",
+                    gs.group->elements ? 100.0 * changed / gs.group->elements : 0.0);
+    }
+    std::printf("%-7zu %-32s %8zu %12" PRIu64 " %9s %-22s %12" PRIu64 " %7.3f%%\n", i,
+                gs.file->name.c_str(), gs.group->members.size(), gs.group->elements, dens,
+                coder.c_str(), gs.group->size,
+                gs.group->elements ? 100.0 * gs.group->size / (2 * gs.group->elements) : 0.0);
   }
   if (c.json) {
     Json j = {{"command", "inspect"}, {"ok", true}, {"layout", m.directory ? "directory" : "file"},
-              {"files", m.files.size()}, {"tensors", jtensors}, {"tensor_bytes", total_bytes},
+              {"files", m.files.size()}, {"tensors", jtensors}, {"groups", jgroups},
+              {"tensor_bytes", total_bytes},
               {"tensor_delta_bytes", total_stored}, {"delta_file_bytes", reader.source().size()},
               {"manifest_bytes", reader.manifest_size()},
               {"changed", all_known ? Json(total_changed) : Json(nullptr)},
@@ -414,6 +524,7 @@ int Bench(const std::string& prev, const std::string& next, const Common& c, int
     o.threads = c.threads;
     o.effort = c.effort;
     o.sync = !c.no_sync;
+    o.group = !c.no_group;
     auto t0 = std::chrono::steady_clock::now();
     s = container::Diff(prev, next, delta, o, &r);
     best_diff = std::min(best_diff, Seconds(t0));
@@ -478,6 +589,9 @@ int Main(int argc, char** argv) {
   diff->add_option("-e,--effort", common.effort,
                    "arc_v3 codec effort 0..3 for BF16 tensors (default 1; higher may be smaller and slower)")
       ->check(CLI::Range(0, 3));
+  diff->add_flag("--no-group", common.no_group,
+                 "Give every BF16 tensor its own payloads: a version-1 delta file, which arc_v3 "
+                 "tools older than container version 2 can read (small tensors cost more)");
 
   CLI::App* apply = app.add_subcommand(
       "apply", "Rebuild NEXT from PREV and a delta (checks PREV first; all or nothing)");
@@ -525,6 +639,7 @@ int Main(int argc, char** argv) {
   AddCommon(bench, &common);
   bench->add_option("-e,--effort", common.effort, "arc_v3 effort 0..3 (default 1)")->check(CLI::Range(0, 3));
   bench->add_flag("--no-sync", common.no_sync, "Skip fsync (measures CPU work, not the disk)");
+  bench->add_flag("--no-group", common.no_group, "As diff --no-group (version-1 delta)");
 
   try {
     app.parse(argc, argv);

@@ -812,8 +812,17 @@ Status Verify(const std::string& prev_path, const std::string& delta_path, const
   return Status::Ok();
 }
 
-Status ApplyRows(const Checkpoint& base, const Reader& delta, const TensorEntry& t,
-                 uint64_t row_begin, uint64_t row_end, uint8_t* out, int threads) {
+namespace {
+
+// The group a partial apply decoded last: members of a group are usually selected together.
+struct GroupCache {
+  const Group* group = nullptr;
+  std::vector<uint16_t> decoded;
+};
+
+Status ApplyRowsCached(const Checkpoint& base, const Reader& delta, const TensorEntry& t,
+                       uint64_t row_begin, uint64_t row_end, uint8_t* out, int threads,
+                       GroupCache* cache) {
   row_end = std::min(row_end, t.rows());
   if (row_begin > row_end) return Status(ErrorCode::kInvalidArgument, "row range is reversed");
   const uint64_t row_bytes = t.row_bytes();
@@ -828,11 +837,15 @@ Status ApplyRows(const Checkpoint& base, const Reader& delta, const TensorEntry&
     if (file == nullptr) {
       return Status(ErrorCode::kInvalidArgument, "tensor '" + t.name + "' is not from this delta");
     }
-    std::vector<uint16_t> decoded;
-    Status s = ApplyGroup(base, delta, *file, file->groups[t.group], &decoded, t.name);
-    if (!s.ok()) return s;
-    const uint8_t* at = reinterpret_cast<const uint8_t*>(decoded.data());
-    for (size_t member : file->groups[t.group].members) {
+    const Group& group = file->groups[t.group];
+    if (cache->group != &group) {
+      cache->group = nullptr;
+      Status s = ApplyGroup(base, delta, *file, group, &cache->decoded, t.name);
+      if (!s.ok()) return s;
+      cache->group = &group;
+    }
+    const uint8_t* at = reinterpret_cast<const uint8_t*>(cache->decoded.data());
+    for (size_t member : group.members) {
       if (&file->tensors[member] == &t) break;
       at += file->tensors[member].bytes();
     }
@@ -872,6 +885,14 @@ Status ApplyRows(const Checkpoint& base, const Reader& delta, const TensorEntry&
                 (last - first) * row_bytes);
   });
   return error.status();
+}
+
+}  // namespace
+
+Status ApplyRows(const Checkpoint& base, const Reader& delta, const TensorEntry& t,
+                 uint64_t row_begin, uint64_t row_end, uint8_t* out, int threads) {
+  GroupCache cache;
+  return ApplyRowsCached(base, delta, t, row_begin, row_end, out, threads, &cache);
 }
 
 Status ApplyPartial(const std::string& prev_path, const std::string& delta_path,
@@ -928,10 +949,11 @@ Status ApplyPartial(const std::string& prev_path, const std::string& delta_path,
   s = WriteAll(out.fd(index), header.data(), header.size(), 0, out.temp(index));
   if (!s.ok()) return s;
   std::vector<uint8_t> buffer;
+  GroupCache cache;
   for (size_t i = 0; i < selected.size(); ++i) {
     buffer.resize(infos[i].size());
-    s = ApplyRows(base, reader, *selected[i], ranges[i].first, ranges[i].second, buffer.data(),
-                  options.threads);
+    s = ApplyRowsCached(base, reader, *selected[i], ranges[i].first, ranges[i].second,
+                        buffer.data(), options.threads, &cache);
     if (!s.ok()) return s;
     s = WriteAll(out.fd(index), buffer.data(), buffer.size(), header.size() + infos[i].begin,
                  out.temp(index));

@@ -543,6 +543,24 @@ TEST_CASE("small BF16 tensors are grouped (container version 2): exact, smaller,
     CHECK(std::memcmp(part.data(t), next.data(*full) + 3 * row_bytes, t.size()) == 0);
   }
   CHECK(Verify(dir / "prev.safetensors", dir / "d.a3d", Threads(2), nullptr).ok());
+  // The library call reads exactly the tensor's group.
+  Checkpoint base;
+  REQUIRE_OK(Checkpoint::Open(dir / "prev.safetensors", &base));
+  std::unique_ptr<MappedFile> file;
+  REQUIRE_OK(MappedFile::Open(dir / "d.a3d", &file));
+  auto* counting = new CountingSource(std::move(file));
+  Reader reader;
+  REQUIRE_OK(Reader::Open(std::unique_ptr<ByteSource>(counting), &reader));
+  const TensorEntry* proj = nullptr;
+  for (const TensorEntry& t : reader.manifest().files[0].tensors) {
+    if (t.name == "proj") proj = &t;
+  }
+  REQUIRE(proj != nullptr);
+  const uint64_t after_open = counting->read_;
+  std::vector<uint8_t> rows(10 * proj->row_bytes());
+  REQUIRE_OK(ApplyRows(base, reader, *proj, 50, 60, rows.data(), 1));
+  CHECK(std::memcmp(rows.data(), next.data(*next.Find("proj")) + 50 * proj->row_bytes(), rows.size()) == 0);
+  CHECK(counting->read_ - after_open == reader.manifest().files[0].groups[proj->group].size);
 
   // A wrong base under a group names the tensor, in apply, verify and partial pulls of
   // another member of its group; nothing is written.

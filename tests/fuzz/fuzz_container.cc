@@ -1,11 +1,14 @@
 // Fuzz target: the checkpoint delta container parser (src/cli/container.h). The header
 // and manifest checksums would stop a byte-level fuzzer at the door, so the harness
-// builds a well-formed envelope around fuzzer-chosen content: input = u16 data-section
-// length D, then the manifest JSON, then D bytes of data section. The manifest is
+// builds a well-formed envelope around fuzzer-chosen content: input = u16 whose low 15
+// bits are the data-section length D and whose top bit selects container version 2 (else
+// 1), then the manifest JSON, then D bytes of data section. The manifest is
 // zstd-compressed and both checksums are filled in, so every run reaches the JSON
-// validation (Reader::Open) and then the piece decoders (ReadPiece, DecodePiece).
-// Promises checked: no crash or out-of-bounds access, every accepted piece lies inside
-// the data section, and decoded pieces match their target checksum.
+// validation (Reader::Open) and then the piece and group decoders (ReadPiece, DecodePiece,
+// ReadGroup, DecodeGroup).
+// Promises checked: no crash or out-of-bounds access, every accepted piece and group lies
+// inside the data section, groups hold only non-empty BF16 delta tensors of their file,
+// and decoded pieces and groups match their target checksum.
 #include <zstd.h>
 
 #include <algorithm>
@@ -51,7 +54,8 @@ constexpr uint64_t kMaxPieceBytes = uint64_t{1} << 20;
 
 int FuzzContainer(const uint8_t* data, size_t size) {
   if (size < 2) return 0;
-  const size_t data_size = std::min<size_t>(data[0] | (data[1] << 8), size - 2);
+  const size_t data_size = std::min<size_t>(data[0] | ((data[1] & 0x7F) << 8), size - 2);
+  const uint16_t version = (data[1] & 0x80) ? 2 : 1;
   const std::string json(reinterpret_cast<const char*>(data) + 2, size - 2 - data_size);
   const uint8_t* section = data + size - data_size;
 
@@ -61,7 +65,7 @@ int FuzzContainer(const uint8_t* data, size_t size) {
   manifest.resize(zsize);
   std::vector<uint8_t> bytes(container::kHeaderSize);
   std::memcpy(bytes.data(), container::kMagic, 4);
-  PutLe(container::kVersion, 2, bytes.data() + 4);
+  PutLe(version, 2, bytes.data() + 4);
   PutLe(manifest.size(), 8, bytes.data() + 8);
   PutLe(container::Hash(manifest.data(), manifest.size()), 8, bytes.data() + 16);
   PutLe(data_size, 8, bytes.data() + 24);
@@ -99,6 +103,36 @@ int FuzzContainer(const uint8_t* data, size_t size) {
       uint64_t total = 0;
       for (const auto& fill : file.fills) total += fill.second;
       check_piece(file.fill, total, 1, false);
+    }
+    for (const container::Group& group : file.groups) {
+      FUZZ_CHECK(group.offset <= data_size && group.size <= data_size - group.offset,
+                 "accepted a group outside the data section");
+      FUZZ_CHECK(!group.members.empty(), "accepted a group without members");
+      std::vector<const uint8_t*> bases;
+      std::vector<uint64_t> member_bytes;
+      for (size_t member : group.members) {
+        FUZZ_CHECK(member < file.tensors.size(), "group member out of range");
+        const container::TensorEntry& tensor = file.tensors[member];
+        FUZZ_CHECK(tensor.kind == container::TensorKind::kDelta && tensor.dtype == "BF16" &&
+                       tensor.bytes() > 0 && tensor.pieces.empty(),
+                   "accepted a group member that is not a non-empty BF16 delta");
+        member_bytes.push_back(tensor.bytes());
+      }
+      const uint8_t* stored = nullptr;
+      if (!reader.ReadGroup(group, &scratch, &stored).ok()) continue;
+      if (group.elements > kMaxPieceBytes / 2) continue;
+      // Members' bases are zeros, one buffer each so that ASan sees reads past them.
+      std::vector<std::vector<uint16_t>> zeros;
+      for (uint64_t b : member_bytes) {
+        zeros.emplace_back(b / 2, 0);
+        bases.push_back(reinterpret_cast<const uint8_t*>(zeros.back().data()));
+      }
+      std::vector<uint16_t> out;
+      if (container::DecodeGroup(group, stored, bases, member_bytes, &out).ok()) {
+        FUZZ_CHECK(out.size() == group.elements &&
+                       container::Hash(out.data(), out.size() * 2) == group.target_xxh3,
+                   "decoded group does not match its checksum");
+      }
     }
     for (const container::TensorEntry& tensor : file.tensors) {
       const size_t element_size = safetensors::DTypeSize(tensor.dtype);

@@ -151,6 +151,7 @@ void WriteSafetensors(const std::string& path, uint32_t seed, bool extra) {
   add("w", "BF16", "[64,32]", 64 * 32 * 2, true);
   add("b", "F32", "[10]", 40, true);
   add("i", "I64", "[3]", 24, false);
+  add("n", "BF16", "[40]", 80, true);  // with w, a group of two in version 2
   if (extra) add("new", "BF16", "[4,4]", 32, false);
   header += "}";
   std::vector<uint8_t> file(8);
@@ -166,14 +167,16 @@ std::vector<uint8_t> Read(const std::string& path) {
 }
 
 void ContainerSeeds(const std::string& dir, const std::string& tmp) {
-  for (int variant = 0; variant < 2; ++variant) {
+  // Variants: a changed header or not; version 1 (no groups) or 2.
+  for (int variant = 0; variant < 4; ++variant) {
     const std::string prev = tmp + "/prev.safetensors", next = tmp + "/next.safetensors";
     const std::string delta = tmp + "/delta.a3d";
     WriteSafetensors(prev, 1, false);
-    WriteSafetensors(next, 2, variant == 1);
+    WriteSafetensors(next, 2, (variant & 1) != 0);
     container::RunOptions options;
     options.threads = 1;
     options.sync = false;
+    options.group = variant >= 2;
     const Status s = container::Diff(prev, next, delta, options, nullptr);
     FUZZ_CHECK(s.ok(), s.ToString().c_str());
     const std::vector<uint8_t> bytes = Read(delta);
@@ -183,8 +186,11 @@ void ContainerSeeds(const std::string& dir, const std::string& tmp) {
     const uint8_t* z = bytes.data() + container::kHeaderSize;
     std::string json(ZSTD_getFrameContentSize(z, manifest_size), '\0');
     FUZZ_CHECK(ZSTD_decompress(&json[0], json.size(), z, manifest_size) == json.size(), "zstd");
-    FUZZ_CHECK(data_size < 65536, "seed data section too large");
-    std::vector<uint8_t> in = {static_cast<uint8_t>(data_size), static_cast<uint8_t>(data_size >> 8)};
+    FUZZ_CHECK(data_size < 32768, "seed data section too large");
+    const uint8_t version_bit = bytes[4] == 2 ? 0x80 : 0;
+    FUZZ_CHECK((bytes[4] == 2) == options.group, "grouped seeds are version 2");
+    std::vector<uint8_t> in = {static_cast<uint8_t>(data_size),
+                               static_cast<uint8_t>((data_size >> 8) | version_bit)};
     in.insert(in.end(), json.begin(), json.end());
     in.insert(in.end(), bytes.end() - static_cast<std::ptrdiff_t>(data_size), bytes.end());
     Write(dir + "/seed_" + std::to_string(variant), in);

@@ -64,6 +64,16 @@ expect_rc 0 "$CLI" inspect h.a3d
 grep -q '^h  *BF16  *\[4\]  *delta .* arc_v3:modelled ' out.txt || { cat out.txt; fail "inspect names arc_v3's chunk coder"; }
 expect_rc 0 "$CLI" apply -q h0.safetensors h.a3d -o h2.safetensors
 cmp -s h2.safetensors h1.safetensors || fail "apply did not rebuild the BF16 checkpoint"
+# Small BF16 tensors are grouped (container version 2); --no-group writes version 1.
+[ "$(od -An -tu2 -j4 -N2 h.a3d | tr -d ' ')" = 2 ] || fail "a grouped delta is version 2"
+expect_rc 0 "$CLI" inspect h.a3d
+grep -q '^h  *BF16 .* group 0 ' out.txt || { cat out.txt; fail "inspect names h's group"; }
+expect_rc 0 "$CLI" inspect --json h.a3d
+grep -q '"tensors": 1,' out.txt || { cat out.txt; fail "inspect --json lists the group"; }
+expect_rc 0 "$CLI" diff -q --no-group h0.safetensors h1.safetensors -o h1.a3d
+[ "$(od -An -tu2 -j4 -N2 h1.a3d | tr -d ' ')" = 1 ] || fail "--no-group writes version 1"
+expect_rc 0 "$CLI" apply -q h0.safetensors h1.a3d -o h3.safetensors
+cmp -s h3.safetensors h1.safetensors || fail "apply of a version-1 delta"
 
 # Exit codes: 3 wrong base, 4 corrupt delta, 2 usage, 1 I/O.
 expect_rc 3 "$CLI" verify next.safetensors d.a3d

@@ -218,6 +218,11 @@ std::string ArcV3Coders(const uint64_t chunk_modes[4]) {
          (modes.empty() ? std::string(kModes[0]) : modes);
 }
 
+Json ChunkModesJson(const uint64_t chunk_modes[4]) {
+  return {{"unchanged", chunk_modes[0]}, {"xor_streams", chunk_modes[1]},
+          {"modelled", chunk_modes[2]}, {"rans", chunk_modes[3]}};
+}
+
 // Per-group statistics for `inspect`: a group's bytes are not split among its members.
 struct GroupStats {
   const container::FileEntry* file = nullptr;
@@ -400,10 +405,7 @@ int Inspect(const std::string& path, const std::string& base_path, const Common&
       } else {
         jt["delta_bytes"] = st.stored;
       }
-      if (st.has_high) {
-        jt["arc_v3_chunks"] = {{"unchanged", st.chunk_modes[0]}, {"xor_streams", st.chunk_modes[1]},
-                               {"modelled", st.chunk_modes[2]}, {"rans", st.chunk_modes[3]}};
-      }
+      if (st.has_high && st.group < 0) jt["arc_v3_chunks"] = ChunkModesJson(st.chunk_modes);
       if (!whole && st.counts_known) {
         jt["changed"] = st.changed;
         jt["density"] = density;
@@ -437,6 +439,7 @@ int Inspect(const std::string& path, const std::string& base_path, const Common&
     if (c.json) {
       Json jg = {{"group", i}, {"file", gs.file->name}, {"tensors", gs.group->members.size()},
                  {"elements", gs.group->elements}, {"coders", {coder}}, {"delta_bytes", gs.group->size}};
+      jg["arc_v3_chunks"] = ChunkModesJson(gs.payload.chunk_modes);
       if (gs.counted) jg["changed"] = changed;
       jgroups.push_back(jg);
       continue;

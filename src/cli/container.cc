@@ -585,24 +585,25 @@ Status Reader::Open(std::unique_ptr<ByteSource> source, Reader* reader) {
   return Status::Ok();
 }
 
-Status Reader::ReadPiece(const Piece& piece, std::vector<uint8_t>* scratch,
-                         const uint8_t** data) const {
-  Status s = source_->Read(data_start_ + piece.offset, piece.size, scratch, data);
+Status Reader::ReadChecked(uint64_t offset, uint64_t size, uint64_t xxh3, const char* what,
+                           std::vector<uint8_t>* scratch, const uint8_t** data) const {
+  Status s = source_->Read(data_start_ + offset, size, scratch, data);
   if (!s.ok()) return s;
-  if (Hash(*data, piece.size) != piece.xxh3) {
-    return Status(ErrorCode::kCorruptChunk, "piece bytes checksum mismatch (corrupt delta)");
+  if (Hash(*data, size) != xxh3) {
+    return Status(ErrorCode::kCorruptChunk,
+                  std::string(what) + " bytes checksum mismatch (corrupt delta)");
   }
   return Status::Ok();
 }
 
+Status Reader::ReadPiece(const Piece& piece, std::vector<uint8_t>* scratch,
+                         const uint8_t** data) const {
+  return ReadChecked(piece.offset, piece.size, piece.xxh3, "piece", scratch, data);
+}
+
 Status Reader::ReadGroup(const Group& group, std::vector<uint8_t>* scratch,
                          const uint8_t** data) const {
-  Status s = source_->Read(data_start_ + group.offset, group.size, scratch, data);
-  if (!s.ok()) return s;
-  if (Hash(*data, group.size) != group.xxh3) {
-    return Status(ErrorCode::kCorruptChunk, "group bytes checksum mismatch (corrupt delta)");
-  }
-  return Status::Ok();
+  return ReadChecked(group.offset, group.size, group.xxh3, "group", scratch, data);
 }
 
 namespace {

@@ -159,6 +159,9 @@ class Reader {
   Status ReadGroup(const Group& group, std::vector<uint8_t>* scratch, const uint8_t** data) const;
 
  private:
+  Status ReadChecked(uint64_t offset, uint64_t size, uint64_t xxh3, const char* what,
+                     std::vector<uint8_t>* scratch, const uint8_t** data) const;
+
   std::unique_ptr<ByteSource> source_;
   Manifest manifest_;
   uint64_t data_start_ = 0;

@@ -274,6 +274,25 @@ class CountingSource : public ByteSource {
   std::unique_ptr<MappedFile> file_;
 };
 
+// A delta file opened through a CountingSource (owned by the reader).
+struct CountedDelta {
+  explicit CountedDelta(const std::string& path) {
+    std::unique_ptr<MappedFile> file;
+    REQUIRE_OK(MappedFile::Open(path, &file));
+    counting = new CountingSource(std::move(file));
+    REQUIRE_OK(Reader::Open(std::unique_ptr<ByteSource>(counting), &reader));
+  }
+  const TensorEntry& Find(const std::string& name) const {
+    for (const TensorEntry& t : reader.manifest().files[0].tensors) {
+      if (t.name == name) return t;
+    }
+    FAIL("no tensor " << name);
+    return reader.manifest().files[0].tensors[0];
+  }
+  Reader reader;
+  CountingSource* counting = nullptr;
+};
+
 TEST_CASE("partial apply equals the slice of a full apply and reads only what it needs") {
   TempDir dir;
   std::mt19937_64 rng(3);
@@ -285,25 +304,17 @@ TEST_CASE("partial apply equals the slice of a full apply and reads only what it
   // Library call: rows of the multi-piece BF16 tensor, straddling a piece boundary.
   Checkpoint base;
   REQUIRE_OK(Checkpoint::Open(dir / "prev.safetensors", &base));
-  std::unique_ptr<MappedFile> file;
-  REQUIRE_OK(MappedFile::Open(dir / "d.a3d", &file));
-  auto* counting = new CountingSource(std::move(file));
-  Reader reader;
-  REQUIRE_OK(Reader::Open(std::unique_ptr<ByteSource>(counting), &reader));
-  const TensorEntry* big = nullptr;
-  for (const TensorEntry& t : reader.manifest().files[0].tensors) {
-    if (t.name == "t0.BF16") big = &t;
-  }
-  REQUIRE(big != nullptr);
-  const uint64_t boundary = big->pieces[1].row_begin;
+  const CountedDelta delta(dir / "d.a3d");
+  const TensorEntry& big = delta.Find("t0.BF16");
+  const uint64_t boundary = big.pieces[1].row_begin;
   const uint64_t rb = boundary - 5, re = boundary + 7;
-  const uint64_t after_open = counting->read_;
-  std::vector<uint8_t> rows((re - rb) * big->row_bytes());
-  REQUIRE_OK(ApplyRows(base, reader, *big, rb, re, rows.data(), 2));
+  const uint64_t after_open = delta.counting->read_;
+  std::vector<uint8_t> rows((re - rb) * big.row_bytes());
+  REQUIRE_OK(ApplyRows(base, delta.reader, big, rb, re, rows.data(), 2));
   const safetensors::TensorInfo* info = next.Find("t0.BF16");
-  CHECK(std::memcmp(rows.data(), next.data(*info) + rb * big->row_bytes(), rows.size()) == 0);
+  CHECK(std::memcmp(rows.data(), next.data(*info) + rb * big.row_bytes(), rows.size()) == 0);
   // Exactly the two overlapping pieces were fetched.
-  CHECK(counting->read_ - after_open == big->pieces[0].size + big->pieces[1].size);
+  CHECK(delta.counting->read_ - after_open == big.pieces[0].size + big.pieces[1].size);
 
   // The CLI's form: a regex and a row range into a new safetensors file.
   RunReport report;
@@ -546,21 +557,13 @@ TEST_CASE("small BF16 tensors are grouped (container version 2): exact, smaller,
   // The library call reads exactly the tensor's group.
   Checkpoint base;
   REQUIRE_OK(Checkpoint::Open(dir / "prev.safetensors", &base));
-  std::unique_ptr<MappedFile> file;
-  REQUIRE_OK(MappedFile::Open(dir / "d.a3d", &file));
-  auto* counting = new CountingSource(std::move(file));
-  Reader reader;
-  REQUIRE_OK(Reader::Open(std::unique_ptr<ByteSource>(counting), &reader));
-  const TensorEntry* proj = nullptr;
-  for (const TensorEntry& t : reader.manifest().files[0].tensors) {
-    if (t.name == "proj") proj = &t;
-  }
-  REQUIRE(proj != nullptr);
-  const uint64_t after_open = counting->read_;
-  std::vector<uint8_t> rows(10 * proj->row_bytes());
-  REQUIRE_OK(ApplyRows(base, reader, *proj, 50, 60, rows.data(), 1));
-  CHECK(std::memcmp(rows.data(), next.data(*next.Find("proj")) + 50 * proj->row_bytes(), rows.size()) == 0);
-  CHECK(counting->read_ - after_open == reader.manifest().files[0].groups[proj->group].size);
+  const CountedDelta delta(dir / "d.a3d");
+  const TensorEntry& proj = delta.Find("proj");
+  const uint64_t after_open = delta.counting->read_;
+  std::vector<uint8_t> rows(10 * proj.row_bytes());
+  REQUIRE_OK(ApplyRows(base, delta.reader, proj, 50, 60, rows.data(), 1));
+  CHECK(std::memcmp(rows.data(), next.data(*next.Find("proj")) + 50 * proj.row_bytes(), rows.size()) == 0);
+  CHECK(delta.counting->read_ - after_open == delta.reader.manifest().files[0].groups[proj.group].size);
 
   // A wrong base under a group names the tensor, in apply, verify and partial pulls of
   // another member of its group; nothing is written.

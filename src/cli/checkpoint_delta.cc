@@ -830,8 +830,8 @@ Status ApplyRowsCached(const Checkpoint& base, const Reader& delta, const Tensor
     // Groups hold small tensors only: decode the whole group, keep the rows.
     const FileEntry* file = nullptr;
     for (const FileEntry& f : delta.manifest().files) {
-      if (!f.tensors.empty() && &t >= f.tensors.data() && &t < f.tensors.data() + f.tensors.size()) {
-        file = &f;
+      for (const TensorEntry& entry : f.tensors) {
+        if (&entry == &t) file = &f;
       }
     }
     if (file == nullptr) {

@@ -780,10 +780,10 @@ Status Verify(const std::string& prev_path, const std::string& delta_path, const
     if (error.Skip(i)) return;
     const Task& task = tasks[i];
     if (task.group != nullptr) {
-      std::vector<const uint8_t*> base_data;
+      std::vector<const uint8_t*> member_bases;
       std::vector<uint64_t> bytes;
       const FileEntry& f = m.files[task.file];
-      error.Set(i, GroupBases(base, f, *task.group, "", &base_data, &bytes));
+      error.Set(i, GroupBases(base, f, *task.group, "", &member_bases, &bytes));
       const uint8_t* stored = nullptr;
       const Status st = reader.ReadGroup(*task.group, &scratch[w], &stored);
       if (!st.ok()) {

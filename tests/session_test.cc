@@ -2,10 +2,14 @@
 // coding, and the errors a receiver gets when its base or history is not the sender's.
 #include <doctest/doctest.h>
 
+#include <cstdlib>
+#include <fstream>
+#include <string>
 #include <vector>
 
 #include "arc_v3.hpp"
 #include "bench/generator.h"
+#include "tests/golden_files.h"
 
 namespace arc_v3 {
 namespace {
@@ -225,6 +229,59 @@ TEST_CASE("a session over a group of tensors round-trips and beats one session p
   for (const auto& part : parts) joined.insert(joined.end(), part.begin(), part.end());
   CHECK(joined == next);
   CHECK(receiver.history_id() == sender.history_id());
+}
+
+// Committed session payloads (tests/golden/session/): 16,384 elements of a real GPT-2 run
+// (real_gpt2_lr1e-6, h.0.attn.c_attn.weight, steps 0-3), coded by one Session per step
+// (sN.arc3) and by one group Session over three tensors of it (gN.arc3). A receiver must
+// keep decoding them in every later version, history and all; the newest format's
+// encoder must keep writing them (regenerate after a deliberate change with
+// ARC_V3_UPDATE_GOLDEN=1 bazel run //tests:session_test).
+TEST_CASE("committed session payloads, one tensor and a group, still decode step by step") {
+  const std::string dir = std::string(test::kGoldenDir) + "session/";
+  const char* workspace = std::getenv("BUILD_WORKSPACE_DIRECTORY");
+  const bool update = std::getenv("ARC_V3_UPDATE_GOLDEN") != nullptr && workspace != nullptr;
+  // The committed payload, or (updating) the one just made, written to the source tree.
+  const auto committed = [&](const std::string& path, const Delta& made) {
+    if (!update) return test::ReadFile(path);
+    std::ofstream out(std::string(workspace) + "/" + path, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(made.bytes.data()),
+              static_cast<std::streamsize>(made.bytes.size()));
+    REQUIRE(out.good());
+    return made.bytes;
+  };
+  std::vector<std::vector<uint16_t>> steps;
+  for (int i = 0; i < 4; ++i) steps.push_back(test::ReadBf16(dir + "step" + std::to_string(i) + ".bf16"));
+  const size_t count = steps[0].size();
+  const std::vector<size_t> sizes = {4096, 8192, 4096};
+  const GroupViews views;
+  Session sender, group_sender, receiver, group_receiver;
+  std::vector<uint16_t> weights = steps[0], group_weights = steps[0];
+  for (int i = 1; i < 4; ++i) {
+    CAPTURE(i);
+    const std::string single = dir + "s" + std::to_string(i) + ".arc3";
+    const std::string group = dir + "g" + std::to_string(i) + ".arc3";
+    Delta delta, group_delta;
+    REQUIRE(sender.Compress(steps[i - 1].data(), steps[i].data(), count, &delta).ok());
+    const std::vector<TensorDelta> tensors = views.Deltas(sizes, steps[i - 1], steps[i]);
+    REQUIRE(group_sender.CompressTensors(tensors.data(), tensors.size(), &group_delta).ok());
+    const std::vector<uint8_t> single_bytes = committed(single, delta);
+    const std::vector<uint8_t> group_bytes = committed(group, group_delta);
+    CHECK(single_bytes == delta.bytes);
+    CHECK(group_bytes == group_delta.bytes);
+    const uint64_t checksum = Checksum(steps[i].data(), count);
+    Status status = receiver.Decompress(weights.data(), count, single_bytes.data(),
+                                        single_bytes.size(), checksum, weights.data());
+    REQUIRE_MESSAGE(status.ok(), status.ToString());
+    CHECK(weights == steps[i]);
+    const std::vector<TensorOut> outs = views.Outs(sizes, group_weights, group_weights.data());
+    status = group_receiver.DecompressTensors(outs.data(), outs.size(), group_bytes.data(),
+                                              group_bytes.size(), checksum);
+    REQUIRE_MESSAGE(status.ok(), status.ToString());
+    CHECK(group_weights == steps[i]);
+    CHECK(receiver.history_id() == sender.history_id());
+    CHECK(group_receiver.history_id() == group_sender.history_id());
+  }
 }
 
 }  // namespace

@@ -408,6 +408,7 @@ py::dict ContainerManifest(const py::buffer& container) {
   }
   py::dict result;
   result["layout"] = m.directory ? "directory" : "file";
+  result["container_version"] = reader.version();
   result["removed_tensors"] = py::cast(m.removed_tensors);
   result["tensors"] = tensors;
   return result;

@@ -183,7 +183,8 @@ def delta_dicts_info(delta_bytes):
     """What a container's manifest says, checked (header and manifest checksums, JSON
     rules) but without decoding any piece:
 
-        {"layout": "file" or "directory", "removed_tensors": [name, ...],
+        {"layout": "file" or "directory", "container_version": 1 or 2 (2: with groups),
+         "removed_tensors": [name, ...],
          "tensors": [{"name", "kind": "delta"/"added"/"reshaped", "dtype": e.g. "BF16",
                       "shape": tuple, "coders": [coder of each piece, e.g. "arc_v3"],
                       "group": index of the group coding it whole, or None}]}

@@ -87,6 +87,7 @@ def test_bytes_are_the_checkpoint_delta_container():
     magic, version, flags, manifest_size, _, data_size, _ = struct.unpack_from(
         "<4sHHQQQQ", delta)
     assert magic == b"A3DC" and version == 2 and flags == 0
+    assert delta_dicts_info(delta)["container_version"] == version
     assert 40 + manifest_size + data_size == len(delta)
     # The bytes do not depend on the thread count or on the dicts' key order.
     assert delta_compress_dicts(prev, nxt, threads=1) == delta

@@ -70,6 +70,7 @@ expect_rc 0 "$CLI" inspect h.a3d
 grep -q '^h  *BF16 .* group 0 ' out.txt || { cat out.txt; fail "inspect names h's group"; }
 expect_rc 0 "$CLI" inspect --json h.a3d
 grep -q '"tensors": 1,' out.txt || { cat out.txt; fail "inspect --json lists the group"; }
+grep -q '"container_version": 2' out.txt || { cat out.txt; fail "inspect --json names the version"; }
 expect_rc 0 "$CLI" diff -q --no-group h0.safetensors h1.safetensors -o h1.a3d
 [ "$(od -An -tu2 -j4 -N2 h1.a3d | tr -d ' ')" = 1 ] || fail "--no-group writes version 1"
 expect_rc 0 "$CLI" apply -q h0.safetensors h1.a3d -o h3.safetensors

@@ -581,6 +581,7 @@ Status Reader::Open(std::unique_ptr<ByteSource> source, Reader* reader) {
     return Corrupt(e.what());
   }
   reader->data_start_ = kHeaderSize + manifest_size;
+  reader->version_ = version;
   reader->source_ = std::move(source);
   return Status::Ok();
 }

@@ -152,6 +152,7 @@ class Reader {
   const Manifest& manifest() const { return manifest_; }
   uint64_t data_start() const { return data_start_; }
   uint64_t manifest_size() const { return data_start_ - kHeaderSize; }
+  uint16_t version() const { return version_; }  // of the container format, 1 or 2
   const ByteSource& source() const { return *source_; }
 
   // The stored bytes of a piece or a group, checked against its xxh3 (kCorruptChunk).
@@ -165,6 +166,7 @@ class Reader {
   std::unique_ptr<ByteSource> source_;
   Manifest manifest_;
   uint64_t data_start_ = 0;
+  uint16_t version_ = 0;
 };
 
 // Encodes the change from `base` (nullptr: all zeros, i.e. carry `target` whole) to

@@ -462,6 +462,7 @@ int Inspect(const std::string& path, const std::string& base_path, const Common&
               {"tensor_bytes", total_bytes},
               {"tensor_delta_bytes", total_stored}, {"delta_file_bytes", reader.source().size()},
               {"manifest_bytes", reader.manifest_size()},
+              {"container_version", reader.version()},
               {"changed", all_known ? Json(total_changed) : Json(nullptr)},
               {"removed_tensors", m.removed_tensors}, {"removed_files", m.removed_files}};
     std::cout << j.dump(2) << "\n";
@@ -480,11 +481,11 @@ int Inspect(const std::string& path, const std::string& base_path, const Common&
                   total_elements ? 100.0 * total_changed / total_elements : 0.0);
   }
   std::printf("tensor data %s, density of deltas %s, delta file %s (%.4f%% of tensor data; "
-              "manifest %s)\n",
+              "manifest %s; container version %u)\n",
               HumanBytes(total_bytes).c_str(), density,
               HumanBytes(reader.source().size()).c_str(),
               total_bytes ? 100.0 * reader.source().size() / total_bytes : 0.0,
-              HumanBytes(reader.manifest_size()).c_str());
+              HumanBytes(reader.manifest_size()).c_str(), static_cast<unsigned>(reader.version()));
   for (const auto& name : m.removed_files) std::printf("removed file: %s\n", name.c_str());
   for (const auto& name : m.removed_tensors) std::printf("removed tensor: %s\n", name.c_str());
   return kExitOk;

@@ -703,18 +703,10 @@ Status EncodePiece(const uint8_t* base, const uint8_t* target, uint64_t bytes,
                    std::vector<uint8_t>* out, Format format) {
   if (bf16 && base != nullptr) {
     const size_t count = bytes / 2;
-    std::vector<uint16_t> aligned_base, aligned_target;
-    const uint16_t* src = reinterpret_cast<const uint16_t*>(base);
-    const uint16_t* dst = reinterpret_cast<const uint16_t*>(target);
     // Tensors of a safetensors file need not be 2-byte aligned; the codec wants them so.
-    if ((reinterpret_cast<uintptr_t>(base) | reinterpret_cast<uintptr_t>(target)) & 1) {
-      aligned_base.resize(count);
-      aligned_target.resize(count);
-      std::memcpy(aligned_base.data(), base, bytes);
-      std::memcpy(aligned_target.data(), target, bytes);
-      src = aligned_base.data();
-      dst = aligned_target.data();
-    }
+    std::vector<uint16_t> aligned_base, aligned_target;
+    const uint16_t* src = AlignedMembers({base}, {bytes}, &aligned_base)[0];
+    const uint16_t* dst = AlignedMembers({target}, {bytes}, &aligned_target)[0];
     Options options;
     options.threads = 1;  // the caller runs pieces in parallel
     options.effort = effort;
@@ -780,12 +772,7 @@ Status DecodePiece(const Piece& piece, const uint8_t* stored, const uint8_t* bas
     }
     const size_t count = bytes / 2;
     std::vector<uint16_t> aligned_base;
-    const uint16_t* src = reinterpret_cast<const uint16_t*>(base);
-    if (reinterpret_cast<uintptr_t>(base) & 1) {
-      aligned_base.resize(count);
-      std::memcpy(aligned_base.data(), base, bytes);
-      src = aligned_base.data();
-    }
+    const uint16_t* src = AlignedMembers({base}, {bytes}, &aligned_base)[0];
     // `out` comes from the caller's aligned buffers.
     Status s = delta_decompress(src, count, stored, piece.size, piece.target_xxh3,
                                 reinterpret_cast<uint16_t*>(out), count, /*threads=*/1);

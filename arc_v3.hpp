@@ -203,10 +203,11 @@ Status delta_inspect(const uint8_t* bytes, size_t size, PayloadInfo* info);
 // Per-payload statistics for tools and benchmarks.
 struct PayloadStats {
   PayloadInfo info;
-  // Chunks by coding: [nothing changed, XOR streams (ARCv3), context-modelled, rANS].
-  uint64_t chunk_modes[4] = {0, 0, 0, 0};
+  // Chunks by coding: [nothing changed, XOR streams (ARCv3), context-modelled, rANS,
+  // rANS with a session history].
+  uint64_t chunk_modes[5] = {0, 0, 0, 0, 0};
   // False when modelled or rANS chunks were not decoded because no base was given (or,
-  // for modelled chunks of a session payload, no history): then
+  // for modelled and rANS chunks of a session payload, no history): then
   // `changed` and `exponent_or_sign` count only the other chunks.
   bool counts_known = true;
   uint64_t changed = 0;           // elements whose bits differ
@@ -234,11 +235,14 @@ Status delta_stats(const uint16_t* src, size_t count, const uint8_t* bytes, size
 // receiver Decompress for the same steps in the same order. Each side also remembers,
 // per element, how long ago it last changed and in which direction (1 byte per element),
 // which the coder uses as context: an element that changed in the previous step is
-// 10-100x more likely to change again, almost always the same way. Payloads are smaller
-// than stateless ones, but each names the base it was made from (XXH3-64 of src) and the
-// session history it expects, so a receiver with the wrong base (kWrongBase) or out of
-// step (kHistoryMismatch: a missed, repeated or foreign payload) gets a clear error,
-// never wrong weights; after an error its history is unchanged. Session payloads are
+// 10-100x more likely to change again (small weights mostly the same way, the bulk mostly
+// back). Dense chunks (2% changed and more) are coded as rANS with the history where it
+// pays (format version 7), which decodes about as fast as stateless payloads; effort 3
+// also tries the adaptive coder there (0.4-3% smaller, 2-5x slower to decode). Payloads
+// are smaller than stateless ones, but each names the base it was made from (XXH3-64 of
+// src) and the session history it expects, so a receiver with the wrong base (kWrongBase)
+// or out of step (kHistoryMismatch: a missed, repeated or foreign payload) gets a clear
+// error, never wrong weights; after an error its history is unchanged. Session payloads are
 // decoded only by Session::Decompress; delta_decompress rejects them.
 class Session {
  public:

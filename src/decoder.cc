@@ -223,12 +223,21 @@ class ChunkDecoder {
         }
         return Status::Ok();
       }
-      case kChunkRans: {
-        if (version < 4) return Status(ErrorCode::kReservedBitsSet, "unknown chunk mode");
+      case kChunkRans:
+      case kChunkRansHistory: {
+        const bool with_history = mode == kChunkRansHistory;
+        if (version < (with_history ? kFirstRansHistoryVersion : 4)) {
+          return Status(ErrorCode::kReservedBitsSet, "unknown chunk mode");
+        }
         if (src == nullptr) return Status::Ok();  // statistics without the base
+        if (with_history && history == nullptr) {
+          return Status(ErrorCode::kCorruptChunk,
+                        "rANS chunk coded with a session history outside a session");
+        }
         const Status status = DecodeChunkRans(src, chunk_len, reader.current(),
                                               reader.remaining(), &changes->positions,
-                                              &changes->xors, version);
+                                              &changes->xors, version,
+                                              with_history ? history : nullptr);
         if (!status.ok()) {
           return Status(status.code(), status.message() +
                                            " (the payload is corrupt, or src is not its base)");
@@ -695,8 +704,9 @@ Status ComputeStats(const uint16_t* src, size_t count, const uint8_t* bytes, siz
     for (size_t c = 0; c < changes.size(); ++c) {
       const ChunkStats& chunk = chunk_stats[c];
       stats->chunk_modes[chunk.mode] += 1;
-      uint64_t& coded_bytes = chunk.mode == kChunkRans ? stats->rans_bytes : stats->modelled_bytes;
-      if ((chunk.mode == kChunkModelled || chunk.mode == kChunkRans) && src == nullptr) {
+      const bool rans = chunk.mode == kChunkRans || chunk.mode == kChunkRansHistory;
+      uint64_t& coded_bytes = rans ? stats->rans_bytes : stats->modelled_bytes;
+      if ((chunk.mode == kChunkModelled || rans) && src == nullptr) {
         stats->counts_known = false;
         coded_bytes += header.chunk_size[c];
         continue;

@@ -9,10 +9,12 @@
 // as their concatenation): each chunk is coded by the context-modelled coder
 // (model_coder.h), which predicts the delta from the previous weights, or where changes
 // are dense by the rANS coder (rans_coder.h, PreferRans); at effort 0 by the XOR streams
-// with LZ4 only (fastest), and at effort 3 all three race and the smallest wins.
+// with LZ4 only (fastest), and at effort 3 all three race and the smallest wins. Session
+// chunks use the history in both codings (format version 7 when an rANS chunk does).
 //
 // Chunks are independent, so they are coded in parallel and concatenated in order; the
 // bytes do not depend on the thread count or the SIMD target.
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <new>
@@ -164,7 +166,7 @@ bool PreferRans(uint64_t changes, size_t chunk_len) {
   return changes >= kRansMinChanges && changes * kRansMinDensityInverse >= chunk_len;
 }
 
-// Versions 2 to 5 chunk: a mode byte, then the coding chosen by the effort level.
+// Versions 2 to 7 chunk: a mode byte, then the coding chosen by the effort level.
 Status EncodeChunkV2(const uint16_t* src, const uint16_t* dst, size_t chunk_len,
                      const uint8_t* history, const RaceEntrants& entrants, int effort,
                      EncoderScratch* s, std::vector<uint8_t>* out) {
@@ -174,8 +176,9 @@ Status EncodeChunkV2(const uint16_t* src, const uint16_t* dst, size_t chunk_len,
     out->push_back(kChunkUnchanged);
     return Status::Ok();
   }
-  // Sessions code with the history, which only the modelled chunk uses.
-  const bool rans_first = history == nullptr && PreferRans(counts.changed, chunk_len);
+  // In a session the modelled and rANS codings use the history (rANS only where it pays
+  // for its header bytes: not in a session's first step, which has none).
+  const bool rans_first = PreferRans(counts.changed, chunk_len);
   const bool try_xor_streams = effort == 0 || effort == 3;
   const bool try_modelled = effort == 3 || (effort > 0 && !rans_first);
   const bool try_rans = effort == 3 || (effort > 0 && rans_first);
@@ -199,9 +202,12 @@ Status EncodeChunkV2(const uint16_t* src, const uint16_t* dst, size_t chunk_len,
     }
     s->modelled.clear();
     s->modelled.push_back(kChunkRans);
+    bool with_history = false;
     const Status status = EncodeChunkRans(src, dst, chunk_len, s->positions.data(),
-                                          counts.changed, &s->modelled, &s->rans_words);
+                                          counts.changed, &s->modelled, &s->rans_words,
+                                          history, &with_history);
     if (!status.ok()) return status;
+    if (with_history) s->modelled[0] = kChunkRansHistory;
     if (out->empty() || s->modelled.size() < out->size()) out->swap(s->modelled);
   }
   return Status::Ok();
@@ -291,7 +297,12 @@ Status EncodeFrame(const uint16_t* src, const uint16_t* dst, size_t count,
     bytes.clear();
     for (const uint8_t byte : kMagic) bytes.push_back(byte);
     // The lowest version that holds the payload's features.
+    const bool history_chunks =
+        std::any_of(chunks.begin(), chunks.end(), [](const std::vector<uint8_t>& chunk) {
+          return !chunk.empty() && chunk[0] == kChunkRansHistory;
+        });
     bytes.push_back(published          ? kFormatVersionArcV3
+                    : history_chunks     ? kFirstRansHistoryVersion
                     : tensors != nullptr ? kFirstTensorsVersion
                                          : kFormatVersionOneTensor);
     bytes.push_back(static_cast<uint8_t>((session != nullptr ? kFlagSession : 0) |

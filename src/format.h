@@ -20,10 +20,13 @@ constexpr uint8_t kMagic[4] = {'A', 'R', 'C', '3'};
 // Version 6 adds frames of several tensors (kFlagTensors); it changes nothing else, so
 // the encoder writes it only for those and one-tensor payloads stay readable by decoders
 // of version 5.
+// Version 7 adds rANS chunks coded with a session's history (kChunkRansHistory); the
+// encoder writes it only for session payloads that hold one.
 constexpr uint8_t kFormatVersionArcV3 = 1;
-constexpr uint8_t kFormatVersion = 6;
+constexpr uint8_t kFormatVersion = 7;
 constexpr uint8_t kFormatVersionOneTensor = 5;
 constexpr uint8_t kFirstTensorsVersion = 6;
+constexpr uint8_t kFirstRansHistoryVersion = 7;
 constexpr uint8_t kMinChunkLog = 10;
 constexpr uint8_t kMaxChunkLog = 24;
 // Varints in this format never exceed 64 bits (10 bytes of LEB128).
@@ -35,6 +38,7 @@ enum ChunkMode : uint8_t {
   kChunkXorStreams = 1,  // the version-1 chunk body follows (Changed_Count > 0)
   kChunkModelled = 2,    // the context-modelled coding follows (model_coder.h)
   kChunkRans = 3,        // version 4 on: the rANS coding follows (rans_coder.h)
+  kChunkRansHistory = 4,  // version 7 on, in session payloads: rANS with the history
 };
 
 // Frame_Header Flags (version 2 on): bit 0 = session payload (Base_Checksum and

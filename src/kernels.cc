@@ -340,6 +340,29 @@ HWY_INLINE hn::Vec<D> ClassOf(D d32, hn::Vec<D> bits, hn::Vec<D> class_base) {
                    hn::Set(di32, kRansClasses - 1)));
 }
 
+// Each lane's probability and splits: its exponent class's entries, and with a session
+// history (at the vector's first element; null without) those of its history class
+// (RansHistoryClass), the tables' second or third kRansClasses entries.
+template <class D>
+HWY_INLINE void LookupSymbols(D d32, const uint32_t* HWY_RESTRICT probs,
+                              const uint32_t* HWY_RESTRICT splits, hn::Vec<D> cls,
+                              const uint8_t* HWY_RESTRICT history, hn::Vec<D>* p,
+                              hn::Vec<D>* ab) {
+  *p = LookupClass(d32, probs, cls);
+  *ab = LookupClass(d32, splits, cls);
+  if (history == nullptr) return;
+  const hn::Rebind<uint8_t, D> d8;
+  const auto h = hn::PromoteTo(d32, hn::LoadU(d8, history));
+  const auto recorded = hn::Ne(hn::And(h, hn::Set(d32, kHistoryAgeMask)), hn::Zero(d32));
+  const auto went_up = hn::Ne(hn::And(h, hn::Set(d32, kHistoryUp)), hn::Zero(d32));
+  const auto up = hn::And(recorded, went_up);
+  const auto down = hn::AndNot(went_up, recorded);
+  *p = hn::IfThenElse(up, LookupClass(d32, probs + kRansClasses, cls), *p);
+  *ab = hn::IfThenElse(up, LookupClass(d32, splits + kRansClasses, cls), *ab);
+  *p = hn::IfThenElse(down, LookupClass(d32, probs + 2 * kRansClasses, cls), *p);
+  *ab = hn::IfThenElse(down, LookupClass(d32, splits + 2 * kRansClasses, cls), *ab);
+}
+
 // kRankBytes[m] byte l = popcount(m & (2^l - 1)): for masks of up to 8 lanes, the number
 // of set lanes below each lane.
 struct RankBytes {
@@ -435,14 +458,15 @@ HWY_INLINE hn::Vec<D> DecodeRansVector(D d32, hn::Vec<D> x, const uint16_t* HWY_
                                        size_t* HWY_RESTRICT word,
                                        uint32_t* HWY_RESTRICT positions,
                                        uint32_t* HWY_RESTRICT xors,
-                                       size_t* HWY_RESTRICT changes, bool* exhausted) {
+                                       size_t* HWY_RESTRICT changes, bool* exhausted,
+                                       const uint8_t* HWY_RESTRICT history) {
   const hn::Rebind<uint16_t, D> d16;
   const size_t N = hn::Lanes(d32);
   const auto low = hn::Set(d32, kRansLow);
   const auto bits = hn::PromoteTo(d32, hn::LoadU(d16, src + i));
   const auto cls = ClassOf(d32, bits, class_base);
-  const auto p = LookupClass(d32, probs, cls);
-  const auto ab = LookupClass(d32, splits, cls);
+  hn::Vec<D> p, ab;
+  LookupSymbols(d32, probs, splits, cls, history != nullptr ? history + i : nullptr, &p, &ab);
   const auto a = hn::And(ab, hn::Set(d32, 0xFFFF));
   const auto b = hn::ShiftRight<16>(ab);
   const auto slot = hn::And(x, hn::Set(d32, 0xFFFF));
@@ -505,7 +529,8 @@ size_t DecodeRansChanges(const uint16_t* HWY_RESTRICT src, size_t count, int cla
                          const uint32_t* HWY_RESTRICT probs, const uint32_t* HWY_RESTRICT splits,
                          uint32_t* HWY_RESTRICT states, const uint8_t* HWY_RESTRICT words,
                          size_t num_words, size_t* HWY_RESTRICT words_used,
-                         uint32_t* HWY_RESTRICT positions, uint32_t* HWY_RESTRICT xors) {
+                         uint32_t* HWY_RESTRICT positions, uint32_t* HWY_RESTRICT xors,
+                         const uint8_t* HWY_RESTRICT history) {
   const hn::CappedTag<uint32_t, kRansLanes> d32;
   const size_t N = hn::Lanes(d32);
   size_t word = *words_used;
@@ -517,16 +542,16 @@ size_t DecodeRansChanges(const uint16_t* HWY_RESTRICT src, size_t count, int cla
     auto x = hn::LoadU(d32, states);
     for (; i + kRansLanes <= count && !exhausted; i += kRansLanes) {
       x = DecodeRansVector(d32, x, src, i, base, probs, splits, words, num_words, &word,
-                           positions, xors, &changes, &exhausted);
+                           positions, xors, &changes, &exhausted, history);
     }
     hn::StoreU(x, d32, states);
   } else if (N * 2 == kRansLanes) {  // AVX2: both halves of the states in registers
     auto low = hn::LoadU(d32, states), high = hn::LoadU(d32, states + N);
     for (; i + kRansLanes <= count && !exhausted; i += kRansLanes) {
       low = DecodeRansVector(d32, low, src, i, base, probs, splits, words, num_words, &word,
-                             positions, xors, &changes, &exhausted);
+                             positions, xors, &changes, &exhausted, history);
       high = DecodeRansVector(d32, high, src, i + N, base, probs, splits, words, num_words,
-                              &word, positions, xors, &changes, &exhausted);
+                              &word, positions, xors, &changes, &exhausted, history);
     }
     hn::StoreU(low, d32, states);
     hn::StoreU(high, d32, states + N);
@@ -535,7 +560,7 @@ size_t DecodeRansChanges(const uint16_t* HWY_RESTRICT src, size_t count, int cla
       for (size_t v = 0; v < kRansLanes; v += N) {
         const auto x = DecodeRansVector(d32, hn::LoadU(d32, states + v), src, i + v, base,
                                         probs, splits, words, num_words, &word, positions,
-                                        xors, &changes, &exhausted);
+                                        xors, &changes, &exhausted, history);
         hn::StoreU(x, d32, states + v);
       }
     }
@@ -546,7 +571,8 @@ size_t DecodeRansChanges(const uint16_t* HWY_RESTRICT src, size_t count, int cla
   size_t tail_word = word;
   const size_t tail = ref::DecodeRansChanges(src + i, count - i, class_base, probs, splits,
                                              states, words, num_words, &tail_word,
-                                             positions + changes, xors + changes);
+                                             positions + changes, xors + changes,
+                                             history != nullptr ? history + i : nullptr);
   if (tail == kRansWordsExhausted) return kRansWordsExhausted;
   for (size_t k = changes; k < changes + tail; ++k) positions[k] += static_cast<uint32_t>(i);
   *words_used = tail_word;
@@ -563,7 +589,8 @@ HWY_INLINE hn::Vec<D> EncodeRansVector(D d32, hn::Vec<D> x, const uint16_t* HWY_
                                        const uint16_t* HWY_RESTRICT dst, size_t i,
                                        hn::Vec<D> class_base, const uint32_t* HWY_RESTRICT probs,
                                        const uint32_t* HWY_RESTRICT splits,
-                                       uint16_t* HWY_RESTRICT pushed, size_t* num_pushed) {
+                                       uint16_t* HWY_RESTRICT pushed, size_t* num_pushed,
+                                       const uint8_t* HWY_RESTRICT history) {
   const hn::Rebind<uint16_t, D> d16;
   const hn::RebindToSigned<D> di32;
   const hn::Rebind<float, D> df;
@@ -572,8 +599,8 @@ HWY_INLINE hn::Vec<D> EncodeRansVector(D d32, hn::Vec<D> x, const uint16_t* HWY_
   const auto bits = hn::PromoteTo(d32, hn::LoadU(d16, src + i));
   const auto target = hn::PromoteTo(d32, hn::LoadU(d16, dst + i));
   const auto cls = ClassOf(d32, bits, class_base);
-  const auto p = LookupClass(d32, probs, cls);
-  const auto ab = LookupClass(d32, splits, cls);
+  hn::Vec<D> p, ab;
+  LookupSymbols(d32, probs, splits, cls, history != nullptr ? history + i : nullptr, &p, &ab);
   const auto a = hn::And(ab, hn::Set(d32, 0xFFFF));
   const auto b = hn::ShiftRight<16>(ab);
   const auto step =
@@ -616,19 +643,20 @@ HWY_INLINE hn::Vec<D> EncodeRansVector(D d32, hn::Vec<D> x, const uint16_t* HWY_
 size_t EncodeRansElements(const uint16_t* HWY_RESTRICT src, const uint16_t* HWY_RESTRICT dst,
                           size_t count, int class_base, const uint32_t* HWY_RESTRICT probs,
                           const uint32_t* HWY_RESTRICT splits, uint32_t* HWY_RESTRICT states,
-                          uint16_t* HWY_RESTRICT pushed) {
+                          uint16_t* HWY_RESTRICT pushed, const uint8_t* HWY_RESTRICT history) {
   const hn::CappedTag<uint32_t, kRansLanes> d32;
   const size_t N = hn::Lanes(d32);
   const size_t groups_end = count / kRansLanes * kRansLanes;
-  size_t num_pushed = ref::EncodeRansElements(src + groups_end, dst + groups_end,
-                                              count - groups_end, class_base, probs, splits,
-                                              states, pushed);
+  size_t num_pushed = ref::EncodeRansElements(
+      src + groups_end, dst + groups_end, count - groups_end, class_base, probs, splits, states,
+      pushed, history != nullptr ? history + groups_end : nullptr);
   const auto base = hn::Set(d32, static_cast<uint32_t>(class_base));
   if (N == kRansLanes) {
     auto x = hn::LoadU(d32, states);
     for (size_t i = groups_end; i > 0;) {
       i -= kRansLanes;
-      x = EncodeRansVector(d32, x, src, dst, i, base, probs, splits, pushed, &num_pushed);
+      x = EncodeRansVector(d32, x, src, dst, i, base, probs, splits, pushed, &num_pushed,
+                           history);
     }
     hn::StoreU(x, d32, states);
   } else if (N * 2 == kRansLanes) {  // AVX2: both halves of the states in registers
@@ -636,8 +664,9 @@ size_t EncodeRansElements(const uint16_t* HWY_RESTRICT src, const uint16_t* HWY_
     for (size_t i = groups_end; i > 0;) {
       i -= kRansLanes;
       high = EncodeRansVector(d32, high, src, dst, i + N, base, probs, splits, pushed,
-                              &num_pushed);
-      low = EncodeRansVector(d32, low, src, dst, i, base, probs, splits, pushed, &num_pushed);
+                              &num_pushed, history);
+      low = EncodeRansVector(d32, low, src, dst, i, base, probs, splits, pushed, &num_pushed,
+                             history);
     }
     hn::StoreU(low, d32, states);
     hn::StoreU(high, d32, states + N);
@@ -647,7 +676,7 @@ size_t EncodeRansElements(const uint16_t* HWY_RESTRICT src, const uint16_t* HWY_
       for (size_t v = kRansLanes; v > 0;) {
         v -= N;
         const auto x = EncodeRansVector(d32, hn::LoadU(d32, states + v), src, dst, i + v, base,
-                                        probs, splits, pushed, &num_pushed);
+                                        probs, splits, pushed, &num_pushed, history);
         hn::StoreU(x, d32, states + v);
       }
     }
@@ -712,18 +741,21 @@ void AdvanceHistory(const uint16_t* src, const uint16_t* dst, size_t count, uint
 }
 
 size_t DecodeRansChanges(const uint16_t* src, size_t count, int class_base,
-                         const uint32_t probs[kRansClasses], const uint32_t splits[kRansClasses],
+                         const uint32_t* probs, const uint32_t* splits,
                          uint32_t states[kRansLanes], const uint8_t* words, size_t num_words,
-                         size_t* words_used, uint32_t* positions, uint32_t* xors) {
+                         size_t* words_used, uint32_t* positions, uint32_t* xors,
+                         const uint8_t* history) {
   return HWY_DYNAMIC_DISPATCH(DecodeRansChanges)(src, count, class_base, probs, splits, states,
-                                                 words, num_words, words_used, positions, xors);
+                                                 words, num_words, words_used, positions, xors,
+                                                 history);
 }
 
 size_t EncodeRansElements(const uint16_t* src, const uint16_t* dst, size_t count, int class_base,
-                          const uint32_t probs[kRansClasses], const uint32_t splits[kRansClasses],
-                          uint32_t states[kRansLanes], uint16_t* pushed) {
+                          const uint32_t* probs, const uint32_t* splits,
+                          uint32_t states[kRansLanes], uint16_t* pushed,
+                          const uint8_t* history) {
   return HWY_DYNAMIC_DISPATCH(EncodeRansElements)(src, dst, count, class_base, probs, splits,
-                                                  states, pushed);
+                                                  states, pushed, history);
 }
 
 const char* DispatchedTargetName() {

@@ -98,20 +98,30 @@ void AdvanceHistory(const uint16_t* src, const uint16_t* dst, size_t count, uint
 // symbol's (start, frequency) = (0, a), (a, b - a), (b, p - b) or (p, 2^16 - p):
 // x = frequency * (x >> 16) + slot - start; then, if x < 2^16, x = x << 16 | the next
 // 16-bit little-endian word of `words`.
+// With a session history (`history` not null, one byte per element, model_coder.h) the
+// tables have kRansTables entries and element i uses entry c + kRansClasses * h, its
+// history class h = RansHistoryClass(history[i]): 0 if no change is recorded, 1 if the
+// last recorded change went up, 2 if it went down. Without one, h = 0 (the first
+// kRansClasses entries).
 // Appends, for every changed element, its index to positions and its XOR with the new
 // value to xors (0 for an escape); both need room for count + kRansLanes entries.
 // Advances *words_used (words read so far, of num_words) and updates states[]. Returns
 // the number of changes, or kRansWordsExhausted if a state needed a word past num_words
 // (the stream is corrupt; outputs unspecified).
 constexpr int kRansClasses = 16;
+constexpr int kRansHistoryClasses = 3;
+constexpr int kRansTables = kRansClasses * kRansHistoryClasses;
 constexpr size_t kRansLanes = 16;
 constexpr uint32_t kRansLow = 1u << 16;  // states live in [kRansLow, 2^32)
 constexpr size_t kRansWordsExhausted = ~size_t{0};
+constexpr int RansHistoryClass(uint8_t history) {
+  return (history & kHistoryAgeMask) == 0 ? 0 : (history & kHistoryUp) ? 1 : 2;
+}
 size_t DecodeRansChanges(const uint16_t* src, size_t count, int class_base,
-                         const uint32_t probs[kRansClasses], const uint32_t splits[kRansClasses],
+                         const uint32_t* probs, const uint32_t* splits,
                          uint32_t states[kRansLanes],
                          const uint8_t* words, size_t num_words, size_t* words_used,
-                         uint32_t* positions, uint32_t* xors);
+                         uint32_t* positions, uint32_t* xors, const uint8_t* history = nullptr);
 
 // The encoder of the element symbols DecodeRansChanges decodes: elements count-1 down to
 // 0 of src -> dst, element i on state i % kRansLanes (states start at kRansLow for a new
@@ -120,10 +130,12 @@ size_t DecodeRansChanges(const uint16_t* src, size_t count, int class_base,
 // class as in DecodeRansChanges: if x >= frequency << 16, the low 16 bits of x are
 // pushed and x >>= 16; then x = (x / frequency) << 16 | x % frequency, plus start.
 // Pushes the words to `pushed` in the order they are produced (room for count +
-// kRansLanes): the stream holds them in reverse. Returns the number pushed.
+// kRansLanes): the stream holds them in reverse. Returns the number pushed. `history` and
+// the tables' size: as in DecodeRansChanges.
 size_t EncodeRansElements(const uint16_t* src, const uint16_t* dst, size_t count, int class_base,
-                          const uint32_t probs[kRansClasses], const uint32_t splits[kRansClasses],
-                          uint32_t states[kRansLanes], uint16_t* pushed);
+                          const uint32_t* probs, const uint32_t* splits,
+                          uint32_t states[kRansLanes], uint16_t* pushed,
+                          const uint8_t* history = nullptr);
 
 // Name of the target the dispatching wrappers above run on now ("AVX3", "EMU128", ...).
 const char* DispatchedTargetName();
@@ -140,13 +152,14 @@ void HistoryRateSums(const uint16_t* src, const uint8_t* history, const uint8_t 
                      size_t groups, uint64_t* sums);
 void AdvanceHistory(const uint16_t* src, const uint16_t* dst, size_t count, uint8_t* history);
 size_t DecodeRansChanges(const uint16_t* src, size_t count, int class_base,
-                         const uint32_t probs[kRansClasses], const uint32_t splits[kRansClasses],
+                         const uint32_t* probs, const uint32_t* splits,
                          uint32_t states[kRansLanes],
                          const uint8_t* words, size_t num_words, size_t* words_used,
-                         uint32_t* positions, uint32_t* xors);
+                         uint32_t* positions, uint32_t* xors, const uint8_t* history = nullptr);
 size_t EncodeRansElements(const uint16_t* src, const uint16_t* dst, size_t count, int class_base,
-                          const uint32_t probs[kRansClasses], const uint32_t splits[kRansClasses],
-                          uint32_t states[kRansLanes], uint16_t* pushed);
+                          const uint32_t* probs, const uint32_t* splits,
+                          uint32_t states[kRansLanes], uint16_t* pushed,
+                          const uint8_t* history = nullptr);
 }  // namespace ref
 
 }  // namespace arc_v3

@@ -54,9 +54,13 @@ arc_v3::Status EncodeChunk(const uint16_t* src, const uint16_t* dst, size_t len,
   std::vector<uint32_t> positions(changes);
   std::vector<uint16_t> xors(changes);
   arc_v3::CompactChanges(src, dst, len, positions.data(), xors.data());
+  // With a history, the rANS coding may use it (the frame's Chunk_Mode 4).
   std::vector<uint8_t> rans = {3};
   static arc_v3::RansScratch scratch;  // as the frame encoder's, reused
-  s = arc_v3::EncodeChunkRans(src, dst, len, positions.data(), changes, &rans, &scratch);
+  bool with_history = false;
+  s = arc_v3::EncodeChunkRans(src, dst, len, positions.data(), changes, &rans, &scratch,
+                              history, &with_history);
+  if (with_history) rans[0] = 4;
   if (s.ok() && (out->empty() || rans.size() < out->size())) out->swap(rans);
   return s;
 }
@@ -69,8 +73,9 @@ arc_v3::Status DecodeChunk(const uint16_t* src, size_t len, const std::vector<ui
     xors->clear();
     return arc_v3::Status::Ok();
   }
-  return chunk[0] == 3 ? arc_v3::DecodeChunkRans(src, len, chunk.data() + 1, chunk.size() - 1,
-                                                 positions, xors)
+  return chunk[0] >= 3 ? arc_v3::DecodeChunkRans(src, len, chunk.data() + 1, chunk.size() - 1,
+                                                 positions, xors, arc_v3::kFormatVersion,
+                                                 chunk[0] == 4 ? history : nullptr)
                        : arc_v3::DecodeChunkModelled(src, len, chunk.data() + 1,
                                                      chunk.size() - 1, positions, xors, history);
 }

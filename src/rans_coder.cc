@@ -41,6 +41,8 @@ constexpr int kValueZ = 256 + kUnaryDecisions;  // z = exponent + j
 constexpr uint32_t kProbScale = 1u << 16;
 constexpr size_t kHeaderBytesV4 = 1 + kClasses + 4;
 constexpr size_t kHeaderBytes = kHeaderBytesV4 + 2;  // with Value_Slope
+// With a history: History_Change_Q and History_Up_Q, kClasses bytes per history class 1, 2.
+constexpr size_t kHistoryHeaderBytes = kHeaderBytes + 4 * kClasses;
 constexpr size_t kElementStateBytes = 4 * kRansLanes;
 constexpr size_t kEscapeStateBytes = 4 * kEscapeLanes;
 // Version 5: units of the escape stream carried by the element states' ends.
@@ -51,6 +53,19 @@ constexpr int kMinSlope = 2;
 constexpr int kMaxSlope = 64;
 
 inline int ExponentOf(uint16_t bits) { return (bits >> 7) & 0xFF; }
+
+// 256 * RansHistoryClass(b) for every history byte b: the encoder's tallies.
+struct HistoryOffsets {
+  uint16_t of[256];
+};
+constexpr HistoryOffsets MakeHistoryOffsets() {
+  HistoryOffsets offsets{};
+  for (int b = 0; b < 256; ++b) {
+    offsets.of[b] = static_cast<uint16_t>(256 * RansHistoryClass(static_cast<uint8_t>(b)));
+  }
+  return offsets;
+}
+constexpr HistoryOffsets kHistoryOffsets = MakeHistoryOffsets();
 
 // 2^(t/16) in units of 2^-16, for |t| <= 16 * 24 (rounded; 0 only far below 1).
 inline uint64_t Pow2Sixteenths(int t) {
@@ -81,24 +96,35 @@ struct RansModel {
   // Element symbols by class (DecodeRansChanges): P(change) = p (at least 3, so that
   // each of the three change symbols has a frequency), split into an escape [0, a), +1
   // [a, b) and -1 [b, p); a / p follows P(|d| >= 2) at the class's exponent
-  // class_base + c, and the signs share the rest evenly.
+  // class_base + c, and the signs share the rest evenly. With a session history
+  // (`history_q` not null: the Change_Q, then the Up_Q bytes of history classes 1 and 2,
+  // kClasses each) tables kClasses..kRansTables - 1 hold the classes of elements whose
+  // last change went up or down; their +1 share of the rest is (2 Up_Q + 1) / 512.
   int class_base;
-  uint32_t change[kClasses];
-  uint32_t splits[kClasses];     // a | b << 16
+  uint32_t change[kRansTables];
+  uint32_t splits[kRansTables];  // a | b << 16
   // Escapes: the log2 class j = 1..15 of |d| as one symbol, per class: j's interval of
   // [0, 2^16) is [escape_start[c][j], escape_start[c][j + 1]).
   uint32_t escape_start[kClasses][kEscapeClasses + 2];
 
   RansModel(int base, const uint8_t* change_q, const uint16_t* value_log,
-            const uint8_t* value_slope)
+            const uint8_t* value_slope, const uint8_t* history_q = nullptr)
       : class_base(base) {
-    for (int c = 0; c < kClasses; ++c) {
-      const uint32_t p = std::max<uint32_t>(ProbOfQ(change_q[c]), 3);
+    const int tables = history_q != nullptr ? kRansTables : kClasses;
+    for (int t = 0; t < tables; ++t) {
+      const int c = t % kClasses, h = t / kClasses;
+      const uint8_t q = h == 0 ? change_q[c] : history_q[(h - 1) * kClasses + c];
+      const uint32_t p = std::max<uint32_t>(ProbOfQ(q), 3);
       const uint32_t escape =
           (p * ProbOfLog(value_log[0] - value_slope[0] * (base + c)) + 32768) >> 16;
       const uint32_t a = std::min(std::max<uint32_t>(escape, 1), p - 2);
-      change[c] = p;
-      splits[c] = a | ((a + (p - a + 1) / 2) << 16);
+      uint32_t up = (p - a + 1) / 2;
+      if (h > 0) {
+        const uint32_t up_q = history_q[2 * kClasses + (h - 1) * kClasses + c];
+        up = std::min(std::max(((p - a) * (2 * up_q + 1) + 256) >> 9, 1u), p - a - 1);
+      }
+      change[t] = p;
+      splits[t] = a | ((a + up) << 16);
     }
     for (int c = 0; c < kClasses; ++c) {
       EscapeIntervals(value_log[1], value_slope[1], base + c, escape_start[c]);
@@ -188,39 +214,64 @@ uint8_t BestChangeQ(uint64_t n, uint64_t k, uint64_t* cost) {
   return best;
 }
 
-// Class_Base and Change_Q from the chunk's element and change counts per exponent. With
-// a span of at most 16 exponents every one gets its own class; otherwise every window of
-// 16 is tried (the ends of the window absorb the exponents beyond it).
-void ChoosePositionModel(const uint64_t* all, const uint64_t* changed, uint8_t* class_base,
-                         uint8_t* change_q) {
+// Class_Base and Change_Q from the chunk's element and change counts per exponent, for
+// each of `histories` history classes (1 without a session history; change_q gets
+// kClasses bytes per history class). With a span of at most 16 exponents every one gets
+// its own class; otherwise every window of 16 is tried (the ends of the window absorb
+// the exponents beyond it).
+// Returns the cost of the chosen model's change decisions, in 2^-16 bits.
+uint64_t ChoosePositionModel(const uint64_t (*all)[256], const uint64_t (*changed)[256],
+                             int histories, uint8_t* class_base, uint8_t* change_q) {
   int lo = 255, hi = 0;
-  for (int e = 0; e < 256; ++e) {
-    if (all[e] != 0) {
-      lo = std::min(lo, e);
-      hi = std::max(hi, e);
+  for (int h = 0; h < histories; ++h) {
+    for (int e = 0; e < 256; ++e) {
+      if (all[h][e] != 0) {
+        lo = std::min(lo, e);
+        hi = std::max(hi, e);
+      }
     }
   }
   uint64_t best_cost = std::numeric_limits<uint64_t>::max();
   for (int base = lo; base <= std::max(lo, hi - (kClasses - 1)); ++base) {
-    uint64_t n[kClasses] = {}, k[kClasses] = {};
-    for (int e = lo; e <= hi; ++e) {
-      const int c = std::min(std::max(e - base, 0), kClasses - 1);
-      n[c] += all[e];
-      k[c] += changed[e];
-    }
     uint64_t cost = 0;
-    uint8_t q[kClasses];
-    for (int c = 0; c < kClasses; ++c) {
-      uint64_t class_cost = 0;
-      q[c] = n[c] == 0 ? 255 : BestChangeQ(n[c], k[c], &class_cost);
-      cost += class_cost;
+    uint8_t q[kRansTables];
+    for (int h = 0; h < histories; ++h) {
+      uint64_t n[kClasses] = {}, k[kClasses] = {};
+      for (int e = lo; e <= hi; ++e) {
+        const int c = std::min(std::max(e - base, 0), kClasses - 1);
+        n[c] += all[h][e];
+        k[c] += changed[h][e];
+      }
+      for (int c = 0; c < kClasses; ++c) {
+        uint64_t class_cost = 0;
+        q[h * kClasses + c] = n[c] == 0 ? 255 : BestChangeQ(n[c], k[c], &class_cost);
+        cost += class_cost;
+      }
     }
     if (cost < best_cost) {
       best_cost = cost;
       *class_base = static_cast<uint8_t>(base);
-      std::memcpy(change_q, q, kClasses);
+      std::memcpy(change_q, q, static_cast<size_t>(histories) * kClasses);
     }
   }
+  return best_cost;
+}
+
+// The Up_Q byte that codes `ups` +1 and `downs` -1 steps most cheaply: the +1 share
+// (2 Up_Q + 1) / 512 of the step symbols' interval. Adds its cost to *total.
+uint8_t BestUpQ(uint64_t ups, uint64_t downs, uint64_t* total) {
+  uint8_t best = 128;
+  uint64_t best_cost = std::numeric_limits<uint64_t>::max();
+  for (uint32_t u = 0; u < 256; ++u) {
+    const uint32_t share = (2 * u + 1) << 7;  // in units of 2^-16
+    const uint64_t cost = ups * CostOf(share) + downs * CostOf(kProbScale - share);
+    if (cost < best_cost) {
+      best_cost = cost;
+      best = static_cast<uint8_t>(u);
+    }
+  }
+  *total += best_cost;
+  return best;
 }
 
 // The costs of an event and of its absence at probability ProbOfLog(t), t in [-256, 256]
@@ -459,16 +510,20 @@ Status Corrupt(const char* what) {
 
 Status EncodeChunkRans(const uint16_t* src, const uint16_t* dst, size_t len,
                        const uint32_t* positions, size_t changes, std::vector<uint8_t>* out,
-                       RansScratch* scratch) {
+                       RansScratch* scratch, const uint8_t* history,
+                       bool* coded_with_history) {
   if (out == nullptr || src == nullptr || dst == nullptr || positions == nullptr) {
     return Status(ErrorCode::kInvalidArgument, "EncodeChunkRans: null pointer");
   }
   if (len > kMaxRansChunk) return Status(ErrorCode::kInvalidArgument, "EncodeChunkRans: chunk too large");
   if (changes == 0) return Status(ErrorCode::kInvalidArgument, "EncodeChunkRans: no changes");
 
-  // Tallies: elements and changes by exponent; value decisions by z.
-  uint64_t all[256] = {}, changed[256] = {};
-  {
+  // Tallies: elements and changes by history class and exponent; value decisions by z;
+  // with a history, the +-1 steps by direction.
+  const int histories = history != nullptr ? kRansHistoryClasses : 1;
+  uint64_t all[kRansHistoryClasses][256] = {}, changed[kRansHistoryClasses][256] = {};
+  uint64_t ups[kRansHistoryClasses][256] = {}, downs[kRansHistoryClasses][256] = {};
+  if (history == nullptr) {
     // Four histograms, so that equal exponents in a row do not wait for each other.
     uint32_t partial[4][256] = {};
     size_t i = 0;
@@ -480,7 +535,25 @@ Status EncodeChunkRans(const uint16_t* src, const uint16_t* dst, size_t len,
     }
     for (; i < len; ++i) ++partial[0][ExponentOf(src[i])];
     for (int e = 0; e < 256; ++e) {
-      all[e] = uint64_t{partial[0][e]} + partial[1][e] + partial[2][e] + partial[3][e];
+      all[0][e] = uint64_t{partial[0][e]} + partial[1][e] + partial[2][e] + partial[3][e];
+    }
+  } else {
+    // The same, each histogram indexed by history class and exponent.
+    uint32_t partial[4][kRansHistoryClasses * 256] = {};
+    const HistoryOffsets& offsets = kHistoryOffsets;
+    size_t i = 0;
+    for (; i + 4 <= len; i += 4) {
+      ++partial[0][offsets.of[history[i]] + ExponentOf(src[i])];
+      ++partial[1][offsets.of[history[i + 1]] + ExponentOf(src[i + 1])];
+      ++partial[2][offsets.of[history[i + 2]] + ExponentOf(src[i + 2])];
+      ++partial[3][offsets.of[history[i + 3]] + ExponentOf(src[i + 3])];
+    }
+    for (; i < len; ++i) ++partial[0][offsets.of[history[i]] + ExponentOf(src[i])];
+    for (int h = 0; h < kRansHistoryClasses; ++h) {
+      for (int e = 0; e < 256; ++e) {
+        const int at = 256 * h + e;
+        all[h][e] = uint64_t{partial[0][at]} + partial[1][at] + partial[2][at] + partial[3][at];
+      }
     }
   }
   // The positions of the escapes (|d| >= 2), and the value decisions "|d| >= 2^(j+1)
@@ -491,24 +564,69 @@ Status EncodeChunkRans(const uint16_t* src, const uint16_t* dst, size_t len,
   for (size_t r = 0; r < changes; ++r) {
     const uint32_t pos = positions[r];
     const int e = ExponentOf(src[pos]);
+    const int h = history != nullptr ? RansHistoryClass(history[pos]) : 0;
     const ValueCode code = ValueCodeOf(src[pos], dst[pos]);
+    ++changed[h][e];
     ++(code.cls > 0 ? ones : zeros)[0][e];
-    if (code.cls == 0) continue;
+    if (code.cls == 0) {
+      ++(code.negative ? downs : ups)[h][e];
+      continue;
+    }
     escape_positions.push_back(pos);
     for (int j = 1; j <= std::min(code.cls, kUnaryDecisions - 1); ++j) {
       ++(code.cls > j ? ones : zeros)[1][e + j];
     }
   }
-  for (int e = 0; e < 256; ++e) changed[e] = ones[0][e] + zeros[0][e];
 
   uint8_t class_base = 0;
-  uint8_t change_q[kClasses];
-  ChoosePositionModel(all, changed, &class_base, change_q);
+  uint8_t change_q[kRansTables];
+  uint64_t cost = ChoosePositionModel(all, changed, histories, &class_base, change_q);
+  // With a history: History_Change_Q (classes 1 and 2), then History_Up_Q.
+  uint8_t history_q[4 * kClasses];
+  if (history != nullptr) {
+    std::memcpy(history_q, change_q + kClasses, 2 * kClasses);
+    uint64_t steps_without_history = 0;  // +-1 steps of class 0: about a bit each
+    for (int e = 0; e < 256; ++e) steps_without_history += ups[0][e] + downs[0][e];
+    cost += steps_without_history << 16;
+    for (int h = 1; h < kRansHistoryClasses; ++h) {
+      uint64_t class_ups[kClasses] = {}, class_downs[kClasses] = {};
+      for (int e = 0; e < 256; ++e) {
+        const int c = std::min(std::max(e - class_base, 0), kClasses - 1);
+        class_ups[c] += ups[h][e];
+        class_downs[c] += downs[h][e];
+      }
+      for (int c = 0; c < kClasses; ++c) {
+        history_q[2 * kClasses + (h - 1) * kClasses + c] =
+            BestUpQ(class_ups[c], class_downs[c], &cost);
+      }
+    }
+    // The history pays for its 64 header bytes, or the chunk is coded without it.
+    uint64_t all_plain[1][256] = {}, changed_plain[1][256] = {};
+    uint64_t steps = 0;
+    for (int h = 0; h < kRansHistoryClasses; ++h) {
+      for (int e = 0; e < 256; ++e) {
+        all_plain[0][e] += all[h][e];
+        changed_plain[0][e] += changed[h][e];
+        steps += ups[h][e] + downs[h][e];
+      }
+    }
+    uint8_t plain_base = 0;
+    uint8_t plain_q[kClasses];
+    const uint64_t plain_cost =
+        ChoosePositionModel(all_plain, changed_plain, 1, &plain_base, plain_q) + (steps << 16);
+    if (cost + ((8 * sizeof(history_q)) << 16) >= plain_cost) {
+      history = nullptr;
+      class_base = plain_base;
+      std::memcpy(change_q, plain_q, kClasses);
+    }
+  }
+  if (coded_with_history != nullptr) *coded_with_history = history != nullptr;
   const ValueCurve curves[2] = {ChooseValueCurve(ones[0], zeros[0]),
                                 ChooseValueCurve(ones[1], zeros[1])};
   const uint16_t value_log[2] = {curves[0].log, curves[1].log};
   const uint8_t value_slope[2] = {curves[0].slope, curves[1].slope};
-  const RansModel model(class_base, change_q, value_log, value_slope);
+  const RansModel model(class_base, change_q, value_log, value_slope,
+                        history != nullptr ? history_q : nullptr);
 
   // Escapes first (their first units start the element states): the k-th escape on
   // state k % kEscapeLanes; the log2 class, then the low bits and the sign as one
@@ -552,7 +670,7 @@ Status EncodeChunkRans(const uint16_t* src, const uint16_t* dst, size_t len,
     element_states[lane] = kRansLow + (lane < escape_units.size() ? escape_units[lane] : 0);
   }
   const size_t element_words = EncodeRansElements(src, dst, len, class_base, model.change,
-                                                  model.splits, element_states, pushed);
+                                                  model.splits, element_states, pushed, history);
 
   out->push_back(class_base);
   out->insert(out->end(), change_q, change_q + kClasses);
@@ -561,6 +679,7 @@ Status EncodeChunkRans(const uint16_t* src, const uint16_t* dst, size_t len,
     out->push_back(static_cast<uint8_t>(v >> 8));
   }
   out->insert(out->end(), value_slope, value_slope + 2);
+  if (history != nullptr) out->insert(out->end(), history_q, history_q + sizeof(history_q));
   PutVarint(element_words, out);
   AppendStream(element_states, kRansLanes, pushed, element_words, out);
   for (size_t u = kLaneUnits; u < escape_units.size(); ++u) {
@@ -572,7 +691,7 @@ Status EncodeChunkRans(const uint16_t* src, const uint16_t* dst, size_t len,
 
 Status DecodeChunkRans(const uint16_t* src, size_t len, const uint8_t* bytes, size_t size,
                        std::vector<uint32_t>* positions, std::vector<uint16_t>* xors,
-                       int format_version) {
+                       int format_version, const uint8_t* history) {
   if (positions == nullptr || xors == nullptr || (len > 0 && src == nullptr) ||
       (size > 0 && bytes == nullptr)) {
     return Status(ErrorCode::kInvalidArgument, "DecodeChunkRans: null pointer");
@@ -583,12 +702,18 @@ Status DecodeChunkRans(const uint16_t* src, size_t len, const uint8_t* bytes, si
   if (format_version < kRansFirstVersion || format_version > kFormatVersion) {
     return Status(ErrorCode::kInvalidArgument, "DecodeChunkRans: no rANS chunks in this version");
   }
+  if (history != nullptr && format_version < kFirstRansHistoryVersion) {
+    return Status(ErrorCode::kInvalidArgument,
+                  "DecodeChunkRans: no rANS chunks with a history in this version");
+  }
   const bool lane_units = format_version >= 5;
   positions->clear();
   xors->clear();
   ByteReader reader(bytes, size);
   const uint8_t* header;
-  if (!reader.ReadSpan(lane_units ? kHeaderBytes : kHeaderBytesV4, &header)) {
+  const size_t header_bytes =
+      !lane_units ? kHeaderBytesV4 : history != nullptr ? kHistoryHeaderBytes : kHeaderBytes;
+  if (!reader.ReadSpan(header_bytes, &header)) {
     return Status(ErrorCode::kTruncated, "rANS chunk: header truncated");
   }
   const uint8_t class_base = header[0];
@@ -616,7 +741,8 @@ Status DecodeChunkRans(const uint16_t* src, size_t len, const uint8_t* bytes, si
   if (tail_bytes % 2 != 0) return Corrupt("odd escape stream");
   if (len == 0) return Corrupt("changes in 0 elements");
 
-  const RansModel model(class_base, change_q, value_log, value_slope);
+  const RansModel model(class_base, change_q, value_log, value_slope,
+                        history != nullptr ? header + kHeaderBytes : nullptr);
   uint32_t states[kRansLanes];
   for (size_t s = 0; s < kRansLanes; ++s) {
     states[s] = LoadU32(element_stream + 4 * s);
@@ -652,7 +778,8 @@ Status DecodeChunkRans(const uint16_t* src, size_t len, const uint8_t* bytes, si
     const size_t n = DecodeRansChanges(src + begin, count, class_base, model.change,
                                        model.splits, states,
                                        element_stream + kElementStateBytes, element_words,
-                                       &words_used, found_positions, found_xors);
+                                       &words_used, found_positions, found_xors,
+                                       history != nullptr ? history + begin : nullptr);
     if (n == kRansWordsExhausted) return fail("element stream exhausted");
     const size_t old_size = positions->size();
     positions->resize(old_size + n);

@@ -106,15 +106,16 @@ void AdvanceHistory(const uint16_t* src, const uint16_t* dst, size_t count, uint
 }
 
 size_t DecodeRansChanges(const uint16_t* src, size_t count, int class_base,
-                         const uint32_t probs[kRansClasses], const uint32_t splits[kRansClasses],
+                         const uint32_t* probs, const uint32_t* splits,
                          uint32_t states[kRansLanes],
                          const uint8_t* words, size_t num_words, size_t* words_used,
-                         uint32_t* positions, uint32_t* xors) {
+                         uint32_t* positions, uint32_t* xors, const uint8_t* history) {
   size_t changes = 0;
   size_t word = *words_used;
   for (size_t i = 0; i < count; ++i) {
     uint32_t& x = states[i % kRansLanes];
-    const int c = std::min(std::max(((src[i] >> 7) & 0xFF) - class_base, 0), kRansClasses - 1);
+    const int c = std::min(std::max(((src[i] >> 7) & 0xFF) - class_base, 0), kRansClasses - 1) +
+                  (history != nullptr ? kRansClasses * RansHistoryClass(history[i]) : 0);
     const uint32_t p = probs[c], a = splits[c] & 0xFFFF, b = splits[c] >> 16;
     const uint32_t slot = x & 0xFFFF;
     uint32_t start, freq;
@@ -145,12 +146,14 @@ size_t DecodeRansChanges(const uint16_t* src, size_t count, int class_base,
 }
 
 size_t EncodeRansElements(const uint16_t* src, const uint16_t* dst, size_t count, int class_base,
-                          const uint32_t probs[kRansClasses], const uint32_t splits[kRansClasses],
-                          uint32_t states[kRansLanes], uint16_t* pushed) {
+                          const uint32_t* probs, const uint32_t* splits,
+                          uint32_t states[kRansLanes], uint16_t* pushed,
+                          const uint8_t* history) {
   size_t num_pushed = 0;
   for (size_t i = count; i-- > 0;) {
     uint32_t& x = states[i % kRansLanes];
-    const int c = std::min(std::max(((src[i] >> 7) & 0xFF) - class_base, 0), kRansClasses - 1);
+    const int c = std::min(std::max(((src[i] >> 7) & 0xFF) - class_base, 0), kRansClasses - 1) +
+                  (history != nullptr ? kRansClasses * RansHistoryClass(history[i]) : 0);
     const uint32_t p = probs[c], a = splits[c] & 0xFFFF, b = splits[c] >> 16;
     const uint16_t step = static_cast<uint16_t>(MonotoneKey(dst[i]) - MonotoneKey(src[i]));
     uint32_t start, freq;

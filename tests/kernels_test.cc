@@ -313,58 +313,72 @@ TEST_CASE("AdvanceHistory: every history byte, changes across zero and NaN, vs t
   });
 }
 
+// Session histories for the rANS kernels: half the elements without a recorded change,
+// the others any byte (ages 1-7, either direction, and the unused high bits set).
+std::vector<uint8_t> RandomHistory(size_t n, std::mt19937* rng) {
+  std::vector<uint8_t> history(n);
+  for (auto& h : history) h = (*rng)() % 2 ? 0 : static_cast<uint8_t>((*rng)());
+  return history;
+}
+
 TEST_CASE("DecodeRansChanges: arbitrary states, probabilities and words, vs the reference") {
   // Every byte string is a valid input to the kernel (the chunk decoder checks the end
   // state), so random words exercise every path: renormalisation in any lane, changes of
-  // every kind in any lane, and words running out in the middle of a group.
+  // every kind in any lane, and words running out in the middle of a group. With a
+  // history, each element's table is its history class's.
   std::mt19937 rng(14);
+  const std::vector<uint8_t> history = RandomHistory(100100 + 8, &rng);
   test::ForEachTarget([&](const char*) {
     for (const uint32_t max_prob : {uint32_t{64}, uint32_t{4096}, uint32_t{65535}}) {
-      uint32_t probs[kRansClasses], splits[kRansClasses];
-      for (int c = 0; c < kRansClasses; ++c) {
-        probs[c] = 3 + static_cast<uint32_t>(rng() % (max_prob - 2));  // 3..max_prob
-        const uint32_t a = 1 + static_cast<uint32_t>(rng() % (probs[c] - 2));
-        const uint32_t b = a + 1 + static_cast<uint32_t>(rng() % (probs[c] - a - 1));
-        splits[c] = a | (b << 16);
-      }
-      // Random bits span every exponent: classes below, inside and above the window.
-      const int class_base = static_cast<int>(rng() % 256);
-      std::vector<uint16_t> src(100100 + 8);
-      for (auto& v : src) v = static_cast<uint16_t>(rng());
-      std::vector<uint8_t> words(2 * 40000);
-      for (auto& b : words) b = static_cast<uint8_t>(rng());
-      for (const size_t n : TestLengths()) {
-        for (const size_t mis : kMisalignments) {
-          for (const size_t num_words : {size_t{0}, size_t{3}, n / 8, words.size() / 2 - 1}) {
-            uint32_t start_states[kRansLanes];
-            for (auto& x : start_states) x = kRansLow + static_cast<uint32_t>(rng() % (0u - kRansLow));
-            uint32_t want_states[kRansLanes], got_states[kRansLanes];
-            std::copy(start_states, start_states + kRansLanes, want_states);
-            std::copy(start_states, start_states + kRansLanes, got_states);
-            std::vector<uint32_t> want(n + kRansLanes), want_xors(n + kRansLanes);
-            std::vector<uint32_t> got(n + kRansLanes + 2 * kGuard, kSentinel32);
-            std::vector<uint32_t> got_xors(n + kRansLanes + 2 * kGuard, kSentinel32);
-            size_t want_used = 1, got_used = 1;  // the kernels start after word 1
-            const size_t want_n = ref::DecodeRansChanges(
-                src.data() + mis, n, class_base, probs, splits, want_states, words.data(), num_words + 1,
-                &want_used, want.data(), want_xors.data());
-            const size_t got_n = DecodeRansChanges(src.data() + mis, n, class_base, probs,
-                                                   splits, got_states, words.data(), num_words + 1,
-                                                   &got_used, got.data() + kGuard,
-                                                   got_xors.data() + kGuard);
-            REQUIRE(got_n == want_n);
-            if (want_n == kRansWordsExhausted) continue;  // outputs unspecified
-            REQUIRE(got_used == want_used);
-            REQUIRE(std::equal(want_states, want_states + kRansLanes, got_states));
-            const auto used = static_cast<std::ptrdiff_t>(want_n);
-            REQUIRE(std::equal(want.begin(), want.begin() + used, got.begin() + kGuard));
-            REQUIRE(std::equal(want_xors.begin(), want_xors.begin() + used,
-                               got_xors.begin() + kGuard));
-            // Room for n + kRansLanes entries is what the contract asks; nothing beyond.
-            for (const auto* buffer : {&got, &got_xors}) {
-              for (size_t i = 0; i < kGuard; ++i) REQUIRE((*buffer)[i] == kSentinel32);
-              for (size_t i = kGuard + n + kRansLanes; i < buffer->size(); ++i) {
-                REQUIRE((*buffer)[i] == kSentinel32);
+      for (const bool with_history : {false, true}) {
+        uint32_t probs[kRansTables], splits[kRansTables];
+        for (int c = 0; c < kRansTables; ++c) {
+          probs[c] = 3 + static_cast<uint32_t>(rng() % (max_prob - 2));  // 3..max_prob
+          const uint32_t a = 1 + static_cast<uint32_t>(rng() % (probs[c] - 2));
+          const uint32_t b = a + 1 + static_cast<uint32_t>(rng() % (probs[c] - a - 1));
+          splits[c] = a | (b << 16);
+        }
+        // Random bits span every exponent: classes below, inside and above the window.
+        const int class_base = static_cast<int>(rng() % 256);
+        std::vector<uint16_t> src(100100 + 8);
+        for (auto& v : src) v = static_cast<uint16_t>(rng());
+        std::vector<uint8_t> words(2 * 40000);
+        for (auto& b : words) b = static_cast<uint8_t>(rng());
+        for (const size_t n : TestLengths()) {
+          for (const size_t mis : kMisalignments) {
+            for (const size_t num_words : {size_t{0}, size_t{3}, n / 8, words.size() / 2 - 1}) {
+              uint32_t start_states[kRansLanes];
+              for (auto& x : start_states) {
+                x = kRansLow + static_cast<uint32_t>(rng() % (0u - kRansLow));
+              }
+              uint32_t want_states[kRansLanes], got_states[kRansLanes];
+              std::copy(start_states, start_states + kRansLanes, want_states);
+              std::copy(start_states, start_states + kRansLanes, got_states);
+              std::vector<uint32_t> want(n + kRansLanes), want_xors(n + kRansLanes);
+              std::vector<uint32_t> got(n + kRansLanes + 2 * kGuard, kSentinel32);
+              std::vector<uint32_t> got_xors(n + kRansLanes + 2 * kGuard, kSentinel32);
+              size_t want_used = 1, got_used = 1;  // the kernels start after word 1
+              const uint8_t* h = with_history ? history.data() + mis : nullptr;
+              const size_t want_n = ref::DecodeRansChanges(
+                  src.data() + mis, n, class_base, probs, splits, want_states, words.data(),
+                  num_words + 1, &want_used, want.data(), want_xors.data(), h);
+              const size_t got_n = DecodeRansChanges(
+                  src.data() + mis, n, class_base, probs, splits, got_states, words.data(),
+                  num_words + 1, &got_used, got.data() + kGuard, got_xors.data() + kGuard, h);
+              REQUIRE(got_n == want_n);
+              if (want_n == kRansWordsExhausted) continue;  // outputs unspecified
+              REQUIRE(got_used == want_used);
+              REQUIRE(std::equal(want_states, want_states + kRansLanes, got_states));
+              const auto used = static_cast<std::ptrdiff_t>(want_n);
+              REQUIRE(std::equal(want.begin(), want.begin() + used, got.begin() + kGuard));
+              REQUIRE(std::equal(want_xors.begin(), want_xors.begin() + used,
+                                 got_xors.begin() + kGuard));
+              // Room for n + kRansLanes entries is what the contract asks; nothing beyond.
+              for (const auto* buffer : {&got, &got_xors}) {
+                for (size_t i = 0; i < kGuard; ++i) REQUIRE((*buffer)[i] == kSentinel32);
+                for (size_t i = kGuard + n + kRansLanes; i < buffer->size(); ++i) {
+                  REQUIRE((*buffer)[i] == kSentinel32);
+                }
               }
             }
           }
@@ -376,48 +390,52 @@ TEST_CASE("DecodeRansChanges: arbitrary states, probabilities and words, vs the 
 
 TEST_CASE("EncodeRansElements: every kind of change, any tables and states, vs the reference") {
   std::mt19937 rng(15);
+  const std::vector<uint8_t> history = RandomHistory(100100 + 8, &rng);
   test::ForEachTarget([&](const char*) {
     for (const double density : {0.0, 0.02, 0.3, 1.0}) {
-      uint32_t probs[kRansClasses], splits[kRansClasses];
-      for (int c = 0; c < kRansClasses; ++c) {
-        probs[c] = 3 + static_cast<uint32_t>(rng() % 65533);  // 3..65535
-        const uint32_t a = 1 + static_cast<uint32_t>(rng() % (probs[c] - 2));
-        const uint32_t b = a + 1 + static_cast<uint32_t>(rng() % (probs[c] - a - 1));
-        splits[c] = a | (b << 16);
-      }
-      const int class_base = static_cast<int>(rng() % 256);
-      // Changes of +-1 in key order (across zero and exponents too) and arbitrary ones.
-      std::vector<uint16_t> src(100100 + 8), dst(src.size());
-      for (size_t i = 0; i < src.size(); ++i) {
-        src[i] = static_cast<uint16_t>(rng());
-        dst[i] = src[i];
-        if (std::uniform_real_distribution<double>(0, 1)(rng) >= density) continue;
-        const uint32_t kind = rng() % 4;
-        const uint16_t key = MonotoneKey(src[i]);
-        dst[i] = kind == 0   ? FromMonotoneKey(static_cast<uint16_t>(key + 1))
-                 : kind == 1 ? FromMonotoneKey(static_cast<uint16_t>(key - 1))
-                             : static_cast<uint16_t>(src[i] ^ (1 + rng() % 0xFFFF));
-      }
-      for (const size_t n : TestLengths()) {
-        for (const size_t mis : kMisalignments) {
-          uint32_t want_states[kRansLanes], got_states[kRansLanes];
-          for (size_t l = 0; l < kRansLanes; ++l) {
-            want_states[l] = got_states[l] =
-                kRansLow + static_cast<uint32_t>(rng() % (0u - kRansLow));
+      for (const bool with_history : {false, true}) {
+        uint32_t probs[kRansTables], splits[kRansTables];
+        for (int c = 0; c < kRansTables; ++c) {
+          probs[c] = 3 + static_cast<uint32_t>(rng() % 65533);  // 3..65535
+          const uint32_t a = 1 + static_cast<uint32_t>(rng() % (probs[c] - 2));
+          const uint32_t b = a + 1 + static_cast<uint32_t>(rng() % (probs[c] - a - 1));
+          splits[c] = a | (b << 16);
+        }
+        const int class_base = static_cast<int>(rng() % 256);
+        // Changes of +-1 in key order (across zero and exponents too) and arbitrary ones.
+        std::vector<uint16_t> src(100100 + 8), dst(src.size());
+        for (size_t i = 0; i < src.size(); ++i) {
+          src[i] = static_cast<uint16_t>(rng());
+          dst[i] = src[i];
+          if (std::uniform_real_distribution<double>(0, 1)(rng) >= density) continue;
+          const uint32_t kind = rng() % 4;
+          const uint16_t key = MonotoneKey(src[i]);
+          dst[i] = kind == 0   ? FromMonotoneKey(static_cast<uint16_t>(key + 1))
+                   : kind == 1 ? FromMonotoneKey(static_cast<uint16_t>(key - 1))
+                               : static_cast<uint16_t>(src[i] ^ (1 + rng() % 0xFFFF));
+        }
+        for (const size_t n : TestLengths()) {
+          for (const size_t mis : kMisalignments) {
+            uint32_t want_states[kRansLanes], got_states[kRansLanes];
+            for (size_t l = 0; l < kRansLanes; ++l) {
+              want_states[l] = got_states[l] =
+                  kRansLow + static_cast<uint32_t>(rng() % (0u - kRansLow));
+            }
+            std::vector<uint16_t> want(n + kRansLanes);
+            std::vector<uint16_t> got(n + kRansLanes + 2 * kGuard, kSentinel16);
+            const uint8_t* h = with_history ? history.data() + mis : nullptr;
+            const size_t want_n = ref::EncodeRansElements(src.data() + mis, dst.data() + mis, n,
+                                                          class_base, probs, splits, want_states,
+                                                          want.data(), h);
+            const size_t got_n = EncodeRansElements(src.data() + mis, dst.data() + mis, n,
+                                                    class_base, probs, splits, got_states,
+                                                    got.data() + kGuard, h);
+            REQUIRE(got_n == want_n);
+            REQUIRE(std::equal(want_states, want_states + kRansLanes, got_states));
+            REQUIRE(std::equal(want.begin(), want.begin() + static_cast<std::ptrdiff_t>(want_n),
+                               got.begin() + kGuard));
+            ExpectGuards(got, kGuard, want_n, kSentinel16);
           }
-          std::vector<uint16_t> want(n + kRansLanes);
-          std::vector<uint16_t> got(n + kRansLanes + 2 * kGuard, kSentinel16);
-          const size_t want_n = ref::EncodeRansElements(src.data() + mis, dst.data() + mis, n,
-                                                        class_base, probs, splits, want_states,
-                                                        want.data());
-          const size_t got_n = EncodeRansElements(src.data() + mis, dst.data() + mis, n,
-                                                  class_base, probs, splits, got_states,
-                                                  got.data() + kGuard);
-          REQUIRE(got_n == want_n);
-          REQUIRE(std::equal(want_states, want_states + kRansLanes, got_states));
-          REQUIRE(std::equal(want.begin(), want.begin() + static_cast<std::ptrdiff_t>(want_n),
-                             got.begin() + kGuard));
-          ExpectGuards(got, kGuard, want_n, kSentinel16);
         }
       }
     }

@@ -35,28 +35,34 @@ std::vector<uint32_t> ChangedPositions(const std::vector<uint16_t>& src,
 }
 
 // Encodes (which needs at least one change), checks that decoding gives exactly the
-// changed positions and their XORs, and that encoding is deterministic.
+// changed positions and their XORs, and that encoding is deterministic. With a history,
+// *used says whether the coding took it (a chunk then decodes only with it).
 std::vector<uint8_t> CheckRoundTrip(const std::vector<uint16_t>& src,
-                                    const std::vector<uint16_t>& dst) {
+                                    const std::vector<uint16_t>& dst,
+                                    const uint8_t* history = nullptr, bool* used = nullptr) {
   REQUIRE(src.size() == dst.size());
   const std::vector<uint32_t> want_positions = ChangedPositions(src, dst);
   REQUIRE(!want_positions.empty());
   std::vector<uint8_t> bytes = {0xAB};  // appends: a prefix must survive
+  bool with_history = true;
   REQUIRE(EncodeChunkRans(src.data(), dst.data(), src.size(), want_positions.data(),
-                          want_positions.size(), &bytes)
+                          want_positions.size(), &bytes, nullptr, history, &with_history)
               .ok());
+  if (history == nullptr) CHECK(!with_history);
+  if (used != nullptr) *used = with_history;
   REQUIRE(bytes[0] == 0xAB);
   bytes.erase(bytes.begin());
   std::vector<uint8_t> again;
   REQUIRE(EncodeChunkRans(src.data(), dst.data(), src.size(), want_positions.data(),
-                          want_positions.size(), &again)
+                          want_positions.size(), &again, nullptr, history)
               .ok());
   CHECK(again == bytes);
 
   std::vector<uint32_t> positions = {7, 7};  // stale contents must be replaced
   std::vector<uint16_t> xors = {1};
-  const Status d =
-      DecodeChunkRans(src.data(), src.size(), bytes.data(), bytes.size(), &positions, &xors);
+  const Status d = DecodeChunkRans(src.data(), src.size(), bytes.data(), bytes.size(),
+                                   &positions, &xors, kFormatVersion,
+                                   with_history ? history : nullptr);
   REQUIRE_MESSAGE(d.ok(), d.ToString());
   std::vector<uint16_t> want_xors;
   for (const uint32_t p : want_positions) want_xors.push_back(src[p] ^ dst[p]);
@@ -68,18 +74,18 @@ std::vector<uint8_t> CheckRoundTrip(const std::vector<uint16_t>& src,
 // What a decoder may return for untrusted bytes: an error with empty outputs, or a
 // well-formed result; read as a chunk of either layout (format versions 4 and 5).
 void CheckSane(const std::vector<uint16_t>& src, const uint8_t* bytes, size_t size,
-               int format_version);
+               int format_version, const uint8_t* history = nullptr);
 void CheckSane(const std::vector<uint16_t>& src, const uint8_t* bytes, size_t size) {
   for (int version = kRansFirstVersion; version <= kFormatVersion; ++version) {
-    CheckSane(src, bytes, size, version);
+    CheckSane(src, bytes, size, version, nullptr);
   }
 }
 void CheckSane(const std::vector<uint16_t>& src, const uint8_t* bytes, size_t size,
-               int format_version) {
+               int format_version, const uint8_t* history) {
   std::vector<uint32_t> positions;
   std::vector<uint16_t> xors;
-  const Status s =
-      DecodeChunkRans(src.data(), src.size(), bytes, size, &positions, &xors, format_version);
+  const Status s = DecodeChunkRans(src.data(), src.size(), bytes, size, &positions, &xors,
+                                   format_version, history);
   if (!s.ok()) {
     CHECK((s.code() == ErrorCode::kCorruptChunk || s.code() == ErrorCode::kTruncated));
     CHECK(positions.empty());
@@ -310,6 +316,89 @@ TEST_CASE("On dense realistic updates rANS stays within 3% of the modelled coder
     MESSAGE("density ", density, ": rANS ", rans.size(), " bytes, modelled ", modelled.size());
     CHECK(rans.size() < modelled.size() * 1.03);
     CheckRoundTrip(src, dst);
+  }
+}
+
+// Two steps of a session: step 1 changes ~3% of src's elements; the step after it
+// (src -> dst, the one coded) changes half of those again, in the same direction for
+// most, and 1% of the others. `history` gets step 1's record, as AdvanceHistory keeps it.
+struct SessionStep {
+  std::vector<uint16_t> src, dst;
+  std::vector<uint8_t> history;
+};
+SessionStep MakeSessionStep(size_t n, std::mt19937* rng) {
+  SessionStep step;
+  const std::vector<uint16_t> before = GaussianWeights(n, rng);
+  step.src = before;
+  std::uniform_real_distribution<double> uniform(0, 1);
+  const auto moved = [](uint16_t bits, bool up) {
+    return FromMonotoneKey(static_cast<uint16_t>(MonotoneKey(bits) + (up ? 1 : -1)));
+  };
+  for (auto& v : step.src) {
+    if (uniform(*rng) < 0.03) v = moved(v, uniform(*rng) < 0.5);
+  }
+  step.history.assign(n, 0);
+  AdvanceHistory(before.data(), step.src.data(), n, step.history.data());
+  step.dst = step.src;
+  for (size_t i = 0; i < n; ++i) {
+    const bool recorded = (step.history[i] & kHistoryAgeMask) != 0;
+    const bool went_up = (step.history[i] & kHistoryUp) != 0;
+    if (recorded && uniform(*rng) < 0.5) {
+      step.dst[i] = moved(step.src[i], uniform(*rng) < 0.9 ? went_up : !went_up);
+    } else if (!recorded && uniform(*rng) < 0.01) {
+      step.dst[i] = moved(step.src[i], uniform(*rng) < 0.5);
+    } else if (uniform(*rng) < 0.001) {
+      step.dst[i] = static_cast<uint16_t>(step.src[i] ^ 0x0005);  // escapes too
+    }
+  }
+  return step;
+}
+
+TEST_CASE("With a session history: round trips, smaller than without, and needs it") {
+  std::mt19937 rng(7);
+  for (size_t n : {size_t{1}, size_t{17}, size_t{4097}, size_t{1} << 17}) {
+    INFO("n = " << n);
+    SessionStep step = MakeSessionStep(n, &rng);
+    step.dst[n - 1] ^= 1;  // at least one change
+    bool used = false;
+    const std::vector<uint8_t> with =
+        CheckRoundTrip(step.src, step.dst, step.history.data(), &used);
+    const std::vector<uint8_t> without = CheckRoundTrip(step.src, step.dst);
+    // The history's 64 header bytes are spent only where they pay.
+    CHECK(with.size() <= without.size());
+    if (!used) CHECK(with == without);
+    if (n == (size_t{1} << 17)) {
+      MESSAGE("with history ", with.size(), " bytes, without ", without.size());
+      CHECK(used);
+      CHECK(with.size() < without.size() * 0.9);
+    }
+    if (n == 1) CHECK(!used);
+    // Any history bytes at all, high bits included.
+    std::vector<uint8_t> any_history(n);
+    for (auto& h : any_history) h = static_cast<uint8_t>(rng());
+    CheckRoundTrip(step.src, step.dst, any_history.data());
+    // Read without its history, or with another one: a wrong result or an error.
+    CheckSane(step.src, with.data(), with.size(), kFormatVersion);
+    CheckSane(step.src, with.data(), with.size(), kFormatVersion, any_history.data());
+  }
+}
+
+TEST_CASE("With a session history: damaged chunks never crash; versions before 7 refuse it") {
+  std::mt19937 rng(8);
+  const SessionStep step = MakeSessionStep(30000, &rng);
+  bool used = false;
+  const std::vector<uint8_t> good =
+      CheckRoundTrip(step.src, step.dst, step.history.data(), &used);
+  REQUIRE(used);
+  test::ForEachDamagedChunk(good, 120, &rng, [&](const uint8_t* bytes, size_t size) {
+    CheckSane(step.src, bytes, size, kFormatVersion, step.history.data());
+  });
+  std::vector<uint32_t> positions;
+  std::vector<uint16_t> xors;
+  for (int version = kRansFirstVersion; version < kFirstRansHistoryVersion; ++version) {
+    CHECK(DecodeChunkRans(step.src.data(), step.src.size(), good.data(), good.size(),
+                          &positions, &xors, version, step.history.data())
+              .code() == ErrorCode::kInvalidArgument);
   }
 }
 

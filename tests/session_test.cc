@@ -284,5 +284,44 @@ TEST_CASE("committed session payloads, one tensor and a group, still decode step
   }
 }
 
+// Committed dense session payloads (tests/golden/session/dN.arc3): 65,536 elements of
+// the real_gpt2_lr5e-6 run (h.3.mlp.c_fc.weight, steps 0-2, ~6.4% changed). Step 1 has
+// no history yet: a plain rANS chunk, format version 5. Step 2 is an rANS chunk coded
+// with the history (Chunk_Mode 4), format version 7. Regenerated with the payloads above.
+TEST_CASE("committed dense session payloads: rANS with the history, format version 7") {
+  const std::string dir = std::string(test::kGoldenDir) + "session/";
+  const char* workspace = std::getenv("BUILD_WORKSPACE_DIRECTORY");
+  const bool update = std::getenv("ARC_V3_UPDATE_GOLDEN") != nullptr && workspace != nullptr;
+  std::vector<std::vector<uint16_t>> steps;
+  for (int i = 0; i < 3; ++i) {
+    steps.push_back(test::ReadBf16(dir + "dense" + std::to_string(i) + ".bf16"));
+  }
+  const size_t count = steps[0].size();
+  Session sender, receiver;
+  std::vector<uint16_t> weights = steps[0];
+  for (int i = 1; i < 3; ++i) {
+    CAPTURE(i);
+    const std::string path = dir + "d" + std::to_string(i) + ".arc3";
+    Delta delta;
+    REQUIRE(sender.Compress(steps[i - 1].data(), steps[i].data(), count, &delta).ok());
+    if (update) {
+      std::ofstream out(std::string(workspace) + "/" + path, std::ios::binary);
+      out.write(reinterpret_cast<const char*>(delta.bytes.data()),
+                static_cast<std::streamsize>(delta.bytes.size()));
+      REQUIRE(out.good());
+    }
+    const std::vector<uint8_t> bytes = update ? delta.bytes : test::ReadFile(path);
+    CHECK(bytes == delta.bytes);
+    PayloadStats stats;
+    REQUIRE(delta_stats(bytes.data(), bytes.size(), &stats).ok());
+    CHECK(stats.info.format_version == (i == 1 ? 5u : 7u));
+    CHECK(stats.chunk_modes[i == 1 ? 3 : 4] == 1);
+    const Status status = receiver.Decompress(weights.data(), count, bytes.data(), bytes.size(),
+                                              Checksum(steps[i].data(), count), weights.data());
+    REQUIRE_MESSAGE(status.ok(), status.ToString());
+    CHECK(weights == steps[i]);
+  }
+}
+
 }  // namespace
 }  // namespace arc_v3

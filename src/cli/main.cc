@@ -202,25 +202,26 @@ struct TensorStats {
   uint64_t elements = 0, bytes = 0, stored = 0, changed = 0, high = 0;
   bool has_high = false;
   bool counts_known = true;  // false: modelled chunks not counted (no base given)
-  uint64_t chunk_modes[4] = {0, 0, 0, 0};
+  uint64_t chunk_modes[5] = {0, 0, 0, 0, 0};
   std::set<std::string> coders;
   int64_t group = -1;  // its group's number in `inspect` (counted over all files), or -1
 };
 
 // Which chunk coders an arc_v3 payload chose: "arc_v3:rans+modelled".
-std::string ArcV3Coders(const uint64_t chunk_modes[4]) {
-  static const char* const kModes[4] = {"unchanged", "xor", "modelled", "rans"};
+std::string ArcV3Coders(const uint64_t chunk_modes[5]) {
+  static const char* const kModes[5] = {"unchanged", "xor", "modelled", "rans", "rans_history"};
   std::string modes;
-  for (int k = 1; k < 4; ++k) {
+  for (int k = 1; k < 5; ++k) {
     if (chunk_modes[k] > 0) modes += (modes.empty() ? "" : "+") + std::string(kModes[k]);
   }
   return std::string(container::CoderName(container::Coder::kArcV3)) + ":" +
          (modes.empty() ? std::string(kModes[0]) : modes);
 }
 
-Json ChunkModesJson(const uint64_t chunk_modes[4]) {
+Json ChunkModesJson(const uint64_t chunk_modes[5]) {
   return {{"unchanged", chunk_modes[0]}, {"xor_streams", chunk_modes[1]},
-          {"modelled", chunk_modes[2]}, {"rans", chunk_modes[3]}};
+          {"modelled", chunk_modes[2]}, {"rans", chunk_modes[3]},
+          {"rans_history", chunk_modes[4]}};
 }
 
 // Per-group statistics for `inspect`: a group's bytes are not split among its members.
@@ -314,7 +315,7 @@ int Inspect(const std::string& path, const std::string& base_path, const Common&
       TensorStats& st = stats[tensor_index[&groups[i].file->tensors[member]]];
       st.has_high = true;
       st.counts_known = groups[i].counted;
-      std::copy(groups[i].payload.chunk_modes, groups[i].payload.chunk_modes + 4, st.chunk_modes);
+      std::copy(groups[i].payload.chunk_modes, groups[i].payload.chunk_modes + 5, st.chunk_modes);
       st.coders.insert(container::CoderName(container::Coder::kArcV3));
     }
   }
@@ -360,7 +361,7 @@ int Inspect(const std::string& path, const std::string& base_path, const Common&
       t.high += payload[i].exponent_or_sign;
       t.has_high = true;
       t.counts_known = t.counts_known && payload[i].counts_known;
-      for (int k = 0; k < 4; ++k) t.chunk_modes[k] += payload[i].chunk_modes[k];
+      for (int k = 0; k < 5; ++k) t.chunk_modes[k] += payload[i].chunk_modes[k];
     } else {
       t.changed += p.changed;
     }

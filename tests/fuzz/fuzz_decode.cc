@@ -127,13 +127,16 @@ int FuzzDecode(const uint8_t* data, size_t size) {
   PayloadStats stats;
   const Status stats_status = delta_stats(src.data(), n, data, size, &stats);
   if (stats_status.ok()) {
-    // Session payloads' modelled chunks need the history: delta_stats only measures them.
-    FUZZ_CHECK(stats.counts_known || (session && stats.chunk_modes[2] + stats.chunk_modes[3] > 0),
+    // Session payloads' modelled and rANS chunks need the history: delta_stats only
+    // measures them.
+    FUZZ_CHECK(stats.counts_known ||
+                   (session && stats.chunk_modes[2] + stats.chunk_modes[3] +
+                                       stats.chunk_modes[4] > 0),
                "counts unknown with a base");
     FUZZ_CHECK(stats.changed <= n, "more changes than elements");
     FUZZ_CHECK(stats.exponent_or_sign <= stats.changed, "more high changes than changes");
     FUZZ_CHECK(stats.chunk_modes[0] + stats.chunk_modes[1] + stats.chunk_modes[2] +
-                       stats.chunk_modes[3] ==
+                       stats.chunk_modes[3] + stats.chunk_modes[4] ==
                    stats.info.chunk_count,
                "chunk modes do not add up");
     FUZZ_CHECK(stats.position_bytes + stats.mantissa_bytes + stats.high_bytes +

@@ -71,9 +71,11 @@ int FuzzKernels(const uint8_t* data, size_t size) {
   std::vector<uint8_t> want_history = history;
   ref::AdvanceHistory(src.data(), dst.data(), n, want_history.data());
   // rANS change flags: probabilities from the input's low bytes, states from its first
-  // bytes, the input itself as words (every byte string is a valid input).
-  uint32_t probs[kRansClasses], splits[kRansClasses];
-  for (size_t c = 0; c < kRansClasses; ++c) {
+  // bytes, the input itself as words (every byte string is a valid input). An odd input
+  // size codes with the history above (tables for each history class).
+  const uint8_t* rans_history = (rest_size & 1) != 0 ? history.data() : nullptr;
+  uint32_t probs[kRansTables], splits[kRansTables];
+  for (size_t c = 0; c < kRansTables; ++c) {
     probs[c] = 3 + (c < rest_size ? uint32_t{rest[c]} * 257 % 65533 : 4096);
     const uint32_t a = 1 + (c + 1 < rest_size ? rest[c + 1] : 7u) % (probs[c] - 2);
     splits[c] = a | ((a + 1 + (probs[c] - a - 2) / 2) << 16);
@@ -85,7 +87,7 @@ int FuzzKernels(const uint8_t* data, size_t size) {
   std::vector<uint16_t> want_pushed(n + kRansLanes);
   const size_t want_pushed_count =
       ref::EncodeRansElements(src.data(), dst.data(), n, class_base, probs, splits,
-                              want_encoder_states, want_pushed.data());
+                              want_encoder_states, want_pushed.data(), rans_history);
   uint32_t start_states[kRansLanes];
   for (size_t l = 0; l < kRansLanes; ++l) {
     start_states[l] = kRansLow | (l < n ? dst[l] : 0x1234u) | (uint32_t{rest_size > l ? rest[l] : 0u} << 24);
@@ -96,7 +98,8 @@ int FuzzKernels(const uint8_t* data, size_t size) {
   size_t want_words_used = 0;
   const size_t want_flag_count =
       ref::DecodeRansChanges(src.data(), n, class_base, probs, splits, want_states, rest, rest_size / 2,
-                             &want_words_used, want_flags.data(), want_flag_xors.data());
+                             &want_words_used, want_flags.data(), want_flag_xors.data(),
+                             rans_history);
 
   for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
     hwy::SetSupportedTargetsForTest(target);
@@ -153,9 +156,13 @@ int FuzzKernels(const uint8_t* data, size_t size) {
     std::copy(start_states, start_states + kRansLanes, states);
     Exact<uint32_t> flags(n + kRansLanes, misalign), flag_xors(n + kRansLanes, misalign);
     size_t words_used = 0;
+    // The history, misaligned like the other inputs.
+    Exact<uint8_t> rh(n, misalign);
+    if (n > 0) std::memcpy(rh.data(), history.data(), n);
+    const uint8_t* hist = rans_history != nullptr ? rh.data() : nullptr;
     const size_t flag_count = DecodeRansChanges(s.data(), n, class_base, probs, splits, states, rest,
                                                 rest_size / 2, &words_used, flags.data(),
-                                                flag_xors.data());
+                                                flag_xors.data(), hist);
     FUZZ_CHECK(flag_count == want_flag_count, name);
     if (flag_count != kRansWordsExhausted) {
       FUZZ_CHECK(words_used == want_words_used &&
@@ -170,7 +177,7 @@ int FuzzKernels(const uint8_t* data, size_t size) {
     for (size_t l = 0; l < kRansLanes; ++l) encoder_states[l] = kRansLow + 977 * l;
     Exact<uint16_t> pushed(n + kRansLanes, misalign);
     FUZZ_CHECK(EncodeRansElements(s.data(), d.data(), n, class_base, probs, splits,
-                                  encoder_states, pushed.data()) == want_pushed_count &&
+                                  encoder_states, pushed.data(), hist) == want_pushed_count &&
                    std::equal(encoder_states, encoder_states + kRansLanes,
                               want_encoder_states) &&
                    std::equal(pushed.data(), pushed.data() + want_pushed_count,

@@ -238,6 +238,10 @@ struct SessionResult {
   double grouped_compress_seconds = 0, grouped_decompress_seconds = 0;  // the group calls
   double grouped_session_compress_seconds = 0, grouped_session_decompress_seconds = 0;
   uint64_t grouped_elements = 0;  // in those calls
+  // The same for the steps with a history (after the first, which also allocates it).
+  double history_compress_seconds = 0, history_decompress_seconds = 0;
+  double grouped_history_compress_seconds = 0, grouped_history_decompress_seconds = 0;
+  uint64_t history_elements = 0, grouped_history_elements = 0;
 };
 
 // Codes each step's small tensors as one group (see kGroupedBelow), checks the round trip
@@ -292,13 +296,20 @@ bool RunGrouped(const Dataset& dataset, SessionResult* result) {
     std::fill(out.begin(), out.end(), 0);
     t0 = NowSeconds();
     Status session_status = sender.CompressTensors(group.data(), group.size(), &session_delta);
-    result->grouped_session_compress_seconds += NowSeconds() - t0;
+    const double compress_seconds = NowSeconds() - t0;
+    result->grouped_session_compress_seconds += compress_seconds;
     if (session_status.ok()) {
       t0 = NowSeconds();
       session_status =
           receiver.DecompressTensors(slots.data(), slots.size(), session_delta.bytes.data(),
                                      session_delta.bytes.size(), session_delta.checksum);
-      result->grouped_session_decompress_seconds += NowSeconds() - t0;
+      const double decompress_seconds = NowSeconds() - t0;
+      result->grouped_session_decompress_seconds += decompress_seconds;
+      if (p > 0) {
+        result->grouped_history_compress_seconds += compress_seconds;
+        result->grouped_history_decompress_seconds += decompress_seconds;
+        result->grouped_history_elements += group_elements;
+      }
     }
     for (size_t t = 0; session_status.ok() && t < group.size(); ++t) {
       if (std::memcmp(slots[t].out, group[t].dst, 2 * group[t].count) != 0) {
@@ -482,14 +493,21 @@ SessionResult RunSessions(const Dataset& dataset, const std::vector<DeltaStats>&
       }
       double t0 = NowSeconds();
       const Status compressed = sender.Compress(tensor.prev, tensor.next, tensor.count, &delta);
-      result.compress_seconds += NowSeconds() - t0;
+      const double compress_seconds = NowSeconds() - t0;
+      result.compress_seconds += compress_seconds;
       out.assign(tensor.count, 0);
       t0 = NowSeconds();
       const Status decompressed =
           compressed.ok() ? receiver.Decompress(tensor.prev, tensor.count, delta.bytes.data(),
                                                 delta.bytes.size(), delta.checksum, out.data())
                           : compressed;
-      result.decompress_seconds += NowSeconds() - t0;
+      const double decompress_seconds = NowSeconds() - t0;
+      result.decompress_seconds += decompress_seconds;
+      if (p > 0) {
+        result.history_compress_seconds += compress_seconds;
+        result.history_decompress_seconds += decompress_seconds;
+        result.history_elements += tensor.count;
+      }
       if (!decompressed.ok() ||
           std::memcmp(out.data(), tensor.next, 2 * tensor.count) != 0) {
         result.ok = false;
@@ -737,9 +755,16 @@ void PrintSessionTable(const DatasetResult& d) {
               "x(b2)", "grp sess", "x(b2)"},
              rows);
   const double bf16 = 2.0 * static_cast<double>(all.elements);
-  std::printf("   session 1 thread, one pass: compress %.2f GB/s, decompress %.2f GB/s\n",
+  // GB/s of `elements` BF16 values in `seconds` (0 without a measurement).
+  const auto speed = [](uint64_t elements, double seconds) {
+    return seconds > 0 ? 2.0 * static_cast<double>(elements) / seconds * 1e-9 : 0.0;
+  };
+  std::printf("   session 1 thread, one pass: compress %.2f GB/s, decompress %.2f GB/s; steps "
+              "with history: %.2f, %.2f GB/s\n",
               r.compress_seconds > 0 ? bf16 / r.compress_seconds * 1e-9 : 0,
-              r.decompress_seconds > 0 ? bf16 / r.decompress_seconds * 1e-9 : 0);
+              r.decompress_seconds > 0 ? bf16 / r.decompress_seconds * 1e-9 : 0,
+              speed(r.history_elements, r.history_compress_seconds),
+              speed(r.history_elements, r.history_decompress_seconds));
   const double grouped_bf16 = 2.0 * static_cast<double>(r.grouped_elements);
   std::printf("   grouped (tensors under %zu elements in one delta_compress_tensors call per step, %.0f%% "
               "of the elements), 1 thread, one pass: compress %.2f GB/s, decompress %.2f GB/s\n",
@@ -747,13 +772,16 @@ void PrintSessionTable(const DatasetResult& d) {
               r.grouped_compress_seconds > 0 ? grouped_bf16 / r.grouped_compress_seconds * 1e-9 : 0,
               r.grouped_decompress_seconds > 0 ? grouped_bf16 / r.grouped_decompress_seconds * 1e-9
                                                : 0);
-  std::printf("   grp sess, 1 thread, one pass: compress %.2f GB/s, decompress %.2f GB/s\n",
+  std::printf("   grp sess, 1 thread, one pass: compress %.2f GB/s, decompress %.2f GB/s; steps "
+              "with history: %.2f, %.2f GB/s (the first step also allocates the history)\n",
               r.grouped_session_compress_seconds > 0
                   ? grouped_bf16 / r.grouped_session_compress_seconds * 1e-9
                   : 0,
               r.grouped_session_decompress_seconds > 0
                   ? grouped_bf16 / r.grouped_session_decompress_seconds * 1e-9
-                  : 0);
+                  : 0,
+              speed(r.grouped_history_elements, r.grouped_history_compress_seconds),
+              speed(r.grouped_history_elements, r.grouped_history_decompress_seconds));
 }
 
 nlohmann::json ToJson(const std::vector<DatasetResult>& datasets, const std::vector<KernelResult>& kernels,

@@ -59,6 +59,8 @@ Usage: arc_bench [flags]
   --threads N        "all threads" means N (default: hardware threads)
   --no-kernels       skip the memcpy / kernel speed section
   --no-session       skip the per-step table (grouped tensors and arc_v3::Session over each run's steps)
+  --step-effort N    effort (0-3) of the per-step table's payloads (default: the library's, 2);
+                     3 also races the adaptive coder on dense session chunks
   --json FILE        write all results as JSON
   --csv FILE         write the codec table as CSV
   --chart FILE.png   plot payload % vs density per codec (needs gnuplot)
@@ -85,6 +87,7 @@ struct Flags {
   int threads = 0;
   bool kernels = true;
   bool session = true;
+  int step_effort = Options().effort;
   std::string json, csv, chart, save_generated;
   std::set<std::string> regimes{"low", "mid", "high"};
   bool generate_only = false;
@@ -143,6 +146,9 @@ bool ParseFlags(int argc, char** argv, Flags* flags) {
       flags->kernels = false;
     } else if (arg == "--no-session") {
       flags->session = false;
+    } else if (arg == "--step-effort") {
+      if (!number(&n, 0) || n > 3) return false;
+      flags->step_effort = static_cast<int>(n);
     } else if (arg == "--json") {
       if (!value(&flags->json)) return false;
     } else if (arg == "--csv") {
@@ -242,14 +248,16 @@ struct SessionResult {
   double history_compress_seconds = 0, history_decompress_seconds = 0;
   double grouped_history_compress_seconds = 0, grouped_history_decompress_seconds = 0;
   uint64_t history_elements = 0, grouped_history_elements = 0;
+  int effort = 0;  // of every payload of the table
 };
 
 // Codes each step's small tensors as one group (see kGroupedBelow), checks the round trip
 // and adds the group's payload to grouped_bytes (the big tensors' stateless payloads are
 // added by RunSessions).
-bool RunGrouped(const Dataset& dataset, SessionResult* result) {
+bool RunGrouped(const Dataset& dataset, int effort, SessionResult* result) {
   Options options;
   options.threads = 1;
+  options.effort = effort;
   Session sender(options), receiver(options);
   for (size_t p = 0; p < dataset.pairs.size(); ++p) {
     // The receiver rebuilds the group into one buffer, back to back as in a safetensors
@@ -461,7 +469,8 @@ CodecResult RunCodec(const Codec& codec, const Dataset& dataset, const Flags& fl
 // Each tensor's steps go, in order, through one sender and one receiver Session (default
 // format and effort, one thread); every rebuilt tensor is checked bit-exact.
 // `pair_stats`: each pair's statistics (AnalyzeDataset), for its bound.
-SessionResult RunSessions(const Dataset& dataset, const std::vector<DeltaStats>& pair_stats) {
+SessionResult RunSessions(const Dataset& dataset, const std::vector<DeltaStats>& pair_stats,
+                          int effort) {
   SessionResult result;
   result.ran = true;
   result.steps.resize(dataset.pairs.size());
@@ -472,7 +481,9 @@ SessionResult RunSessions(const Dataset& dataset, const std::vector<DeltaStats>&
   }
   Options options;
   options.threads = 1;
-  if (!RunGrouped(dataset, &result)) return result;
+  options.effort = effort;
+  result.effort = effort;
+  if (!RunGrouped(dataset, effort, &result)) return result;
   std::vector<uint16_t> out;
   const size_t num_tensors = dataset.pairs.front().tensors.size();
   for (size_t t = 0; t < num_tensors; ++t) {
@@ -710,10 +721,11 @@ void PrintCodecTable(const DatasetResult& d) {
 void PrintSessionTable(const DatasetResult& d) {
   const SessionResult& r = d.session;
   if (!r.ran) return;
-  std::printf("\n   per step pair: default (one payload per tensor), grouped (small tensors share one "
-              "payload: delta_compress_tensors),\n   session mode (arc_v3::Session per tensor; step k "
-              "coded with the history of steps 0..k-1), grp sess (one Session over the grouped "
-              "tensors):\n\n");
+  std::printf("\n   per step pair, effort %d: default (one payload per tensor), grouped (small tensors "
+              "share one payload: delta_compress_tensors),\n   session mode (arc_v3::Session per "
+              "tensor; step k coded with the history of steps 0..k-1), grp sess (one Session over "
+              "the grouped tensors):\n\n",
+              r.effort);
   if (!r.ok) {
     std::printf("   FAILED: %s\n", r.error.c_str());
     return;
@@ -1010,7 +1022,7 @@ int Main(int argc, char** argv) {
     }
     if (flags.session) {
       Progress(tag + d.name + ": session mode");
-      d.session = RunSessions(dataset, pair_stats);
+      d.session = RunSessions(dataset, pair_stats, flags.step_effort);
       failed = failed || !d.session.ok;
     }
     ProgressDone();

@@ -21,7 +21,8 @@ def test_round_trip_tensors_arrays_and_buffers():
     srcs, dsts = small_layers()
     payload, checksum = delta_compress_tensors(srcs, dsts)
     info = arc_v3.payload_info(payload)
-    assert info["format_version"] == arc_v3.FORMAT_VERSION == 6
+    # Groups of tensors came with format version 6; newer versions add nothing they use.
+    assert info["format_version"] == 6 <= arc_v3.FORMAT_VERSION
     assert info["tensor_count"] == len(srcs)
     assert info["tensor_elements"] == [t.numel() for t in srcs]
     assert checksum == arc_v3.checksum(torch.cat([t.reshape(-1) for t in dsts]))

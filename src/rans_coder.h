@@ -57,7 +57,6 @@ class RansScratch {
 // 0 changed elements listed ascending in `positions`) to out. Deterministic. `scratch`,
 // if given, is reused for the element stream's words across calls (its contents do not
 // matter; it grows to len + 16 entries).
-// @return ok, or kInvalidArgument (null pointer, len too large, no changes).
 // `history`: a session's history of the chunk's elements (model_coder.h), or nullptr.
 // With one, each exponent class is split by the element's last recorded change (none,
 // up, down: RansHistoryClass, kernels.h), each with its own change probability and, for
@@ -65,6 +64,7 @@ class RansScratch {
 // where the estimated saving exceeds them. `coded_with_history` (if not null) says
 // whether the chunk uses the history (the frame's Chunk_Mode 4, format version 7) or
 // not (Chunk_Mode 3).
+// @return ok, or kInvalidArgument (null pointer, len too large, no changes).
 Status EncodeChunkRans(const uint16_t* src, const uint16_t* dst, size_t len,
                        const uint32_t* positions, size_t changes, std::vector<uint8_t>* out,
                        RansScratch* scratch = nullptr, const uint8_t* history = nullptr,
@@ -82,9 +82,9 @@ constexpr int kRansFirstVersion = 4;
 // a read outside [bytes, bytes + size) nor a write outside the vectors. All `size` bytes
 // must belong to the chunk. A wrong src gives a wrong result or kCorruptChunk; the
 // frame's checksum catches the former.
-// @return ok, kInvalidArgument (null pointers, len too large, a version without rANS
-// chunks), kTruncated, kCorruptChunk.
 // `history` not null: the chunk was coded with that history (Chunk_Mode 4, version 7 on).
+// @return ok, kInvalidArgument (null pointers, len too large, a version without rANS
+// chunks, or without rANS chunks with a history), kTruncated, kCorruptChunk.
 Status DecodeChunkRans(const uint16_t* src, size_t len, const uint8_t* bytes, size_t size,
                        std::vector<uint32_t>* positions, std::vector<uint16_t>* xors,
                        int format_version = kFormatVersion, const uint8_t* history = nullptr);

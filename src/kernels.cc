@@ -341,16 +341,17 @@ HWY_INLINE hn::Vec<D> ClassOf(D d32, hn::Vec<D> bits, hn::Vec<D> class_base) {
 }
 
 // Each lane's probability and splits: its exponent class's entries, and with a session
-// history (at the vector's first element; null without) those of its history class
-// (RansHistoryClass), the tables' second or third kRansClasses entries.
-template <class D>
+// history (at the vector's first element) those of its history class (RansHistoryClass),
+// the tables' second or third kRansClasses entries. A template parameter: the kernels
+// without a history must not pay for it.
+template <bool kWithHistory, class D>
 HWY_INLINE void LookupSymbols(D d32, const uint32_t* HWY_RESTRICT probs,
                               const uint32_t* HWY_RESTRICT splits, hn::Vec<D> cls,
                               const uint8_t* HWY_RESTRICT history, hn::Vec<D>* p,
                               hn::Vec<D>* ab) {
   *p = LookupClass(d32, probs, cls);
   *ab = LookupClass(d32, splits, cls);
-  if (history == nullptr) return;
+  if (!kWithHistory) return;
   const hn::Rebind<uint8_t, D> d8;
   const auto h = hn::PromoteTo(d32, hn::LoadU(d8, history));
   const auto recorded = hn::Ne(hn::And(h, hn::Set(d32, kHistoryAgeMask)), hn::Zero(d32));
@@ -449,7 +450,7 @@ HWY_INLINE hn::Vec<D> RanksBelow(D d32, uint32_t mask) {
 // does: while at least a vector's worth of words remains, without branches (each lane
 // takes the word at `word` + the number of renormalising lanes below it); near the end
 // of the words, lane by lane with a bounds check. Sets *exhausted if the words run out.
-template <class D>
+template <bool kWithHistory, class D>
 HWY_INLINE hn::Vec<D> DecodeRansVector(D d32, hn::Vec<D> x, const uint16_t* HWY_RESTRICT src,
                                        size_t i, hn::Vec<D> class_base,
                                        const uint32_t* HWY_RESTRICT probs,
@@ -466,7 +467,8 @@ HWY_INLINE hn::Vec<D> DecodeRansVector(D d32, hn::Vec<D> x, const uint16_t* HWY_
   const auto bits = hn::PromoteTo(d32, hn::LoadU(d16, src + i));
   const auto cls = ClassOf(d32, bits, class_base);
   hn::Vec<D> p, ab;
-  LookupSymbols(d32, probs, splits, cls, history != nullptr ? history + i : nullptr, &p, &ab);
+  LookupSymbols<kWithHistory>(d32, probs, splits, cls, kWithHistory ? history + i : nullptr, &p,
+                              &ab);
   const auto a = hn::And(ab, hn::Set(d32, 0xFFFF));
   const auto b = hn::ShiftRight<16>(ab);
   const auto slot = hn::And(x, hn::Set(d32, 0xFFFF));
@@ -525,12 +527,13 @@ HWY_INLINE hn::Vec<D> DecodeRansVector(D d32, hn::Vec<D> x, const uint16_t* HWY_
 // vectors have kRansLanes u32 lanes (AVX3), two where they have half as many (AVX2),
 // else kRansLanes / N vectors kept in memory. The tail (count % kRansLanes elements)
 // runs the reference.
-size_t DecodeRansChanges(const uint16_t* HWY_RESTRICT src, size_t count, int class_base,
-                         const uint32_t* HWY_RESTRICT probs, const uint32_t* HWY_RESTRICT splits,
-                         uint32_t* HWY_RESTRICT states, const uint8_t* HWY_RESTRICT words,
-                         size_t num_words, size_t* HWY_RESTRICT words_used,
-                         uint32_t* HWY_RESTRICT positions, uint32_t* HWY_RESTRICT xors,
-                         const uint8_t* HWY_RESTRICT history) {
+template <bool kWithHistory>
+size_t DecodeRansChangesOf(const uint16_t* HWY_RESTRICT src, size_t count, int class_base,
+                           const uint32_t* HWY_RESTRICT probs,
+                           const uint32_t* HWY_RESTRICT splits, uint32_t* HWY_RESTRICT states,
+                           const uint8_t* HWY_RESTRICT words, size_t num_words,
+                           size_t* HWY_RESTRICT words_used, uint32_t* HWY_RESTRICT positions,
+                           uint32_t* HWY_RESTRICT xors, const uint8_t* HWY_RESTRICT history) {
   const hn::CappedTag<uint32_t, kRansLanes> d32;
   const size_t N = hn::Lanes(d32);
   size_t word = *words_used;
@@ -541,16 +544,16 @@ size_t DecodeRansChanges(const uint16_t* HWY_RESTRICT src, size_t count, int cla
   if (N == kRansLanes) {
     auto x = hn::LoadU(d32, states);
     for (; i + kRansLanes <= count && !exhausted; i += kRansLanes) {
-      x = DecodeRansVector(d32, x, src, i, base, probs, splits, words, num_words, &word,
+      x = DecodeRansVector<kWithHistory>(d32, x, src, i, base, probs, splits, words, num_words, &word,
                            positions, xors, &changes, &exhausted, history);
     }
     hn::StoreU(x, d32, states);
   } else if (N * 2 == kRansLanes) {  // AVX2: both halves of the states in registers
     auto low = hn::LoadU(d32, states), high = hn::LoadU(d32, states + N);
     for (; i + kRansLanes <= count && !exhausted; i += kRansLanes) {
-      low = DecodeRansVector(d32, low, src, i, base, probs, splits, words, num_words, &word,
+      low = DecodeRansVector<kWithHistory>(d32, low, src, i, base, probs, splits, words, num_words, &word,
                              positions, xors, &changes, &exhausted, history);
-      high = DecodeRansVector(d32, high, src, i + N, base, probs, splits, words, num_words,
+      high = DecodeRansVector<kWithHistory>(d32, high, src, i + N, base, probs, splits, words, num_words,
                               &word, positions, xors, &changes, &exhausted, history);
     }
     hn::StoreU(low, d32, states);
@@ -558,7 +561,7 @@ size_t DecodeRansChanges(const uint16_t* HWY_RESTRICT src, size_t count, int cla
   } else {
     for (; i + kRansLanes <= count && !exhausted; i += kRansLanes) {
       for (size_t v = 0; v < kRansLanes; v += N) {
-        const auto x = DecodeRansVector(d32, hn::LoadU(d32, states + v), src, i + v, base,
+        const auto x = DecodeRansVector<kWithHistory>(d32, hn::LoadU(d32, states + v), src, i + v, base,
                                         probs, splits, words, num_words, &word, positions,
                                         xors, &changes, &exhausted, history);
         hn::StoreU(x, d32, states + v);
@@ -584,7 +587,7 @@ size_t DecodeRansChanges(const uint16_t* HWY_RESTRICT src, size_t count, int cla
 // descending lane order, as the reference pushes them), then x / frequency through f32:
 // the quotient is below 2^16 and the f32 estimate within one of it, so one integer
 // correction each way makes it exact.
-template <class D>
+template <bool kWithHistory, class D>
 HWY_INLINE hn::Vec<D> EncodeRansVector(D d32, hn::Vec<D> x, const uint16_t* HWY_RESTRICT src,
                                        const uint16_t* HWY_RESTRICT dst, size_t i,
                                        hn::Vec<D> class_base, const uint32_t* HWY_RESTRICT probs,
@@ -600,7 +603,8 @@ HWY_INLINE hn::Vec<D> EncodeRansVector(D d32, hn::Vec<D> x, const uint16_t* HWY_
   const auto target = hn::PromoteTo(d32, hn::LoadU(d16, dst + i));
   const auto cls = ClassOf(d32, bits, class_base);
   hn::Vec<D> p, ab;
-  LookupSymbols(d32, probs, splits, cls, history != nullptr ? history + i : nullptr, &p, &ab);
+  LookupSymbols<kWithHistory>(d32, probs, splits, cls, kWithHistory ? history + i : nullptr, &p,
+                              &ab);
   const auto a = hn::And(ab, hn::Set(d32, 0xFFFF));
   const auto b = hn::ShiftRight<16>(ab);
   const auto step =
@@ -640,10 +644,11 @@ HWY_INLINE hn::Vec<D> EncodeRansVector(D d32, hn::Vec<D> x, const uint16_t* HWY_
 
 // The tail (count % kRansLanes elements, coded first) runs the reference; then whole
 // groups from the last, their vectors from the highest lanes down.
-size_t EncodeRansElements(const uint16_t* HWY_RESTRICT src, const uint16_t* HWY_RESTRICT dst,
-                          size_t count, int class_base, const uint32_t* HWY_RESTRICT probs,
-                          const uint32_t* HWY_RESTRICT splits, uint32_t* HWY_RESTRICT states,
-                          uint16_t* HWY_RESTRICT pushed, const uint8_t* HWY_RESTRICT history) {
+template <bool kWithHistory>
+size_t EncodeRansElementsOf(const uint16_t* HWY_RESTRICT src, const uint16_t* HWY_RESTRICT dst,
+                            size_t count, int class_base, const uint32_t* HWY_RESTRICT probs,
+                            const uint32_t* HWY_RESTRICT splits, uint32_t* HWY_RESTRICT states,
+                            uint16_t* HWY_RESTRICT pushed, const uint8_t* HWY_RESTRICT history) {
   const hn::CappedTag<uint32_t, kRansLanes> d32;
   const size_t N = hn::Lanes(d32);
   const size_t groups_end = count / kRansLanes * kRansLanes;
@@ -655,7 +660,7 @@ size_t EncodeRansElements(const uint16_t* HWY_RESTRICT src, const uint16_t* HWY_
     auto x = hn::LoadU(d32, states);
     for (size_t i = groups_end; i > 0;) {
       i -= kRansLanes;
-      x = EncodeRansVector(d32, x, src, dst, i, base, probs, splits, pushed, &num_pushed,
+      x = EncodeRansVector<kWithHistory>(d32, x, src, dst, i, base, probs, splits, pushed, &num_pushed,
                            history);
     }
     hn::StoreU(x, d32, states);
@@ -663,9 +668,9 @@ size_t EncodeRansElements(const uint16_t* HWY_RESTRICT src, const uint16_t* HWY_
     auto low = hn::LoadU(d32, states), high = hn::LoadU(d32, states + N);
     for (size_t i = groups_end; i > 0;) {
       i -= kRansLanes;
-      high = EncodeRansVector(d32, high, src, dst, i + N, base, probs, splits, pushed,
+      high = EncodeRansVector<kWithHistory>(d32, high, src, dst, i + N, base, probs, splits, pushed,
                               &num_pushed, history);
-      low = EncodeRansVector(d32, low, src, dst, i, base, probs, splits, pushed, &num_pushed,
+      low = EncodeRansVector<kWithHistory>(d32, low, src, dst, i, base, probs, splits, pushed, &num_pushed,
                              history);
     }
     hn::StoreU(low, d32, states);
@@ -675,13 +680,37 @@ size_t EncodeRansElements(const uint16_t* HWY_RESTRICT src, const uint16_t* HWY_
       i -= kRansLanes;
       for (size_t v = kRansLanes; v > 0;) {
         v -= N;
-        const auto x = EncodeRansVector(d32, hn::LoadU(d32, states + v), src, dst, i + v, base,
+        const auto x = EncodeRansVector<kWithHistory>(d32, hn::LoadU(d32, states + v), src, dst, i + v, base,
                                         probs, splits, pushed, &num_pushed, history);
         hn::StoreU(x, d32, states + v);
       }
     }
   }
   return num_pushed;
+}
+
+size_t DecodeRansChanges(const uint16_t* HWY_RESTRICT src, size_t count, int class_base,
+                         const uint32_t* HWY_RESTRICT probs, const uint32_t* HWY_RESTRICT splits,
+                         uint32_t* HWY_RESTRICT states, const uint8_t* HWY_RESTRICT words,
+                         size_t num_words, size_t* HWY_RESTRICT words_used,
+                         uint32_t* HWY_RESTRICT positions, uint32_t* HWY_RESTRICT xors,
+                         const uint8_t* HWY_RESTRICT history) {
+  return history != nullptr
+             ? DecodeRansChangesOf<true>(src, count, class_base, probs, splits, states, words,
+                                         num_words, words_used, positions, xors, history)
+             : DecodeRansChangesOf<false>(src, count, class_base, probs, splits, states, words,
+                                          num_words, words_used, positions, xors, nullptr);
+}
+
+size_t EncodeRansElements(const uint16_t* HWY_RESTRICT src, const uint16_t* HWY_RESTRICT dst,
+                          size_t count, int class_base, const uint32_t* HWY_RESTRICT probs,
+                          const uint32_t* HWY_RESTRICT splits, uint32_t* HWY_RESTRICT states,
+                          uint16_t* HWY_RESTRICT pushed, const uint8_t* HWY_RESTRICT history) {
+  return history != nullptr
+             ? EncodeRansElementsOf<true>(src, dst, count, class_base, probs, splits, states,
+                                          pushed, history)
+             : EncodeRansElementsOf<false>(src, dst, count, class_base, probs, splits, states,
+                                           pushed, nullptr);
 }
 
 int64_t TargetId() { return HWY_TARGET; }

@@ -522,7 +522,8 @@ Status EncodeChunkRans(const uint16_t* src, const uint16_t* dst, size_t len,
   // with a history, the +-1 steps by direction.
   const int histories = history != nullptr ? kRansHistoryClasses : 1;
   uint64_t all[kRansHistoryClasses][256] = {}, changed[kRansHistoryClasses][256] = {};
-  uint64_t ups[kRansHistoryClasses][256] = {}, downs[kRansHistoryClasses][256] = {};
+  // +-1 steps by history class, direction (0 up, 1 down) and exponent; with a history only.
+  uint64_t steps[kRansHistoryClasses][2][256] = {};
   if (history == nullptr) {
     // Four histograms, so that equal exponents in a row do not wait for each other.
     uint32_t partial[4][256] = {};
@@ -564,18 +565,23 @@ Status EncodeChunkRans(const uint16_t* src, const uint16_t* dst, size_t len,
   for (size_t r = 0; r < changes; ++r) {
     const uint32_t pos = positions[r];
     const int e = ExponentOf(src[pos]);
-    const int h = history != nullptr ? RansHistoryClass(history[pos]) : 0;
     const ValueCode code = ValueCodeOf(src[pos], dst[pos]);
-    ++changed[h][e];
     ++(code.cls > 0 ? ones : zeros)[0][e];
-    if (code.cls == 0) {
-      ++(code.negative ? downs : ups)[h][e];
-      continue;
+    if (history != nullptr) {
+      // Indexed, not branched on: the direction is a coin flip to a branch predictor.
+      const int h = RansHistoryClass(history[pos]);
+      ++changed[h][e];
+      steps[h][code.negative][e] += code.cls == 0;
     }
+    if (code.cls == 0) continue;
     escape_positions.push_back(pos);
     for (int j = 1; j <= std::min(code.cls, kUnaryDecisions - 1); ++j) {
       ++(code.cls > j ? ones : zeros)[1][e + j];
     }
+  }
+
+  if (history == nullptr) {
+    for (int e = 0; e < 256; ++e) changed[0][e] = ones[0][e] + zeros[0][e];
   }
 
   uint8_t class_base = 0;
@@ -586,14 +592,14 @@ Status EncodeChunkRans(const uint16_t* src, const uint16_t* dst, size_t len,
   if (history != nullptr) {
     std::memcpy(history_q, change_q + kClasses, 2 * kClasses);
     uint64_t steps_without_history = 0;  // +-1 steps of class 0: about a bit each
-    for (int e = 0; e < 256; ++e) steps_without_history += ups[0][e] + downs[0][e];
+    for (int e = 0; e < 256; ++e) steps_without_history += steps[0][0][e] + steps[0][1][e];
     cost += steps_without_history << 16;
     for (int h = 1; h < kRansHistoryClasses; ++h) {
       uint64_t class_ups[kClasses] = {}, class_downs[kClasses] = {};
       for (int e = 0; e < 256; ++e) {
         const int c = std::min(std::max(e - class_base, 0), kClasses - 1);
-        class_ups[c] += ups[h][e];
-        class_downs[c] += downs[h][e];
+        class_ups[c] += steps[h][0][e];
+        class_downs[c] += steps[h][1][e];
       }
       for (int c = 0; c < kClasses; ++c) {
         history_q[2 * kClasses + (h - 1) * kClasses + c] =
@@ -602,18 +608,18 @@ Status EncodeChunkRans(const uint16_t* src, const uint16_t* dst, size_t len,
     }
     // The history pays for its 64 header bytes, or the chunk is coded without it.
     uint64_t all_plain[1][256] = {}, changed_plain[1][256] = {};
-    uint64_t steps = 0;
+    uint64_t all_steps = 0;
     for (int h = 0; h < kRansHistoryClasses; ++h) {
       for (int e = 0; e < 256; ++e) {
         all_plain[0][e] += all[h][e];
         changed_plain[0][e] += changed[h][e];
-        steps += ups[h][e] + downs[h][e];
+        all_steps += steps[h][0][e] + steps[h][1][e];
       }
     }
     uint8_t plain_base = 0;
     uint8_t plain_q[kClasses];
     const uint64_t plain_cost =
-        ChoosePositionModel(all_plain, changed_plain, 1, &plain_base, plain_q) + (steps << 16);
+        ChoosePositionModel(all_plain, changed_plain, 1, &plain_base, plain_q) + (all_steps << 16);
     if (cost + ((8 * sizeof(history_q)) << 16) >= plain_cost) {
       history = nullptr;
       class_base = plain_base;

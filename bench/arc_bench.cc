@@ -766,32 +766,25 @@ void PrintSessionTable(const DatasetResult& d) {
   PrintTable({"   " + d.name, "density", "(b2)", "default", "x(b2)", "grouped", "x(b2)", "session",
               "x(b2)", "grp sess", "x(b2)"},
              rows);
-  const double bf16 = 2.0 * static_cast<double>(all.elements);
   // GB/s of `elements` BF16 values in `seconds` (0 without a measurement).
   const auto speed = [](uint64_t elements, double seconds) {
     return seconds > 0 ? 2.0 * static_cast<double>(elements) / seconds * 1e-9 : 0.0;
   };
   std::printf("   session 1 thread, one pass: compress %.2f GB/s, decompress %.2f GB/s; steps "
               "with history: %.2f, %.2f GB/s\n",
-              r.compress_seconds > 0 ? bf16 / r.compress_seconds * 1e-9 : 0,
-              r.decompress_seconds > 0 ? bf16 / r.decompress_seconds * 1e-9 : 0,
+              speed(all.elements, r.compress_seconds), speed(all.elements, r.decompress_seconds),
               speed(r.history_elements, r.history_compress_seconds),
               speed(r.history_elements, r.history_decompress_seconds));
-  const double grouped_bf16 = 2.0 * static_cast<double>(r.grouped_elements);
   std::printf("   grouped (tensors under %zu elements in one delta_compress_tensors call per step, %.0f%% "
               "of the elements), 1 thread, one pass: compress %.2f GB/s, decompress %.2f GB/s\n",
-              kGroupedBelow, bf16 > 0 ? 100.0 * grouped_bf16 / bf16 : 0,
-              r.grouped_compress_seconds > 0 ? grouped_bf16 / r.grouped_compress_seconds * 1e-9 : 0,
-              r.grouped_decompress_seconds > 0 ? grouped_bf16 / r.grouped_decompress_seconds * 1e-9
-                                               : 0);
+              kGroupedBelow,
+              all.elements > 0 ? 100.0 * static_cast<double>(r.grouped_elements) / all.elements : 0,
+              speed(r.grouped_elements, r.grouped_compress_seconds),
+              speed(r.grouped_elements, r.grouped_decompress_seconds));
   std::printf("   grp sess, 1 thread, one pass: compress %.2f GB/s, decompress %.2f GB/s; steps "
               "with history: %.2f, %.2f GB/s (the first step also allocates the history)\n",
-              r.grouped_session_compress_seconds > 0
-                  ? grouped_bf16 / r.grouped_session_compress_seconds * 1e-9
-                  : 0,
-              r.grouped_session_decompress_seconds > 0
-                  ? grouped_bf16 / r.grouped_session_decompress_seconds * 1e-9
-                  : 0,
+              speed(r.grouped_elements, r.grouped_session_compress_seconds),
+              speed(r.grouped_elements, r.grouped_session_decompress_seconds),
               speed(r.grouped_history_elements, r.grouped_history_compress_seconds),
               speed(r.grouped_history_elements, r.grouped_history_decompress_seconds));
 }

@@ -360,6 +360,33 @@ ValueCurve ChooseValueCurve(const uint64_t* ones, const uint64_t* zeros) {
   return {static_cast<uint16_t>(best_w + best_slope * center), static_cast<uint8_t>(best_slope)};
 }
 
+// Elements by history class (0 without a history) and exponent. Four histograms, so that
+// equal exponents in a row do not wait for each other. A template parameter: the loop
+// without a history must not test for one per element.
+template <bool kWithHistory>
+void TallyElements(const uint16_t* src, size_t len, const uint8_t* history,
+                   uint64_t (*all)[256]) {
+  uint32_t partial[4][kRansHistoryClasses * 256] = {};
+  // Each element's histogram offset: 256 * its history class.
+  const auto offset = [&](size_t i) -> int {
+    return kWithHistory ? kHistoryOffsets.of[history[i]] : 0;
+  };
+  size_t i = 0;
+  for (; i + 4 <= len; i += 4) {
+    ++partial[0][offset(i) + ExponentOf(src[i])];
+    ++partial[1][offset(i + 1) + ExponentOf(src[i + 1])];
+    ++partial[2][offset(i + 2) + ExponentOf(src[i + 2])];
+    ++partial[3][offset(i + 3) + ExponentOf(src[i + 3])];
+  }
+  for (; i < len; ++i) ++partial[0][offset(i) + ExponentOf(src[i])];
+  for (int h = 0; h < kRansHistoryClasses; ++h) {
+    for (int e = 0; e < 256; ++e) {
+      const int at = 256 * h + e;
+      all[h][e] = uint64_t{partial[0][at]} + partial[1][at] + partial[2][at] + partial[3][at];
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------
 // rANS encoding: symbols are coded last to first; the words come out in reverse.
 // x / freq by a 64-bit reciprocal: with rcp = floor(2^64 / freq) + 1, floor(x * rcp / 2^64)
@@ -524,38 +551,10 @@ Status EncodeChunkRans(const uint16_t* src, const uint16_t* dst, size_t len,
   uint64_t all[kRansHistoryClasses][256] = {}, changed[kRansHistoryClasses][256] = {};
   // +-1 steps by history class, direction (0 up, 1 down) and exponent; with a history only.
   uint64_t steps[kRansHistoryClasses][2][256] = {};
-  if (history == nullptr) {
-    // Four histograms, so that equal exponents in a row do not wait for each other.
-    uint32_t partial[4][256] = {};
-    size_t i = 0;
-    for (; i + 4 <= len; i += 4) {
-      ++partial[0][ExponentOf(src[i])];
-      ++partial[1][ExponentOf(src[i + 1])];
-      ++partial[2][ExponentOf(src[i + 2])];
-      ++partial[3][ExponentOf(src[i + 3])];
-    }
-    for (; i < len; ++i) ++partial[0][ExponentOf(src[i])];
-    for (int e = 0; e < 256; ++e) {
-      all[0][e] = uint64_t{partial[0][e]} + partial[1][e] + partial[2][e] + partial[3][e];
-    }
+  if (history != nullptr) {
+    TallyElements<true>(src, len, history, all);
   } else {
-    // The same, each histogram indexed by history class and exponent.
-    uint32_t partial[4][kRansHistoryClasses * 256] = {};
-    const HistoryOffsets& offsets = kHistoryOffsets;
-    size_t i = 0;
-    for (; i + 4 <= len; i += 4) {
-      ++partial[0][offsets.of[history[i]] + ExponentOf(src[i])];
-      ++partial[1][offsets.of[history[i + 1]] + ExponentOf(src[i + 1])];
-      ++partial[2][offsets.of[history[i + 2]] + ExponentOf(src[i + 2])];
-      ++partial[3][offsets.of[history[i + 3]] + ExponentOf(src[i + 3])];
-    }
-    for (; i < len; ++i) ++partial[0][offsets.of[history[i]] + ExponentOf(src[i])];
-    for (int h = 0; h < kRansHistoryClasses; ++h) {
-      for (int e = 0; e < 256; ++e) {
-        const int at = 256 * h + e;
-        all[h][e] = uint64_t{partial[0][at]} + partial[1][at] + partial[2][at] + partial[3][at];
-      }
-    }
+    TallyElements<false>(src, len, nullptr, all);
   }
   // The positions of the escapes (|d| >= 2), and the value decisions "|d| >= 2^(j+1)
   // given |d| >= 2^j" by z = e + j: every change makes the one of j = 0.

@@ -231,6 +231,20 @@ TEST_CASE("a session over a group of tensors round-trips and beats one session p
   CHECK(receiver.history_id() == sender.history_id());
 }
 
+// A committed session payload: the file's bytes, or, when updating the golden files
+// (ARC_V3_UPDATE_GOLDEN=1 under `bazel run`), `made`, written to the source tree first.
+std::vector<uint8_t> CommittedPayload(const std::string& path, const Delta& made) {
+  const char* workspace = std::getenv("BUILD_WORKSPACE_DIRECTORY");
+  if (std::getenv("ARC_V3_UPDATE_GOLDEN") == nullptr || workspace == nullptr) {
+    return test::ReadFile(path);
+  }
+  std::ofstream out(std::string(workspace) + "/" + path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(made.bytes.data()),
+            static_cast<std::streamsize>(made.bytes.size()));
+  REQUIRE(out.good());
+  return made.bytes;
+}
+
 // Committed session payloads (tests/golden/session/): 16,384 elements of a real GPT-2 run
 // (real_gpt2_lr1e-6, h.0.attn.c_attn.weight, steps 0-3), coded by one Session per step
 // (sN.arc3) and by one group Session over three tensors of it (gN.arc3). A receiver must
@@ -239,17 +253,6 @@ TEST_CASE("a session over a group of tensors round-trips and beats one session p
 // ARC_V3_UPDATE_GOLDEN=1 bazel run //tests:session_test).
 TEST_CASE("committed session payloads, one tensor and a group, still decode step by step") {
   const std::string dir = std::string(test::kGoldenDir) + "session/";
-  const char* workspace = std::getenv("BUILD_WORKSPACE_DIRECTORY");
-  const bool update = std::getenv("ARC_V3_UPDATE_GOLDEN") != nullptr && workspace != nullptr;
-  // The committed payload, or (updating) the one just made, written to the source tree.
-  const auto committed = [&](const std::string& path, const Delta& made) {
-    if (!update) return test::ReadFile(path);
-    std::ofstream out(std::string(workspace) + "/" + path, std::ios::binary);
-    out.write(reinterpret_cast<const char*>(made.bytes.data()),
-              static_cast<std::streamsize>(made.bytes.size()));
-    REQUIRE(out.good());
-    return made.bytes;
-  };
   std::vector<std::vector<uint16_t>> steps;
   for (int i = 0; i < 4; ++i) steps.push_back(test::ReadBf16(dir + "step" + std::to_string(i) + ".bf16"));
   const size_t count = steps[0].size();
@@ -265,8 +268,8 @@ TEST_CASE("committed session payloads, one tensor and a group, still decode step
     REQUIRE(sender.Compress(steps[i - 1].data(), steps[i].data(), count, &delta).ok());
     const std::vector<TensorDelta> tensors = views.Deltas(sizes, steps[i - 1], steps[i]);
     REQUIRE(group_sender.CompressTensors(tensors.data(), tensors.size(), &group_delta).ok());
-    const std::vector<uint8_t> single_bytes = committed(single, delta);
-    const std::vector<uint8_t> group_bytes = committed(group, group_delta);
+    const std::vector<uint8_t> single_bytes = CommittedPayload(single, delta);
+    const std::vector<uint8_t> group_bytes = CommittedPayload(group, group_delta);
     CHECK(single_bytes == delta.bytes);
     CHECK(group_bytes == group_delta.bytes);
     const uint64_t checksum = Checksum(steps[i].data(), count);
@@ -290,8 +293,6 @@ TEST_CASE("committed session payloads, one tensor and a group, still decode step
 // with the history (Chunk_Mode 4), format version 7. Regenerated with the payloads above.
 TEST_CASE("committed dense session payloads: rANS with the history, format version 7") {
   const std::string dir = std::string(test::kGoldenDir) + "session/";
-  const char* workspace = std::getenv("BUILD_WORKSPACE_DIRECTORY");
-  const bool update = std::getenv("ARC_V3_UPDATE_GOLDEN") != nullptr && workspace != nullptr;
   std::vector<std::vector<uint16_t>> steps;
   for (int i = 0; i < 3; ++i) {
     steps.push_back(test::ReadBf16(dir + "dense" + std::to_string(i) + ".bf16"));
@@ -304,13 +305,7 @@ TEST_CASE("committed dense session payloads: rANS with the history, format versi
     const std::string path = dir + "d" + std::to_string(i) + ".arc3";
     Delta delta;
     REQUIRE(sender.Compress(steps[i - 1].data(), steps[i].data(), count, &delta).ok());
-    if (update) {
-      std::ofstream out(std::string(workspace) + "/" + path, std::ios::binary);
-      out.write(reinterpret_cast<const char*>(delta.bytes.data()),
-                static_cast<std::streamsize>(delta.bytes.size()));
-      REQUIRE(out.good());
-    }
-    const std::vector<uint8_t> bytes = update ? delta.bytes : test::ReadFile(path);
+    const std::vector<uint8_t> bytes = CommittedPayload(path, delta);
     CHECK(bytes == delta.bytes);
     PayloadStats stats;
     REQUIRE(delta_stats(bytes.data(), bytes.size(), &stats).ok());

@@ -122,6 +122,49 @@ RunOptions Threads(int n) {
   return o;
 }
 
+// Writes dir/wrong.safetensors: dir/prev.safetensors with bit `mask` of byte `byte` of
+// `tensor`'s data flipped.
+void WriteWrongBase(const TempDir& dir, const std::string& tensor, uint64_t byte, uint8_t mask) {
+  safetensors::File prev;
+  REQUIRE_OK(safetensors::File::Open(dir / "prev.safetensors", &prev));
+  std::vector<uint8_t> wrong = ReadFile(dir / "prev.safetensors");
+  const uint64_t data_start = prev.file_size() - prev.tensors().back().end;
+  wrong[data_start + prev.Find(tensor)->begin + byte] ^= mask;
+  WriteFile(dir / "wrong.safetensors", wrong);
+}
+
+// Apply (to dir/OUT) and verify of dir/d.a3d both refuse dir/wrong.safetensors with a
+// checksum mismatch that names `tensor`, and nothing is written.
+void CheckWrongBaseRefused(const TempDir& dir, const std::string& tensor, const std::string& out) {
+  Status s = Apply(dir / "wrong.safetensors", dir / "d.a3d", dir / out, Threads(2), nullptr);
+  CHECK(s.code() == ErrorCode::kChecksumMismatch);
+  CHECK(s.message().find(tensor) != std::string::npos);
+  CHECK(!fs::exists(dir / out));
+  s = Verify(dir / "wrong.safetensors", dir / "d.a3d", Threads(2), nullptr);
+  CHECK(s.code() == ErrorCode::kChecksumMismatch);
+  CHECK(s.message().find(tensor) != std::string::npos);
+}
+
+// The partial checkpoint at `path` holds `count` tensors, each exactly rows
+// [first, last) (clamped to its rows) of the same tensor of `next`.
+void CheckRowSlices(const std::string& path, const safetensors::File& next, uint64_t first,
+                    uint64_t last, size_t count) {
+  safetensors::File part;
+  REQUIRE_OK(safetensors::File::Open(path, &part));
+  CHECK(part.tensors().size() == count);
+  for (const safetensors::TensorInfo& t : part.tensors()) {
+    CAPTURE(t.name);
+    const safetensors::TensorInfo* full = next.Find(t.name);
+    REQUIRE(full != nullptr);
+    const uint64_t rows = full->shape[0];
+    const uint64_t begin = std::min(first, rows), end = std::min(last, rows);
+    const uint64_t row_bytes = full->size() / rows;
+    CHECK(t.shape[0] == end - begin);
+    REQUIRE(t.size() == (end - begin) * row_bytes);
+    CHECK(std::memcmp(part.data(t), next.data(*full) + begin * row_bytes, t.size()) == 0);
+  }
+}
+
 // A pair of single-file checkpoints with every dtype, a multi-piece BF16 tensor, an added,
 // a removed, a reshaped and a retyped tensor, a scalar and an empty tensor.
 void MakeMixedPair(const std::string& prev, const std::string& next, std::mt19937_64* rng) {
@@ -320,20 +363,7 @@ TEST_CASE("partial apply equals the slice of a full apply and reads only what it
   RunReport report;
   REQUIRE_OK(ApplyPartial(dir / "prev.safetensors", dir / "d.a3d", "t[0-3]\\..*|added", 10, 40,
                        dir / "part.safetensors", Threads(2), &report));
-  safetensors::File part;
-  REQUIRE_OK(safetensors::File::Open(dir / "part.safetensors", &part));
-  CHECK(part.tensors().size() == 5);
-  for (const safetensors::TensorInfo& t : part.tensors()) {
-    CAPTURE(t.name);
-    const safetensors::TensorInfo* full = next.Find(t.name);
-    REQUIRE(full != nullptr);
-    const uint64_t rows_total = full->shape[0];
-    const uint64_t first = std::min<uint64_t>(10, rows_total), last = std::min<uint64_t>(40, rows_total);
-    const uint64_t row_bytes = full->size() / rows_total;
-    CHECK(t.shape[0] == last - first);
-    REQUIRE(t.size() == (last - first) * row_bytes);
-    CHECK(std::memcmp(part.data(t), next.data(*full) + first * row_bytes, t.size()) == 0);
-  }
+  CheckRowSlices(dir / "part.safetensors", next, 10, 40, 5);
   CHECK(ApplyPartial(dir / "prev.safetensors", dir / "d.a3d", "nothing", 0, 5, dir / "p2.safetensors",
                      Threads(1), nullptr).code() == ErrorCode::kInvalidArgument);
   CHECK(ApplyPartial(dir / "prev.safetensors", dir / "d.a3d", "([", 0, 5, dir / "p2.safetensors",
@@ -346,29 +376,16 @@ TEST_CASE("a wrong or incomplete base is refused, naming the tensor, and nothing
   std::mt19937_64 rng(4);
   MakeMixedPair(dir / "prev.safetensors", dir / "next.safetensors", &rng);
   REQUIRE_OK(Diff(dir / "prev.safetensors", dir / "next.safetensors", dir / "d.a3d", Threads(2), nullptr));
-  safetensors::File prev;
-  REQUIRE_OK(safetensors::File::Open(dir / "prev.safetensors", &prev));
-  std::vector<uint8_t> bytes = ReadFile(dir / "prev.safetensors");
-  const safetensors::TensorInfo* t1 = prev.Find("t1.F32");
-  const uint64_t data_start = prev.file_size() - (prev.tensors().back().end);
   // One bit of one element of one tensor.
-  std::vector<uint8_t> wrong = bytes;
-  wrong[data_start + t1->begin + 17] ^= 0x04;
-  WriteFile(dir / "wrong.safetensors", wrong);
-  Status s = Apply(dir / "wrong.safetensors", dir / "d.a3d", dir / "out.safetensors", Threads(2), nullptr);
-  CHECK(s.code() == ErrorCode::kChecksumMismatch);
-  CHECK(s.message().find("t1.F32") != std::string::npos);
-  CHECK(!fs::exists(dir / "out.safetensors"));
-  s = Verify(dir / "wrong.safetensors", dir / "d.a3d", Threads(2), nullptr);
-  CHECK(s.code() == ErrorCode::kChecksumMismatch);
-  CHECK(s.message().find("t1.F32") != std::string::npos);
+  WriteWrongBase(dir, "t1.F32", 17, 0x04);
+  CheckWrongBaseRefused(dir, "t1.F32", "out.safetensors");
   // The target itself is not a base either.
   CHECK(Verify(dir / "next.safetensors", dir / "d.a3d", Threads(2), nullptr).code() == ErrorCode::kChecksumMismatch);
 
   // A base lacking a tensor.
   std::vector<Tensor> few = {Random("t1.F32", "F32", {300, 70}, &rng)};
   WriteSafetensors(dir / "few.safetensors", few);
-  s = Apply(dir / "few.safetensors", dir / "d.a3d", dir / "out.safetensors", Threads(2), nullptr);
+  Status s = Apply(dir / "few.safetensors", dir / "d.a3d", dir / "out.safetensors", Threads(2), nullptr);
   CHECK(s.code() == ErrorCode::kChecksumMismatch);
   CHECK(s.message().find("missing") != std::string::npos);
   // A base with the tensor in another shape.
@@ -541,18 +558,7 @@ TEST_CASE("small BF16 tensors are grouped (container version 2): exact, smaller,
   REQUIRE_OK(safetensors::File::Open(dir / "next.safetensors", &next));
   REQUIRE_OK(ApplyPartial(dir / "prev.safetensors", dir / "d.a3d", "norm\\.1[0-9]|proj|mid\\.1", 3, 70,
                           dir / "part.safetensors", Threads(2), nullptr));
-  safetensors::File part;
-  REQUIRE_OK(safetensors::File::Open(dir / "part.safetensors", &part));
-  CHECK(part.tensors().size() == 12);
-  for (const safetensors::TensorInfo& t : part.tensors()) {
-    CAPTURE(t.name);
-    const safetensors::TensorInfo* full = next.Find(t.name);
-    REQUIRE(full != nullptr);
-    const uint64_t row_bytes = full->size() / full->shape[0];
-    const uint64_t last = std::min<uint64_t>(70, full->shape[0]);
-    REQUIRE(t.size() == (last - 3) * row_bytes);
-    CHECK(std::memcmp(part.data(t), next.data(*full) + 3 * row_bytes, t.size()) == 0);
-  }
+  CheckRowSlices(dir / "part.safetensors", next, 3, 70, 12);
   CHECK(Verify(dir / "prev.safetensors", dir / "d.a3d", Threads(2), nullptr).ok());
   // The library call reads exactly the tensor's group.
   Checkpoint base;
@@ -567,20 +573,9 @@ TEST_CASE("small BF16 tensors are grouped (container version 2): exact, smaller,
 
   // A wrong base under a group names the tensor, in apply, verify and partial pulls of
   // another member of its group; nothing is written.
-  safetensors::File prev;
-  REQUIRE_OK(safetensors::File::Open(dir / "prev.safetensors", &prev));
-  std::vector<uint8_t> wrong = ReadFile(dir / "prev.safetensors");
-  const uint64_t data_start = prev.file_size() - prev.tensors().back().end;
-  wrong[data_start + prev.Find("norm.12")->begin + 3] ^= 0x01;
-  WriteFile(dir / "wrong.safetensors", wrong);
-  Status s = Apply(dir / "wrong.safetensors", dir / "d.a3d", dir / "out2.safetensors", Threads(2), nullptr);
-  CHECK(s.code() == ErrorCode::kChecksumMismatch);
-  CHECK(s.message().find("norm.12") != std::string::npos);
-  CHECK(!fs::exists(dir / "out2.safetensors"));
-  s = Verify(dir / "wrong.safetensors", dir / "d.a3d", Threads(2), nullptr);
-  CHECK(s.code() == ErrorCode::kChecksumMismatch);
-  CHECK(s.message().find("norm.12") != std::string::npos);
-  s = ApplyPartial(dir / "wrong.safetensors", dir / "d.a3d", "norm\\.3", 0, UINT64_MAX,
+  WriteWrongBase(dir, "norm.12", 3, 0x01);
+  CheckWrongBaseRefused(dir, "norm.12", "out2.safetensors");
+  Status s = ApplyPartial(dir / "wrong.safetensors", dir / "d.a3d", "norm\\.3", 0, UINT64_MAX,
                    dir / "part2.safetensors", Threads(1), nullptr);
   CHECK(s.code() == ErrorCode::kChecksumMismatch);
   CHECK(s.message().find("norm.12") != std::string::npos);

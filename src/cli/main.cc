@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cinttypes>
@@ -18,6 +19,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
+#include <vector>
 
 #include "arc_v3.hpp"
 #include "src/cli/checkpoint_delta.h"
@@ -514,29 +516,57 @@ bool SameCheckpoint(const std::string& a, const std::string& b, std::string* why
   return true;
 }
 
-int Bench(const std::string& prev, const std::string& next, const Common& c, int repeats) {
+// Diff and apply times of one thread count, in seconds.
+struct BenchTimes {
+  size_t threads = 0;
+  std::vector<double> diff, apply;
+};
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+double Best(const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); }
+
+// Times diff and apply `repeats` times at the requested thread count and, with `scaling`,
+// at one thread too. The thread counts alternate run by run so that a shared machine's
+// drift hits them alike; medians are reported, and their ratio is the speed-up.
+int Bench(const std::string& prev, const std::string& next, const Common& c, int repeats,
+          bool scaling) {
+  std::vector<BenchTimes> times(scaling ? 2 : 1);
+  times.back().threads = WorkerCount(c.threads, 1 << 20);
+  if (scaling) {
+    times[0].threads = 1;
+    if (times[1].threads < 2) {
+      std::fprintf(stderr, "arc_v3 bench: --scaling needs -T 2 or more (or a machine with 2+ cores)\n");
+      return kExitUsage;
+    }
+  }
   std::error_code ec;
   const fs::path dir = fs::temp_directory_path() / ("arc_v3_bench_" + std::to_string(getpid()));
   fs::create_directories(dir, ec);
   const std::string delta = (dir / "delta.a3d").string();
   const std::string out = (dir / (fs::is_directory(next, ec) ? "next" : "next.safetensors")).string();
-  Json runs = Json::array();
   Status s;
-  double best_diff = 1e30, best_apply = 1e30;
   RunReport r;
   for (int i = 0; i < repeats && s.ok(); ++i) {
-    RunOptions o;
-    o.threads = c.threads;
-    o.effort = c.effort;
-    o.sync = !c.no_sync;
-    o.group = !c.no_group;
-    auto t0 = std::chrono::steady_clock::now();
-    s = container::Diff(prev, next, delta, o, &r);
-    best_diff = std::min(best_diff, Seconds(t0));
-    if (!s.ok()) break;
-    t0 = std::chrono::steady_clock::now();
-    s = container::Apply(prev, delta, out, o, &r);
-    best_apply = std::min(best_apply, Seconds(t0));
+    for (BenchTimes& t : times) {
+      RunOptions o;
+      o.threads = t.threads;
+      o.effort = c.effort;
+      o.sync = !c.no_sync;
+      o.group = !c.no_group;
+      auto t0 = std::chrono::steady_clock::now();
+      s = container::Diff(prev, next, delta, o, &r);
+      t.diff.push_back(Seconds(t0));
+      if (!s.ok()) break;
+      t0 = std::chrono::steady_clock::now();
+      s = container::Apply(prev, delta, out, o, &r);
+      t.apply.push_back(Seconds(t0));
+      if (!s.ok()) break;
+    }
   }
   std::string why;
   const bool same = s.ok() && SameCheckpoint(next, out, &why);
@@ -546,20 +576,40 @@ int Bench(const std::string& prev, const std::string& next, const Common& c, int
     return ExitCodeFor(s);
   }
   const double gb = r.target_bytes / 1e9;
+  const BenchTimes& all = times.back();
   if (c.json) {
-    Json j = {{"command", "bench"}, {"ok", same}, {"threads", WorkerCount(c.threads, 1 << 20)},
+    const auto timing = [gb](const BenchTimes& t) {
+      return Json{{"threads", t.threads},
+                  {"diff_seconds", Median(t.diff)},    {"apply_seconds", Median(t.apply)},
+                  {"diff_gb_per_s", gb / Median(t.diff)}, {"apply_gb_per_s", gb / Median(t.apply)},
+                  {"diff_best_seconds", Best(t.diff)}, {"apply_best_seconds", Best(t.apply)}};
+    };
+    Json j = timing(all);
+    j.update({{"command", "bench"}, {"ok", same}, {"repeats", repeats},
               {"checkpoint_bytes", r.target_bytes}, {"delta_bytes", r.delta_bytes},
-              {"diff_seconds", best_diff}, {"apply_seconds", best_apply},
-              {"diff_gb_per_s", gb / best_diff}, {"apply_gb_per_s", gb / best_apply},
-              {"fsync", !c.no_sync}, {"identical", same}};
+              {"fsync", !c.no_sync}, {"identical", same}});
+    if (scaling) {
+      j["one_thread"] = timing(times[0]);
+      j["diff_speedup"] = Median(times[0].diff) / Median(all.diff);
+      j["apply_speedup"] = Median(times[0].apply) / Median(all.apply);
+    }
     std::cout << j.dump(2) << "\n";
   } else {
-    std::printf("bench (%zu threads, best of %d, fsync %s): checkpoint %s, delta %s (%.3f%%)\n"
-                "  diff  %.3f s  %.2f GB/s\n  apply %.3f s  %.2f GB/s\n  rebuilt checkpoint %s\n",
-                WorkerCount(c.threads, 1 << 20), repeats, c.no_sync ? "off" : "on",
+    std::printf("bench (fsync %s, median of %d%s): checkpoint %s, delta %s (%.3f%%)\n",
+                c.no_sync ? "off" : "on", repeats, scaling ? ", thread counts alternating" : "",
                 HumanBytes(r.target_bytes).c_str(), HumanBytes(r.delta_bytes).c_str(),
-                100.0 * r.delta_bytes / r.target_bytes, best_diff, gb / best_diff, best_apply,
-                gb / best_apply, same ? "identical" : ("DIFFERS: " + why).c_str());
+                100.0 * r.delta_bytes / r.target_bytes);
+    for (auto t = times.rbegin(); t != times.rend(); ++t) {
+      std::printf("  %2zu thread%s  diff %6.3f s %5.2f GB/s (best %.3f s)  "
+                  "apply %6.3f s %5.2f GB/s (best %.3f s)\n",
+                  t->threads, t->threads == 1 ? " " : "s", Median(t->diff), gb / Median(t->diff),
+                  Best(t->diff), Median(t->apply), gb / Median(t->apply), Best(t->apply));
+    }
+    if (scaling) {
+      std::printf("  speed-up 1 -> %zu threads: diff %.2fx, apply %.2fx\n", all.threads,
+                  Median(times[0].diff) / Median(all.diff), Median(times[0].apply) / Median(all.apply));
+    }
+    std::printf("  rebuilt checkpoint %s\n", same ? "identical" : ("DIFFERS: " + why).c_str());
   }
   return same ? kExitOk : kExitError;
 }
@@ -584,7 +634,8 @@ int Main(int argc, char** argv) {
   Common common;
   std::string prev, next, delta, out, tensors_regex = ".*", rows;
   bool in_place = false;
-  int repeats = 3;
+  int repeats = 5;
+  bool scaling = false;
 
   CLI::App* diff = app.add_subcommand("diff", "Write the delta from checkpoint PREV to NEXT");
   diff->add_option("PREV", prev, "Base checkpoint (.safetensors file or directory)")->required();
@@ -640,11 +691,13 @@ int Main(int argc, char** argv) {
       "rebuilt checkpoint byte for byte. Codec-level benchmarks: bazel run //bench:arc_bench");
   bench->add_option("PREV", prev, "Base checkpoint")->required();
   bench->add_option("NEXT", next, "New checkpoint")->required();
-  bench->add_option("-r,--repeats", repeats, "Runs; the best is reported")->check(CLI::PositiveNumber);
+  bench->add_option("-r,--repeats", repeats, "Runs (default 5); medians are reported")->check(CLI::PositiveNumber);
   AddCommon(bench, &common);
   bench->add_option("-e,--effort", common.effort, "arc_v3 effort 0..3 (default 1)")->check(CLI::Range(0, 3));
   bench->add_flag("--no-sync", common.no_sync, "Skip fsync (measures CPU work, not the disk)");
   bench->add_flag("--no-group", common.no_group, "As diff --no-group (version-1 delta)");
+  bench->add_flag("--scaling", scaling,
+                  "Also time 1 thread, alternating with -T, and print the speed-up");
 
   try {
     app.parse(argc, argv);
@@ -689,7 +742,7 @@ int Main(int argc, char** argv) {
     return Inspect(delta, prev, common);
   } else if (bench->parsed()) {
     progress.Stop();
-    return Bench(prev, next, common, repeats);
+    return Bench(prev, next, common, repeats, scaling);
   }
   const double secs = Seconds(start);
   progress.Stop();

@@ -577,6 +577,8 @@ int Bench(const std::string& prev, const std::string& next, const Common& c, int
   }
   const double gb = r.target_bytes / 1e9;
   const BenchTimes& all = times.back();
+  const double diff_speedup = Median(times[0].diff) / Median(all.diff);
+  const double apply_speedup = Median(times[0].apply) / Median(all.apply);
   if (c.json) {
     const auto timing = [gb](const BenchTimes& t) {
       return Json{{"threads", t.threads},
@@ -590,8 +592,8 @@ int Bench(const std::string& prev, const std::string& next, const Common& c, int
               {"fsync", !c.no_sync}, {"identical", same}});
     if (scaling) {
       j["one_thread"] = timing(times[0]);
-      j["diff_speedup"] = Median(times[0].diff) / Median(all.diff);
-      j["apply_speedup"] = Median(times[0].apply) / Median(all.apply);
+      j["diff_speedup"] = diff_speedup;
+      j["apply_speedup"] = apply_speedup;
     }
     std::cout << j.dump(2) << "\n";
   } else {
@@ -607,7 +609,7 @@ int Bench(const std::string& prev, const std::string& next, const Common& c, int
     }
     if (scaling) {
       std::printf("  speed-up 1 -> %zu threads: diff %.2fx, apply %.2fx\n", all.threads,
-                  Median(times[0].diff) / Median(all.diff), Median(times[0].apply) / Median(all.apply));
+                  diff_speedup, apply_speedup);
     }
     std::printf("  rebuilt checkpoint %s\n", same ? "identical" : ("DIFFERS: " + why).c_str());
   }

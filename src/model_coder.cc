@@ -327,30 +327,27 @@ inline uint16_t CodeValue(Io* io, Model* model, uint16_t prev, uint16_t next, in
 
 // Rate sums of groups of 4 elements, computed by the rates' kernel (GroupSums) a window
 // of groups at a time. Sum(rates, begin, end) serves the blocks in ascending order (begin
-// a multiple of 4).
+// a multiple of 4, end - begin at most 4 * kWindowGroups).
 template <class Rates>
 class GroupWindow {
  public:
   explicit GroupWindow(size_t len) : groups_(len / 4) {}
 
   inline uint64_t Sum(const Rates& rates, size_t begin, size_t end) {
+    const size_t first = begin / 4, last = end / 4;  // the whole groups
+    // Refilled before the loop, so that the loop itself is plain adds.
+    if (last > first && (last > window_end_ || first < window_begin_)) {
+      window_begin_ = first;
+      window_end_ = std::min(first + kWindowGroups, groups_);
+      rates.GroupSums(first, window_end_ - first, window_);
+    }
     uint64_t sum = 0;
-    size_t i = begin;
-    for (; i + 4 <= end; i += 4) sum += Group(rates, i / 4);
-    for (; i < end; ++i) sum += rates.Rate(i);
+    for (size_t g = first; g < last; ++g) sum += window_[g - window_begin_];
+    for (size_t i = 4 * last; i < end; ++i) sum += rates.Rate(i);
     return sum;
   }
 
  private:
-  inline uint64_t Group(const Rates& rates, size_t g) {
-    if (g >= window_end_) {
-      window_begin_ = g;
-      window_end_ = std::min(g + kWindowGroups, groups_);
-      rates.GroupSums(g, window_end_ - g, window_);
-    }
-    return window_[g - window_begin_];
-  }
-
   static constexpr size_t kWindowGroups = 1024;
   size_t groups_;
   size_t window_begin_ = 0;
@@ -449,9 +446,11 @@ void CodeChunk(const uint16_t* src, Rates& rates, size_t len, int log2_block, in
     const int bucket = std::min(Log2Q4(sum), kBlockBuckets - 1);
     const int any = io->Code(&model->block[bucket], io->BlockChanged(begin, end));
     if (!any) continue;
+    uint64_t running = 0;
     prefix[0] = 0;
     for (size_t i = begin; i < end; ++i) {
-      prefix[i - begin + 1] = prefix[i - begin] + rates.Rate(i);
+      running += rates.Rate(i);
+      prefix[i - begin + 1] = running;
     }
     io->BeginBlock(begin, end);
     CodeNode(io, model.get(), src, rates, prefix, begin, begin, end, L);

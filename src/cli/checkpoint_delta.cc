@@ -708,17 +708,21 @@ Status Apply(const std::string& prev_path, const std::string& delta_path, const 
                     ? e
                     : Status(e.code(), "tensor '" + t.name + "': " + e.message()));
     };
-    if (task.base != nullptr) {
-      Prefault(task.base, bytes);
-      Status st = CheckBaseRows(t, p, task.base);
-      if (!st.ok()) return fail(st);
-    }
+    // The base rows are hashed only when decoding fails: every coder XORs the base into
+    // its result, so a wrong base fails the target checksum, and the base check then
+    // names the cause (the verify command still checks every base up front).
+    const auto fail_checking_base = [&](const Status& e) {
+      const Status base_check =
+          task.base != nullptr ? CheckBaseRows(t, p, task.base) : Status::Ok();
+      fail(base_check.ok() ? e : base_check);
+    };
+    Prefault(task.base, bytes);
     const uint8_t* stored = nullptr;
     Status st = reader.ReadPiece(p, &scratch[w], &stored);
-    if (!st.ok()) return fail(st);
+    if (!st.ok()) return fail_checking_base(st);
     buffers[w].resize(bytes);
     st = DecodePiece(p, stored, task.base, bytes, safetensors::DTypeSize(t.dtype), buffers[w].data());
-    if (!st.ok()) return fail(st);
+    if (!st.ok()) return fail_checking_base(st);
     const uint64_t at = m.files[task.file].data_start + t.data_offset + p.row_begin * t.row_bytes();
     st = WriteAll(out.fd(task.file), buffers[w].data(), bytes, at, out.temp(task.file));
     if (!st.ok()) return fail(st);

@@ -45,6 +45,18 @@ void Prefault(const uint8_t* data, uint64_t size) {
 #endif
 }
 
+// Drops the pages of a mapped input range that has been used from this process's page
+// tables (they stay in the page cache), so that resident memory stays about the pieces in
+// flight rather than growing to the whole checkpoint. Only pages wholly inside the range
+// are released: a page shared with a neighbouring piece would merely fault in again.
+void Release(const uint8_t* data, uint64_t size) {
+  if (data == nullptr || size == 0) return;
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(data) + page - 1) & ~(page - 1);
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(data) + size) & ~(page - 1);
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
 std::string BaseName(const std::string& path) { return fs::path(path).filename().string(); }
 
 // The error of a parallel run's first failing task in task order, so that the error
@@ -558,7 +570,12 @@ Status Diff(const std::string& prev_path, const std::string& next_path, const st
     Prefault(task.target, task.bytes);
     error.Set(i, EncodePiece(task.base, task.target, task.bytes, task.element_size, task.bf16,
                              options.effort, task.piece, &outputs[i], options.format));
+    if (task.tensor) {  // fills are copies, not mapped
+      Release(task.base, task.bytes);
+      Release(task.target, task.bytes);
+    }
     if (task.tensor && options.progress_done != nullptr) *options.progress_done += task.bytes;
+    if (task.tensor && options.hook) error.Set(i, options.hook("piece"));
   });
   if (error.failed()) return error.status();
 
@@ -724,6 +741,7 @@ Status Apply(const std::string& prev_path, const std::string& delta_path, const 
     st = DecodePiece(p, stored, task.base, bytes, safetensors::DTypeSize(t.dtype), buffers[w].data());
     if (!st.ok()) return fail_checking_base(st);
     const uint64_t at = m.files[task.file].data_start + t.data_offset + p.row_begin * t.row_bytes();
+    Release(task.base, bytes);
     st = WriteAll(out.fd(task.file), buffers[w].data(), bytes, at, out.temp(task.file));
     if (!st.ok()) return fail(st);
     if (options.sync) StartWriteback(out.fd(task.file), at, bytes);
@@ -811,6 +829,7 @@ Status Verify(const std::string& prev_path, const std::string& delta_path, const
       return;
     }
     error.Set(i, CheckBaseRows(*task.tensor, *task.piece, task.base));
+    Release(task.base, (task.piece->row_end - task.piece->row_begin) * task.tensor->row_bytes());
     // The piece itself must be intact too, or apply would fail later.
     const uint8_t* stored = nullptr;
     const Status st = reader.ReadPiece(*task.piece, &scratch[w], &stored);

@@ -57,8 +57,9 @@ struct RunOptions {
   std::atomic<uint64_t>* progress_done = nullptr;
   std::atomic<uint64_t>* progress_total = nullptr;
   bool sync = true;  // fsync outputs before renaming them (off only for benchmarks)
-  // Test hook, called at "piece" (after each piece is written aside) and "rename" (all
-  // outputs written and synced, before the first rename); an error aborts the run.
+  // Test hook, called at "piece" (after each piece is written aside, or encoded by Diff)
+  // and "rename" (all outputs written and synced, before the first rename); an error
+  // aborts the run.
   std::function<Status(const char* stage)> hook;
 };
 

@@ -6,9 +6,11 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <random>
 #include <string>
 #include <vector>
@@ -729,6 +731,45 @@ TEST_CASE("an apply killed or failing midway leaves the old checkpoint intact") 
   // And the interrupted checkpoint can still be updated afterwards.
   REQUIRE_OK(Apply(dir / "work", dir / "d.a3d", dir / "work", Threads(2), nullptr));
   CHECK(Snapshot(dir / "work") == Snapshot(dir / "next"));
+}
+
+// Bytes of mapped files resident in this process's page tables (RssFile of
+// /proc/self/status); 0 where the kernel does not say.
+uint64_t ResidentFileBytes() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("RssFile:", 0) == 0) return std::stoull(line.substr(8)) * 1024;
+  }
+  return 0;
+}
+
+TEST_CASE("diff and apply keep only the pieces in flight of the mapped checkpoints resident") {
+  if (ResidentFileBytes() == 0) return;  // no /proc: nothing to measure with
+  TempDir dir;
+  std::mt19937_64 rng(8);
+  const Tensor prev = Random("w", "BF16", {4096, 8192}, &rng);  // 64 MiB: 16 pieces
+  WriteSafetensors(dir / "prev.safetensors", {prev});
+  WriteSafetensors(dir / "next.safetensors", {Step(prev, 0.01, &rng)});
+  // Mapped whole, diff would hold 128 MiB and apply 64 MiB; two workers hold about
+  // 2 x 8 MiB of pieces at a time.
+  const uint64_t limit = uint64_t{32} << 20;
+  std::mutex mutex;
+  uint64_t before = 0, peak = 0;
+  RunOptions o = Threads(2);
+  o.sync = false;
+  o.hook = [&](const char*) {
+    std::lock_guard<std::mutex> lock(mutex);
+    peak = std::max(peak, ResidentFileBytes());
+    return Status::Ok();
+  };
+  before = peak = ResidentFileBytes();
+  REQUIRE_OK(Diff(dir / "prev.safetensors", dir / "next.safetensors", dir / "d.a3d", o, nullptr));
+  CHECK(peak - before < limit);
+  before = peak = ResidentFileBytes();
+  REQUIRE_OK(Apply(dir / "prev.safetensors", dir / "d.a3d", dir / "out.safetensors", o, nullptr));
+  CHECK(peak - before < limit);
+  CHECK(ReadFile(dir / "out.safetensors") == ReadFile(dir / "next.safetensors"));
 }
 
 }  // namespace

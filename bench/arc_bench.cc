@@ -74,7 +74,8 @@ Throughput is GB/s of BF16 input (the `next` checkpoint's bytes), the median of 
 (3 with --quick). "nT" runs the tensors of a step in parallel on all threads.
 Bounds (plug-in entropies, see bench/delta_stats.h): (a) positions i.i.d. per tensor + H(d);
 (b) P(change | exponent) per tensor + H(d); (b2) as (b) with d also conditioned on the
-exponent. x(b) and x(b2) are payload / bound.
+exponent; (b2 learned) the contexts of (b2) with probabilities learned on the way (what
+they cost a coder that is not told them). x(b) and x(b2) are payload / bound.
 )";
 
 struct Flags {
@@ -231,6 +232,7 @@ constexpr size_t kGroupedBelow = size_t{1} << 20;
 struct SessionStep {
   uint64_t elements = 0, changed = 0;
   double bits_b2 = 0;  // bound (b2) of this pair
+  double bits_b2_learned = 0;
   uint64_t stateless_bytes = 0, grouped_bytes = 0, session_bytes = 0;
   uint64_t grouped_session_bytes = 0;  // one Session over the grouped tensors
 };
@@ -478,6 +480,7 @@ SessionResult RunSessions(const Dataset& dataset, const std::vector<DeltaStats>&
     result.steps[p].elements = pair_stats[p].elements;
     result.steps[p].changed = pair_stats[p].changed;
     result.steps[p].bits_b2 = pair_stats[p].bits_b2;
+    result.steps[p].bits_b2_learned = pair_stats[p].bits_b2_learned;
   }
   Options options;
   options.threads = 1;
@@ -674,8 +677,9 @@ void PrintDatasetStats(const DatasetResult& d) {
               "(| unchanged prev %.3f%%)\n",
               100 * s.OfChanged(s.mantissa_only), 100 * s.OfChanged(s.exponent), 100 * s.OfChanged(s.sign),
               100 * s.OfChanged(s.unit_steps), s.ExponentSlope(), 100 * s.Overlap(), 100 * s.OverlapUnchanged());
-  std::printf("   bounds (%% of BF16): (a) %.3f%%  (b) %.3f%%  (b2) %.3f%%\n\n", s.BitsToPercent(s.bits_a),
-              s.BitsToPercent(s.bits_b), s.BitsToPercent(s.bits_b2));
+  std::printf("   bounds (%% of BF16): (a) %.3f%%  (b) %.3f%%  (b2) %.3f%%  (b2 learned) %.3f%%\n\n",
+              s.BitsToPercent(s.bits_a), s.BitsToPercent(s.bits_b), s.BitsToPercent(s.bits_b2),
+              s.BitsToPercent(s.bits_b2_learned));
 }
 
 // payload / bound (0 when the bound is 0: nothing changed).
@@ -697,6 +701,7 @@ void PrintCodecTable(const DatasetResult& d) {
   bound_row("(a) iid + H(d)", s.bits_a);
   bound_row("(b) p|exp + H(d)", s.bits_b);
   bound_row("(b2) p,d|exp", s.bits_b2);
+  bound_row("(b2) learned", s.bits_b2_learned);
   for (const CodecResult& c : d.codecs) {
     if (!c.ok && c.payload_bytes == 0) {
       rows.push_back(Row{{c.codec, "", "", "", "", "", "", "", "", "", "FAILED"}});
@@ -716,7 +721,7 @@ void PrintCodecTable(const DatasetResult& d) {
 }
 
 // Per step pair: the stateless default, the grouped payloads and the session payload
-// against that pair's (b2).
+// against that pair's (b2), with the learned (b2) beside it.
 // The first pair has no history yet; "with history" pools the pairs after it.
 void PrintSessionTable(const DatasetResult& d) {
   const SessionResult& r = d.session;
@@ -736,6 +741,7 @@ void PrintSessionTable(const DatasetResult& d) {
     to->elements += step.elements;
     to->changed += step.changed;
     to->bits_b2 += step.bits_b2;
+    to->bits_b2_learned += step.bits_b2_learned;
     to->stateless_bytes += step.stateless_bytes;
     to->grouped_bytes += step.grouped_bytes;
     to->session_bytes += step.session_bytes;
@@ -745,6 +751,7 @@ void PrintSessionTable(const DatasetResult& d) {
     const double bf16 = 2.0 * static_cast<double>(step.elements);
     rows.push_back(Row{{name, Format("%.3f%%", step.elements ? 100.0 * step.changed / step.elements : 0),
                         Format("%.4f%%", bf16 > 0 ? 100.0 * step.bits_b2 / 8 / bf16 : 0),
+                        Format("%.4f%%", bf16 > 0 ? 100.0 * step.bits_b2_learned / 8 / bf16 : 0),
                         Format("%.4f%%", bf16 > 0 ? 100.0 * step.stateless_bytes / bf16 : 0),
                         Format("%.3f", BoundRatio(8.0 * step.stateless_bytes, step.bits_b2)),
                         Format("%.4f%%", bf16 > 0 ? 100.0 * step.grouped_bytes / bf16 : 0),
@@ -763,7 +770,7 @@ void PrintSessionTable(const DatasetResult& d) {
   }
   row("all pairs", all);
   if (r.steps.size() > 1) row("with history", later);
-  PrintTable({"   " + d.name, "density", "(b2)", "default", "x(b2)", "grouped", "x(b2)", "session",
+  PrintTable({"   " + d.name, "density", "(b2)", "learned", "default", "x(b2)", "grouped", "x(b2)", "session",
               "x(b2)", "grp sess", "x(b2)"},
              rows);
   // GB/s of `elements` BF16 values in `seconds` (0 without a measurement).
@@ -812,7 +819,8 @@ nlohmann::json ToJson(const std::vector<DatasetResult>& datasets, const std::vec
     j["exponent_slope"] = s.ExponentSlope();
     if (!std::isnan(s.Overlap())) j["p_changed_given_changed_prev"] = s.Overlap();
     j["bound_percent"] = {{"a", s.BitsToPercent(s.bits_a)}, {"b", s.BitsToPercent(s.bits_b)},
-                          {"b2", s.BitsToPercent(s.bits_b2)}};
+                          {"b2", s.BitsToPercent(s.bits_b2)},
+                          {"b2_learned", s.BitsToPercent(s.bits_b2_learned)}};
     for (const CodecResult& c : d.codecs) {
       nlohmann::json r;
       r["codec"] = c.codec;
@@ -837,6 +845,7 @@ nlohmann::json ToJson(const std::vector<DatasetResult>& datasets, const std::vec
         session["pairs"].push_back({{"elements", step.elements},
                                     {"changed", step.changed},
                                     {"bound_b2_bits", step.bits_b2},
+                                    {"bound_b2_learned_bits", step.bits_b2_learned},
                                     {"default_bytes", step.stateless_bytes},
                                     {"grouped_bytes", step.grouped_bytes},
                                     {"grouped_session_bytes", step.grouped_session_bytes},
@@ -868,6 +877,7 @@ bool WriteCsv(const std::string& path, const std::vector<DatasetResult>& dataset
     bound("bound_a", s.bits_a);
     bound("bound_b", s.bits_b);
     bound("bound_b2", s.bits_b2);
+    bound("bound_b2_learned", s.bits_b2_learned);
     for (const CodecResult& c : d.codecs) {
       out << d.name << "," << c.codec << "," << (c.ok ? "ok" : "FAILED") << "," << c.payload_bytes << ","
           << PayloadPercent(d, c.payload_bytes) << "," << (s.changed ? 8.0 * c.payload_bytes / s.changed : 0)

@@ -18,6 +18,34 @@ double PositionBits(double n, double c) {
   return -n * (p * std::log2(p) + (1 - p) * std::log2(1 - p));
 }
 
+// Sequential code length (bits) of a sample of n symbols over an alphabet of k, given its
+// symbol counts, when each symbol is coded with the Krichevsky-Trofimov estimator
+// (count + 1/2) / (seen + k/2): the cost of learning the probabilities on the way.
+class LearnedBits {
+ public:
+  explicit LearnedBits(double alphabet) : alphabet_(alphabet) {}
+  void Add(double count) {
+    if (count <= 0) return;
+    total_ += count;
+    log_numerator_ += std::lgamma(count + 0.5) - std::lgamma(0.5);
+  }
+  double Bits() const {
+    const double log_p = log_numerator_ + std::lgamma(alphabet_ / 2) - std::lgamma(total_ + alphabet_ / 2);
+    return total_ > 0 ? -log_p / std::log(2.0) : 0;
+  }
+
+ private:
+  double alphabet_, total_ = 0, log_numerator_ = 0;
+};
+
+// Learned code length of c changed positions among n (a binary alphabet).
+double LearnedPositionBits(double n, double c) {
+  LearnedBits bits(2);
+  bits.Add(c);
+  bits.Add(n - c);
+  return bits.Bits();
+}
+
 // Plug-in code length (bits) of a sample given its symbol counts: t log2 t - sum c log2 c.
 class CountBits {
  public:
@@ -67,6 +95,7 @@ void DeltaStats::Add(const DeltaStats& o) {
   bits_a += o.bits_a;
   bits_b += o.bits_b;
   bits_b2 += o.bits_b2;
+  bits_b2_learned += o.bits_b2_learned;
 }
 
 double DeltaStats::Overlap() const {
@@ -100,7 +129,7 @@ DeltaStats AnalyzePair(const StepPair& pair, const StepPair* previous) {
   stats.pairs = 1;
   // (exponent, d) of every change in the pair, for H(d | exponent).
   std::vector<uint64_t> exponent_and_d;
-  double b2_position_bits = 0;
+  double b2_position_bits = 0, learned_position_bits = 0;
   for (size_t ti = 0; ti < pair.tensors.size(); ++ti) {
     const TensorPair& t = pair.tensors[ti];
     const TensorPair* before = nullptr;
@@ -139,6 +168,10 @@ DeltaStats AnalyzePair(const StepPair& pair, const StepPair* previous) {
     double exponent_position_bits = 0;
     for (int e = 0; e < 256; ++e) {
       exponent_position_bits += PositionBits(static_cast<double>(total[e]), static_cast<double>(changed[e]));
+      if (total[e] > 0) {
+        learned_position_bits +=
+            LearnedPositionBits(static_cast<double>(total[e]), static_cast<double>(changed[e]));
+      }
       stats.by_exponent_total[e] += total[e];
       stats.by_exponent_changed[e] += changed[e];
     }
@@ -151,7 +184,27 @@ DeltaStats AnalyzePair(const StepPair& pair, const StepPair* previous) {
   // H(d | exponent) over the pair = H(exponent, d) - H(exponent), in total bits.
   CountBits exponent_bits;
   for (int e = 0; e < 256; ++e) exponent_bits.Add(static_cast<double>(stats.by_exponent_changed[e]));
-  stats.bits_b2 = b2_position_bits + SampleBits(&exponent_and_d) - exponent_bits.Bits();
+  stats.bits_b2 = b2_position_bits + SampleBits(&exponent_and_d) - exponent_bits.Bits();  // sorts
+
+  // The same, learned: d per exponent, over the alphabet of the pair's distinct d values.
+  std::vector<uint64_t> distinct_d;
+  for (const uint64_t key : exponent_and_d) distinct_d.push_back(key & ((uint64_t{1} << 20) - 1));
+  std::sort(distinct_d.begin(), distinct_d.end());
+  const double alphabet = static_cast<double>(
+      std::unique(distinct_d.begin(), distinct_d.end()) - distinct_d.begin());
+  double learned_value_bits = 0;
+  for (size_t i = 0; i < exponent_and_d.size();) {  // runs of one exponent, then of one d
+    LearnedBits bits(alphabet);
+    const uint64_t exponent = exponent_and_d[i] >> 20;
+    while (i < exponent_and_d.size() && exponent_and_d[i] >> 20 == exponent) {
+      size_t j = i;
+      while (j < exponent_and_d.size() && exponent_and_d[j] == exponent_and_d[i]) ++j;
+      bits.Add(static_cast<double>(j - i));
+      i = j;
+    }
+    learned_value_bits += bits.Bits();
+  }
+  stats.bits_b2_learned = learned_position_bits + learned_value_bits;
   return stats;
 }
 

@@ -6,7 +6,11 @@
 //        + H(d | changed) per tensor;
 //   (b2) as (b), with d also conditioned on the exponent (exponent buckets pooled over the
 //        tensors of a step pair).
-// Plug-in entropies without model cost: achievable only up to that cost.
+//   (b2 learned) the contexts of (b2), with probabilities learned as the data goes
+//        (Krichevsky-Trofimov estimators: positions per tensor and exponent, d per exponent
+//        over the pair's distinct d values, that alphabet given for free).
+// Plug-in entropies without model cost: achievable only up to that cost, which (b2 learned)
+// shows: on 1 M-parameter tensors at 0.2% density it is 14% above (b2).
 #ifndef ARC_V3_BENCH_DELTA_STATS_H_
 #define ARC_V3_BENCH_DELTA_STATS_H_
 
@@ -29,7 +33,7 @@ struct DeltaStats {
   uint64_t prev_changed = 0, prev_changed_now_changed = 0;
   uint64_t prev_unchanged = 0, prev_unchanged_now_changed = 0;
   // Bounds, in bits.
-  double bits_a = 0, bits_b = 0, bits_b2 = 0;
+  double bits_a = 0, bits_b = 0, bits_b2 = 0, bits_b2_learned = 0;
 
   void Add(const DeltaStats& other);
   double Density() const { return elements ? static_cast<double>(changed) / elements : 0; }

@@ -53,7 +53,24 @@ TEST_CASE("generator: statistics match real RL deltas in each regime") {
     // The exponent carries information: bound (b) is well below (a), (b2) below (b).
     CHECK(s.bits_b < 0.9 * s.bits_a);
     CHECK(s.bits_b2 <= s.bits_b);
+    // Learning the probabilities costs something, and less the more data there is.
+    CHECK(s.bits_b2_learned > s.bits_b2);
+    CHECK(s.bits_b2_learned < 1.3 * s.bits_b2);
   }
+}
+
+TEST_CASE("delta stats: the learned bound of a tiny pair, by hand") {
+  // Two elements of one exponent, one of them one step up. Plug-in: the position costs
+  // 2 H(1/2) = 2 bits, the lone d value nothing. Learned (KT): the first flag 1/2, the
+  // second (0 + 1/2) / (1 + 1) = 1/4, so 1 + 2 = 3 bits; d over an alphabet of one: 0.
+  const uint16_t prev[2] = {0x3F80, 0x3F80};  // 1.0
+  const uint16_t next[2] = {0x3F80, 0x3F81};
+  StepPair pair;
+  pair.tensors.push_back(TensorPair{"t", 1, 2, 2, prev, next});
+  const DeltaStats s = AnalyzePair(pair, nullptr);
+  CHECK(s.changed == 1);
+  CHECK(s.bits_b2 == doctest::Approx(2.0));
+  CHECK(s.bits_b2_learned == doctest::Approx(3.0));
 }
 
 TEST_CASE("generator: deterministic, independent of the thread count") {

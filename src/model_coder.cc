@@ -434,15 +434,16 @@ void CodeNode(Io* io, Model* model, const uint16_t* src, const Rates& rates,
 }
 
 // Positions come out ascending: a left half is finished before its right half.
+// `block_sums`, if not null, holds rates.Sum of every block (the encoder has them already).
 template <class Io, class Rates>
 void CodeChunk(const uint16_t* src, Rates& rates, size_t len, int log2_block, int L,
-               bool value_priors, Io* io) {
+               bool value_priors, Io* io, const uint64_t* block_sums = nullptr) {
   auto model = std::make_unique<Model>(L, value_priors);
   const size_t block = size_t{1} << log2_block;
   uint64_t prefix[(size_t{1} << kMaxModelBlockLog) + 1];
   for (size_t begin = 0; begin < len; begin += block) {
     const size_t end = std::min(begin + block, len);
-    const uint64_t sum = rates.Sum(begin, end);
+    const uint64_t sum = block_sums != nullptr ? block_sums[begin >> log2_block] : rates.Sum(begin, end);
     const int bucket = std::min(Log2Q4(sum), kBlockBuckets - 1);
     const int any = io->Code(&model->block[bucket], io->BlockChanged(begin, end));
     if (!any) continue;
@@ -564,11 +565,24 @@ Status EncodeChunk(const uint16_t* src, const uint16_t* dst, size_t len, int log
   std::vector<uint32_t> changed(total);
   std::vector<uint16_t> unused_xors(total);
   CompactChanges(src, dst, len, changed.data(), unused_xors.data());
+  if (log2_block < 0) log2_block = ChooseBlockLog(total, len);
+  // Sparse chunks (blocks of 32+ elements) keep their blocks' rate sums for the coding pass
+  // when it has no history to add, in a buffer each thread reuses (256 KB for the frame's
+  // 2^20-element chunks); for smaller blocks such a buffer outgrows the caches and summing
+  // again is cheaper.
+  constexpr int kKeepBlockSumsLog = 5;
+  thread_local std::vector<uint64_t> block_sums;
+  const bool keep_block_sums = log2_block >= kKeepBlockSumsLog;
   uint64_t all_rates = 0;
   {
     PlainRates rates(src, len);
-    for (size_t begin = 0; begin < len; begin += 4096) {
-      all_rates += rates.Sum(begin, std::min(begin + 4096, len));
+    const size_t step = keep_block_sums ? size_t{1} << log2_block : 4096;
+    const size_t steps = (len + step - 1) / step;
+    if (keep_block_sums && block_sums.size() < steps) block_sums.resize(steps);
+    for (size_t k = 0; k < steps; ++k) {
+      const uint64_t sum = rates.Sum(k * step, std::min((k + 1) * step, len));
+      if (keep_block_sums) block_sums[k] = sum;
+      all_rates += sum;
     }
   }
   // Changes and rate sums per history class (all in class 0 without history).
@@ -592,7 +606,6 @@ Status EncodeChunk(const uint16_t* src, const uint16_t* dst, size_t len, int log
     changes[0] = 0;
     for (const uint32_t position : changed) ++changes[HistoryClass(history[position])];
   }
-  if (log2_block < 0) log2_block = ChooseBlockLog(total, len);
   uint8_t boosts[kHistoryClasses] = {0, 0, 0, 0};
   uint64_t rate_sum = rate_sums[0];
   for (int c = 1; c < kHistoryClasses; ++c) {
@@ -612,7 +625,8 @@ Status EncodeChunk(const uint16_t* src, const uint16_t* dst, size_t len, int log
   EncoderIo io(src, dst, &changed, out);
   if (history == nullptr) {
     PlainRates rates(src, len);
-    CodeChunk(src, rates, len, log2_block, L, /*value_priors=*/true, &io);
+    CodeChunk(src, rates, len, log2_block, L, /*value_priors=*/true, &io,
+              keep_block_sums ? block_sums.data() : nullptr);
   } else {
     out->push_back(static_cast<uint8_t>(boosts[1] | (boosts[2] << 4)));
     out->push_back(boosts[3]);

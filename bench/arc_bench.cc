@@ -770,8 +770,8 @@ void PrintSessionTable(const DatasetResult& d) {
   }
   row("all pairs", all);
   if (r.steps.size() > 1) row("with history", later);
-  PrintTable({"   " + d.name, "density", "(b2)", "learned", "default", "x(b2)", "grouped", "x(b2)", "session",
-              "x(b2)", "grp sess", "x(b2)"},
+  PrintTable({"   " + d.name, "density", "(b2)", "learned", "default", "x(b2)", "grouped",
+              "x(b2)", "session", "x(b2)", "grp sess", "x(b2)"},
              rows);
   // GB/s of `elements` BF16 values in `seconds` (0 without a measurement).
   const auto speed = [](uint64_t elements, double seconds) {

@@ -30,7 +30,8 @@ class LearnedBits {
     log_numerator_ += std::lgamma(count + 0.5) - std::lgamma(0.5);
   }
   double Bits() const {
-    const double log_p = log_numerator_ + std::lgamma(alphabet_ / 2) - std::lgamma(total_ + alphabet_ / 2);
+    const double log_p =
+        log_numerator_ + std::lgamma(alphabet_ / 2) - std::lgamma(total_ + alphabet_ / 2);
     return total_ > 0 ? -log_p / std::log(2.0) : 0;
   }
 

@@ -443,7 +443,8 @@ void CodeChunk(const uint16_t* src, Rates& rates, size_t len, int log2_block, in
   uint64_t prefix[(size_t{1} << kMaxModelBlockLog) + 1];
   for (size_t begin = 0; begin < len; begin += block) {
     const size_t end = std::min(begin + block, len);
-    const uint64_t sum = block_sums != nullptr ? block_sums[begin >> log2_block] : rates.Sum(begin, end);
+    const uint64_t sum =
+        block_sums != nullptr ? block_sums[begin >> log2_block] : rates.Sum(begin, end);
     const int bucket = std::min(Log2Q4(sum), kBlockBuckets - 1);
     const int any = io->Code(&model->block[bucket], io->BlockChanged(begin, end));
     if (!any) continue;

@@ -53,7 +53,7 @@ TEST_CASE("generator: statistics match real RL deltas in each regime") {
     // The exponent carries information: bound (b) is well below (a), (b2) below (b).
     CHECK(s.bits_b < 0.9 * s.bits_a);
     CHECK(s.bits_b2 <= s.bits_b);
-    // Learning the probabilities costs something, and less the more data there is.
+    // Learning the probabilities costs something, but not a multiple of the bound.
     CHECK(s.bits_b2_learned > s.bits_b2);
     CHECK(s.bits_b2_learned < 1.3 * s.bits_b2);
   }

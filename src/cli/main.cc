@@ -655,7 +655,8 @@ int Main(int argc, char** argv) {
                  "tools older than container version 2 can read (small tensors cost more)");
 
   CLI::App* apply = app.add_subcommand(
-      "apply", "Rebuild NEXT from PREV and a delta (refuses a wrong PREV, naming the tensor; all or nothing)");
+      "apply",
+      "Rebuild NEXT from PREV and a delta (refuses a wrong PREV, naming the tensor; all or nothing)");
   apply->add_option("PREV", prev, "Base checkpoint the delta was made from")->required();
   apply->add_option("DELTA", delta, "Delta file written by `arc_v3 diff`")->required();
   CLI::Option* out_opt = apply->add_option(

@@ -259,8 +259,13 @@ Status MatchBase(const Checkpoint& base, const Manifest& m,
   return Status::Ok();
 }
 
+// Bytes of a tensor's rows that a piece covers.
+uint64_t PieceBytes(const TensorEntry& t, const Piece& p) {
+  return (p.row_end - p.row_begin) * t.row_bytes();
+}
+
 Status CheckBaseRows(const TensorEntry& t, const Piece& p, const uint8_t* base_rows) {
-  const uint64_t bytes = (p.row_end - p.row_begin) * t.row_bytes();
+  const uint64_t bytes = PieceBytes(t, p);
   if (Hash(base_rows, bytes) != p.base_xxh3) {
     return WrongBase("tensor '" + t.name + "' rows " + std::to_string(p.row_begin) + ":" +
                      std::to_string(p.row_end) + " differ from the delta's base (checksum mismatch)");
@@ -520,7 +525,7 @@ Status Diff(const std::string& prev_path, const std::string& next_path, const st
       const uint8_t* base = t.kind == TensorKind::kDelta ? base_of(t) : nullptr;
       for (Piece& p : t.pieces) {
         const uint64_t offset = p.row_begin * t.row_bytes();
-        const uint64_t bytes = (p.row_end - p.row_begin) * t.row_bytes();
+        const uint64_t bytes = PieceBytes(t, p);
         tasks.push_back({base ? base + offset : nullptr, target + offset, bytes,
                          safetensors::DTypeSize(t.dtype), t.dtype == "BF16", &p, true});
         total += bytes;
@@ -680,7 +685,7 @@ Status Apply(const std::string& prev_path, const std::string& delta_path, const 
       for (const Piece& p : t.pieces) {
         tasks.push_back({index, &t, &p,
                          it == base_data.end() ? nullptr : it->second + p.row_begin * t.row_bytes()});
-        total += (p.row_end - p.row_begin) * t.row_bytes();
+        total += PieceBytes(t, p);
       }
     }
     for (const Group& g : f.groups) {
@@ -719,7 +724,7 @@ Status Apply(const std::string& prev_path, const std::string& delta_path, const 
     }
     const TensorEntry& t = *task.tensor;
     const Piece& p = *task.piece;
-    const uint64_t bytes = (p.row_end - p.row_begin) * t.row_bytes();
+    const uint64_t bytes = PieceBytes(t, p);
     const auto fail = [&](const Status& e) {
       error.Set(i, e.code() == ErrorCode::kChecksumMismatch
                     ? e
@@ -794,7 +799,7 @@ Status Verify(const std::string& prev_path, const std::string& delta_path, const
   for (const auto& entry : base_data) {
     for (const Piece& p : entry.first->pieces) {
       tasks.push_back({0, entry.first, &p, entry.second + p.row_begin * entry.first->row_bytes()});
-      total += (p.row_end - p.row_begin) * entry.first->row_bytes();
+      total += PieceBytes(*entry.first, p);
     }
   }
   const Manifest& m = reader.manifest();
@@ -828,15 +833,14 @@ Status Verify(const std::string& prev_path, const std::string& delta_path, const
       if (options.progress_done != nullptr) *options.progress_done += GroupBytes(*task.group);
       return;
     }
+    const uint64_t bytes = PieceBytes(*task.tensor, *task.piece);
     error.Set(i, CheckBaseRows(*task.tensor, *task.piece, task.base));
-    Release(task.base, (task.piece->row_end - task.piece->row_begin) * task.tensor->row_bytes());
+    Release(task.base, bytes);
     // The piece itself must be intact too, or apply would fail later.
     const uint8_t* stored = nullptr;
     const Status st = reader.ReadPiece(*task.piece, &scratch[w], &stored);
     if (!st.ok()) error.Set(i, Status(st.code(), "tensor '" + task.tensor->name + "': " + st.message()));
-    if (options.progress_done != nullptr) {
-      *options.progress_done += (task.piece->row_end - task.piece->row_begin) * task.tensor->row_bytes();
-    }
+    if (options.progress_done != nullptr) *options.progress_done += bytes;
   });
   if (error.failed()) return error.status();
   if (report != nullptr) {
@@ -908,7 +912,7 @@ Status ApplyRowsCached(const Checkpoint& base, const Reader& delta, const Tensor
       Status st = CheckBaseRows(t, p, base_rows);
       if (!st.ok()) return error.Set(i, st);
     }
-    std::vector<uint8_t> scratch, decoded((p.row_end - p.row_begin) * row_bytes);
+    std::vector<uint8_t> scratch, decoded(PieceBytes(t, p));
     const uint8_t* stored = nullptr;
     Status st = delta.ReadPiece(p, &scratch, &stored);
     if (st.ok()) {

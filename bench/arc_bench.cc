@@ -75,7 +75,9 @@ Throughput is GB/s of BF16 input (the `next` checkpoint's bytes), the median of 
 Bounds (plug-in entropies, see bench/delta_stats.h): (a) positions i.i.d. per tensor + H(d);
 (b) P(change | exponent) per tensor + H(d); (b2) as (b) with d also conditioned on the
 exponent; (b2 learned) the contexts of (b2) with probabilities learned on the way (what
-they cost a coder that is not told them). x(b) and x(b2) are payload / bound.
+they cost a coder that is not told them); (c), for pairs with a previous pair, P(change |
+exponent, the element's previous-step state: unchanged, up, down) per tensor + H(d | that
+state): what a session's history can use. x(b), x(b2) and x(c) are payload / bound.
 )";
 
 struct Flags {
@@ -233,6 +235,8 @@ struct SessionStep {
   uint64_t elements = 0, changed = 0;
   double bits_b2 = 0;  // bound (b2) of this pair
   double bits_b2_learned = 0;
+  uint64_t pairs = 0, pairs_with_history = 0;  // (c) only where every pair has a previous one
+  double bits_c = 0;
   uint64_t stateless_bytes = 0, grouped_bytes = 0, session_bytes = 0;
   uint64_t grouped_session_bytes = 0;  // one Session over the grouped tensors
 };
@@ -481,6 +485,9 @@ SessionResult RunSessions(const Dataset& dataset, const std::vector<DeltaStats>&
     result.steps[p].changed = pair_stats[p].changed;
     result.steps[p].bits_b2 = pair_stats[p].bits_b2;
     result.steps[p].bits_b2_learned = pair_stats[p].bits_b2_learned;
+    result.steps[p].pairs = 1;
+    result.steps[p].pairs_with_history = pair_stats[p].pairs_with_history;
+    result.steps[p].bits_c = pair_stats[p].bits_c;
   }
   Options options;
   options.threads = 1;
@@ -677,9 +684,14 @@ void PrintDatasetStats(const DatasetResult& d) {
               "(| unchanged prev %.3f%%)\n",
               100 * s.OfChanged(s.mantissa_only), 100 * s.OfChanged(s.exponent), 100 * s.OfChanged(s.sign),
               100 * s.OfChanged(s.unit_steps), s.ExponentSlope(), 100 * s.Overlap(), 100 * s.OverlapUnchanged());
-  std::printf("   bounds (%% of BF16): (a) %.3f%%  (b) %.3f%%  (b2) %.3f%%  (b2 learned) %.3f%%\n\n",
+  std::printf("   bounds (%% of BF16): (a) %.3f%%  (b) %.3f%%  (b2) %.3f%%  (b2 learned) %.3f%%",
               s.BitsToPercent(s.bits_a), s.BitsToPercent(s.bits_b), s.BitsToPercent(s.bits_b2),
               s.BitsToPercent(s.bits_b2_learned));
+  if (s.pairs_with_history > 0) {
+    std::printf("; pairs with a previous pair: (c) %.2f x their (b2)",
+                s.bits_b2_with_history > 0 ? s.bits_c / s.bits_b2_with_history : 0.0);
+  }
+  std::printf("\n\n");
 }
 
 // payload / bound (0 when the bound is 0: nothing changed).
@@ -721,8 +733,9 @@ void PrintCodecTable(const DatasetResult& d) {
 }
 
 // Per step pair: the stateless default, the grouped payloads and the session payload
-// against that pair's (b2), with the learned (b2) beside it.
-// The first pair has no history yet; "with history" pools the pairs after it.
+// against that pair's (b2), with the learned (b2) beside it, and the grouped session
+// against (c), the bound with the previous step's state.
+// The first pair has no history yet (no (c)); "with history" pools the pairs after it.
 void PrintSessionTable(const DatasetResult& d) {
   const SessionResult& r = d.session;
   if (!r.ran) return;
@@ -742,6 +755,9 @@ void PrintSessionTable(const DatasetResult& d) {
     to->changed += step.changed;
     to->bits_b2 += step.bits_b2;
     to->bits_b2_learned += step.bits_b2_learned;
+    to->pairs += step.pairs;
+    to->pairs_with_history += step.pairs_with_history;
+    to->bits_c += step.bits_c;
     to->stateless_bytes += step.stateless_bytes;
     to->grouped_bytes += step.grouped_bytes;
     to->session_bytes += step.session_bytes;
@@ -749,9 +765,11 @@ void PrintSessionTable(const DatasetResult& d) {
   };
   auto row = [&](const std::string& name, const SessionStep& step) {
     const double bf16 = 2.0 * static_cast<double>(step.elements);
+    const bool with_c = step.pairs > 0 && step.pairs_with_history == step.pairs;
     rows.push_back(Row{{name, Format("%.3f%%", step.elements ? 100.0 * step.changed / step.elements : 0),
                         Format("%.4f%%", bf16 > 0 ? 100.0 * step.bits_b2 / 8 / bf16 : 0),
                         Format("%.4f%%", bf16 > 0 ? 100.0 * step.bits_b2_learned / 8 / bf16 : 0),
+                        with_c ? Format("%.4f%%", bf16 > 0 ? 100.0 * step.bits_c / 8 / bf16 : 0) : "-",
                         Format("%.4f%%", bf16 > 0 ? 100.0 * step.stateless_bytes / bf16 : 0),
                         Format("%.3f", BoundRatio(8.0 * step.stateless_bytes, step.bits_b2)),
                         Format("%.4f%%", bf16 > 0 ? 100.0 * step.grouped_bytes / bf16 : 0),
@@ -761,7 +779,9 @@ void PrintSessionTable(const DatasetResult& d) {
                         Format("%.4f%%",
                                bf16 > 0 ? 100.0 * step.grouped_session_bytes / bf16 : 0),
                         Format("%.3f",
-                               BoundRatio(8.0 * step.grouped_session_bytes, step.bits_b2))}});
+                               BoundRatio(8.0 * step.grouped_session_bytes, step.bits_b2)),
+                        with_c ? Format("%.3f", BoundRatio(8.0 * step.grouped_session_bytes, step.bits_c))
+                               : "-"}});
   };
   for (size_t p = 0; p < r.steps.size(); ++p) {
     row("pair " + std::to_string(p), r.steps[p]);
@@ -770,8 +790,8 @@ void PrintSessionTable(const DatasetResult& d) {
   }
   row("all pairs", all);
   if (r.steps.size() > 1) row("with history", later);
-  PrintTable({"   " + d.name, "density", "(b2)", "learned", "default", "x(b2)", "grouped",
-              "x(b2)", "session", "x(b2)", "grp sess", "x(b2)"},
+  PrintTable({"   " + d.name, "density", "(b2)", "learned", "(c)", "default", "x(b2)", "grouped",
+              "x(b2)", "session", "x(b2)", "grp sess", "x(b2)", "x(c)"},
              rows);
   // GB/s of `elements` BF16 values in `seconds` (0 without a measurement).
   const auto speed = [](uint64_t elements, double seconds) {
@@ -818,6 +838,7 @@ nlohmann::json ToJson(const std::vector<DatasetResult>& datasets, const std::vec
     j["unit_step_share"] = s.OfChanged(s.unit_steps);
     j["exponent_slope"] = s.ExponentSlope();
     if (!std::isnan(s.Overlap())) j["p_changed_given_changed_prev"] = s.Overlap();
+    if (s.pairs_with_history > 0) j["bound_c_ratio_to_b2"] = BoundRatio(s.bits_c, s.bits_b2_with_history);
     j["bound_percent"] = {{"a", s.BitsToPercent(s.bits_a)}, {"b", s.BitsToPercent(s.bits_b)},
                           {"b2", s.BitsToPercent(s.bits_b2)},
                           {"b2_learned", s.BitsToPercent(s.bits_b2_learned)}};
@@ -846,6 +867,8 @@ nlohmann::json ToJson(const std::vector<DatasetResult>& datasets, const std::vec
                                     {"changed", step.changed},
                                     {"bound_b2_bits", step.bits_b2},
                                     {"bound_b2_learned_bits", step.bits_b2_learned},
+                                    {"bound_c_bits", step.pairs_with_history ? nlohmann::json(step.bits_c)
+                                                                             : nlohmann::json()},
                                     {"default_bytes", step.stateless_bytes},
                                     {"grouped_bytes", step.grouped_bytes},
                                     {"grouped_session_bytes", step.grouped_session_bytes},

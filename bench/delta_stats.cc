@@ -97,6 +97,9 @@ void DeltaStats::Add(const DeltaStats& o) {
   bits_b += o.bits_b;
   bits_b2 += o.bits_b2;
   bits_b2_learned += o.bits_b2_learned;
+  pairs_with_history += o.pairs_with_history;
+  bits_c += o.bits_c;
+  bits_b2_with_history += o.bits_b2_with_history;
 }
 
 double DeltaStats::Overlap() const {
@@ -131,6 +134,7 @@ DeltaStats AnalyzePair(const StepPair& pair, const StepPair* previous) {
   // (exponent, d) of every change in the pair, for H(d | exponent).
   std::vector<uint64_t> exponent_and_d;
   double b2_position_bits = 0, learned_position_bits = 0;
+  bool with_history = previous != nullptr;  // every tensor has its previous step: (c)
   for (size_t ti = 0; ti < pair.tensors.size(); ++ti) {
     const TensorPair& t = pair.tensors[ti];
     const TensorPair* before = nullptr;
@@ -139,14 +143,25 @@ DeltaStats AnalyzePair(const StepPair& pair, const StepPair* previous) {
       before = &previous->tensors[ti];
     }
     uint64_t total[256] = {}, changed[256] = {};
+    // (c): by exponent and the element's previous-step state (0 unchanged, 1 up, 2 down).
+    std::vector<uint64_t> state_total, state_changed;
+    std::vector<uint64_t> state_and_d;
+    uint64_t changed_in_state[3] = {};
+    if (before != nullptr) {
+      state_total.assign(256 * 3, 0);
+      state_changed.assign(256 * 3, 0);
+    }
     std::vector<int32_t> d_values;
     for (size_t i = 0; i < t.count; ++i) {
       const uint16_t a = t.prev[i], b = t.next[i];
       const int e = ExponentField(a);
       ++total[e];
       const bool was_changed = before != nullptr && before->prev[i] != before->next[i];
+      int state = 0;
       if (before != nullptr) {
         ++(was_changed ? stats.prev_changed : stats.prev_unchanged);
+        if (was_changed) state = MonotoneKey(before->next[i]) > MonotoneKey(before->prev[i]) ? 1 : 2;
+        ++state_total[3 * e + state];
       }
       if (a == b) continue;
       ++changed[e];
@@ -162,6 +177,11 @@ DeltaStats AnalyzePair(const StepPair& pair, const StepPair* previous) {
       const int32_t d = MonotoneKey(b) - MonotoneKey(a);
       stats.unit_steps += (d == 1 || d == -1);
       d_values.push_back(d);
+      if (before != nullptr) {
+        ++state_changed[3 * e + state];
+        ++changed_in_state[state];
+        state_and_d.push_back((static_cast<uint64_t>(state) << 20) | static_cast<uint64_t>(d + (1 << 17)));
+      }
       exponent_and_d.push_back((static_cast<uint64_t>(e) << 20) | static_cast<uint64_t>(d + (1 << 17)));
     }
     const double c = static_cast<double>(d_values.size());
@@ -181,11 +201,29 @@ DeltaStats AnalyzePair(const StepPair& pair, const StepPair* previous) {
     stats.bits_a += PositionBits(static_cast<double>(t.count), c) + d_bits;
     stats.bits_b += exponent_position_bits + d_bits;
     b2_position_bits += exponent_position_bits;
+    if (before != nullptr) {
+      // Positions per (exponent, state) + H(d | state), all within the tensor.
+      double bits = 0;
+      for (size_t k = 0; k < state_total.size(); ++k) {
+        bits += PositionBits(static_cast<double>(state_total[k]), static_cast<double>(state_changed[k]));
+      }
+      CountBits state_bits;
+      for (const uint64_t count : changed_in_state) state_bits.Add(static_cast<double>(count));
+      stats.bits_c += bits + SampleBits(&state_and_d) - state_bits.Bits();
+    } else {
+      with_history = false;
+    }
   }
   // H(d | exponent) over the pair = H(exponent, d) - H(exponent), in total bits.
   CountBits exponent_bits;
   for (int e = 0; e < 256; ++e) exponent_bits.Add(static_cast<double>(stats.by_exponent_changed[e]));
   stats.bits_b2 = b2_position_bits + SampleBits(&exponent_and_d) - exponent_bits.Bits();  // sorts
+  if (with_history) {
+    stats.pairs_with_history = 1;
+    stats.bits_b2_with_history = stats.bits_b2;
+  } else {
+    stats.bits_c = 0;
+  }
 
   // The same, learned: d per exponent, over the alphabet of the pair's distinct d values.
   std::vector<uint64_t> distinct_d;

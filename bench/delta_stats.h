@@ -6,6 +6,9 @@
 //        + H(d | changed) per tensor;
 //   (b2) as (b), with d also conditioned on the exponent (exponent buckets pooled over the
 //        tensors of a step pair).
+//   (c)  for pairs with a previous pair: positions by (exponent, the element's previous-
+//        step state: unchanged, up or down) per tensor + H(d | previous-step state) per
+//        tensor, what a session's history can use (stats.py's bound (c));
 //   (b2 learned) the contexts of (b2), with probabilities learned as the data goes
 //        (Krichevsky-Trofimov estimators: positions per tensor and exponent, d per exponent
 //        over the pair's distinct d values, that alphabet given for free).
@@ -34,6 +37,9 @@ struct DeltaStats {
   uint64_t prev_unchanged = 0, prev_unchanged_now_changed = 0;
   // Bounds, in bits.
   double bits_a = 0, bits_b = 0, bits_b2 = 0, bits_b2_learned = 0;
+  // Bound (c), over the pairs that have a previous pair (0 without), and (b2) over the same.
+  uint64_t pairs_with_history = 0;
+  double bits_c = 0, bits_b2_with_history = 0;
 
   void Add(const DeltaStats& other);
   double Density() const { return elements ? static_cast<double>(changed) / elements : 0; }

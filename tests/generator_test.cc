@@ -56,6 +56,10 @@ TEST_CASE("generator: statistics match real RL deltas in each regime") {
     // Learning the probabilities costs something, but not a multiple of the bound.
     CHECK(s.bits_b2_learned > s.bits_b2);
     CHECK(s.bits_b2_learned < 1.3 * s.bits_b2);
+    // The previous step's state carries information too: (c) below (b2) on those pairs.
+    REQUIRE(s.pairs_with_history == s.pairs - 1);
+    CHECK(s.bits_c < s.bits_b2_with_history);
+    CHECK(s.bits_b2_with_history < s.bits_b2);
   }
 }
 
@@ -71,6 +75,30 @@ TEST_CASE("delta stats: the learned bound of a tiny pair, by hand") {
   CHECK(s.changed == 1);
   CHECK(s.bits_b2 == doctest::Approx(2.0));
   CHECK(s.bits_b2_learned == doctest::Approx(3.0));
+}
+
+TEST_CASE("delta stats: bound (c) of a tiny pair, by hand") {
+  // Four elements of one exponent. The previous pair moved element 0 up and element 1
+  // down; this pair moves element 0 up by 2 and the untouched element 2 up by 1.
+  // (b2): 2 changes among 4 (4 bits) + two distinct d values (2 bits) = 6 bits.
+  // (c): the state "up" (1 of 1 changed) and "down" (0 of 1) cost nothing, "unchanged" 1
+  // of 2 (2 bits); within each state d is certain: 2 bits.
+  const uint16_t step0[4] = {0x3F82, 0x3F82, 0x3F82, 0x3F82};
+  const uint16_t step1[4] = {0x3F83, 0x3F81, 0x3F82, 0x3F82};
+  const uint16_t step2[4] = {0x3F85, 0x3F81, 0x3F83, 0x3F82};
+  StepPair first, second;
+  first.tensors.push_back(TensorPair{"t", 1, 4, 4, step0, step1});
+  second.tensors.push_back(TensorPair{"t", 1, 4, 4, step1, step2});
+  const DeltaStats s = AnalyzePair(second, &first);
+  CHECK(s.bits_b2 == doctest::Approx(6.0));
+  CHECK(s.pairs_with_history == 1);
+  CHECK(s.bits_c == doctest::Approx(2.0));
+  CHECK(s.bits_b2_with_history == doctest::Approx(6.0));
+  // Without a previous pair there is no (c).
+  const DeltaStats alone = AnalyzePair(second, nullptr);
+  CHECK(alone.pairs_with_history == 0);
+  CHECK(alone.bits_c == 0);
+  CHECK(alone.bits_b2 == doctest::Approx(6.0));
 }
 
 TEST_CASE("generator: deterministic, independent of the thread count") {

@@ -105,9 +105,10 @@ enum class Format : uint8_t {
 struct Options {
   Format format = Format::kDefault;
   // 0 (fastest) .. 3 (smallest). With kDefault: 0 codes XOR streams (ARCv3's fields);
-  // 1-2 code dense chunks (>= 2048 changes, >= 1/64 changed) with the rANS coder, which
-  // decodes 2-3x faster there, and the rest with the context-modelled coder; 3 codes all
-  // three and keeps the smallest. Also sets how many compressors race for XOR streams.
+  // 1-2 code dense chunks (>= 2048 changes, >= 1/128 changed; 1/64 in a session) with the
+  // rANS coder, which decodes 2-3x faster there, and the rest with the context-modelled
+  // coder; 3 codes all three and keeps the smallest. Also sets how many compressors race
+  // for XOR streams.
   int effort = 2;
   // Worker threads; 0 = all hardware threads. Output bytes do not depend on it.
   int threads = 0;

@@ -29,9 +29,11 @@
 namespace arc_v3 {
 
 // The encoder's default (efforts 1-2) codes a chunk as rANS from this many changes and a
-// density of 1 / kRansMinDensityInverse on (encoder.cc, PreferRans).
+// density of 1 / kRansMinDensityInverse on, in a session 1 / ...WithHistory (encoder.cc,
+// PreferRans).
 constexpr uint64_t kRansMinChanges = 2048;
-constexpr uint64_t kRansMinDensityInverse = 64;
+constexpr uint64_t kRansMinDensityInverse = 128;
+constexpr uint64_t kRansMinDensityInverseWithHistory = 64;
 
 // Largest chunk the rANS coder accepts, in elements (positions are u32).
 constexpr size_t kMaxRansChunk = size_t{1} << 24;

@@ -10,6 +10,7 @@
 #include "arc_v3.hpp"
 #include "bench/generator.h"
 #include "tests/golden_files.h"
+#include "tests/test_data.h"
 
 namespace arc_v3 {
 namespace {
@@ -315,6 +316,47 @@ TEST_CASE("committed dense session payloads: rANS with the history, format versi
                                               Checksum(steps[i].data(), count), weights.data());
     REQUIRE_MESSAGE(status.ok(), status.ToString());
     CHECK(weights == steps[i]);
+  }
+}
+
+TEST_CASE("efforts 1-2 code a chunk as rANS from 1/128 changed, in a session from 1/64") {
+  // One 2^20-element chunk; each step flips the lowest mantissa bit (a +-1 step) of every
+  // `stride`-th element, at an offset of its own.
+  constexpr size_t kCount = size_t{1} << 20;
+  std::mt19937 rng(11);
+  const std::vector<uint16_t> first = test::GaussianWeights(kCount, &rng);
+  for (const size_t stride : {100, 50}) {  // 1% and 2% changed
+    INFO("1/" << stride << " changed");
+    std::vector<std::vector<uint16_t>> steps = {first};
+    for (size_t s = 0; s < 2; ++s) {
+      std::vector<uint16_t> next = steps.back();
+      for (size_t i = s * 7 % stride; i < kCount; i += stride) next[i] ^= 1;
+      steps.push_back(next);
+    }
+    // Stateless: rANS either way (>= 2048 changes, >= 1/128 changed).
+    Delta stateless;
+    REQUIRE(delta_compress(steps[1].data(), steps[2].data(), kCount, &stateless).ok());
+    PayloadStats stats;
+    REQUIRE(delta_stats(steps[1].data(), kCount, stateless.bytes.data(), stateless.bytes.size(),
+                        &stats).ok());
+    CHECK(stats.chunk_modes[3] == 1);
+    // A session's second step, with a history: the modelled coder below 1/64, rANS (with
+    // or without the history) from there on.
+    Session sender, receiver;
+    std::vector<uint16_t> weights = steps[0];
+    Delta delta;
+    for (size_t s = 0; s < 2; ++s) {
+      REQUIRE(sender.Compress(steps[s].data(), steps[s + 1].data(), kCount, &delta).ok());
+      REQUIRE(receiver.Decompress(weights.data(), kCount, delta.bytes.data(), delta.bytes.size(),
+                                  delta.checksum, weights.data()).ok());
+      REQUIRE(weights == steps[s + 1]);
+    }
+    REQUIRE(delta_stats(steps[1].data(), kCount, delta.bytes.data(), delta.bytes.size(), &stats).ok());
+    if (stride == 100) {
+      CHECK(stats.chunk_modes[2] == 1);
+    } else {
+      CHECK(stats.chunk_modes[3] + stats.chunk_modes[4] == 1);
+    }
   }
 }
 

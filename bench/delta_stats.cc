@@ -144,13 +144,8 @@ DeltaStats AnalyzePair(const StepPair& pair, const StepPair* previous) {
     }
     uint64_t total[256] = {}, changed[256] = {};
     // (c): by exponent and the element's previous-step state (0 unchanged, 1 up, 2 down).
-    std::vector<uint64_t> state_total, state_changed;
+    uint64_t state_total[256 * 3] = {}, state_changed[256 * 3] = {}, changed_in_state[3] = {};
     std::vector<uint64_t> state_and_d;
-    uint64_t changed_in_state[3] = {};
-    if (before != nullptr) {
-      state_total.assign(256 * 3, 0);
-      state_changed.assign(256 * 3, 0);
-    }
     std::vector<int32_t> d_values;
     for (size_t i = 0; i < t.count; ++i) {
       const uint16_t a = t.prev[i], b = t.next[i];
@@ -204,7 +199,7 @@ DeltaStats AnalyzePair(const StepPair& pair, const StepPair* previous) {
     if (before != nullptr) {
       // Positions per (exponent, state) + H(d | state), all within the tensor.
       double bits = 0;
-      for (size_t k = 0; k < state_total.size(); ++k) {
+      for (size_t k = 0; k < 256 * 3; ++k) {
         bits += PositionBits(static_cast<double>(state_total[k]), static_cast<double>(state_changed[k]));
       }
       CountBits state_bits;

@@ -567,13 +567,13 @@ Status EncodeChunk(const uint16_t* src, const uint16_t* dst, size_t len, int log
   std::vector<uint16_t> unused_xors(total);
   CompactChanges(src, dst, len, changed.data(), unused_xors.data());
   if (log2_block < 0) log2_block = ChooseBlockLog(total, len);
-  // Sparse chunks (blocks of 32+ elements) keep their blocks' rate sums for the coding pass
-  // when it has no history to add, in a buffer each thread reuses (256 KB for the frame's
+  // Sparse chunks (blocks of 32+ elements) coded without a history keep their blocks' rate
+  // sums for the coding pass, in a buffer each thread reuses (256 KB for the frame's
   // 2^20-element chunks); for smaller blocks such a buffer outgrows the caches and summing
-  // again is cheaper.
+  // again is cheaper, and a history changes the coding pass's rates.
   constexpr int kKeepBlockSumsLog = 5;
   thread_local std::vector<uint64_t> block_sums;
-  const bool keep_block_sums = log2_block >= kKeepBlockSumsLog;
+  const bool keep_block_sums = log2_block >= kKeepBlockSumsLog && history == nullptr;
   uint64_t all_rates = 0;
   {
     PlainRates rates(src, len);

@@ -227,9 +227,11 @@ struct CodecResult {
 // Session mode, per step pair: the same tensors through arc_v3::Session, so that step k is
 // coded with the history of steps 0..k-1, beside the stateless default (delta_compress).
 // Both payloads count frames and the 8-byte checksum, as in the codec table.
-// "grouped": the step's tensors under kGroupedBelow elements share one payload
-// (delta_compress_tensors), bigger ones have their own.
-constexpr size_t kGroupedBelow = size_t{1} << 20;
+// "grouped": the step's tensors that delta_worth_grouping picks (under
+// kGroupBelowElements elements, under kGroupMaxChanges changed) share one stateless
+// payload (delta_compress_tensors), as in `arc_v3 diff`; the others have their own.
+// "grp sess": one Session over the tensors under kGroupBelowElements (a session's group
+// cannot depend on a step's changes), bigger ones a Session each.
 
 struct SessionStep {
   uint64_t elements = 0, changed = 0;
@@ -249,7 +251,7 @@ struct SessionResult {
   double compress_seconds = 0, decompress_seconds = 0;  // session, 1 thread, one pass
   double grouped_compress_seconds = 0, grouped_decompress_seconds = 0;  // the group calls
   double grouped_session_compress_seconds = 0, grouped_session_decompress_seconds = 0;
-  uint64_t grouped_elements = 0;  // in those calls
+  uint64_t grouped_elements = 0, grouped_session_elements = 0;  // in those calls
   // The same for the steps with a history (after the first, which also allocates it).
   double history_compress_seconds = 0, history_decompress_seconds = 0;
   double grouped_history_compress_seconds = 0, grouped_history_decompress_seconds = 0;
@@ -257,78 +259,99 @@ struct SessionResult {
   int effort = 0;  // of every payload of the table
 };
 
-// Codes each step's small tensors as one group (see kGroupedBelow), checks the round trip
-// and adds the group's payload to grouped_bytes (the big tensors' stateless payloads are
-// added by RunSessions).
+// A group's tensors and where the receiver rebuilds them: one buffer, back to back as
+// in a safetensors file (scattered outputs would cost the library a copy).
+struct GroupBuffers {
+  std::vector<TensorDelta> tensors;
+  std::vector<TensorOut> slots;
+  std::vector<uint16_t> out;
+  size_t elements = 0;
+
+  void Add(const TensorPair& tensor) {
+    tensors.push_back({tensor.prev, tensor.next, tensor.count});
+    elements += tensor.count;
+  }
+  // After the last Add: the slots, their outputs zeroed.
+  void Prepare() {
+    out.assign(elements, 0);
+    slots.clear();
+    size_t at = 0;
+    for (const TensorDelta& tensor : tensors) {
+      slots.push_back({tensor.src, out.data() + at, tensor.count});
+      at += tensor.count;
+    }
+  }
+  bool Exact() const {
+    for (size_t t = 0; t < tensors.size(); ++t) {
+      if (std::memcmp(slots[t].out, tensors[t].dst, 2 * tensors[t].count) != 0) return false;
+    }
+    return true;
+  }
+};
+
+// Codes each step's grouped tensors as one stateless payload and the small ones through
+// one Session (see above), checks the round trips and adds the payloads to grouped_bytes
+// and grouped_session_bytes (the other tensors' payloads are added by RunSessions).
 bool RunGrouped(const Dataset& dataset, int effort, SessionResult* result) {
   Options options;
   options.threads = 1;
   options.effort = effort;
   Session sender(options), receiver(options);
   for (size_t p = 0; p < dataset.pairs.size(); ++p) {
-    // The receiver rebuilds the group into one buffer, back to back as in a safetensors
-    // file (scattered outputs would cost the library a copy).
-    std::vector<TensorDelta> group;
-    size_t group_elements = 0;
+    GroupBuffers group, session_group;
     for (const TensorPair& tensor : dataset.pairs[p].tensors) {
-      if (tensor.count >= kGroupedBelow) continue;
-      group.push_back({tensor.prev, tensor.next, tensor.count});
-      group_elements += tensor.count;
+      if (tensor.count >= kGroupBelowElements) continue;
+      session_group.Add(tensor);
+      if (delta_worth_grouping(tensor.prev, tensor.next, tensor.count)) group.Add(tensor);
     }
-    if (group.empty()) continue;  // only big tensors: nothing to group
-    result->grouped_elements += group_elements;
-    std::vector<uint16_t> out(group_elements, 0);
-    std::vector<TensorOut> slots;
-    size_t at = 0;
-    for (const TensorDelta& tensor : group) {
-      slots.push_back({tensor.src, out.data() + at, tensor.count});
-      at += tensor.count;
+    if (!group.tensors.empty()) {
+      result->grouped_elements += group.elements;
+      group.Prepare();
+      Delta delta;
+      double t0 = NowSeconds();
+      const Status compressed =
+          delta_compress_tensors(group.tensors.data(), group.tensors.size(), &delta, options);
+      result->grouped_compress_seconds += NowSeconds() - t0;
+      t0 = NowSeconds();
+      const Status decompressed =
+          compressed.ok()
+              ? delta_decompress_tensors(group.slots.data(), group.slots.size(),
+                                         delta.bytes.data(), delta.bytes.size(), delta.checksum, 1)
+              : compressed;
+      result->grouped_decompress_seconds += NowSeconds() - t0;
+      if (!decompressed.ok() || !group.Exact()) {
+        result->ok = false;
+        result->error = "grouped round trip failed (step pair " + std::to_string(p) +
+                        "): " + decompressed.ToString();
+        return false;
+      }
+      result->steps[p].grouped_bytes += delta.bytes.size() + sizeof(delta.checksum);
     }
-    Delta delta;
-    double t0 = NowSeconds();
-    const Status compressed = delta_compress_tensors(group.data(), group.size(), &delta, options);
-    result->grouped_compress_seconds += NowSeconds() - t0;
-    t0 = NowSeconds();
-    const Status decompressed =
-        compressed.ok() ? delta_decompress_tensors(slots.data(), slots.size(), delta.bytes.data(),
-                                                   delta.bytes.size(), delta.checksum, 1)
-                        : compressed;
-    result->grouped_decompress_seconds += NowSeconds() - t0;
-    bool exact = decompressed.ok();
-    for (size_t t = 0; exact && t < group.size(); ++t) {
-      exact = std::memcmp(slots[t].out, group[t].dst, 2 * group[t].count) == 0;
-    }
-    if (!exact) {
-      result->ok = false;
-      result->error = "grouped round trip failed (step pair " + std::to_string(p) +
-                      "): " + decompressed.ToString();
-      return false;
-    }
-    result->steps[p].grouped_bytes += delta.bytes.size() + sizeof(delta.checksum);
 
+    if (session_group.tensors.empty()) continue;  // only big tensors: a Session each
+    result->grouped_session_elements += session_group.elements;
+    session_group.Prepare();
     Delta session_delta;
-    std::fill(out.begin(), out.end(), 0);
-    t0 = NowSeconds();
-    Status session_status = sender.CompressTensors(group.data(), group.size(), &session_delta);
+    double t0 = NowSeconds();
+    Status session_status = sender.CompressTensors(session_group.tensors.data(),
+                                                   session_group.tensors.size(), &session_delta);
     const double compress_seconds = NowSeconds() - t0;
     result->grouped_session_compress_seconds += compress_seconds;
     if (session_status.ok()) {
       t0 = NowSeconds();
-      session_status =
-          receiver.DecompressTensors(slots.data(), slots.size(), session_delta.bytes.data(),
-                                     session_delta.bytes.size(), session_delta.checksum);
+      session_status = receiver.DecompressTensors(
+          session_group.slots.data(), session_group.slots.size(), session_delta.bytes.data(),
+          session_delta.bytes.size(), session_delta.checksum);
       const double decompress_seconds = NowSeconds() - t0;
       result->grouped_session_decompress_seconds += decompress_seconds;
       if (p > 0) {
         result->grouped_history_compress_seconds += compress_seconds;
         result->grouped_history_decompress_seconds += decompress_seconds;
-        result->grouped_history_elements += group_elements;
+        result->grouped_history_elements += session_group.elements;
       }
     }
-    for (size_t t = 0; session_status.ok() && t < group.size(); ++t) {
-      if (std::memcmp(slots[t].out, group[t].dst, 2 * group[t].count) != 0) {
-        session_status = Status(ErrorCode::kInternal, "wrong weights");
-      }
+    if (session_status.ok() && !session_group.Exact()) {
+      session_status = Status(ErrorCode::kInternal, "wrong weights");
     }
     if (!session_status.ok()) {
       result->ok = false;
@@ -537,8 +560,10 @@ SessionResult RunSessions(const Dataset& dataset, const std::vector<DeltaStats>&
         return result;
       }
       result.steps[p].stateless_bytes += stateless.bytes.size() + sizeof(stateless.checksum);
-      if (tensor.count >= kGroupedBelow) {
+      if (!delta_worth_grouping(tensor.prev, tensor.next, tensor.count)) {
         result.steps[p].grouped_bytes += stateless.bytes.size() + sizeof(stateless.checksum);
+      }
+      if (tensor.count >= kGroupBelowElements) {
         result.steps[p].grouped_session_bytes += delta.bytes.size() + sizeof(delta.checksum);
       }
       result.steps[p].session_bytes += delta.bytes.size() + sizeof(delta.checksum);
@@ -739,10 +764,10 @@ void PrintCodecTable(const DatasetResult& d) {
 void PrintSessionTable(const DatasetResult& d) {
   const SessionResult& r = d.session;
   if (!r.ran) return;
-  std::printf("\n   per step pair, effort %d: default (one payload per tensor), grouped (small tensors "
-              "share one payload: delta_compress_tensors),\n   session mode (arc_v3::Session per "
-              "tensor; step k coded with the history of steps 0..k-1), grp sess (one Session over "
-              "the grouped tensors):\n\n",
+  std::printf("\n   per step pair, effort %d: default (one payload per tensor), grouped (small sparse "
+              "tensors share one payload: delta_compress_tensors),\n   session mode (arc_v3::Session "
+              "per tensor; step k coded with the history of steps 0..k-1), grp sess (one Session "
+              "over the small tensors):\n\n",
               r.effort);
   if (!r.ok) {
     std::printf("   FAILED: %s\n", r.error.c_str());
@@ -802,16 +827,22 @@ void PrintSessionTable(const DatasetResult& d) {
               speed(all.elements, r.compress_seconds), speed(all.elements, r.decompress_seconds),
               speed(r.history_elements, r.history_compress_seconds),
               speed(r.history_elements, r.history_decompress_seconds));
-  std::printf("   grouped (tensors under %zu elements in one delta_compress_tensors call per step, %.0f%% "
-              "of the elements), 1 thread, one pass: compress %.2f GB/s, decompress %.2f GB/s\n",
-              kGroupedBelow,
-              all.elements > 0 ? 100.0 * static_cast<double>(r.grouped_elements) / all.elements : 0,
+  // Shares of all the steps' elements.
+  const auto share = [&all](uint64_t elements) {
+    return all.elements > 0 ? 100.0 * static_cast<double>(elements) / all.elements : 0.0;
+  };
+  std::printf("   grouped (tensors under %zu elements with under %zu changes in one "
+              "delta_compress_tensors call per step, %.0f%% of the elements), 1 thread, one pass: "
+              "compress %.2f GB/s, decompress %.2f GB/s\n",
+              kGroupBelowElements, kGroupMaxChanges, share(r.grouped_elements),
               speed(r.grouped_elements, r.grouped_compress_seconds),
               speed(r.grouped_elements, r.grouped_decompress_seconds));
-  std::printf("   grp sess, 1 thread, one pass: compress %.2f GB/s, decompress %.2f GB/s; steps "
+  std::printf("   grp sess (tensors under %zu elements in one Session, %.0f%% of the elements), "
+              "1 thread, one pass: compress %.2f GB/s, decompress %.2f GB/s; steps "
               "with history: %.2f, %.2f GB/s (the first step also allocates the history)\n",
-              speed(r.grouped_elements, r.grouped_session_compress_seconds),
-              speed(r.grouped_elements, r.grouped_session_decompress_seconds),
+              kGroupBelowElements, share(r.grouped_session_elements),
+              speed(r.grouped_session_elements, r.grouped_session_compress_seconds),
+              speed(r.grouped_session_elements, r.grouped_session_decompress_seconds),
               speed(r.grouped_history_elements, r.grouped_history_compress_seconds),
               speed(r.grouped_history_elements, r.grouped_history_decompress_seconds));
 }

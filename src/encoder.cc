@@ -374,6 +374,18 @@ Status delta_compress_tensors(const TensorDelta* tensors, size_t tensor_count, D
   }
 }
 
+bool delta_worth_grouping(const uint16_t* src, const uint16_t* dst, size_t count) {
+  if (count >= kGroupBelowElements) return false;
+  if (count > 0 && (src == nullptr || dst == nullptr)) return false;
+  // Counted in slices, so that a dense tensor is told apart after its first few.
+  constexpr size_t kSlice = size_t{1} << 16;
+  uint64_t changed = 0;
+  for (size_t begin = 0; begin < count && changed < kGroupMaxChanges; begin += kSlice) {
+    changed += ClassifyChanges(src + begin, dst + begin, std::min(kSlice, count - begin)).changed;
+  }
+  return changed < kGroupMaxChanges;
+}
+
 Status delta_compress(const std::vector<uint16_t>& src, const std::vector<uint16_t>& dst,
                       Delta* out, const Options& options) {
   if (src.size() != dst.size()) {

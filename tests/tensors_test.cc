@@ -256,5 +256,28 @@ TEST_CASE("bad arguments") {
             .code() == ErrorCode::kInvalidArgument);
 }
 
+TEST_CASE("delta_worth_grouping: small tensors with few changes") {
+  // `changes` elements changed, the last ones of the tensor (past the first slice the
+  // count is taken in).
+  const auto tensor = [](size_t count, size_t changes, std::vector<uint16_t>* src,
+                         std::vector<uint16_t>* dst) {
+    src->assign(count, 0x3C00);
+    *dst = *src;
+    for (size_t i = count - changes; i < count; ++i) (*dst)[i] = 0x3C01;
+  };
+  std::vector<uint16_t> src, dst;
+  const size_t small = kGroupBelowElements - 1;
+  tensor(small, kGroupMaxChanges - 1, &src, &dst);
+  CHECK(delta_worth_grouping(src.data(), dst.data(), small));
+  tensor(small, kGroupMaxChanges, &src, &dst);
+  CHECK_FALSE(delta_worth_grouping(src.data(), dst.data(), small));
+  tensor(kGroupBelowElements, 0, &src, &dst);
+  CHECK_FALSE(delta_worth_grouping(src.data(), dst.data(), src.size()));
+  CHECK(delta_worth_grouping(src.data(), dst.data(), small));
+  CHECK(delta_worth_grouping(nullptr, nullptr, 0));
+  CHECK_FALSE(delta_worth_grouping(nullptr, dst.data(), 10));
+  CHECK_FALSE(delta_worth_grouping(src.data(), nullptr, 10));
+}
+
 }  // namespace
 }  // namespace arc_v3

@@ -38,6 +38,7 @@ __all__ = [
     "delta_decompress_dicts",
     "delta_decompress_tensors",
     "delta_dicts_info",
+    "delta_worth_grouping",
     "payload_info",
 ]
 
@@ -282,6 +283,21 @@ def _value_pairs(srcs, dsts):
     return s, d
 
 
+def delta_worth_grouping(src, dst):
+    """Whether a tensor should share a delta_compress_tensors payload with others rather
+    than have its own: under 2**20 values, under 16,384 of them changed (the C++
+    arc_v3::delta_worth_grouping). A Session's group must stay the same from step to step:
+    choose it by size instead.
+
+    Args:
+        src, dst: as for delta_compress.
+    """
+    s = _Values(src, "src")
+    d = _Values(dst, "dst")
+    _check_same_shape(s, d, "src", "dst")
+    return _ext.worth_grouping(s.buf, d.buf)
+
+
 def delta_compress_tensors(srcs, dsts, compression_format="arc_v3", *, threads=0, effort=None,
                            chunk_elements=None):
     """Encodes the changes of several tensors as one payload (format version 6).
@@ -289,7 +305,8 @@ def delta_compress_tensors(srcs, dsts, compression_format="arc_v3", *, threads=0
     Every payload pays a frame, a checksum and the time its adaptive contexts take to
     learn, about 20-30 bytes: for norms, biases and small layers with a few hundred changed
     values, one payload for the group is 5-20% smaller than one per tensor. Where ~10% of
-    the values change, grouping tensors with thousands of changes each can cost ~1%.
+    the values change, grouping tensors with thousands of changes each can cost ~1%:
+    delta_worth_grouping says which tensors to group.
 
     Args:
         srcs, dsts: sequences of the same length; srcs[i] and dsts[i] as for

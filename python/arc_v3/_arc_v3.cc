@@ -100,6 +100,17 @@ py::tuple Compress(const py::buffer& src, const py::buffer& dst, int format, int
                     });
 }
 
+bool WorthGrouping(const py::buffer& src, const py::buffer& dst) {
+  const U16View s = ViewU16(src, "src", false);
+  const U16View d = ViewU16(dst, "dst", false);
+  if (s.count != d.count) {
+    throw py::value_error("src and dst differ in length: " + std::to_string(s.count) + " vs " +
+                          std::to_string(d.count) + " values");
+  }
+  py::gil_scoped_release release;
+  return arc_v3::delta_worth_grouping(s.data, d.data, s.count);
+}
+
 void DecompressInto(const py::buffer& src, const py::buffer& payload, uint64_t checksum,
                     const py::buffer& out, int threads) {
   const U16View s = ViewU16(src, "src", false);
@@ -494,6 +505,7 @@ PYBIND11_MODULE(_arc_v3, m) {
   m.def("decompress_tensors_into", &DecompressTensorsInto, py::arg("srcs"), py::arg("payload"),
         py::arg("checksum"), py::arg("outs"), py::arg("threads"));
   m.def("inspect", &Inspect, py::arg("payload"));
+  m.def("worth_grouping", &WorthGrouping, py::arg("src"), py::arg("dst"));
   py::class_<PySession>(m, "Session")
       .def(py::init<int, int, uint32_t>(), py::arg("effort"), py::arg("threads"),
            py::arg("chunk_elements"))

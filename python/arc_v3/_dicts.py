@@ -16,10 +16,11 @@ int16 I16, int32 I32, int64 I64, uint8 U8, bool BOOL (others raise TypeError).
 
 The container then describes next against prev: per tensor, row-block pieces with the
 XXH3-64 of their base and target rows. BF16 tensors with a base of the same dtype and shape
-are arc_v3 payloads, those under 2^20 elements coded together in groups (one payload for
-many norms and biases); other dtypes the XOR with the base through zstd; tensors that are
-new, or whose dtype or shape changed, are carried whole; tensors only in prev are listed
-as removed. Decoding checks every base against its checksum, and every target.
+are arc_v3 payloads, those under 2^20 elements with under 16,384 changes coded together in
+groups (one payload for many norms and biases); other dtypes the XOR with the base through
+zstd; tensors that are new, or whose dtype or shape changed, are carried whole; tensors
+only in prev are listed as removed. Decoding checks every base against its checksum, and
+every target.
 
 The container's C++ diff/apply (src/cli/checkpoint_delta.h) work on files: the helpers
 write the safetensors files and the container into a private temporary directory (under

@@ -141,3 +141,17 @@ def test_session_steps_and_errors():
         assert torch.equal(r.view(torch.int16), d.view(torch.int16))
     group_sender.reset()
     assert group_sender.steps == 0
+
+
+def test_worth_grouping_small_sparse_tensors():
+    src = np.full(1000, 0x3C00, dtype=np.uint16)
+    dst = src.copy()
+    dst[:10] += 1
+    assert arc_v3.delta_worth_grouping(src, dst)
+    big = np.zeros(1 << 20, dtype=np.uint16)
+    assert not arc_v3.delta_worth_grouping(big, big)
+    dense_src = np.full(20000, 0x3C00, dtype=np.uint16)
+    dense_dst = dense_src + 1  # 20,000 changes: more than 16,384
+    assert not arc_v3.delta_worth_grouping(dense_src, dense_dst)
+    with pytest.raises(ValueError):
+        arc_v3.delta_worth_grouping(src, dst[:999])

@@ -273,14 +273,15 @@ Status CheckBaseRows(const TensorEntry& t, const Piece& p, const uint8_t* base_r
   return Status::Ok();
 }
 
-// Puts the file's small BF16 delta tensors into groups of at most kPieceElements
-// elements, in file order (FORMAT.md, Part 2: groups).
-void AssignGroups(FileEntry* f) {
+// Puts the file's BF16 delta tensors that `worth_grouping` picks (small ones with few
+// changes: WorthGrouping) into groups of at most kPieceElements elements, in file order
+// (FORMAT.md, Part 2: groups).
+void AssignGroups(FileEntry* f, const std::function<bool(const TensorEntry&)>& worth_grouping) {
   for (size_t i = 0; i < f->tensors.size(); ++i) {
     TensorEntry& t = f->tensors[i];
     const uint64_t elements = t.bytes() / 2;
     if (t.kind != TensorKind::kDelta || t.dtype != "BF16" || elements == 0 ||
-        elements >= kGroupBelowElements) {
+        elements >= kGroupBelowElements || !worth_grouping(t)) {
       continue;
     }
     if (f->groups.empty() || f->groups.back().elements + elements > kPieceElements) {
@@ -363,6 +364,7 @@ Status ApplyGroup(const Checkpoint& base, const Reader& reader, const FileEntry&
   const uint8_t* stored = nullptr;
   s = reader.ReadGroup(g, &scratch, &stored);
   if (s.ok()) s = DecodeGroup(g, stored, base_data, bytes, decoded);
+  for (size_t k = 0; k < base_data.size(); ++k) Release(base_data[k], bytes[k]);
   if (!s.ok()) {
     return Status(s.code(), "group of tensor '" + f.tensors[g.members[0]].name + "': " + s.message());
   }
@@ -457,7 +459,20 @@ Status Diff(const std::string& prev_path, const std::string& next_path, const st
       t.pieces = PlanPieces(t);
       f.tensors.push_back(std::move(t));
     }
-    if (options.group && options.format == Format::kDefault) AssignGroups(&f);
+    if (options.group && options.format == Format::kDefault) {
+      const uint8_t* target_data = raw->data() + f.data_start;
+      AssignGroups(&f, [&](const TensorEntry& t) {
+        const safetensors::File* base_file = nullptr;
+        const safetensors::TensorInfo* base = prev.Find(t.name, &base_file);
+        const uint8_t* base_bytes = base_file->data(*base);
+        const uint8_t* target_bytes = target_data + t.data_offset;
+        const bool worth = WorthGrouping(base_bytes, target_bytes, t.bytes());
+        // Read again when coded: until then they need not stay resident.
+        Release(base_bytes, t.bytes());
+        Release(target_bytes, t.bytes());
+        return worth;
+      });
+    }
     m.files.push_back(std::move(f));
     raw_files.push_back(std::move(raw));
   }
@@ -568,7 +583,12 @@ Status Diff(const std::string& prev_path, const std::string& next_path, const st
       for (size_t k = 0; k < base_xxh3.size(); ++k) {
         task.file->tensors[task.group->members[k]].base_xxh3 = base_xxh3[k];
       }
+      for (size_t k = 0; k < base.size(); ++k) {
+        Release(base[k], bytes[k]);
+        Release(target[k], bytes[k]);
+      }
       if (options.progress_done != nullptr) *options.progress_done += task.bytes;
+      if (options.hook) error.Set(i, options.hook("piece"));
       return;
     }
     Prefault(task.base, task.bytes);

@@ -49,8 +49,8 @@ struct RunOptions {
   int effort = 1;
   // arc_v3 Options::format of BF16 pieces in Diff (decoding reads every format).
   Format format = Format::kDefault;
-  // Diff codes BF16 delta tensors under kGroupBelowElements in groups (container version
-  // 2) rather than one payload each. Off: a version-1 container, for older readers.
+  // Diff codes BF16 delta tensors that delta_worth_grouping picks in groups (container
+  // version 2) rather than one payload each. Off: a version-1 container, for older readers.
   // Groups need format kDefault.
   bool group = true;
   // Bytes of tensor data processed so far / in all; updated as pieces finish.

@@ -669,6 +669,14 @@ Status EncodeGroup(const std::vector<const uint8_t*>& base, const std::vector<co
   return Status::Ok();
 }
 
+bool WorthGrouping(const uint8_t* base, const uint8_t* target, uint64_t bytes) {
+  if (bytes / 2 >= kGroupBelowElements) return false;  // no copy of a big tensor
+  std::vector<uint16_t> base_copy, target_copy;
+  const std::vector<const uint16_t*> src = AlignedMembers({base}, {bytes}, &base_copy);
+  const std::vector<const uint16_t*> dst = AlignedMembers({target}, {bytes}, &target_copy);
+  return delta_worth_grouping(src[0], dst[0], bytes / 2);
+}
+
 Status DecodeGroup(const Group& group, const uint8_t* stored, const std::vector<const uint8_t*>& base,
                    const std::vector<uint64_t>& bytes, std::vector<uint16_t>* out) {
   std::vector<uint16_t> base_copy;

@@ -27,11 +27,12 @@ constexpr size_t kHeaderSize = 40;
 // Target size of one piece: rows are grouped so that a piece holds about this many
 // elements (one arc_v3 payload of two 1M-element chunks for BF16).
 constexpr uint64_t kPieceElements = uint64_t{1} << 21;
-// BF16 delta tensors under this many elements are coded in groups of at most
+// BF16 delta tensors that arc_v3::delta_worth_grouping picks (under kGroupBelowElements
+// elements, under kGroupMaxChanges changed) are coded in groups of at most
 // kPieceElements elements: each payload of its own would pay a frame, a checksum and
 // the time its adaptive contexts take to learn (bench: up to 17% on small-tensor models),
-// plus about 46 manifest bytes per piece.
-constexpr uint64_t kGroupBelowElements = kPieceElements / 2;
+// plus about 46 manifest bytes per piece. A group holds at least two members.
+static_assert(kGroupBelowElements <= kPieceElements / 2, "groups of one");
 
 // Random read access to container bytes. A receiver can implement it over HTTP range
 // requests: Reader only asks for the header, the manifest and the pieces it decodes.
@@ -188,6 +189,10 @@ Status DecodePiece(const Piece& piece, const uint8_t* stored, const uint8_t* bas
 Status EncodeGroup(const std::vector<const uint8_t*>& base, const std::vector<const uint8_t*>& target,
                    const std::vector<uint64_t>& bytes, int effort, Group* group,
                    std::vector<uint64_t>* base_xxh3, std::vector<uint8_t>* out);
+
+// delta_worth_grouping of a BF16 tensor's base and target bytes (`bytes` long, any
+// alignment).
+bool WorthGrouping(const uint8_t* base, const uint8_t* target, uint64_t bytes);
 
 // Decodes a group's stored bytes onto the members' bases (`base[i]`, `bytes[i]` long, any
 // alignment) into `out`: the members' target bytes back to back, verified against the

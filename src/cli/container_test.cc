@@ -487,8 +487,9 @@ TEST_CASE("corrupt and truncated deltas always give a clean error and write noth
   CHECK(!fs::exists(out));
 }
 
-// Many small BF16 tensors (norms, biases, small layers), one tensor too big to group, a
-// U8 tensor that leaves the next BF16 tensors at odd offsets, and an F32 tensor.
+// Many small BF16 tensors (norms, biases, small layers), one tensor too big to group, one
+// small tensor with too many changes to group (delta_worth_grouping), a U8 tensor that
+// leaves the next BF16 tensors at odd offsets, and an F32 tensor.
 void MakeSmallTensorPair(const std::string& prev, const std::string& next, std::mt19937_64* rng) {
   std::vector<Tensor> a, b;
   for (int i = 0; i < 30; ++i) {
@@ -497,10 +498,15 @@ void MakeSmallTensorPair(const std::string& prev, const std::string& next, std::
     if (i == 20) a.push_back(Random("scale", "F32", {16}, rng));
   }
   a.push_back(Random("proj", "BF16", {96, 40}, rng));
+  a.push_back(Random("dense", "BF16", {250, 100}, rng));  // ~22,500 changes: a piece of its own
   a.push_back(Random("big", "BF16", {1024, 1024}, rng));  // 2^20 elements: pieces of its own
-  // Three tensors just under the limit: 3 x 1M elements need two groups of at most 2^21.
+  // Three tensors just under the limit (with ~5,000 changes each, under
+  // kGroupMaxChanges): 3 x 1M elements need two groups of at most 2^21.
   for (int i = 0; i < 3; ++i) a.push_back(Random("mid." + std::to_string(i), "BF16", {1000, 1000}, rng));
-  for (const Tensor& t : a) b.push_back(Step(t, 0.01, rng));
+  for (const Tensor& t : a) {
+    const double density = t.name == "dense" ? 0.9 : t.name.rfind("mid.", 0) == 0 ? 0.005 : 0.01;
+    b.push_back(Step(t, density, rng));
+  }
   WriteSafetensors(prev, a);
   WriteSafetensors(next, b);
 }
@@ -543,6 +549,7 @@ TEST_CASE("small BF16 tensors are grouped (container version 2): exact, smaller,
   std::map<std::string, const TensorEntry*> by_name;
   for (const TensorEntry& t : f.tensors) by_name[t.name] = &t;
   CHECK(!by_name.at("big")->grouped());
+  CHECK(!by_name.at("dense")->grouped());
   CHECK(!by_name.at("scale")->grouped());
   CHECK(!by_name.at("flags")->grouped());
   REQUIRE(by_name.at("norm.0")->grouped());
@@ -770,6 +777,25 @@ TEST_CASE("diff and apply keep only the pieces in flight of the mapped checkpoin
   REQUIRE_OK(Apply(dir / "prev.safetensors", dir / "d.a3d", dir / "out.safetensors", o, nullptr));
   CHECK(peak - before < limit);
   CHECK(ReadFile(dir / "out.safetensors") == ReadFile(dir / "next.safetensors"));
+
+  // The same for 64 small tensors coded in 16 groups.
+  std::vector<Tensor> small_prev, small_next;
+  for (int i = 0; i < 64; ++i) {
+    small_prev.push_back(Random("w." + std::to_string(i), "BF16", {512, 1024}, &rng));
+    small_next.push_back(Step(small_prev.back(), 0.01, &rng));
+  }
+  WriteSafetensors(dir / "small_prev.safetensors", small_prev);
+  WriteSafetensors(dir / "small_next.safetensors", small_next);
+  before = peak = ResidentFileBytes();
+  REQUIRE_OK(Diff(dir / "small_prev.safetensors", dir / "small_next.safetensors", dir / "s.a3d", o,
+                  nullptr));
+  CHECK(peak - before < limit);
+  CHECK(ReadManifest(dir / "s.a3d").files[0].groups.size() == 16);
+  before = peak = ResidentFileBytes();
+  REQUIRE_OK(Apply(dir / "small_prev.safetensors", dir / "s.a3d", dir / "s_out.safetensors", o,
+                   nullptr));
+  CHECK(peak - before < limit);
+  CHECK(ReadFile(dir / "s_out.safetensors") == ReadFile(dir / "small_next.safetensors"));
 }
 
 }  // namespace

@@ -241,6 +241,8 @@ struct SessionStep {
   double bits_c = 0;
   uint64_t stateless_bytes = 0, grouped_bytes = 0, session_bytes = 0;
   uint64_t grouped_session_bytes = 0;  // one Session over the grouped tensors
+  // Per tensor of the pair: coded in the grouped stateless payload (RunGrouped decides).
+  std::vector<bool> in_group;
 };
 
 struct SessionResult {
@@ -299,10 +301,11 @@ bool RunGrouped(const Dataset& dataset, int effort, SessionResult* result) {
   Session sender(options), receiver(options);
   for (size_t p = 0; p < dataset.pairs.size(); ++p) {
     GroupBuffers group, session_group;
+    std::vector<bool>& in_group = result->steps[p].in_group;
     for (const TensorPair& tensor : dataset.pairs[p].tensors) {
-      if (tensor.count >= kGroupBelowElements) continue;
-      session_group.Add(tensor);
-      if (delta_worth_grouping(tensor.prev, tensor.next, tensor.count)) group.Add(tensor);
+      in_group.push_back(delta_worth_grouping(tensor.prev, tensor.next, tensor.count));
+      if (in_group.back()) group.Add(tensor);
+      if (tensor.count < kGroupBelowElements) session_group.Add(tensor);
     }
     if (!group.tensors.empty()) {
       result->grouped_elements += group.elements;
@@ -560,7 +563,7 @@ SessionResult RunSessions(const Dataset& dataset, const std::vector<DeltaStats>&
         return result;
       }
       result.steps[p].stateless_bytes += stateless.bytes.size() + sizeof(stateless.checksum);
-      if (!delta_worth_grouping(tensor.prev, tensor.next, tensor.count)) {
+      if (!result.steps[p].in_group[t]) {
         result.steps[p].grouped_bytes += stateless.bytes.size() + sizeof(stateless.checksum);
       }
       if (tensor.count >= kGroupBelowElements) {

@@ -670,7 +670,6 @@ Status EncodeGroup(const std::vector<const uint8_t*>& base, const std::vector<co
 }
 
 bool WorthGrouping(const uint8_t* base, const uint8_t* target, uint64_t bytes) {
-  if (bytes / 2 >= kGroupBelowElements) return false;  // no copy of a big tensor
   std::vector<uint16_t> base_copy, target_copy;
   const std::vector<const uint16_t*> src = AlignedMembers({base}, {bytes}, &base_copy);
   const std::vector<const uint16_t*> dst = AlignedMembers({target}, {bytes}, &target_copy);

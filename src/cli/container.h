@@ -191,7 +191,7 @@ Status EncodeGroup(const std::vector<const uint8_t*>& base, const std::vector<co
                    std::vector<uint64_t>* base_xxh3, std::vector<uint8_t>* out);
 
 // delta_worth_grouping of a BF16 tensor's base and target bytes (`bytes` long, any
-// alignment).
+// alignment: odd ones are copied, so Diff asks only for tensors small enough to group).
 bool WorthGrouping(const uint8_t* base, const uint8_t* target, uint64_t bytes);
 
 // Decodes a group's stored bytes onto the members' bases (`base[i]`, `bytes[i]` long, any

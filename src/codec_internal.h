@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "arc_v3.hpp"
+#include "src/model_coder.h"
 
 namespace arc_v3 {
 
@@ -17,6 +18,12 @@ namespace arc_v3 {
 struct SessionFrame {
   uint64_t base_checksum = 0;  // XXH3-64 of src
   uint64_t history_id = 0;     // identity of the history the payload was coded with
+  // The session's carried models (model_coder.h), by chunk: `models[c]` is the state chunk
+  // c's last modelled step ended on (null: none yet, as are chunks past the vector's end).
+  // `next_models`, if set, is resized to the frame's chunk count and receives this step's
+  // states: null for chunks not coded as modelled.
+  const std::vector<ModelStatePtr>* models = nullptr;
+  std::vector<ModelStatePtr>* next_models = nullptr;
 };
 
 // `history`: one byte per element (model_coder.h), or nullptr when stateless, in which
@@ -114,13 +121,14 @@ Status ConcatenateTensors(const TensorDelta* tensors, size_t tensor_count,
                           ConcatenatedTensors* group);  // may throw std::bad_alloc
 
 // Decodes a payload onto a group of tensors (`counts` and `total` from ListTensors),
-// writing every `out` or none. With `history_id` (a session), src's concatenation must
-// have the payload's base checksum, returned in `base_checksum`, and `history` /
+// writing every `out` or none. With `session` (its history id and models; its base
+// checksum is not read), src's concatenation must have the payload's base checksum,
+// returned in `base_checksum`, and `history` /
 // `next_history` hold `total` bytes as for DecodeFrame. May throw std::bad_alloc.
 Status DecodeTensors(const TensorOut* tensors, size_t tensor_count,
                      const std::vector<uint64_t>& counts, size_t total, const uint8_t* bytes,
                      size_t size, uint64_t checksum, int threads, const uint8_t* history,
-                     const uint64_t* history_id, uint8_t* next_history,
+                     const SessionFrame* session, uint8_t* next_history,
                      uint64_t* base_checksum);
 
 // Checksum() of values given in consecutive pieces (XXH3-64 streaming, seed 0).

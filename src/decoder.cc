@@ -183,8 +183,8 @@ class ChunkDecoder {
   // Decodes one chunk of `chunk_len` elements from `bytes`; `src` is the chunk's slice of
   // the base, which the modelled coding predicts from.
   Status Decode(int version, const uint8_t* bytes, size_t size, const uint16_t* src,
-                const uint8_t* history, size_t chunk_len, ChunkChanges* changes,
-                ChunkStats* stats) {
+                const uint8_t* history, const CarriedModel& carried, size_t chunk_len,
+                ChunkChanges* changes, ChunkStats* stats) {
     ByteReader reader(bytes, size);
     if (version == kFormatVersionArcV3) {
       return DecodeXorStreams(&reader, chunk_len, /*allow_empty=*/true, changes, stats);
@@ -201,14 +201,16 @@ class ChunkDecoder {
       case kChunkXorStreams:
         return DecodeXorStreams(&reader, chunk_len, /*allow_empty=*/false, changes, stats);
       case kChunkModelled: {
-        // Value priors came with version 3.
-        if (version < 3 && reader.remaining() > 0 && (reader.current()[0] & kModelValuePriors)) {
+        // Value priors came with version 3, carried models with version 8.
+        if (reader.remaining() > 0 &&
+            (((version < 3) && (reader.current()[0] & kModelValuePriors)) ||
+             ((version < kFirstCarriedModelVersion) && (reader.current()[0] & kModelCarried)))) {
           return Status(ErrorCode::kReservedBitsSet, "modelled chunk: reserved bits set");
         }
         if (src == nullptr) return Status::Ok();  // statistics without the base
         const Status status = DecodeChunkModelled(src, chunk_len, reader.current(),
                                                   reader.remaining(), &changes->positions,
-                                                  &changes->xors, history);
+                                                  &changes->xors, history, carried);
         if (!status.ok()) {
           // The coding is predicted from src, so a wrong base derails it like corruption.
           return Status(status.code(), status.message() +
@@ -407,7 +409,7 @@ class ChunkDecoder {
 
 // Decodes all chunks (phase 1).
 Status DecodeChunks(const uint8_t* bytes, const FrameHeader& header, const uint16_t* src,
-                    const uint8_t* history, int threads,
+                    const uint8_t* history, const SessionFrame* session, int threads,
                     std::vector<ChunkChanges>* changes, std::vector<ChunkStats>* stats) {
   const size_t num_chunks = header.num_chunks;
   const size_t chunk_elements = size_t{1} << header.chunk_log;
@@ -420,16 +422,25 @@ Status DecodeChunks(const uint8_t* bytes, const FrameHeader& header, const uint1
   // The first failing chunk in chunk order is reported, whatever the thread count: chunks
   // after a failure are skipped, chunks before it still decode.
   std::atomic<size_t> first_failed{num_chunks};
+  const std::vector<ModelStatePtr>* models = session != nullptr ? session->models : nullptr;
+  std::vector<ModelStatePtr>* next_models = session != nullptr ? session->next_models : nullptr;
+  if (next_models != nullptr) {
+    next_models->clear();
+    next_models->resize(num_chunks);
+  }
   ParallelFor(num_chunks, num_workers, [&](size_t c, size_t worker) {
     if (c > first_failed.load(std::memory_order_relaxed)) return;
     const size_t begin = c * chunk_elements;
     const size_t len = std::min<uint64_t>(chunk_elements, header.element_count - begin);
+    CarriedModel carried;
+    if (models != nullptr && c < models->size()) carried.start = (*models)[c].get();
+    if (next_models != nullptr) carried.end = &(*next_models)[c];
     try {
       status[c] = decoders[worker]->Decode(header.version, bytes + header.chunk_offset[c],
                                            header.chunk_size[c],
                                            src != nullptr ? src + begin : nullptr,
                                            history != nullptr ? history + begin : nullptr,
-                                           len, &(*changes)[c],
+                                           carried, len, &(*changes)[c],
                                            stats != nullptr ? &(*stats)[c] : nullptr);
     } catch (const std::bad_alloc&) {
       status[c] = Status(ErrorCode::kOutOfMemory, "out of memory while decoding");
@@ -554,7 +565,8 @@ Status DecodeFrame(const uint16_t* src, size_t count, const uint8_t* bytes, size
       }
     }
     std::vector<ChunkChanges> changes;
-    ARC_V3_RETURN_IF_ERROR(DecodeChunks(bytes, header, src, history, threads, &changes, nullptr));
+    ARC_V3_RETURN_IF_ERROR(
+        DecodeChunks(bytes, header, src, history, expected, threads, &changes, nullptr));
     if (next_history != nullptr && count > 0) std::memcpy(next_history, history, count);
 
     const size_t chunk_elements = size_t{1} << header.chunk_log;
@@ -625,7 +637,7 @@ Status delta_decompress(const std::vector<uint16_t>& src, const Delta& delta,
 Status DecodeTensors(const TensorOut* tensors, size_t tensor_count,
                      const std::vector<uint64_t>& counts, size_t total, const uint8_t* bytes,
                      size_t size, uint64_t checksum, int threads, const uint8_t* history,
-                     const uint64_t* history_id, uint8_t* next_history,
+                     const SessionFrame* session_state, uint8_t* next_history,
                      uint64_t* base_checksum) {
   // Validate the header against the tensors before allocating for them.
   FrameHeader header;
@@ -638,12 +650,12 @@ Status DecodeTensors(const TensorOut* tensors, size_t tensor_count,
   const uint16_t* src = BackToBack(tensors, tensor_count, field_src);
   if (src == nullptr) src = Gather(tensors, tensor_count, total, field_src, &src_copy);
   SessionFrame expected;
-  if (history_id != nullptr) {
+  if (session_state != nullptr) {
+    expected = *session_state;
     expected.base_checksum = Checksum(src, total);
-    expected.history_id = *history_id;
     if (base_checksum != nullptr) *base_checksum = expected.base_checksum;
   }
-  const SessionFrame* session = history_id != nullptr ? &expected : nullptr;
+  const SessionFrame* session = session_state != nullptr ? &expected : nullptr;
   uint16_t* out = BackToBack(tensors, tensor_count, [](const TensorOut& t) { return t.out; });
   if (out == nullptr || (out != src && out < src + total && src < out + total)) {
     result.resize(total);
@@ -698,7 +710,8 @@ Status ComputeStats(const uint16_t* src, size_t count, const uint8_t* bytes, siz
     std::vector<ChunkStats> chunk_stats;
     // Session payloads' modelled chunks need the history too: measure, don't count them.
     if (header.session) src = nullptr;
-    ARC_V3_RETURN_IF_ERROR(DecodeChunks(bytes, header, src, nullptr, 0, &changes, &chunk_stats));
+    ARC_V3_RETURN_IF_ERROR(
+        DecodeChunks(bytes, header, src, nullptr, nullptr, 0, &changes, &chunk_stats));
     *stats = PayloadStats();
     ARC_V3_RETURN_IF_ERROR(delta_inspect(bytes, size, &stats->info));
     for (size_t c = 0; c < changes.size(); ++c) {

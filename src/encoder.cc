@@ -146,8 +146,9 @@ void EncodeXorStreams(const uint16_t* src, const uint16_t* dst, size_t chunk_len
 
 // Version 1 chunk: the XOR streams, or a lone 0 when nothing changed.
 Status EncodeChunkV1(const uint16_t* src, const uint16_t* dst, size_t chunk_len,
-                     const uint8_t* /*history*/, const RaceEntrants& entrants, int effort,
-                     EncoderScratch* s, std::vector<uint8_t>* out) {
+                     const uint8_t* /*history*/, const CarriedModel& /*carried*/,
+                     const RaceEntrants& entrants, int effort, EncoderScratch* s,
+                     std::vector<uint8_t>* out) {
   out->clear();
   const ChangeCounts counts = CountChanges(src, dst, chunk_len, s);
   if (counts.changed == 0) {
@@ -172,10 +173,11 @@ bool PreferRans(uint64_t changes, size_t chunk_len, bool with_history) {
   return changes >= kRansMinChanges && changes * density_inverse >= chunk_len;
 }
 
-// Versions 2 to 7 chunk: a mode byte, then the coding chosen by the effort level.
-Status EncodeChunkV2(const uint16_t* src, const uint16_t* dst, size_t chunk_len,
-                     const uint8_t* history, const RaceEntrants& entrants, int effort,
-                     EncoderScratch* s, std::vector<uint8_t>* out) {
+// Versions 2 to 8 chunk: a mode byte, then the coding chosen by the effort level.
+Status RaceChunkCodings(const uint16_t* src, const uint16_t* dst, size_t chunk_len,
+                        const uint8_t* history, const CarriedModel& carried,
+                        const RaceEntrants& entrants, int effort, EncoderScratch* s,
+                        std::vector<uint8_t>* out) {
   out->clear();
   const ChangeCounts counts = CountChanges(src, dst, chunk_len, s);
   if (counts.changed == 0) {
@@ -195,8 +197,8 @@ Status EncodeChunkV2(const uint16_t* src, const uint16_t* dst, size_t chunk_len,
   if (try_modelled) {
     s->modelled.clear();
     s->modelled.push_back(kChunkModelled);
-    const Status status =
-        EncodeChunkModelled(src, dst, chunk_len, &s->modelled, history, counts.changed);
+    const Status status = EncodeChunkModelled(src, dst, chunk_len, &s->modelled, history,
+                                              counts.changed, carried);
     if (!status.ok()) return status;
     if (out->empty() || s->modelled.size() < out->size()) out->swap(s->modelled);
   }
@@ -217,6 +219,20 @@ Status EncodeChunkV2(const uint16_t* src, const uint16_t* dst, size_t chunk_len,
     if (out->empty() || s->modelled.size() < out->size()) out->swap(s->modelled);
   }
   return Status::Ok();
+}
+
+// `carried`: a session's model for this chunk (its `end` is reset unless the chunk ends up
+// modelled, the only coding a decoder learns a state from).
+Status EncodeChunkV2(const uint16_t* src, const uint16_t* dst, size_t chunk_len,
+                     const uint8_t* history, const CarriedModel& carried,
+                     const RaceEntrants& entrants, int effort, EncoderScratch* s,
+                     std::vector<uint8_t>* out) {
+  const Status status =
+      RaceChunkCodings(src, dst, chunk_len, history, carried, entrants, effort, s, out);
+  if (carried.end != nullptr && (!status.ok() || (*out)[0] != kChunkModelled)) {
+    carried.end->reset();
+  }
+  return status;
 }
 
 int ChunkLog(uint32_t chunk_elements) {
@@ -267,13 +283,25 @@ Status EncodeFrame(const uint16_t* src, const uint16_t* dst, size_t count,
     for (auto& s : scratch) s.reset(new EncoderScratch);
     std::vector<std::vector<uint8_t>> chunks(num_chunks);
     std::vector<Status> status(num_chunks);
+    // A session's models: each chunk starts from its own carried one, if any, and ends on
+    // a new one.
+    const std::vector<ModelStatePtr>* models = session != nullptr ? session->models : nullptr;
+    std::vector<ModelStatePtr>* next_models =
+        session != nullptr ? session->next_models : nullptr;
+    if (next_models != nullptr) {
+      next_models->clear();
+      next_models->resize(num_chunks);
+    }
     const auto encode = [&](size_t c, size_t worker) {
       const size_t begin = c * chunk_elements;
       const size_t len = std::min(chunk_elements, count - begin);
+      CarriedModel carried;
+      if (models != nullptr && c < models->size()) carried.start = (*models)[c].get();
+      if (next_models != nullptr) carried.end = &(*next_models)[c];
       try {
         status[c] = encode_chunk(src + begin, dst + begin, len,
-                                 history != nullptr ? history + begin : nullptr, entrants,
-                                 options.effort, scratch[worker].get(), &chunks[c]);
+                                 history != nullptr ? history + begin : nullptr, carried,
+                                 entrants, options.effort, scratch[worker].get(), &chunks[c]);
       } catch (const std::bad_alloc&) {
         status[c] = Status(ErrorCode::kOutOfMemory, "out of memory while encoding");
       }
@@ -307,7 +335,12 @@ Status EncodeFrame(const uint16_t* src, const uint16_t* dst, size_t count,
         std::any_of(chunks.begin(), chunks.end(), [](const std::vector<uint8_t>& chunk) {
           return !chunk.empty() && chunk[0] == kChunkRansHistory;
         });
+    const bool carried_chunks =
+        std::any_of(chunks.begin(), chunks.end(), [](const std::vector<uint8_t>& chunk) {
+          return chunk.size() > 1 && chunk[0] == kChunkModelled && (chunk[1] & kModelCarried);
+        });
     bytes.push_back(published          ? kFormatVersionArcV3
+                    : carried_chunks     ? kFirstCarriedModelVersion
                     : history_chunks     ? kFirstRansHistoryVersion
                     : tensors != nullptr ? kFirstTensorsVersion
                                          : kFormatVersionOneTensor);

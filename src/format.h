@@ -22,11 +22,15 @@ constexpr uint8_t kMagic[4] = {'A', 'R', 'C', '3'};
 // of version 5.
 // Version 7 adds rANS chunks coded with a session's history (kChunkRansHistory); the
 // encoder writes it only for session payloads that hold one.
+// Version 8 adds modelled chunks that start from the model the same chunk of the session
+// ended on in its last modelled step (model_coder.h, kModelCarried); likewise written only
+// for session payloads that hold one.
 constexpr uint8_t kFormatVersionArcV3 = 1;
-constexpr uint8_t kFormatVersion = 7;
+constexpr uint8_t kFormatVersion = 8;
 constexpr uint8_t kFormatVersionOneTensor = 5;
 constexpr uint8_t kFirstTensorsVersion = 6;
 constexpr uint8_t kFirstRansHistoryVersion = 7;
+constexpr uint8_t kFirstCarriedModelVersion = 8;
 constexpr uint8_t kMinChunkLog = 10;
 constexpr uint8_t kMaxChunkLog = 24;
 // Varints in this format never exceed 64 bits (10 bytes of LEB128).

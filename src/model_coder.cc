@@ -3,7 +3,9 @@
 // Chunk bytes (a chunk without changes is 0 bytes):
 //   byte 0   bits 0-2: log2(block size) - kMinModelBlockLog; bit 3: coded with a session
 //            history; bit 4: value priors from L (format version 3; the encoder always
-//            sets it); bits 5-7: reserved (0).
+//            sets it); bit 5: the contexts start from the model this chunk of the
+//            session ended on in its last modelled step, not from priors (format
+//            version 8, kModelCarried); bits 6-7: reserved (0).
 //   byte 1   L: the chunk's rate prior, 4 * log2(sum of element rates / changes), which
 //            seeds every probability (so small chunks do not pay to learn them).
 //   bytes 2-3, with history only: the rate boosts (log2, 0..15) of elements whose last
@@ -301,6 +303,15 @@ struct Model {
   }
 };
 
+}  // namespace
+
+struct ModelState {
+  Model model;
+};
+void ModelStateDeleter::operator()(ModelState* state) const { delete state; }
+
+namespace {
+
 // The walk shared by encoder and decoder. `Io` supplies the truth when encoding
 // (BlockChanged, NodeChanged, Target) and receives the result when decoding (Emit); its
 // Code(prob, bit) encodes `bit` and returns it, or decodes and returns a bit.
@@ -437,8 +448,10 @@ void CodeNode(Io* io, Model* model, const uint16_t* src, const Rates& rates,
 // `block_sums`, if not null, holds rates.Sum of every block (the encoder has them already).
 template <class Io, class Rates>
 void CodeChunk(const uint16_t* src, Rates& rates, size_t len, int log2_block, int L,
-               bool value_priors, Io* io, const uint64_t* block_sums = nullptr) {
+               bool value_priors, const CarriedModel& carried, Io* io,
+               const uint64_t* block_sums = nullptr) {
   auto model = std::make_unique<Model>(L, value_priors);
+  if (carried.start != nullptr) *model = carried.start->model;
   const size_t block = size_t{1} << log2_block;
   uint64_t prefix[(size_t{1} << kMaxModelBlockLog) + 1];
   for (size_t begin = 0; begin < len; begin += block) {
@@ -458,6 +471,7 @@ void CodeChunk(const uint16_t* src, Rates& rates, size_t len, int log2_block, in
     CodeNode(io, model.get(), src, rates, prefix, begin, begin, end, L);
     io->EndBlock();
   }
+  if (carried.end != nullptr) carried.end->reset(new ModelState{*model});
 }
 
 class EncoderIo {
@@ -525,7 +539,7 @@ class DecoderIo {
 };
 
 constexpr uint8_t kBlockLogMask = 0x07;
-constexpr uint8_t kReservedMask = 0xE0;
+constexpr uint8_t kReservedMask = 0xC0;
 
 // Block size for a density: about one expected change per four blocks (measured on the
 // corpus, the size barely changes the ratio; this is the fastest to decode).
@@ -550,7 +564,8 @@ uint8_t EstimateBoost(uint64_t changes, uint64_t rate_sum, uint64_t base_changes
 
 // log2_block < 0: chosen from the density. Bytes: see the top of this file.
 Status EncodeChunk(const uint16_t* src, const uint16_t* dst, size_t len, int log2_block,
-                   std::vector<uint8_t>* out, const uint8_t* history, uint64_t counted) {
+                   std::vector<uint8_t>* out, const uint8_t* history, uint64_t counted,
+                   const CarriedModel& carried) {
   if (out == nullptr || (len > 0 && (src == nullptr || dst == nullptr))) {
     return Status(ErrorCode::kInvalidArgument, "EncodeChunkModelled: null pointer");
   }
@@ -621,18 +636,19 @@ Status EncodeChunk(const uint16_t* src, const uint16_t* dst, size_t len, int log
   const int L = std::min(std::max(Log2Q4(rate_sum) - Log2Q4(total), 0), 255);
   out->push_back(static_cast<uint8_t>((log2_block - kMinModelBlockLog) |
                                       (history != nullptr ? kHistoryFlag : 0) |
+                                      (carried.start != nullptr ? kModelCarried : 0) |
                                       kModelValuePriors));
   out->push_back(static_cast<uint8_t>(L));
   EncoderIo io(src, dst, &changed, out);
   if (history == nullptr) {
     PlainRates rates(src, len);
-    CodeChunk(src, rates, len, log2_block, L, /*value_priors=*/true, &io,
+    CodeChunk(src, rates, len, log2_block, L, /*value_priors=*/true, carried, &io,
               keep_block_sums ? block_sums.data() : nullptr);
   } else {
     out->push_back(static_cast<uint8_t>(boosts[1] | (boosts[2] << 4)));
     out->push_back(boosts[3]);
     HistoryRates rates(src, history, len, boosts);
-    CodeChunk(src, rates, len, log2_block, L, /*value_priors=*/true, &io);
+    CodeChunk(src, rates, len, log2_block, L, /*value_priors=*/true, carried, &io);
   }
   io.Finish();
   return Status::Ok();
@@ -646,18 +662,18 @@ Status EncodeChunkModelledWithBlock(const uint16_t* src, const uint16_t* dst, si
   if (log2_block < 0) {
     return Status(ErrorCode::kInvalidArgument, "EncodeChunkModelled: bad block size");
   }
-  return EncodeChunk(src, dst, len, log2_block, out, history, kUncounted);
+  return EncodeChunk(src, dst, len, log2_block, out, history, kUncounted, CarriedModel());
 }
 
 Status EncodeChunkModelled(const uint16_t* src, const uint16_t* dst, size_t len,
                            std::vector<uint8_t>* out, const uint8_t* history,
-                           uint64_t changes) {
-  return EncodeChunk(src, dst, len, -1, out, history, changes);
+                           uint64_t changes, const CarriedModel& carried) {
+  return EncodeChunk(src, dst, len, -1, out, history, changes, carried);
 }
 
 Status DecodeChunkModelled(const uint16_t* src, size_t len, const uint8_t* bytes, size_t size,
                            std::vector<uint32_t>* positions, std::vector<uint16_t>* xors,
-                           const uint8_t* history) {
+                           const uint8_t* history, const CarriedModel& carried) {
   if (positions == nullptr || xors == nullptr || (len > 0 && src == nullptr) ||
       (size > 0 && bytes == nullptr)) {
     return Status(ErrorCode::kInvalidArgument, "DecodeChunkModelled: null pointer");
@@ -679,6 +695,14 @@ Status DecodeChunkModelled(const uint16_t* src, size_t len, const uint8_t* bytes
   if (len == 0) return Status(ErrorCode::kCorruptChunk, "modelled chunk: changes in 0 elements");
   const bool with_history = (layout & kHistoryFlag) != 0;
   const bool value_priors = (layout & kModelValuePriors) != 0;
+  // The carried model replaces the priors; without it the chunk cannot be decoded.
+  const bool from_carried = (layout & kModelCarried) != 0;
+  if (from_carried && carried.start == nullptr) {
+    return Status(ErrorCode::kCorruptChunk,
+                  "modelled chunk: coded from a session's carried model, which the decoder "
+                  "does not have");
+  }
+  const CarriedModel model_io{from_carried ? carried.start : nullptr, carried.end};
   const size_t header = with_history ? 4 : 2;
   if (size < header) return Status(ErrorCode::kTruncated, "modelled chunk: header truncated");
   const int L = bytes[1];
@@ -691,10 +715,10 @@ Status DecodeChunkModelled(const uint16_t* src, size_t len, const uint8_t* bytes
                                              static_cast<uint8_t>(bytes[2] >> 4), bytes[3]};
     if (boosts[3] > 15) return Status(ErrorCode::kCorruptChunk, "modelled chunk: bad boost");
     HistoryRates rates(src, history, len, boosts);
-    CodeChunk(src, rates, len, log2_block, L, value_priors, &io);
+    CodeChunk(src, rates, len, log2_block, L, value_priors, model_io, &io);
   } else {
     PlainRates rates(src, len);
-    CodeChunk(src, rates, len, log2_block, L, value_priors, &io);
+    CodeChunk(src, rates, len, log2_block, L, value_priors, model_io, &io);
   }
   // The encoder never ends a stream with a zero byte, and never codes a chunk without
   // changes.

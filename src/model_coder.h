@@ -31,6 +31,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "arc_v3.hpp"
@@ -42,6 +43,26 @@ namespace arc_v3 {
 // prior (format version 3). The encoder always sets it; the decoder reads chunks with and
 // without it (the frame decoder refuses it in older format versions).
 constexpr uint8_t kModelValuePriors = 0x10;
+
+// Chunk byte 0, bit 5: the chunk's contexts start from the probabilities the same chunk
+// of the session's last modelled step ended on, not from priors (format version 8).
+constexpr uint8_t kModelCarried = 0x20;
+
+// A modelled chunk's adaptive probabilities after its last decision. A session keeps one
+// per chunk, so that the chunk's next step starts where this one ended instead of learning
+// its probabilities again (the rates change little from step to step).
+struct ModelState;
+struct ModelStateDeleter {
+  void operator()(ModelState* state) const;
+};
+using ModelStatePtr = std::unique_ptr<ModelState, ModelStateDeleter>;
+
+// Where a chunk's contexts start and where they end (both optional). Encoder and decoder
+// of the same chunk end on the same state.
+struct CarriedModel {
+  const ModelState* start = nullptr;  // set: code the chunk from it (kModelCarried)
+  ModelStatePtr* end = nullptr;       // set: receives the state the chunk ends on
+};
 
 // Largest chunk the modelled coder accepts, in elements.
 constexpr size_t kMaxModelledChunk = size_t{1} << 24;
@@ -63,12 +84,14 @@ constexpr size_t kMaxModelledChunk = size_t{1} << 24;
 // Only positions where src and dst differ are coded; a chunk without changes is 0 bytes.
 // `history`: the session history of the chunk's elements, or nullptr (stateless). The
 // bytes are deterministic. `changes`: the number of elements that differ, if the caller
-// counted them already (ClassifyChanges), else kUncounted.
+// counted them already (ClassifyChanges), else kUncounted. `carried`: see CarriedModel
+// (its `end` is left alone for a chunk without changes).
 // @return ok, or kInvalidArgument (null pointer with len > 0, len too large).
 constexpr uint64_t kUncounted = ~uint64_t{0};
 Status EncodeChunkModelled(const uint16_t* src, const uint16_t* dst, size_t len,
                            std::vector<uint8_t>* out, const uint8_t* history = nullptr,
-                           uint64_t changes = kUncounted);
+                           uint64_t changes = kUncounted,
+                           const CarriedModel& carried = CarriedModel());
 
 // As above with a forced block size 2^log2_block, log2_block in [kMinModelBlockLog,
 // kMaxModelBlockLog] (for measurements; EncodeChunkModelled picks it from the density).
@@ -84,12 +107,14 @@ Status EncodeChunkModelledWithBlock(const uint16_t* src, const uint16_t* dst, si
 // kTruncated, never a read outside [bytes, bytes + size) nor a write outside the vectors.
 // All `size` bytes must belong to the chunk (trailing bytes are an error). A chunk coded
 // with history needs `history` (kCorruptChunk without); one coded without ignores it.
-// A wrong src or history gives a wrong result, not an error: the frame's checksum
-// catches it.
+// A chunk coded from a carried model needs `carried.start` (kCorruptChunk without).
+// A wrong src, history or carried model gives a wrong result, not an error: the frame's
+// checksum catches it.
 // @return ok, kInvalidArgument (null pointers, len too large), kTruncated, kCorruptChunk.
 Status DecodeChunkModelled(const uint16_t* src, size_t len, const uint8_t* bytes, size_t size,
                            std::vector<uint32_t>* positions, std::vector<uint16_t>* xors,
-                           const uint8_t* history = nullptr);
+                           const uint8_t* history = nullptr,
+                           const CarriedModel& carried = CarriedModel());
 
 }  // namespace arc_v3
 

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <new>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "arc_v3.hpp"
@@ -28,6 +29,9 @@ struct Session::State {
   std::vector<uint8_t> next_history;
   uint64_t history_id = 0;
   uint64_t steps = 0;
+  // Each chunk's carried model (model_coder.h; null: none yet), and a step's new ones.
+  std::vector<ModelStatePtr> models;
+  std::vector<ModelStatePtr> next_models;
 
   Status Compress(const uint16_t* src, const uint16_t* dst, size_t count,
                   const std::vector<uint64_t>* tensors, Delta* out);
@@ -36,6 +40,9 @@ struct Session::State {
   Status HistoryFor(size_t count, std::vector<uint8_t>* fresh, const uint8_t** step_history);
   // After a successful step: the decoded history becomes the session's.
   void Advance(uint64_t base_checksum, uint64_t checksum);
+  // After a successful step: chunks coded as modelled in it carry its models; the others
+  // keep theirs.
+  void KeepModels();
 };
 
 Session::Session(const Options& options) : state_(new State) { state_->options = options; }
@@ -58,6 +65,7 @@ void Session::Reset() {
   state_->history.clear();
   state_->history_id = 0;
   state_->steps = 0;
+  state_->models.clear();
 }
 
 namespace {
@@ -88,13 +96,24 @@ Status Session::State::Compress(const uint16_t* src, const uint16_t* dst, size_t
   SessionFrame frame;
   frame.base_checksum = Checksum(src, count);
   frame.history_id = history_id;
+  frame.models = &models;
+  frame.next_models = &next_models;
   const Status status =
       EncodeFrame(src, dst, count, options, history.data(), &frame, out, nullptr, tensors);
   if (!status.ok()) return status;
   AdvanceHistory(src, dst, count, history.data());
   history_id = NextHistoryId(frame.history_id, frame.base_checksum, out->checksum);
   steps += 1;
+  KeepModels();
   return Status::Ok();
+}
+
+void Session::State::KeepModels() {
+  if (models.size() < next_models.size()) models.resize(next_models.size());
+  for (size_t c = 0; c < next_models.size(); ++c) {
+    if (next_models[c] != nullptr) models[c] = std::move(next_models[c]);
+  }
+  next_models.clear();
 }
 
 Status Session::Compress(const uint16_t* src, const uint16_t* dst, size_t count, Delta* out) {
@@ -139,6 +158,7 @@ void Session::State::Advance(uint64_t base_checksum, uint64_t checksum) {
   history.swap(next_history);
   history_id = NextHistoryId(history_id, base_checksum, checksum);
   steps += 1;
+  KeepModels();
 }
 
 Status Session::Decompress(const uint16_t* src, size_t count, const uint8_t* bytes, size_t size,
@@ -155,6 +175,8 @@ Status Session::Decompress(const uint16_t* src, size_t count, const uint8_t* byt
     SessionFrame expected;
     expected.base_checksum = Checksum(src, count);
     expected.history_id = state_->history_id;
+    expected.models = &state_->models;
+    expected.next_models = &state_->next_models;
     const Status status =
         DecodeFrame(src, count, bytes, size, checksum, out, count, state_->options.threads,
                     history, &expected, state_->next_history.data());
@@ -179,10 +201,13 @@ Status Session::DecompressTensors(const TensorOut* tensors, size_t tensor_count,
     const Status ready = state_->HistoryFor(total, &fresh, &history);
     if (!ready.ok()) return ready;
     uint64_t base_checksum = 0;
+    SessionFrame session;
+    session.history_id = state_->history_id;
+    session.models = &state_->models;
+    session.next_models = &state_->next_models;
     const Status status = DecodeTensors(tensors, tensor_count, counts, total, bytes, size,
-                                        checksum, state_->options.threads, history,
-                                        &state_->history_id, state_->next_history.data(),
-                                        &base_checksum);
+                                        checksum, state_->options.threads, history, &session,
+                                        state_->next_history.data(), &base_checksum);
     if (!status.ok()) return status;
     state_->Advance(base_checksum, checksum);
     return Status::Ok();

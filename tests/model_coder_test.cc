@@ -83,11 +83,11 @@ void CheckAllBlockSizes(const std::vector<uint16_t>& src, const std::vector<uint
 // Checks what a decoder may return for untrusted bytes: an error with empty outputs, or
 // a well-formed result.
 void CheckSane(const std::vector<uint16_t>& src, const uint8_t* bytes, size_t size,
-               const uint8_t* history = nullptr) {
+               const uint8_t* history = nullptr, const CarriedModel& carried = CarriedModel()) {
   std::vector<uint32_t> positions;
   std::vector<uint16_t> xors;
-  const Status s =
-      DecodeChunkModelled(src.data(), src.size(), bytes, size, &positions, &xors, history);
+  const Status s = DecodeChunkModelled(src.data(), src.size(), bytes, size, &positions, &xors,
+                                       history, carried);
   if (!s.ok()) {
     CHECK((s.code() == ErrorCode::kCorruptChunk || s.code() == ErrorCode::kTruncated));
     CHECK(positions.empty());
@@ -382,6 +382,73 @@ TEST_CASE("Sessions: corrupt bytes and arbitrary history never crash") {
   for (auto& h : junk_history) h = static_cast<uint8_t>(byte(rng));
   CheckSane(src, good.data(), good.size(), junk_history.data());
   CheckRoundTrip(src, session.steps[2], 0, junk_history.data());  // any history codes
+}
+
+TEST_CASE("Sessions: a carried model round-trips, pays, and is needed to decode") {
+  std::mt19937 rng(9);
+  const size_t n = 1 << 16;
+  const Session session = MakeSession(n, 6, 2e-5f, &rng);
+  std::vector<uint8_t> history(n, 0);
+  ModelStatePtr carried;  // what the previous step ended on, sender and receiver alike
+  size_t with_carried = 0, without = 0;
+  for (size_t s = 0; s + 1 < session.steps.size(); ++s) {
+    CAPTURE(s);
+    const auto& src = session.steps[s];
+    const auto& dst = session.steps[s + 1];
+    const uint8_t* step_history = s > 0 ? history.data() : nullptr;
+    ModelStatePtr sender_end, receiver_end;
+    std::vector<uint8_t> bytes;
+    REQUIRE(EncodeChunkModelled(src.data(), dst.data(), n, &bytes, step_history, kUncounted,
+                                {carried.get(), &sender_end})
+                .ok());
+    REQUIRE(!bytes.empty());
+    CHECK(((bytes[0] & kModelCarried) != 0) == (carried != nullptr));
+    std::vector<uint32_t> positions;
+    std::vector<uint16_t> xors;
+    REQUIRE(DecodeChunkModelled(src.data(), n, bytes.data(), bytes.size(), &positions, &xors,
+                                step_history, {carried.get(), &receiver_end})
+                .ok());
+    std::vector<uint16_t> rebuilt = src;
+    for (size_t k = 0; k < positions.size(); ++k) rebuilt[positions[k]] ^= xors[k];
+    CHECK(rebuilt == dst);
+    REQUIRE(sender_end != nullptr);
+    REQUIRE(receiver_end != nullptr);
+    if (carried != nullptr) {
+      with_carried += bytes.size();
+      std::vector<uint8_t> fresh;
+      REQUIRE(EncodeChunkModelled(src.data(), dst.data(), n, &fresh, step_history).ok());
+      without += fresh.size();
+      // Without the carried model the chunk cannot be decoded.
+      CHECK(DecodeChunkModelled(src.data(), n, bytes.data(), bytes.size(), &positions, &xors,
+                                step_history)
+                .code() == ErrorCode::kCorruptChunk);
+      CHECK(positions.empty());
+      // Corrupt bytes decoded from a carried model: an error or a well-formed result.
+      std::vector<uint8_t> flipped = bytes;
+      for (size_t bit = 0; bit < 8 * std::min<size_t>(bytes.size(), 64); ++bit) {
+        flipped[bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));
+        CheckSane(src, flipped.data(), flipped.size(), step_history, {carried.get(), nullptr});
+        flipped[bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));
+      }
+    }
+    // Both sides end on the same model: coding the next step from either gives the same
+    // bytes.
+    if (s + 2 < session.steps.size()) {
+      std::vector<uint8_t> from_sender, from_receiver;
+      const auto& next = session.steps[s + 2];
+      REQUIRE(EncodeChunkModelled(dst.data(), next.data(), n, &from_sender, nullptr, kUncounted,
+                                  {sender_end.get(), nullptr})
+                  .ok());
+      REQUIRE(EncodeChunkModelled(dst.data(), next.data(), n, &from_receiver, nullptr,
+                                  kUncounted, {receiver_end.get(), nullptr})
+                  .ok());
+      CHECK(from_sender == from_receiver);
+    }
+    carried = std::move(sender_end);
+    AdvanceHistory(src.data(), dst.data(), n, history.data());
+  }
+  MESSAGE("from carried models " << with_carried << " bytes, from priors " << without);
+  CHECK(with_carried < without);
 }
 
 }  // namespace

@@ -124,6 +124,55 @@ TEST_CASE("a receiver with the wrong base or out of step gets an error, not weig
   CHECK(sender.Compress(small.data(), small.data(), small.size(), &delta).ok());
 }
 
+TEST_CASE("carried models: a failed step leaves them as they were; version 7 may not use them") {
+  const Steps steps = MakeSteps(0.005, 3);
+  const size_t count = steps.snapshots[0].size();
+  Session sender;
+  std::vector<Delta> deltas(3);
+  for (size_t s = 0; s < 3; ++s) {
+    REQUIRE(sender.Compress(steps.snapshots[s].data(), steps.snapshots[s + 1].data(), count,
+                            &deltas[s])
+                .ok());
+  }
+  // Sparse steps are modelled: from the second on, from the models the first ended on.
+  CHECK(deltas[0].bytes[4] < 8);
+  CHECK(deltas[1].bytes[4] == 8);
+  CHECK(deltas[2].bytes[4] == 8);
+  std::vector<uint16_t> out(count);
+  auto apply = [&](Session* receiver, const std::vector<uint8_t>& bytes, size_t step) {
+    return receiver->Decompress(steps.snapshots[step].data(), count, bytes.data(), bytes.size(),
+                                deltas[step].checksum, out.data());
+  };
+  Session receiver;
+  REQUIRE(apply(&receiver, deltas[0].bytes, 0).ok());
+  // A corrupt step 1 (a byte inside its last chunk, a modelled one) fails, and the
+  // receiver's models, like its history, stay those of step 0: the good payload decodes.
+  std::vector<uint8_t> corrupt = deltas[1].bytes;
+  REQUIRE(corrupt.size() > 100);
+  corrupt[corrupt.size() - 40] ^= 0xFF;
+  CHECK(!apply(&receiver, corrupt, 1).ok());
+  CHECK(receiver.steps() == 1);
+  // The same chunks in a version-7 frame: the carried-model bit is reserved there.
+  std::vector<uint8_t> old_version = deltas[1].bytes;
+  old_version[4] = 7;
+  CHECK(apply(&receiver, old_version, 1).code() == ErrorCode::kReservedBitsSet);
+  REQUIRE(apply(&receiver, deltas[1].bytes, 1).ok());
+  CHECK(out == steps.snapshots[2]);
+  REQUIRE(apply(&receiver, deltas[2].bytes, 2).ok());
+  CHECK(out == steps.snapshots[3]);
+  // Reset forgets the models with the history: both sides start over.
+  sender.Reset();
+  receiver.Reset();
+  Delta again;
+  REQUIRE(sender.Compress(steps.snapshots[1].data(), steps.snapshots[2].data(), count, &again)
+              .ok());
+  CHECK(again.bytes[4] < 8);
+  REQUIRE(receiver.Decompress(steps.snapshots[1].data(), count, again.bytes.data(),
+                              again.bytes.size(), again.checksum, out.data())
+              .ok());
+  CHECK(out == steps.snapshots[2]);
+}
+
 // A run's snapshots cut into tensors of these sizes, back to back in memory as in a
 // safetensors file, for the group calls.
 struct GroupViews {
@@ -249,10 +298,12 @@ std::vector<uint8_t> CommittedPayload(const std::string& path, const Delta& made
 // Committed session payloads (tests/golden/session/): 16,384 elements of a real GPT-2 run
 // (real_gpt2_lr1e-6, h.0.attn.c_attn.weight, steps 0-3), coded by one Session per step
 // (sN.arc3) and by one group Session over three tensors of it (gN.arc3). A receiver must
-// keep decoding them in every later version, history and all; the newest format's
-// encoder must keep writing them (regenerate after a deliberate change with
-// ARC_V3_UPDATE_GOLDEN=1 bazel run //tests:session_test).
-TEST_CASE("committed session payloads, one tensor and a group, still decode step by step") {
+// keep decoding them in every later version, history and all. Those of session/ (format
+// versions 5 and 6) were written before sessions carried their models; the newest format's
+// encoder must keep writing those of session/v8/ (steps 2 and 3 start from the models
+// step 1 ended on; regenerate after a deliberate change with ARC_V3_UPDATE_GOLDEN=1 bazel
+// run //tests:session_test).
+void CheckCommittedSession(const std::string& payload_dir, bool encoder_writes_them) {
   const std::string dir = std::string(test::kGoldenDir) + "session/";
   std::vector<std::vector<uint16_t>> steps;
   for (int i = 0; i < 4; ++i) steps.push_back(test::ReadBf16(dir + "step" + std::to_string(i) + ".bf16"));
@@ -263,16 +314,28 @@ TEST_CASE("committed session payloads, one tensor and a group, still decode step
   std::vector<uint16_t> weights = steps[0], group_weights = steps[0];
   for (int i = 1; i < 4; ++i) {
     CAPTURE(i);
-    const std::string single = dir + "s" + std::to_string(i) + ".arc3";
-    const std::string group = dir + "g" + std::to_string(i) + ".arc3";
-    Delta delta, group_delta;
-    REQUIRE(sender.Compress(steps[i - 1].data(), steps[i].data(), count, &delta).ok());
-    const std::vector<TensorDelta> tensors = views.Deltas(sizes, steps[i - 1], steps[i]);
-    REQUIRE(group_sender.CompressTensors(tensors.data(), tensors.size(), &group_delta).ok());
-    const std::vector<uint8_t> single_bytes = CommittedPayload(single, delta);
-    const std::vector<uint8_t> group_bytes = CommittedPayload(group, group_delta);
-    CHECK(single_bytes == delta.bytes);
-    CHECK(group_bytes == group_delta.bytes);
+    const std::string single = payload_dir + "s" + std::to_string(i) + ".arc3";
+    const std::string group = payload_dir + "g" + std::to_string(i) + ".arc3";
+    std::vector<uint8_t> single_bytes, group_bytes;
+    if (!encoder_writes_them) {
+      single_bytes = test::ReadFile(single);
+      group_bytes = test::ReadFile(group);
+    } else {
+      Delta delta, group_delta;
+      REQUIRE(sender.Compress(steps[i - 1].data(), steps[i].data(), count, &delta).ok());
+      const std::vector<TensorDelta> tensors = views.Deltas(sizes, steps[i - 1], steps[i]);
+      REQUIRE(group_sender.CompressTensors(tensors.data(), tensors.size(), &group_delta).ok());
+      single_bytes = CommittedPayload(single, delta);
+      group_bytes = CommittedPayload(group, group_delta);
+      CHECK(single_bytes == delta.bytes);
+      CHECK(group_bytes == group_delta.bytes);
+    }
+    // The steps after the first hold modelled chunks, coded from carried models from
+    // version 8 on (the byte after the magic is the version).
+    REQUIRE(single_bytes.size() > 4);
+    REQUIRE(group_bytes.size() > 4);
+    CHECK((single_bytes[4] == 8) == (encoder_writes_them && i > 1));
+    CHECK((group_bytes[4] == 8) == (encoder_writes_them && i > 1));
     const uint64_t checksum = Checksum(steps[i].data(), count);
     Status status = receiver.Decompress(weights.data(), count, single_bytes.data(),
                                         single_bytes.size(), checksum, weights.data());
@@ -283,9 +346,17 @@ TEST_CASE("committed session payloads, one tensor and a group, still decode step
                                               group_bytes.size(), checksum);
     REQUIRE_MESSAGE(status.ok(), status.ToString());
     CHECK(group_weights == steps[i]);
-    CHECK(receiver.history_id() == sender.history_id());
-    CHECK(group_receiver.history_id() == group_sender.history_id());
+    if (encoder_writes_them) {
+      CHECK(receiver.history_id() == sender.history_id());
+      CHECK(group_receiver.history_id() == group_sender.history_id());
+    }
   }
+}
+
+TEST_CASE("committed session payloads, one tensor and a group, still decode step by step") {
+  const std::string dir = std::string(test::kGoldenDir) + "session/";
+  SUBCASE("versions 5 and 6, before carried models") { CheckCommittedSession(dir, false); }
+  SUBCASE("version 8, written by this encoder") { CheckCommittedSession(dir + "v8/", true); }
 }
 
 // Committed dense session payloads (tests/golden/session/dN.arc3): 65,536 elements of

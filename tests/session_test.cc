@@ -68,16 +68,23 @@ TEST_CASE("a session round-trips every step and beats stateless coding") {
   }
 }
 
+// Each step of a run through `sender`, in order.
+std::vector<Delta> CompressEverySnapshot(Session* sender, const Steps& steps) {
+  const size_t count = steps.snapshots[0].size();
+  std::vector<Delta> deltas(steps.snapshots.size() - 1);
+  for (size_t s = 0; s < deltas.size(); ++s) {
+    REQUIRE(sender->Compress(steps.snapshots[s].data(), steps.snapshots[s + 1].data(), count,
+                             &deltas[s])
+                .ok());
+  }
+  return deltas;
+}
+
 TEST_CASE("a receiver with the wrong base or out of step gets an error, not weights") {
   const Steps steps = MakeSteps(0.01, 3);
   const size_t count = steps.snapshots[0].size();
   Session sender;
-  std::vector<Delta> deltas(3);
-  for (size_t s = 0; s < 3; ++s) {
-    REQUIRE(sender.Compress(steps.snapshots[s].data(), steps.snapshots[s + 1].data(), count,
-                            &deltas[s])
-                .ok());
-  }
+  const std::vector<Delta> deltas = CompressEverySnapshot(&sender, steps);
   std::vector<uint16_t> out(count, 7);
   auto apply = [&](Session* receiver, size_t step, const std::vector<uint16_t>& base) {
     return receiver->Decompress(base.data(), count, deltas[step].bytes.data(),
@@ -128,12 +135,7 @@ TEST_CASE("carried models: a failed step leaves them as they were; version 7 may
   const Steps steps = MakeSteps(0.005, 3);
   const size_t count = steps.snapshots[0].size();
   Session sender;
-  std::vector<Delta> deltas(3);
-  for (size_t s = 0; s < 3; ++s) {
-    REQUIRE(sender.Compress(steps.snapshots[s].data(), steps.snapshots[s + 1].data(), count,
-                            &deltas[s])
-                .ok());
-  }
+  const std::vector<Delta> deltas = CompressEverySnapshot(&sender, steps);
   // Sparse steps are modelled: from the second on, from the models the first ended on.
   CHECK(deltas[0].bytes[4] < 8);
   CHECK(deltas[1].bytes[4] == 8);

@@ -24,6 +24,23 @@ struct SessionFrame {
   // states: null for chunks not coded as modelled.
   const std::vector<ModelStatePtr>* models = nullptr;
   std::vector<ModelStatePtr>* next_models = nullptr;
+
+  // Empties next_models for a frame of `num_chunks` chunks (nothing without a session).
+  static void PrepareNextModels(const SessionFrame* session, size_t num_chunks) {
+    if (session == nullptr || session->next_models == nullptr) return;
+    session->next_models->clear();
+    session->next_models->resize(num_chunks);
+  }
+  // Chunk c's carried model and the slot its new one goes to.
+  static CarriedModel CarriedFor(const SessionFrame* session, size_t c) {
+    CarriedModel carried;
+    if (session == nullptr) return carried;
+    if (session->models != nullptr && c < session->models->size()) {
+      carried.start = (*session->models)[c].get();
+    }
+    if (session->next_models != nullptr) carried.end = &(*session->next_models)[c];
+    return carried;
+  }
 };
 
 // `history`: one byte per element (model_coder.h), or nullptr when stateless, in which

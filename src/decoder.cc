@@ -422,19 +422,12 @@ Status DecodeChunks(const uint8_t* bytes, const FrameHeader& header, const uint1
   // The first failing chunk in chunk order is reported, whatever the thread count: chunks
   // after a failure are skipped, chunks before it still decode.
   std::atomic<size_t> first_failed{num_chunks};
-  const std::vector<ModelStatePtr>* models = session != nullptr ? session->models : nullptr;
-  std::vector<ModelStatePtr>* next_models = session != nullptr ? session->next_models : nullptr;
-  if (next_models != nullptr) {
-    next_models->clear();
-    next_models->resize(num_chunks);
-  }
+  SessionFrame::PrepareNextModels(session, num_chunks);
   ParallelFor(num_chunks, num_workers, [&](size_t c, size_t worker) {
     if (c > first_failed.load(std::memory_order_relaxed)) return;
     const size_t begin = c * chunk_elements;
     const size_t len = std::min<uint64_t>(chunk_elements, header.element_count - begin);
-    CarriedModel carried;
-    if (models != nullptr && c < models->size()) carried.start = (*models)[c].get();
-    if (next_models != nullptr) carried.end = &(*next_models)[c];
+    const CarriedModel carried = SessionFrame::CarriedFor(session, c);
     try {
       status[c] = decoders[worker]->Decode(header.version, bytes + header.chunk_offset[c],
                                            header.chunk_size[c],

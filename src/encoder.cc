@@ -285,19 +285,11 @@ Status EncodeFrame(const uint16_t* src, const uint16_t* dst, size_t count,
     std::vector<Status> status(num_chunks);
     // A session's models: each chunk starts from its own carried one, if any, and ends on
     // a new one.
-    const std::vector<ModelStatePtr>* models = session != nullptr ? session->models : nullptr;
-    std::vector<ModelStatePtr>* next_models =
-        session != nullptr ? session->next_models : nullptr;
-    if (next_models != nullptr) {
-      next_models->clear();
-      next_models->resize(num_chunks);
-    }
+    SessionFrame::PrepareNextModels(session, num_chunks);
     const auto encode = [&](size_t c, size_t worker) {
       const size_t begin = c * chunk_elements;
       const size_t len = std::min(chunk_elements, count - begin);
-      CarriedModel carried;
-      if (models != nullptr && c < models->size()) carried.start = (*models)[c].get();
-      if (next_models != nullptr) carried.end = &(*next_models)[c];
+      const CarriedModel carried = SessionFrame::CarriedFor(session, c);
       try {
         status[c] = encode_chunk(src + begin, dst + begin, len,
                                  history != nullptr ? history + begin : nullptr, carried,

@@ -450,8 +450,8 @@ template <class Io, class Rates>
 void CodeChunk(const uint16_t* src, Rates& rates, size_t len, int log2_block, int L,
                bool value_priors, const CarriedModel& carried, Io* io,
                const uint64_t* block_sums = nullptr) {
-  auto model = std::make_unique<Model>(L, value_priors);
-  if (carried.start != nullptr) *model = carried.start->model;
+  auto model = carried.start != nullptr ? std::make_unique<Model>(carried.start->model)
+                                        : std::make_unique<Model>(L, value_priors);
   const size_t block = size_t{1} << log2_block;
   uint64_t prefix[(size_t{1} << kMaxModelBlockLog) + 1];
   for (size_t begin = 0; begin < len; begin += block) {

@@ -43,6 +43,15 @@ struct Session::State {
   // After a successful step: chunks coded as modelled in it carry its models; the others
   // keep theirs.
   void KeepModels();
+  // What this step's payload must name, and the models it codes from and into (the base
+  // checksum is the caller's to fill in).
+  SessionFrame StepFrame() {
+    SessionFrame frame;
+    frame.history_id = history_id;
+    frame.models = &models;
+    frame.next_models = &next_models;
+    return frame;
+  }
 };
 
 Session::Session(const Options& options) : state_(new State) { state_->options = options; }
@@ -93,11 +102,8 @@ Status Session::State::Compress(const uint16_t* src, const uint16_t* dst, size_t
                                 const std::vector<uint64_t>* tensors, Delta* out) {
   const Status prepared = PrepareHistory(count, steps, &history);
   if (!prepared.ok()) return prepared;
-  SessionFrame frame;
+  SessionFrame frame = StepFrame();
   frame.base_checksum = Checksum(src, count);
-  frame.history_id = history_id;
-  frame.models = &models;
-  frame.next_models = &next_models;
   const Status status =
       EncodeFrame(src, dst, count, options, history.data(), &frame, out, nullptr, tensors);
   if (!status.ok()) return status;
@@ -172,11 +178,8 @@ Status Session::Decompress(const uint16_t* src, size_t count, const uint8_t* byt
     const uint8_t* history;
     const Status ready = state_->HistoryFor(count, &fresh, &history);
     if (!ready.ok()) return ready;
-    SessionFrame expected;
+    SessionFrame expected = state_->StepFrame();
     expected.base_checksum = Checksum(src, count);
-    expected.history_id = state_->history_id;
-    expected.models = &state_->models;
-    expected.next_models = &state_->next_models;
     const Status status =
         DecodeFrame(src, count, bytes, size, checksum, out, count, state_->options.threads,
                     history, &expected, state_->next_history.data());
@@ -201,10 +204,7 @@ Status Session::DecompressTensors(const TensorOut* tensors, size_t tensor_count,
     const Status ready = state_->HistoryFor(total, &fresh, &history);
     if (!ready.ok()) return ready;
     uint64_t base_checksum = 0;
-    SessionFrame session;
-    session.history_id = state_->history_id;
-    session.models = &state_->models;
-    session.next_models = &state_->next_models;
+    const SessionFrame session = state_->StepFrame();
     const Status status = DecodeTensors(tensors, tensor_count, counts, total, bytes, size,
                                         checksum, state_->options.threads, history, &session,
                                         state_->next_history.data(), &base_checksum);

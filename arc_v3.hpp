@@ -215,6 +215,11 @@ struct PayloadInfo {
   uint64_t chunk_count = 0;
   uint64_t tensor_count = 1;  // tensors listed by a delta_compress_tensors payload, else 1
   std::vector<uint64_t> tensor_elements;  // their element counts (empty for one tensor)
+  bool session = false;  // made by an arc_v3::Session
+  // A session payload that continues its session's last step (format version 9): its base
+  // and its tensors are that step's result and tensors, which the payload does not repeat
+  // (for a group, tensor_count is 0 and tensor_elements empty).
+  bool continues = false;
 };
 Status delta_inspect(const uint8_t* bytes, size_t size, PayloadInfo* info);
 
@@ -260,11 +265,14 @@ Status delta_stats(const uint16_t* src, size_t count, const uint8_t* bytes, size
 // chunks are coded by the adaptive coder, and from a chunk's second such step on it starts
 // from the probabilities it learned in the last one (format version 8; ~9 KB per chunk of
 // 2^20 elements on each side) instead of learning them again: ~2% smaller at 0.2-0.6%
-// changed. Payloads are smaller than stateless ones, but each names the base it was made from (XXH3-64 of
-// src) and the session history it expects, so a receiver with the wrong base (kWrongBase)
-// or out of step (kHistoryMismatch: a missed, repeated or foreign payload) gets a clear
-// error, never wrong weights; after an error its history is unchanged. Session payloads are
-// decoded only by Session::Decompress; delta_decompress rejects them.
+// changed. Payloads are smaller than stateless ones, but each names the base it was made
+// from (XXH3-64 of src) and the session history it expects, so a receiver with the wrong
+// base (kWrongBase) or out of step (kHistoryMismatch: a missed, repeated or foreign
+// payload) gets a clear error, never wrong weights; after an error its history is
+// unchanged. A step whose src is the last step's result, over the same tensors, names its
+// base and tensors by reference to that step (format version 9): both sides remember the
+// result's checksum and the tensor list, so the payload carries neither. Session payloads
+// are decoded only by Session::Decompress; delta_decompress rejects them.
 class Session {
  public:
   explicit Session(const Options& options = Options());
@@ -282,8 +290,9 @@ class Session {
 
   // The same for a group of tensors in one payload per step (format version 6, as
   // delta_compress_tensors): one Session for many small tensors, or a whole model, and
-  // one 16-byte session header per step instead of one per tensor. The history covers
-  // the tensors' concatenation: pass the same tensors, in the same order, at every step.
+  // one session header per step instead of one per tensor (and, from the second step on,
+  // no tensor list). The history covers the tensors' concatenation: pass the same tensors,
+  // in the same order, at every step.
   Status CompressTensors(const TensorDelta* tensors, size_t tensor_count, Delta* out);
   Status DecompressTensors(const TensorOut* tensors, size_t tensor_count, const uint8_t* bytes,
                            size_t size, uint64_t checksum);

@@ -18,6 +18,23 @@ namespace arc_v3 {
 struct SessionFrame {
   uint64_t base_checksum = 0;  // XXH3-64 of src
   uint64_t history_id = 0;     // identity of the history the payload was coded with
+  // The session's last successful step, which a frame with the Continues flag (version 9)
+  // refers to instead of naming its base and tensors: the checksum of its result and its
+  // tensor list (null: a one-tensor frame). The encoder sets the flag when this step's
+  // base is that result and its list that list; the decoder fills both fields in from them.
+  bool has_last_step = false;
+  uint64_t last_checksum = 0;
+  const std::vector<uint64_t>* last_tensors = nullptr;
+  // Decoder: receives whether the frame listed tensors (Tensors flag), once it decoded.
+  bool* frame_listed_tensors = nullptr;
+
+  // Whether a step from base_checksum over `tensors` (null: one tensor) continues the last
+  // step.
+  bool ContinuesLastStep(const std::vector<uint64_t>* tensors) const {
+    if (!has_last_step || base_checksum != last_checksum) return false;
+    if (tensors == nullptr || last_tensors == nullptr) return tensors == last_tensors;
+    return *tensors == *last_tensors;
+  }
   // The session's carried models (model_coder.h), by chunk: `models[c]` is the state chunk
   // c's last modelled step ended on (null: none yet, as are chunks past the vector's end).
   // `next_models`, if set, is resized to the frame's chunk count and receives this step's

@@ -38,6 +38,9 @@ struct FrameHeader {
   bool session = false;
   SessionFrame session_frame;  // if session
   bool tensors = false;        // several tensors (version 6 on)
+  // Continues the session's last step (version 9 on): Base_Checksum and the tensor list
+  // are not in the payload (ResolveContinues fills them in from the session).
+  bool continues = false;
   std::vector<uint64_t> tensor_elements;  // if tensors: each tensor's element count
   uint64_t element_count = 0;
   int chunk_log = 0;
@@ -67,12 +70,17 @@ Status ParseHeader(const uint8_t* bytes, size_t size, bool with_chunk_table,
   }
   if (!reader.ReadByte(&flags)) return Status(ErrorCode::kTruncated, "no flags byte");
   const uint8_t known_flags = (version >= 2 ? kFlagSession : 0) |
-                              (version >= kFirstTensorsVersion ? kFlagTensors : 0);
+                              (version >= kFirstTensorsVersion ? kFlagTensors : 0) |
+                              (version >= kFirstContinuesVersion ? kFlagContinues : 0);
   if ((flags & ~known_flags) != 0) {
     return Status(ErrorCode::kReservedBitsSet, "reserved frame flags are set");
   }
   header->session = (flags & kFlagSession) != 0;
   header->tensors = (flags & kFlagTensors) != 0;
+  header->continues = (flags & kFlagContinues) != 0;
+  if (header->continues && !header->session) {
+    return Status(ErrorCode::kCorruptHeader, "only a session frame can continue a step");
+  }
   if (!reader.ReadVarint(&header->element_count)) {
     return Status(reader.remaining() == 0 ? ErrorCode::kTruncated : ErrorCode::kCorruptHeader,
                   "bad element count");
@@ -87,11 +95,17 @@ Status ParseHeader(const uint8_t* bytes, size_t size, bool with_chunk_table,
   header->chunk_log = chunk_log;
   if (header->session) {
     const uint8_t* fields;
-    if (!reader.ReadSpan(16, &fields)) return Status(ErrorCode::kTruncated, "no session fields");
-    header->session_frame.base_checksum = LoadU64(fields);
-    header->session_frame.history_id = LoadU64(fields + 8);
+    const size_t field_bytes = header->continues ? 8 : 16;
+    if (!reader.ReadSpan(field_bytes, &fields)) {
+      return Status(ErrorCode::kTruncated, "no session fields");
+    }
+    if (!header->continues) {
+      header->session_frame.base_checksum = LoadU64(fields);
+      fields += 8;
+    }
+    header->session_frame.history_id = LoadU64(fields);
   }
-  if (header->tensors) {
+  if (header->tensors && !header->continues) {
     // Each count takes at least one byte, so the list cannot outgrow the payload.
     uint64_t tensor_count;
     if (!reader.ReadVarint(&tensor_count)) {
@@ -474,6 +488,38 @@ void ForEachResultTile(const uint16_t* src, size_t begin, size_t len, const Chun
   }
 }
 
+Status SessionPayloadForStatelessDecoder() {
+  return Status(ErrorCode::kHistoryMismatch,
+                "payload was made by an arc_v3::Session; decode it with Session::Decompress");
+}
+
+// A frame that continues the session's last step (version 9) takes its base checksum and
+// tensor list from that step, which the receiving session remembers.
+Status ResolveContinues(const SessionFrame* session, FrameHeader* header) {
+  if (!header->continues) return Status::Ok();
+  if (session == nullptr) return SessionPayloadForStatelessDecoder();
+  if (!session->has_last_step) {
+    return Status(ErrorCode::kHistoryMismatch,
+                  "payload continues a step this session has not decoded (a missed step, or a "
+                  "Reset on one side only)");
+  }
+  if (header->tensors != (session->last_tensors != nullptr)) {
+    return Status(ErrorCode::kHistoryMismatch,
+                  "payload continues a step of other tensors than this session's last one");
+  }
+  if (header->tensors) {
+    uint64_t sum = 0;
+    for (const uint64_t elements : *session->last_tensors) sum += elements;
+    if (sum != header->element_count) {
+      return Status(ErrorCode::kCorruptHeader,
+                    "element count differs from that of the step the payload continues");
+    }
+    header->tensor_elements = *session->last_tensors;
+  }
+  header->session_frame.base_checksum = session->last_checksum;
+  return Status::Ok();
+}
+
 // A one-tensor call (tensors == nullptr) refuses frames of several tensors; a call with
 // a tensor list needs the frame's list (or, for a one-tensor frame, a list of one) to be
 // the same.
@@ -528,6 +574,7 @@ Status DecodeFrame(const uint16_t* src, size_t count, const uint8_t* bytes, size
   try {
     FrameHeader header;
     ARC_V3_RETURN_IF_ERROR(ParseHeader(bytes, size, /*with_chunk_table=*/true, &header));
+    ARC_V3_RETURN_IF_ERROR(ResolveContinues(expected, &header));
     ARC_V3_RETURN_IF_ERROR(CheckTensorList(header, tensors));
     if (header.element_count != count) {
       return Status(ErrorCode::kSizeMismatch,
@@ -539,10 +586,7 @@ Status DecodeFrame(const uint16_t* src, size_t count, const uint8_t* bytes, size
                     "payload holds " + std::to_string(count) + " elements, out has room for " +
                         std::to_string(out_capacity));
     }
-    if (header.session && expected == nullptr) {
-      return Status(ErrorCode::kHistoryMismatch,
-                    "payload was made by an arc_v3::Session; decode it with Session::Decompress");
-    }
+    if (header.session && expected == nullptr) return SessionPayloadForStatelessDecoder();
     if (!header.session && expected != nullptr) {
       return Status(ErrorCode::kHistoryMismatch, "not a session payload (made by delta_compress)");
     }
@@ -583,6 +627,9 @@ Status DecodeFrame(const uint16_t* src, size_t count, const uint8_t* bytes, size
     if (actual != checksum) {
       return Status(ErrorCode::kChecksumMismatch,
                     "result does not match the checksum: wrong base (src) or corrupt payload");
+    }
+    if (expected != nullptr && expected->frame_listed_tensors != nullptr) {
+      *expected->frame_listed_tensors = header.tensors;
     }
 
     const size_t num_workers = WorkerCount(threads, changes.size());
@@ -635,6 +682,7 @@ Status DecodeTensors(const TensorOut* tensors, size_t tensor_count,
   // Validate the header against the tensors before allocating for them.
   FrameHeader header;
   ARC_V3_RETURN_IF_ERROR(ParseHeader(bytes, size, /*with_chunk_table=*/false, &header));
+  ARC_V3_RETURN_IF_ERROR(ResolveContinues(session_state, &header));
   ARC_V3_RETURN_IF_ERROR(CheckTensorList(header, &counts));
   // Tensors that lie back to back in memory are decoded in place; others go through
   // copies (DecodeFrame writes its `out` only once the result is verified).
@@ -685,6 +733,8 @@ Status delta_inspect(const uint8_t* bytes, size_t size, PayloadInfo* info) {
   info->chunk_count = header.num_chunks;
   info->tensor_count = header.tensors ? header.tensor_elements.size() : 1;
   info->tensor_elements = header.tensor_elements;
+  info->session = header.session;
+  info->continues = header.continues;
   return Status::Ok();
 }
 

@@ -331,20 +331,25 @@ Status EncodeFrame(const uint16_t* src, const uint16_t* dst, size_t count,
         std::any_of(chunks.begin(), chunks.end(), [](const std::vector<uint8_t>& chunk) {
           return chunk.size() > 1 && chunk[0] == kChunkModelled && (chunk[1] & kModelCarried);
         });
+    // A session step whose base is its last step's result, over the same tensors, names
+    // neither (the receiver holds both).
+    const bool continues = session != nullptr && session->ContinuesLastStep(tensors);
     bytes.push_back(published          ? kFormatVersionArcV3
+                    : continues          ? kFirstContinuesVersion
                     : carried_chunks     ? kFirstCarriedModelVersion
                     : history_chunks     ? kFirstRansHistoryVersion
                     : tensors != nullptr ? kFirstTensorsVersion
                                          : kFormatVersionOneTensor);
     bytes.push_back(static_cast<uint8_t>((session != nullptr ? kFlagSession : 0) |
-                                         (tensors != nullptr ? kFlagTensors : 0)));
+                                         (tensors != nullptr ? kFlagTensors : 0) |
+                                         (continues ? kFlagContinues : 0)));
     PutVarint(count, &bytes);
     bytes.push_back(static_cast<uint8_t>(chunk_log));
     if (session != nullptr) {
-      PutU64(session->base_checksum, &bytes);
+      if (!continues) PutU64(session->base_checksum, &bytes);
       PutU64(session->history_id, &bytes);
     }
-    if (tensors != nullptr) {
+    if (tensors != nullptr && !continues) {
       PutVarint(tensors->size(), &bytes);
       for (const uint64_t elements : *tensors) PutVarint(elements, &bytes);
     }

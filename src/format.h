@@ -25,12 +25,16 @@ constexpr uint8_t kMagic[4] = {'A', 'R', 'C', '3'};
 // Version 8 adds modelled chunks that start from the model the same chunk of the session
 // ended on in its last modelled step (model_coder.h, kModelCarried); likewise written only
 // for session payloads that hold one.
+// Version 9 adds session frames that continue the session's last step (kFlagContinues):
+// their base is that step's result and their tensors are its tensors, so the frame leaves
+// out Base_Checksum and the tensor list; written for every session step that qualifies.
 constexpr uint8_t kFormatVersionArcV3 = 1;
-constexpr uint8_t kFormatVersion = 8;
+constexpr uint8_t kFormatVersion = 9;
 constexpr uint8_t kFormatVersionOneTensor = 5;
 constexpr uint8_t kFirstTensorsVersion = 6;
 constexpr uint8_t kFirstRansHistoryVersion = 7;
 constexpr uint8_t kFirstCarriedModelVersion = 8;
+constexpr uint8_t kFirstContinuesVersion = 9;
 constexpr uint8_t kMinChunkLog = 10;
 constexpr uint8_t kMaxChunkLog = 24;
 // Varints in this format never exceed 64 bits (10 bytes of LEB128).
@@ -47,10 +51,13 @@ enum ChunkMode : uint8_t {
 
 // Frame_Header Flags (version 2 on): bit 0 = session payload (Base_Checksum and
 // History_Id follow Chunk_Log); bit 1 (version 6 on) = several tensors (Tensor_Count and
-// the tensors' element counts follow Chunk_Log and the session fields); bits 2-7
+// the tensors' element counts follow Chunk_Log and the session fields); bit 2 (version 9
+// on, session frames only) = continues the session's last step (Base_Checksum and the
+// tensor list are left out: they are that step's result checksum and tensors); bits 3-7
 // reserved.
 constexpr uint8_t kFlagSession = 0x01;
 constexpr uint8_t kFlagTensors = 0x02;
+constexpr uint8_t kFlagContinues = 0x04;
 
 // Chunk layout byte: bits 0-1 select how positions are coded; bits 2-7 are reserved.
 enum PositionMode : uint8_t {

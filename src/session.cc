@@ -32,14 +32,26 @@ struct Session::State {
   // Each chunk's carried model (model_coder.h; null: none yet), and a step's new ones.
   std::vector<ModelStatePtr> models;
   std::vector<ModelStatePtr> next_models;
+  // The last step, which the next one may continue (format version 9): its result's
+  // checksum and, if its frame listed tensors, their element counts.
+  uint64_t last_checksum = 0;
+  bool last_listed_tensors = false;
+  std::vector<uint64_t> last_tensors;
 
   Status Compress(const uint16_t* src, const uint16_t* dst, size_t count,
                   const std::vector<uint64_t>* tensors, Delta* out);
   // The history a step of `count` elements decodes with (a fresh one for the first step,
   // so that a failed step leaves the session untouched), or an error.
   Status HistoryFor(size_t count, std::vector<uint8_t>* fresh, const uint8_t** step_history);
-  // After a successful step: the decoded history becomes the session's.
-  void Advance(uint64_t base_checksum, uint64_t checksum);
+  // After a successful step: the decoded history becomes the session's; `tensors`: the
+  // frame's tensor list, or null for a one-tensor frame.
+  void Advance(uint64_t base_checksum, uint64_t checksum, const std::vector<uint64_t>* tensors);
+  // After a successful step, either side: what the next step may continue.
+  void KeepLastStep(uint64_t checksum, const std::vector<uint64_t>* tensors) {
+    last_checksum = checksum;
+    last_listed_tensors = tensors != nullptr;
+    if (tensors != nullptr) last_tensors = *tensors;
+  }
   // After a successful step: chunks coded as modelled in it carry its models; the others
   // keep theirs.
   void KeepModels();
@@ -50,6 +62,9 @@ struct Session::State {
     frame.history_id = history_id;
     frame.models = &models;
     frame.next_models = &next_models;
+    frame.has_last_step = steps > 0;
+    frame.last_checksum = last_checksum;
+    frame.last_tensors = last_listed_tensors ? &last_tensors : nullptr;
     return frame;
   }
 };
@@ -111,6 +126,7 @@ Status Session::State::Compress(const uint16_t* src, const uint16_t* dst, size_t
   history_id = NextHistoryId(frame.history_id, frame.base_checksum, out->checksum);
   steps += 1;
   KeepModels();
+  KeepLastStep(out->checksum, tensors);
   return Status::Ok();
 }
 
@@ -160,11 +176,13 @@ Status Session::State::HistoryFor(size_t count, std::vector<uint8_t>* fresh,
   return Status::Ok();
 }
 
-void Session::State::Advance(uint64_t base_checksum, uint64_t checksum) {
+void Session::State::Advance(uint64_t base_checksum, uint64_t checksum,
+                             const std::vector<uint64_t>* tensors) {
   history.swap(next_history);
   history_id = NextHistoryId(history_id, base_checksum, checksum);
   steps += 1;
   KeepModels();
+  KeepLastStep(checksum, tensors);
 }
 
 Status Session::Decompress(const uint16_t* src, size_t count, const uint8_t* bytes, size_t size,
@@ -184,7 +202,7 @@ Status Session::Decompress(const uint16_t* src, size_t count, const uint8_t* byt
         DecodeFrame(src, count, bytes, size, checksum, out, count, state_->options.threads,
                     history, &expected, state_->next_history.data());
     if (!status.ok()) return status;
-    state_->Advance(expected.base_checksum, checksum);
+    state_->Advance(expected.base_checksum, checksum, nullptr);
     return Status::Ok();
   } catch (const std::bad_alloc&) {
     return Status(ErrorCode::kOutOfMemory, "out of memory for the session history");
@@ -204,12 +222,14 @@ Status Session::DecompressTensors(const TensorOut* tensors, size_t tensor_count,
     const Status ready = state_->HistoryFor(total, &fresh, &history);
     if (!ready.ok()) return ready;
     uint64_t base_checksum = 0;
-    const SessionFrame session = state_->StepFrame();
+    bool listed_tensors = false;
+    SessionFrame session = state_->StepFrame();
+    session.frame_listed_tensors = &listed_tensors;
     const Status status = DecodeTensors(tensors, tensor_count, counts, total, bytes, size,
                                         checksum, state_->options.threads, history, &session,
                                         state_->next_history.data(), &base_checksum);
     if (!status.ok()) return status;
-    state_->Advance(base_checksum, checksum);
+    state_->Advance(base_checksum, checksum, listed_tensors ? &counts : nullptr);
     return Status::Ok();
   } catch (const std::bad_alloc&) {
     return Status(ErrorCode::kOutOfMemory, "out of memory for the session history");

@@ -131,15 +131,35 @@ TEST_CASE("a receiver with the wrong base or out of step gets an error, not weig
   CHECK(sender.Compress(small.data(), small.data(), small.size(), &delta).ok());
 }
 
+// A one-tensor session step that continues the last one (format version 9) as the frame
+// that names its base instead (Base_Checksum after Chunk_Log, no Continues flag), with
+// version byte `version`: what the encoder wrote before version 9.
+std::vector<uint8_t> NamingItsBase(const std::vector<uint8_t>& bytes, uint64_t base_checksum,
+                                   uint8_t version) {
+  REQUIRE(bytes.size() > 16);
+  REQUIRE(bytes[4] == 9);
+  REQUIRE(bytes[5] == 0x05);  // Session | Continues
+  size_t at = 6;
+  while (bytes[at] & 0x80) ++at;  // Element_Count
+  at += 2;                        // its last byte, Chunk_Log
+  std::vector<uint8_t> named(bytes.begin(), bytes.begin() + static_cast<ptrdiff_t>(at));
+  named[4] = version;
+  named[5] = 0x01;
+  for (int i = 0; i < 8; ++i) named.push_back(static_cast<uint8_t>(base_checksum >> (8 * i)));
+  named.insert(named.end(), bytes.begin() + static_cast<ptrdiff_t>(at), bytes.end());
+  return named;
+}
+
 TEST_CASE("carried models: a failed step leaves them as they were; version 7 may not use them") {
   const Steps steps = MakeSteps(0.005, 3);
   const size_t count = steps.snapshots[0].size();
   Session sender;
   const std::vector<Delta> deltas = CompressEverySnapshot(&sender, steps);
-  // Sparse steps are modelled: from the second on, from the models the first ended on.
+  // Sparse steps are modelled: from the second on, from the models the first ended on, in
+  // frames that continue the step before (version 9).
   CHECK(deltas[0].bytes[4] < 8);
-  CHECK(deltas[1].bytes[4] == 8);
-  CHECK(deltas[2].bytes[4] == 8);
+  CHECK(deltas[1].bytes[4] == 9);
+  CHECK(deltas[2].bytes[4] == 9);
   std::vector<uint16_t> out(count);
   auto apply = [&](Session* receiver, const std::vector<uint8_t>& bytes, size_t step) {
     return receiver->Decompress(steps.snapshots[step].data(), count, bytes.data(), bytes.size(),
@@ -154,11 +174,12 @@ TEST_CASE("carried models: a failed step leaves them as they were; version 7 may
   corrupt[corrupt.size() - 40] ^= 0xFF;
   CHECK(!apply(&receiver, corrupt, 1).ok());
   CHECK(receiver.steps() == 1);
-  // The same chunks in a version-7 frame: the carried-model bit is reserved there.
-  std::vector<uint8_t> old_version = deltas[1].bytes;
-  old_version[4] = 7;
-  CHECK(apply(&receiver, old_version, 1).code() == ErrorCode::kReservedBitsSet);
-  REQUIRE(apply(&receiver, deltas[1].bytes, 1).ok());
+  // The same chunks in a version-7 frame: the carried-model bit is reserved there. In a
+  // version-8 frame (which names its base) they decode, and the next step continues it.
+  const uint64_t base = Checksum(steps.snapshots[1].data(), count);
+  CHECK(apply(&receiver, NamingItsBase(deltas[1].bytes, base, 7), 1).code() ==
+        ErrorCode::kReservedBitsSet);
+  REQUIRE(apply(&receiver, NamingItsBase(deltas[1].bytes, base, 8), 1).ok());
   CHECK(out == steps.snapshots[2]);
   REQUIRE(apply(&receiver, deltas[2].bytes, 2).ok());
   CHECK(out == steps.snapshots[3]);
@@ -173,6 +194,73 @@ TEST_CASE("carried models: a failed step leaves them as they were; version 7 may
                               again.bytes.size(), again.checksum, out.data())
               .ok());
   CHECK(out == steps.snapshots[2]);
+}
+
+TEST_CASE("a step continues the last one exactly when its base is that step's result") {
+  const Steps steps = MakeSteps(0.01, 3);
+  const size_t count = steps.snapshots[0].size();
+  const auto& snap = steps.snapshots;
+  // (base, target) per step: the third starts again from snapshot 1, not from the
+  // second's result; the fourth goes on from the third's.
+  const std::vector<std::pair<size_t, size_t>> plan = {{0, 1}, {1, 2}, {1, 3}, {3, 2}};
+  const std::vector<bool> continues = {false, true, false, true};
+  Session sender, receiver;
+  std::vector<uint16_t> out(count);
+  for (size_t s = 0; s < plan.size(); ++s) {
+    CAPTURE(s);
+    const std::vector<uint16_t>& base = snap[plan[s].first];
+    const std::vector<uint16_t>& target = snap[plan[s].second];
+    Delta delta;
+    REQUIRE(sender.Compress(base.data(), target.data(), count, &delta).ok());
+    PayloadInfo info;
+    REQUIRE(delta_inspect(delta.bytes.data(), delta.bytes.size(), &info).ok());
+    CHECK(info.session);
+    CHECK(info.continues == continues[s]);
+    CHECK((info.format_version == 9) == continues[s]);
+    const auto decode = [&](Session* session, const std::vector<uint16_t>& src,
+                            const std::vector<uint8_t>& bytes) {
+      return session->Decompress(src.data(), count, bytes.data(), bytes.size(), delta.checksum,
+                                 out.data());
+    };
+    if (continues[s]) {
+      // The payload does not name its base, but the receiver still knows it: its last
+      // result. Another src is the wrong base; a session that did not decode the step
+      // before, or a stateless decoder, cannot decode it.
+      const std::vector<uint16_t>& other = snap[plan[s].first == 1 ? 0 : 1];
+      CHECK(decode(&receiver, other, delta.bytes).code() == ErrorCode::kWrongBase);
+      Session fresh;
+      CHECK(decode(&fresh, base, delta.bytes).code() == ErrorCode::kHistoryMismatch);
+      CHECK(delta_decompress(base.data(), count, delta.bytes.data(), delta.bytes.size(),
+                             delta.checksum, out.data())
+                .code() == ErrorCode::kHistoryMismatch);
+      // Flags byte: Session | Continues. The Continues bit is reserved before version 9
+      // and means nothing without the Session bit.
+      std::vector<uint8_t> bad = delta.bytes;
+      REQUIRE(bad[5] == 0x05);
+      bad[4] = 8;
+      CHECK(decode(&receiver, base, bad).code() == ErrorCode::kReservedBitsSet);
+      bad[4] = 9;
+      bad[5] = 0x04;
+      CHECK(decode(&receiver, base, bad).code() == ErrorCode::kCorruptHeader);
+      CHECK(receiver.steps() == s);
+    }
+    const Status status = decode(&receiver, base, delta.bytes);
+    REQUIRE_MESSAGE(status.ok(), status.ToString());
+    CHECK(out == target);
+    CHECK(receiver.history_id() == sender.history_id());
+  }
+  // After a Reset on both sides nothing continues.
+  sender.Reset();
+  receiver.Reset();
+  Delta delta;
+  REQUIRE(sender.Compress(snap[2].data(), snap[3].data(), count, &delta).ok());
+  PayloadInfo info;
+  REQUIRE(delta_inspect(delta.bytes.data(), delta.bytes.size(), &info).ok());
+  CHECK(!info.continues);
+  REQUIRE(receiver.Decompress(snap[2].data(), count, delta.bytes.data(), delta.bytes.size(),
+                              delta.checksum, out.data())
+              .ok());
+  CHECK(out == snap[3]);
 }
 
 // A run's snapshots cut into tensors of these sizes, back to back in memory as in a
@@ -217,9 +305,14 @@ TEST_CASE("a session over a group of tensors round-trips and beats one session p
     const std::vector<TensorDelta> tensors = views.Deltas(sizes, prev, next);
     Delta delta;
     REQUIRE(sender.CompressTensors(tensors.data(), tensors.size(), &delta).ok());
+    // The first step lists the tensors; the others continue it and leave the list out.
     PayloadInfo info;
     REQUIRE(delta_inspect(delta.bytes.data(), delta.bytes.size(), &info).ok());
-    CHECK(info.tensor_elements == std::vector<uint64_t>(sizes.begin(), sizes.end()));
+    CHECK(info.session);
+    CHECK(info.continues == (s > 0));
+    CHECK(info.tensor_count == (s > 0 ? 0 : sizes.size()));
+    CHECK(info.tensor_elements ==
+          (s > 0 ? std::vector<uint64_t>() : std::vector<uint64_t>(sizes.begin(), sizes.end())));
     // Stateless calls refuse it; the receiver rebuilds its weights in place.
     std::vector<uint16_t> out(count, 7);
     const std::vector<TensorOut> stateless = views.Outs(sizes, prev, out.data());
@@ -301,11 +394,15 @@ std::vector<uint8_t> CommittedPayload(const std::string& path, const Delta& made
 // (real_gpt2_lr1e-6, h.0.attn.c_attn.weight, steps 0-3), coded by one Session per step
 // (sN.arc3) and by one group Session over three tensors of it (gN.arc3). A receiver must
 // keep decoding them in every later version, history and all. Those of session/ (format
-// versions 5 and 6) were written before sessions carried their models; the newest format's
-// encoder must keep writing those of session/v8/ (steps 2 and 3 start from the models
-// step 1 ended on; regenerate after a deliberate change with ARC_V3_UPDATE_GOLDEN=1 bazel
-// run //tests:session_test).
-void CheckCommittedSession(const std::string& payload_dir, bool encoder_writes_them) {
+// versions 5 and 6) were written before sessions carried their models, those of
+// session/v8/ before session steps continued the step before them (their steps 2 and 3
+// start from the models step 1 ended on, version 8); the newest format's encoder must keep
+// writing those of session/v9/ (steps 2 and 3 also continue the step before, version 9;
+// regenerate after a deliberate change with ARC_V3_UPDATE_GOLDEN=1 bazel run
+// //tests:session_test). `later_version`: the format version of steps 2 and 3, or 0 for
+// versions below 8 (step 1 is always below 8).
+void CheckCommittedSession(const std::string& payload_dir, int later_version,
+                           bool encoder_writes_them) {
   const std::string dir = std::string(test::kGoldenDir) + "session/";
   std::vector<std::vector<uint16_t>> steps;
   for (int i = 0; i < 4; ++i) steps.push_back(test::ReadBf16(dir + "step" + std::to_string(i) + ".bf16"));
@@ -332,12 +429,16 @@ void CheckCommittedSession(const std::string& payload_dir, bool encoder_writes_t
       CHECK(single_bytes == delta.bytes);
       CHECK(group_bytes == group_delta.bytes);
     }
-    // The steps after the first hold modelled chunks, coded from carried models from
-    // version 8 on (the byte after the magic is the version).
+    // The byte after the magic is the version.
     REQUIRE(single_bytes.size() > 4);
     REQUIRE(group_bytes.size() > 4);
-    CHECK((single_bytes[4] == 8) == (encoder_writes_them && i > 1));
-    CHECK((group_bytes[4] == 8) == (encoder_writes_them && i > 1));
+    for (const uint8_t version : {single_bytes[4], group_bytes[4]}) {
+      if (i > 1 && later_version != 0) {
+        CHECK(version == later_version);
+      } else {
+        CHECK(version < 8);
+      }
+    }
     const uint64_t checksum = Checksum(steps[i].data(), count);
     Status status = receiver.Decompress(weights.data(), count, single_bytes.data(),
                                         single_bytes.size(), checksum, weights.data());
@@ -357,23 +458,28 @@ void CheckCommittedSession(const std::string& payload_dir, bool encoder_writes_t
 
 TEST_CASE("committed session payloads, one tensor and a group, still decode step by step") {
   const std::string dir = std::string(test::kGoldenDir) + "session/";
-  SUBCASE("versions 5 and 6, before carried models") { CheckCommittedSession(dir, false); }
-  SUBCASE("version 8, written by this encoder") { CheckCommittedSession(dir + "v8/", true); }
+  SUBCASE("versions 5 and 6, before carried models") { CheckCommittedSession(dir, 0, false); }
+  SUBCASE("version 8, before steps continued") { CheckCommittedSession(dir + "v8/", 8, false); }
+  SUBCASE("version 9, written by this encoder") {
+    CheckCommittedSession(dir + "v9/", 9, true);
+  }
 }
 
 // Committed dense session payloads (tests/golden/session/dN.arc3): 65,536 elements of
 // the real_gpt2_lr5e-6 run (h.3.mlp.c_fc.weight, steps 0-2, ~6.4% changed). Step 1 has
 // no history yet: a plain rANS chunk, format version 5. Step 2 is an rANS chunk coded
-// with the history (Chunk_Mode 4), format version 7. Regenerated with the payloads above.
-TEST_CASE("committed dense session payloads: rANS with the history, format version 7") {
+// with the history (Chunk_Mode 4) in a frame that continues step 1, format version 9;
+// d2_v7.arc3 is the same step as written before frames continued (version 7), which must
+// keep decoding. Regenerated with the payloads above.
+TEST_CASE("committed dense session payloads: rANS with the history, format versions 7 and 9") {
   const std::string dir = std::string(test::kGoldenDir) + "session/";
   std::vector<std::vector<uint16_t>> steps;
   for (int i = 0; i < 3; ++i) {
     steps.push_back(test::ReadBf16(dir + "dense" + std::to_string(i) + ".bf16"));
   }
   const size_t count = steps[0].size();
-  Session sender, receiver;
-  std::vector<uint16_t> weights = steps[0];
+  Session sender, receiver, old_receiver;
+  std::vector<uint16_t> weights = steps[0], old_weights = steps[0];
   for (int i = 1; i < 3; ++i) {
     CAPTURE(i);
     const std::string path = dir + "d" + std::to_string(i) + ".arc3";
@@ -381,14 +487,23 @@ TEST_CASE("committed dense session payloads: rANS with the history, format versi
     REQUIRE(sender.Compress(steps[i - 1].data(), steps[i].data(), count, &delta).ok());
     const std::vector<uint8_t> bytes = CommittedPayload(path, delta);
     CHECK(bytes == delta.bytes);
-    PayloadStats stats;
-    REQUIRE(delta_stats(bytes.data(), bytes.size(), &stats).ok());
-    CHECK(stats.info.format_version == (i == 1 ? 5u : 7u));
-    CHECK(stats.chunk_modes[i == 1 ? 3 : 4] == 1);
-    const Status status = receiver.Decompress(weights.data(), count, bytes.data(), bytes.size(),
-                                              Checksum(steps[i].data(), count), weights.data());
-    REQUIRE_MESSAGE(status.ok(), status.ToString());
-    CHECK(weights == steps[i]);
+    const std::vector<uint8_t> old_bytes = i == 1 ? bytes : test::ReadFile(dir + "d2_v7.arc3");
+    const uint64_t checksum = Checksum(steps[i].data(), count);
+    for (const bool old : {false, true}) {
+      CAPTURE(old);
+      const std::vector<uint8_t>& payload = old ? old_bytes : bytes;
+      PayloadStats stats;
+      REQUIRE(delta_stats(payload.data(), payload.size(), &stats).ok());
+      CHECK(stats.info.format_version == (i == 1 ? 5u : old ? 7u : 9u));
+      CHECK(stats.info.continues == (i == 2 && !old));
+      CHECK(stats.chunk_modes[i == 1 ? 3 : 4] == 1);
+      std::vector<uint16_t>& out = old ? old_weights : weights;
+      const Status status = (old ? old_receiver : receiver)
+                                .Decompress(out.data(), count, payload.data(), payload.size(),
+                                            checksum, out.data());
+      REQUIRE_MESSAGE(status.ok(), status.ToString());
+      CHECK(out == steps[i]);
+    }
   }
 }
 

@@ -135,9 +135,21 @@ def test_session_steps_and_errors():
     srcs, dsts = small_layers(seed=11)
     group_sender, group_receiver = arc_v3.Session(), arc_v3.Session()
     payload, checksum = group_sender.compress_tensors(srcs, dsts)
-    assert arc_v3.payload_info(payload)["tensor_elements"] == [t.numel() for t in srcs]
+    info = arc_v3.payload_info(payload)
+    assert info["session"] and not info["continues"]
+    assert info["tensor_elements"] == [t.numel() for t in srcs]
     restored = group_receiver.decompress_tensors(srcs, payload, checksum)
     for r, d in zip(restored, dsts):
+        assert torch.equal(r.view(torch.int16), d.view(torch.int16))
+    # The next step starts from that result over the same tensors: it continues the step
+    # and leaves out its base checksum and tensor list, which the receiver remembers.
+    nexts = [d.clone() for d in dsts]
+    nexts[0].view(torch.int16)[:3] += 1
+    payload, checksum = group_sender.compress_tensors(dsts, nexts)
+    info = arc_v3.payload_info(payload)
+    assert info["continues"] and info["tensor_count"] == 0 and info["tensor_elements"] == []
+    restored = group_receiver.decompress_tensors(restored, payload, checksum)
+    for r, d in zip(restored, nexts):
         assert torch.equal(r.view(torch.int16), d.view(torch.int16))
     group_sender.reset()
     assert group_sender.steps == 0

@@ -15,6 +15,8 @@
 #include <cstring>
 #include <vector>
 
+#include "arc_v3.hpp"
+
 // A violated promise is a crash: libFuzzer then saves the input as a reproducer.
 #define FUZZ_CHECK(cond, what)                                                  \
   do {                                                                          \
@@ -59,6 +61,54 @@ inline std::vector<uint16_t> MakeBase(size_t n) {
   std::vector<uint16_t> base(n);
   for (size_t i = 0; i < n; ++i) base[i] = BaseValue(i);
   return base;
+}
+
+// The step a primed session has decoded before it meets the fuzz input (fuzz_decode.cc,
+// make_seeds.cc): from this base to MakeBase(n), so that a payload continuing that step
+// (format 9) is decoded against the fixed base with the step's history and carried
+// models. Every 29th element differs in its lowest mantissa bit: sparse enough that the
+// step's chunks are modelled.
+inline std::vector<uint16_t> MakePrimingBase(size_t n) {
+  std::vector<uint16_t> base = MakeBase(n);
+  for (size_t i = 3; i < n; i += 29) base[i] ^= 1;
+  return base;
+}
+
+// How the seeds' and the primed sessions' groups split n elements: a third, an empty
+// tensor, the rest.
+inline std::vector<uint64_t> GroupSplit(size_t n) { return {n / 3, 0, n - n / 3}; }
+
+// `src` and `second` (dst or out) of a group cut by GroupSplit, back to back.
+template <class Tensor, class Second>
+std::vector<Tensor> GroupViews(size_t n, const uint16_t* src, Second second) {
+  std::vector<Tensor> tensors;
+  size_t at = 0;
+  for (const uint64_t count : GroupSplit(n)) {
+    tensors.push_back({src + at, second + at, static_cast<size_t>(count)});
+    at += static_cast<size_t>(count);
+  }
+  return tensors;
+}
+
+// The priming step, coded by `sender` (fresh; one tensor, or a group cut by GroupSplit)
+// with the options of the seeds.
+inline Options SeedOptions() {
+  Options options;
+  options.chunk_elements = 1024;
+  options.threads = 1;
+  return options;
+}
+inline void CompressPrimingStep(size_t n, bool group, Session* sender, Delta* delta) {
+  const std::vector<uint16_t> before = MakePrimingBase(n), after = MakeBase(n);
+  Status status;
+  if (group) {
+    const std::vector<TensorDelta> tensors =
+        GroupViews<TensorDelta>(n, before.data(), after.data());
+    status = sender->CompressTensors(tensors.data(), tensors.size(), delta);
+  } else {
+    status = sender->Compress(before.data(), after.data(), n, delta);
+  }
+  FUZZ_CHECK(status.ok(), "priming step");
 }
 
 // Reads fields off the front of the input; past its end every read yields 0.

@@ -3,10 +3,15 @@
 // every error (out of place and in place), the structural decoders agree (delta_stats
 // succeeds exactly when delta_decompress fails only on the checksum), and the result does
 // not depend on the thread count. Session payloads: delta_decompress refuses them, and a
-// fresh arc_v3::Session decodes them (a group: DecompressTensors) with the same promises,
-// its state unchanged on error. Groups of tensors: see FuzzTensorsDecode.
+// fresh arc_v3::Session and one primed with a step that ends on the base (so that payloads
+// continuing it, format 9, reach their chunks) decode them (a group: DecompressTensors)
+// with the same promises, their state unchanged on error. Groups of tensors: see
+// FuzzTensorsDecode.
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <map>
+#include <utility>
 #include <vector>
 
 #include "arc_v3.hpp"
@@ -18,6 +23,62 @@ namespace fuzz {
 // Bigger payload headers are rejected before decoding; keeps each run fast.
 constexpr uint64_t kMaxElements = uint64_t{1} << 16;
 
+// Decodes a session payload through `session` (a group through DecompressTensors with
+// `list`): success only with a matching result; on error `out` (n + 1 sentinels) and the
+// session's state are untouched.
+void CheckSessionDecode(Session* session, const std::vector<uint16_t>& src, bool group,
+                        const std::vector<uint64_t>& list, const uint8_t* data, size_t size,
+                        uint64_t checksum, std::vector<uint16_t>* out) {
+  const size_t n = src.size();
+  const uint64_t steps = session->steps(), history_id = session->history_id();
+  Status decoded;
+  if (group) {
+    std::vector<TensorOut> tensors;
+    size_t at = 0;
+    for (const uint64_t count : list) {
+      FUZZ_CHECK(count <= n - at, "tensor counts exceed the element count (session)");
+      tensors.push_back({src.data() + at, out->data() + at, count});
+      at += count;
+    }
+    decoded = session->DecompressTensors(tensors.data(), tensors.size(), data, size, checksum);
+  } else {
+    decoded = session->Decompress(src.data(), n, data, size, checksum, out->data());
+  }
+  FUZZ_CHECK(!decoded.ok() || n == 0 || Checksum(out->data(), n) == checksum,
+             "session reported success with a result that does not match the checksum");
+  if (!decoded.ok()) {
+    for (const uint16_t v : *out) FUZZ_CHECK(v == 0xBEEF, "out written on error (session)");
+    FUZZ_CHECK(session->steps() == steps && session->history_id() == history_id,
+               "session state changed by a failed decode");
+  }
+  FUZZ_CHECK((*out)[n] == 0xBEEF, "write past count (session)");
+}
+
+// A receiver that has decoded the priming step (fuzz_common.h), which ends on the fixed
+// base of n elements.
+void PrimeReceiver(size_t n, bool group, Session* receiver) {
+  // The sender's payloads by (n, group), kept for the next inputs of the same size.
+  static auto* const payloads = new std::map<std::pair<size_t, bool>, Delta>();
+  if (payloads->size() > 64) payloads->clear();
+  Delta& delta = (*payloads)[{n, group}];
+  if (delta.bytes.empty()) {
+    Session sender(SeedOptions());
+    CompressPrimingStep(n, group, &sender, &delta);
+  }
+  const std::vector<uint16_t> before = MakePrimingBase(n);
+  std::vector<uint16_t> after(n);
+  Status status;
+  if (group) {
+    const std::vector<TensorOut> tensors = GroupViews<TensorOut>(n, before.data(), after.data());
+    status = receiver->DecompressTensors(tensors.data(), tensors.size(), delta.bytes.data(),
+                                         delta.bytes.size(), delta.checksum);
+  } else {
+    status = receiver->Decompress(before.data(), n, delta.bytes.data(), delta.bytes.size(),
+                                  delta.checksum, after.data());
+  }
+  FUZZ_CHECK(status.ok(), "the primed receiver decodes the priming step");
+}
+
 // `out` holds n + 1 sentinels.
 int FuzzSessionDecode(const std::vector<uint16_t>& src, const PayloadInfo& info,
                       const uint8_t* data, size_t size, uint64_t checksum,
@@ -25,32 +86,21 @@ int FuzzSessionDecode(const std::vector<uint16_t>& src, const PayloadInfo& info,
   const size_t n = src.size();
   const Status plain = delta_decompress(src.data(), n, data, size, checksum, out->data(), n, 1);
   FUZZ_CHECK(!plain.ok(), "delta_decompress accepted a session payload");
+  // A session over a group of tensors (format 6) decodes through DecompressTensors.
+  const bool group = (data[5] & 2) != 0;
   Options options;
   options.threads = 1;
-  Session session(options);
-  const uint64_t history_id = session.history_id();
-  // A session over a group of tensors (format 6) decodes through DecompressTensors.
-  Status decoded;
-  if (!info.tensor_elements.empty() || info.tensor_count != 1) {
-    std::vector<TensorOut> tensors;
-    size_t at = 0;
-    for (const uint64_t count : info.tensor_elements) {
-      FUZZ_CHECK(count <= n - at, "tensor counts exceed the element count (session)");
-      tensors.push_back({src.data() + at, out->data() + at, count});
-      at += count;
-    }
-    decoded = session.DecompressTensors(tensors.data(), tensors.size(), data, size, checksum);
-  } else {
-    decoded = session.Decompress(src.data(), n, data, size, checksum, out->data());
-  }
-  FUZZ_CHECK(!decoded.ok() || n == 0 || Checksum(out->data(), n) == checksum,
-             "session reported success with a result that does not match the checksum");
-  if (!decoded.ok()) {
-    for (const uint16_t v : *out) FUZZ_CHECK(v == 0xBEEF, "out written on error (session)");
-    FUZZ_CHECK(session.steps() == 0 && session.history_id() == history_id,
-               "session state changed by a failed decode");
-  }
-  FUZZ_CHECK((*out)[n] == 0xBEEF, "write past count (session)");
+  // A fresh session: only a payload that starts a session can decode.
+  Session fresh(options);
+  CheckSessionDecode(&fresh, src, group, info.tensor_elements, data, size, checksum, out);
+  // A session one step further, which ended on the fixed base: a payload that continues
+  // that step (format 9) decodes with its history, carried models and, for a group, its
+  // tensor list.
+  Session primed(options);
+  PrimeReceiver(n, group, &primed);
+  std::fill(out->begin(), out->end(), 0xBEEF);
+  CheckSessionDecode(&primed, src, group, info.continues ? GroupSplit(n) : info.tensor_elements,
+                     data, size, checksum, out);
   return 0;
 }
 

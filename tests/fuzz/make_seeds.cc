@@ -1,7 +1,7 @@
 // Writes the seed corpora of the fuzz targets (run by build.sh --seeds):
 //   decode/     payloads of both formats, several densities, efforts and chunk sizes,
-//               groups of tensors (format 6),
-//               and session payloads,
+//               groups of tensors (format 6), and session payloads (first steps, and
+//               steps that continue fuzz_common.h's priming step, format 9),
 //               against the fixed base of fuzz_common.h;
 //   roundtrip/  option + edit-list inputs of fuzz_roundtrip.cc;
 //   kernels/    control byte + XOR masks of fuzz_kernels.cc;
@@ -72,14 +72,9 @@ void DecodeSeeds(const std::string& dir) {
       }
       if (n > 0) {
         // Groups of tensors (format 6): the same elements split in three, one empty.
-        const size_t first = n / 3;
-        const std::vector<TensorDelta> tensors = {{src.data(), dst.data(), first},
-                                                  {src.data() + first, dst.data() + first, 0},
-                                                  {src.data() + first, dst.data() + first,
-                                                   n - first}};
-        Options options;
-        options.chunk_elements = 1024;
-        options.threads = 1;
+        const std::vector<TensorDelta> tensors =
+            GroupViews<TensorDelta>(n, src.data(), dst.data());
+        const Options options = SeedOptions();
         Delta delta;
         FUZZ_CHECK(delta_compress_tensors(tensors.data(), tensors.size(), &delta, options).ok(),
                    "compress tensors");
@@ -92,14 +87,28 @@ void DecodeSeeds(const std::string& dir) {
       }
       // Session payloads: the first step's matches a fresh Session on the fuzz base, so
       // mutations reach the history-conditioned decoding; the second's history differs.
-      Options options;
-      options.chunk_elements = 1024;
-      options.threads = 1;
-      Session session(options);
+      Session session(SeedOptions());
       for (int step = 0; step < 2; ++step) {
         Delta delta;
         FUZZ_CHECK(session.Compress(src.data(), dst.data(), n, &delta).ok(), "session");
         Write(dir + "/session_" + std::to_string(index++), delta.bytes);
+      }
+      // Steps that continue the priming step (format 9), one tensor and a group: they
+      // decode on fuzz_decode's primed sessions, chunks from its carried models.
+      for (const bool group : {false, true}) {
+        Session sender(SeedOptions());
+        Delta delta;
+        CompressPrimingStep(n, group, &sender, &delta);
+        Status status;
+        if (group) {
+          const std::vector<TensorDelta> tensors =
+              GroupViews<TensorDelta>(n, src.data(), dst.data());
+          status = sender.CompressTensors(tensors.data(), tensors.size(), &delta);
+        } else {
+          status = sender.Compress(src.data(), dst.data(), n, &delta);
+        }
+        FUZZ_CHECK(status.ok(), "continuing session step");
+        Write(dir + "/continues_" + std::to_string(index++), delta.bytes);
       }
     }
   }

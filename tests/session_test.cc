@@ -249,6 +249,21 @@ TEST_CASE("a step continues the last one exactly when its base is that step's re
     CHECK(out == target);
     CHECK(receiver.history_id() == sender.history_id());
   }
+  // A receiver may decode one-tensor payloads through DecompressTensors with a list of
+  // one: what it remembers is the frame's (no list), so the continuing steps match.
+  {
+    Session one_sender, list_receiver;
+    std::vector<uint16_t> weights = snap[0];
+    for (size_t s = 0; s < 2; ++s) {
+      Delta delta;
+      REQUIRE(one_sender.Compress(snap[s].data(), snap[s + 1].data(), count, &delta).ok());
+      const TensorOut whole = {weights.data(), weights.data(), count};
+      const Status status = list_receiver.DecompressTensors(&whole, 1, delta.bytes.data(),
+                                                            delta.bytes.size(), delta.checksum);
+      REQUIRE_MESSAGE(status.ok(), status.ToString());
+      CHECK(weights == snap[s + 1]);
+    }
+  }
   // After a Reset on both sides nothing continues.
   sender.Reset();
   receiver.Reset();

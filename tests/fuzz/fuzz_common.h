@@ -90,14 +90,15 @@ std::vector<Tensor> GroupViews(size_t n, const uint16_t* src, Second second) {
   return tensors;
 }
 
-// The priming step, coded by `sender` (fresh; one tensor, or a group cut by GroupSplit)
-// with the options of the seeds.
+// The options the decode seeds and the priming step are coded with.
 inline Options SeedOptions() {
   Options options;
   options.chunk_elements = 1024;
   options.threads = 1;
   return options;
 }
+// The priming step, coded by `sender` (created with SeedOptions, fresh; one tensor, or a
+// group cut by GroupSplit).
 inline void CompressPrimingStep(size_t n, bool group, Session* sender, Delta* delta) {
   const std::vector<uint16_t> before = MakePrimingBase(n), after = MakeBase(n);
   Status status;

@@ -97,19 +97,20 @@ inline Options SeedOptions() {
   options.threads = 1;
   return options;
 }
-// The priming step, coded by `sender` (created with SeedOptions, fresh; one tensor, or a
-// group cut by GroupSplit).
+// One session step before -> after of n elements through `sender`: one tensor, or a group
+// cut by GroupSplit.
+inline Status CompressSessionStep(const uint16_t* before, const uint16_t* after, size_t n,
+                                  bool group, Session* sender, Delta* delta) {
+  if (!group) return sender->Compress(before, after, n, delta);
+  const std::vector<TensorDelta> tensors = GroupViews<TensorDelta>(n, before, after);
+  return sender->CompressTensors(tensors.data(), tensors.size(), delta);
+}
+
+// The priming step, coded by `sender` (created with SeedOptions, fresh).
 inline void CompressPrimingStep(size_t n, bool group, Session* sender, Delta* delta) {
   const std::vector<uint16_t> before = MakePrimingBase(n), after = MakeBase(n);
-  Status status;
-  if (group) {
-    const std::vector<TensorDelta> tensors =
-        GroupViews<TensorDelta>(n, before.data(), after.data());
-    status = sender->CompressTensors(tensors.data(), tensors.size(), delta);
-  } else {
-    status = sender->Compress(before.data(), after.data(), n, delta);
-  }
-  FUZZ_CHECK(status.ok(), "priming step");
+  FUZZ_CHECK(CompressSessionStep(before.data(), after.data(), n, group, sender, delta).ok(),
+             "priming step");
 }
 
 // Reads fields off the front of the input; past its end every read yields 0.

@@ -99,15 +99,8 @@ void DecodeSeeds(const std::string& dir) {
         Session sender(SeedOptions());
         Delta delta;
         CompressPrimingStep(n, group, &sender, &delta);
-        Status status;
-        if (group) {
-          const std::vector<TensorDelta> tensors =
-              GroupViews<TensorDelta>(n, src.data(), dst.data());
-          status = sender.CompressTensors(tensors.data(), tensors.size(), &delta);
-        } else {
-          status = sender.Compress(src.data(), dst.data(), n, &delta);
-        }
-        FUZZ_CHECK(status.ok(), "continuing session step");
+        FUZZ_CHECK(CompressSessionStep(src.data(), dst.data(), n, group, &sender, &delta).ok(),
+                   "continuing session step");
         Write(dir + "/continues_" + std::to_string(index++), delta.bytes);
       }
     }

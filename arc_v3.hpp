@@ -213,8 +213,10 @@ struct PayloadInfo {
   uint64_t element_count = 0;
   uint32_t chunk_elements = 0;
   uint64_t chunk_count = 0;
-  uint64_t tensor_count = 1;  // tensors listed by a delta_compress_tensors payload, else 1
-  std::vector<uint64_t> tensor_elements;  // their element counts (empty for one tensor)
+  uint64_t tensor_count = 1;  // tensors of a delta_compress_tensors payload, else 1
+  // Their element counts, as payloads of format versions 6-9 list them. From version 10 a
+  // payload holds only a check of the counts (the decoder is handed them): empty.
+  std::vector<uint64_t> tensor_elements;
   bool session = false;  // made by an arc_v3::Session
   // A session payload that continues its session's last step (format version 9): its base
   // and its tensors are that step's result and tensors, which the payload does not repeat

@@ -1,4 +1,5 @@
-// The payload checksum: XXH3-64 (seed 0) of the BF16 values' little-endian bytes.
+// The payload checksum: XXH3-64 (seed 0) of the BF16 values' little-endian bytes; and the
+// check of a frame's tensor list.
 #include <new>
 
 #include "arc_v3.hpp"
@@ -20,6 +21,14 @@ ChecksumStream::~ChecksumStream() { XXH3_freeState(static_cast<XXH3_state_t*>(st
 
 void ChecksumStream::Update(const uint16_t* values, size_t count) {
   XXH3_64bits_update(static_cast<XXH3_state_t*>(state_), values, count * sizeof(uint16_t));
+}
+
+uint32_t TensorListCheck(const std::vector<uint64_t>& counts) {
+  std::vector<uint8_t> bytes(8 * counts.size());  // u64 little-endian each
+  for (size_t t = 0; t < counts.size(); ++t) {
+    for (int i = 0; i < 8; ++i) bytes[8 * t + i] = static_cast<uint8_t>(counts[t] >> (8 * i));
+  }
+  return static_cast<uint32_t>(XXH3_64bits(bytes.data(), bytes.size()));
 }
 
 uint64_t ChecksumStream::Digest() const {

@@ -182,6 +182,10 @@ class ChecksumStream {
 // The history identity after a step from a base to a target with these checksums.
 uint64_t NextHistoryId(uint64_t history_id, uint64_t base_checksum, uint64_t target_checksum);
 
+// Tensor_List_Check (format version 10): the low 32 bits of XXH3-64 of the tensors'
+// element counts, each as a u64 little-endian.
+uint32_t TensorListCheck(const std::vector<uint64_t>& counts);
+
 }  // namespace arc_v3
 
 #endif  // ARC_V3_SRC_CODEC_INTERNAL_H_

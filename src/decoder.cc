@@ -41,7 +41,13 @@ struct FrameHeader {
   // Continues the session's last step (version 9 on): Base_Checksum and the tensor list
   // are not in the payload (ResolveContinues fills them in from the session).
   bool continues = false;
-  std::vector<uint64_t> tensor_elements;  // if tensors: each tensor's element count
+  uint64_t tensor_count = 0;  // if tensors (0 while a continuing frame is unresolved)
+  // Version 10 frames of several tensors that name their list hold only Tensor_Count and
+  // this check of the element counts (TensorListCheck); older ones, and continuing frames
+  // once resolved, hold the list itself.
+  bool has_list_check = false;
+  uint32_t tensor_list_check = 0;
+  std::vector<uint64_t> tensor_elements;  // if tensors and !has_list_check: the counts
   uint64_t element_count = 0;
   int chunk_log = 0;
   uint64_t num_chunks = 0;
@@ -106,16 +112,24 @@ Status ParseHeader(const uint8_t* bytes, size_t size, bool with_chunk_table,
     header->session_frame.history_id = LoadU64(fields);
   }
   if (header->tensors && !header->continues) {
-    // Each count takes at least one byte, so the list cannot outgrow the payload.
     uint64_t tensor_count;
     if (!reader.ReadVarint(&tensor_count)) {
       return Status(reader.remaining() == 0 ? ErrorCode::kTruncated : ErrorCode::kCorruptHeader,
                     "bad tensor count");
     }
-    if (tensor_count > reader.remaining()) {
+    header->tensor_count = tensor_count;
+    if (version >= kFirstListCheckVersion) {
+      const uint8_t* check;
+      if (!reader.ReadSpan(4, &check)) {
+        return Status(ErrorCode::kTruncated, "no tensor list check");
+      }
+      header->has_list_check = true;
+      header->tensor_list_check = LoadU32(check);
+    } else if (tensor_count > reader.remaining()) {
+      // Each count takes at least one byte, so the list cannot outgrow the payload.
       return Status(ErrorCode::kTruncated, "payload too short for its tensor list");
     }
-    header->tensor_elements.resize(tensor_count);
+    if (!header->has_list_check) header->tensor_elements.resize(tensor_count);
     uint64_t sum = 0;
     for (uint64_t& elements : header->tensor_elements) {
       if (!reader.ReadVarint(&elements)) {
@@ -127,7 +141,7 @@ Status ParseHeader(const uint8_t* bytes, size_t size, bool with_chunk_table,
       }
       sum += elements;
     }
-    if (sum != header->element_count) {
+    if (!header->has_list_check && sum != header->element_count) {
       return Status(ErrorCode::kCorruptHeader, "tensor element counts fall short of the frame's");
     }
   }
@@ -515,6 +529,7 @@ Status ResolveContinues(const SessionFrame* session, FrameHeader* header) {
                     "element count differs from that of the step the payload continues");
     }
     header->tensor_elements = *session->last_tensors;
+    header->tensor_count = header->tensor_elements.size();
   }
   header->session_frame.base_checksum = session->last_checksum;
   return Status::Ok();
@@ -522,19 +537,34 @@ Status ResolveContinues(const SessionFrame* session, FrameHeader* header) {
 
 // A one-tensor call (tensors == nullptr) refuses frames of several tensors; a call with
 // a tensor list needs the frame's list (or, for a one-tensor frame, a list of one) to be
-// the same.
+// the same: from version 10, the same count, total and list check.
 Status CheckTensorList(const FrameHeader& header, const std::vector<uint64_t>* tensors) {
   if (header.tensors && tensors == nullptr) {
     return Status(ErrorCode::kSizeMismatch,
-                  "payload holds " + std::to_string(header.tensor_elements.size()) +
+                  "payload holds " + std::to_string(header.tensor_count) +
                       " tensors; decode it with delta_decompress_tensors");
   }
   if (tensors != nullptr) {
-    const size_t listed = header.tensors ? header.tensor_elements.size() : 1;
+    const uint64_t listed = header.tensors ? header.tensor_count : 1;
     if (tensors->size() != listed) {
       return Status(ErrorCode::kSizeMismatch,
                     "payload holds " + std::to_string(listed) + " tensor(s), the call passes " +
                         std::to_string(tensors->size()));
+    }
+    if (header.has_list_check) {
+      uint64_t total = 0;
+      for (const uint64_t elements : *tensors) total += elements;
+      if (total != header.element_count) {
+        return Status(ErrorCode::kSizeMismatch,
+                      "the tensors hold " + std::to_string(total) + " elements in all, the payload " +
+                          std::to_string(header.element_count));
+      }
+      if (TensorListCheck(*tensors) != header.tensor_list_check) {
+        return Status(ErrorCode::kSizeMismatch,
+                      "the tensors' element counts are not the payload's (same total, split "
+                      "otherwise: its tensor list check differs)");
+      }
+      return Status::Ok();
     }
     for (size_t t = 0; t < listed; ++t) {
       const uint64_t elements = header.tensors ? header.tensor_elements[t] : header.element_count;
@@ -731,7 +761,7 @@ Status delta_inspect(const uint8_t* bytes, size_t size, PayloadInfo* info) {
   info->element_count = header.element_count;
   info->chunk_elements = uint32_t{1} << header.chunk_log;
   info->chunk_count = header.num_chunks;
-  info->tensor_count = header.tensors ? header.tensor_elements.size() : 1;
+  info->tensor_count = header.tensors ? header.tensor_count : 1;
   info->tensor_elements = header.tensor_elements;
   info->session = header.session;
   info->continues = header.continues;

@@ -334,7 +334,9 @@ Status EncodeFrame(const uint16_t* src, const uint16_t* dst, size_t count,
     // A session step whose base is its last step's result, over the same tensors, names
     // neither (the receiver holds both).
     const bool continues = session != nullptr && session->ContinuesLastStep(tensors);
+    const bool lists_tensors = tensors != nullptr && !continues;
     bytes.push_back(published          ? kFormatVersionArcV3
+                    : lists_tensors      ? kFirstListCheckVersion
                     : continues          ? kFirstContinuesVersion
                     : carried_chunks     ? kFirstCarriedModelVersion
                     : history_chunks     ? kFirstRansHistoryVersion
@@ -349,9 +351,9 @@ Status EncodeFrame(const uint16_t* src, const uint16_t* dst, size_t count,
       if (!continues) PutU64(session->base_checksum, &bytes);
       PutU64(session->history_id, &bytes);
     }
-    if (tensors != nullptr && !continues) {
+    if (lists_tensors) {
       PutVarint(tensors->size(), &bytes);
-      for (const uint64_t elements : *tensors) PutVarint(elements, &bytes);
+      PutU32(TensorListCheck(*tensors), &bytes);
     }
     // Version 3 leaves out the last chunk's size: it runs to the end of the payload.
     const size_t stored_sizes = published || chunks.empty() ? chunks.size() : chunks.size() - 1;

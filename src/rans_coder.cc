@@ -429,10 +429,6 @@ class RansEncoder {
   std::vector<uint16_t>* words_;
 };
 
-void PutU32(uint32_t value, std::vector<uint8_t>* out) {
-  for (int i = 0; i < 4; ++i) out->push_back(static_cast<uint8_t>(value >> (8 * i)));
-}
-
 // The states, then the words in decoding order (the reverse of their coding order).
 void AppendStream(const uint32_t* states, int num_states, const uint16_t* words,
                   size_t num_words, std::vector<uint8_t>* out) {
@@ -523,11 +519,6 @@ class EscapeDecoder {
   size_t next_ = 0;
   bool bad_ = false;
 };
-
-inline uint32_t LoadU32(const uint8_t* bytes) {
-  return bytes[0] | (uint32_t{bytes[1]} << 8) | (uint32_t{bytes[2]} << 16) |
-         (uint32_t{bytes[3]} << 24);
-}
 
 Status Corrupt(const char* what) {
   return Status(ErrorCode::kCorruptChunk, std::string("rANS chunk: ") + what);

@@ -31,10 +31,10 @@ using test::ReadFile;
 struct EncodeCase {
   std::string name;
   Options options;
-  std::vector<size_t> tensors;  // v6: the tensors' element counts
+  std::vector<size_t> tensors;  // v10: the tensors' element counts
 };
 
-// Lines: NAME FORMAT(v1|v5|v6) EFFORT CHUNK_ELEMENTS [TENSOR_ELEMENTS,...].
+// Lines: NAME FORMAT(v1|v5|v10) EFFORT CHUNK_ELEMENTS [TENSOR_ELEMENTS,...].
 std::vector<EncodeCase> ReadEncodeList() {
   std::ifstream in(std::string(kGoldenDir) + "ENCODE.txt");
   REQUIRE(in.good());
@@ -47,11 +47,11 @@ std::vector<EncodeCase> ReadEncodeList() {
     std::string format;
     std::string tensors;
     fields >> c.name >> format >> c.options.effort >> c.options.chunk_elements;
-    const bool valid = (format == "v1" || format == "v5" || format == "v6") && !fields.fail();
+    const bool valid = (format == "v1" || format == "v5" || format == "v10") && !fields.fail();
     REQUIRE_MESSAGE(valid, "bad line: ", line);
     fields >> tensors;
     c.tensors = test::ParseTensorElements(tensors);
-    REQUIRE_MESSAGE((format == "v6") == !c.tensors.empty(), "bad line: ", line);
+    REQUIRE_MESSAGE((format == "v10") == !c.tensors.empty(), "bad line: ", line);
     c.options.format = format == "v1" ? Format::kArcV3 : Format::kDefault;
     c.options.threads = 1;
     cases.push_back(c);

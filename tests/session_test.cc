@@ -320,14 +320,13 @@ TEST_CASE("a session over a group of tensors round-trips and beats one session p
     const std::vector<TensorDelta> tensors = views.Deltas(sizes, prev, next);
     Delta delta;
     REQUIRE(sender.CompressTensors(tensors.data(), tensors.size(), &delta).ok());
-    // The first step lists the tensors; the others continue it and leave the list out.
+    // The first step names the tensors; the others continue it and leave them out.
     PayloadInfo info;
     REQUIRE(delta_inspect(delta.bytes.data(), delta.bytes.size(), &info).ok());
     CHECK(info.session);
     CHECK(info.continues == (s > 0));
     CHECK(info.tensor_count == (s > 0 ? 0 : sizes.size()));
-    CHECK(info.tensor_elements ==
-          (s > 0 ? std::vector<uint64_t>() : std::vector<uint64_t>(sizes.begin(), sizes.end())));
+    CHECK(info.tensor_elements.empty());  // version 10 checks the list, 9 leaves it out
     // Stateless calls refuse it; the receiver rebuilds its weights in place.
     std::vector<uint16_t> out(count, 7);
     const std::vector<TensorOut> stateless = views.Outs(sizes, prev, out.data());
@@ -411,13 +410,15 @@ std::vector<uint8_t> CommittedPayload(const std::string& path, const Delta& made
 // keep decoding them in every later version, history and all. Those of session/ (format
 // versions 5 and 6) were written before sessions carried their models, those of
 // session/v8/ before session steps continued the step before them (their steps 2 and 3
-// start from the models step 1 ended on, version 8); the newest format's encoder must keep
-// writing those of session/v9/ (steps 2 and 3 also continue the step before, version 9;
-// regenerate after a deliberate change with ARC_V3_UPDATE_GOLDEN=1 bazel run
-// //tests:session_test). `later_version`: the format version of steps 2 and 3, or 0 for
-// versions below 8 (step 1 is always below 8).
+// start from the models step 1 ended on, version 8), those of session/v9/ before a group's
+// first step named its tensors by a check of their sizes (steps 2 and 3 also continue the
+// step before, version 9); the newest format's encoder must keep writing those of
+// session/v10/ (the group's step 1 is version 10; regenerate after a deliberate change with
+// ARC_V3_UPDATE_GOLDEN=1 bazel run //tests:session_test). `later_version`: the format
+// version of steps 2 and 3, or 0 for versions below 8; `first_group_version`: that of the
+// group's step 1, or 0 for below 8 (the one tensor's step 1 is always below 8).
 void CheckCommittedSession(const std::string& payload_dir, int later_version,
-                           bool encoder_writes_them) {
+                           int first_group_version, bool encoder_writes_them) {
   const std::string dir = std::string(test::kGoldenDir) + "session/";
   std::vector<std::vector<uint16_t>> steps;
   for (int i = 0; i < 4; ++i) steps.push_back(test::ReadBf16(dir + "step" + std::to_string(i) + ".bf16"));
@@ -447,11 +448,15 @@ void CheckCommittedSession(const std::string& payload_dir, int later_version,
     // The byte after the magic is the version.
     REQUIRE(single_bytes.size() > 4);
     REQUIRE(group_bytes.size() > 4);
-    for (const uint8_t version : {single_bytes[4], group_bytes[4]}) {
-      if (i > 1 && later_version != 0) {
-        CHECK(version == later_version);
+    if (i > 1 && later_version != 0) {
+      CHECK(single_bytes[4] == later_version);
+      CHECK(group_bytes[4] == later_version);
+    } else {
+      CHECK(single_bytes[4] < 8);
+      if (first_group_version != 0) {
+        CHECK(group_bytes[4] == first_group_version);
       } else {
-        CHECK(version < 8);
+        CHECK(group_bytes[4] < 8);
       }
     }
     const uint64_t checksum = Checksum(steps[i].data(), count);
@@ -473,10 +478,15 @@ void CheckCommittedSession(const std::string& payload_dir, int later_version,
 
 TEST_CASE("committed session payloads, one tensor and a group, still decode step by step") {
   const std::string dir = std::string(test::kGoldenDir) + "session/";
-  SUBCASE("versions 5 and 6, before carried models") { CheckCommittedSession(dir, 0, false); }
-  SUBCASE("version 8, before steps continued") { CheckCommittedSession(dir + "v8/", 8, false); }
-  SUBCASE("version 9, written by this encoder") {
-    CheckCommittedSession(dir + "v9/", 9, true);
+  SUBCASE("versions 5 and 6, before carried models") { CheckCommittedSession(dir, 0, 0, false); }
+  SUBCASE("version 8, before steps continued") {
+    CheckCommittedSession(dir + "v8/", 8, 0, false);
+  }
+  SUBCASE("version 9, before the tensor list check") {
+    CheckCommittedSession(dir + "v9/", 9, 0, false);
+  }
+  SUBCASE("versions 9 and 10, written by this encoder") {
+    CheckCommittedSession(dir + "v10/", 9, 10, true);
   }
 }
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "arc_v3.hpp"
+#include "src/codec_internal.h"
 #include "src/format.h"
 #include "tests/test_data.h"
 
@@ -58,8 +59,9 @@ TEST_CASE("several tensors round-trip through one payload") {
 
   PayloadInfo info;
   REQUIRE(delta_inspect(delta.bytes.data(), delta.bytes.size(), &info).ok());
-  CHECK(info.format_version == kFirstTensorsVersion);
+  CHECK(info.format_version == kFirstListCheckVersion);
   CHECK(info.tensor_count == kSizes.size());
+  CHECK(info.tensor_elements.empty());  // version 10 holds a check of the list, not the list
   const std::vector<uint16_t> all_dst = group.Concatenated(group.dst);
   CHECK(info.element_count == all_dst.size());
   CHECK(delta.checksum == Checksum(all_dst.data(), all_dst.size()));
@@ -95,18 +97,21 @@ TEST_CASE("the bytes are those of the concatenation, whatever the thread count")
   const std::vector<uint16_t> dst = group.Concatenated(group.dst);
   REQUIRE(delta_compress(src, dst, &concatenated, SmallChunks()).ok());
   CHECK(one_thread.checksum == concatenated.checksum);
-  // Same chunks after a header that also lists the tensors: version 6 and the Tensors
-  // flag, then (after Element_Count and Chunk_Log) the count and one varint per tensor.
+  // Same chunks after a header that also names the tensors: version 10 and the Tensors
+  // flag, then (after Element_Count and Chunk_Log) their count and the list check.
   PayloadInfo info;
   REQUIRE(delta_inspect(concatenated.bytes.data(), concatenated.bytes.size(), &info).ok());
   CHECK(info.format_version == kFormatVersionOneTensor);
+  CHECK(one_thread.bytes[4] == kFirstListCheckVersion);
   CHECK(one_thread.bytes[5] == kFlagTensors);
   CHECK(concatenated.bytes[5] == 0);
   const size_t list_at = 4 + 1 + 1 + 2 + 1;  // magic, version, flags, count (2), log
   REQUIRE(concatenated.bytes.size() > list_at);
-  // The list: 6, then 300, 0, 2500, 1, 700, 4096 as varints of 2, 1, 2, 1, 2, 2 bytes.
-  const size_t list_bytes = 1 + 2 + 1 + 2 + 1 + 2 + 2;
+  const size_t list_bytes = 1 + 4;  // 6, then the check of 300, 0, 2500, 1, 700, 4096
   REQUIRE(one_thread.bytes.size() == concatenated.bytes.size() + list_bytes);
+  CHECK(one_thread.bytes[list_at] == kSizes.size());
+  CHECK(LoadU32(one_thread.bytes.data() + list_at + 1) ==
+        TensorListCheck(std::vector<uint64_t>(kSizes.begin(), kSizes.end())));
   CHECK(std::memcmp(one_thread.bytes.data() + list_at + list_bytes,
                     concatenated.bytes.data() + list_at,
                     concatenated.bytes.size() - list_at) == 0);
@@ -145,7 +150,7 @@ TEST_CASE("a one-tensor payload decodes as a list of one, and a group only as a 
   REQUIRE(delta_compress_tensors(one.data(), 1, &listed).ok());
   PayloadInfo info;
   REQUIRE(delta_inspect(listed.bytes.data(), listed.bytes.size(), &info).ok());
-  CHECK(info.format_version == kFirstTensorsVersion);
+  CHECK(info.format_version == kFirstListCheckVersion);
   CHECK(info.tensor_count == 1);
   const Status refused = delta_decompress(group.src[0].data(), 3000, listed.bytes.data(),
                                           listed.bytes.size(), listed.checksum, out.data());
@@ -179,10 +184,15 @@ TEST_CASE("a tensor list that differs from the payload's is refused, nothing wri
   std::swap(swapped[0], swapped[2]);
   const Status wrong_order = decode(swapped);
   CHECK(wrong_order.code() == ErrorCode::kSizeMismatch);
-  CHECK(wrong_order.message().find("tensor 0") != std::string::npos);
+  CHECK(wrong_order.message().find("split otherwise") != std::string::npos);
   std::vector<TensorOut> longer = slots;
   longer[4].count += 1;
   CHECK(decode(longer).code() == ErrorCode::kSizeMismatch);
+  // Same total, one element moved from one tensor to the next.
+  std::vector<TensorOut> moved = slots;
+  moved[4].count += 1;
+  moved[5].count -= 1;
+  CHECK(decode(moved).code() == ErrorCode::kSizeMismatch);
   // Right shapes, wrong base (a mantissa bit: the coder's contexts see only exponents, so
   // the stream still decodes): the checksum catches it.
   std::vector<uint16_t> other_base = group.src[2];
@@ -195,12 +205,23 @@ TEST_CASE("a tensor list that differs from the payload's is refused, nothing wri
   }
 }
 
+// The same frame as format versions 6-9 wrote it: the element counts as varints in
+// place of version 10's list check (the chunks are the same).
+std::vector<uint8_t> ListedFrame(const std::vector<uint8_t>& v10, size_t list_at,
+                                 const std::vector<uint64_t>& counts) {
+  std::vector<uint8_t> frame(v10.begin(), v10.begin() + list_at + 1);  // up to the count
+  frame[4] = kFirstTensorsVersion;
+  for (const uint64_t elements : counts) PutVarint(elements, &frame);
+  frame.insert(frame.end(), v10.begin() + list_at + 1 + 4, v10.end());
+  return frame;
+}
+
 TEST_CASE("the tensor list in the header is validated") {
   const Group group({500, 600});
   const std::vector<TensorDelta> deltas = group.Deltas();
   Delta delta;
   REQUIRE(delta_compress_tensors(deltas.data(), deltas.size(), &delta, SmallChunks()).ok());
-  // magic(4) version flags count(2: 1100) log | tensor count, 500 (2), 600 (2) | ...
+  // magic(4) version flags count(2: 1100) log | tensor count, list check (4) | ...
   const size_t list_at = 9;
   REQUIRE(delta.bytes[list_at] == 2);
   std::vector<uint16_t> a(500), b(600);
@@ -211,24 +232,41 @@ TEST_CASE("the tensor list in the header is validated") {
                                     delta.checksum)
         .code();
   };
-  const auto with = [&](size_t at, uint8_t value) {
-    std::vector<uint8_t> bad = delta.bytes;
-    bad[at] = value;
-    return bad;
+  const auto with = [](std::vector<uint8_t> bytes, size_t at, uint8_t value) {
+    bytes[at] = value;
+    return bytes;
   };
   CHECK(decode(delta.bytes) == ErrorCode::kOk);
-  // The counts must add up to Element_Count (1100): 499 + 600 and 501 + 600 do not.
-  CHECK(decode(with(list_at + 1, static_cast<uint8_t>((499 & 0x7F) | 0x80))) ==
-        ErrorCode::kCorruptHeader);
-  CHECK(decode(with(list_at + 1, static_cast<uint8_t>((501 & 0x7F) | 0x80))) ==
-        ErrorCode::kCorruptHeader);
-  CHECK(decode(with(list_at, 3)) == ErrorCode::kCorruptHeader);  // a third count: 0x0A...
-  CHECK(decode(with(list_at, 1)) == ErrorCode::kCorruptHeader);  // 500 alone falls short
-  CHECK(decode(with(4, kFormatVersionOneTensor)) == ErrorCode::kReservedBitsSet);
+  // Version 10: any other check, or count, is not this call's list.
+  for (size_t at = list_at; at < list_at + 5; ++at) {
+    CHECK(decode(with(delta.bytes, at, delta.bytes[at] ^ 0x10)) == ErrorCode::kSizeMismatch);
+  }
+  CHECK(decode(with(delta.bytes, 4, kFormatVersionOneTensor)) == ErrorCode::kReservedBitsSet);
   // Claiming to be a session payload: its "session fields" are the tensor list.
-  CHECK(decode(with(5, kFlagTensors | kFlagSession)) != ErrorCode::kOk);
+  CHECK(decode(with(delta.bytes, 5, kFlagTensors | kFlagSession)) != ErrorCode::kOk);
   for (size_t cut = 0; cut < list_at + 5; ++cut) {
     const std::vector<uint8_t> head(delta.bytes.begin(), delta.bytes.begin() + cut);
+    CHECK(decode(head) == ErrorCode::kTruncated);
+  }
+
+  // Versions 6-9 list the counts (2, 500, 600), which must add up to Element_Count (1100).
+  const std::vector<uint8_t> listed = ListedFrame(delta.bytes, list_at, {500, 600});
+  CHECK(decode(listed) == ErrorCode::kOk);
+  PayloadInfo info;
+  REQUIRE(delta_inspect(listed.data(), listed.size(), &info).ok());
+  CHECK(info.tensor_elements == std::vector<uint64_t>{500, 600});
+  // 499 + 600 and 501 + 600 do not.
+  CHECK(decode(with(listed, list_at + 1, static_cast<uint8_t>((499 & 0x7F) | 0x80))) ==
+        ErrorCode::kCorruptHeader);
+  CHECK(decode(with(listed, list_at + 1, static_cast<uint8_t>((501 & 0x7F) | 0x80))) ==
+        ErrorCode::kCorruptHeader);
+  CHECK(decode(with(listed, list_at, 3)) == ErrorCode::kCorruptHeader);  // a third: 0x0A...
+  CHECK(decode(with(listed, list_at, 1)) == ErrorCode::kCorruptHeader);  // 500 falls short
+  // A list that adds up but is not the call's.
+  const std::vector<uint8_t> other_split = ListedFrame(delta.bytes, list_at, {600, 500});
+  CHECK(decode(other_split) == ErrorCode::kSizeMismatch);
+  for (size_t cut = 0; cut < list_at + 5; ++cut) {
+    const std::vector<uint8_t> head(listed.begin(), listed.begin() + cut);
     CHECK(decode(head) == ErrorCode::kTruncated);
   }
 }

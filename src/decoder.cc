@@ -229,10 +229,12 @@ class ChunkDecoder {
       case kChunkXorStreams:
         return DecodeXorStreams(&reader, chunk_len, /*allow_empty=*/false, changes, stats);
       case kChunkModelled: {
-        // Value priors came with version 3, carried models with version 8.
+        // Value priors came with version 3, carried models with version 8, column signs
+        // with version 10.
         if (reader.remaining() > 0 &&
             (((version < 3) && (reader.current()[0] & kModelValuePriors)) ||
-             ((version < kFirstCarriedModelVersion) && (reader.current()[0] & kModelCarried)))) {
+             ((version < kFirstCarriedModelVersion) && (reader.current()[0] & kModelCarried)) ||
+             ((version < kFirstColumnSignsVersion) && (reader.current()[0] & kModelColumnSigns)))) {
           return Status(ErrorCode::kReservedBitsSet, "modelled chunk: reserved bits set");
         }
         if (src == nullptr) return Status::Ok();  // statistics without the base

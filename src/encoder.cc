@@ -147,7 +147,7 @@ void EncodeXorStreams(const uint16_t* src, const uint16_t* dst, size_t chunk_len
 // Version 1 chunk: the XOR streams, or a lone 0 when nothing changed.
 Status EncodeChunkV1(const uint16_t* src, const uint16_t* dst, size_t chunk_len,
                      const uint8_t* /*history*/, const CarriedModel& /*carried*/,
-                     const RaceEntrants& entrants, int effort, EncoderScratch* s,
+                     const std::vector<uint32_t>* /*sign_periods*/, const RaceEntrants& entrants, int effort, EncoderScratch* s,
                      std::vector<uint8_t>* out) {
   out->clear();
   const ChangeCounts counts = CountChanges(src, dst, chunk_len, s);
@@ -176,6 +176,7 @@ bool PreferRans(uint64_t changes, size_t chunk_len, bool with_history) {
 // Versions 2 to 8 chunk: a mode byte, then the coding chosen by the effort level.
 Status RaceChunkCodings(const uint16_t* src, const uint16_t* dst, size_t chunk_len,
                         const uint8_t* history, const CarriedModel& carried,
+                        const std::vector<uint32_t>* sign_periods,
                         const RaceEntrants& entrants, int effort, EncoderScratch* s,
                         std::vector<uint8_t>* out) {
   out->clear();
@@ -198,7 +199,7 @@ Status RaceChunkCodings(const uint16_t* src, const uint16_t* dst, size_t chunk_l
     s->modelled.clear();
     s->modelled.push_back(kChunkModelled);
     const Status status = EncodeChunkModelled(src, dst, chunk_len, &s->modelled, history,
-                                              counts.changed, carried);
+                                              counts.changed, carried, sign_periods);
     if (!status.ok()) return status;
     if (out->empty() || s->modelled.size() < out->size()) out->swap(s->modelled);
   }
@@ -225,14 +226,58 @@ Status RaceChunkCodings(const uint16_t* src, const uint16_t* dst, size_t chunk_l
 // modelled, the only coding a decoder learns a state from).
 Status EncodeChunkV2(const uint16_t* src, const uint16_t* dst, size_t chunk_len,
                      const uint8_t* history, const CarriedModel& carried,
-                     const RaceEntrants& entrants, int effort, EncoderScratch* s,
-                     std::vector<uint8_t>* out) {
-  const Status status =
-      RaceChunkCodings(src, dst, chunk_len, history, carried, entrants, effort, s, out);
+                     const std::vector<uint32_t>* sign_periods, const RaceEntrants& entrants,
+                     int effort, EncoderScratch* s, std::vector<uint8_t>* out) {
+  const Status status = RaceChunkCodings(src, dst, chunk_len, history, carried, sign_periods,
+                                         entrants, effort, s, out);
   if (carried.end != nullptr && (!status.ok() || (*out)[0] != kChunkModelled)) {
     carried.end->reset();
   }
   return status;
+}
+
+// Column signs (format version 10) try the row lengths of the tensor that holds most of a
+// chunk: the divisors of its element count. Per chunk, an index into `candidates`.
+struct SignPeriods {
+  std::vector<std::vector<uint32_t>> candidates;
+  std::vector<size_t> of_chunk;
+};
+SignPeriods ChooseSignPeriodCandidates(uint64_t count, const std::vector<uint64_t>* tensors,
+                                       size_t chunk_elements, size_t num_chunks) {
+  SignPeriods periods;
+  periods.of_chunk.resize(num_chunks);
+  if (tensors == nullptr) {
+    periods.candidates.push_back(SignPeriodCandidates(count));
+    return periods;
+  }
+  size_t tensor = 0;
+  uint64_t tensor_begin = 0;  // of `tensor`
+  size_t last_dominant = ~size_t{0};
+  for (size_t c = 0; c < num_chunks; ++c) {
+    const uint64_t begin = uint64_t{c} * chunk_elements;
+    const uint64_t end = std::min<uint64_t>(begin + chunk_elements, count);
+    // The tensors overlapping [begin, end), in order; the largest overlap wins.
+    while (tensor + 1 < tensors->size() && tensor_begin + (*tensors)[tensor] <= begin) {
+      tensor_begin += (*tensors)[tensor++];
+    }
+    size_t dominant = tensor;
+    uint64_t dominant_overlap = 0;
+    for (size_t t = tensor, at = tensor_begin; t < tensors->size() && at < end;
+         at += (*tensors)[t++]) {
+      const uint64_t overlap =
+          std::min<uint64_t>(at + (*tensors)[t], end) - std::max<uint64_t>(at, begin);
+      if (overlap > dominant_overlap) {
+        dominant_overlap = overlap;
+        dominant = t;
+      }
+    }
+    if (dominant != last_dominant) {
+      periods.candidates.push_back(SignPeriodCandidates((*tensors)[dominant]));
+      last_dominant = dominant;
+    }
+    periods.of_chunk[c] = periods.candidates.size() - 1;
+  }
+  return periods;
 }
 
 int ChunkLog(uint32_t chunk_elements) {
@@ -286,14 +331,20 @@ Status EncodeFrame(const uint16_t* src, const uint16_t* dst, size_t count,
     // A session's models: each chunk starts from its own carried one, if any, and ends on
     // a new one.
     SessionFrame::PrepareNextModels(session, num_chunks);
+    const SignPeriods sign_periods =
+        published ? SignPeriods()
+                  : ChooseSignPeriodCandidates(count, tensors, chunk_elements, num_chunks);
     const auto encode = [&](size_t c, size_t worker) {
       const size_t begin = c * chunk_elements;
       const size_t len = std::min(chunk_elements, count - begin);
       const CarriedModel carried = SessionFrame::CarriedFor(session, c);
+      const std::vector<uint32_t>* periods =
+          published ? nullptr : &sign_periods.candidates[sign_periods.of_chunk[c]];
       try {
         status[c] = encode_chunk(src + begin, dst + begin, len,
                                  history != nullptr ? history + begin : nullptr, carried,
-                                 entrants, options.effort, scratch[worker].get(), &chunks[c]);
+                                 periods, entrants, options.effort, scratch[worker].get(),
+                                 &chunks[c]);
       } catch (const std::bad_alloc&) {
         status[c] = Status(ErrorCode::kOutOfMemory, "out of memory while encoding");
       }
@@ -331,11 +382,17 @@ Status EncodeFrame(const uint16_t* src, const uint16_t* dst, size_t count,
         std::any_of(chunks.begin(), chunks.end(), [](const std::vector<uint8_t>& chunk) {
           return chunk.size() > 1 && chunk[0] == kChunkModelled && (chunk[1] & kModelCarried);
         });
+    const bool column_sign_chunks =
+        std::any_of(chunks.begin(), chunks.end(), [](const std::vector<uint8_t>& chunk) {
+          return chunk.size() > 1 && chunk[0] == kChunkModelled &&
+                 (chunk[1] & kModelColumnSigns);
+        });
     // A session step whose base is its last step's result, over the same tensors, names
     // neither (the receiver holds both).
     const bool continues = session != nullptr && session->ContinuesLastStep(tensors);
     const bool lists_tensors = tensors != nullptr && !continues;
     bytes.push_back(published          ? kFormatVersionArcV3
+                    : column_sign_chunks ? kFirstColumnSignsVersion
                     : lists_tensors      ? kFirstListCheckVersion
                     : continues          ? kFirstContinuesVersion
                     : carried_chunks     ? kFirstCarriedModelVersion

@@ -31,7 +31,9 @@ constexpr uint8_t kMagic[4] = {'A', 'R', 'C', '3'};
 // Version 10 replaces the tensor list of a frame of several tensors by Tensor_Count and a
 // 32-bit check of the element counts (TensorListCheck): the decoder is handed the list
 // anyway, and on a group of small tensors the counts were ~2% of the payload; written for
-// every frame of several tensors that names its list.
+// every frame of several tensors that names its list. It also adds modelled chunks whose
+// signs take their column's earlier signs as context (model_coder.h, kModelColumnSigns),
+// written for every payload that holds one.
 constexpr uint8_t kFormatVersionArcV3 = 1;
 constexpr uint8_t kFormatVersion = 10;
 constexpr uint8_t kFormatVersionOneTensor = 5;
@@ -40,6 +42,7 @@ constexpr uint8_t kFirstRansHistoryVersion = 7;
 constexpr uint8_t kFirstCarriedModelVersion = 8;
 constexpr uint8_t kFirstContinuesVersion = 9;
 constexpr uint8_t kFirstListCheckVersion = 10;
+constexpr uint8_t kFirstColumnSignsVersion = 10;
 constexpr uint8_t kMinChunkLog = 10;
 constexpr uint8_t kMaxChunkLog = 24;
 // Varints in this format never exceed 64 bits (10 bytes of LEB128).

@@ -58,6 +58,23 @@ constexpr int kMaxRateLog = 32;
 // g < groups (src holds 4 * groups elements). Exact: each sum is below 2^35.
 void GroupRateSums(const uint16_t* src, size_t groups, uint64_t* sums);
 
+// log2(v) in Q16 for v >= 1, integer only (the coders' cost estimates must not depend on
+// the machine): the integer part from the top bit, 16 fraction bits by
+// repeated squaring of the mantissa in Q30.
+inline uint32_t Log2Q16(uint64_t v) {
+  const int top = 63 - __builtin_clzll(v);
+  uint64_t m = top >= 30 ? v >> (top - 30) : v << (30 - top);  // [2^30, 2^31)
+  uint32_t frac = 0;
+  for (int bit = 15; bit >= 0; --bit) {
+    m = (m * m) >> 30;
+    if (m >= (uint64_t{1} << 31)) {
+      m >>= 1;
+      frac |= 1u << bit;
+    }
+  }
+  return (static_cast<uint32_t>(top) << 16) | frac;
+}
+
 // Monotone integer key of a BF16 bit pattern: a bijection on uint16 such that the key
 // order is the value order (-NaN < -Inf < ... < -0 < +0 < ... < +Inf < +NaN); -0 and +0
 // are neighbours, so stepping across zero is +-1.

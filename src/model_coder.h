@@ -25,6 +25,10 @@
 //   header byte, and adapt. Since format version 3 the value contexts too: an element
 //   expected to change more than once per step (rate far above the chunk's) moves by more
 //   than one ULP, and the sign is a fair coin unless a session knows the last direction.
+// - Column signs (format version 10): in a weight matrix the updates of one column share
+//   their sign more often than chance; given a sign period (the row length, which the
+//   encoder picks among SignPeriodCandidates), each column counts its signs so far and the
+//   count is the context of its next sign.
 // - Integer arithmetic only: the bytes do not depend on the compiler, target or machine.
 #ifndef ARC_V3_SRC_MODEL_CODER_H_
 #define ARC_V3_SRC_MODEL_CODER_H_
@@ -47,6 +51,11 @@ constexpr uint8_t kModelValuePriors = 0x10;
 // Chunk byte 0, bit 5: the chunk's contexts start from the probabilities the same chunk
 // of the session's last modelled step ended on, not from priors (format version 8).
 constexpr uint8_t kModelCarried = 0x20;
+
+// Chunk byte 0, bit 6: signs are coded with their column's earlier signs as context, for a
+// sign period (the row length) in the header (format version 10; model_coder.cc,
+// ColumnSigns).
+constexpr uint8_t kModelColumnSigns = 0x40;
 
 // A modelled chunk's adaptive probabilities after its last decision. A session keeps one
 // per chunk, so that the chunk's next step starts where this one ended instead of learning
@@ -85,13 +94,21 @@ constexpr size_t kMaxModelledChunk = size_t{1} << 24;
 // `history`: the session history of the chunk's elements, or nullptr (stateless). The
 // bytes are deterministic. `changes`: the number of elements that differ, if the caller
 // counted them already (ClassifyChanges), else kUncounted. `carried`: see CarriedModel
-// (its `end` is left alone for a chunk without changes).
+// (its `end` is left alone for a chunk without changes). `sign_periods`: row lengths to
+// try for column signs (ascending, each in [1, 65535]), or nullptr for none; the chunk
+// uses the one that saves most, if any saves its header bytes (SignPeriodCandidates).
 // @return ok, or kInvalidArgument (null pointer with len > 0, len too large).
 constexpr uint64_t kUncounted = ~uint64_t{0};
 Status EncodeChunkModelled(const uint16_t* src, const uint16_t* dst, size_t len,
                            std::vector<uint8_t>* out, const uint8_t* history = nullptr,
                            uint64_t changes = kUncounted,
-                           const CarriedModel& carried = CarriedModel());
+                           const CarriedModel& carried = CarriedModel(),
+                           const std::vector<uint32_t>* sign_periods = nullptr);
+
+// The sign periods worth trying for a chunk that lies mostly in a tensor of `elements`
+// elements: its divisors in [8, 65535] (its possible row lengths) below `elements`, and 1
+// (one counter for the whole chunk), ascending.
+std::vector<uint32_t> SignPeriodCandidates(uint64_t elements);
 
 // As above with a forced block size 2^log2_block, log2_block in [kMinModelBlockLog,
 // kMaxModelBlockLog] (for measurements; EncodeChunkModelled picks it from the density).

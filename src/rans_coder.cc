@@ -160,21 +160,7 @@ struct RansModel {
 // Costs for the encoder's choices, in 2^-16 bits, integer only (so every machine makes
 // the same choices and writes the same bytes).
 
-// log2(v) in Q16 for v >= 1: the integer part from the top bit, 16 fraction bits by
-// repeated squaring of the mantissa in Q30.
-uint32_t Log2Q16(uint64_t v) {
-  const int top = 63 - __builtin_clzll(v);
-  uint64_t m = top >= 30 ? v >> (top - 30) : v << (30 - top);  // [2^30, 2^31)
-  uint32_t frac = 0;
-  for (int bit = 15; bit >= 0; --bit) {
-    m = (m * m) >> 30;
-    if (m >= (uint64_t{1} << 31)) {
-      m >>= 1;
-      frac |= 1u << bit;
-    }
-  }
-  return (static_cast<uint32_t>(top) << 16) | frac;
-}
+// Log2Q16 (src/kernels.h) gives the logarithms.
 
 // -log2(p / 2^16) in Q16 for p in [1, 2^16), from a table built on first use.
 uint32_t CostOf(uint32_t p) {

@@ -81,6 +81,33 @@ TEST_CASE("round trip: lengths 0, 1, odd, chunk edges") {
   }
 }
 
+TEST_CASE("format version 10: column signs, and only from version 10") {
+  // A 2000 x 120 matrix whose updates share their column's sign: its modelled chunk codes
+  // signs with column counters (period 120), which needs format version 10.
+  std::mt19937 rng(31);
+  const std::vector<uint16_t> src = test::GaussianWeights(2000 * 120, &rng);
+  const std::vector<uint16_t> dst = test::ColumnCoherentStep(src, 120, 0.005, 0.9, &rng);
+  Delta delta;
+  REQUIRE(delta_compress(src, dst, &delta).ok());
+  CHECK(delta.bytes[4] == kFirstColumnSignsVersion);
+  const size_t chunk_at = 4 + 1 + 1 + 3 + 1;  // magic version flags count(3) log
+  REQUIRE(delta.bytes[chunk_at] == kChunkModelled);
+  CHECK((delta.bytes[chunk_at + 1] & kModelColumnSigns) != 0);
+  std::vector<uint16_t> out;
+  REQUIRE(delta_decompress(src, delta, &out).ok());
+  CHECK(out == dst);
+  std::vector<uint8_t> old = delta.bytes;
+  old[4] = kFormatVersionOneTensor;  // the layout bit is reserved there
+  out.assign(src.size(), 0);
+  CHECK(delta_decompress(src.data(), src.size(), old.data(), old.size(), delta.checksum,
+                         out.data())
+            .code() == ErrorCode::kReservedBitsSet);
+  // Without column structure the payload stays at version 5.
+  Delta plain;
+  REQUIRE(delta_compress(src, test::ColumnCoherentStep(src, 120, 0.005, 0.5, &rng), &plain).ok());
+  CHECK(plain.bytes[4] == kFormatVersionOneTensor);
+}
+
 TEST_CASE("round trip: nothing changed, everything changed") {
   std::vector<uint16_t> src, dst;
   MakeDelta(5000, Mix{0.0}, 1, &src, &dst);

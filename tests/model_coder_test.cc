@@ -6,6 +6,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -18,6 +19,7 @@ namespace arc_v3 {
 namespace {
 
 using test::GaussianWeights;
+using test::ColumnCoherentStep;
 using test::Step;
 
 struct Decoded {
@@ -37,11 +39,13 @@ Decoded Decode(const std::vector<uint16_t>& src, const std::vector<uint8_t>& byt
 // exactly the changed positions and their XORs, and that encoding is deterministic.
 std::vector<uint8_t> CheckRoundTrip(const std::vector<uint16_t>& src,
                                     const std::vector<uint16_t>& dst, int log2_block = 0,
-                                    const uint8_t* history = nullptr) {
+                                    const uint8_t* history = nullptr,
+                                    const std::vector<uint32_t>* sign_periods = nullptr) {
   REQUIRE(src.size() == dst.size());
   const auto encode = [&](std::vector<uint8_t>* out) {
     return log2_block == 0 ? EncodeChunkModelled(src.data(), dst.data(), src.size(), out,
-                                                 history)
+                                                 history, kUncounted, CarriedModel(),
+                                                 sign_periods)
                            : EncodeChunkModelledWithBlock(src.data(), dst.data(), src.size(),
                                                           log2_block, out, history);
   };
@@ -287,6 +291,73 @@ TEST_CASE("On realistic updates the model beats 7-bit mantissas plus gap varints
     MESSAGE("changes " << changes << ": model " << bytes.size() << " bytes, baseline " << baseline);
     CHECK(bytes.size() < baseline);
   }
+}
+
+TEST_CASE("Sign period candidates: the possible row lengths") {
+  const std::vector<uint32_t> wte = SignPeriodCandidates(6625 * 120);
+  REQUIRE(!wte.empty());
+  CHECK(wte.front() == 1);
+  CHECK(std::is_sorted(wte.begin(), wte.end()));
+  CHECK(std::find(wte.begin(), wte.end(), 120u) != wte.end());
+  CHECK(std::find(wte.begin(), wte.end(), 6625u) != wte.end());
+  size_t divisors = 1;  // 1
+  for (uint32_t d = 8; d <= 65535; ++d) divisors += (6625 * 120) % d == 0;
+  CHECK(wte.size() == divisors);
+  for (const uint32_t p : wte) CHECK(((6625 * 120) % p == 0 && (p == 1 || p >= 8)));
+  CHECK(SignPeriodCandidates(65537) == std::vector<uint32_t>{1});  // a prime
+  CHECK(SignPeriodCandidates(1).empty());
+  CHECK(SignPeriodCandidates(0).empty());
+  std::vector<uint32_t> powers = {1};
+  for (uint32_t p = 8; p <= 32768; p *= 2) powers.push_back(p);
+  CHECK(SignPeriodCandidates(uint64_t{1} << 20) == powers);
+  // A large prime factor beyond the limit: only the small ones count.
+  CHECK(SignPeriodCandidates(uint64_t{4294967291} * 16) == std::vector<uint32_t>{1, 8, 16});
+}
+
+TEST_CASE("Column signs: the encoder finds the row length, round-trips, and pays") {
+  std::mt19937 rng(12);
+  const size_t rows = 2000, cols = 120;
+  const std::vector<uint16_t> src = GaussianWeights(rows * cols, &rng);
+  const std::vector<uint16_t> dst = ColumnCoherentStep(src, cols, 0.005, 0.9, &rng);
+  const std::vector<uint32_t> periods = SignPeriodCandidates(src.size());
+  const std::vector<uint8_t> plain = CheckRoundTrip(src, dst);
+  CHECK((plain[0] & kModelColumnSigns) == 0);  // no candidates, no column signs
+  const std::vector<uint8_t> columns = CheckRoundTrip(src, dst, 0, nullptr, &periods);
+  REQUIRE(columns.size() > 4);
+  CHECK((columns[0] & kModelColumnSigns) != 0);
+  CHECK((columns[2] | columns[3] << 8) == cols);
+  MESSAGE("column signs: " << columns.size() << " bytes, without " << plain.size());
+  CHECK(columns.size() + 40 < plain.size());  // ~0.5 of ~1,200 sign bits
+  // Signs that ignore their column: no period saves its bytes.
+  const std::vector<uint16_t> random_signs = ColumnCoherentStep(src, cols, 0.005, 0.5, &rng);
+  CHECK((CheckRoundTrip(src, random_signs, 0, nullptr, &periods)[0] & kModelColumnSigns) == 0);
+  // With a session history (its sign hints beside the column counters).
+  std::vector<uint8_t> history(src.size());
+  for (size_t i = 0; i < history.size(); ++i) {
+    history[i] = static_cast<uint8_t>(rng() % 37 == 0 ? 1 + rng() % 15 : 0);
+  }
+  const std::vector<uint8_t> with_history =
+      CheckRoundTrip(src, dst, 0, history.data(), &periods);
+  CHECK((with_history[0] & kModelColumnSigns) != 0);
+  CHECK((with_history[4] | with_history[5] << 8) == cols);  // after the two boost bytes
+  for (const int log2_block : {2, 5, 8}) CheckRoundTrip(src, dst, log2_block, nullptr, &periods);
+
+  // Period 0 is invalid; a header cut before the period is truncated.
+  std::vector<uint8_t> bad = columns;
+  bad[2] = bad[3] = 0;
+  CHECK(Decode(src, bad).status.code() == ErrorCode::kCorruptChunk);
+  CHECK(Decode(src, {columns.begin(), columns.begin() + 3}).status.code() ==
+        ErrorCode::kTruncated);
+  // Any other period decodes to something (or fails cleanly), never out of bounds.
+  for (const uint32_t period : {1u, 7u, 121u, 65535u}) {
+    bad = columns;
+    bad[2] = static_cast<uint8_t>(period);
+    bad[3] = static_cast<uint8_t>(period >> 8);
+    CheckSane(src, bad.data(), bad.size());
+  }
+  test::ForEachDamagedChunk(columns, 40, &rng, [&](const uint8_t* bytes, size_t size) {
+    CheckSane(src, bytes, size);
+  });
 }
 
 // A session in which each weight follows its own persistent drift (as Adam's momentum

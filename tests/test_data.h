@@ -82,6 +82,26 @@ inline std::vector<uint16_t> Step(const std::vector<uint16_t>& w, float lr, std:
   return next;
 }
 
+// A step of a weight matrix with rows of `cols` elements in which about `density` of the
+// elements move by one ULP, each in its column's direction with probability `agree` (an
+// output layer's updates share the sign of their input feature), else the other way.
+inline std::vector<uint16_t> ColumnCoherentStep(const std::vector<uint16_t>& w, size_t cols,
+                                                double density, double agree,
+                                                std::mt19937* rng) {
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  std::vector<int> column_up(cols);
+  for (int& up : column_up) up = uniform(*rng) < 0.5;
+  std::vector<uint16_t> next = w;
+  for (size_t i = 0; i < w.size(); ++i) {
+    if (uniform(*rng) >= density || (w[i] & 0x7FFF) == 0) continue;
+    const bool up = (uniform(*rng) < agree) == (column_up[i % cols] != 0);
+    // One ULP towards +inf or -inf: the magnitude grows with the sign's direction.
+    const bool grows = up == ((w[i] & 0x8000) == 0);
+    next[i] = static_cast<uint16_t>(grows ? w[i] + 1 : w[i] - 1);
+  }
+  return next;
+}
+
 // Damaged copies of a valid chunk for decoder robustness tests: calls check(bytes, size)
 // on every truncation of `good`, on `good` with each of its bits flipped in turn, and on
 // 200 arbitrary byte strings of 1 to max_junk bytes.

@@ -54,6 +54,18 @@ void CheckSessionDecode(Session* session, const std::vector<uint16_t>& src, bool
   FUZZ_CHECK((*out)[n] == 0xBEEF, "write past count (session)");
 }
 
+// The tensor list a group is decoded with: the frame's (versions 6-9); from version 10,
+// which holds only Tensor_Count and a check of the list, the split the seeds are made with
+// (GroupSplit) where the count is 3, else all elements in the first tensor (at most 64
+// tensors: a larger count is refused for the list anyway).
+std::vector<uint64_t> TensorList(const PayloadInfo& info) {
+  if (!info.tensor_elements.empty() || info.tensor_count == 0) return info.tensor_elements;
+  if (info.tensor_count == 3) return GroupSplit(static_cast<size_t>(info.element_count));
+  std::vector<uint64_t> list(std::min<uint64_t>(info.tensor_count, 64), 0);
+  list[0] = info.element_count;
+  return list;
+}
+
 // A receiver that has decoded the priming step (fuzz_common.h), which ends on the fixed
 // base of n elements.
 void PrimeReceiver(size_t n, bool group, Session* receiver) {
@@ -92,21 +104,22 @@ int FuzzSessionDecode(const std::vector<uint16_t>& src, const PayloadInfo& info,
   options.threads = 1;
   // A fresh session: only a payload that starts a session can decode.
   Session fresh(options);
-  CheckSessionDecode(&fresh, src, group, info.tensor_elements, data, size, checksum, out);
+  CheckSessionDecode(&fresh, src, group, TensorList(info), data, size, checksum, out);
   // A session one step further, which ended on the fixed base: a payload that continues
   // that step (format 9) decodes with its history, carried models and, for a group, its
   // tensor list.
   Session primed(options);
   PrimeReceiver(n, group, &primed);
   std::fill(out->begin(), out->end(), 0xBEEF);
-  CheckSessionDecode(&primed, src, group, info.continues ? GroupSplit(n) : info.tensor_elements,
+  CheckSessionDecode(&primed, src, group, info.continues ? GroupSplit(n) : TensorList(info),
                      data, size, checksum, out);
   return 0;
 }
 
 // A frame of several tensors (version 6): delta_decompress refuses it; the tensor calls
 // decode it into outputs back to back (in place) and scattered (copied), with the same
-// promises as one tensor.
+// promises as one tensor. From version 10 the list is TensorList's, which the frame's
+// check may refuse (size_mismatch, which delta_stats cannot see).
 int FuzzTensorsDecode(const std::vector<uint16_t>& src, const PayloadInfo& info,
                       const uint8_t* data, size_t size, uint64_t checksum, bool stats_ok,
                       std::vector<uint16_t>* out) {
@@ -115,25 +128,32 @@ int FuzzTensorsDecode(const std::vector<uint16_t>& src, const PayloadInfo& info,
   const Status plain = delta_decompress(src.data(), n, data, size, checksum, out->data(), n, 1);
   FUZZ_CHECK(!plain.ok(), "delta_decompress accepted a group");
   for (const uint16_t v : *out) FUZZ_CHECK(v == 0xBEEF, "out written on error (one-tensor call)");
-  FUZZ_CHECK(info.tensor_elements.size() == info.tensor_count, "tensor list size");
+  FUZZ_CHECK(info.tensor_elements.empty() || info.tensor_elements.size() == info.tensor_count,
+             "tensor list size");
   std::vector<TensorOut> back_to_back, scattered;
   std::vector<std::vector<uint16_t>> parts;
   size_t at = 0;
-  for (const uint64_t count : info.tensor_elements) {
+  for (const uint64_t count : TensorList(info)) {
     FUZZ_CHECK(count <= n - at, "tensor counts exceed the element count");
     back_to_back.push_back({src.data() + at, out->data() + at, count});
     parts.emplace_back(count + 1, 0xBEEF);
     scattered.push_back({src.data() + at, parts.back().data(), count});
     at += count;
   }
-  FUZZ_CHECK(at == n, "tensor counts fall short of the element count");
+  // A version-10 list of no tensors cannot hold the frame's elements: refused below.
+  FUZZ_CHECK(at == n || info.tensor_elements.empty(),
+             "tensor counts fall short of the element count");
   const Status one_thread = delta_decompress_tensors(back_to_back.data(), back_to_back.size(),
                                                      data, size, checksum, 1);
   FUZZ_CHECK(!one_thread.ok() || n == 0 || Checksum(out->data(), n) == checksum,
              "reported success with a result that does not match the checksum (group)");
+  FUZZ_CHECK(!one_thread.ok() || at == n, "a list short of the element count accepted");
   if (!one_thread.ok()) {
     for (const uint16_t v : *out) FUZZ_CHECK(v == 0xBEEF, "out written on error (group)");
-    FUZZ_CHECK((one_thread.code() == ErrorCode::kChecksumMismatch) == stats_ok,
+    const bool list_refused = one_thread.code() == ErrorCode::kSizeMismatch;
+    FUZZ_CHECK(!list_refused || info.format_version >= 10, "the frame's own list refused");
+    FUZZ_CHECK(list_refused ||
+                   (one_thread.code() == ErrorCode::kChecksumMismatch) == stats_ok,
                "delta_stats and delta_decompress_tensors disagree on the payload");
   }
   FUZZ_CHECK((*out)[n] == 0xBEEF, "write past count (group)");

@@ -1,7 +1,8 @@
 // Writes the seed corpora of the fuzz targets (run by build.sh --seeds):
 //   decode/     payloads of both formats, several densities, efforts and chunk sizes,
-//               groups of tensors (format 6), and session payloads (first steps, and
-//               steps that continue fuzz_common.h's priming step, format 9),
+//               groups of tensors (format 10), column signs (format 10), and session
+//               payloads (first steps, and steps that continue fuzz_common.h's priming
+//               step, format 9),
 //               against the fixed base of fuzz_common.h;
 //   roundtrip/  option + edit-list inputs of fuzz_roundtrip.cc;
 //   kernels/    control byte + XOR masks of fuzz_kernels.cc;
@@ -92,6 +93,25 @@ void DecodeSeeds(const std::string& dir) {
         Delta delta;
         FUZZ_CHECK(session.Compress(src.data(), dst.data(), n, &delta).ok(), "session");
         Write(dir + "/session_" + std::to_string(index++), delta.bytes);
+      }
+      if (n == 5000 && density < 0.01) {
+        // Column signs (format 10): 4096 elements as rows of 128 whose changes (10%) share
+        // their column's direction 9 times in 10, in one modelled chunk.
+        std::vector<uint16_t> rows = src;
+        std::vector<int> column_up(128);
+        for (int& up : column_up) up = static_cast<int>(rng() & 1);
+        for (size_t i = 0; i < 4096; ++i) {
+          if (rng() % 10 != 0) continue;
+          const bool up = (rng() % 10 != 0) == (column_up[i % 128] != 0);
+          rows[i] = Step(src[i], up ? 1 : -1);
+        }
+        Options options = SeedOptions();
+        options.chunk_elements = 4096;
+        Delta delta;
+        FUZZ_CHECK(delta_compress(src.data(), rows.data(), 4096, &delta, options).ok(),
+                   "compress columns");
+        FUZZ_CHECK(delta.bytes[4] == 10, "column signs are format 10");
+        Write(dir + "/columns_" + std::to_string(index++), delta.bytes);
       }
       // Steps that continue the priming step (format 9), one tensor and a group: they
       // decode on fuzz_decode's primed sessions, chunks from its carried models.

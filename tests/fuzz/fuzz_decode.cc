@@ -217,7 +217,8 @@ int FuzzDecode(const uint8_t* data, size_t size) {
 
   std::vector<uint16_t> out(n + 1, 0xBEEF);
   if (session) return FuzzSessionDecode(src, info, data, size, checksum, &out);
-  if (!info.tensor_elements.empty() || info.tensor_count != 1) {
+  // FORMAT.md Frame_Header: Flags bit 1 = several tensors (version 6).
+  if (info.format_version >= 6 && (data[5] & 2) != 0) {
     return FuzzTensorsDecode(src, info, data, size, checksum, stats_status.ok(), &out);
   }
   const Status one_thread =

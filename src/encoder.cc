@@ -147,7 +147,8 @@ void EncodeXorStreams(const uint16_t* src, const uint16_t* dst, size_t chunk_len
 // Version 1 chunk: the XOR streams, or a lone 0 when nothing changed.
 Status EncodeChunkV1(const uint16_t* src, const uint16_t* dst, size_t chunk_len,
                      const uint8_t* /*history*/, const CarriedModel& /*carried*/,
-                     const std::vector<uint32_t>* /*sign_periods*/, const RaceEntrants& entrants, int effort, EncoderScratch* s,
+                     const std::vector<uint32_t>* /*sign_periods*/,
+                     const RaceEntrants& entrants, int effort, EncoderScratch* s,
                      std::vector<uint8_t>* out) {
   out->clear();
   const ChangeCounts counts = CountChanges(src, dst, chunk_len, s);

@@ -558,8 +558,8 @@ Status CheckTensorList(const FrameHeader& header, const std::vector<uint64_t>* t
       for (const uint64_t elements : *tensors) total += elements;
       if (total != header.element_count) {
         return Status(ErrorCode::kSizeMismatch,
-                      "the tensors hold " + std::to_string(total) + " elements in all, the payload " +
-                          std::to_string(header.element_count));
+                      "the tensors hold " + std::to_string(total) +
+                          " elements in all, the payload " + std::to_string(header.element_count));
       }
       if (TensorListCheck(*tensors) != header.tensor_list_check) {
         return Status(ErrorCode::kSizeMismatch,

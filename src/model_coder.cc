@@ -312,10 +312,11 @@ struct Model {
 
 // Column signs (Layout bit 6): within a weight matrix the updates of one column (an input
 // feature) share their sign more often than chance (on the corpus' OCR model a sign costs
-// ~0.89 bits in the context of its column's earlier signs, instead of 1). With period P, the row length, element i of
-// the chunk is in column i mod P; each column keeps a counter of its changes' signs so far
-// in the chunk (+1 for each negative, -1 for each positive, clamped to [-2, 2]), and a
-// change in a column whose counter is not 0 codes its sign in the context of the counter.
+// ~0.89 bits in the context of its column's earlier signs, instead of 1). With period P,
+// the row length, element i of the chunk is in column i mod P; each column keeps a counter
+// of its changes' signs so far in the chunk (+1 for each negative, -1 for each positive,
+// clamped to [-2, 2]), and a change in a column whose counter is not 0 codes its sign in
+// the context of the counter.
 constexpr int kColumnLimit = 2;
 class ColumnSigns {
  public:

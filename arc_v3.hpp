@@ -112,7 +112,10 @@ struct Options {
   int effort = 2;
   // Worker threads; 0 = all hardware threads. Output bytes do not depend on it.
   int threads = 0;
-  // Elements per independently coded chunk: a power of two in [2^10, 2^24].
+  // Elements per independently coded chunk: a power of two in [2^10, 2^24]. Where the
+  // elements would fill one chunk and an eighth of another at most, the encoder codes them
+  // as one chunk of twice the size instead (a small last chunk pays its own header and
+  // learning: 0.3% of a 1 M-parameter model grouped in one payload).
   uint32_t chunk_elements = 1u << 20;
 };
 

@@ -662,10 +662,11 @@ std::vector<KernelResult> RunKernels(const KernelInput& in, const Flags& flags, 
     });
     add("ApplyXor", [&](size_t, size_t b, size_t c) { ApplyXor(in.prev.data() + b, xors.data() + b, c, out.data() + b); });
     add("GroupRateSums", [&](size_t, size_t b, size_t c) {
-      GroupRateSums(in.prev.data() + b, c / 4, rate_sums.data() + b / 4);
+      GroupRateSums(in.prev.data() + b, c / 4, /*rate_cap=*/24, rate_sums.data() + b / 4);
     });
     add("HistoryRateSums", [&](size_t, size_t b, size_t c) {
-      HistoryRateSums(in.prev.data() + b, history.data() + b, boosts, c / 4, rate_sums.data() + b / 4);
+      HistoryRateSums(in.prev.data() + b, history.data() + b, boosts, c / 4, /*rate_cap=*/24,
+                      rate_sums.data() + b / 4);
     });
     add("AdvanceHistory", [&](size_t, size_t b, size_t c) {
       AdvanceHistory(in.prev.data() + b, in.next.data() + b, c, history_work.data() + b);

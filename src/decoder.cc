@@ -230,17 +230,18 @@ class ChunkDecoder {
         return DecodeXorStreams(&reader, chunk_len, /*allow_empty=*/false, changes, stats);
       case kChunkModelled: {
         // Value priors came with version 3, carried models with version 8, column signs
-        // with version 10.
+        // with version 10, capped rates with version 11.
         if (reader.remaining() > 0 &&
             (((version < 3) && (reader.current()[0] & kModelValuePriors)) ||
              ((version < kFirstCarriedModelVersion) && (reader.current()[0] & kModelCarried)) ||
-             ((version < kFirstColumnSignsVersion) && (reader.current()[0] & kModelColumnSigns)))) {
+             ((version < kFirstColumnSignsVersion) && (reader.current()[0] & kModelColumnSigns)) ||
+             ((version < kFirstRateCapVersion) && (reader.current()[0] & kModelRateCap)))) {
           return Status(ErrorCode::kReservedBitsSet, "modelled chunk: reserved bits set");
         }
         if (src == nullptr) return Status::Ok();  // statistics without the base
         const Status status = DecodeChunkModelled(src, chunk_len, reader.current(),
                                                   reader.remaining(), &changes->positions,
-                                                  &changes->xors, history, carried);
+                                                  &changes->xors, history, carried, version);
         if (!status.ok()) {
           // The coding is predicted from src, so a wrong base derails it like corruption.
           return Status(status.code(), status.message() +

@@ -34,15 +34,21 @@ constexpr uint8_t kMagic[4] = {'A', 'R', 'C', '3'};
 // every frame of several tensors that names its list. It also adds modelled chunks whose
 // signs take their column's earlier signs as context (model_coder.h, kModelColumnSigns),
 // written for every payload that holds one.
+// Version 11 adds modelled chunks whose rates are capped (model_coder.h, kModelRateCap)
+// and gives the split priors of every modelled chunk more weight (model_coder.cc,
+// kTrustedSplitSeen); written for every payload that holds a modelled chunk.
 constexpr uint8_t kFormatVersionArcV3 = 1;
-constexpr uint8_t kFormatVersion = 10;
+constexpr uint8_t kFormatVersion = 11;
 constexpr uint8_t kFormatVersionOneTensor = 5;
+constexpr uint8_t kFirstModelledVersion = 2;
 constexpr uint8_t kFirstTensorsVersion = 6;
 constexpr uint8_t kFirstRansHistoryVersion = 7;
 constexpr uint8_t kFirstCarriedModelVersion = 8;
 constexpr uint8_t kFirstContinuesVersion = 9;
 constexpr uint8_t kFirstListCheckVersion = 10;
 constexpr uint8_t kFirstColumnSignsVersion = 10;
+constexpr uint8_t kFirstRateCapVersion = 11;
+constexpr uint8_t kFirstTrustedSplitsVersion = 11;
 constexpr uint8_t kMinChunkLog = 10;
 constexpr uint8_t kMaxChunkLog = 24;
 // Varints in this format never exceed 64 bits (10 bytes of LEB128).

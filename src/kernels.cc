@@ -203,8 +203,8 @@ hn::Vec<D64> GroupSumOfPowers(D64 d64, hn::Vec<D64> rate_logs) {
   return hn::Add(sum, hn::Shl(one, hn::ShiftRight<48>(rate_logs)));
 }
 
-void GroupRateSums(const uint16_t* HWY_RESTRICT src, size_t groups,
-                   uint64_t* HWY_RESTRICT sums) {
+int GroupRateSums(const uint16_t* HWY_RESTRICT src, size_t groups, int rate_cap,
+                  uint64_t* HWY_RESTRICT sums) {
   const hn::ScalableTag<uint16_t> d16;
   const hn::Repartition<uint64_t, decltype(d16)> d64;
   const size_t N = hn::Lanes(d16);
@@ -212,17 +212,23 @@ void GroupRateSums(const uint16_t* HWY_RESTRICT src, size_t groups,
   const auto exponent_mask = hn::Set(d16, 0xFF);
   const auto top = hn::Set(d16, kRateTopExponent);
   const auto max_log = hn::Set(d16, kMaxRateLog);
+  const auto cap = hn::Set(d16, static_cast<uint16_t>(rate_cap));
+  auto largest = hn::Zero(d16);
   size_t i = 0;
   for (; N >= 4 && i + N <= count; i += N) {
     const auto exponent = hn::And(hn::ShiftRight<7>(hn::LoadU(d16, src + i)), exponent_mask);
     const auto rate_log = hn::Min(hn::SaturatedSub(top, exponent), max_log);
-    hn::StoreU(GroupSumOfPowers(d64, hn::BitCast(d64, rate_log)), d64, sums + i / 4);
+    largest = hn::Max(largest, rate_log);
+    const auto capped = hn::Min(rate_log, cap);
+    hn::StoreU(GroupSumOfPowers(d64, hn::BitCast(d64, capped)), d64, sums + i / 4);
   }
-  ref::GroupRateSums(src + i, groups - i / 4, sums + i / 4);
+  const int rest = ref::GroupRateSums(src + i, groups - i / 4, rate_cap, sums + i / 4);
+  return std::max<int>(rest, hn::GetLane(hn::MaxOfLanes(d16, largest)));
 }
 
 void HistoryRateSums(const uint16_t* HWY_RESTRICT src, const uint8_t* HWY_RESTRICT history,
-                     const uint8_t boosts[8], size_t groups, uint64_t* HWY_RESTRICT sums) {
+                     const uint8_t boosts[8], size_t groups, int rate_cap,
+                     uint64_t* HWY_RESTRICT sums) {
   const hn::ScalableTag<uint16_t> d16;
   const hn::Rebind<uint8_t, decltype(d16)> d8;          // one history byte per u16 lane
   const hn::Repartition<uint8_t, decltype(d16)> bytes;  // the u16 lanes as bytes
@@ -236,7 +242,7 @@ void HistoryRateSums(const uint16_t* HWY_RESTRICT src, const uint8_t* HWY_RESTRI
   const auto exponent_mask = hn::Set(d16, 0xFF);
   const auto age_mask = hn::Set(d16, kHistoryAgeMask);
   const auto top = hn::Set(d16, kRateTopExponent);
-  const auto max_log = hn::Set(d16, kMaxRateLog);
+  const auto cap = hn::Set(d16, static_cast<uint16_t>(rate_cap));
   size_t i = 0;
   for (; N >= 4 && i + N <= count; i += N) {
     const auto exponent = hn::And(hn::ShiftRight<7>(hn::LoadU(d16, src + i)), exponent_mask);
@@ -245,10 +251,10 @@ void HistoryRateSums(const uint16_t* HWY_RESTRICT src, const uint8_t* HWY_RESTRI
     const auto looked_up = hn::TableLookupBytes(table, hn::BitCast(bytes, age));
     const auto boost = hn::And(hn::BitCast(d16, looked_up), exponent_mask);
     const auto rate_log =
-        hn::Min(hn::Add(hn::Min(hn::SaturatedSub(top, exponent), max_log), boost), max_log);
+        hn::Min(hn::Add(hn::Min(hn::SaturatedSub(top, exponent), cap), boost), cap);
     hn::StoreU(GroupSumOfPowers(d64, hn::BitCast(d64, rate_log)), d64, sums + i / 4);
   }
-  ref::HistoryRateSums(src + i, history + i, boosts, groups - i / 4, sums + i / 4);
+  ref::HistoryRateSums(src + i, history + i, boosts, groups - i / 4, rate_cap, sums + i / 4);
 }
 
 // MonotoneKey on lanes: a negative value's bits are all flipped, a positive one's sign bit.
@@ -759,13 +765,13 @@ void ApplyXor(const uint16_t* src, const uint16_t* xors, size_t count, uint16_t*
   HWY_DYNAMIC_DISPATCH(ApplyXor)(src, xors, count, out);
 }
 
-void GroupRateSums(const uint16_t* src, size_t groups, uint64_t* sums) {
-  HWY_DYNAMIC_DISPATCH(GroupRateSums)(src, groups, sums);
+int GroupRateSums(const uint16_t* src, size_t groups, int rate_cap, uint64_t* sums) {
+  return HWY_DYNAMIC_DISPATCH(GroupRateSums)(src, groups, rate_cap, sums);
 }
 
 void HistoryRateSums(const uint16_t* src, const uint8_t* history, const uint8_t boosts[8],
-                     size_t groups, uint64_t* sums) {
-  HWY_DYNAMIC_DISPATCH(HistoryRateSums)(src, history, boosts, groups, sums);
+                     size_t groups, int rate_cap, uint64_t* sums) {
+  HWY_DYNAMIC_DISPATCH(HistoryRateSums)(src, history, boosts, groups, rate_cap, sums);
 }
 
 void AdvanceHistory(const uint16_t* src, const uint16_t* dst, size_t count, uint8_t* history) {

@@ -51,12 +51,17 @@ void ApplyXor(const uint16_t* src, const uint16_t* xors, size_t count, uint16_t*
 // Change rates of the modelled coder (model_coder.cc): an element whose exponent field is
 // e changes at a relative rate 2^RateLog(e), RateLog(e) = clamp(kRateTopExponent - e, 0,
 // kMaxRateLog). kRateTopExponent is the exponent of 2^7, above any weight's usual size.
+// A chunk may cap the rates lower (its Rate_Cap, format version 11): the rate of a weight
+// so small that it changes in most steps says little more than that.
 constexpr int kRateTopExponent = 134;
 constexpr int kMaxRateLog = 32;
 
-// Group rate sums: sums[g] = the sum of 2^RateLog over elements [4g, 4g + 4) of src, for
-// g < groups (src holds 4 * groups elements). Exact: each sum is below 2^35.
-void GroupRateSums(const uint16_t* src, size_t groups, uint64_t* sums);
+// Group rate sums: sums[g] = the sum of 2^min(RateLog, rate_cap) over elements
+// [4g, 4g + 4) of src, for g < groups (src holds 4 * groups elements), rate_cap in
+// [0, kMaxRateLog]. Exact: each sum is below 2^35.
+// @return the largest RateLog of the elements before the cap (0 for no groups): the cap
+// changed a rate if and only if it is above rate_cap.
+int GroupRateSums(const uint16_t* src, size_t groups, int rate_cap, uint64_t* sums);
 
 // log2(v) in Q16 for v >= 1, integer only (the coders' cost estimates must not depend on
 // the machine): the integer part from the top bit, 16 fraction bits by
@@ -93,11 +98,11 @@ inline uint16_t FromMonotoneKey(uint16_t key) {
 constexpr uint8_t kHistoryAgeMask = 0x07;
 constexpr uint8_t kHistoryUp = 0x08;
 
-// Group rate sums with a session history: as GroupRateSums, with each element's RateLog
-// raised by boosts[history[i] & kHistoryAgeMask] (at most 255) and clamped to kMaxRateLog
-// again. history holds 4 * groups bytes.
+// Group rate sums with a session history: as GroupRateSums, with each element's capped
+// RateLog raised by boosts[history[i] & kHistoryAgeMask] (at most 255) and clamped to
+// rate_cap again. history holds 4 * groups bytes.
 void HistoryRateSums(const uint16_t* src, const uint8_t* history, const uint8_t boosts[8],
-                     size_t groups, uint64_t* sums);
+                     size_t groups, int rate_cap, uint64_t* sums);
 
 // Advances a session history by one step src -> dst: a changed element gets age 1 and
 // the direction of its change (history = 1 | (up ? kHistoryUp : 0)); an unchanged one
@@ -164,9 +169,9 @@ size_t CompactChanges(const uint16_t* src, const uint16_t* dst, size_t count,
 void PackMantissas(const uint16_t* xors, size_t count, uint8_t* out);
 void UnpackMantissas(const uint8_t* packed, size_t count, uint16_t* xors);
 void ApplyXor(const uint16_t* src, const uint16_t* xors, size_t count, uint16_t* out);
-void GroupRateSums(const uint16_t* src, size_t groups, uint64_t* sums);
+int GroupRateSums(const uint16_t* src, size_t groups, int rate_cap, uint64_t* sums);
 void HistoryRateSums(const uint16_t* src, const uint8_t* history, const uint8_t boosts[8],
-                     size_t groups, uint64_t* sums);
+                     size_t groups, int rate_cap, uint64_t* sums);
 void AdvanceHistory(const uint16_t* src, const uint16_t* dst, size_t count, uint8_t* history);
 size_t DecodeRansChanges(const uint16_t* src, size_t count, int class_base,
                          const uint32_t* probs, const uint32_t* splits,

@@ -6,13 +6,16 @@
 //            sets it); bit 5: the contexts start from the model this chunk of the
 //            session ended on in its last modelled step, not from priors (format
 //            version 8, kModelCarried); bit 6: column signs (format version 10,
-//            kModelColumnSigns); bit 7: reserved (0).
+//            kModelColumnSigns); bit 7: the rates are capped (format version 11,
+//            kModelRateCap).
 //   byte 1   L: the chunk's rate prior, 4 * log2(sum of element rates / changes), which
 //            seeds every probability (so small chunks do not pay to learn them).
 //   bytes 2-3, with history only: the rate boosts (log2, 0..15) of elements whose last
 //            change was 1, 2, 3+ steps ago: byte 2 = b1 | b2 << 4, byte 3 = b3 (4 bits).
 //   2 bytes, with column signs only (byte 0 bit 6, format version 10): the sign period P
 //            (u16 little-endian, 1..65535), the row length of the tensor the chunk holds.
+//   1 byte, with capped rates only (byte 0 bit 7, format version 11): the Rate_Cap, 0..32,
+//            the largest rate log of the chunk's elements (kMaxRateLog without it).
 //   then     one range-coded stream (LZMA-style binary range coder, 16-bit
 //            probabilities) without its first byte (always 0) and without trailing zero
 //            bytes (the decoder reads zeros past the end); it never ends in a 0 byte.
@@ -37,15 +40,12 @@ namespace {
 constexpr int kRateLogs = kMaxRateLog + 1;
 
 struct RateTables {
-  uint8_t log[256];  // by exponent field
-  uint64_t rate[256];
+  uint8_t log[256];  // by exponent field, before a chunk's cap
 };
 constexpr RateTables MakeRateTables() {
   RateTables tables{};
   for (int e = 0; e < 256; ++e) {
-    const int a = std::min(std::max(kRateTopExponent - e, 0), kMaxRateLog);
-    tables.log[e] = static_cast<uint8_t>(a);
-    tables.rate[e] = uint64_t{1} << a;
+    tables.log[e] = static_cast<uint8_t>(std::min(std::max(kRateTopExponent - e, 0), kMaxRateLog));
   }
   return tables;
 }
@@ -137,6 +137,11 @@ inline void Update(Prob* prob, int bit) {
 
 // Priors' weights (initial n) and final adaptation shifts, per kind of decision.
 constexpr int kPositionSeen = 14, kPositionShift = 7;
+// From format version 11 the split priors (a change is in a half with the chance of its
+// share of the rate) count as if 126 decisions had been seen, so that they adapt at the
+// final 1/128 from the start: adapting faster only followed noise (0.6% of the positions'
+// cost on the corpus' sparsest run).
+constexpr int kTrustedSplitSeen = 126;
 constexpr int kValueSeen = 2, kValueShift = 7;
 // Value priors from L (Layout bit 4). The sign is a fair coin whatever the exponent: it
 // starts at 1/2 as if 30 signs had been seen (adapting by 1/32, not 1/2, at first)
@@ -261,8 +266,10 @@ struct Model {
   Prob column_sign[3][4];      // [history hint][column state -2, -1, +1, +2]
 
   // Priors from the chunk's rate prior L: elements with summed rate S expect
-  // x = S / 2^(L/4) changes. `value_priors`: Layout bit 4 (below).
-  Model(int L, bool value_priors) {
+  // x = S / 2^(L/4) changes. `value_priors`: Layout bit 4 (below). `trusted_splits`:
+  // format version 11 on (kTrustedSplitSeen).
+  Model(int L, bool value_priors, bool trusted_splits) {
+    const int split_seen = trusted_splits ? kTrustedSplitSeen : kPositionSeen;
     for (int b = 0; b < kBlockBuckets; ++b) {
       block[b].Set(ProbFromLog(b - L), kPositionSeen, kPositionShift);
     }
@@ -271,7 +278,7 @@ struct Model {
       // share of the rate.
       for (int t = 0; t < kSplitBuckets; ++t) {
         const uint64_t share = Pow2Q4(-(t < 32 ? 31 - t : t - 32));
-        level[t].Set(ClampProb(t < 32 ? share : kProbOne - share), kPositionSeen,
+        level[t].Set(ClampProb(t < 32 ? share : kProbOne - share), split_seen,
                      kPositionShift);
       }
     }
@@ -413,44 +420,51 @@ inline int HintOf(uint8_t history) {
 // Element rates without history: by exponent alone.
 class PlainRates {
  public:
-  PlainRates(const uint16_t* src, size_t len) : src_(src), window_(len) {}
-  inline uint64_t Rate(size_t i) const { return kRates.rate[ExponentOf(src_[i])]; }
+  PlainRates(const uint16_t* src, size_t len, int rate_cap)
+      : src_(src), rate_cap_(rate_cap), window_(len) {}
+  inline uint64_t Rate(size_t i) const {
+    return uint64_t{1} << std::min<int>(kRates.log[ExponentOf(src_[i])], rate_cap_);
+  }
   inline int Hint(size_t) const { return 0; }
   // The rate sum of [begin, end); blocks in ascending order.
   inline uint64_t Sum(size_t begin, size_t end) { return window_.Sum(*this, begin, end); }
   void GroupSums(size_t first, size_t count, uint64_t* sums) const {
-    GroupRateSums(src_ + 4 * first, count, sums);
+    GroupRateSums(src_ + 4 * first, count, rate_cap_, sums);
   }
 
  private:
   const uint16_t* src_;
+  int rate_cap_;
   GroupWindow<PlainRates> window_;
 };
 
 // With a session's history: an element that changed recently gets its rate multiplied by
-// 2^boost of its history class (sent in the chunk header), and the direction of its last
-// change is the context of its sign.
+// 2^boost of its history class (sent in the chunk header), within the cap, and the
+// direction of its last change is the context of its sign.
 class HistoryRates {
  public:
-  HistoryRates(const uint16_t* src, const uint8_t* history, size_t len, const uint8_t* boosts)
-      : src_(src), history_(history), window_(len) {
+  HistoryRates(const uint16_t* src, const uint8_t* history, size_t len, const uint8_t* boosts,
+               int rate_cap)
+      : src_(src), history_(history), rate_cap_(rate_cap), window_(len) {
     for (int age = 0; age <= kHistoryAgeMask; ++age) {
       boost_[age] = boosts[HistoryClass(static_cast<uint8_t>(age))];
     }
   }
   inline uint64_t Rate(size_t i) const {
-    const int a = kRates.log[ExponentOf(src_[i])] + boost_[history_[i] & kHistoryAgeMask];
-    return uint64_t{1} << std::min(a, kMaxRateLog);
+    const int a = std::min<int>(kRates.log[ExponentOf(src_[i])], rate_cap_) +
+                  boost_[history_[i] & kHistoryAgeMask];
+    return uint64_t{1} << std::min(a, rate_cap_);
   }
   inline uint64_t Sum(size_t begin, size_t end) { return window_.Sum(*this, begin, end); }
   void GroupSums(size_t first, size_t count, uint64_t* sums) const {
-    HistoryRateSums(src_ + 4 * first, history_ + 4 * first, boost_, count, sums);
+    HistoryRateSums(src_ + 4 * first, history_ + 4 * first, boost_, count, rate_cap_, sums);
   }
   inline int Hint(size_t i) const { return HintOf(history_[i]); }
 
  private:
   const uint16_t* src_;
   const uint8_t* history_;
+  int rate_cap_;
   uint8_t boost_[kHistoryAgeMask + 1];
   GroupWindow<HistoryRates> window_;
 };
@@ -491,11 +505,12 @@ void CodeNode(Io* io, Model* model, const uint16_t* src, const Rates& rates,
 // `block_sums`, if not null, holds rates.Sum of every block (the encoder has them already).
 template <class Io, class Rates>
 void CodeChunk(const uint16_t* src, Rates& rates, size_t len, int log2_block, int L,
-               bool value_priors, uint32_t sign_period, const CarriedModel& carried, Io* io,
-               const uint64_t* block_sums = nullptr) {
+               bool value_priors, bool trusted_splits, uint32_t sign_period,
+               const CarriedModel& carried, Io* io, const uint64_t* block_sums = nullptr) {
   ColumnSigns columns(sign_period);
-  auto model = carried.start != nullptr ? std::make_unique<Model>(carried.start->model)
-                                        : std::make_unique<Model>(L, value_priors);
+  auto model = carried.start != nullptr
+                   ? std::make_unique<Model>(carried.start->model)
+                   : std::make_unique<Model>(L, value_priors, trusted_splits);
   const size_t block = size_t{1} << log2_block;
   uint64_t prefix[(size_t{1} << kMaxModelBlockLog) + 1];
   for (size_t begin = 0; begin < len; begin += block) {
@@ -583,7 +598,6 @@ class DecoderIo {
 };
 
 constexpr uint8_t kBlockLogMask = 0x07;
-constexpr uint8_t kReservedMask = 0x80;
 
 // Block size for a density: about one expected change per four blocks (measured on the
 // corpus, the size barely changes the ratio; this is the fastest to decode).
@@ -681,6 +695,44 @@ uint32_t ChooseSignPeriod(const uint16_t* src, const uint16_t* dst,
   return best;
 }
 
+// The cap the encoder gives a chunk's rates (kModelRateCap) unless the chunk is very
+// sparse: on the corpus elements of rate 2^23 and above (weights below 2^-16) change in
+// about half the steps, whatever their rate; capping there saved ~1% of the OCR runs'
+// payloads, and the ratio changes little between caps of 22 and 25.
+constexpr int kDefaultRateCap = 24;
+constexpr size_t kRateWindow = 4096;  // elements whose group sums GroupRateSums writes at once
+
+// The rate sums of a chunk with rates capped at 2^rate_cap: the total in *total and, if
+// step_sums is not null, the sum of each `step` elements (a power of two in [4, 4096]).
+// @return the largest rate log of the elements before the cap.
+int SumRates(const uint16_t* src, size_t len, int rate_cap, size_t step, uint64_t* step_sums,
+             uint64_t* total) {
+  uint64_t group_sums[kRateWindow / 4];
+  int largest = 0;
+  *total = 0;
+  for (size_t begin = 0; begin < len; begin += kRateWindow) {
+    const size_t end = std::min(begin + kRateWindow, len);
+    const size_t groups = (end - begin) / 4;
+    largest = std::max(largest, GroupRateSums(src + begin, groups, rate_cap, group_sums));
+    uint64_t rest = 0;  // the elements after the last whole group (at the chunk's end)
+    for (size_t i = begin + 4 * groups; i < end; ++i) {
+      const int rate_log = kRates.log[ExponentOf(src[i])];
+      largest = std::max(largest, rate_log);
+      rest += uint64_t{1} << std::min(rate_log, rate_cap);
+    }
+    for (size_t first = begin; first < end; first += step) {
+      const size_t last = std::min(first + step, end);
+      uint64_t sum = last == end ? rest : 0;
+      for (size_t g = (first - begin) / 4; g < std::min((last - begin) / 4, groups); ++g) {
+        sum += group_sums[g];
+      }
+      if (step_sums != nullptr) step_sums[first / step] = sum;
+      *total += sum;
+    }
+  }
+  return largest;
+}
+
 // log2_block < 0: chosen from the density. Bytes: see the top of this file.
 Status EncodeChunk(const uint16_t* src, const uint16_t* dst, size_t len, int log2_block,
                    std::vector<uint8_t>* out, const uint8_t* history, uint64_t counted,
@@ -708,16 +760,23 @@ Status EncodeChunk(const uint16_t* src, const uint16_t* dst, size_t len, int log
   constexpr int kKeepBlockSumsLog = 5;
   thread_local std::vector<uint64_t> block_sums;
   const bool keep_block_sums = log2_block >= kKeepBlockSumsLog && history == nullptr;
+  const size_t step = keep_block_sums ? size_t{1} << log2_block : kRateWindow;
+  if (keep_block_sums && block_sums.size() < (len + step - 1) / step) {
+    block_sums.resize((len + step - 1) / step);
+  }
+  uint64_t* const step_sums = keep_block_sums ? block_sums.data() : nullptr;
   uint64_t all_rates = 0;
-  {
-    PlainRates rates(src, len);
-    const size_t step = keep_block_sums ? size_t{1} << log2_block : 4096;
-    const size_t steps = (len + step - 1) / step;
-    if (keep_block_sums && block_sums.size() < steps) block_sums.resize(steps);
-    for (size_t k = 0; k < steps; ++k) {
-      const uint64_t sum = rates.Sum(k * step, std::min((k + 1) * step, len));
-      if (keep_block_sums) block_sums[k] = sum;
-      all_rates += sum;
+  int rate_cap = kDefaultRateCap;
+  const int largest = SumRates(src, len, rate_cap, step, step_sums, &all_rates);
+  if (largest <= rate_cap) {
+    rate_cap = kMaxRateLog;  // the cap changes no rate: left out
+  } else {
+    // An element at rate 2^(L/4) changes about once a step. In a chunk so sparse that this
+    // level is near the default cap, the cap moves to two octaves above it.
+    const int level = (Log2Q4(all_rates) - Log2Q4(total)) / 4;
+    if (level + 2 > rate_cap) {
+      rate_cap = level + 2 >= largest ? kMaxRateLog : level + 2;
+      SumRates(src, len, rate_cap, step, step_sums, &all_rates);
     }
   }
   // Changes and rate sums per history class (all in class 0 without history).
@@ -733,7 +792,8 @@ Status EncodeChunk(const uint16_t* src, const uint16_t* dst, size_t len, int log
       if (i + 8 <= len && (word & kAges) == 0) {
         i += 8;
       } else {
-        rate_sums[HistoryClass(history[i])] += kRates.rate[ExponentOf(src[i])];
+        rate_sums[HistoryClass(history[i])] +=
+            uint64_t{1} << std::min<int>(kRates.log[ExponentOf(src[i])], rate_cap);
         ++i;
       }
     }
@@ -759,6 +819,7 @@ Status EncodeChunk(const uint16_t* src, const uint16_t* dst, size_t len, int log
                                       (history != nullptr ? kHistoryFlag : 0) |
                                       (carried.start != nullptr ? kModelCarried : 0) |
                                       (sign_period != 0 ? kModelColumnSigns : 0) |
+                                      (rate_cap < kMaxRateLog ? kModelRateCap : 0) |
                                       kModelValuePriors));
   out->push_back(static_cast<uint8_t>(L));
   if (history != nullptr) {
@@ -769,14 +830,17 @@ Status EncodeChunk(const uint16_t* src, const uint16_t* dst, size_t len, int log
     out->push_back(static_cast<uint8_t>(sign_period));
     out->push_back(static_cast<uint8_t>(sign_period >> 8));
   }
+  if (rate_cap < kMaxRateLog) out->push_back(static_cast<uint8_t>(rate_cap));
   EncoderIo io(src, dst, &changed, out);
   if (history == nullptr) {
-    PlainRates rates(src, len);
-    CodeChunk(src, rates, len, log2_block, L, /*value_priors=*/true, sign_period, carried, &io,
+    PlainRates rates(src, len, rate_cap);
+    CodeChunk(src, rates, len, log2_block, L, /*value_priors=*/true, /*trusted_splits=*/true,
+              sign_period, carried, &io,
               keep_block_sums ? block_sums.data() : nullptr);
   } else {
-    HistoryRates rates(src, history, len, boosts);
-    CodeChunk(src, rates, len, log2_block, L, /*value_priors=*/true, sign_period, carried, &io);
+    HistoryRates rates(src, history, len, boosts, rate_cap);
+    CodeChunk(src, rates, len, log2_block, L, /*value_priors=*/true, /*trusted_splits=*/true,
+              sign_period, carried, &io);
   }
   io.Finish();
   return Status::Ok();
@@ -835,11 +899,16 @@ std::vector<uint32_t> SignPeriodCandidates(uint64_t elements) {
 
 Status DecodeChunkModelled(const uint16_t* src, size_t len, const uint8_t* bytes, size_t size,
                            std::vector<uint32_t>* positions, std::vector<uint16_t>* xors,
-                           const uint8_t* history, const CarriedModel& carried) {
+                           const uint8_t* history, const CarriedModel& carried,
+                           int format_version) {
   if (positions == nullptr || xors == nullptr || (len > 0 && src == nullptr) ||
       (size > 0 && bytes == nullptr)) {
     return Status(ErrorCode::kInvalidArgument, "DecodeChunkModelled: null pointer");
   }
+  if (format_version < kFirstModelledVersion || format_version > kFormatVersion) {
+    return Status(ErrorCode::kInvalidArgument, "DecodeChunkModelled: unknown format version");
+  }
+  const bool trusted_splits = format_version >= kFirstTrustedSplitsVersion;
   if (len > kMaxModelledChunk) {
     return Status(ErrorCode::kInvalidArgument, "DecodeChunkModelled: chunk too large");
   }
@@ -847,9 +916,6 @@ Status DecodeChunkModelled(const uint16_t* src, size_t len, const uint8_t* bytes
   xors->clear();
   if (size == 0) return Status::Ok();  // nothing changed
   const uint8_t layout = bytes[0];
-  if (layout & kReservedMask) {
-    return Status(ErrorCode::kCorruptChunk, "modelled chunk: reserved bits set");
-  }
   const int log2_block = (layout & kBlockLogMask) + kMinModelBlockLog;
   if (log2_block > kMaxModelBlockLog) {
     return Status(ErrorCode::kCorruptChunk, "modelled chunk: bad block size");
@@ -866,9 +932,15 @@ Status DecodeChunkModelled(const uint16_t* src, size_t len, const uint8_t* bytes
   }
   const CarriedModel model_io{from_carried ? carried.start : nullptr, carried.end};
   const bool column_signs = (layout & kModelColumnSigns) != 0;
+  const bool capped = (layout & kModelRateCap) != 0;
   const size_t period_at = with_history ? 4 : 2;
-  const size_t header = period_at + (column_signs ? 2 : 0);
+  const size_t cap_at = period_at + (column_signs ? 2 : 0);
+  const size_t header = cap_at + (capped ? 1 : 0);
   if (size < header) return Status(ErrorCode::kTruncated, "modelled chunk: header truncated");
+  const int rate_cap = capped ? bytes[cap_at] : kMaxRateLog;
+  if (rate_cap > kMaxRateLog) {
+    return Status(ErrorCode::kCorruptChunk, "modelled chunk: rate cap above 32");
+  }
   const int L = bytes[1];
   const uint32_t sign_period =
       column_signs ? bytes[period_at] | static_cast<uint32_t>(bytes[period_at + 1]) << 8 : 0;
@@ -883,11 +955,13 @@ Status DecodeChunkModelled(const uint16_t* src, size_t len, const uint8_t* bytes
     const uint8_t boosts[kHistoryClasses] = {0, static_cast<uint8_t>(bytes[2] & 0x0F),
                                              static_cast<uint8_t>(bytes[2] >> 4), bytes[3]};
     if (boosts[3] > 15) return Status(ErrorCode::kCorruptChunk, "modelled chunk: bad boost");
-    HistoryRates rates(src, history, len, boosts);
-    CodeChunk(src, rates, len, log2_block, L, value_priors, sign_period, model_io, &io);
+    HistoryRates rates(src, history, len, boosts, rate_cap);
+    CodeChunk(src, rates, len, log2_block, L, value_priors, trusted_splits, sign_period,
+              model_io, &io);
   } else {
-    PlainRates rates(src, len);
-    CodeChunk(src, rates, len, log2_block, L, value_priors, sign_period, model_io, &io);
+    PlainRates rates(src, len, rate_cap);
+    CodeChunk(src, rates, len, log2_block, L, value_priors, trusted_splits, sign_period,
+              model_io, &io);
   }
   // The encoder never ends a stream with a zero byte, and never codes a chunk without
   // changes.

@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "arc_v3.hpp"
+#include "src/format.h"
 #include "src/kernels.h"
 
 namespace arc_v3 {
@@ -56,6 +57,12 @@ constexpr uint8_t kModelCarried = 0x20;
 // sign period (the row length) in the header (format version 10; model_coder.cc,
 // ColumnSigns).
 constexpr uint8_t kModelColumnSigns = 0x40;
+
+// Chunk byte 0, bit 7: the rates are capped at 2^Rate_Cap, a header byte (format version
+// 11): a weight so small that its rate would promise a change in most steps changes in
+// about half of them on the corpus (its sign hovers around zero), and the rates above
+// that only blur the blocks' rate sums. Without it the cap is kMaxRateLog.
+constexpr uint8_t kModelRateCap = 0x80;
 
 // A modelled chunk's adaptive probabilities after its last decision. A session keeps one
 // per chunk, so that the chunk's next step starts where this one ended instead of learning
@@ -125,13 +132,17 @@ Status EncodeChunkModelledWithBlock(const uint16_t* src, const uint16_t* dst, si
 // All `size` bytes must belong to the chunk (trailing bytes are an error). A chunk coded
 // with history needs `history` (kCorruptChunk without); one coded without ignores it.
 // A chunk coded from a carried model needs `carried.start` (kCorruptChunk without).
+// `format_version`: the version of the frame that holds the chunk (2..kFormatVersion): from
+// version 11 the split priors are trusted more (model_coder.cc, kTrustedSplitSeen), and
+// EncodeChunkModelled writes chunks of the current version.
 // A wrong src, history or carried model gives a wrong result, not an error: the frame's
 // checksum catches it.
 // @return ok, kInvalidArgument (null pointers, len too large), kTruncated, kCorruptChunk.
 Status DecodeChunkModelled(const uint16_t* src, size_t len, const uint8_t* bytes, size_t size,
                            std::vector<uint32_t>* positions, std::vector<uint16_t>* xors,
                            const uint8_t* history = nullptr,
-                           const CarriedModel& carried = CarriedModel());
+                           const CarriedModel& carried = CarriedModel(),
+                           int format_version = kFormatVersion);
 
 }  // namespace arc_v3
 

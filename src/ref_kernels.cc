@@ -67,27 +67,30 @@ void ApplyXor(const uint16_t* src, const uint16_t* xors, size_t count, uint16_t*
   for (size_t i = 0; i < count; ++i) out[i] = src[i] ^ xors[i];
 }
 
-void GroupRateSums(const uint16_t* src, size_t groups, uint64_t* sums) {
+int GroupRateSums(const uint16_t* src, size_t groups, int rate_cap, uint64_t* sums) {
+  int largest = 0;
   for (size_t g = 0; g < groups; ++g) {
     uint64_t sum = 0;
     for (size_t i = 4 * g; i < 4 * g + 4; ++i) {
       const int exponent = (src[i] >> 7) & 0xFF;
       const int rate_log = std::min(std::max(kRateTopExponent - exponent, 0), kMaxRateLog);
-      sum += uint64_t{1} << rate_log;
+      largest = std::max(largest, rate_log);
+      sum += uint64_t{1} << std::min(rate_log, rate_cap);
     }
     sums[g] = sum;
   }
+  return largest;
 }
 
 void HistoryRateSums(const uint16_t* src, const uint8_t* history, const uint8_t boosts[8],
-                     size_t groups, uint64_t* sums) {
+                     size_t groups, int rate_cap, uint64_t* sums) {
   for (size_t g = 0; g < groups; ++g) {
     uint64_t sum = 0;
     for (size_t i = 4 * g; i < 4 * g + 4; ++i) {
       const int exponent = (src[i] >> 7) & 0xFF;
-      const int rate_log = std::min(std::max(kRateTopExponent - exponent, 0), kMaxRateLog) +
+      const int rate_log = std::min(std::max(kRateTopExponent - exponent, 0), rate_cap) +
                            boosts[history[i] & kHistoryAgeMask];
-      sum += uint64_t{1} << std::min(rate_log, kMaxRateLog);
+      sum += uint64_t{1} << std::min(rate_log, rate_cap);
     }
     sums[g] = sum;
   }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <tuple>
 #include <vector>
 
 #include "arc_v3.hpp"
@@ -81,15 +82,35 @@ TEST_CASE("round trip: lengths 0, 1, odd, chunk edges") {
   }
 }
 
-TEST_CASE("format version 10: column signs, and only from version 10") {
+TEST_CASE("a last chunk of an eighth or less joins the first: one chunk of twice the size") {
+  // 1024 + 128 elements in chunks of 1024: one chunk of 2048; 1024 + 129: two chunks, as
+  // with 3 * 1024 + 1 (more than two chunks never merge).
+  for (const auto& [n, chunks, chunk_elements] :
+       std::vector<std::tuple<size_t, uint64_t, uint32_t>>{{1024 + 128, 1, 2048},
+                                                           {1024 + 129, 2, 1024},
+                                                           {3 * 1024 + 1, 4, 1024},
+                                                           {1024, 1, 1024}}) {
+    CAPTURE(n);
+    std::vector<uint16_t> src, dst;
+    MakeDelta(n, Mix{0.05}, static_cast<uint32_t>(n), &src, &dst);
+    const Delta delta = RoundTrip(src, dst, SmallChunks());
+    PayloadInfo info;
+    REQUIRE(delta_inspect(delta.bytes.data(), delta.bytes.size(), &info).ok());
+    CHECK(info.chunk_count == chunks);
+    CHECK(info.chunk_elements == chunk_elements);
+  }
+}
+
+TEST_CASE("column signs, and only from format version 10") {
   // A 2000 x 120 matrix whose updates share their column's sign: its modelled chunk codes
-  // signs with column counters (period 120), which needs format version 10.
+  // signs with column counters (period 120), which needs format version 10 (and, as a
+  // modelled chunk, 11).
   std::mt19937 rng(31);
   const std::vector<uint16_t> src = test::GaussianWeights(2000 * 120, &rng);
   const std::vector<uint16_t> dst = test::ColumnCoherentStep(src, 120, 0.005, 0.9, &rng);
   Delta delta;
   REQUIRE(delta_compress(src, dst, &delta).ok());
-  CHECK(delta.bytes[4] == kFirstColumnSignsVersion);
+  CHECK(delta.bytes[4] == kFirstTrustedSplitsVersion);
   const size_t chunk_at = 4 + 1 + 1 + 3 + 1;  // magic version flags count(3) log
   REQUIRE(delta.bytes[chunk_at] == kChunkModelled);
   CHECK((delta.bytes[chunk_at + 1] & kModelColumnSigns) != 0);
@@ -102,10 +123,11 @@ TEST_CASE("format version 10: column signs, and only from version 10") {
   CHECK(delta_decompress(src.data(), src.size(), old.data(), old.size(), delta.checksum,
                          out.data())
             .code() == ErrorCode::kReservedBitsSet);
-  // Without column structure the payload stays at version 5.
+  // Without column structure the chunk codes its signs without column counters.
   Delta plain;
   REQUIRE(delta_compress(src, test::ColumnCoherentStep(src, 120, 0.005, 0.5, &rng), &plain).ok());
-  CHECK(plain.bytes[4] == kFormatVersionOneTensor);
+  REQUIRE(plain.bytes[chunk_at] == kChunkModelled);
+  CHECK((plain.bytes[chunk_at + 1] & kModelColumnSigns) == 0);
 }
 
 TEST_CASE("round trip: nothing changed, everything changed") {
@@ -163,7 +185,12 @@ TEST_CASE("round trip: every effort, format and thread count gives the same resu
     REQUIRE(delta_inspect(published.bytes.data(), published.bytes.size(), &info).ok());
     CHECK(info.format_version == 1);  // the published scheme keeps format version 1
     REQUIRE(delta_inspect(one.bytes.data(), one.bytes.size(), &info).ok());
-    CHECK(info.format_version == kFormatVersionOneTensor);  // one tensor: version 6 not needed
+    // One tensor: version 6 not needed; 11 only where a chunk is modelled.
+    PayloadStats stats;
+    REQUIRE(delta_stats(one.bytes.data(), one.bytes.size(), &stats).ok());
+    CHECK(info.format_version == (stats.chunk_modes[kChunkModelled] > 0
+                                      ? kFirstTrustedSplitsVersion
+                                      : kFormatVersionOneTensor));
   }
 }
 
@@ -251,7 +278,7 @@ TEST_CASE("vector overloads and delta_inspect") {
   CHECK(info.element_count == 3000);
   CHECK(info.chunk_elements == 1024);
   CHECK(info.chunk_count == 3);
-  CHECK(info.format_version == kFormatVersionOneTensor);
+  CHECK(info.format_version == kFirstTrustedSplitsVersion);  // modelled chunks
   CHECK(info.tensor_count == 1);
 
   std::vector<uint16_t> shorter(src.begin(), src.end() - 1);

@@ -106,7 +106,7 @@ TEST_CASE("every single-bit flip is an error or decodes exactly") {
 TEST_CASE("header fields are validated") {
   Fixture f(2000, 0.05);
   const std::vector<uint8_t>& good = f.delta.bytes;
-  REQUIRE(good[4] == kFormatVersionOneTensor);
+  REQUIRE(good[4] == kFirstTrustedSplitsVersion);  // one tensor, modelled chunks
   auto with = [&](size_t at, uint8_t value) {
     std::vector<uint8_t> bad = good;
     bad[at] = value;
@@ -115,8 +115,10 @@ TEST_CASE("header fields are validated") {
   CHECK(with(0, 'X') == ErrorCode::kBadMagic);
   CHECK(with(4, static_cast<uint8_t>(FormatVersion() + 1)) == ErrorCode::kUnsupportedVersion);
   CHECK(with(4, 0) == ErrorCode::kUnsupportedVersion);
-  CHECK(with(5, 0x02) == ErrorCode::kReservedBitsSet);
+  CHECK(with(5, 0x08) == ErrorCode::kReservedBitsSet);
   CHECK(with(5, 0x80) == ErrorCode::kReservedBitsSet);
+  CHECK(with(5, 0x04) == ErrorCode::kCorruptHeader);  // Continues without Session
+  CHECK(with(5, 0x02) != ErrorCode::kOk);  // several tensors: the chunk table read as their list
   CHECK(DecodeGuarded(f, {}, f.delta.checksum).code() == ErrorCode::kTruncated);
   const std::vector<uint8_t> garbage(100, 0x5A);
   CHECK(DecodeGuarded(f, garbage, f.delta.checksum).code() == ErrorCode::kBadMagic);
@@ -196,15 +198,20 @@ TEST_CASE("format version 4 on: chunk modes are validated") {
   // One chunk: magic(4) version flags count(2) log | (no table: the only chunk is the
   // last) | mode ...
   Fixture f(1000, 0.05, 1024, 2, Format::kDefault);
-  REQUIRE(f.delta.bytes[4] == kFormatVersionOneTensor);
+  REQUIRE(f.delta.bytes[4] == kFirstTrustedSplitsVersion);
   const size_t mode_at = 4 + 1 + 1 + 2 + 1;
   REQUIRE(f.delta.bytes[mode_at] == 2);  // modelled
-  for (const uint8_t mode : {uint8_t{4}, uint8_t{0x80}, uint8_t{0xFF}}) {
+  for (const uint8_t mode : {uint8_t{5}, uint8_t{0x80}, uint8_t{0xFF}}) {
     std::vector<uint8_t> bad = f.delta.bytes;
     bad[mode_at] = mode;
     CHECK(DecodeGuarded(f, bad, f.delta.checksum).code() == ErrorCode::kReservedBitsSet);
   }
   std::vector<uint8_t> bad = f.delta.bytes;
+  bad[mode_at] = 4;  // rANS with a session history, outside a session
+  CHECK(DecodeGuarded(f, bad, f.delta.checksum).code() == ErrorCode::kCorruptChunk);
+  bad[4] = kFirstRansHistoryVersion - 1;  // where mode 4 is not defined yet
+  CHECK(DecodeGuarded(f, bad, f.delta.checksum).code() == ErrorCode::kReservedBitsSet);
+  bad = f.delta.bytes;
   bad[mode_at] = 0;  // "unchanged" followed by bytes
   CHECK(DecodeGuarded(f, bad, f.delta.checksum).code() == ErrorCode::kCorruptChunk);
   // A modelled chunk read as rANS: its bytes do not hold together.

@@ -194,21 +194,37 @@ TEST_CASE("GroupRateSums: every exponent in every lane, and random groups, vs th
   }
   std::mt19937 rng(9);
   while (values.size() % 4 != 0 || values.size() < 100100) values.push_back(static_cast<uint16_t>(rng()));
-  // The reference itself against the rate definition.
+  // The reference itself against the rate definition: exponent 0 and zeros have rate log
+  // 32, or the cap; exponent 134 (2^7) has rate log 0, and 118 rate log 16.
   uint64_t first = 0;
-  ref::GroupRateSums(values.data(), 1, &first);
-  CHECK(first == (uint64_t{1} << 32) + 3 * (uint64_t{1} << 32));  // exponent 0 and zeros
+  CHECK(ref::GroupRateSums(values.data(), 1, kMaxRateLog, &first) == kMaxRateLog);
+  CHECK(first == (uint64_t{1} << 32) + 3 * (uint64_t{1} << 32));
+  CHECK(ref::GroupRateSums(values.data(), 1, 20, &first) == kMaxRateLog);
+  CHECK(first == 4 * (uint64_t{1} << 20));
+  {
+    const uint16_t moderate[4] = {0x4300, 0x4300, 0x3B00, 0xC300};  // exponents 134, 134, 118, 134
+    CHECK(ref::GroupRateSums(moderate, 1, 24, &first) == 16);
+    CHECK(first == 3 + (uint64_t{1} << 16));
+    CHECK(ref::GroupRateSums(moderate, 1, 10, &first) == 16);
+    CHECK(first == 3 + (uint64_t{1} << 10));
+    CHECK(ref::GroupRateSums(moderate, 0, 10, &first) == 0);  // no groups
+  }
   test::ForEachTarget([&](const char*) {
-    for (const size_t n : TestLengths()) {
-      const size_t groups = n / 4;
-      for (const size_t mis : kMisalignments) {
-        if (4 * groups + mis > values.size()) continue;
-        std::vector<uint64_t> want(groups + 1);
-        ref::GroupRateSums(values.data() + mis, groups, want.data());
-        std::vector<uint64_t> got(groups + 2 * kGuard, 0xA5A5A5A5A5A5A5A5ull);
-        GroupRateSums(values.data() + mis, groups, got.data() + kGuard);
-        REQUIRE(std::equal(want.begin(), want.begin() + groups, got.begin() + kGuard));
-        ExpectGuards(got, kGuard, groups, uint64_t{0xA5A5A5A5A5A5A5A5ull});
+    for (const int cap : {0, 7, 24, kMaxRateLog}) {
+      for (const size_t n : TestLengths()) {
+        const size_t groups = n / 4;
+        for (const size_t mis : kMisalignments) {
+          if (4 * groups + mis > values.size()) continue;
+          std::vector<uint64_t> want(groups + 1);
+          const int want_largest =
+              ref::GroupRateSums(values.data() + mis, groups, cap, want.data());
+          std::vector<uint64_t> got(groups + 2 * kGuard, 0xA5A5A5A5A5A5A5A5ull);
+          const int got_largest =
+              GroupRateSums(values.data() + mis, groups, cap, got.data() + kGuard);
+          REQUIRE(got_largest == want_largest);
+          REQUIRE(std::equal(want.begin(), want.begin() + groups, got.begin() + kGuard));
+          ExpectGuards(got, kGuard, groups, uint64_t{0xA5A5A5A5A5A5A5A5ull});
+        }
       }
     }
   });
@@ -240,32 +256,37 @@ TEST_CASE("HistoryRateSums: every exponent and history byte, and random boosts, 
   while (values.size() < 100100) values.push_back(static_cast<uint16_t>(rng()));
   const std::vector<uint8_t> history = MakeHistory(values.size(), 11);
   // The reference itself against the definition: exponent 0 has rate log 32 (the clamp),
-  // a boost cannot raise it; exponent 134 has rate log 0 and takes the boost.
+  // a boost cannot raise it; exponent 134 has rate log 0 and takes the boost. A cap of 2
+  // clamps both the rate log and the boosted one.
   {
     const uint8_t boosts[8] = {0, 3, 2, 1, 1, 1, 1, 1};
     const uint16_t src[4] = {0x0000, 0x4300, 0x4300, 0x4300};  // exponents 0, 134, 134, 134
     const uint8_t ages[4] = {1, 0, 1, 0x92};                     // 0x92: age 2, bit 4 set
     uint64_t sum = 0;
-    ref::HistoryRateSums(src, ages, boosts, 1, &sum);
+    ref::HistoryRateSums(src, ages, boosts, 1, kMaxRateLog, &sum);
     CHECK(sum == (uint64_t{1} << 32) + 1 + 8 + 4);
+    ref::HistoryRateSums(src, ages, boosts, 1, 2, &sum);
+    CHECK(sum == 4 + 1 + 4 + 4);
   }
   const uint8_t boost_sets[][8] = {
       {0, 0, 0, 0, 0, 0, 0, 0}, {0, 4, 3, 2, 2, 2, 2, 2}, {0, 15, 15, 15, 15, 15, 15, 15},
       {7, 1, 2, 3, 4, 5, 6, 255}};
   test::ForEachTarget([&](const char*) {
-    for (const auto& boosts : boost_sets) {
-      for (const size_t n : TestLengths()) {
-        const size_t groups = n / 4;
-        for (const size_t mis : kMisalignments) {
-          if (4 * groups + mis > values.size()) continue;
-          std::vector<uint64_t> want(groups + 1);
-          ref::HistoryRateSums(values.data() + mis, history.data() + mis, boosts, groups,
-                               want.data());
-          std::vector<uint64_t> got(groups + 2 * kGuard, 0xA5A5A5A5A5A5A5A5ull);
-          HistoryRateSums(values.data() + mis, history.data() + mis, boosts, groups,
-                          got.data() + kGuard);
-          REQUIRE(std::equal(want.begin(), want.begin() + groups, got.begin() + kGuard));
-          ExpectGuards(got, kGuard, groups, uint64_t{0xA5A5A5A5A5A5A5A5ull});
+    for (const int cap : {0, 12, kMaxRateLog}) {
+      for (const auto& boosts : boost_sets) {
+        for (const size_t n : TestLengths()) {
+          const size_t groups = n / 4;
+          for (const size_t mis : kMisalignments) {
+            if (4 * groups + mis > values.size()) continue;
+            std::vector<uint64_t> want(groups + 1);
+            ref::HistoryRateSums(values.data() + mis, history.data() + mis, boosts, groups,
+                                 cap, want.data());
+            std::vector<uint64_t> got(groups + 2 * kGuard, 0xA5A5A5A5A5A5A5A5ull);
+            HistoryRateSums(values.data() + mis, history.data() + mis, boosts, groups, cap,
+                            got.data() + kGuard);
+            REQUIRE(std::equal(want.begin(), want.begin() + groups, got.begin() + kGuard));
+            ExpectGuards(got, kGuard, groups, uint64_t{0xA5A5A5A5A5A5A5A5ull});
+          }
         }
       }
     }

@@ -234,9 +234,6 @@ TEST_CASE("Malformed chunks are rejected") {
   REQUIRE(good.size() > 2);
 
   std::vector<uint8_t> bad = good;
-  bad[0] |= 0x80;  // reserved layout bit
-  CHECK(Decode(src, bad).status.code() == ErrorCode::kCorruptChunk);
-  bad = good;
   bad[0] = (bad[0] & ~0x07) | 0x07;  // block size 2^9: beyond the maximum
   CHECK(Decode(src, bad).status.code() == ErrorCode::kCorruptChunk);
   bad = good;
@@ -251,6 +248,89 @@ TEST_CASE("Malformed chunks are rejected") {
   std::vector<uint16_t> xors;
   CHECK(DecodeChunkModelled(nullptr, 0, good.data(), good.size(), &positions, &xors).code() ==
         ErrorCode::kCorruptChunk);
+}
+
+// The Rate_Cap byte of a chunk (layout bit 7), or -1 without one. It follows the boosts
+// (layout bit 3) and the sign period (bit 6), if any.
+int RateCapOf(const std::vector<uint8_t>& chunk) {
+  if ((chunk[0] & kModelRateCap) == 0) return -1;
+  const size_t at = 2 + ((chunk[0] & 0x08) ? 2 : 0) + ((chunk[0] & kModelColumnSigns) ? 2 : 0);
+  return chunk[at];
+}
+
+TEST_CASE("Rate caps: written where they change a rate, raised on very sparse chunks") {
+  std::mt19937 rng(41);
+  std::vector<uint16_t> src = GaussianWeights(20000, &rng);
+  // Without an element of rate above 2^24 (a weight below 2^-16), no cap.
+  for (uint16_t& w : src) {
+    if (((w >> 7) & 0xFF) < kRateTopExponent - 24) w = 0x3C00;
+  }
+  const std::vector<uint16_t> plain_dst = Step(src, 3e-4f, &rng);
+  CHECK(RateCapOf(CheckRoundTrip(src, plain_dst)) == -1);
+  // With zeros and denormals (rate 2^32) the default cap, 24.
+  for (size_t i = 0; i < src.size(); i += 997) {
+    src[i] = static_cast<uint16_t>(i % 3 == 0 ? 0x0001 : 0x8000);
+  }
+  std::vector<uint16_t> dst = Step(src, 3e-4f, &rng);
+  dst[997] = 0x0000;  // -0 -> +0, and a denormal that grows
+  dst[2 * 997] = 0x0003;
+  const std::vector<uint8_t> capped = CheckRoundTrip(src, dst);
+  CHECK(RateCapOf(capped) == 24);
+  // The same with a session history and with column signs (the cap byte comes last).
+  std::vector<uint8_t> history(src.size(), 0);
+  for (size_t i = 0; i < src.size(); i += 7) history[i] = static_cast<uint8_t>(1 + i % 3);
+  CHECK(RateCapOf(CheckRoundTrip(src, dst, 0, history.data())) == 24);
+  const std::vector<uint32_t> periods = SignPeriodCandidates(src.size());
+  const std::vector<uint16_t> columns = ColumnCoherentStep(src, 100, 0.02, 0.95, &rng);
+  const std::vector<uint8_t> with_columns = CheckRoundTrip(src, columns, 0, nullptr, &periods);
+  CHECK((with_columns[0] & kModelColumnSigns) != 0);
+  CHECK(RateCapOf(with_columns) == 24);
+  // One change in 2^16 weights of rate 2^10 (and a zero): an element of rate 2^26 would
+  // change about once a step, so the cap moves two octaves above, to 28 ...
+  std::vector<uint16_t> sparse_src(1 << 16, 0x3E00);  // 0.125: exponent 124, rate log 10
+  sparse_src[5] = 0x0000;                              // rate log 32
+  std::vector<uint16_t> sparse_dst = sparse_src;
+  sparse_dst[100] = 0x3E01;
+  CHECK(RateCapOf(CheckRoundTrip(sparse_src, sparse_dst)) == 28);
+  // ... where no rate exceeds that (here 2^27 at most), no cap is written.
+  sparse_src[5] = sparse_dst[5] = 107 << 7;
+  CHECK(RateCapOf(CheckRoundTrip(sparse_src, sparse_dst)) == -1);
+
+  // Malformed: a cap above 32, a header that ends before the cap byte.
+  std::vector<uint8_t> bad = capped;
+  bad[2] = 33;
+  CHECK(Decode(src, bad).status.code() == ErrorCode::kCorruptChunk);
+  CHECK(Decode(src, {capped[0], capped[1]}).status.code() == ErrorCode::kTruncated);
+  // Any cap in range decodes to something well-formed (or an error), never a crash.
+  for (int cap = 0; cap <= 32; ++cap) {
+    bad[2] = static_cast<uint8_t>(cap);
+    CheckSane(src, bad.data(), bad.size());
+  }
+}
+
+TEST_CASE("Format versions: version 11 trusts the split priors more, others are refused") {
+  std::mt19937 rng(43);
+  const std::vector<uint16_t> src = GaussianWeights(50000, &rng);
+  const std::vector<uint16_t> dst = Step(src, 3e-4f, &rng);
+  const std::vector<uint8_t> chunk = CheckRoundTrip(src, dst);
+  std::vector<uint32_t> positions;
+  std::vector<uint16_t> xors;
+  for (const int bad_version : {0, 1, kFormatVersion + 1}) {
+    CHECK(DecodeChunkModelled(src.data(), src.size(), chunk.data(), chunk.size(), &positions,
+                              &xors, nullptr, CarriedModel(), bad_version)
+              .code() == ErrorCode::kInvalidArgument);
+  }
+  // Read as a version-10 chunk, the same bytes follow other split probabilities: a
+  // different result or an error, not the changes that were coded.
+  const Status as_10 = DecodeChunkModelled(src.data(), src.size(), chunk.data(), chunk.size(),
+                                           &positions, &xors, nullptr, CarriedModel(), 10);
+  if (as_10.ok()) {
+    std::vector<uint32_t> want;
+    for (size_t i = 0; i < src.size(); ++i) {
+      if (src[i] != dst[i]) want.push_back(static_cast<uint32_t>(i));
+    }
+    CHECK(positions != want);
+  }
 }
 
 TEST_CASE("Truncated, bit-flipped and arbitrary bytes never crash") {

@@ -9,6 +9,7 @@
 
 #include "arc_v3.hpp"
 #include "bench/generator.h"
+#include "src/format.h"
 #include "tests/golden_files.h"
 #include "tests/test_data.h"
 
@@ -131,13 +132,13 @@ TEST_CASE("a receiver with the wrong base or out of step gets an error, not weig
   CHECK(sender.Compress(small.data(), small.data(), small.size(), &delta).ok());
 }
 
-// A one-tensor session step that continues the last one (format version 9) as the frame
-// that names its base instead (Base_Checksum after Chunk_Log, no Continues flag), with
-// version byte `version`: what the encoder wrote before version 9.
+// A one-tensor session step that continues the last one (format version 9 on) as the
+// frame that names its base instead (Base_Checksum after Chunk_Log, no Continues flag),
+// with version byte `version`: what the encoder wrote before version 9.
 std::vector<uint8_t> NamingItsBase(const std::vector<uint8_t>& bytes, uint64_t base_checksum,
                                    uint8_t version) {
   REQUIRE(bytes.size() > 16);
-  REQUIRE(bytes[4] == 9);
+  REQUIRE(bytes[4] >= kFirstContinuesVersion);
   REQUIRE(bytes[5] == 0x05);  // Session | Continues
   size_t at = 6;
   while (bytes[at] & 0x80) ++at;  // Element_Count
@@ -155,11 +156,12 @@ TEST_CASE("carried models: a failed step leaves them as they were; version 7 may
   const size_t count = steps.snapshots[0].size();
   Session sender;
   const std::vector<Delta> deltas = CompressEverySnapshot(&sender, steps);
-  // Sparse steps are modelled: from the second on, from the models the first ended on, in
-  // frames that continue the step before (version 9).
-  CHECK(deltas[0].bytes[4] < 8);
-  CHECK(deltas[1].bytes[4] == 9);
-  CHECK(deltas[2].bytes[4] == 9);
+  // Sparse steps are modelled (version 11): from the second on, from the models the first
+  // ended on, in frames that continue the step before.
+  for (const Delta& delta : deltas) CHECK(delta.bytes[4] == kFirstTrustedSplitsVersion);
+  CHECK((deltas[0].bytes[5] & kFlagContinues) == 0);
+  CHECK((deltas[1].bytes[5] & kFlagContinues) != 0);
+  CHECK((deltas[2].bytes[5] & kFlagContinues) != 0);
   std::vector<uint16_t> out(count);
   auto apply = [&](Session* receiver, const std::vector<uint8_t>& bytes, size_t step) {
     return receiver->Decompress(steps.snapshots[step].data(), count, bytes.data(), bytes.size(),
@@ -175,11 +177,13 @@ TEST_CASE("carried models: a failed step leaves them as they were; version 7 may
   CHECK(!apply(&receiver, corrupt, 1).ok());
   CHECK(receiver.steps() == 1);
   // The same chunks in a version-7 frame: the carried-model bit is reserved there. In a
-  // version-8 frame (which names its base) they decode, and the next step continues it.
+  // frame of their version that names its base, they decode, and the next step continues
+  // it.
   const uint64_t base = Checksum(steps.snapshots[1].data(), count);
   CHECK(apply(&receiver, NamingItsBase(deltas[1].bytes, base, 7), 1).code() ==
         ErrorCode::kReservedBitsSet);
-  REQUIRE(apply(&receiver, NamingItsBase(deltas[1].bytes, base, 8), 1).ok());
+  REQUIRE(apply(&receiver, NamingItsBase(deltas[1].bytes, base, kFirstTrustedSplitsVersion), 1)
+              .ok());
   CHECK(out == steps.snapshots[2]);
   REQUIRE(apply(&receiver, deltas[2].bytes, 2).ok());
   CHECK(out == steps.snapshots[3]);
@@ -189,7 +193,7 @@ TEST_CASE("carried models: a failed step leaves them as they were; version 7 may
   Delta again;
   REQUIRE(sender.Compress(steps.snapshots[1].data(), steps.snapshots[2].data(), count, &again)
               .ok());
-  CHECK(again.bytes[4] < 8);
+  CHECK((again.bytes[5] & kFlagContinues) == 0);
   REQUIRE(receiver.Decompress(steps.snapshots[1].data(), count, again.bytes.data(),
                               again.bytes.size(), again.checksum, out.data())
               .ok());
@@ -216,7 +220,6 @@ TEST_CASE("a step continues the last one exactly when its base is that step's re
     REQUIRE(delta_inspect(delta.bytes.data(), delta.bytes.size(), &info).ok());
     CHECK(info.session);
     CHECK(info.continues == continues[s]);
-    CHECK((info.format_version == 9) == continues[s]);
     const auto decode = [&](Session* session, const std::vector<uint16_t>& src,
                             const std::vector<uint8_t>& bytes) {
       return session->Decompress(src.data(), count, bytes.data(), bytes.size(), delta.checksum,
@@ -412,13 +415,16 @@ std::vector<uint8_t> CommittedPayload(const std::string& path, const Delta& made
 // session/v8/ before session steps continued the step before them (their steps 2 and 3
 // start from the models step 1 ended on, version 8), those of session/v9/ before a group's
 // first step named its tensors by a check of their sizes (steps 2 and 3 also continue the
-// step before, version 9); the newest format's encoder must keep writing those of
-// session/v10/ (the group's step 1 is version 10; regenerate after a deliberate change with
-// ARC_V3_UPDATE_GOLDEN=1 bazel run //tests:session_test). `later_version`: the format
-// version of steps 2 and 3, or 0 for versions below 8; `first_group_version`: that of the
-// group's step 1, or 0 for below 8 (the one tensor's step 1 is always below 8).
+// step before, version 9), those of session/v10/ before modelled chunks capped their rates
+// and trusted their split priors more (the group's step 1 is version 10); the newest
+// format's encoder must keep writing those of session/v11/ (all steps version 11;
+// regenerate after a deliberate change with ARC_V3_UPDATE_GOLDEN=1 bazel run
+// //tests:session_test). `later_version`: the format version of steps 2 and 3, or 0 for
+// versions below 8; `first_group_version`, `first_single_version`: that of the group's and
+// the one tensor's step 1, or 0 for below 8.
 void CheckCommittedSession(const std::string& payload_dir, int later_version,
-                           int first_group_version, bool encoder_writes_them) {
+                           int first_group_version, int first_single_version,
+                           bool encoder_writes_them) {
   const std::string dir = std::string(test::kGoldenDir) + "session/";
   std::vector<std::vector<uint16_t>> steps;
   for (int i = 0; i < 4; ++i) steps.push_back(test::ReadBf16(dir + "step" + std::to_string(i) + ".bf16"));
@@ -452,7 +458,11 @@ void CheckCommittedSession(const std::string& payload_dir, int later_version,
       CHECK(single_bytes[4] == later_version);
       CHECK(group_bytes[4] == later_version);
     } else {
-      CHECK(single_bytes[4] < 8);
+      if (first_single_version != 0) {
+        CHECK(single_bytes[4] == first_single_version);
+      } else {
+        CHECK(single_bytes[4] < 8);
+      }
       if (first_group_version != 0) {
         CHECK(group_bytes[4] == first_group_version);
       } else {
@@ -478,15 +488,20 @@ void CheckCommittedSession(const std::string& payload_dir, int later_version,
 
 TEST_CASE("committed session payloads, one tensor and a group, still decode step by step") {
   const std::string dir = std::string(test::kGoldenDir) + "session/";
-  SUBCASE("versions 5 and 6, before carried models") { CheckCommittedSession(dir, 0, 0, false); }
+  SUBCASE("versions 5 and 6, before carried models") {
+    CheckCommittedSession(dir, 0, 0, 0, false);
+  }
   SUBCASE("version 8, before steps continued") {
-    CheckCommittedSession(dir + "v8/", 8, 0, false);
+    CheckCommittedSession(dir + "v8/", 8, 0, 0, false);
   }
   SUBCASE("version 9, before the tensor list check") {
-    CheckCommittedSession(dir + "v9/", 9, 0, false);
+    CheckCommittedSession(dir + "v9/", 9, 0, 0, false);
   }
-  SUBCASE("versions 9 and 10, written by this encoder") {
-    CheckCommittedSession(dir + "v10/", 9, 10, true);
+  SUBCASE("versions 9 and 10, before capped rates") {
+    CheckCommittedSession(dir + "v10/", 9, 10, 0, false);
+  }
+  SUBCASE("version 11, written by this encoder") {
+    CheckCommittedSession(dir + "v11/", 11, 11, 11, true);
   }
 }
 

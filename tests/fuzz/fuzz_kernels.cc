@@ -59,15 +59,18 @@ int FuzzKernels(const uint8_t* data, size_t size) {
   std::vector<uint16_t> want_applied(n);
   ref::ApplyXor(src.data(), xors_in.data(), n, want_applied.data());
   const size_t groups = n / 4;
-  std::vector<uint64_t> want_rates(groups);
-  ref::GroupRateSums(dst.data(), groups, want_rates.data());
-  // A session history from the input's high bytes, boosts from its last bytes.
+  // A session history from the input's high bytes, boosts and the rate cap from its last
+  // bytes.
   std::vector<uint8_t> history(n);
   for (size_t i = 0; i < n; ++i) history[i] = rest[2 * i + 1];
   uint8_t boosts[8];
   for (size_t k = 0; k < 8; ++k) boosts[k] = k < rest_size ? rest[rest_size - 1 - k] : 0;
+  const int rate_cap = rest_size > 8 ? rest[rest_size - 9] % (kMaxRateLog + 1) : kMaxRateLog;
+  std::vector<uint64_t> want_rates(groups);
+  const int want_largest = ref::GroupRateSums(dst.data(), groups, rate_cap, want_rates.data());
   std::vector<uint64_t> want_history_rates(groups);
-  ref::HistoryRateSums(dst.data(), history.data(), boosts, groups, want_history_rates.data());
+  ref::HistoryRateSums(dst.data(), history.data(), boosts, groups, rate_cap,
+                       want_history_rates.data());
   std::vector<uint8_t> want_history = history;
   ref::AdvanceHistory(src.data(), dst.data(), n, want_history.data());
   // rANS change flags: probabilities from the input's low bytes, states from its first
@@ -140,12 +143,12 @@ int FuzzKernels(const uint8_t* data, size_t size) {
     FUZZ_CHECK(n == 0 || std::memcmp(unpacked.data(), want_unpacked.data(), n * 2) == 0, name);
 
     Exact<uint64_t> rates(groups, misalign);
-    GroupRateSums(d.data(), groups, rates.data());
+    FUZZ_CHECK(GroupRateSums(d.data(), groups, rate_cap, rates.data()) == want_largest, name);
     FUZZ_CHECK(groups == 0 || std::memcmp(rates.data(), want_rates.data(), groups * 8) == 0, name);
 
     Exact<uint8_t> h(n, misalign);
     if (n > 0) std::memcpy(h.data(), history.data(), n);
-    HistoryRateSums(d.data(), h.data(), boosts, groups, rates.data());
+    HistoryRateSums(d.data(), h.data(), boosts, groups, rate_cap, rates.data());
     FUZZ_CHECK(groups == 0 ||
                    std::memcmp(rates.data(), want_history_rates.data(), groups * 8) == 0,
                name);

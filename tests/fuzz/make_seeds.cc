@@ -1,6 +1,8 @@
 // Writes the seed corpora of the fuzz targets (run by build.sh --seeds):
 //   decode/     payloads of both formats, several densities, efforts and chunk sizes,
-//               groups of tensors (format 10), column signs (format 10), and session
+//               groups of tensors (format 10), column signs (format 10; as every
+//               modelled chunk now, in frames of format 11, most with capped rates, the
+//               fixed base holding zeros and denormals), and session
 //               payloads (first steps, and steps that continue fuzz_common.h's priming
 //               step, format 9),
 //               against the fixed base of fuzz_common.h;
@@ -95,7 +97,8 @@ void DecodeSeeds(const std::string& dir) {
         Write(dir + "/session_" + std::to_string(index++), delta.bytes);
       }
       if (n == 5000 && density < 0.01) {
-        // Column signs (format 10): 4096 elements as rows of 128 whose changes (10%) share
+        // Column signs (format 10, in a format-11 frame as every modelled chunk): 4096
+        // elements as rows of 128 whose changes (10%) share
         // their column's direction 9 times in 10, in one modelled chunk.
         std::vector<uint16_t> rows = src;
         std::vector<int> column_up(128);
@@ -110,7 +113,10 @@ void DecodeSeeds(const std::string& dir) {
         Delta delta;
         FUZZ_CHECK(delta_compress(src.data(), rows.data(), 4096, &delta, options).ok(),
                    "compress columns");
-        FUZZ_CHECK(delta.bytes[4] == 10, "column signs are format 10");
+        const size_t layout_at = 4 + 1 + 1 + 2 + 1 + 1;  // magic version flags count log mode
+        FUZZ_CHECK(delta.bytes[4] == 11 && delta.bytes[layout_at - 1] == 2 &&
+                       (delta.bytes[layout_at] & 0x40) != 0,
+                   "column signs: one modelled chunk, format 11");
         Write(dir + "/columns_" + std::to_string(index++), delta.bytes);
       }
       // Steps that continue the priming step (format 9), one tensor and a group: they

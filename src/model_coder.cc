@@ -59,6 +59,11 @@ inline int HistoryClass(uint8_t history) {
 
 inline int ExponentOf(uint16_t bits) { return (bits >> 7) & 0xFF; }
 
+// An element's rate under a chunk's cap (kModelRateCap), from its bits.
+inline uint64_t CappedRate(uint16_t bits, int rate_cap) {
+  return uint64_t{1} << std::min<int>(kRates.log[ExponentOf(bits)], rate_cap);
+}
+
 // 4 * log2(x) for x >= 1, the fraction taken linearly from the two bits below the top bit.
 inline int Log2Q4(uint64_t x) {
   const int top = 63 - __builtin_clzll(x);
@@ -422,9 +427,7 @@ class PlainRates {
  public:
   PlainRates(const uint16_t* src, size_t len, int rate_cap)
       : src_(src), rate_cap_(rate_cap), window_(len) {}
-  inline uint64_t Rate(size_t i) const {
-    return uint64_t{1} << std::min<int>(kRates.log[ExponentOf(src_[i])], rate_cap_);
-  }
+  inline uint64_t Rate(size_t i) const { return CappedRate(src_[i], rate_cap_); }
   inline int Hint(size_t) const { return 0; }
   // The rate sum of [begin, end); blocks in ascending order.
   inline uint64_t Sum(size_t begin, size_t end) { return window_.Sum(*this, begin, end); }
@@ -716,9 +719,8 @@ int SumRates(const uint16_t* src, size_t len, int rate_cap, size_t step, uint64_
     largest = std::max(largest, GroupRateSums(src + begin, groups, rate_cap, group_sums));
     uint64_t rest = 0;  // the elements after the last whole group (at the chunk's end)
     for (size_t i = begin + 4 * groups; i < end; ++i) {
-      const int rate_log = kRates.log[ExponentOf(src[i])];
-      largest = std::max(largest, rate_log);
-      rest += uint64_t{1} << std::min(rate_log, rate_cap);
+      largest = std::max<int>(largest, kRates.log[ExponentOf(src[i])]);
+      rest += CappedRate(src[i], rate_cap);
     }
     for (size_t first = begin; first < end; first += step) {
       const size_t last = std::min(first + step, end);
@@ -792,8 +794,7 @@ Status EncodeChunk(const uint16_t* src, const uint16_t* dst, size_t len, int log
       if (i + 8 <= len && (word & kAges) == 0) {
         i += 8;
       } else {
-        rate_sums[HistoryClass(history[i])] +=
-            uint64_t{1} << std::min<int>(kRates.log[ExponentOf(src[i])], rate_cap);
+        rate_sums[HistoryClass(history[i])] += CappedRate(src[i], rate_cap);
         ++i;
       }
     }

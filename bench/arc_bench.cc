@@ -618,7 +618,7 @@ std::vector<KernelResult> RunKernels(const KernelInput& in, const Flags& flags, 
   std::vector<uint64_t> rate_sums(n / 4 + 1);
   std::vector<uint8_t> history(n, 0), history_work(n, 0);
   AdvanceHistory(in.prev.data(), in.next.data(), n, history.data());
-  const uint8_t boosts[8] = {0, 4, 3, 2, 2, 2, 2, 2};
+  const int8_t boosts[8] = {0, -kMaxRateLog, -kMaxRateLog, 2, 2, 2, 2, 2};  // as format 12
   // Slice s of `slices` (a multiple of 8 elements each), for the all-threads runs.
   auto slice = [&](size_t s, size_t slices, size_t* begin, size_t* count) {
     const size_t per = (n / 8 + slices - 1) / slices * 8;
@@ -667,6 +667,9 @@ std::vector<KernelResult> RunKernels(const KernelInput& in, const Flags& flags, 
     add("HistoryRateSums", [&](size_t, size_t b, size_t c) {
       HistoryRateSums(in.prev.data() + b, history.data() + b, boosts, c / 4, /*rate_cap=*/24,
                       rate_sums.data() + b / 4);
+    });
+    add("RecentPositions", [&](size_t, size_t b, size_t c) {
+      RecentPositions(history.data() + b, c, positions.data() + b);
     });
     add("AdvanceHistory", [&](size_t, size_t b, size_t c) {
       AdvanceHistory(in.prev.data() + b, in.next.data() + b, c, history_work.data() + b);

@@ -38,7 +38,7 @@ constexpr uint8_t kMagic[4] = {'A', 'R', 'C', '3'};
 // and gives the split priors of every modelled chunk more weight (model_coder.cc,
 // kTrustedSplitSeen); written for every payload that holds a modelled chunk.
 constexpr uint8_t kFormatVersionArcV3 = 1;
-constexpr uint8_t kFormatVersion = 11;
+constexpr uint8_t kFormatVersion = 12;
 constexpr uint8_t kFormatVersionOneTensor = 5;
 constexpr uint8_t kFirstModelledVersion = 2;
 constexpr uint8_t kFirstTensorsVersion = 6;
@@ -49,6 +49,7 @@ constexpr uint8_t kFirstListCheckVersion = 10;
 constexpr uint8_t kFirstColumnSignsVersion = 10;
 constexpr uint8_t kFirstRateCapVersion = 11;
 constexpr uint8_t kFirstTrustedSplitsVersion = 11;
+constexpr uint8_t kFirstRecentVersion = 12;
 constexpr uint8_t kMinChunkLog = 10;
 constexpr uint8_t kMaxChunkLog = 24;
 // Varints in this format never exceed 64 bits (10 bytes of LEB128).

@@ -227,9 +227,10 @@ int GroupRateSums(const uint16_t* HWY_RESTRICT src, size_t groups, int rate_cap,
 }
 
 void HistoryRateSums(const uint16_t* HWY_RESTRICT src, const uint8_t* HWY_RESTRICT history,
-                     const uint8_t boosts[8], size_t groups, int rate_cap,
+                     const int8_t boosts[8], size_t groups, int rate_cap,
                      uint64_t* HWY_RESTRICT sums) {
   const hn::ScalableTag<uint16_t> d16;
+  const hn::RebindToSigned<decltype(d16)> di16;
   const hn::Rebind<uint8_t, decltype(d16)> d8;          // one history byte per u16 lane
   const hn::Repartition<uint8_t, decltype(d16)> bytes;  // the u16 lanes as bytes
   const hn::Repartition<uint64_t, decltype(d16)> d64;
@@ -247,11 +248,12 @@ void HistoryRateSums(const uint16_t* HWY_RESTRICT src, const uint8_t* HWY_RESTRI
   for (; N >= 4 && i + N <= count; i += N) {
     const auto exponent = hn::And(hn::ShiftRight<7>(hn::LoadU(d16, src + i)), exponent_mask);
     const auto age = hn::And(hn::PromoteTo(d16, hn::LoadU(d8, history + i)), age_mask);
-    // The high byte of each lane looks up entry 0: keep the low byte only.
+    // The high byte of each lane looks up entry 0: the boost is the low byte, sign-extended.
     const auto looked_up = hn::TableLookupBytes(table, hn::BitCast(bytes, age));
-    const auto boost = hn::And(hn::BitCast(d16, looked_up), exponent_mask);
-    const auto rate_log =
-        hn::Min(hn::Add(hn::Min(hn::SaturatedSub(top, exponent), cap), boost), cap);
+    const auto boost = hn::ShiftRight<8>(hn::ShiftLeft<8>(hn::BitCast(di16, looked_up)));
+    const auto capped = hn::BitCast(di16, hn::Min(hn::SaturatedSub(top, exponent), cap));
+    const auto rate_log = hn::Min(hn::Max(hn::Add(capped, boost), hn::Zero(di16)),
+                                  hn::BitCast(di16, cap));
     hn::StoreU(GroupSumOfPowers(d64, hn::BitCast(d64, rate_log)), d64, sums + i / 4);
   }
   ref::HistoryRateSums(src + i, history + i, boosts, groups - i / 4, rate_cap, sums + i / 4);
@@ -263,6 +265,35 @@ hn::Vec<D> MonotoneKeys(D d, hn::Vec<D> bits) {
   const hn::RebindToSigned<D> di;
   const auto negative = hn::BitCast(d, hn::BroadcastSignBit(hn::BitCast(di, bits)));
   return hn::Xor(bits, hn::Or(negative, hn::Set(d, 0x8000)));
+}
+
+// Few elements are recent (about twice the density): a whole vector of history bytes is
+// tested at once, and only one holding a recent element is looked at lane by lane.
+size_t RecentPositions(const uint8_t* HWY_RESTRICT history, size_t count,
+                       uint32_t* HWY_RESTRICT positions) {
+  const hn::ScalableTag<uint8_t> d;
+  const size_t N = hn::Lanes(d);
+  const auto age_mask = hn::Set(d, kHistoryAgeMask);
+  const auto one = hn::Set(d, 1);
+  const auto last_below = hn::Set(d, kRecentAges - 1);
+  uint8_t mask_bits[(hn::MaxLanes(d) + 7) / 8 + 8] = {};
+  size_t n = 0;
+  size_t i = 0;
+  for (; i + N <= count; i += N) {
+    // age - 1 wraps to 255 for age 0, so one unsigned comparison tests 1 <= age <= kRecentAges.
+    const auto below = hn::Sub(hn::And(hn::LoadU(d, history + i), age_mask), one);
+    const auto is_recent = hn::Eq(hn::Min(below, last_below), below);
+    if (hn::AllFalse(d, is_recent)) continue;
+    const size_t mask_bytes = hn::StoreMaskBits(d, is_recent, mask_bits);
+    for (size_t byte = 0; byte < mask_bytes; ++byte) {
+      for (uint32_t bits = mask_bits[byte]; bits != 0; bits &= bits - 1) {
+        positions[n++] = static_cast<uint32_t>(i + byte * 8 + __builtin_ctz(bits));
+      }
+    }
+  }
+  const size_t tail = ref::RecentPositions(history + i, count - i, positions + n);
+  for (size_t k = n; k < n + tail; ++k) positions[k] += static_cast<uint32_t>(i);
+  return n + tail;
 }
 
 void AdvanceHistory(const uint16_t* HWY_RESTRICT src, const uint16_t* HWY_RESTRICT dst,
@@ -739,6 +770,7 @@ HWY_EXPORT(UnpackMantissas);
 HWY_EXPORT(ApplyXor);
 HWY_EXPORT(GroupRateSums);
 HWY_EXPORT(HistoryRateSums);
+HWY_EXPORT(RecentPositions);
 HWY_EXPORT(AdvanceHistory);
 HWY_EXPORT(DecodeRansChanges);
 HWY_EXPORT(EncodeRansElements);
@@ -769,9 +801,13 @@ int GroupRateSums(const uint16_t* src, size_t groups, int rate_cap, uint64_t* su
   return HWY_DYNAMIC_DISPATCH(GroupRateSums)(src, groups, rate_cap, sums);
 }
 
-void HistoryRateSums(const uint16_t* src, const uint8_t* history, const uint8_t boosts[8],
+void HistoryRateSums(const uint16_t* src, const uint8_t* history, const int8_t boosts[8],
                      size_t groups, int rate_cap, uint64_t* sums) {
   HWY_DYNAMIC_DISPATCH(HistoryRateSums)(src, history, boosts, groups, rate_cap, sums);
+}
+
+size_t RecentPositions(const uint8_t* history, size_t count, uint32_t* positions) {
+  return HWY_DYNAMIC_DISPATCH(RecentPositions)(history, count, positions);
 }
 
 void AdvanceHistory(const uint16_t* src, const uint16_t* dst, size_t count, uint8_t* history) {

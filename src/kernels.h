@@ -99,10 +99,23 @@ constexpr uint8_t kHistoryAgeMask = 0x07;
 constexpr uint8_t kHistoryUp = 0x08;
 
 // Group rate sums with a session history: as GroupRateSums, with each element's capped
-// RateLog raised by boosts[history[i] & kHistoryAgeMask] (at most 255) and clamped to
-// rate_cap again. history holds 4 * groups bytes.
-void HistoryRateSums(const uint16_t* src, const uint8_t* history, const uint8_t boosts[8],
+// RateLog moved by boosts[history[i] & kHistoryAgeMask] and clamped to [0, rate_cap]
+// again (a boost of -kMaxRateLog gives the element rate 1 whatever its exponent).
+// history holds 4 * groups bytes.
+void HistoryRateSums(const uint16_t* src, const uint8_t* history, const int8_t boosts[8],
                      size_t groups, int rate_cap, uint64_t* sums);
+
+// Recent elements: those whose last change was 1..kRecentAges steps ago (a modelled chunk
+// codes them first from format version 12, model_coder.cc).
+constexpr int kRecentAges = 2;
+inline bool IsRecent(uint8_t history) {
+  const int age = history & kHistoryAgeMask;
+  return age != 0 && age <= kRecentAges;
+}
+
+// Writes the indices i < count with IsRecent(history[i]) to positions, ascending.
+// positions has room for count entries. @return how many it wrote.
+size_t RecentPositions(const uint8_t* history, size_t count, uint32_t* positions);
 
 // Advances a session history by one step src -> dst: a changed element gets age 1 and
 // the direction of its change (history = 1 | (up ? kHistoryUp : 0)); an unchanged one
@@ -170,8 +183,9 @@ void PackMantissas(const uint16_t* xors, size_t count, uint8_t* out);
 void UnpackMantissas(const uint8_t* packed, size_t count, uint16_t* xors);
 void ApplyXor(const uint16_t* src, const uint16_t* xors, size_t count, uint16_t* out);
 int GroupRateSums(const uint16_t* src, size_t groups, int rate_cap, uint64_t* sums);
-void HistoryRateSums(const uint16_t* src, const uint8_t* history, const uint8_t boosts[8],
+void HistoryRateSums(const uint16_t* src, const uint8_t* history, const int8_t boosts[8],
                      size_t groups, int rate_cap, uint64_t* sums);
+size_t RecentPositions(const uint8_t* history, size_t count, uint32_t* positions);
 void AdvanceHistory(const uint16_t* src, const uint16_t* dst, size_t count, uint8_t* history);
 size_t DecodeRansChanges(const uint16_t* src, size_t count, int class_base,
                          const uint32_t* probs, const uint32_t* splits,

@@ -10,8 +10,11 @@
 //            kModelRateCap).
 //   byte 1   L: the chunk's rate prior, 4 * log2(sum of element rates / changes), which
 //            seeds every probability (so small chunks do not pay to learn them).
-//   bytes 2-3, with history only: the rate boosts (log2, 0..15) of elements whose last
-//            change was 1, 2, 3+ steps ago: byte 2 = b1 | b2 << 4, byte 3 = b3 (4 bits).
+//   with history only, format version 12: 1 byte, the rate boost (log2, 0..15) of the
+//            elements whose last change was 3+ steps ago (those of 1 or 2 steps ago are
+//            coded first, one decision each: CodeRecent).
+//            Up to version 11: 2 bytes, the rate boosts of elements whose last change was
+//            1, 2, 3+ steps ago: byte 2 = b1 | b2 << 4, byte 3 = b3 (4 bits).
 //   2 bytes, with column signs only (byte 0 bit 6, format version 10): the sign period P
 //            (u16 little-endian, 1..65535), the row length of the tensor the chunk holds.
 //   1 byte, with capped rates only (byte 0 bit 7, format version 11): the Rate_Cap, 0..32,
@@ -56,6 +59,15 @@ constexpr int kHistoryClasses = 4;
 inline int HistoryClass(uint8_t history) {
   return std::min(history & kHistoryAgeMask, kHistoryClasses - 1);
 }
+
+// Recent elements (format version 12, IsRecent in kernels.h): those whose last change was
+// 1 or 2 steps ago. On the corpus such an element changes again with about 1% chance
+// whatever its exponent, except the tiny weights, which change again ~90% of the time: no
+// rate proportional to 2^-exponent expresses that, so they are coded first, one decision
+// each in the context of their age and rate log, and the bisection gives them rate 1
+// (kRecentBoost) and skips them. Ages 1-2 only: at most twice the density in extra
+// decisions per step.
+constexpr int8_t kRecentBoost = -kMaxRateLog;
 
 inline int ExponentOf(uint16_t bits) { return (bits >> 7) & 0xFF; }
 
@@ -155,6 +167,9 @@ constexpr int kValueSeen = 2, kValueShift = 7;
 constexpr int kSignSeen = 30;
 constexpr uint16_t kSignAgainstHint = 4000;
 constexpr int kSignHintSeen = 4;
+// A recent element changes again with the chance its rate promises, but at least ~1% (the
+// corpus' rate for most exponents); few observations teach the rest.
+constexpr uint16_t kRecentPrior = 655;
 
 // ---------------------------------------------------------------------------------------
 // Range coder (the LZMA construction with 16-bit probabilities).
@@ -269,6 +284,7 @@ struct Model {
   Prob bits[16][16];  // [log2 class][bit position]
   Prob sign[3][2][kRateLogs];  // [history hint][sign of prev][rate log]
   Prob column_sign[3][4];      // [history hint][column state -2, -1, +1, +2]
+  Prob recent[kRecentAges][kRateLogs];  // [age - 1][rate log]: a recent element changed
 
   // Priors from the chunk's rate prior L: elements with summed rate S expect
   // x = S / 2^(L/4) changes. `value_priors`: Layout bit 4 (below). `trusted_splits`:
@@ -318,6 +334,12 @@ struct Model {
     }
     for (auto& row : column_sign) {
       for (auto& prob : row) prob.Set(kProbOne / 2, kValueSeen, kValueShift);
+    }
+    for (auto& by_rate : recent) {
+      for (int a = 0; a < kRateLogs; ++a) {
+        by_rate[a].Set(std::max(ProbFromLog(4 * a - L), kRecentPrior), kValueSeen,
+                       kPositionShift);
+      }
     }
   }
 };
@@ -443,20 +465,23 @@ class PlainRates {
 
 // With a session's history: an element that changed recently gets its rate multiplied by
 // 2^boost of its history class (sent in the chunk header), within the cap, and the
-// direction of its last change is the context of its sign.
+// direction of its last change is the context of its sign. With `recent` (format version
+// 12) the recent elements, coded before the bisection, get rate 1.
 class HistoryRates {
  public:
-  HistoryRates(const uint16_t* src, const uint8_t* history, size_t len, const uint8_t* boosts,
-               int rate_cap)
+  HistoryRates(const uint16_t* src, const uint8_t* history, size_t len,
+               const int8_t boosts[kHistoryClasses], bool recent, int rate_cap)
       : src_(src), history_(history), rate_cap_(rate_cap), window_(len) {
     for (int age = 0; age <= kHistoryAgeMask; ++age) {
-      boost_[age] = boosts[HistoryClass(static_cast<uint8_t>(age))];
+      boost_[age] = recent && IsRecent(static_cast<uint8_t>(age))
+                        ? kRecentBoost
+                        : boosts[HistoryClass(static_cast<uint8_t>(age))];
     }
   }
   inline uint64_t Rate(size_t i) const {
     const int a = std::min<int>(kRates.log[ExponentOf(src_[i])], rate_cap_) +
                   boost_[history_[i] & kHistoryAgeMask];
-    return uint64_t{1} << std::min(a, rate_cap_);
+    return uint64_t{1} << std::min(std::max(a, 0), rate_cap_);
   }
   inline uint64_t Sum(size_t begin, size_t end) { return window_.Sum(*this, begin, end); }
   void GroupSums(size_t first, size_t count, uint64_t* sums) const {
@@ -468,7 +493,7 @@ class HistoryRates {
   const uint16_t* src_;
   const uint8_t* history_;
   int rate_cap_;
-  uint8_t boost_[kHistoryAgeMask + 1];
+  int8_t boost_[kHistoryAgeMask + 1];
   GroupWindow<HistoryRates> window_;
 };
 
@@ -504,16 +529,44 @@ void CodeNode(Io* io, Model* model, const uint16_t* src, const Rates& rates,
                             columns->At(begin)));
 }
 
-// Positions come out ascending: a left half is finished before its right half.
+// Whether each recent element changed, in ascending order, and if so its value (format
+// version 12).
+template <class Io>
+void CodeRecent(Io* io, Model* model, const uint16_t* src, const uint8_t* history,
+                size_t len, ColumnSigns* columns) {
+  constexpr size_t kWindow = 4096;
+  uint32_t recent[kWindow];
+  for (size_t begin = 0; begin < len; begin += kWindow) {
+    const size_t found =
+        RecentPositions(history + begin, std::min(kWindow, len - begin), recent);
+    for (size_t k = 0; k < found; ++k) {
+      const size_t i = begin + recent[k];
+      const uint8_t h = history[i];
+      Prob* prob = &model->recent[(h & kHistoryAgeMask) - 1][kRates.log[ExponentOf(src[i])]];
+      if (io->Code(prob, io->RecentChanged(i))) {
+        io->EmitRecent(i, CodeValue(io, model, src[i], io->Target(i), HintOf(h),
+                                    columns->At(i)));
+      }
+    }
+  }
+}
+
+// The recent elements come first (if `recent_history` is not null: CodeRecent), then the
+// bisection's positions; each come out ascending (a left half is finished before its
+// right half).
 // `block_sums`, if not null, holds rates.Sum of every block (the encoder has them already).
 template <class Io, class Rates>
 void CodeChunk(const uint16_t* src, Rates& rates, size_t len, int log2_block, int L,
                bool value_priors, bool trusted_splits, uint32_t sign_period,
-               const CarriedModel& carried, Io* io, const uint64_t* block_sums = nullptr) {
+               const CarriedModel& carried, Io* io, const uint64_t* block_sums = nullptr,
+               const uint8_t* recent_history = nullptr) {
   ColumnSigns columns(sign_period);
   auto model = carried.start != nullptr
                    ? std::make_unique<Model>(carried.start->model)
                    : std::make_unique<Model>(L, value_priors, trusted_splits);
+  if (recent_history != nullptr) {
+    CodeRecent(io, model.get(), src, recent_history, len, &columns);
+  }
   const size_t block = size_t{1} << log2_block;
   uint64_t prefix[(size_t{1} << kMaxModelBlockLog) + 1];
   for (size_t begin = 0; begin < len; begin += block) {
@@ -538,10 +591,12 @@ void CodeChunk(const uint16_t* src, Rates& rates, size_t len, int log2_block, in
 
 class EncoderIo {
  public:
-  // `changed` lists the chunk's changed positions, ascending.
+  // `changed` lists the positions the bisection codes, ascending: the chunk's changes,
+  // without the recent elements' if `recent_history` is not null.
   EncoderIo(const uint16_t* src, const uint16_t* dst, const std::vector<uint32_t>* changed,
-            std::vector<uint8_t>* out)
-      : src_(src), dst_(dst), changed_(changed), coder_(out) {}
+            const uint8_t* recent_history, std::vector<uint8_t>* out)
+      : src_(src), dst_(dst), recent_history_(recent_history), changed_(changed),
+        coder_(out) {}
   inline int Code(Prob* prob, int bit) {
     coder_.Encode(prob, bit);
     return bit;
@@ -556,7 +611,8 @@ class EncoderIo {
     base_ = begin;
     counts_[0] = 0;
     for (size_t i = begin; i < end; ++i) {
-      counts_[i - begin + 1] = counts_[i - begin] + (src_[i] != dst_[i]);
+      const bool recent = recent_history_ != nullptr && IsRecent(recent_history_[i]);
+      counts_[i - begin + 1] = counts_[i - begin] + (src_[i] != dst_[i] && !recent);
     }
   }
   inline void EndBlock() {}
@@ -565,6 +621,8 @@ class EncoderIo {
   }
   inline uint16_t Target(size_t i) const { return dst_[i]; }
   inline void Emit(size_t, uint16_t) {}
+  inline int RecentChanged(size_t i) const { return src_[i] != dst_[i]; }
+  inline void EmitRecent(size_t, uint16_t) {}
   void Finish() { coder_.Finish(); }
 
  private:
@@ -573,6 +631,7 @@ class EncoderIo {
   uint16_t counts_[(size_t{1} << kMaxModelBlockLog) + 1];
   const uint16_t* src_;
   const uint16_t* dst_;
+  const uint8_t* recent_history_;
   const std::vector<uint32_t>* changed_;
   RangeEncoder coder_;
 };
@@ -592,12 +651,41 @@ class DecoderIo {
     positions_->push_back(static_cast<uint32_t>(i));
     xors_->push_back(x);
   }
+  inline int RecentChanged(size_t) const { return 0; }
+  inline void EmitRecent(size_t i, uint16_t x) {
+    recent_positions_.push_back(static_cast<uint32_t>(i));
+    recent_xors_.push_back(x);
+  }
   const RangeDecoder& coder() const { return coder_; }
+
+  // Merges the recent elements' changes into the bisection's (both ascending).
+  // @return false if the bisection placed a change on a recent element (corrupt input:
+  // the encoder never does, and the two lists would overlap).
+  bool MergeRecent(const uint8_t* history) {
+    for (const uint32_t position : *positions_) {
+      if (IsRecent(history[position])) return false;
+    }
+    if (recent_positions_.empty()) return true;
+    const std::vector<uint32_t> bisected = *positions_;
+    const std::vector<uint16_t> bisected_xors = *xors_;
+    positions_->resize(bisected.size() + recent_positions_.size());
+    xors_->resize(positions_->size());
+    size_t b = 0, r = 0;
+    for (size_t k = 0; k < positions_->size(); ++k) {
+      const bool from_bisection = r == recent_positions_.size() ||
+                                  (b < bisected.size() && bisected[b] < recent_positions_[r]);
+      (*positions_)[k] = from_bisection ? bisected[b] : recent_positions_[r];
+      (*xors_)[k] = from_bisection ? bisected_xors[b++] : recent_xors_[r++];
+    }
+    return true;
+  }
 
  private:
   RangeDecoder coder_;
   std::vector<uint32_t>* positions_;
   std::vector<uint16_t>* xors_;
+  std::vector<uint32_t> recent_positions_;
+  std::vector<uint16_t> recent_xors_;
 };
 
 constexpr uint8_t kBlockLogMask = 0x07;
@@ -609,8 +697,6 @@ int ChooseBlockLog(size_t changes, size_t len) {
   while (log2_block > kMinModelBlockLog && (changes << (log2_block + 2)) > len) --log2_block;
   return log2_block;
 }
-
-constexpr uint8_t kHistoryFlag = 0x08;
 
 // Boost of a history class: log2 of how much likelier its elements changed in this chunk
 // than elements without history, rate for rate (rounded octaves, 0..15).
@@ -754,7 +840,8 @@ Status EncodeChunk(const uint16_t* src, const uint16_t* dst, size_t len, int log
   std::vector<uint32_t> changed(total);
   std::vector<uint16_t> unused_xors(total);
   CompactChanges(src, dst, len, changed.data(), unused_xors.data());
-  if (log2_block < 0) log2_block = ChooseBlockLog(total, len);
+  const bool choose_block = log2_block < 0;
+  if (choose_block) log2_block = ChooseBlockLog(total, len);
   // Sparse chunks (blocks of 32+ elements) coded without a history keep their blocks' rate
   // sums for the coding pass, in a buffer each thread reuses (256 KB for the frame's
   // 2^20-element chunks); for smaller blocks such a buffer outgrows the caches and summing
@@ -784,6 +871,7 @@ Status EncodeChunk(const uint16_t* src, const uint16_t* dst, size_t len, int log
   // Changes and rate sums per history class (all in class 0 without history).
   uint64_t changes[kHistoryClasses] = {total, 0, 0, 0};
   uint64_t rate_sums[kHistoryClasses] = {all_rates, 0, 0, 0};
+  uint64_t recent_elements = 0;
   if (history != nullptr) {
     // Elements with a recorded change are a minority: skip the others 8 at a time.
     constexpr uint64_t kAges = 0x0101010101010101ull * kHistoryAgeMask;
@@ -795,6 +883,7 @@ Status EncodeChunk(const uint16_t* src, const uint16_t* dst, size_t len, int log
         i += 8;
       } else {
         rate_sums[HistoryClass(history[i])] += CappedRate(src[i], rate_cap);
+        recent_elements += IsRecent(history[i]);
         ++i;
       }
     }
@@ -802,46 +891,57 @@ Status EncodeChunk(const uint16_t* src, const uint16_t* dst, size_t len, int log
     changes[0] = 0;
     for (const uint32_t position : changed) ++changes[HistoryClass(history[position])];
   }
-  uint8_t boosts[kHistoryClasses] = {0, 0, 0, 0};
-  uint64_t rate_sum = rate_sums[0];
-  for (int c = 1; c < kHistoryClasses; ++c) {
-    boosts[c] = EstimateBoost(changes[c], rate_sums[c], changes[0], rate_sums[0]);
-    // Only the prior below uses this sum: saturate rather than overflow.
-    const uint64_t limit = uint64_t{1} << 60;
-    rate_sum += rate_sums[c] >= (limit >> boosts[c]) ? limit : rate_sums[c] << boosts[c];
-  }
   // A history without recorded changes (a session's first step) is not worth its bytes.
   if ((rate_sums[1] | rate_sums[2] | rate_sums[3]) == 0) history = nullptr;
+  // With a history the recent elements (classes 1 and 2) are coded first (CodeRecent), and
+  // the bisection codes the rest: class 0 and class 3 with its boost.
+  const uint8_t boost = history != nullptr ? EstimateBoost(changes[3], rate_sums[3], changes[0],
+                                                           rate_sums[0])
+                                           : 0;
+  const int8_t boosts[kHistoryClasses] = {0, kRecentBoost, kRecentBoost,
+                                          static_cast<int8_t>(boost)};
+  // Only the prior below uses this sum: saturate rather than overflow.
+  const uint64_t limit = uint64_t{1} << 60;
+  uint64_t rate_sum =
+      rate_sums[0] + (rate_sums[3] >= (limit >> boost) ? limit : rate_sums[3] << boost);
+  std::vector<uint32_t> bisected;  // with a history: the changes left to the bisection
+  if (history != nullptr) {
+    bisected.reserve(changes[0] + changes[3]);
+    for (const uint32_t position : changed) {
+      if (!IsRecent(history[position])) bisected.push_back(position);
+    }
+    if (choose_block) log2_block = ChooseBlockLog(bisected.size(), len);
+    rate_sum += recent_elements;  // rate 1 each in the bisection (never 0 in all)
+  }
+  const uint64_t bisected_total = history != nullptr ? bisected.size() : total;
   // rate_sum >= len >= changes, so L >= 0 up to the Log2Q4 rounding; <= 4 * 62.
-  const int L = std::min(std::max(Log2Q4(rate_sum) - Log2Q4(total), 0), 255);
+  const int L = std::min(
+      std::max(Log2Q4(rate_sum) - Log2Q4(std::max<uint64_t>(bisected_total, 1)), 0), 255);
   const uint32_t sign_period =
       sign_periods != nullptr ? ChooseSignPeriod(src, dst, changed, history, *sign_periods) : 0;
   out->push_back(static_cast<uint8_t>((log2_block - kMinModelBlockLog) |
-                                      (history != nullptr ? kHistoryFlag : 0) |
+                                      (history != nullptr ? kModelHistory : 0) |
                                       (carried.start != nullptr ? kModelCarried : 0) |
                                       (sign_period != 0 ? kModelColumnSigns : 0) |
                                       (rate_cap < kMaxRateLog ? kModelRateCap : 0) |
                                       kModelValuePriors));
   out->push_back(static_cast<uint8_t>(L));
-  if (history != nullptr) {
-    out->push_back(static_cast<uint8_t>(boosts[1] | (boosts[2] << 4)));
-    out->push_back(boosts[3]);
-  }
+  if (history != nullptr) out->push_back(boost);
   if (sign_period != 0) {
     out->push_back(static_cast<uint8_t>(sign_period));
     out->push_back(static_cast<uint8_t>(sign_period >> 8));
   }
   if (rate_cap < kMaxRateLog) out->push_back(static_cast<uint8_t>(rate_cap));
-  EncoderIo io(src, dst, &changed, out);
+  EncoderIo io(src, dst, history != nullptr ? &bisected : &changed, history, out);
   if (history == nullptr) {
     PlainRates rates(src, len, rate_cap);
     CodeChunk(src, rates, len, log2_block, L, /*value_priors=*/true, /*trusted_splits=*/true,
               sign_period, carried, &io,
               keep_block_sums ? block_sums.data() : nullptr);
   } else {
-    HistoryRates rates(src, history, len, boosts, rate_cap);
+    HistoryRates rates(src, history, len, boosts, /*recent=*/true, rate_cap);
     CodeChunk(src, rates, len, log2_block, L, /*value_priors=*/true, /*trusted_splits=*/true,
-              sign_period, carried, &io);
+              sign_period, carried, &io, /*block_sums=*/nullptr, history);
   }
   io.Finish();
   return Status::Ok();
@@ -910,6 +1010,7 @@ Status DecodeChunkModelled(const uint16_t* src, size_t len, const uint8_t* bytes
     return Status(ErrorCode::kInvalidArgument, "DecodeChunkModelled: unknown format version");
   }
   const bool trusted_splits = format_version >= kFirstTrustedSplitsVersion;
+  const bool recent = format_version >= kFirstRecentVersion;
   if (len > kMaxModelledChunk) {
     return Status(ErrorCode::kInvalidArgument, "DecodeChunkModelled: chunk too large");
   }
@@ -922,7 +1023,7 @@ Status DecodeChunkModelled(const uint16_t* src, size_t len, const uint8_t* bytes
     return Status(ErrorCode::kCorruptChunk, "modelled chunk: bad block size");
   }
   if (len == 0) return Status(ErrorCode::kCorruptChunk, "modelled chunk: changes in 0 elements");
-  const bool with_history = (layout & kHistoryFlag) != 0;
+  const bool with_history = (layout & kModelHistory) != 0;
   const bool value_priors = (layout & kModelValuePriors) != 0;
   // The carried model replaces the priors; without it the chunk cannot be decoded.
   const bool from_carried = (layout & kModelCarried) != 0;
@@ -934,7 +1035,7 @@ Status DecodeChunkModelled(const uint16_t* src, size_t len, const uint8_t* bytes
   const CarriedModel model_io{from_carried ? carried.start : nullptr, carried.end};
   const bool column_signs = (layout & kModelColumnSigns) != 0;
   const bool capped = (layout & kModelRateCap) != 0;
-  const size_t period_at = with_history ? 4 : 2;
+  const size_t period_at = with_history ? (recent ? 3 : 4) : 2;
   const size_t cap_at = period_at + (column_signs ? 2 : 0);
   const size_t header = cap_at + (capped ? 1 : 0);
   if (size < header) return Status(ErrorCode::kTruncated, "modelled chunk: header truncated");
@@ -953,12 +1054,21 @@ Status DecodeChunkModelled(const uint16_t* src, size_t len, const uint8_t* bytes
     if (history == nullptr) {
       return Status(ErrorCode::kCorruptChunk, "modelled chunk: coded with a session history");
     }
-    const uint8_t boosts[kHistoryClasses] = {0, static_cast<uint8_t>(bytes[2] & 0x0F),
-                                             static_cast<uint8_t>(bytes[2] >> 4), bytes[3]};
-    if (boosts[3] > 15) return Status(ErrorCode::kCorruptChunk, "modelled chunk: bad boost");
-    HistoryRates rates(src, history, len, boosts, rate_cap);
+    const uint8_t last_boost = recent ? bytes[2] : bytes[3];
+    if (last_boost > 15) return Status(ErrorCode::kCorruptChunk, "modelled chunk: bad boost");
+    const int8_t boosts[kHistoryClasses] = {
+        0, recent ? kRecentBoost : static_cast<int8_t>(bytes[2] & 0x0F),
+        recent ? kRecentBoost : static_cast<int8_t>(bytes[2] >> 4),
+        static_cast<int8_t>(last_boost)};
+    HistoryRates rates(src, history, len, boosts, recent, rate_cap);
     CodeChunk(src, rates, len, log2_block, L, value_priors, trusted_splits, sign_period,
-              model_io, &io);
+              model_io, &io, /*block_sums=*/nullptr, recent ? history : nullptr);
+    if (recent && !io.MergeRecent(history)) {
+      positions->clear();
+      xors->clear();
+      return Status(ErrorCode::kCorruptChunk,
+                    "modelled chunk: a change placed on a recently changed element");
+    }
   } else {
     PlainRates rates(src, len, rate_cap);
     CodeChunk(src, rates, len, log2_block, L, value_priors, trusted_splits, sign_period,

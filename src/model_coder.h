@@ -29,6 +29,10 @@
 //   their sign more often than chance; given a sign period (the row length, which the
 //   encoder picks among SignPeriodCandidates), each column counts its signs so far and the
 //   count is the context of its next sign.
+// - Recent elements (format version 12, with a session history): an element whose last
+//   change was 1 or 2 steps ago is coded first, one "changed again" decision in the
+//   context of its age and rate log, and the bisection skips it (rate 1): its chance to
+//   change again does not follow its exponent.
 // - Integer arithmetic only: the bytes do not depend on the compiler, target or machine.
 #ifndef ARC_V3_SRC_MODEL_CODER_H_
 #define ARC_V3_SRC_MODEL_CODER_H_
@@ -43,6 +47,10 @@
 #include "src/kernels.h"
 
 namespace arc_v3 {
+
+// Chunk byte 0, bit 3: coded with a session history (EncodeChunkModelled's `history`);
+// from format version 12 its recent elements are coded first (model_coder.cc, CodeRecent).
+constexpr uint8_t kModelHistory = 0x08;
 
 // Chunk byte 0, bit 4: the value contexts start from priors derived from the chunk's rate
 // prior (format version 3). The encoder always sets it; the decoder reads chunks with and
@@ -93,8 +101,8 @@ constexpr size_t kMaxModelledChunk = size_t{1} << 24;
 // change (0: none recorded, 1: the previous step, ..., 7: seven or more steps ago);
 // bit 3: that change went up (in MonotoneKey order); bits 4-7: unused (ignored).
 // A new session starts from all zeros; after each step both sides call AdvanceHistory
-// (a kernel, src/kernels.h, with the constants kHistoryAgeMask and kHistoryUp) with the
-// step's src and dst.
+// (a kernel, src/kernels.h, with the constants kHistoryAgeMask and kHistoryUp, and
+// IsRecent for ages 1-2) with the step's src and dst.
 
 // Appends the modelled coding of one chunk (len <= kMaxModelledChunk elements) to out.
 // Only positions where src and dst differ are coded; a chunk without changes is 0 bytes.
@@ -133,8 +141,9 @@ Status EncodeChunkModelledWithBlock(const uint16_t* src, const uint16_t* dst, si
 // with history needs `history` (kCorruptChunk without); one coded without ignores it.
 // A chunk coded from a carried model needs `carried.start` (kCorruptChunk without).
 // `format_version`: the version of the frame that holds the chunk (2..kFormatVersion): from
-// version 11 the split priors are trusted more (model_coder.cc, kTrustedSplitSeen), and
-// EncodeChunkModelled writes chunks of the current version.
+// version 11 the split priors are trusted more (model_coder.cc, kTrustedSplitSeen), from
+// version 12 a chunk with history codes its recent elements first (one boost byte, not
+// two), and EncodeChunkModelled writes chunks of the current version.
 // A wrong src, history or carried model gives a wrong result, not an error: the frame's
 // checksum catches it.
 // @return ok, kInvalidArgument (null pointers, len too large), kTruncated, kCorruptChunk.

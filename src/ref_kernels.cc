@@ -82,7 +82,7 @@ int GroupRateSums(const uint16_t* src, size_t groups, int rate_cap, uint64_t* su
   return largest;
 }
 
-void HistoryRateSums(const uint16_t* src, const uint8_t* history, const uint8_t boosts[8],
+void HistoryRateSums(const uint16_t* src, const uint8_t* history, const int8_t boosts[8],
                      size_t groups, int rate_cap, uint64_t* sums) {
   for (size_t g = 0; g < groups; ++g) {
     uint64_t sum = 0;
@@ -90,10 +90,18 @@ void HistoryRateSums(const uint16_t* src, const uint8_t* history, const uint8_t 
       const int exponent = (src[i] >> 7) & 0xFF;
       const int rate_log = std::min(std::max(kRateTopExponent - exponent, 0), rate_cap) +
                            boosts[history[i] & kHistoryAgeMask];
-      sum += uint64_t{1} << std::min(rate_log, rate_cap);
+      sum += uint64_t{1} << std::min(std::max(rate_log, 0), rate_cap);
     }
     sums[g] = sum;
   }
+}
+
+size_t RecentPositions(const uint8_t* history, size_t count, uint32_t* positions) {
+  size_t n = 0;
+  for (size_t i = 0; i < count; ++i) {
+    if (IsRecent(history[i])) positions[n++] = static_cast<uint32_t>(i);
+  }
+  return n;
 }
 
 void AdvanceHistory(const uint16_t* src, const uint16_t* dst, size_t count, uint8_t* history) {

@@ -257,9 +257,10 @@ TEST_CASE("HistoryRateSums: every exponent and history byte, and random boosts, 
   const std::vector<uint8_t> history = MakeHistory(values.size(), 11);
   // The reference itself against the definition: exponent 0 has rate log 32 (the clamp),
   // a boost cannot raise it; exponent 134 has rate log 0 and takes the boost. A cap of 2
-  // clamps both the rate log and the boosted one.
+  // clamps both the rate log and the boosted one. A negative boost lowers the rate log,
+  // not below 0.
   {
-    const uint8_t boosts[8] = {0, 3, 2, 1, 1, 1, 1, 1};
+    const int8_t boosts[8] = {0, 3, 2, 1, 1, 1, 1, 1};
     const uint16_t src[4] = {0x0000, 0x4300, 0x4300, 0x4300};  // exponents 0, 134, 134, 134
     const uint8_t ages[4] = {1, 0, 1, 0x92};                     // 0x92: age 2, bit 4 set
     uint64_t sum = 0;
@@ -267,10 +268,16 @@ TEST_CASE("HistoryRateSums: every exponent and history byte, and random boosts, 
     CHECK(sum == (uint64_t{1} << 32) + 1 + 8 + 4);
     ref::HistoryRateSums(src, ages, boosts, 1, 2, &sum);
     CHECK(sum == 4 + 1 + 4 + 4);
+    const int8_t lowering[8] = {0, -3, -kMaxRateLog, -128, 0, 0, 0, 0};
+    const uint16_t mixed[4] = {0x3C00, 0x3C00, 0x3C00, 0x4300};  // exponents 120, ..., 134
+    const uint8_t mixed_ages[4] = {1, 2, 3, 2};
+    ref::HistoryRateSums(mixed, mixed_ages, lowering, 1, kMaxRateLog, &sum);
+    CHECK(sum == (uint64_t{1} << 11) + 1 + 1 + 1);
   }
-  const uint8_t boost_sets[][8] = {
+  const int8_t boost_sets[][8] = {
       {0, 0, 0, 0, 0, 0, 0, 0}, {0, 4, 3, 2, 2, 2, 2, 2}, {0, 15, 15, 15, 15, 15, 15, 15},
-      {7, 1, 2, 3, 4, 5, 6, 255}};
+      {7, 1, 2, 3, 4, 5, 6, 127}, {0, -kMaxRateLog, -kMaxRateLog, 3, 3, 3, 3, 3},
+      {-128, -1, -7, -20, 1, 2, -33, 9}};
   test::ForEachTarget([&](const char*) {
     for (const int cap : {0, 12, kMaxRateLog}) {
       for (const auto& boosts : boost_sets) {
@@ -287,6 +294,41 @@ TEST_CASE("HistoryRateSums: every exponent and history byte, and random boosts, 
             REQUIRE(std::equal(want.begin(), want.begin() + groups, got.begin() + kGuard));
             ExpectGuards(got, kGuard, groups, uint64_t{0xA5A5A5A5A5A5A5A5ull});
           }
+        }
+      }
+    }
+  });
+}
+
+TEST_CASE("RecentPositions: every history byte, sparse and dense, vs the reference") {
+  // The reference against the definition: ages 1 and 2 are recent, whatever the other bits.
+  {
+    const uint8_t bytes[8] = {0, 1, 2, 3, 7, 0x09, 0xF2, 0xF0};
+    uint32_t positions[8];
+    REQUIRE(ref::RecentPositions(bytes, 8, positions) == 4);
+    CHECK(positions[0] == 1);
+    CHECK(positions[1] == 2);
+    CHECK(positions[2] == 5);
+    CHECK(positions[3] == 6);
+  }
+  std::vector<uint8_t> dense = MakeHistory(70000, 12);  // every byte value, then 1 in 4
+  std::vector<uint8_t> sparse(70000, 0);                // a recent one in ~1,000
+  std::mt19937 rng(13);
+  for (auto& h : sparse) {
+    if (rng() % 1000 == 0) h = static_cast<uint8_t>(1 + rng() % 7);
+  }
+  test::ForEachTarget([&](const char*) {
+    for (const auto* history : {&dense, &sparse}) {
+      for (const size_t n : TestLengths()) {
+        for (const size_t mis : kMisalignments) {
+          if (n + mis > history->size()) continue;
+          std::vector<uint32_t> want(n + 1);
+          const size_t want_count = ref::RecentPositions(history->data() + mis, n, want.data());
+          std::vector<uint32_t> got(n + 2 * kGuard, 0xA5A5A5A5u);
+          const size_t got_count = RecentPositions(history->data() + mis, n, got.data() + kGuard);
+          REQUIRE(got_count == want_count);
+          REQUIRE(std::equal(want.begin(), want.begin() + want_count, got.begin() + kGuard));
+          ExpectGuards(got, kGuard, want_count, 0xA5A5A5A5u);
         }
       }
     }

@@ -254,7 +254,8 @@ TEST_CASE("Malformed chunks are rejected") {
 // (layout bit 3) and the sign period (bit 6), if any.
 int RateCapOf(const std::vector<uint8_t>& chunk) {
   if ((chunk[0] & kModelRateCap) == 0) return -1;
-  const size_t at = 2 + ((chunk[0] & 0x08) ? 2 : 0) + ((chunk[0] & kModelColumnSigns) ? 2 : 0);
+  const size_t at =
+      2 + ((chunk[0] & kModelHistory) ? 1 : 0) + ((chunk[0] & kModelColumnSigns) ? 2 : 0);
   return chunk[at];
 }
 
@@ -419,7 +420,7 @@ TEST_CASE("Column signs: the encoder finds the row length, round-trips, and pays
   const std::vector<uint8_t> with_history =
       CheckRoundTrip(src, dst, 0, history.data(), &periods);
   CHECK((with_history[0] & kModelColumnSigns) != 0);
-  CHECK((with_history[4] | with_history[5] << 8) == cols);  // after the two boost bytes
+  CHECK((with_history[3] | with_history[4] << 8) == cols);  // after the boost byte
   for (const int log2_block : {2, 5, 8}) CheckRoundTrip(src, dst, log2_block, nullptr, &periods);
 
   // Period 0 is invalid; a header cut before the period is truncated.
@@ -510,6 +511,95 @@ TEST_CASE("Sessions: round trips with history, and history pays") {
   }
   MESSAGE("with history " << with_history << " bytes, without " << without);
   CHECK(with_history < without);
+}
+
+TEST_CASE("Sessions: recent elements are coded first (format version 12)") {
+  std::mt19937 rng(44);
+  const size_t n = 1 << 15;
+  const std::vector<uint16_t> src = GaussianWeights(n, &rng);
+  const std::vector<uint16_t> step = Step(src, 3e-4f, &rng);
+  // Every 40th element changed 1..7 steps ago, up or down.
+  std::vector<uint8_t> history(n, 0);
+  size_t recent = 0;
+  for (size_t i = 0; i < n; i += 40) {
+    history[i] = static_cast<uint8_t>((1 + (i / 40) % 7) | ((i / 280) % 2 ? kHistoryUp : 0));
+    recent += IsRecent(history[i]);
+  }
+  REQUIRE(recent > 100);
+  // Every element recent: all the bisection's rate is theirs (1 each), and it has no
+  // change to place.
+  {
+    const std::vector<uint16_t> few(src.begin(), src.begin() + 64);
+    std::vector<uint16_t> few_dst = few;
+    few_dst[5] ^= 1;
+    few_dst[60] ^= 0x80;
+    const std::vector<uint8_t> all_recent(few.size(), 1);
+    CHECK((CheckRoundTrip(few, few_dst, 0, all_recent.data())[0] & kModelHistory) != 0);
+  }
+  // The recent elements as they are in `step`, all changed (one ULP up), or all unchanged;
+  // with the other changes of `step` or none.
+  for (const int recent_mode : {0, 1, 2}) {
+    for (const bool others : {true, false}) {
+      CAPTURE(recent_mode);
+      CAPTURE(others);
+      std::vector<uint16_t> dst = others ? step : src;
+      for (size_t i = 0; i < n; ++i) {
+        if (!IsRecent(history[i])) continue;
+        dst[i] = recent_mode == 0 ? step[i] : recent_mode == 1 ? src[i] + 1 : src[i];
+      }
+      if (dst == src) continue;
+      const std::vector<uint8_t> bytes = CheckRoundTrip(src, dst, 0, history.data());
+      CHECK((bytes[0] & kModelHistory) != 0);
+      for (int b = kMinModelBlockLog; b <= kMaxModelBlockLog; b += 3) {
+        CheckRoundTrip(src, dst, b, history.data());
+      }
+      // Only recent elements changed, all of them: a decision each at a probability
+      // learnt on the way, far below coding their positions.
+      if (recent_mode == 1 && !others) {
+        CHECK(bytes.size() * 3 < CheckRoundTrip(src, dst).size());
+      }
+      // Read as a version-11 chunk the header has two boost bytes and no recent elements
+      // come first: a different result or an error, never the coded changes.
+      std::vector<uint32_t> positions;
+      std::vector<uint16_t> xors;
+      const Status as_11 = DecodeChunkModelled(src.data(), n, bytes.data(), bytes.size(),
+                                               &positions, &xors, history.data(),
+                                               CarriedModel(), 11);
+      if (as_11.ok()) {
+        std::vector<uint32_t> want;
+        for (size_t i = 0; i < n; ++i) {
+          if (src[i] != dst[i]) want.push_back(static_cast<uint32_t>(i));
+        }
+        CHECK(positions != want);
+      }
+    }
+  }
+}
+
+TEST_CASE("Sessions: a change the bisection places on a recent element is corrupt") {
+  // Bit flips in a chunk whose bisection and recent elements share many blocks: some make
+  // the bisection emit a recent element, which the decoder must refuse (the merged
+  // positions would repeat it).
+  std::mt19937 rng(45);
+  const size_t n = 4096;
+  const std::vector<uint16_t> src = GaussianWeights(n, &rng);
+  const std::vector<uint16_t> dst = Step(src, 3e-3f, &rng);
+  std::vector<uint8_t> history(n, 0);
+  for (size_t i = 0; i < n; i += 3) history[i] = static_cast<uint8_t>(1 + i % 2);
+  const std::vector<uint8_t> good = CheckRoundTrip(src, dst, 0, history.data());
+  size_t refused = 0;
+  for (size_t k = 3; k < good.size() * 8; ++k) {
+    std::vector<uint8_t> flipped = good;
+    flipped[k / 8] ^= static_cast<uint8_t>(1 << (k % 8));
+    CheckSane(src, flipped.data(), flipped.size(), history.data());
+    std::vector<uint32_t> positions;
+    std::vector<uint16_t> xors;
+    const Status s = DecodeChunkModelled(src.data(), n, flipped.data(), flipped.size(),
+                                         &positions, &xors, history.data());
+    refused += s.message().find("recently changed") != std::string::npos;
+  }
+  MESSAGE(refused << " of " << good.size() * 8 - 3 << " flips placed a change on a recent element");
+  CHECK(refused > 0);
 }
 
 TEST_CASE("Sessions: corrupt bytes and arbitrary history never crash") {

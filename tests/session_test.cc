@@ -156,9 +156,12 @@ TEST_CASE("carried models: a failed step leaves them as they were; version 7 may
   const size_t count = steps.snapshots[0].size();
   Session sender;
   const std::vector<Delta> deltas = CompressEverySnapshot(&sender, steps);
-  // Sparse steps are modelled (version 11): from the second on, from the models the first
-  // ended on, in frames that continue the step before.
-  for (const Delta& delta : deltas) CHECK(delta.bytes[4] == kFirstTrustedSplitsVersion);
+  // Sparse steps are modelled: from the second on, from the models the first ended on,
+  // with the history (version 12: recent elements first), in frames that continue the step
+  // before. The first has no history yet (version 11).
+  CHECK(deltas[0].bytes[4] == kFirstTrustedSplitsVersion);
+  CHECK(deltas[1].bytes[4] == kFirstRecentVersion);
+  CHECK(deltas[2].bytes[4] == kFirstRecentVersion);
   CHECK((deltas[0].bytes[5] & kFlagContinues) == 0);
   CHECK((deltas[1].bytes[5] & kFlagContinues) != 0);
   CHECK((deltas[2].bytes[5] & kFlagContinues) != 0);
@@ -182,8 +185,12 @@ TEST_CASE("carried models: a failed step leaves them as they were; version 7 may
   const uint64_t base = Checksum(steps.snapshots[1].data(), count);
   CHECK(apply(&receiver, NamingItsBase(deltas[1].bytes, base, 7), 1).code() ==
         ErrorCode::kReservedBitsSet);
-  REQUIRE(apply(&receiver, NamingItsBase(deltas[1].bytes, base, kFirstTrustedSplitsVersion), 1)
-              .ok());
+  // Read as version 11, the same history chunks would mean two boost bytes and no recent
+  // elements first: the payload does not decode to the target.
+  CHECK(!apply(&receiver, NamingItsBase(deltas[1].bytes, base, kFirstTrustedSplitsVersion), 1)
+             .ok());
+  CHECK(receiver.steps() == 1);
+  REQUIRE(apply(&receiver, NamingItsBase(deltas[1].bytes, base, kFirstRecentVersion), 1).ok());
   CHECK(out == steps.snapshots[2]);
   REQUIRE(apply(&receiver, deltas[2].bytes, 2).ok());
   CHECK(out == steps.snapshots[3]);
@@ -416,12 +423,14 @@ std::vector<uint8_t> CommittedPayload(const std::string& path, const Delta& made
 // start from the models step 1 ended on, version 8), those of session/v9/ before a group's
 // first step named its tensors by a check of their sizes (steps 2 and 3 also continue the
 // step before, version 9), those of session/v10/ before modelled chunks capped their rates
-// and trusted their split priors more (the group's step 1 is version 10); the newest
-// format's encoder must keep writing those of session/v11/ (all steps version 11;
-// regenerate after a deliberate change with ARC_V3_UPDATE_GOLDEN=1 bazel run
-// //tests:session_test). `later_version`: the format version of steps 2 and 3, or 0 for
-// versions below 8; `first_group_version`, `first_single_version`: that of the group's and
-// the one tensor's step 1, or 0 for below 8.
+// and trusted their split priors more (the group's step 1 is version 10), those of
+// session/v11/ (all steps version 11) before modelled chunks coded their recent elements
+// first; the newest format's encoder must keep writing those of session/v12/ (step 1
+// version 11, without history, steps 2 and 3 version 12; regenerate after a deliberate
+// change with ARC_V3_UPDATE_GOLDEN=1 bazel run //tests:session_test). `later_version`:
+// the format version of steps 2 and 3, or 0 for versions below 8; `first_group_version`,
+// `first_single_version`: that of the group's and the one tensor's step 1, or 0 for
+// below 8.
 void CheckCommittedSession(const std::string& payload_dir, int later_version,
                            int first_group_version, int first_single_version,
                            bool encoder_writes_them) {
@@ -500,8 +509,11 @@ TEST_CASE("committed session payloads, one tensor and a group, still decode step
   SUBCASE("versions 9 and 10, before capped rates") {
     CheckCommittedSession(dir + "v10/", 9, 10, 0, false);
   }
-  SUBCASE("version 11, written by this encoder") {
-    CheckCommittedSession(dir + "v11/", 11, 11, 11, true);
+  SUBCASE("version 11, before recent elements came first") {
+    CheckCommittedSession(dir + "v11/", 11, 11, 11, false);
+  }
+  SUBCASE("versions 11 and 12, written by this encoder") {
+    CheckCommittedSession(dir + "v12/", 12, 11, 11, true);
   }
 }
 

@@ -63,14 +63,18 @@ int FuzzKernels(const uint8_t* data, size_t size) {
   // bytes.
   std::vector<uint8_t> history(n);
   for (size_t i = 0; i < n; ++i) history[i] = rest[2 * i + 1];
-  uint8_t boosts[8];
-  for (size_t k = 0; k < 8; ++k) boosts[k] = k < rest_size ? rest[rest_size - 1 - k] : 0;
+  int8_t boosts[8];
+  for (size_t k = 0; k < 8; ++k) {
+    boosts[k] = static_cast<int8_t>(k < rest_size ? rest[rest_size - 1 - k] : 0);
+  }
   const int rate_cap = rest_size > 8 ? rest[rest_size - 9] % (kMaxRateLog + 1) : kMaxRateLog;
   std::vector<uint64_t> want_rates(groups);
   const int want_largest = ref::GroupRateSums(dst.data(), groups, rate_cap, want_rates.data());
   std::vector<uint64_t> want_history_rates(groups);
   ref::HistoryRateSums(dst.data(), history.data(), boosts, groups, rate_cap,
                        want_history_rates.data());
+  std::vector<uint32_t> want_recent(n);
+  const size_t want_recent_count = ref::RecentPositions(history.data(), n, want_recent.data());
   std::vector<uint8_t> want_history = history;
   ref::AdvanceHistory(src.data(), dst.data(), n, want_history.data());
   // rANS change flags: probabilities from the input's low bytes, states from its first
@@ -151,6 +155,11 @@ int FuzzKernels(const uint8_t* data, size_t size) {
     HistoryRateSums(d.data(), h.data(), boosts, groups, rate_cap, rates.data());
     FUZZ_CHECK(groups == 0 ||
                    std::memcmp(rates.data(), want_history_rates.data(), groups * 8) == 0,
+               name);
+    Exact<uint32_t> recent(n, misalign);
+    FUZZ_CHECK(RecentPositions(h.data(), n, recent.data()) == want_recent_count, name);
+    FUZZ_CHECK(want_recent_count == 0 ||
+                   std::memcmp(recent.data(), want_recent.data(), want_recent_count * 4) == 0,
                name);
     AdvanceHistory(s.data(), d.data(), n, h.data());
     FUZZ_CHECK(n == 0 || std::memcmp(h.data(), want_history.data(), n) == 0, name);

@@ -280,7 +280,8 @@ size_t RecentPositions(const uint8_t* HWY_RESTRICT history, size_t count,
   size_t n = 0;
   size_t i = 0;
   for (; i + N <= count; i += N) {
-    // age - 1 wraps to 255 for age 0, so one unsigned comparison tests 1 <= age <= kRecentAges.
+    // age - 1 wraps to 255 for age 0: min(age - 1, kRecentAges - 1) == age - 1 holds
+    // exactly for 1 <= age <= kRecentAges.
     const auto below = hn::Sub(hn::And(hn::LoadU(d, history + i), age_mask), one);
     const auto is_recent = hn::Eq(hn::Min(below, last_below), below);
     if (hn::AllFalse(d, is_recent)) continue;

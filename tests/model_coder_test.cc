@@ -545,7 +545,9 @@ TEST_CASE("Sessions: recent elements are coded first (format version 12)") {
       std::vector<uint16_t> dst = others ? step : src;
       for (size_t i = 0; i < n; ++i) {
         if (!IsRecent(history[i])) continue;
-        dst[i] = recent_mode == 0 ? step[i] : recent_mode == 1 ? src[i] + 1 : src[i];
+        dst[i] = recent_mode == 0   ? step[i]
+                 : recent_mode == 1 ? static_cast<uint16_t>(src[i] + 1)
+                                    : src[i];
       }
       if (dst == src) continue;
       const std::vector<uint8_t> bytes = CheckRoundTrip(src, dst, 0, history.data());

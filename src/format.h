@@ -37,6 +37,9 @@ constexpr uint8_t kMagic[4] = {'A', 'R', 'C', '3'};
 // Version 11 adds modelled chunks whose rates are capped (model_coder.h, kModelRateCap)
 // and gives the split priors of every modelled chunk more weight (model_coder.cc,
 // kTrustedSplitSeen); written for every payload that holds a modelled chunk.
+// Version 12 codes the recent elements of a modelled chunk with history first
+// (model_coder.h, IsRecent in kernels.h) and shrinks its History_Boosts to one byte;
+// written for every payload that holds such a chunk.
 constexpr uint8_t kFormatVersionArcV3 = 1;
 constexpr uint8_t kFormatVersion = 12;
 constexpr uint8_t kFormatVersionOneTensor = 5;

@@ -65,9 +65,10 @@ inline int HistoryClass(uint8_t history) {
 // whatever its exponent, except the tiny weights, which change again ~90% of the time: no
 // rate proportional to 2^-exponent expresses that, so they are coded first, one decision
 // each in the context of their age and rate log, and the bisection gives them rate 1
-// (kRecentBoost) and skips them. Ages 1-2 only: at most twice the density in extra
-// decisions per step.
+// (kRecentBoost, the boost of history classes 1 and 2) and skips them. Ages 1-2 only: at
+// most twice the density in extra decisions per step.
 constexpr int8_t kRecentBoost = -kMaxRateLog;
+static_assert(kRecentAges == 2, "the recent elements are history classes 1 and 2");
 
 inline int ExponentOf(uint16_t bits) { return (bits >> 7) & 0xFF; }
 
@@ -465,17 +466,15 @@ class PlainRates {
 
 // With a session's history: an element that changed recently gets its rate multiplied by
 // 2^boost of its history class (sent in the chunk header), within the cap, and the
-// direction of its last change is the context of its sign. With `recent` (format version
-// 12) the recent elements, coded before the bisection, get rate 1.
+// direction of its last change is the context of its sign. From format version 12 the
+// recent elements, coded before the bisection, have the boost kRecentBoost (rate 1).
 class HistoryRates {
  public:
   HistoryRates(const uint16_t* src, const uint8_t* history, size_t len,
-               const int8_t boosts[kHistoryClasses], bool recent, int rate_cap)
+               const int8_t boosts[kHistoryClasses], int rate_cap)
       : src_(src), history_(history), rate_cap_(rate_cap), window_(len) {
     for (int age = 0; age <= kHistoryAgeMask; ++age) {
-      boost_[age] = recent && IsRecent(static_cast<uint8_t>(age))
-                        ? kRecentBoost
-                        : boosts[HistoryClass(static_cast<uint8_t>(age))];
+      boost_[age] = boosts[HistoryClass(static_cast<uint8_t>(age))];
     }
   }
   inline uint64_t Rate(size_t i) const {
@@ -592,11 +591,10 @@ void CodeChunk(const uint16_t* src, Rates& rates, size_t len, int log2_block, in
 class EncoderIo {
  public:
   // `changed` lists the positions the bisection codes, ascending: the chunk's changes,
-  // without the recent elements' if `recent_history` is not null.
+  // without the recent elements' where those are coded first (CodeRecent).
   EncoderIo(const uint16_t* src, const uint16_t* dst, const std::vector<uint32_t>* changed,
-            const uint8_t* recent_history, std::vector<uint8_t>* out)
-      : src_(src), dst_(dst), recent_history_(recent_history), changed_(changed),
-        coder_(out) {}
+            std::vector<uint8_t>* out)
+      : src_(src), dst_(dst), changed_(changed), coder_(out) {}
   inline int Code(Prob* prob, int bit) {
     coder_.Encode(prob, bit);
     return bit;
@@ -606,13 +604,16 @@ class EncoderIo {
     while (next_ < changed_->size() && (*changed_)[next_] < begin) ++next_;
     return next_ < changed_->size() && (*changed_)[next_] < end;
   }
-  // Prefix counts of the block's changes, for NodeChanged.
+  // Prefix counts of the block's changes in `changed`, for NodeChanged (BlockChanged left
+  // next_ at the block's first).
   inline void BeginBlock(size_t begin, size_t end) {
     base_ = begin;
     counts_[0] = 0;
+    size_t k = next_;
     for (size_t i = begin; i < end; ++i) {
-      const bool recent = recent_history_ != nullptr && IsRecent(recent_history_[i]);
-      counts_[i - begin + 1] = counts_[i - begin] + (src_[i] != dst_[i] && !recent);
+      const bool listed = k < changed_->size() && (*changed_)[k] == i;
+      k += listed;
+      counts_[i - begin + 1] = static_cast<uint16_t>(counts_[i - begin] + listed);
     }
   }
   inline void EndBlock() {}
@@ -631,7 +632,6 @@ class EncoderIo {
   uint16_t counts_[(size_t{1} << kMaxModelBlockLog) + 1];
   const uint16_t* src_;
   const uint16_t* dst_;
-  const uint8_t* recent_history_;
   const std::vector<uint32_t>* changed_;
   RangeEncoder coder_;
 };
@@ -665,17 +665,22 @@ class DecoderIo {
     for (const uint32_t position : *positions_) {
       if (IsRecent(history[position])) return false;
     }
-    if (recent_positions_.empty()) return true;
-    const std::vector<uint32_t> bisected = *positions_;
-    const std::vector<uint16_t> bisected_xors = *xors_;
-    positions_->resize(bisected.size() + recent_positions_.size());
-    xors_->resize(positions_->size());
-    size_t b = 0, r = 0;
-    for (size_t k = 0; k < positions_->size(); ++k) {
-      const bool from_bisection = r == recent_positions_.size() ||
-                                  (b < bisected.size() && bisected[b] < recent_positions_[r]);
-      (*positions_)[k] = from_bisection ? bisected[b] : recent_positions_[r];
-      (*xors_)[k] = from_bisection ? bisected_xors[b++] : recent_xors_[r++];
+    // From the back, in place: the bisection's entries move up to their final places
+    // before anything overwrites them.
+    size_t b = positions_->size(), r = recent_positions_.size();
+    positions_->resize(b + r);
+    xors_->resize(b + r);
+    while (r > 0) {
+      const size_t k = b + r - 1;
+      if (b > 0 && (*positions_)[b - 1] > recent_positions_[r - 1]) {
+        --b;
+        (*positions_)[k] = (*positions_)[b];
+        (*xors_)[k] = (*xors_)[b];
+      } else {
+        --r;
+        (*positions_)[k] = recent_positions_[r];
+        (*xors_)[k] = recent_xors_[r];
+      }
     }
     return true;
   }
@@ -872,6 +877,7 @@ Status EncodeChunk(const uint16_t* src, const uint16_t* dst, size_t len, int log
   uint64_t changes[kHistoryClasses] = {total, 0, 0, 0};
   uint64_t rate_sums[kHistoryClasses] = {all_rates, 0, 0, 0};
   uint64_t recent_elements = 0;
+  std::vector<uint32_t> bisected;  // with a history: the changes left to the bisection
   if (history != nullptr) {
     // Elements with a recorded change are a minority: skip the others 8 at a time.
     constexpr uint64_t kAges = 0x0101010101010101ull * kHistoryAgeMask;
@@ -889,7 +895,11 @@ Status EncodeChunk(const uint16_t* src, const uint16_t* dst, size_t len, int log
     }
     rate_sums[0] = all_rates - rate_sums[1] - rate_sums[2] - rate_sums[3];
     changes[0] = 0;
-    for (const uint32_t position : changed) ++changes[HistoryClass(history[position])];
+    bisected.reserve(total);
+    for (const uint32_t position : changed) {
+      ++changes[HistoryClass(history[position])];
+      if (!IsRecent(history[position])) bisected.push_back(position);
+    }
   }
   // A history without recorded changes (a session's first step) is not worth its bytes.
   if ((rate_sums[1] | rate_sums[2] | rate_sums[3]) == 0) history = nullptr;
@@ -904,12 +914,7 @@ Status EncodeChunk(const uint16_t* src, const uint16_t* dst, size_t len, int log
   const uint64_t limit = uint64_t{1} << 60;
   uint64_t rate_sum =
       rate_sums[0] + (rate_sums[3] >= (limit >> boost) ? limit : rate_sums[3] << boost);
-  std::vector<uint32_t> bisected;  // with a history: the changes left to the bisection
   if (history != nullptr) {
-    bisected.reserve(changes[0] + changes[3]);
-    for (const uint32_t position : changed) {
-      if (!IsRecent(history[position])) bisected.push_back(position);
-    }
     if (choose_block) log2_block = ChooseBlockLog(bisected.size(), len);
     rate_sum += recent_elements;  // rate 1 each in the bisection (never 0 in all)
   }
@@ -932,14 +937,14 @@ Status EncodeChunk(const uint16_t* src, const uint16_t* dst, size_t len, int log
     out->push_back(static_cast<uint8_t>(sign_period >> 8));
   }
   if (rate_cap < kMaxRateLog) out->push_back(static_cast<uint8_t>(rate_cap));
-  EncoderIo io(src, dst, history != nullptr ? &bisected : &changed, history, out);
+  EncoderIo io(src, dst, history != nullptr ? &bisected : &changed, out);
   if (history == nullptr) {
     PlainRates rates(src, len, rate_cap);
     CodeChunk(src, rates, len, log2_block, L, /*value_priors=*/true, /*trusted_splits=*/true,
               sign_period, carried, &io,
               keep_block_sums ? block_sums.data() : nullptr);
   } else {
-    HistoryRates rates(src, history, len, boosts, /*recent=*/true, rate_cap);
+    HistoryRates rates(src, history, len, boosts, rate_cap);
     CodeChunk(src, rates, len, log2_block, L, /*value_priors=*/true, /*trusted_splits=*/true,
               sign_period, carried, &io, /*block_sums=*/nullptr, history);
   }
@@ -1060,7 +1065,7 @@ Status DecodeChunkModelled(const uint16_t* src, size_t len, const uint8_t* bytes
         0, recent ? kRecentBoost : static_cast<int8_t>(bytes[2] & 0x0F),
         recent ? kRecentBoost : static_cast<int8_t>(bytes[2] >> 4),
         static_cast<int8_t>(last_boost)};
-    HistoryRates rates(src, history, len, boosts, recent, rate_cap);
+    HistoryRates rates(src, history, len, boosts, rate_cap);
     CodeChunk(src, rates, len, log2_block, L, value_priors, trusted_splits, sign_period,
               model_io, &io, /*block_sums=*/nullptr, recent ? history : nullptr);
     if (recent && !io.MergeRecent(history)) {

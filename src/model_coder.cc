@@ -873,7 +873,8 @@ Status EncodeChunk(const uint16_t* src, const uint16_t* dst, size_t len, int log
       SumRates(src, len, rate_cap, step, step_sums, &all_rates);
     }
   }
-  // Changes and rate sums per history class (all in class 0 without history).
+  // Changes and rate sums per history class (all in class 0 without history). The changes
+  // of classes 1 and 2 stay uncounted: only classes 0 and 3 set the boost.
   uint64_t changes[kHistoryClasses] = {total, 0, 0, 0};
   uint64_t rate_sums[kHistoryClasses] = {all_rates, 0, 0, 0};
   uint64_t recent_elements = 0;
@@ -897,8 +898,9 @@ Status EncodeChunk(const uint16_t* src, const uint16_t* dst, size_t len, int log
     changes[0] = 0;
     bisected.reserve(total);
     for (const uint32_t position : changed) {
+      if (IsRecent(history[position])) continue;
       ++changes[HistoryClass(history[position])];
-      if (!IsRecent(history[position])) bisected.push_back(position);
+      bisected.push_back(position);
     }
   }
   // A history without recorded changes (a session's first step) is not worth its bytes.

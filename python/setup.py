@@ -3,8 +3,8 @@
     /usr/bin/python3 -m pip install --no-build-isolation --break-system-packages ./python
 
 The C++ sources, defines and link libraries are read from the Bazel files (src/BUILD,
-src/cli/BUILD, src/build_defs.bzl, third_party/BUILD), so this build compiles exactly what
-//src:codec and //src/cli:container (the checkpoint delta container, used by the
+src/checkpoint/BUILD, src/build_defs.bzl, third_party/BUILD), so this build compiles exactly what
+//src:codec and //src/checkpoint:container (the checkpoint delta container, used by the
 state-dict helpers) do and never goes stale when files are added there. Starlark BUILD files are (for what
 they use) Python syntax; they are evaluated with stand-ins for the Bazel functions.
 """
@@ -18,8 +18,8 @@ from setuptools.command.build_ext import build_ext
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)  # the workspace root: includes are root-relative
-# The codec, and the delta container of the CLI (with safetensors, zstd, xxhash).
-TARGETS = ("//src:codec", "//src/cli:container")
+# The codec, and the checkpoint delta container (with safetensors, zstd, xxhash).
+TARGETS = ("//src:codec", "//src/checkpoint:container")
 
 
 def _eval_bzl(path, scope):
@@ -128,9 +128,9 @@ def _extension():
         # Any change to a header or to the build description rebuilds (setuptools only
         # compares sources and these against the .so).
         depends=sorted(glob.glob(os.path.join(ROOT, "src", "*.h")) +
-                       glob.glob(os.path.join(ROOT, "src", "cli", "*.h"))) + [
+                       glob.glob(os.path.join(ROOT, "src", "checkpoint", "*.h"))) + [
             os.path.join(ROOT, path) for path in (
-                "arc_v3.hpp", "src/BUILD", "src/cli/BUILD", "src/build_defs.bzl",
+                "arc_v3.hpp", "src/BUILD", "src/checkpoint/BUILD", "src/build_defs.bzl",
                 "third_party/BUILD", "python/setup.py")],
         language="c++",
         extra_compile_args=["-std=c++17", "-O2", "-g0", "-fvisibility=hidden"] + copts,

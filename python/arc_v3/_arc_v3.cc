@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "arc_v3.hpp"
-#include "src/cli/checkpoint_delta.h"
+#include "src/checkpoint/checkpoint_delta.h"
 
 namespace py = pybind11;
 

@@ -22,7 +22,7 @@ zstd; tensors that are new, or whose dtype or shape changed, are carried whole; 
 only in prev are listed as removed. Decoding checks every base against its checksum, and
 every target.
 
-The container's C++ diff/apply (src/cli/checkpoint_delta.h) work on files: the helpers
+The container's C++ diff/apply (src/checkpoint/checkpoint_delta.h) work on files: the helpers
 write the safetensors files and the container into a private temporary directory (under
 $TMPDIR, deleted afterwards) and call them through the extension with the GIL released.
 Peak disk use is about the size of both state dicts plus the delta.

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "arc_v3.hpp"
-#include "src/cli/checkpoint_delta.h"
+#include "src/checkpoint/checkpoint_delta.h"
 #include "src/parallel.h"
 
 namespace arc_v3 {

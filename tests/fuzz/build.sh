@@ -34,7 +34,7 @@ LIBS=(-lhwy -lzstd -llz4 -lxxhash -pthread)
 
 LIB_SRCS=(src/checksum.cc src/status.cc src/entropy.cc src/encoder.cc src/decoder.cc
           src/kernels.cc src/ref_kernels.cc src/model_coder.cc src/rans_coder.cc src/session.cc src/safetensors.cc
-          src/cli/container.cc src/cli/checkpoint_delta.cc)
+          src/checkpoint/container.cc src/checkpoint/checkpoint_delta.cc)
 OBJS=()
 pids=()
 for src in "${LIB_SRCS[@]}"; do

@@ -1,4 +1,4 @@
-// Fuzz target: the checkpoint delta container parser (src/cli/container.h). The header
+// Fuzz target: the checkpoint delta container parser (src/checkpoint/container.h). The header
 // and manifest checksums would stop a byte-level fuzzer at the door, so the harness
 // builds a well-formed envelope around fuzzer-chosen content: input = u16 whose low 15
 // bits are the data-section length D and whose top bit selects container version 2 (else
@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "src/cli/container.h"
+#include "src/checkpoint/container.h"
 #include "src/safetensors.h"
 #include "tests/fuzz/fuzz_common.h"
 

@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "arc_v3.hpp"
-#include "src/cli/checkpoint_delta.h"
-#include "src/cli/container.h"
+#include "src/checkpoint/checkpoint_delta.h"
+#include "src/checkpoint/container.h"
 #include "src/model_coder.h"
 #include "tests/fuzz/fuzz_common.h"
 

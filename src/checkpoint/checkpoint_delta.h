@@ -2,8 +2,8 @@
 // directories) through the delta container of container.h. Inputs are memory-mapped,
 // pieces are coded in parallel, and outputs are written aside, fsynced and renamed, so a
 // failure or a kill never leaves a half-written file under a final name.
-#ifndef ARC_V3_SRC_CLI_CHECKPOINT_DELTA_H_
-#define ARC_V3_SRC_CLI_CHECKPOINT_DELTA_H_
+#ifndef ARC_V3_SRC_CHECKPOINT_CHECKPOINT_DELTA_H_
+#define ARC_V3_SRC_CHECKPOINT_CHECKPOINT_DELTA_H_
 
 #include <atomic>
 #include <cstdint>
@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "arc_v3.hpp"
-#include "src/cli/container.h"
+#include "src/checkpoint/container.h"
 #include "src/safetensors.h"
 
 namespace arc_v3 {
@@ -108,4 +108,4 @@ Status ApplyPartial(const std::string& prev, const std::string& delta_path,
 }  // namespace container
 }  // namespace arc_v3
 
-#endif  // ARC_V3_SRC_CLI_CHECKPOINT_DELTA_H_
+#endif  // ARC_V3_SRC_CHECKPOINT_CHECKPOINT_DELTA_H_

@@ -1,5 +1,5 @@
 // The checkpoint delta container (see container.h and src/FORMAT.md (Part 2)).
-#include "src/cli/container.h"
+#include "src/checkpoint/container.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "src/cli/checkpoint_delta.h"
-#include "src/cli/container.h"
+#include "src/checkpoint/checkpoint_delta.h"
+#include "src/checkpoint/container.h"
 #include "src/safetensors.h"
 
 namespace arc_v3 {

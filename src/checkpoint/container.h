@@ -3,8 +3,8 @@
 // two safetensors checkpoints, followed by the pieces' bytes. This layer parses and
 // validates containers and codes single pieces; checkpoint_delta.h builds the diff /
 // apply / verify operations on top of it. Not part of the codec library (//:arc_v3).
-#ifndef ARC_V3_SRC_CLI_CONTAINER_H_
-#define ARC_V3_SRC_CLI_CONTAINER_H_
+#ifndef ARC_V3_SRC_CHECKPOINT_CONTAINER_H_
+#define ARC_V3_SRC_CHECKPOINT_CONTAINER_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -208,4 +208,4 @@ std::string HexU64(uint64_t value);
 }  // namespace container
 }  // namespace arc_v3
 
-#endif  // ARC_V3_SRC_CLI_CONTAINER_H_
+#endif  // ARC_V3_SRC_CHECKPOINT_CONTAINER_H_

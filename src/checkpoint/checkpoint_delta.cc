@@ -1,5 +1,5 @@
 // Checkpoint-level diff / apply / verify (see checkpoint_delta.h).
-#include "src/cli/checkpoint_delta.h"
+#include "src/checkpoint/checkpoint_delta.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

@@ -68,7 +68,12 @@ enum class ErrorCode : uint16_t {
   kInternal = 13,          // a bug; please report
   kWrongBase = 14,         // a session payload was made from another base than src
   kHistoryMismatch = 15,   // session payload vs. stateless call, or sessions out of step
-  kMaxCode = 16            // sentinel: never returned, may grow
+  // Object stores and the sync protocol (src/sync/), beside the codec's own codes.
+  kNotFound = 16,          // no such object, step or file
+  kAlreadyExists = 17,     // a write-once object exists with other contents
+  kUnavailable = 18,       // the store cannot be reached or keeps failing (after retries)
+  kPermissionDenied = 19,  // the store refused the credentials or the request
+  kMaxCode = 20            // sentinel: never returned, may grow
 };
 
 // Stable name of an error code, e.g. "checksum_mismatch".

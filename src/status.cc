@@ -36,6 +36,10 @@ const char* ErrorName(ErrorCode code) {
     case ErrorCode::kInternal: return "internal";
     case ErrorCode::kWrongBase: return "wrong_base";
     case ErrorCode::kHistoryMismatch: return "history_mismatch";
+    case ErrorCode::kNotFound: return "not_found";
+    case ErrorCode::kAlreadyExists: return "already_exists";
+    case ErrorCode::kUnavailable: return "unavailable";
+    case ErrorCode::kPermissionDenied: return "permission_denied";
     case ErrorCode::kMaxCode: break;
   }
   return "unknown_error";

@@ -14,6 +14,9 @@ PACKAGES=(
   nlohmann-json3-dev  # safetensors headers, bench JSON
   gnuplot-nox         # bench charts
   libcli11-dev        # the checkpoint tool's command line
+  # The sync layer (src/sync/): S3 over libcurl, XML answers; its tests run a real S3
+  # server (Ceph radosgw, booted by tests/s3/radosgw.sh) and a client nobody here wrote (awscli).
+  libcurl4-openssl-dev libpugixml-dev ceph-mon ceph-osd radosgw ceph-common awscli iproute2
   # The Python binding (python/) and its tests.
   pybind11-dev python3-dev python3-pip python3-setuptools python3-wheel
   python3-numpy python3-pytest python3-torch

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -244,7 +245,7 @@ Status FindBaseTensor(const Checkpoint& base, const TensorEntry& t, const uint8_
 // Finds the base of every delta tensor, with the dtype and shape the delta expects.
 Status MatchBase(const Checkpoint& base, const Manifest& m,
                  std::map<const TensorEntry*, const uint8_t*>* base_data) {
-  if (base.directory() != m.directory) {
+  if (!base.path().empty() && base.directory() != m.directory) {
     return Status(ErrorCode::kInvalidArgument,
                   m.directory ? "the delta is of a checkpoint directory; PREV is a file"
                               : "the delta is of a single file; PREV is a directory");
@@ -371,9 +372,21 @@ Status ApplyGroup(const Checkpoint& base, const Reader& reader, const FileEntry&
   return Status::Ok();
 }
 
+uint64_t TensorChecksum(const TensorEntry& t, const uint8_t* data) {
+  std::vector<uint64_t> hashes;
+  for (const Piece& p : PlanPieces(t)) {
+    hashes.push_back(Hash(data + p.row_begin * t.row_bytes(), PieceBytes(t, p)));
+  }
+  return CombineHashes(hashes);
+}
+
 Status Checkpoint::Open(const std::string& path, Checkpoint* checkpoint) {
   Checkpoint result;
   result.path_ = path;
+  if (path.empty()) {  // no base: every tensor is added
+    *checkpoint = std::move(result);
+    return Status::Ok();
+  }
   std::error_code ec;
   result.directory_ = fs::is_directory(path, ec);
   std::vector<std::string> paths;
@@ -415,7 +428,7 @@ Status Diff(const std::string& prev_path, const std::string& next_path, const st
   if (!s.ok()) return s;
   s = Checkpoint::Open(next_path, &next);
   if (!s.ok()) return s;
-  if (prev.directory() != next.directory()) {
+  if (!prev_path.empty() && prev.directory() != next.directory()) {
     return Status(ErrorCode::kInvalidArgument, "PREV and NEXT must both be files or both directories");
   }
   Manifest m;
@@ -722,14 +735,18 @@ Status Apply(const std::string& prev_path, const std::string& delta_path, const 
   std::vector<std::vector<uint8_t>> buffers(workers);
   std::vector<std::vector<uint8_t>> scratch(workers);
   std::vector<std::vector<uint16_t>> group_buffers(workers);
+  std::atomic<int64_t> decode_ns{0}, write_ns{0};
   FirstError error;
   ParallelFor(tasks.size(), workers, [&](size_t i, size_t w) {
     if (error.Skip(i)) return;
     const Task& task = tasks[i];
     if (task.group != nullptr) {
       const FileEntry& f = m.files[task.file];
+      const auto start = std::chrono::steady_clock::now();
       Status st = ApplyGroup(base, reader, f, *task.group, &group_buffers[w], "");
+      decode_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
       const uint8_t* decoded = reinterpret_cast<const uint8_t*>(group_buffers[w].data());
+      const auto write_start = std::chrono::steady_clock::now();
       for (size_t k = 0; k < task.group->members.size() && st.ok(); ++k) {
         const TensorEntry& t = f.tensors[task.group->members[k]];
         st = WriteAll(out.fd(task.file), decoded, t.bytes(), f.data_start + t.data_offset,
@@ -737,6 +754,7 @@ Status Apply(const std::string& prev_path, const std::string& delta_path, const 
         if (options.sync) StartWriteback(out.fd(task.file), f.data_start + t.data_offset, t.bytes());
         decoded += t.bytes();
       }
+      write_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - write_start).count();
       if (!st.ok()) return error.Set(i, st);
       if (options.progress_done != nullptr) *options.progress_done += GroupBytes(*task.group);
       if (options.hook) error.Set(i, options.hook("piece"));
@@ -763,17 +781,22 @@ Status Apply(const std::string& prev_path, const std::string& delta_path, const 
     Status st = reader.ReadPiece(p, &scratch[w], &stored);
     if (!st.ok()) return fail_checking_base(st);
     buffers[w].resize(bytes);
+    const auto start = std::chrono::steady_clock::now();
     st = DecodePiece(p, stored, task.base, bytes, safetensors::DTypeSize(t.dtype), buffers[w].data());
+    const auto decoded = std::chrono::steady_clock::now();
+    decode_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(decoded - start).count();
     if (!st.ok()) return fail_checking_base(st);
     const uint64_t at = m.files[task.file].data_start + t.data_offset + p.row_begin * t.row_bytes();
     Release(task.base, bytes);
     st = WriteAll(out.fd(task.file), buffers[w].data(), bytes, at, out.temp(task.file));
+    write_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - decoded).count();
     if (!st.ok()) return fail(st);
     if (options.sync) StartWriteback(out.fd(task.file), at, bytes);
     if (options.progress_done != nullptr) *options.progress_done += bytes;
     if (options.hook) error.Set(i, options.hook("piece"));
   });
   if (error.failed()) return error.status();
+  const auto sync_start = std::chrono::steady_clock::now();
   s = out.SyncAndClose(options.sync);
   if (!s.ok()) return s;
   if (options.hook) {
@@ -799,6 +822,10 @@ Status Apply(const std::string& prev_path, const std::string& delta_path, const 
     }
     report->delta_bytes = reader.source().size();
     report->written = finals;
+    report->decode_seconds = decode_ns * 1e-9;
+    report->write_seconds = write_ns * 1e-9;
+    report->sync_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - sync_start).count();
   }
   return Status::Ok();
 }

@@ -23,7 +23,8 @@ namespace container {
 // A checkpoint opened for reading: one .safetensors file, or a directory of shards.
 class Checkpoint {
  public:
-  // Errors: kInvalidArgument (missing, unreadable or malformed files).
+  // Errors: kInvalidArgument (missing, unreadable or malformed files). An empty path
+  // opens a checkpoint without tensors.
   static Status Open(const std::string& path, Checkpoint* checkpoint);
   bool directory() const { return directory_; }
   const std::string& path() const { return path_; }
@@ -68,14 +69,24 @@ struct RunReport {
   uint64_t target_bytes = 0;  // bytes of the checkpoint produced / described
   uint64_t delta_bytes = 0;
   std::vector<std::string> written;  // output paths
+  // Apply: time decoding (checksums verified included) and writing pieces, summed over
+  // threads, and the final sync and renames (wall clock).
+  double decode_seconds = 0, write_seconds = 0, sync_seconds = 0;
 };
 
+// A tensor's checksum as containers record it (the target_xxh3 of an ungrouped tensor):
+// XXH3 over the XXH3s of its row blocks of about kPieceElements elements (FORMAT.md,
+// Part 2). `data` holds t.bytes() bytes.
+uint64_t TensorChecksum(const TensorEntry& t, const uint8_t* data);
+
 // Writes the delta from checkpoint `prev` to `next` (both files or both directories).
+// An empty `prev` writes an anchor: every tensor carried whole, needing no base.
 Status Diff(const std::string& prev, const std::string& next, const std::string& delta_path,
             const RunOptions& options, RunReport* report);
 
 // Rebuilds the target of `delta_path` from `prev` into `out` (a file or a directory, as
-// the delta's layout says; `out` == `prev` applies in place). Wrong base: kChecksumMismatch
+// the delta's layout says; `out` == `prev` applies in place; an empty `prev` applies an
+// anchor, which needs no base). Wrong base: kChecksumMismatch
 // naming the tensor; corrupt delta: kTruncated, kBadMagic, kCorrupt*, ...
 Status Apply(const std::string& prev, const std::string& delta_path, const std::string& out,
              const RunOptions& options, RunReport* report);

@@ -23,6 +23,8 @@
 
 #include "arc_v3.hpp"
 #include "src/checkpoint/checkpoint_delta.h"
+#include "src/cli/cli_common.h"
+#include "src/cli/sync_commands.h"
 #include "src/parallel.h"
 
 namespace arc_v3 {
@@ -32,48 +34,6 @@ namespace fs = std::filesystem;
 using container::RunOptions;
 using container::RunReport;
 using Json = nlohmann::ordered_json;
-
-// Exit codes (documented in --help).
-constexpr int kExitOk = 0;
-constexpr int kExitError = 1;      // I/O errors, bad arguments found after parsing, bugs
-constexpr int kExitUsage = 2;      // command line not understood
-constexpr int kExitWrongBase = 3;  // PREV is not the checkpoint the delta was made from
-constexpr int kExitCorrupt = 4;    // the delta file is corrupt, truncated or not a delta
-
-constexpr char kExitCodesHelp[] =
-    "Exit codes: 0 success; 1 I/O or other error; 2 usage error; 3 wrong base (PREV is not\n"
-    "the checkpoint the delta was made from: a tensor is missing or its checksum differs);\n"
-    "4 corrupt, truncated or unsupported delta file. On any error no output file is changed.";
-
-int ExitCodeFor(const Status& s) {
-  switch (s.code()) {
-    case ErrorCode::kOk: return kExitOk;
-    case ErrorCode::kChecksumMismatch:
-    case ErrorCode::kWrongBase:
-    case ErrorCode::kHistoryMismatch:
-    case ErrorCode::kSizeMismatch: return kExitWrongBase;
-    case ErrorCode::kTruncated:
-    case ErrorCode::kBadMagic:
-    case ErrorCode::kUnsupportedVersion:
-    case ErrorCode::kReservedBitsSet:
-    case ErrorCode::kCorruptHeader:
-    case ErrorCode::kCorruptChunk:
-    case ErrorCode::kCodecFailure: return kExitCorrupt;
-    default: return kExitError;
-  }
-}
-
-std::string HumanBytes(double bytes) {
-  const char* units[] = {"B", "KB", "MB", "GB", "TB"};
-  int u = 0;
-  while (bytes >= 1000 && u < 4) {
-    bytes /= 1000;
-    ++u;
-  }
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), u == 0 ? "%.0f %s" : "%.2f %s", bytes, units[u]);
-  return buf;
-}
 
 // A progress bar on stderr, drawn only when stderr is a terminal.
 class Progress {
@@ -183,21 +143,6 @@ int Report(const char* command, const Common& c, const Status& s, const RunRepor
   return kExitOk;
 }
 
-bool ParseRows(const std::string& text, uint64_t* begin, uint64_t* end) {
-  const size_t colon = text.find(':');
-  if (colon == std::string::npos) return false;
-  const std::string a = text.substr(0, colon), b = text.substr(colon + 1);
-  const auto parse = [](const std::string& s, uint64_t* v) {
-    if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos || s.size() > 19) return false;
-    *v = std::stoull(s);
-    return true;
-  };
-  *begin = 0;
-  *end = UINT64_MAX;
-  if (!a.empty() && !parse(a, begin)) return false;
-  if (!b.empty() && !parse(b, end)) return false;
-  return *begin <= *end;
-}
 
 // Per-tensor statistics for `inspect`.
 struct TensorStats {
@@ -627,6 +572,9 @@ int Main(int argc, char** argv) {
       "  trainer:   arc_v3 diff  step_100/ step_101/ -o step_101.a3d\n"
       "  receiver:  arc_v3 apply step_100/ step_101.a3d -o step_101/     (or --in-place)\n"
       "  partial:   arc_v3 apply step_100/ step_101.a3d --tensors 'layers\\.3\\..*' --rows 0:1024 -o part.safetensors\n\n"
+      "Through an object store (each trainer shard publishes, each region pulls):\n"
+      "  trainer:   arc_v3 publish s3://bucket/run --step 101 --next shard0.safetensors --prev old0.safetensors --shard 0/2\n"
+      "  region:    arc_v3 follow s3://bucket/run /models/run   (or pull once)\n\n"
       "PREV/NEXT are single .safetensors files or sharded checkpoint directories\n"
       "(model.safetensors.index.json is carried along). Outputs are written to a temporary\n"
       "file beside the target, fsynced and renamed: an error or a kill never leaves a\n"
@@ -705,12 +653,15 @@ int Main(int argc, char** argv) {
   bench->add_flag("--scaling", scaling,
                   "Also time 1 thread, alternating with -T, and print the speed-up");
 
+  SyncCommands sync_commands(&app);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);
     return rc == 0 ? kExitOk : kExitUsage;
   }
+  if (sync_commands.parsed()) return sync_commands.Run();
 
   Progress progress(!common.quiet, app.get_subcommands()[0]->get_name().c_str());
   const auto start = std::chrono::steady_clock::now();

@@ -1,0 +1,374 @@
+// The sync subcommands (see sync_commands.h): argument checks, calls into src/sync/, and
+// their text and JSON reports.
+#include "src/cli/sync_commands.h"
+
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "src/cli/cli_common.h"
+#include "src/sync/sync.h"
+
+namespace arc_v3 {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+double UnixNow() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+int Fail(const char* command, bool json, const Status& s) {
+  std::fprintf(stderr, "arc_v3 %s: error: %s\n", command, s.ToString().c_str());
+  if (json) {
+    const Json j = {{"command", command}, {"ok", false}, {"error", ErrorName(s.code())},
+                    {"message", s.message()}, {"exit_code", ExitCodeFor(s)}};
+    std::cout << j.dump() << std::endl;
+  }
+  return ExitCodeFor(s);
+}
+
+Json PullJson(const sync::PullReport& r) {
+  return {{"command", "pull"},
+          {"ok", true},
+          {"from_step", r.from_step == sync::kNoStep ? Json(nullptr) : Json(r.from_step)},
+          {"step", r.to_step},
+          {"up_to_date", r.up_to_date},
+          {"route", r.route},
+          {"steps_applied", r.steps},
+          {"fetched_bytes", r.fetched_bytes},
+          {"fetched_objects", r.fetched_objects},
+          {"requests", r.requests},
+          {"checkpoint_bytes", r.checkpoint_bytes},
+          {"seconds", {{"fetch", r.fetch_seconds},
+                       {"verify", r.verify_seconds},
+                       {"decode", r.decode_seconds},
+                       {"write", r.write_seconds},
+                       {"commit", r.commit_seconds},
+                       {"total", r.total_seconds}}},
+          {"published_at", r.published_at},
+          {"committed_at", r.committed_at}};
+}
+
+void PrintPull(const sync::PullReport& r) {
+  if (r.up_to_date) {
+    std::printf("pull: already at step %" PRIu64 " (%s)\n", r.to_step, HumanBytes(r.checkpoint_bytes).c_str());
+    return;
+  }
+  std::printf("pull: step %" PRIu64 " by %s: fetched %s in %" PRIu64 " requests, checkpoint %s, %.3f s "
+              "(fetch %.3f, verify %.3f, decode %.3f, write %.3f, commit %.3f)\n",
+              r.to_step, r.route.c_str(), HumanBytes(r.fetched_bytes).c_str(), r.requests,
+              HumanBytes(r.checkpoint_bytes).c_str(), r.total_seconds, r.fetch_seconds, r.verify_seconds,
+              r.decode_seconds, r.write_seconds, r.commit_seconds);
+}
+
+}  // namespace
+
+SyncCommands::SyncCommands(CLI::App* app) {
+  const auto common = [this](CLI::App* cmd, bool threads) {
+    cmd->add_flag("--json", json_, "Print a JSON summary on stdout instead of text");
+    cmd->add_flag("-q,--quiet", quiet_, "No text summary");
+    cmd->add_option("--retries", retries_,
+                    "Tries of a store request that timed out or got a 5xx answer (default 5)")
+        ->check(CLI::Range(1, 100));
+    cmd->add_option("--connections", connections_, "Parallel transfers per object (default 8)")
+        ->check(CLI::Range(1, 256));
+    if (threads) {
+      cmd->add_option("-T,--threads", threads_, "Worker threads (default 0 = all cores)")->check(CLI::NonNegativeNumber);
+    }
+  };
+  const char* store_help =
+      "Where the steps live: a directory (or file://DIR), s3://BUCKET/PREFIX (AWS_ENDPOINT_URL,\n"
+      "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION), or a read-only\n"
+      "http(s):// URL in front of the bucket (pull, follow)";
+
+  publish_ = app->add_subcommand(
+      "publish",
+      "A trainer shard publishes its safetensors file for step N: the delta against --prev\n"
+      "(and an anchor every --anchor-every steps), or an anchor alone without --prev. The\n"
+      "shard that completes the step commits it. Publishing the same file again is a no-op.");
+  publish_->add_option("STORE", store_, store_help)->required();
+  publish_->add_option("--step", step_, "The step's number")->required();
+  publish_->add_option("--next", next_, "This shard's .safetensors file of the step")->required()->check(CLI::ExistingFile);
+  publish_->add_option("--prev", prev_, "This shard's file of the base step (omit: an anchor only)")->check(CLI::ExistingFile);
+  publish_->add_option("--base-step", base_step_, "The step --prev is (default N-1)");
+  publish_->add_option("--shard", shard_, "K/COUNT: this is shard K of COUNT (default 0/1)");
+  publish_->add_option("--anchor-every", anchor_every_,
+                       "Also write an anchor when N is a multiple of this (default 10; 0: never,\n"
+                       "but for a step without --prev)");
+  publish_->add_option("--work-dir", work_dir_, "Where containers are written before upload (default $TMPDIR)");
+  publish_->add_option("-e,--effort", effort_, "arc_v3 codec effort 0..3 (default 1)")->check(CLI::Range(0, 3));
+  common(publish_, true);
+
+  pull_ = app->add_subcommand(
+      "pull",
+      "Make DIR hold step N (default: the latest) as the published shard files, bit for bit,\n"
+      "by the cheapest verified route: the deltas after DIR's step, or the nearest anchor and\n"
+      "the deltas after it. DIR records its step only after a verified apply; on any error it\n"
+      "is left as it was. A DIR whose files are not the step it records is refused.");
+  pull_->add_option("STORE", store_, store_help)->required();
+  pull_->add_option("DIR", dir_, "The region's checkpoint directory (created if needed)")->required();
+  pull_->add_option("--step", step_, "The step to hold (default: the latest)");
+  pull_->add_option("--tensors", tensors_,
+                    "Partial pull: only tensors whose whole name matches this regex (ECMAScript);\n"
+                    "fetches only their pieces (and the small tensors a group may need)");
+  pull_->add_option("--rows", rows_, "Partial pull: rows A:B of the first dimension (A: or :B allowed)");
+  pull_->add_flag("--reset", reset_, "Ignore what DIR holds and rebuild it from the nearest anchor");
+  pull_->add_flag("--no-sync", no_sync_, "Skip fsync (benchmarks only: not crash-safe)");
+  common(pull_, true);
+
+  follow_ = app->add_subcommand(
+      "follow",
+      "Keep DIR in step with the store: poll its `latest` pointer (conditional requests), pull\n"
+      "each new step and print its lag and bytes. Exits non-zero on an error it cannot recover\n"
+      "from; retries an unreachable store --max-failures times in a row.");
+  follow_->add_option("STORE", store_, store_help)->required();
+  follow_->add_option("DIR", dir_, "The region's checkpoint directory")->required();
+  follow_->add_option("--interval", interval_, "Seconds between polls (default 2)")->check(CLI::PositiveNumber);
+  follow_->add_option("--until", until_, "Exit once DIR holds this step or a later one");
+  follow_->add_option("--tensors", tensors_, "As pull --tensors");
+  follow_->add_option("--rows", rows_, "As pull --rows");
+  follow_->add_option("--max-failures", max_failures_, "Give up after this many failed polls in a row (default 10)")
+      ->check(CLI::PositiveNumber);
+  common(follow_, true);
+
+  log_ = app->add_subcommand("log", "The store's steps: base, anchors, bytes per step and shard");
+  log_->add_option("STORE", store_, "s3:// or directory store (http(s):// cannot list)")->required();
+  common(log_, false);
+
+  prune_ = app->add_subcommand(
+      "prune",
+      "Delete old steps: keep the newest K anchors and every step after the oldest of them,\n"
+      "and never the anchor before the newest one or anything after it (a region that began\n"
+      "there may still need that chain)");
+  prune_->add_option("STORE", store_, "s3:// or directory store")->required();
+  prune_->add_option("--keep-anchors", keep_anchors_, "K (at least 1; default 2)")->check(CLI::PositiveNumber);
+  prune_->add_flag("--dry-run", dry_run_, "Only say what would be deleted");
+  common(prune_, false);
+}
+
+bool SyncCommands::parsed() const {
+  return publish_->parsed() || pull_->parsed() || follow_->parsed() || log_->parsed() || prune_->parsed();
+}
+
+int SyncCommands::Run() {
+  const char* name = publish_->parsed() ? "publish"
+                     : pull_->parsed()  ? "pull"
+                     : follow_->parsed() ? "follow"
+                     : log_->parsed()   ? "log"
+                                        : "prune";
+  sync::StoreOptions store_options;
+  store_options.attempts = retries_;
+  store_options.connections = connections_;
+  std::unique_ptr<sync::Store> store;
+  Status s = sync::OpenStore(store_, store_options, &store);
+  if (!s.ok()) return Fail(name, json_, s);
+  container::RunOptions run;
+  run.threads = threads_;
+  run.effort = effort_;
+  run.sync = !no_sync_;
+
+  if (publish_->parsed()) {
+    sync::PublishOptions o;
+    unsigned k = 0, count = 0;
+    char tail = 0;
+    if (std::sscanf(shard_.c_str(), "%u/%u%c", &k, &count, &tail) != 2 || count == 0 || k >= count) {
+      std::fprintf(stderr, "arc_v3 publish: --shard wants K/COUNT with K < COUNT, got '%s'\n", shard_.c_str());
+      return kExitUsage;
+    }
+    o.step = step_;
+    o.next = next_;
+    o.prev = prev_;
+    o.base_step = base_step_;
+    o.shard = k;
+    o.count = count;
+    o.anchor_every = anchor_every_;
+    o.work_dir = work_dir_;
+    o.run = run;
+    sync::PublishReport r;
+    s = sync::Publish(store.get(), o, &r);
+    if (!s.ok()) return Fail(name, json_, s);
+    const auto ref = [](const sync::ObjectRef& object) {
+      return object.present() ? Json{{"key", object.key}, {"bytes", object.size}} : Json(nullptr);
+    };
+    if (json_) {
+      const Json j = {{"command", "publish"}, {"ok", true}, {"step", r.record.step},
+                      {"shard", r.record.shard}, {"count", r.record.count}, {"file", r.record.file},
+                      {"file_bytes", r.record.file_size}, {"delta", ref(r.record.delta)},
+                      {"anchor", ref(r.record.anchor)}, {"uploaded_bytes", r.uploaded_bytes},
+                      {"uploaded_objects", r.uploaded_objects}, {"committed", r.committed},
+                      {"pending", r.pending},
+                      {"seconds", {{"encode", r.encode_seconds}, {"hash", r.hash_seconds},
+                                   {"upload", r.upload_seconds}, {"commit", r.commit_seconds},
+                                   {"total", r.total_seconds}}}};
+      std::cout << j.dump(2) << std::endl;
+    } else if (!quiet_) {
+      std::printf("publish: step %" PRIu64 " shard %u/%u (%s, %s): delta %s, anchor %s; uploaded %s in %.3f s "
+                  "(encode %.3f, hash %.3f, upload %.3f, commit %.3f); %s\n",
+                  r.record.step, r.record.shard, r.record.count, r.record.file.c_str(),
+                  HumanBytes(r.record.file_size).c_str(),
+                  r.record.delta.present() ? HumanBytes(r.record.delta.size).c_str() : "-",
+                  r.record.anchor.present() ? HumanBytes(r.record.anchor.size).c_str() : "-",
+                  HumanBytes(r.uploaded_bytes).c_str(), r.total_seconds, r.encode_seconds, r.hash_seconds,
+                  r.upload_seconds, r.commit_seconds,
+                  r.committed ? "step committed" : ("not committed yet: " + r.pending).c_str());
+    }
+    return kExitOk;
+  }
+
+  sync::PullOptions pull;
+  pull.run = run;
+  pull.store = store_options;
+  pull.tensors = tensors_;
+  if (!rows_.empty() && !ParseRows(rows_, &pull.row_begin, &pull.row_end)) {
+    std::fprintf(stderr, "arc_v3 %s: --rows wants A:B with A <= B, got '%s'\n", name, rows_.c_str());
+    return kExitUsage;
+  }
+
+  if (pull_->parsed()) {
+    pull.step = step_;
+    pull.reset = reset_;
+    sync::PullReport r;
+    s = sync::Pull(store.get(), dir_, pull, &r);
+    if (!s.ok()) return Fail(name, json_, s);
+    if (json_) {
+      std::cout << PullJson(r).dump(2) << std::endl;
+    } else if (!quiet_) {
+      PrintPull(r);
+    }
+    return kExitOk;
+  }
+
+  if (follow_->parsed()) {
+    std::string etag;
+    uint64_t latest = sync::kNoStep, held = sync::kNoStep;
+    sync::DirectoryStep(dir_, &held);
+    int failures = 0;
+    bool warned = false;
+    for (;;) {
+      if (until_ != UINT64_MAX && held != sync::kNoStep && held >= until_) return kExitOk;
+      std::vector<uint8_t> bytes;
+      sync::ObjectInfo info;
+      bool changed = false;
+      s = store->GetIfChanged(sync::kLatestKey, etag, sync::kMaxDocumentBytes, &bytes, &info, &changed);
+      if (s.ok() && changed) {
+        s = sync::ParseLatest(bytes, store->url() + "/" + sync::kLatestKey, &latest);
+        if (s.ok()) etag = info.etag;
+      }
+      if (s.code() == ErrorCode::kNotFound) s = Status::Ok();  // nothing committed yet
+      // The pointer may lag a racing commit: a committed step after it counts too.
+      for (int probe = 0; s.ok() && latest != sync::kNoStep && probe < 16; ++probe) {
+        sync::ObjectInfo next;
+        if (!store->Head(sync::ManifestKey(latest + 1), &next).ok()) break;
+        ++latest;
+      }
+      if (s.ok() && latest != sync::kNoStep && (held == sync::kNoStep || latest > held)) {
+        pull.step = latest;
+        sync::PullReport r;
+        s = sync::Pull(store.get(), dir_, pull, &r);
+        if (s.ok()) {
+          const uint64_t behind = held == sync::kNoStep ? 0 : latest - held;
+          held = r.to_step;
+          const double lag = UnixNow() - r.published_at;
+          if (json_) {
+            Json j = PullJson(r);
+            j["command"] = "follow";
+            j["steps_behind"] = behind;
+            j["lag_seconds"] = lag;
+            std::cout << j.dump() << std::endl;
+          } else if (!quiet_) {
+            std::printf("follow: step %" PRIu64 " (%" PRIu64 " behind before), lag %.3f s since published, "
+                        "fetched %s by %s in %.3f s\n",
+                        r.to_step, behind, lag, HumanBytes(r.fetched_bytes).c_str(), r.route.c_str(),
+                        r.total_seconds);
+            std::fflush(stdout);
+          }
+          warned = false;
+        } else if (s.code() == ErrorCode::kNotFound && !warned) {
+          // The pointer names a step that is not committed: wait for it.
+          std::fprintf(stderr, "arc_v3 follow: waiting: %s\n", s.message().c_str());
+          warned = true;
+          s = Status::Ok();
+        } else if (s.code() == ErrorCode::kNotFound) {
+          s = Status::Ok();
+        }
+      }
+      if (s.ok()) {
+        failures = 0;
+      } else if (s.code() == ErrorCode::kUnavailable && ++failures < max_failures_) {
+        std::fprintf(stderr, "arc_v3 follow: retrying (%d of %d): %s\n", failures, max_failures_, s.ToString().c_str());
+      } else {
+        return Fail(name, json_, s);
+      }
+      if (until_ != UINT64_MAX && held != sync::kNoStep && held >= until_) return kExitOk;
+      std::this_thread::sleep_for(std::chrono::duration<double>(interval_));
+    }
+  }
+
+  if (log_->parsed()) {
+    std::vector<sync::StepListing> steps;
+    s = sync::ListSteps(store.get(), &steps);
+    if (!s.ok()) return Fail(name, json_, s);
+    Json all = Json::array();
+    if (!json_ && !quiet_) {
+      std::printf("%12s %12s %7s %9s %6s %12s %12s %10s\n", "step", "base", "anchor", "committed", "shards",
+                  "delta", "anchor", "objects");
+    }
+    for (const sync::StepListing& l : steps) {
+      uint64_t delta = 0, anchor = 0;
+      Json shards = Json::array();
+      for (const sync::ShardRecord& r : l.manifest.shards) {
+        delta += r.delta.size;
+        anchor += r.anchor.size;
+        shards.push_back({{"shard", r.shard}, {"file", r.file}, {"file_bytes", r.file_size},
+                          {"delta_bytes", r.delta.present() ? Json(r.delta.size) : Json(nullptr)},
+                          {"anchor_bytes", r.anchor.present() ? Json(r.anchor.size) : Json(nullptr)}});
+      }
+      if (json_) {
+        all.push_back({{"step", l.step}, {"committed", l.committed},
+                       {"base_step", !l.committed || l.manifest.base_step == sync::kNoStep ? Json(nullptr)
+                                                                                          : Json(l.manifest.base_step)},
+                       {"anchor_step", l.committed ? Json(l.manifest.anchor_step) : Json(nullptr)},
+                       {"objects", l.objects.size()}, {"bytes", l.bytes}, {"shards", shards},
+                       {"published_at", l.committed ? Json(l.manifest.published_at) : Json(nullptr)},
+                       {"committed_at", l.committed ? Json(l.manifest.committed_at) : Json(nullptr)}});
+      } else if (!quiet_) {
+        const std::string base = l.committed && l.manifest.base_step != sync::kNoStep
+                                     ? std::to_string(l.manifest.base_step) : "-";
+        std::printf("%12" PRIu64 " %12s %7s %9s %6s %12s %12s %10zu\n", l.step, base.c_str(),
+                    l.committed && l.manifest.anchor() ? "yes" : "", l.committed ? "yes" : "no",
+                    l.committed ? std::to_string(l.manifest.count).c_str() : "?",
+                    l.committed ? HumanBytes(delta).c_str() : "-", l.committed && anchor ? HumanBytes(anchor).c_str() : "-",
+                    l.objects.size());
+      }
+    }
+    if (json_) std::cout << all.dump(2) << std::endl;
+    return kExitOk;
+  }
+
+  sync::PruneReport r;
+  s = sync::Prune(store.get(), keep_anchors_, dry_run_, &r);
+  if (!s.ok()) return Fail(name, json_, s);
+  if (json_) {
+    const Json j = {{"command", "prune"}, {"ok", true}, {"dry_run", dry_run_},
+                    {"keep_from", r.keep_from == sync::kNoStep ? Json(nullptr) : Json(r.keep_from)},
+                    {"deleted_steps", r.deleted_steps}, {"deleted_objects", r.deleted_objects},
+                    {"deleted_bytes", r.deleted_bytes}};
+    std::cout << j.dump(2) << std::endl;
+  } else if (!quiet_) {
+    if (r.keep_from == sync::kNoStep) {
+      std::printf("prune: nothing to delete (fewer than the anchors to keep)\n");
+    } else {
+      std::printf("prune: %s %zu steps before step %" PRIu64 " (%" PRIu64 " objects, %s)\n",
+                  dry_run_ ? "would delete" : "deleted", r.deleted_steps.size(), r.keep_from, r.deleted_objects,
+                  HumanBytes(r.deleted_bytes).c_str());
+    }
+  }
+  return kExitOk;
+}
+
+}  // namespace arc_v3

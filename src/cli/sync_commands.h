@@ -1,0 +1,33 @@
+// The arc_v3 command's sync subcommands (publish, pull, follow, log, prune) over the sync
+// layer of src/sync/.
+#ifndef ARC_V3_SRC_CLI_SYNC_COMMANDS_H_
+#define ARC_V3_SRC_CLI_SYNC_COMMANDS_H_
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+
+namespace arc_v3 {
+
+class SyncCommands {
+ public:
+  // Adds the subcommands to `app`.
+  explicit SyncCommands(CLI::App* app);
+  // Whether the command line chose one of them (after parsing).
+  bool parsed() const;
+  // Runs the chosen one; returns the process's exit code.
+  int Run();
+
+ private:
+  CLI::App *publish_, *pull_, *follow_, *log_, *prune_;
+  std::string store_, dir_, next_, prev_, shard_ = "0/1", work_dir_, tensors_, rows_;
+  uint64_t step_ = UINT64_MAX, base_step_ = UINT64_MAX, anchor_every_ = 10, until_ = UINT64_MAX;
+  double interval_ = 2;
+  int threads_ = 0, effort_ = 1, retries_ = 5, connections_ = 8, max_failures_ = 10;
+  uint32_t keep_anchors_ = 2;
+  bool json_ = false, quiet_ = false, reset_ = false, dry_run_ = false, no_sync_ = false;
+};
+
+}  // namespace arc_v3
+
+#endif  // ARC_V3_SRC_CLI_SYNC_COMMANDS_H_

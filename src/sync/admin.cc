@@ -1,0 +1,82 @@
+// Listing a store's steps and pruning old ones (see sync.h).
+#include <algorithm>
+#include <map>
+
+#include "src/sync/sync.h"
+
+namespace arc_v3 {
+namespace sync {
+
+Status ListSteps(Store* store, std::vector<StepListing>* steps) {
+  steps->clear();
+  std::vector<ObjectInfo> objects;
+  Status s = store->List("steps/", &objects);
+  if (!s.ok()) return s;
+  std::map<uint64_t, StepListing> by_step;
+  for (ObjectInfo& o : objects) {
+    const uint64_t step = StepOfKey(o.key);
+    if (step == kNoStep) continue;
+    StepListing& l = by_step[step];
+    l.step = step;
+    l.bytes += o.size;
+    l.committed = l.committed || o.key == ManifestKey(step);
+    l.objects.push_back(std::move(o));
+  }
+  for (auto& entry : by_step) {
+    StepListing& l = entry.second;
+    if (l.committed) {
+      s = ReadManifest(store, l.step, &l.manifest, nullptr);
+      if (s.code() == ErrorCode::kNotFound) {
+        l.committed = false;  // pruned meanwhile
+      } else if (!s.ok()) {
+        return s;
+      }
+    }
+    steps->push_back(std::move(l));
+  }
+  return Status::Ok();
+}
+
+Status Prune(Store* store, uint32_t keep_anchors, bool dry_run, PruneReport* report) {
+  *report = PruneReport();
+  if (keep_anchors == 0) return Status(ErrorCode::kInvalidArgument, "--keep-anchors must be at least 1");
+  std::vector<StepListing> steps;
+  Status s = ListSteps(store, &steps);
+  if (!s.ok()) return s;
+  std::vector<uint64_t> anchors;  // committed anchor steps, newest first
+  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+    if (it->committed && it->manifest.anchor()) anchors.push_back(it->step);
+  }
+  // The anchor before the newest one stays: a puller that started from it before the
+  // newest was committed may still be walking its chain.
+  const size_t keep = std::max<size_t>(keep_anchors, 2);
+  if (anchors.size() < keep) return Status::Ok();
+  report->keep_from = anchors[keep - 1];
+  std::vector<const StepListing*> doomed;
+  for (const StepListing& l : steps) {
+    if (l.step < report->keep_from) doomed.push_back(&l);
+  }
+  for (const StepListing* l : doomed) {
+    report->deleted_steps.push_back(l->step);
+    report->deleted_objects += l->objects.size();
+    report->deleted_bytes += l->bytes;
+  }
+  if (dry_run) return Status::Ok();
+  // Manifests first: a step disappears before any of its pieces do.
+  for (const StepListing* l : doomed) {
+    if (!l->committed) continue;
+    s = store->Delete(ManifestKey(l->step));
+    if (!s.ok()) return s;
+  }
+  for (const StepListing* l : doomed) {
+    for (const ObjectInfo& o : l->objects) {
+      if (o.key == ManifestKey(l->step)) continue;
+      s = store->Delete(o.key);
+      if (!s.ok()) return s;
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace sync
+}  // namespace arc_v3

@@ -1,0 +1,292 @@
+// A pulled directory's state, lock and commit journal (see dir_state.h).
+#include "src/sync/dir_state.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "src/checkpoint/checkpoint_delta.h"
+#include "src/safetensors.h"
+
+namespace arc_v3 {
+namespace sync {
+namespace {
+
+namespace fs = std::filesystem;
+using Json = nlohmann::json;
+using OrderedJson = nlohmann::ordered_json;
+
+constexpr char kStateFile[] = "state.json";
+constexpr char kJournalFile[] = "commit.json";
+
+std::string StatePath(const std::string& dir, const char* name) {
+  return (fs::path(dir) / kStateDir / name).string();
+}
+
+Status Errno(const std::string& what) {
+  return Status(ErrorCode::kInvalidArgument, what + ": " + std::strerror(errno));
+}
+
+Status SyncDir(const std::string& dir) {
+  const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return Errno(dir + ": cannot open");
+  const int rc = fsync(fd);
+  close(fd);
+  return rc == 0 ? Status::Ok() : Errno(dir + ": cannot sync");
+}
+
+// Writes `text` to `path` atomically and durably.
+Status WriteDurably(const std::string& path, const std::string& text) {
+  const std::string temp = path + ".tmp";
+  const int fd = open(temp.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0644);
+  if (fd < 0) return Errno(temp + ": cannot create");
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      close(fd);
+      return Errno(temp + ": cannot write");
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (fsync(fd) != 0 || close(fd) != 0) return Errno(temp + ": cannot sync");
+  if (rename(temp.c_str(), path.c_str()) != 0) return Errno(path + ": cannot replace");
+  return SyncDir(fs::path(path).parent_path().string());
+}
+
+Status ReadText(const std::string& path, std::string* text) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status(ErrorCode::kNotFound, path + ": not found");
+  std::ostringstream buffer;
+  buffer << in.rdbuf();
+  *text = buffer.str();
+  return Status::Ok();
+}
+
+OrderedJson SumsJson(const std::vector<TensorChecksum>& sums) {
+  OrderedJson out = OrderedJson::array();
+  for (const TensorChecksum& t : sums) out.push_back({t.name, container::HexU64(t.xxh3)});
+  return out;
+}
+
+OrderedJson FileJson(const FileRecord& f) {
+  return {{"path", f.path}, {"size", f.size}, {"mtime_ns", f.mtime_ns}, {"tensors", SumsJson(f.tensors)}};
+}
+
+OrderedJson StateToJson(const DirState& s) {
+  OrderedJson shards = OrderedJson::array();
+  for (const ShardState& sh : s.shards) {
+    shards.push_back({{"name", sh.name},
+                      {"file", FileJson(sh.file)},
+                      {"rows", sh.rows.path.empty() ? OrderedJson(nullptr) : FileJson(sh.rows)}});
+  }
+  OrderedJson selection = nullptr;
+  if (s.selection.partial()) {
+    selection = {{"tensors", s.selection.tensors},
+                 {"rows", {s.selection.row_begin, s.selection.row_end == UINT64_MAX
+                                                      ? OrderedJson(nullptr)
+                                                      : OrderedJson(s.selection.row_end)}}};
+  }
+  return {{"format", kProtocolName}, {"version", kProtocolVersion}, {"kind", "directory"},
+          {"store", s.store},        {"step", s.step},                {"manifest_xxh3", container::HexU64(s.manifest_xxh3)},
+          {"selection", selection},  {"shards", shards}};
+}
+
+uint64_t ParseHex(const std::string& text) {
+  if (text.size() != 16) throw std::runtime_error("not 16 hex digits");
+  return std::stoull(text, nullptr, 16);
+}
+
+FileRecord FileFromJson(const Json& j) {
+  FileRecord f;
+  f.path = j.at("path").get<std::string>();
+  f.size = j.at("size").get<uint64_t>();
+  f.mtime_ns = j.at("mtime_ns").get<int64_t>();
+  for (const Json& t : j.at("tensors")) f.tensors.push_back({t.at(0).get<std::string>(), ParseHex(t.at(1).get<std::string>())});
+  if (f.path.empty() || fs::path(f.path).is_absolute() || f.path.find("..") != std::string::npos) {
+    throw std::runtime_error("bad path");
+  }
+  return f;
+}
+
+DirState StateFromJson(const Json& j) {
+  if (j.at("format").get<std::string>() != kProtocolName || j.at("kind").get<std::string>() != "directory" ||
+      j.at("version").get<uint64_t>() != kProtocolVersion) {
+    throw std::runtime_error("not a directory state of this version");
+  }
+  DirState s;
+  s.store = j.at("store").get<std::string>();
+  s.step = j.at("step").get<uint64_t>();
+  s.manifest_xxh3 = ParseHex(j.at("manifest_xxh3").get<std::string>());
+  const Json& sel = j.at("selection");
+  if (!sel.is_null()) {
+    s.selection.tensors = sel.at("tensors").get<std::string>();
+    s.selection.row_begin = sel.at("rows").at(0).get<uint64_t>();
+    const Json& end = sel.at("rows").at(1);
+    s.selection.row_end = end.is_null() ? UINT64_MAX : end.get<uint64_t>();
+    if (s.selection.tensors.empty()) throw std::runtime_error("empty selection");
+  }
+  for (const Json& sh : j.at("shards")) {
+    ShardState shard;
+    shard.name = sh.at("name").get<std::string>();
+    shard.file = FileFromJson(sh.at("file"));
+    if (!sh.at("rows").is_null()) shard.rows = FileFromJson(sh.at("rows"));
+    s.shards.push_back(std::move(shard));
+  }
+  return s;
+}
+
+std::string Relative(const std::string& dir, const std::string& path) {
+  return (fs::path(dir) / path).string();
+}
+
+}  // namespace
+
+DirLock::~DirLock() {
+  if (fd_ >= 0) close(fd_);  // releases the flock
+}
+
+Status DirLock::Acquire(const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(fs::path(dir) / kStateDir, ec);
+  if (ec) return Status(ErrorCode::kInvalidArgument, dir + ": cannot create " + kStateDir + ": " + ec.message());
+  const std::string path = StatePath(dir, "lock");
+  fd_ = open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+  if (fd_ < 0) return Errno(path + ": cannot open");
+  if (flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    return Status(ErrorCode::kInvalidArgument, dir + " is being pulled into by another process");
+  }
+  return Status::Ok();
+}
+
+std::string StateJson(const DirState& state) { return StateToJson(state).dump(1) + "\n"; }
+
+Status ReadState(const std::string& dir, DirState* state) {
+  std::string text;
+  Status s = ReadText(StatePath(dir, kStateFile), &text);
+  if (!s.ok()) return Status(ErrorCode::kNotFound, dir + " holds no pulled step");
+  try {
+    *state = StateFromJson(Json::parse(text));
+  } catch (const std::exception& e) {
+    return Status(ErrorCode::kCorruptHeader, StatePath(dir, kStateFile) + " is damaged (" + e.what() + ")");
+  }
+  return Status::Ok();
+}
+
+Status WriteState(const std::string& dir, const DirState& state) {
+  return WriteDurably(StatePath(dir, kStateFile), StateJson(state));
+}
+
+Status RecordFile(const std::string& dir, const std::string& path, FileRecord* record) {
+  const std::string full = Relative(dir, path);
+  struct stat st;
+  if (stat(full.c_str(), &st) != 0) return Errno(full + ": cannot stat");
+  safetensors::File file;
+  Status s = safetensors::File::Open(full, &file);
+  if (!s.ok()) return s;
+  record->path = path;
+  record->size = static_cast<uint64_t>(st.st_size);
+  record->mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  record->tensors.clear();
+  for (const safetensors::TensorInfo& info : file.tensors()) {
+    container::TensorEntry t;
+    t.dtype = info.dtype;
+    t.shape = info.shape;
+    record->tensors.push_back({info.name, container::TensorChecksum(t, file.data(info))});
+  }
+  return Status::Ok();
+}
+
+Status CheckFile(const std::string& dir, FileRecord* record, bool* retimed) {
+  *retimed = false;
+  const std::string full = Relative(dir, record->path);
+  struct stat st;
+  const auto differs = [&](const std::string& why) {
+    return Status(ErrorCode::kChecksumMismatch, full + " is not the file the last pull wrote (" + why +
+                                                    "): refusing to apply onto an unknown base");
+  };
+  if (stat(full.c_str(), &st) != 0) return differs("it is gone");
+  const int64_t mtime = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  if (static_cast<uint64_t>(st.st_size) == record->size && mtime == record->mtime_ns) return Status::Ok();
+  if (static_cast<uint64_t>(st.st_size) != record->size) return differs("its size changed");
+  // Touched, copied or restored: its contents decide.
+  FileRecord now;
+  Status s = RecordFile(dir, record->path, &now);
+  if (!s.ok()) return differs(s.message());
+  if (now.size != record->size) return differs("its size changed");
+  if (now.tensors.size() != record->tensors.size()) return differs("its tensors changed");
+  for (size_t i = 0; i < now.tensors.size(); ++i) {
+    if (now.tensors[i].name != record->tensors[i].name || now.tensors[i].xxh3 != record->tensors[i].xxh3) {
+      return differs("tensor '" + record->tensors[i].name + "' changed");
+    }
+  }
+  record->mtime_ns = now.mtime_ns;
+  *retimed = true;
+  return Status::Ok();
+}
+
+namespace {
+
+Status RunJournal(const std::string& dir, const Journal& j,
+                  const std::function<void(size_t moved)>& after_move) {
+  std::error_code ec;
+  for (size_t i = 0; i < j.moves.size(); ++i) {
+    const auto& move = j.moves[i];
+    const std::string from = Relative(dir, move.first), to = Relative(dir, move.second);
+    if (fs::exists(from, ec)) {
+      if (rename(from.c_str(), to.c_str()) != 0) return Errno(to + ": cannot rename into place");
+    } else if (!fs::exists(to, ec)) {
+      return Status(ErrorCode::kInternal, dir + ": the commit journal names " + move.first + ", which is gone");
+    }
+    if (after_move) after_move(i + 1);
+  }
+  for (const std::string& r : j.removes) fs::remove(Relative(dir, r), ec);
+  Status s = SyncDir(dir);
+  if (s.ok()) s = SyncDir((fs::path(dir) / kStateDir).string());
+  if (s.ok() && fs::is_directory(fs::path(dir) / kStateDir / "rows", ec)) {
+    s = SyncDir((fs::path(dir) / kStateDir / "rows").string());
+  }
+  if (s.ok()) s = WriteState(dir, j.state);
+  if (!s.ok()) return s;
+  fs::remove(StatePath(dir, kJournalFile), ec);
+  return SyncDir((fs::path(dir) / kStateDir).string());
+}
+
+}  // namespace
+
+Status Commit(const std::string& dir, const Journal& journal,
+              const std::function<void(size_t moved)>& after_move) {
+  OrderedJson moves = OrderedJson::array();
+  for (const auto& m : journal.moves) moves.push_back({m.first, m.second});
+  const OrderedJson doc = {{"moves", moves}, {"removes", journal.removes}, {"state", StateToJson(journal.state)}};
+  Status s = WriteDurably(StatePath(dir, kJournalFile), doc.dump(1) + "\n");
+  if (!s.ok()) return s;
+  return RunJournal(dir, journal, after_move);
+}
+
+Status RecoverJournal(const std::string& dir) {
+  std::string text;
+  if (!ReadText(StatePath(dir, kJournalFile), &text).ok()) return Status::Ok();
+  Journal j;
+  try {
+    const Json doc = Json::parse(text);
+    for (const Json& m : doc.at("moves")) j.moves.emplace_back(m.at(0).get<std::string>(), m.at(1).get<std::string>());
+    for (const Json& r : doc.at("removes")) j.removes.push_back(r.get<std::string>());
+    j.state = StateFromJson(doc.at("state"));
+  } catch (const std::exception& e) {
+    return Status(ErrorCode::kCorruptHeader, StatePath(dir, kJournalFile) + " is damaged (" + e.what() + ")");
+  }
+  return RunJournal(dir, j, nullptr);
+}
+
+}  // namespace sync
+}  // namespace arc_v3

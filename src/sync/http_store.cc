@@ -1,0 +1,710 @@
+// The S3 and read-only HTTP stores, over libcurl. Requests to S3 are signed by libcurl
+// itself (CURLOPT_AWS_SIGV4); this file builds canonical URLs (keys and query parameters
+// percent-encoded, parameters sorted by name, as SigV4 wants them and as libcurl 7.88
+// signs them verbatim), retries what may pass on a second try and names the key in every
+// error. S3 answers are parsed with pugixml.
+#include <curl/curl.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <pugixml.hpp>
+#include <random>
+#include <thread>
+
+#include "src/parallel.h"
+#include "src/sync/store.h"
+
+namespace arc_v3 {
+namespace sync {
+namespace {
+
+std::string Env(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr ? value : "";
+}
+
+// RFC 3986 percent-encoding of everything but the unreserved characters (and '/' in paths).
+std::string Encode(const std::string& text, bool keep_slash) {
+  static const char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : text) {
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+        c == '.' || c == '_' || c == '~' || (keep_slash && c == '/')) {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  return out;
+}
+
+// "?a=1&b=2" with names and values encoded, sorted by name (SigV4's canonical query).
+std::string Query(std::map<std::string, std::string> params) {
+  std::string out;
+  for (const auto& p : params) out += (out.empty() ? "?" : "&") + Encode(p.first, false) + "=" + Encode(p.second, false);
+  return out;
+}
+
+struct Request {
+  const char* method = "GET";
+  std::string url;
+  std::vector<std::string> headers;
+  // Body: memory, or a range of a file.
+  const uint8_t* body = nullptr;
+  uint64_t body_size = 0;
+  int body_fd = -1;
+  uint64_t body_offset = 0;
+  // Response body: into `out` (exactly `out_size` bytes expected, after skipping `skip`
+  // bytes of a 200 answer to a range request), else into `out_vec` (at most `max_size`).
+  uint8_t* out = nullptr;
+  uint64_t out_size = 0;
+  uint64_t range_offset = 0;
+  bool range = false;
+  std::vector<uint8_t>* out_vec = nullptr;
+  uint64_t max_size = UINT64_MAX;
+};
+
+struct Response {
+  long status = 0;
+  std::string etag;
+  uint64_t content_length = UINT64_MAX;
+  std::string error_body;  // the first 64 KB of a >= 300 answer
+  uint64_t received = 0;   // body bytes kept
+  bool overflow = false;   // more body than the request allows
+};
+
+// State of one transfer, for libcurl's callbacks.
+struct Transfer {
+  CURL* curl;
+  const Request* request;
+  Response* response;
+  uint64_t sent = 0;
+  uint64_t seen = 0;  // body bytes seen, kept or skipped
+};
+
+size_t OnHeader(char* data, size_t size, size_t count, void* user) {
+  Transfer* t = static_cast<Transfer*>(user);
+  const size_t n = size * count;
+  std::string line(data, n);
+  while (!line.empty() && (line.back() == '\r' || line.back() == '\n')) line.pop_back();
+  if (line.compare(0, 5, "HTTP/") == 0) {  // a new answer (after 100-continue or a redirect)
+    t->response->etag.clear();
+    t->response->content_length = UINT64_MAX;
+    return n;
+  }
+  const size_t colon = line.find(':');
+  if (colon == std::string::npos) return n;
+  std::string name = line.substr(0, colon);
+  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
+  std::string value = line.substr(colon + 1);
+  value.erase(0, value.find_first_not_of(' '));
+  if (name == "etag") t->response->etag = value;
+  if (name == "content-length") t->response->content_length = std::strtoull(value.c_str(), nullptr, 10);
+  return n;
+}
+
+size_t OnBody(char* data, size_t size, size_t count, void* user) {
+  Transfer* t = static_cast<Transfer*>(user);
+  const size_t n = size * count;
+  long status = 0;
+  curl_easy_getinfo(t->curl, CURLINFO_RESPONSE_CODE, &status);
+  Response* r = t->response;
+  const Request* q = t->request;
+  if (status >= 300) {
+    const size_t keep = std::min<size_t>(n, (64u << 10) - std::min<size_t>(r->error_body.size(), 64u << 10));
+    r->error_body.append(data, keep);
+    return n;
+  }
+  const uint8_t* bytes = reinterpret_cast<const uint8_t*>(data);
+  uint64_t length = n;
+  if (q->out != nullptr) {
+    // A server that ignores Range answers 200 with the whole object: skip to the range.
+    const uint64_t skip = (q->range && status == 200) ? q->range_offset : 0;
+    const uint64_t begin = t->seen, end = t->seen + n;
+    t->seen = end;
+    if (end <= skip) return n;
+    const uint64_t from = std::max(begin, skip);
+    bytes += from - begin;
+    length = end - from;
+    if (r->received + length > q->out_size) {
+      if (q->range && status == 200) length = q->out_size - r->received;  // the rest is not ours
+      else {
+        r->overflow = true;
+        return 0;
+      }
+    }
+    std::memcpy(q->out + r->received, bytes, length);
+    r->received += length;
+    return n;
+  }
+  if (r->received + length > q->max_size) {
+    r->overflow = true;
+    return 0;
+  }
+  q->out_vec->insert(q->out_vec->end(), bytes, bytes + length);
+  r->received += length;
+  return n;
+}
+
+size_t OnRead(char* buffer, size_t size, size_t count, void* user) {
+  Transfer* t = static_cast<Transfer*>(user);
+  const Request* q = t->request;
+  const uint64_t n = std::min<uint64_t>(size * count, q->body_size - t->sent);
+  if (n == 0) return 0;
+  if (q->body_fd >= 0) {
+    const ssize_t got = pread(q->body_fd, buffer, n, static_cast<off_t>(q->body_offset + t->sent));
+    if (got <= 0) return CURL_READFUNC_ABORT;
+    t->sent += static_cast<uint64_t>(got);
+    return static_cast<size_t>(got);
+  }
+  std::memcpy(buffer, q->body + t->sent, n);
+  t->sent += n;
+  return n;
+}
+
+int OnSeek(void* user, curl_off_t offset, int origin) {
+  Transfer* t = static_cast<Transfer*>(user);
+  if (origin != SEEK_SET || offset < 0 || static_cast<uint64_t>(offset) > t->request->body_size) {
+    return CURL_SEEKFUNC_FAIL;
+  }
+  t->sent = static_cast<uint64_t>(offset);
+  return CURL_SEEKFUNC_OK;
+}
+
+bool Retryable(CURLcode code) {
+  switch (code) {
+    case CURLE_COULDNT_RESOLVE_HOST:
+    case CURLE_COULDNT_CONNECT:
+    case CURLE_OPERATION_TIMEDOUT:
+    case CURLE_SEND_ERROR:
+    case CURLE_RECV_ERROR:
+    case CURLE_GOT_NOTHING:
+    case CURLE_PARTIAL_FILE:
+    case CURLE_SSL_CONNECT_ERROR:
+    case CURLE_HTTP2:
+    case CURLE_HTTP2_STREAM:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// "Code: Message" of an S3 error document, or "" if the body is not one.
+std::string S3Error(const std::string& body) {
+  pugi::xml_document doc;
+  if (body.empty() || !doc.load_buffer(body.data(), body.size())) return "";
+  const pugi::xml_node error = doc.child("Error");
+  if (!error) return "";
+  std::string text = error.child_value("Code");
+  const std::string message = error.child_value("Message");
+  if (!message.empty()) text += (text.empty() ? "" : ": ") + message;
+  return text;
+}
+
+// HTTP over a pool of libcurl handles (kept for their open connections), with retries.
+class HttpClient {
+ public:
+  struct Signing {
+    std::string region, key_id, secret, token;  // empty key_id: anonymous requests
+  };
+
+  HttpClient(const StoreOptions& options, Signing signing)
+      : options_(options), signing_(std::move(signing)) {
+    static std::once_flag once;
+    std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+  }
+  ~HttpClient() {
+    for (CURL* c : idle_) curl_easy_cleanup(c);
+  }
+
+  // Performs `request` until it gets an answer that is not worth retrying, or `attempts`
+  // tries have failed (kUnavailable, naming `what`). A non-2xx answer is left in
+  // `response` for the caller to map (see Fail).
+  Status Perform(const Request& request, Response* response, const std::string& what) {
+    std::string last;
+    for (int attempt = 1;; ++attempt) {
+      *response = Response();
+      if (request.out_vec != nullptr) request.out_vec->clear();
+      CURLcode code = CURLE_OK;
+      {
+        CURL* curl = Acquire();
+        code = Once(curl, request, response);
+        Release(curl);
+      }
+      if (code == CURLE_OK) {
+        const long s = response->status;
+        if (!(s >= 500 || s == 429)) return Status::Ok();
+        const std::string detail = S3Error(response->error_body);
+        last = "HTTP " + std::to_string(s) + (detail.empty() ? "" : " (" + detail + ")");
+      } else if (code == CURLE_WRITE_ERROR && response->overflow) {
+        return Status(ErrorCode::kCorruptHeader,
+                      what + ": the answer is longer than expected (" +
+                          std::to_string(request.out != nullptr ? request.out_size : request.max_size) +
+                          " bytes)");
+      } else if (!Retryable(code)) {
+        return Status(ErrorCode::kUnavailable, what + ": " + curl_easy_strerror(code));
+      } else {
+        last = curl_easy_strerror(code);
+      }
+      if (attempt >= std::max(1, options_.attempts)) {
+        return Status(ErrorCode::kUnavailable, what + ": " + request.method + " failed " +
+                                                   std::to_string(attempt) + " times, last: " + last);
+      }
+      Backoff(attempt);
+    }
+  }
+
+ private:
+  CURLcode Once(CURL* curl, const Request& q, Response* r) {
+    curl_easy_reset(curl);
+    Transfer t{curl, &q, r};
+    curl_easy_setopt(curl, CURLOPT_URL, q.url.c_str());
+    curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT, static_cast<long>(options_.connect_timeout_s));
+    curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME, static_cast<long>(options_.stall_timeout_s));
+    curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, OnHeader);
+    curl_easy_setopt(curl, CURLOPT_HEADERDATA, &t);
+    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, OnBody);
+    curl_easy_setopt(curl, CURLOPT_WRITEDATA, &t);
+    curl_easy_setopt(curl, CURLOPT_FOLLOWLOCATION, 1L);
+    curl_easy_setopt(curl, CURLOPT_MAXREDIRS, 5L);
+    struct curl_slist* headers = nullptr;
+    for (const std::string& h : q.headers) headers = curl_slist_append(headers, h.c_str());
+    if (!signing_.key_id.empty()) {
+      headers = curl_slist_append(headers, "x-amz-content-sha256: UNSIGNED-PAYLOAD");
+      if (!signing_.token.empty()) {
+        headers = curl_slist_append(headers, ("x-amz-security-token: " + signing_.token).c_str());
+      }
+      const std::string sigv4 = "aws:amz:" + signing_.region + ":s3";
+      curl_easy_setopt(curl, CURLOPT_AWS_SIGV4, sigv4.c_str());
+      curl_easy_setopt(curl, CURLOPT_USERNAME, signing_.key_id.c_str());
+      curl_easy_setopt(curl, CURLOPT_PASSWORD, signing_.secret.c_str());
+    }
+    const std::string method = q.method;
+    if (method == "HEAD") {
+      curl_easy_setopt(curl, CURLOPT_NOBODY, 1L);
+    } else if (method == "PUT") {
+      curl_easy_setopt(curl, CURLOPT_UPLOAD, 1L);
+      curl_easy_setopt(curl, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(q.body_size));
+      curl_easy_setopt(curl, CURLOPT_READFUNCTION, OnRead);
+      curl_easy_setopt(curl, CURLOPT_READDATA, &t);
+      curl_easy_setopt(curl, CURLOPT_SEEKFUNCTION, OnSeek);
+      curl_easy_setopt(curl, CURLOPT_SEEKDATA, &t);
+    } else if (method == "POST") {
+      curl_easy_setopt(curl, CURLOPT_POST, 1L);
+      curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(q.body_size));
+      curl_easy_setopt(curl, CURLOPT_POSTFIELDS, q.body != nullptr ? reinterpret_cast<const char*>(q.body) : "");
+    } else if (method != "GET") {
+      curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, q.method);
+    }
+    curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
+    const CURLcode code = curl_easy_perform(curl);
+    curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &r->status);
+    curl_slist_free_all(headers);
+    return code;
+  }
+
+  void Backoff(int attempt) {
+    double wait = options_.backoff_s;
+    for (int i = 1; i < attempt; ++i) wait *= 2;
+    wait = std::min(wait, options_.max_backoff_s);
+    static thread_local std::mt19937 rng(std::random_device{}());
+    wait *= std::uniform_real_distribution<double>(0.5, 1.0)(rng);
+    std::this_thread::sleep_for(std::chrono::duration<double>(wait));
+  }
+
+  CURL* Acquire() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!idle_.empty()) {
+        CURL* c = idle_.back();
+        idle_.pop_back();
+        return c;
+      }
+    }
+    return curl_easy_init();
+  }
+  void Release(CURL* curl) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    idle_.push_back(curl);
+  }
+
+  const StoreOptions options_;
+  const Signing signing_;
+  std::mutex mutex_;
+  std::vector<CURL*> idle_;
+};
+
+// The error for a non-2xx answer to a request about `what`.
+Status Fail(const Response& r, const std::string& what, const std::string& method) {
+  const std::string detail = S3Error(r.error_body);
+  const std::string suffix = detail.empty() ? "" : " (" + detail + ")";
+  switch (r.status) {
+    case 404:
+      return Status(ErrorCode::kNotFound, what + ": not found" + suffix);
+    case 401:
+    case 403:
+      return Status(ErrorCode::kPermissionDenied,
+                    what + ": access denied (HTTP " + std::to_string(r.status) + ")" + suffix +
+                        "; check AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and the bucket's policy");
+    case 412:
+      return Status(ErrorCode::kAlreadyExists, what + ": already exists" + suffix);
+    case 416:
+      return Status(ErrorCode::kTruncated, what + ": the object is shorter than the range asked for");
+    default:
+      return Status(ErrorCode::kInvalidArgument,
+                    what + ": " + method + " answered HTTP " + std::to_string(r.status) + suffix);
+  }
+}
+
+bool Success(long status) { return status >= 200 && status < 300; }
+
+// What both backends share: GETs, ranges, HEADs and conditional GETs of `Url(key)`.
+class CurlStore : public Store {
+ public:
+  CurlStore(std::string url, const StoreOptions& options, HttpClient::Signing signing)
+      : url_(std::move(url)), options_(options), client_(options, std::move(signing)) {}
+  const std::string& url() const override { return url_; }
+
+  Status Head(const std::string& key, ObjectInfo* info) override {
+    Status s = Check(key);
+    if (!s.ok()) return s;
+    Request q;
+    q.method = "HEAD";
+    q.url = Url(key);
+    Response r;
+    std::vector<uint8_t> none;
+    q.out_vec = &none;
+    q.max_size = 0;
+    s = client_.Perform(q, &r, Name(key));
+    if (!s.ok()) return s;
+    if (!Success(r.status)) return Fail(r, Name(key), "HEAD");
+    *info = {key, r.content_length == UINT64_MAX ? 0 : r.content_length, r.etag};
+    return Status::Ok();
+  }
+
+  Status Get(const std::string& key, uint64_t max_size, std::vector<uint8_t>* data,
+             ObjectInfo* info) override {
+    bool changed = true;
+    return GetIfChanged(key, "", max_size, data, info, &changed);
+  }
+
+  Status GetIfChanged(const std::string& key, const std::string& etag, uint64_t max_size,
+                      std::vector<uint8_t>* data, ObjectInfo* info, bool* changed) override {
+    Status s = Check(key);
+    if (!s.ok()) return s;
+    Request q;
+    q.url = Url(key);
+    if (!etag.empty()) q.headers.push_back("If-None-Match: " + etag);
+    std::vector<uint8_t> body;
+    q.out_vec = &body;
+    q.max_size = max_size;
+    Response r;
+    s = client_.Perform(q, &r, Name(key));
+    if (!s.ok()) return s;
+    *changed = r.status != 304;
+    if (!*changed) return Status::Ok();
+    if (!Success(r.status)) return Fail(r, Name(key), "GET");
+    *data = std::move(body);
+    if (info != nullptr) *info = {key, data->size(), r.etag};
+    return Status::Ok();
+  }
+
+  Status GetRange(const std::string& key, uint64_t offset, uint64_t size, uint8_t* out) override {
+    Status s = Check(key);
+    if (!s.ok()) return s;
+    if (size == 0) return Status::Ok();
+    Request q;
+    q.url = Url(key);
+    q.headers.push_back("Range: bytes=" + std::to_string(offset) + "-" + std::to_string(offset + size - 1));
+    q.out = out;
+    q.out_size = size;
+    q.range = true;
+    q.range_offset = offset;
+    Response r;
+    s = client_.Perform(q, &r, Name(key));
+    if (!s.ok()) return s;
+    if (!Success(r.status)) return Fail(r, Name(key), "GET");
+    if (r.received != size) {
+      return Status(ErrorCode::kTruncated, Name(key) + ": ends before byte " + std::to_string(offset + size));
+    }
+    return Status::Ok();
+  }
+
+ protected:
+  virtual std::string Url(const std::string& key) const = 0;
+  std::string Name(const std::string& key) const { return url_ + "/" + key; }
+  Status Check(const std::string& key) const {
+    if (!ValidKey(key)) return Status(ErrorCode::kInvalidArgument, "malformed store key '" + key + "'");
+    return Status::Ok();
+  }
+
+  const std::string url_;
+  const StoreOptions options_;
+  HttpClient client_;
+};
+
+class S3Store : public CurlStore {
+ public:
+  S3Store(std::string endpoint, std::string bucket, std::string prefix, std::string url,
+          const StoreOptions& options, HttpClient::Signing signing)
+      : CurlStore(std::move(url), options, std::move(signing)),
+        endpoint_(std::move(endpoint)), bucket_(std::move(bucket)), prefix_(std::move(prefix)) {}
+  bool writable() const override { return true; }
+  bool listable() const override { return true; }
+
+  Status Put(const std::string& key, const uint8_t* data, uint64_t size, PutMode mode) override {
+    Status s = Check(key);
+    if (!s.ok()) return s;
+    Request q;
+    q.method = "PUT";
+    q.url = Url(key);
+    q.body = data;
+    q.body_size = size;
+    return Upload(q, key, mode);
+  }
+
+  Status PutFile(const std::string& key, const std::string& path, PutMode mode) override {
+    Status s = Check(key);
+    if (!s.ok()) return s;
+    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return Status(ErrorCode::kInvalidArgument, path + ": cannot open: " + std::strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+      close(fd);
+      return Status(ErrorCode::kInvalidArgument, path + ": cannot stat");
+    }
+    const uint64_t size = static_cast<uint64_t>(st.st_size);
+    if (size <= options_.part_bytes) {
+      Request q;
+      q.method = "PUT";
+      q.url = Url(key);
+      q.body_fd = fd;
+      q.body_size = size;
+      s = Upload(q, key, mode);
+    } else {
+      s = PutMultipart(key, fd, size, mode);
+    }
+    close(fd);
+    return s;
+  }
+
+  Status List(const std::string& prefix, std::vector<ObjectInfo>* objects) override {
+    objects->clear();
+    const std::string full = prefix_.empty() ? prefix : prefix_ + "/" + prefix;
+    std::string token;
+    for (;;) {
+      std::map<std::string, std::string> params = {{"list-type", "2"}, {"prefix", full}};
+      if (!token.empty()) params["continuation-token"] = token;
+      Request q;
+      q.url = endpoint_ + "/" + Encode(bucket_, false) + Query(params);
+      std::vector<uint8_t> body;
+      q.out_vec = &body;
+      q.max_size = 64u << 20;
+      Response r;
+      Status s = client_.Perform(q, &r, url_);
+      if (!s.ok()) return s;
+      if (!Success(r.status)) return Fail(r, url_ + " (listing '" + prefix + "')", "GET");
+      pugi::xml_document doc;
+      if (!doc.load_buffer(body.data(), body.size())) {
+        return Status(ErrorCode::kUnavailable, url_ + ": the listing is not XML");
+      }
+      const pugi::xml_node result = doc.child("ListBucketResult");
+      for (pugi::xml_node c : result.children("Contents")) {
+        std::string key = c.child_value("Key");
+        if (!prefix_.empty()) key = key.substr(std::min(key.size(), prefix_.size() + 1));
+        if (!ValidKey(key)) continue;  // not an object of ours
+        objects->push_back({key, std::strtoull(c.child_value("Size"), nullptr, 10), c.child_value("ETag")});
+      }
+      if (std::string(result.child_value("IsTruncated")) != "true") break;
+      token = result.child_value("NextContinuationToken");
+      if (token.empty()) return Status(ErrorCode::kUnavailable, url_ + ": a truncated listing without a token");
+    }
+    std::sort(objects->begin(), objects->end(),
+              [](const ObjectInfo& a, const ObjectInfo& b) { return a.key < b.key; });
+    return Status::Ok();
+  }
+
+  Status Delete(const std::string& key) override {
+    Status s = Check(key);
+    if (!s.ok()) return s;
+    Request q;
+    q.method = "DELETE";
+    q.url = Url(key);
+    std::vector<uint8_t> none;
+    q.out_vec = &none;
+    q.max_size = 1u << 20;
+    Response r;
+    s = client_.Perform(q, &r, Name(key));
+    if (!s.ok()) return s;
+    if (!Success(r.status) && r.status != 404) return Fail(r, Name(key), "DELETE");
+    return Status::Ok();
+  }
+
+ protected:
+  std::string Url(const std::string& key) const override {
+    return endpoint_ + "/" + Encode(bucket_, false) + "/" +
+           Encode(prefix_.empty() ? key : prefix_ + "/" + key, true);
+  }
+
+ private:
+  // A single PUT; write-once through If-None-Match (412 when the key exists).
+  Status Upload(Request& q, const std::string& key, PutMode mode) {
+    if (mode == PutMode::kCreateOnly) q.headers.push_back("If-None-Match: *");
+    std::vector<uint8_t> answer;
+    q.out_vec = &answer;
+    q.max_size = 1u << 20;
+    Response r;
+    Status s = client_.Perform(q, &r, Name(key));
+    if (!s.ok()) return s;
+    if (!Success(r.status)) return Fail(r, Name(key), "PUT");
+    return Status::Ok();
+  }
+
+  // One POST / DELETE of the multipart protocol; the answer's XML into *doc.
+  Status Call(const char* method, const std::string& url, const std::string& body, const std::string& key,
+              pugi::xml_document* doc) {
+    Request q;
+    q.method = method;
+    q.url = url;
+    q.body = reinterpret_cast<const uint8_t*>(body.data());
+    q.body_size = body.size();
+    std::vector<uint8_t> answer;
+    q.out_vec = &answer;
+    q.max_size = 16u << 20;
+    Response r;
+    Status s = client_.Perform(q, &r, Name(key));
+    if (!s.ok()) return s;
+    if (!Success(r.status)) return Fail(r, Name(key), method);
+    // CompleteMultipartUpload may fail after a 200, with an Error document.
+    const std::string detail = S3Error(std::string(answer.begin(), answer.end()));
+    if (!detail.empty()) return Status(ErrorCode::kUnavailable, Name(key) + ": " + method + ": " + detail);
+    if (doc != nullptr && !doc->load_buffer(answer.data(), answer.size())) {
+      return Status(ErrorCode::kUnavailable, Name(key) + ": " + method + ": the answer is not XML");
+    }
+    return Status::Ok();
+  }
+
+  Status PutMultipart(const std::string& key, int fd, uint64_t size, PutMode mode) {
+    if (mode == PutMode::kCreateOnly) {
+      ObjectInfo info;
+      Status s = Head(key, &info);
+      if (s.ok()) return Status(ErrorCode::kAlreadyExists, Name(key) + ": already exists");
+      if (s.code() != ErrorCode::kNotFound) return s;
+    }
+    pugi::xml_document doc;
+    Status s = Call("POST", Url(key) + Query({{"uploads", ""}}), "", key, &doc);
+    if (!s.ok()) return s;
+    const std::string upload_id = doc.child("InitiateMultipartUploadResult").child_value("UploadId");
+    if (upload_id.empty()) return Status(ErrorCode::kUnavailable, Name(key) + ": no UploadId in the answer");
+    const uint64_t part = options_.part_bytes;
+    const size_t parts = static_cast<size_t>((size + part - 1) / part);
+    std::vector<std::string> etags(parts);
+    std::mutex mutex;
+    ParallelFor(parts, WorkerCount(std::max(1, options_.connections), parts), [&](size_t i, size_t) {
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        if (!s.ok()) return;
+      }
+      Request q;
+      q.method = "PUT";
+      q.url = Url(key) + Query({{"partNumber", std::to_string(i + 1)}, {"uploadId", upload_id}});
+      q.body_fd = fd;
+      q.body_offset = i * part;
+      q.body_size = std::min(part, size - i * part);
+      std::vector<uint8_t> answer;
+      q.out_vec = &answer;
+      q.max_size = 1u << 20;
+      Response r;
+      Status st = client_.Perform(q, &r, Name(key));
+      if (st.ok() && !Success(r.status)) st = Fail(r, Name(key), "PUT part");
+      if (st.ok() && r.etag.empty()) st = Status(ErrorCode::kUnavailable, Name(key) + ": a part without an ETag");
+      std::lock_guard<std::mutex> lock(mutex);
+      if (!st.ok() && s.ok()) s = st;
+      etags[i] = r.etag;
+    });
+    if (s.ok()) {
+      std::string body = "<CompleteMultipartUpload>";
+      for (size_t i = 0; i < parts; ++i) {
+        body += "<Part><PartNumber>" + std::to_string(i + 1) + "</PartNumber><ETag>" + etags[i] + "</ETag></Part>";
+      }
+      body += "</CompleteMultipartUpload>";
+      s = Call("POST", Url(key) + Query({{"uploadId", upload_id}}), body, key, nullptr);
+    }
+    if (!s.ok()) Call("DELETE", Url(key) + Query({{"uploadId", upload_id}}), "", key, nullptr);
+    return s;
+  }
+
+  const std::string endpoint_, bucket_, prefix_;
+};
+
+class HttpStore : public CurlStore {
+ public:
+  HttpStore(std::string base, const StoreOptions& options)
+      : CurlStore(base, options, HttpClient::Signing()), base_(std::move(base)) {
+    while (!base_.empty() && base_.back() == '/') base_.pop_back();
+  }
+  bool writable() const override { return false; }
+  bool listable() const override { return false; }
+  Status Put(const std::string&, const uint8_t*, uint64_t, PutMode) override { return ReadOnly(); }
+  Status PutFile(const std::string&, const std::string&, PutMode) override { return ReadOnly(); }
+  Status Delete(const std::string&) override { return ReadOnly(); }
+  Status List(const std::string&, std::vector<ObjectInfo>*) override {
+    return Status(ErrorCode::kInvalidArgument,
+                  url_ + ": an http(s):// store cannot list objects; use the bucket's s3:// URL");
+  }
+
+ protected:
+  std::string Url(const std::string& key) const override { return base_ + "/" + Encode(key, true); }
+
+ private:
+  Status ReadOnly() const {
+    return Status(ErrorCode::kInvalidArgument, url_ + ": an http(s):// store is read-only");
+  }
+  std::string base_;
+};
+
+}  // namespace
+
+Status NewS3Store(const std::string& bucket, const std::string& prefix, const std::string& url,
+                  const StoreOptions& options, std::unique_ptr<Store>* store) {
+  HttpClient::Signing signing;
+  signing.region = Env("AWS_REGION");
+  if (signing.region.empty()) signing.region = Env("AWS_DEFAULT_REGION");
+  if (signing.region.empty()) signing.region = "us-east-1";
+  signing.key_id = Env("AWS_ACCESS_KEY_ID");
+  signing.secret = Env("AWS_SECRET_ACCESS_KEY");
+  signing.token = Env("AWS_SESSION_TOKEN");
+  if (signing.key_id.empty() != signing.secret.empty()) {
+    return Status(ErrorCode::kInvalidArgument,
+                  "set both AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or neither (anonymous)");
+  }
+  std::string endpoint = Env("AWS_ENDPOINT_URL_S3");
+  if (endpoint.empty()) endpoint = Env("AWS_ENDPOINT_URL");
+  if (endpoint.empty()) endpoint = "https://s3." + signing.region + ".amazonaws.com";
+  while (!endpoint.empty() && endpoint.back() == '/') endpoint.pop_back();
+  if (endpoint.compare(0, 7, "http://") != 0 && endpoint.compare(0, 8, "https://") != 0) {
+    return Status(ErrorCode::kInvalidArgument, "AWS_ENDPOINT_URL '" + endpoint + "' is not an http(s) URL");
+  }
+  *store = std::make_unique<S3Store>(endpoint, bucket, prefix, url, options, std::move(signing));
+  return Status::Ok();
+}
+
+Status NewHttpStore(const std::string& base_url, const StoreOptions& options,
+                    std::unique_ptr<Store>* store) {
+  *store = std::make_unique<HttpStore>(base_url, options);
+  return Status::Ok();
+}
+
+}  // namespace sync
+}  // namespace arc_v3

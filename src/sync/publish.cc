@@ -1,0 +1,394 @@
+// Publishing a shard's file for a step, and committing complete steps (see sync.h).
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "src/parallel.h"
+#include "src/safetensors.h"
+#include "src/sync/sync.h"
+
+namespace arc_v3 {
+namespace sync {
+namespace {
+
+namespace fs = std::filesystem;
+using container::Reader;
+using container::TensorEntry;
+using container::TensorKind;
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+double Since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// A private directory for the containers of one publish, removed with everything in it.
+class WorkDir {
+ public:
+  ~WorkDir() {
+    std::error_code ec;
+    if (!path_.empty()) fs::remove_all(path_, ec);
+  }
+  Status Create(std::string parent) {
+    if (parent.empty()) {
+      const char* tmp = std::getenv("TMPDIR");
+      parent = tmp != nullptr && *tmp ? tmp : "/tmp";
+    }
+    std::string pattern = (fs::path(parent) / "arc_v3-publish-XXXXXX").string();
+    if (mkdtemp(pattern.data()) == nullptr) {
+      return Status(ErrorCode::kInvalidArgument, parent + ": cannot create a work directory");
+    }
+    path_ = pattern;
+    return Status::Ok();
+  }
+  std::string File(const char* name) const { return (fs::path(path_) / name).string(); }
+
+ private:
+  std::string path_;
+};
+
+// A container written by Diff, with what its record says of it.
+struct Built {
+  std::string path;
+  Reader reader;
+  ObjectRef ref;
+};
+
+Status Describe(const std::string& path, uint64_t step, uint32_t shard, uint32_t count, const char* kind,
+                Built* built) {
+  built->path = path;
+  std::unique_ptr<container::MappedFile> file;
+  Status s = container::MappedFile::Open(path, &file);
+  if (!s.ok()) return s;
+  const uint64_t xxh3 = container::Hash(file->data(), file->size());
+  const uint64_t size = file->size();
+  s = Reader::Open(std::move(file), &built->reader);
+  if (!s.ok()) return Status(s.code(), path + ": " + s.message());
+  if (built->reader.manifest().directory || built->reader.manifest().files.size() != 1) {
+    return Status(ErrorCode::kInternal, path + ": a shard's container holds one file");
+  }
+  const uint64_t head = built->reader.data_start();
+  const uint8_t* head_data = nullptr;
+  std::vector<uint8_t> scratch;
+  s = built->reader.source().Read(0, head, &scratch, &head_data);
+  if (!s.ok()) return s;
+  built->ref = {PieceKey(step, shard, count, kind, xxh3), size, xxh3, head, container::Hash(head_data, head)};
+  return Status::Ok();
+}
+
+// The result checksum of every tensor of the published file, in file order, from the
+// container (grouped tensors, which a group checks together, are hashed from `next`).
+Status ResultChecksums(const Reader& reader, const std::string& next, std::vector<TensorChecksum>* sums) {
+  const container::FileEntry& f = reader.manifest().files[0];
+  safetensors::File file;
+  bool opened = false;
+  for (const TensorEntry& t : f.tensors) {
+    uint64_t xxh3 = t.target_xxh3;
+    if (t.grouped()) {
+      if (!opened) {
+        Status s = safetensors::File::Open(next, &file);
+        if (!s.ok()) return s;
+        opened = true;
+      }
+      const safetensors::TensorInfo* info = file.Find(t.name);
+      if (info == nullptr || info->size() != t.bytes()) {
+        return Status(ErrorCode::kInternal, next + ": tensor '" + t.name + "' changed while publishing");
+      }
+      xxh3 = container::TensorChecksum(t, file.data(*info));
+    }
+    sums->push_back({t.name, xxh3});
+  }
+  return Status::Ok();
+}
+
+// Checks that the delta's base is the file this shard published for the base step: the
+// same tensors, each delta tensor with the checksum the base record gives its result.
+Status CheckBase(const Reader& delta, const ShardRecord& base, const std::string& prev) {
+  std::map<std::string, uint64_t> published;
+  for (const TensorChecksum& t : base.tensors) published[t.name] = t.xxh3;
+  const auto wrong = [&](const std::string& why) {
+    return Status(ErrorCode::kChecksumMismatch,
+                  prev + " is not the file shard " + std::to_string(base.shard) + " published for step " +
+                      std::to_string(base.step) + ": " + why +
+                      " (publish an anchor instead: leave out --prev)");
+  };
+  const container::Manifest& m = delta.manifest();
+  std::set<std::string> names(m.removed_tensors.begin(), m.removed_tensors.end());
+  for (const TensorEntry& t : m.files[0].tensors) {
+    if (t.kind == TensorKind::kAdded) continue;
+    names.insert(t.name);
+    if (t.kind != TensorKind::kDelta) continue;
+    const auto it = published.find(t.name);
+    if (it == published.end()) return wrong("tensor '" + t.name + "' was not in it");
+    const uint64_t sum = t.grouped() ? container::CombineHashes({t.base_xxh3}) : t.base_xxh3;
+    if (sum != it->second) return wrong("tensor '" + t.name + "' differs");
+  }
+  for (const auto& p : published) {
+    if (names.count(p.first) == 0) return wrong("tensor '" + p.first + "' is missing");
+  }
+  return Status::Ok();
+}
+
+Status Upload(Store* store, const Built& built) {
+  Status s = store->PutFile(built.ref.key, built.path, PutMode::kCreateOnly);
+  if (s.code() != ErrorCode::kAlreadyExists) return s;
+  // Named by its XXH3: an object already there is this one, unless it was cut short.
+  ObjectInfo info;
+  s = store->Head(built.ref.key, &info);
+  if (!s.ok()) return s;
+  if (info.size != built.ref.size) {
+    return Status(ErrorCode::kAlreadyExists, store->url() + "/" + built.ref.key + " exists with " +
+                                                 std::to_string(info.size) + " bytes, not " +
+                                                 std::to_string(built.ref.size));
+  }
+  return Status::Ok();
+}
+
+Status PutRecord(Store* store, const ShardRecord& record) {
+  const std::string key = ShardRecordKey(record.step, record.shard, record.count);
+  const std::string json = RecordJson(record);
+  Status s = store->Put(key, reinterpret_cast<const uint8_t*>(json.data()), json.size(), PutMode::kCreateOnly);
+  if (s.code() != ErrorCode::kAlreadyExists) return s;
+  std::vector<uint8_t> bytes;
+  s = store->Get(key, kMaxDocumentBytes, &bytes, nullptr);
+  if (!s.ok()) return s;
+  ShardRecord existing;
+  s = ParseRecord(bytes, store->url() + "/" + key, &existing);
+  if (!s.ok()) return s;
+  if (!SameContents(existing, record)) {
+    return Status(ErrorCode::kAlreadyExists, "shard " + std::to_string(record.shard) + " of step " +
+                                                 std::to_string(record.step) +
+                                                 " was already published with other contents (" +
+                                                 store->url() + "/" + key + ")");
+  }
+  return Status::Ok();
+}
+
+// Moves `latest` forward to `step` (never back). Racing committers of different steps may
+// overwrite each other; each checks afterwards and writes again while it sees an older step.
+Status AdvanceLatest(Store* store, uint64_t step) {
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    uint64_t current = 0;
+    Status s = ReadLatest(store, &current, nullptr);
+    if (s.ok() && current >= step) return Status::Ok();
+    if (!s.ok() && s.code() != ErrorCode::kNotFound && s.code() != ErrorCode::kCorruptHeader) return s;
+    const std::string json = LatestJson(step);
+    s = store->Put(kLatestKey, reinterpret_cast<const uint8_t*>(json.data()), json.size(), PutMode::kOverwrite);
+    if (!s.ok()) return s;
+  }
+  return Status::Ok();
+}
+
+std::string ShardList(const std::vector<uint32_t>& shards, uint32_t count) {
+  std::string text;
+  for (size_t i = 0; i < shards.size(); ++i) text += (i ? ", " : "") + std::to_string(shards[i]);
+  return "waiting for shard" + std::string(shards.size() > 1 ? "s " : " ") + text + " of " + std::to_string(count);
+}
+
+Status CommitAt(Store* store, uint64_t step, uint32_t count, int depth, CommitResult* result) {
+  *result = CommitResult();
+  StepManifest existing;
+  Status s = ReadManifest(store, step, &existing, nullptr);
+  if (s.ok()) {
+    result->committed = true;
+    return AdvanceLatest(store, step);
+  }
+  if (s.code() != ErrorCode::kNotFound) return s;
+
+  std::vector<ShardRecord> records(count);
+  std::vector<Status> statuses(count);
+  ParallelFor(count, WorkerCount(8, count), [&](size_t k, size_t) {
+    const std::string key = ShardRecordKey(step, static_cast<uint32_t>(k), count);
+    std::vector<uint8_t> bytes;
+    statuses[k] = store->Get(key, kMaxDocumentBytes, &bytes, nullptr);
+    if (statuses[k].ok()) statuses[k] = ParseRecord(bytes, store->url() + "/" + key, &records[k]);
+  });
+  std::vector<uint32_t> missing;
+  for (uint32_t k = 0; k < count; ++k) {
+    if (statuses[k].code() == ErrorCode::kNotFound) {
+      missing.push_back(k);
+    } else if (!statuses[k].ok()) {
+      return statuses[k];
+    }
+  }
+  if (!missing.empty()) {
+    result->pending = ShardList(missing, count);
+    return Status::Ok();
+  }
+
+  StepManifest m;
+  m.step = step;
+  m.count = count;
+  m.published_at = records[0].published_at;
+  bool all_anchors = true;
+  for (const ShardRecord& r : records) {
+    if (r.delta.present()) {
+      if (m.base_step != kNoStep && m.base_step != r.base_step) {
+        return Status(ErrorCode::kInvalidArgument,
+                      "the shards of step " + std::to_string(step) + " name different base steps (" +
+                          std::to_string(m.base_step) + " and " + std::to_string(r.base_step) + ")");
+      }
+      m.base_step = r.base_step;
+    }
+    all_anchors = all_anchors && r.anchor.present();
+    m.published_at = std::min(m.published_at, r.published_at);
+  }
+  m.anchor_step = step;
+  if (m.base_step != kNoStep) {
+    StepManifest base;
+    s = ReadManifest(store, m.base_step, &base, nullptr);
+    if (s.code() == ErrorCode::kNotFound && depth < 16) {
+      CommitResult sub;
+      s = CommitAt(store, m.base_step, count, depth + 1, &sub);
+      if (!s.ok()) return s;
+      if (!sub.committed) {
+        result->pending = "its base step " + std::to_string(m.base_step) + " is not committed: " + sub.pending;
+        return Status::Ok();
+      }
+      s = ReadManifest(store, m.base_step, &base, nullptr);
+    }
+    if (!s.ok()) return s;
+    if (base.count != count) {
+      return Status(ErrorCode::kInvalidArgument, "step " + std::to_string(step) + " has " +
+                                                     std::to_string(count) + " shards, its base step " +
+                                                     std::to_string(m.base_step) + " " +
+                                                     std::to_string(base.count));
+    }
+    if (!all_anchors) m.anchor_step = base.anchor_step;
+  }
+  m.shards = std::move(records);
+  m.committed_at = Now();
+  const std::string json = ManifestJson(m);
+  // Our own manifest must pass the rules every puller checks.
+  StepManifest check;
+  s = ParseManifest(std::vector<uint8_t>(json.begin(), json.end()), ManifestKey(step), &check);
+  if (!s.ok()) return Status(ErrorCode::kInvalidArgument, "cannot commit step " + std::to_string(step) + ": " + s.message());
+  s = store->Put(ManifestKey(step), reinterpret_cast<const uint8_t*>(json.data()), json.size(),
+                 PutMode::kCreateOnly);
+  if (!s.ok() && s.code() != ErrorCode::kAlreadyExists) return s;  // exists: another shard won
+  result->committed = true;
+  return AdvanceLatest(store, step);
+}
+
+}  // namespace
+
+Status CommitStep(Store* store, uint64_t step, uint32_t count, CommitResult* result) {
+  Status s = CommitAt(store, step, count, 0, result);
+  if (!s.ok() || !result->committed) return s;
+  // A later step that waited for this one as its base (its shards finished first).
+  for (uint64_t next = step + 1; next <= kMaxStep && next <= step + 64; ++next) {
+    ObjectInfo info;
+    if (!store->Head(ShardRecordKey(next, 0, count), &info).ok()) break;
+    CommitResult later;
+    s = CommitAt(store, next, count, 0, &later);
+    if (!s.ok() || !later.committed) break;
+  }
+  return Status::Ok();
+}
+
+Status Publish(Store* store, const PublishOptions& o, PublishReport* report) {
+  const auto start = std::chrono::steady_clock::now();
+  *report = PublishReport();
+  if (!store->writable()) return Status(ErrorCode::kInvalidArgument, store->url() + " is read-only");
+  if (o.count == 0 || o.count > kMaxShards || o.shard >= o.count) {
+    return Status(ErrorCode::kInvalidArgument, "--shard K/COUNT needs 0 <= K < COUNT <= " + std::to_string(kMaxShards));
+  }
+  if (o.step > kMaxStep) return Status(ErrorCode::kInvalidArgument, "--step is above " + std::to_string(kMaxStep));
+  uint64_t base_step = kNoStep;
+  if (!o.prev.empty()) {
+    base_step = o.base_step != kNoStep ? o.base_step : o.step - 1;
+    if (o.step == 0 || base_step >= o.step) {
+      return Status(ErrorCode::kInvalidArgument, "the base step must come before step " + std::to_string(o.step));
+    }
+  }
+  ShardRecord r;
+  r.step = o.step;
+  r.base_step = base_step;
+  r.shard = o.shard;
+  r.count = o.count;
+  r.file = fs::path(o.next).filename().string();
+  r.published_at = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  std::error_code ec;
+  r.file_size = fs::file_size(o.next, ec);
+  if (ec) return Status(ErrorCode::kInvalidArgument, o.next + ": " + ec.message());
+
+  ShardRecord base;
+  if (base_step != kNoStep) {
+    const std::string key = ShardRecordKey(base_step, o.shard, o.count);
+    std::vector<uint8_t> bytes;
+    Status s = store->Get(key, kMaxDocumentBytes, &bytes, nullptr);
+    if (s.code() == ErrorCode::kNotFound) {
+      return Status(ErrorCode::kNotFound,
+                    "shard " + std::to_string(o.shard) + " of " + std::to_string(o.count) +
+                        " never published step " + std::to_string(base_step) + " to " + store->url() +
+                        ": publish an anchor (leave out --prev) or name the base with --base-step");
+    }
+    if (s.ok()) s = ParseRecord(bytes, store->url() + "/" + key, &base);
+    if (!s.ok()) return s;
+  }
+
+  WorkDir work;
+  Status s = work.Create(o.work_dir);
+  if (!s.ok()) return s;
+  container::RunOptions run = o.run;
+  run.sync = false;  // scratch files, uploaded and deleted
+  const bool anchor = o.prev.empty() || (o.anchor_every > 0 && o.step % o.anchor_every == 0);
+  std::vector<Built> built;
+  const std::vector<std::pair<const char*, std::string>> kinds = {
+      {"delta", o.prev.empty() ? "" : work.File("delta.a3d")}, {"anchor", anchor ? work.File("anchor.a3d") : ""}};
+  for (const auto& kind : kinds) {
+    if (kind.second.empty()) continue;
+    const auto t = std::chrono::steady_clock::now();
+    container::RunReport diff;
+    s = container::Diff(kind.first[0] == 'd' ? o.prev : "", o.next, kind.second, run, &diff);
+    if (!s.ok()) return s;
+    report->encode_seconds += Since(t);
+    const auto h = std::chrono::steady_clock::now();
+    built.emplace_back();
+    s = Describe(kind.second, o.step, o.shard, o.count, kind.first, &built.back());
+    if (!s.ok()) return s;
+    report->hash_seconds += Since(h);
+    (kind.first[0] == 'd' ? r.delta : r.anchor) = built.back().ref;
+  }
+  const auto h = std::chrono::steady_clock::now();
+  s = ResultChecksums(built[0].reader, o.next, &r.tensors);
+  if (s.ok() && r.delta.present()) s = CheckBase(built[0].reader, base, o.prev);
+  if (!s.ok()) return s;
+  report->hash_seconds += Since(h);
+
+  const auto u = std::chrono::steady_clock::now();
+  std::vector<Status> uploads(built.size());
+  ParallelFor(built.size(), built.size(), [&](size_t i, size_t) { uploads[i] = Upload(store, built[i]); });
+  for (const Status& up : uploads) {
+    if (!up.ok()) return up;
+  }
+  for (const Built& b : built) report->uploaded_bytes += b.ref.size;
+  s = PutRecord(store, r);
+  if (!s.ok()) return s;
+  const std::string record_json = RecordJson(r);
+  report->uploaded_bytes += record_json.size();
+  report->uploaded_objects = built.size() + 1;
+  report->upload_seconds = Since(u);
+
+  const auto c = std::chrono::steady_clock::now();
+  CommitResult commit;
+  s = CommitStep(store, o.step, o.count, &commit);
+  if (!s.ok()) return s;
+  report->commit_seconds = Since(c);
+  report->committed = commit.committed;
+  report->pending = commit.pending;
+  report->record = std::move(r);
+  report->total_seconds = Since(start);
+  return Status::Ok();
+}
+
+}  // namespace sync
+}  // namespace arc_v3

@@ -1,0 +1,937 @@
+// Pulling a step into a region's directory (see sync.h): plan the cheapest verified
+// route, fetch what it needs, rebuild the files in a stage beside DIR, then commit them
+// all at once through a journal.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
+
+#include "src/parallel.h"
+#include "src/safetensors.h"
+#include "src/sync/dir_state.h"
+#include "src/sync/sync.h"
+
+namespace arc_v3 {
+namespace sync {
+namespace {
+
+namespace fs = std::filesystem;
+using container::FileEntry;
+using container::Group;
+using container::Piece;
+using container::Reader;
+using container::TensorEntry;
+using container::TensorKind;
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+// Ranges of a partial pull closer than this are fetched as one request.
+constexpr uint64_t kMergeGap = uint64_t{256} << 10;
+// Sidecar metadata: per tensor, the rows [begin, end) it holds.
+constexpr char kRowsKey[] = "arc_v3_rows";
+
+// One step of a route: its manifest, and per shard whether its anchor is applied (else
+// its delta, onto the shard's file of the hop before).
+struct Hop {
+  StepManifest m;
+  uint64_t manifest_xxh3 = 0;
+  std::vector<bool> anchor;
+};
+
+const ObjectRef& RefOf(const Hop& hop, size_t shard) {
+  return hop.anchor[shard] ? hop.m.shards[shard].anchor : hop.m.shards[shard].delta;
+}
+
+uint64_t ChainCost(const StepManifest& m) {
+  uint64_t bytes = 0;
+  for (const ShardRecord& r : m.shards) bytes += r.delta.present() ? r.delta.size : r.anchor.size;
+  return bytes;
+}
+uint64_t AnchorCost(const StepManifest& m) {
+  uint64_t bytes = 0;
+  for (const ShardRecord& r : m.shards) bytes += r.anchor.size;
+  return bytes;
+}
+
+struct Route {
+  bool from_dir = false;  // starts from DIR's files
+  std::vector<Hop> hops;  // ascending
+  uint64_t bytes = 0;
+  std::string name;
+};
+
+// Walks the chain back from the target and picks the cheaper of: DIR's step and the
+// deltas after it, or the target's anchor and the deltas after it.
+Status PlanRoute(Store* store, const DirState* state, Hop target, Route* route, PullReport* report) {
+  const uint64_t S = state != nullptr ? state->step : kNoStep;
+  const uint64_t A = target.m.anchor_step;
+  std::vector<Hop> back = {std::move(target)};
+  bool chain_ok = false;
+  size_t anchor_index = SIZE_MAX;
+  uint64_t before_anchor = 0;  // what the route from DIR pays for the hops (S, A]
+  for (;;) {
+    const size_t i = back.size() - 1;
+    const StepManifest& cur = back[i].m;
+    if (cur.step == A) anchor_index = i;
+    if (state != nullptr && cur.step == S) {
+      chain_ok = back[i].manifest_xxh3 == state->manifest_xxh3 && cur.count == state->shards.size();
+      break;
+    }
+    if (cur.base_step == kNoStep) break;
+    if (cur.step <= A) {
+      // Below the anchor only the route from DIR goes on, while it costs less than the anchor.
+      if (state == nullptr || cur.base_step < S) break;
+      before_anchor += ChainCost(cur);
+      if (anchor_index != SIZE_MAX && before_anchor > AnchorCost(back[anchor_index].m)) break;
+    }
+    Hop prev;
+    std::vector<uint8_t> bytes;
+    Status s = ReadManifest(store, cur.base_step, &prev.m, &bytes);
+    report->requests += 1;
+    report->fetched_bytes += bytes.size();
+    if (s.code() == ErrorCode::kNotFound) break;  // pruned: only what is left can be used
+    if (!s.ok()) return s;
+    prev.manifest_xxh3 = container::Hash(bytes.data(), bytes.size());
+    back.push_back(std::move(prev));
+  }
+  const StepManifest* anchor = anchor_index != SIZE_MAX ? &back[anchor_index].m : nullptr;
+  uint64_t chain_cost = UINT64_MAX, anchor_cost = UINT64_MAX;
+  if (chain_ok) {
+    chain_cost = 0;
+    for (const Hop& h : back) {
+      if (h.m.step > S) chain_cost += ChainCost(h.m);
+    }
+  }
+  if (anchor != nullptr) {
+    anchor_cost = AnchorCost(*anchor);
+    for (const Hop& h : back) {
+      if (h.m.step > A) anchor_cost += ChainCost(h.m);
+    }
+  }
+  if (chain_cost == UINT64_MAX && anchor_cost == UINT64_MAX) {
+    return Status(ErrorCode::kNotFound,
+                  "step " + std::to_string(back.front().m.step) + " cannot be rebuilt: the chain back to its anchor (step " +
+                      std::to_string(A) + ") is gone from " + store->url() + " (pruned?)");
+  }
+  route->from_dir = chain_cost <= anchor_cost;
+  route->bytes = std::min(chain_cost, anchor_cost);
+  const uint64_t first = route->from_dir ? S + 1 : A;
+  for (auto it = back.rbegin(); it != back.rend(); ++it) {
+    if (it->m.step < first) continue;
+    Hop hop = *it;
+    hop.anchor.resize(hop.m.count);
+    const bool start = !route->from_dir && hop.m.step == A;
+    for (size_t k = 0; k < hop.m.count; ++k) hop.anchor[k] = start || !hop.m.shards[k].delta.present();
+    route->hops.push_back(std::move(hop));
+  }
+  const uint64_t N = route->hops.back().m.step;
+  route->name = route->from_dir ? "chain " + std::to_string(S) + " -> " + std::to_string(N)
+                                : "anchor " + std::to_string(A) + " -> " + std::to_string(N);
+  return Status::Ok();
+}
+
+// A container of which only some byte ranges were fetched; reading outside them is a bug
+// of the fetch plan (kInternal).
+class RangeSource : public container::ByteSource {
+ public:
+  explicit RangeSource(uint64_t size) : size_(size) {}
+  uint64_t size() const override { return size_; }
+  void Add(uint64_t offset, std::vector<uint8_t> bytes) { ranges_[offset] = std::move(bytes); }
+  Status Read(uint64_t offset, uint64_t size, std::vector<uint8_t>* /*scratch*/,
+              const uint8_t** data) const override {
+    auto it = ranges_.upper_bound(offset);
+    if (it != ranges_.begin()) {
+      --it;
+      if (offset >= it->first && offset - it->first <= it->second.size() &&
+          size <= it->second.size() - (offset - it->first)) {
+        *data = it->second.data() + (offset - it->first);
+        return Status::Ok();
+      }
+    }
+    return Status(ErrorCode::kInternal, "bytes " + std::to_string(offset) + "+" + std::to_string(size) +
+                                            " of a partially fetched container were not fetched");
+  }
+
+ private:
+  uint64_t size_;
+  std::map<uint64_t, std::vector<uint8_t>> ranges_;
+};
+
+// A partial pull's selection, compiled.
+struct Select {
+  Selection sel;
+  std::regex pattern;
+  // Whether the selection holds a tensor that a group may code: then every such tensor is
+  // kept whole, since decoding a group needs the base of every member.
+  bool keep_small = false;
+};
+
+bool Groupable(const TensorEntry& t) {
+  const uint64_t elements = t.dtype == "BF16" ? t.bytes() / 2 : 0;
+  return t.grouped() || (elements > 0 && elements < kGroupBelowElements);
+}
+
+// Rows [begin, end) of a tensor that a partial pull keeps: the selected rows rounded out
+// to whole pieces (a piece decodes only onto all its base rows), and, with keep_small,
+// every tensor a group may hold whole.
+struct Need {
+  uint64_t begin = 0, end = 0;
+  bool empty() const { return begin >= end; }
+};
+
+Need Needed(const TensorEntry& t, const Select& select) {
+  const uint64_t rows = t.rows();
+  if (t.bytes() == 0 || rows == 0) return {};
+  if (select.keep_small && Groupable(t)) return {0, rows};
+  if (!std::regex_match(t.name, select.pattern)) return {};
+  if (t.grouped()) return {0, rows};
+  const Selection& sel = select.sel;
+  const uint64_t a = t.shape.empty() ? 0 : std::min(sel.row_begin, rows);
+  const uint64_t b = t.shape.empty() ? 1 : std::min(sel.row_end, rows);
+  if (a >= b) return {};
+  Need need{rows, 0};
+  for (const Piece& p : t.pieces) {
+    if (p.row_end > a && p.row_begin < b) {
+      need.begin = std::min(need.begin, p.row_begin);
+      need.end = std::max(need.end, p.row_end);
+    }
+  }
+  return need;
+}
+
+// The byte ranges (relative to the container) a partial pull reads of one container.
+std::vector<std::pair<uint64_t, uint64_t>> NeededRanges(const Reader& reader, const Select& select) {
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  const FileEntry& f = reader.manifest().files[0];
+  const uint64_t data = reader.data_start();
+  std::set<uint64_t> groups;
+  for (const TensorEntry& t : f.tensors) {
+    const Need need = Needed(t, select);
+    if (need.empty()) continue;
+    if (t.grouped()) {
+      if (groups.insert(t.group).second) {
+        ranges.emplace_back(data + f.groups[t.group].offset, f.groups[t.group].size);
+      }
+      continue;
+    }
+    for (const Piece& p : t.pieces) {
+      if (p.row_end > need.begin && p.row_begin < need.end) ranges.emplace_back(data + p.offset, p.size);
+    }
+  }
+  std::sort(ranges.begin(), ranges.end());
+  std::vector<std::pair<uint64_t, uint64_t>> merged;
+  for (const auto& r : ranges) {
+    if (r.second == 0) continue;
+    if (!merged.empty() && r.first <= merged.back().first + merged.back().second + kMergeGap) {
+      const uint64_t end = std::max(merged.back().first + merged.back().second, r.first + r.second);
+      merged.back().second = end - merged.back().first;
+    } else {
+      merged.push_back(r);
+    }
+  }
+  return merged;
+}
+
+// The rows a partial pull's sidecar file holds, by tensor name: its metadata.
+struct Held {
+  const safetensors::File* file = nullptr;
+  std::map<std::string, std::pair<uint64_t, uint64_t>> rows;
+
+  Status Load(const safetensors::File* f) {
+    file = f;
+    const auto it = f->metadata().find(kRowsKey);
+    if (it == f->metadata().end()) return Status(ErrorCode::kCorruptHeader, f->path() + " lacks its row ranges");
+    try {
+      const nlohmann::json j = nlohmann::json::parse(it->second);
+      for (auto e = j.begin(); e != j.end(); ++e) rows[e.key()] = {e.value().at(0).get<uint64_t>(), e.value().at(1).get<uint64_t>()};
+    } catch (const std::exception&) {
+      return Status(ErrorCode::kCorruptHeader, f->path() + ": unreadable row ranges");
+    }
+    return Status::Ok();
+  }
+  // Base rows [begin, end) of `t`, or nullptr if not held.
+  const uint8_t* Rows(const TensorEntry& t, uint64_t begin, uint64_t end) const {
+    if (file == nullptr) return nullptr;
+    const auto r = rows.find(t.name);
+    const safetensors::TensorInfo* info = file->Find(t.name);
+    if (r == rows.end() || info == nullptr || info->dtype != t.dtype) return nullptr;
+    if (begin < r->second.first || end > r->second.second) return nullptr;
+    if (info->size() != (r->second.second - r->second.first) * t.row_bytes()) return nullptr;
+    return file->data(*info) + (begin - r->second.first) * t.row_bytes();
+  }
+};
+
+Status WriteAt(int fd, const uint8_t* data, uint64_t size, uint64_t offset, const std::string& path) {
+  while (size > 0) {
+    const ssize_t n = pwrite(fd, data, std::min<uint64_t>(size, 1u << 30), static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Status(ErrorCode::kInvalidArgument, path + ": cannot write: " + std::strerror(errno));
+    data += n;
+    size -= static_cast<uint64_t>(n);
+    offset += static_cast<uint64_t>(n);
+  }
+  return Status::Ok();
+}
+
+// A new file of known size, written at offsets and synced on Close.
+class OutFile {
+ public:
+  ~OutFile() {
+    if (fd_ >= 0) close(fd_);
+  }
+  Status Create(const std::string& path, const std::vector<uint8_t>& header, uint64_t size) {
+    path_ = path;
+    fd_ = open(path.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0644);
+    if (fd_ < 0) return Status(ErrorCode::kInvalidArgument, path + ": cannot create: " + std::strerror(errno));
+    if (ftruncate(fd_, static_cast<off_t>(size)) != 0) {
+      return Status(ErrorCode::kInvalidArgument, path + ": cannot resize: " + std::strerror(errno));
+    }
+    return Write(header.data(), header.size(), 0);
+  }
+  Status Write(const uint8_t* data, uint64_t size, uint64_t offset) { return WriteAt(fd_, data, size, offset, path_); }
+  Status Close(bool sync) {
+    const int fd = fd_;
+    fd_ = -1;
+    if (sync && fsync(fd) != 0) {
+      close(fd);
+      return Status(ErrorCode::kInvalidArgument, path_ + ": cannot sync");
+    }
+    return close(fd) == 0 ? Status::Ok() : Status(ErrorCode::kInvalidArgument, path_ + ": cannot close");
+  }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+};
+
+// One hop of a partial pull for one shard: decodes the rows Needed() of every tensor of
+// the container onto the base rows `held` (the previous hop's sidecar; none for an
+// anchor) into a new sidecar file at `out`.
+Status ApplyRowsHop(const Reader& reader, const Held& held, const Select& select, const std::string& out_path,
+                    bool sync, int threads, PullReport* report) {
+  const FileEntry& f = reader.manifest().files[0];
+  std::vector<const TensorEntry*> tensors;
+  std::vector<Need> needs;
+  std::vector<safetensors::TensorInfo> infos;
+  nlohmann::json rows = nlohmann::json::object();
+  for (const TensorEntry& t : f.tensors) {
+    const Need need = Needed(t, select);
+    if (need.empty()) continue;
+    safetensors::TensorInfo info;
+    info.name = t.name;
+    info.dtype = t.dtype;
+    info.shape = t.shape;
+    if (!info.shape.empty()) info.shape[0] = need.end - need.begin;
+    info.end = (need.end - need.begin) * t.row_bytes();
+    tensors.push_back(&t);
+    needs.push_back(need);
+    infos.push_back(info);
+    rows[t.name] = {need.begin, need.end};
+  }
+  const std::vector<uint8_t> header = safetensors::BuildHeader(&infos, {{kRowsKey, rows.dump()}});
+  uint64_t total = header.size();
+  for (const auto& info : infos) total += info.size();
+  OutFile out;
+  Status s = out.Create(out_path, header, total);
+  if (!s.ok()) return s;
+
+  // Tasks: a piece of an ungrouped tensor, or a group (all its members are kept).
+  struct Task {
+    size_t tensor = 0;
+    const Piece* piece = nullptr;
+    const Group* group = nullptr;
+  };
+  std::vector<Task> tasks;
+  std::map<uint64_t, size_t> index;  // tensor position in `tensors`, by manifest index
+  for (size_t i = 0; i < tensors.size(); ++i) index[static_cast<uint64_t>(tensors[i] - f.tensors.data())] = i;
+  std::set<uint64_t> groups;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const TensorEntry& t = *tensors[i];
+    if (t.grouped()) {
+      if (groups.insert(t.group).second) tasks.push_back({i, nullptr, &f.groups[t.group]});
+      continue;
+    }
+    for (const Piece& p : t.pieces) {
+      if (p.row_end > needs[i].begin && p.row_begin < needs[i].end) tasks.push_back({i, &p, nullptr});
+    }
+  }
+  const auto wrong_base = [](const TensorEntry& t, const std::string& what) {
+    return Status(ErrorCode::kChecksumMismatch, "wrong base: tensor '" + t.name + "' " + what);
+  };
+  std::mutex mutex;
+  Status first;
+  std::atomic<int64_t> decode_ns{0}, write_ns{0};
+  ParallelFor(tasks.size(), WorkerCount(threads, tasks.size()), [&](size_t ti, size_t) {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (!first.ok()) return;
+    }
+    const Task& task = tasks[ti];
+    std::vector<uint8_t> scratch, decoded;
+    const uint8_t* stored = nullptr;
+    Status st;
+    const auto start = Clock::now();
+    Clock::time_point mid;
+    if (task.group != nullptr) {
+      std::vector<const uint8_t*> bases;
+      std::vector<uint64_t> bytes;
+      for (size_t member : task.group->members) {
+        const TensorEntry& m = f.tensors[member];
+        const uint8_t* base = held.Rows(m, 0, m.rows());
+        if (base == nullptr) st = wrong_base(m, "is not held in full (a group needs every member)");
+        else if (container::Hash(base, m.bytes()) != m.base_xxh3) st = wrong_base(m, "differs from the delta's base");
+        bases.push_back(base);
+        bytes.push_back(m.bytes());
+      }
+      std::vector<uint16_t> out16;
+      if (st.ok()) st = reader.ReadGroup(*task.group, &scratch, &stored);
+      if (st.ok()) st = container::DecodeGroup(*task.group, stored, bases, bytes, &out16);
+      mid = Clock::now();
+      const uint8_t* at = reinterpret_cast<const uint8_t*>(out16.data());
+      for (size_t member : task.group->members) {
+        const TensorEntry& m = f.tensors[member];
+        const auto it = index.find(member);
+        if (st.ok() && it != index.end()) {
+          st = out.Write(at, m.bytes(), header.size() + infos[it->second].begin);
+        }
+        at += m.bytes();
+      }
+    } else {
+      const TensorEntry& t = *tensors[task.tensor];
+      const Piece& p = *task.piece;
+      const uint64_t bytes = (p.row_end - p.row_begin) * t.row_bytes();
+      const uint8_t* base = nullptr;
+      if (t.kind == TensorKind::kDelta) {
+        base = held.Rows(t, p.row_begin, p.row_end);
+        if (base == nullptr) st = wrong_base(t, "rows " + std::to_string(p.row_begin) + ":" + std::to_string(p.row_end) + " are not held");
+      }
+      if (st.ok()) st = reader.ReadPiece(p, &scratch, &stored);
+      if (st.ok()) {
+        decoded.resize(bytes);
+        st = container::DecodePiece(p, stored, base, bytes, safetensors::DTypeSize(t.dtype), decoded.data());
+        if (!st.ok() && base != nullptr && container::Hash(base, bytes) != p.base_xxh3) {
+          st = wrong_base(t, "rows " + std::to_string(p.row_begin) + ":" + std::to_string(p.row_end) + " differ from the delta's base");
+        } else if (!st.ok()) {
+          st = Status(st.code(), "tensor '" + t.name + "': " + st.message());
+        }
+      }
+      mid = Clock::now();
+      if (st.ok()) {
+        st = out.Write(decoded.data(), bytes,
+                       header.size() + infos[task.tensor].begin + (p.row_begin - needs[task.tensor].begin) * t.row_bytes());
+      }
+    }
+    decode_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(mid - start).count();
+    write_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - mid).count();
+    if (!st.ok()) {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (first.ok()) first = st;
+    }
+  });
+  if (!first.ok()) return first;
+  report->decode_seconds += decode_ns * 1e-9;
+  report->write_seconds += write_ns * 1e-9;
+  return out.Close(sync);
+}
+
+// The user's view of a partial pull: the selected tensors, cut to the selected rows, from
+// the last hop's sidecar.
+Status ExportSelection(const safetensors::File& rows_file, const Held& held, const Reader& reader,
+                       const Select& select, const std::string& out_path) {
+  const Selection& sel = select.sel;
+  std::vector<safetensors::TensorInfo> infos;
+  std::vector<const uint8_t*> sources;
+  for (const TensorEntry& t : reader.manifest().files[0].tensors) {
+    if (!std::regex_match(t.name, select.pattern)) continue;
+    const uint64_t rows = t.rows();
+    const uint64_t a = t.shape.empty() ? 0 : std::min(sel.row_begin, rows);
+    const uint64_t b = t.shape.empty() ? 1 : std::min(sel.row_end, rows);
+    safetensors::TensorInfo info;
+    info.name = t.name;
+    info.dtype = t.dtype;
+    info.shape = t.shape;
+    if (!info.shape.empty()) info.shape[0] = b - a;
+    info.end = (b - a) * t.row_bytes();
+    const uint8_t* data = info.end == 0 ? nullptr : held.Rows(t, a, b);
+    if (info.end != 0 && data == nullptr) {
+      return Status(ErrorCode::kInternal, rows_file.path() + " lacks rows of tensor '" + t.name + "'");
+    }
+    infos.push_back(info);
+    sources.push_back(data);
+  }
+  std::map<std::string, std::string> metadata;
+  metadata[kRowsKey] = std::to_string(sel.row_begin) + ":" +
+                       (sel.row_end == UINT64_MAX ? std::string() : std::to_string(sel.row_end));
+  const std::vector<uint8_t> header = safetensors::BuildHeader(&infos, metadata);
+  uint64_t total = header.size();
+  for (const auto& info : infos) total += info.size();
+  OutFile out;
+  Status s = out.Create(out_path, header, total);
+  for (size_t i = 0; i < infos.size() && s.ok(); ++i) {
+    s = out.Write(sources[i], infos[i].size(), header.size() + infos[i].begin);
+  }
+  if (!s.ok()) return s;
+  return out.Close(true);
+}
+
+// What a pull fetched: one entry per (hop, shard) that needs an object.
+struct Fetched {
+  size_t hop = 0, shard = 0;
+  ObjectRef ref;
+  std::string path;  // full pulls: the downloaded object
+  Reader reader;     // partial pulls: over the fetched ranges
+};
+
+Status VerifyObject(const Fetched& f, Store* store) {
+  std::unique_ptr<container::MappedFile> file;
+  Status s = container::MappedFile::Open(f.path, &file);
+  if (!s.ok()) return s;
+  if (file->size() != f.ref.size || container::Hash(file->data(), file->size()) != f.ref.xxh3) {
+    return Status(ErrorCode::kCorruptChunk, store->url() + "/" + f.ref.key +
+                                                " does not match its step's manifest (corrupt or truncated)");
+  }
+  return Status::Ok();
+}
+
+Status FetchWhole(Store* store, const PullOptions& o, std::vector<Fetched>* fetched, PullReport* report) {
+  std::mutex mutex;
+  Status first;
+  const auto start = Clock::now();
+  ParallelFor(fetched->size(), WorkerCount(std::max(1, o.store.connections), fetched->size()), [&](size_t i, size_t) {
+    Fetched& f = (*fetched)[i];
+    Status s = store->GetToFile(f.ref.key, f.path, f.ref.size, o.store);
+    std::lock_guard<std::mutex> lock(mutex);
+    report->requests += std::max<uint64_t>(1, (f.ref.size + o.store.part_bytes - 1) / o.store.part_bytes);
+    if (s.ok()) report->fetched_bytes += f.ref.size;
+    if (!s.ok() && first.ok()) first = s;
+  });
+  report->fetch_seconds += Since(start);
+  if (!first.ok()) return first;
+  const auto verify = Clock::now();
+  ParallelFor(fetched->size(), WorkerCount(o.run.threads, fetched->size()), [&](size_t i, size_t) {
+    Status s = VerifyObject((*fetched)[i], store);
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!s.ok() && first.ok()) first = s;
+  });
+  report->verify_seconds += Since(verify);
+  report->fetched_objects += fetched->size();
+  return first;
+}
+
+Status FetchPartial(Store* store, const PullOptions& o, Select* select, std::vector<Fetched>* fetched,
+                    PullReport* report) {
+  std::mutex mutex;
+  Status first;
+  const auto fail = [&](const Status& s) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!s.ok() && first.ok()) first = s;
+  };
+  const auto start = Clock::now();
+  std::vector<RangeSource*> sources(fetched->size());
+  // The heads: container header and manifest, checked against the step's manifest.
+  ParallelFor(fetched->size(), WorkerCount(std::max(1, o.store.connections), fetched->size()), [&](size_t i, size_t) {
+    Fetched& f = (*fetched)[i];
+    std::vector<uint8_t> head(f.ref.head_size);
+    Status s = store->GetRange(f.ref.key, 0, head.size(), head.data());
+    if (s.ok() && container::Hash(head.data(), head.size()) != f.ref.head_xxh3) {
+      s = Status(ErrorCode::kCorruptChunk, store->url() + "/" + f.ref.key +
+                                               ": its header or manifest does not match its step's manifest");
+    }
+    if (s.ok()) {
+      auto source = std::make_unique<RangeSource>(f.ref.size);
+      source->Add(0, std::move(head));
+      sources[i] = source.get();
+      s = Reader::Open(std::move(source), &f.reader);
+      if (!s.ok()) s = Status(s.code(), store->url() + "/" + f.ref.key + ": " + s.message());
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      report->requests += 1;
+      report->fetched_bytes += f.ref.head_size;
+    }
+    fail(s);
+  });
+  if (!first.ok()) return first;
+  // Groups need their members' bases where a selected tensor may be grouped (at any hop).
+  select->keep_small = false;
+  for (const Fetched& f : *fetched) {
+    for (const TensorEntry& t : f.reader.manifest().files[0].tensors) {
+      select->keep_small = select->keep_small || (Groupable(t) && std::regex_match(t.name, select->pattern));
+    }
+  }
+  // The pieces the selection needs, neighbours merged.
+  struct Range {
+    size_t object;
+    uint64_t offset, size;
+  };
+  std::vector<Range> ranges;
+  for (size_t i = 0; i < fetched->size(); ++i) {
+    for (const auto& r : NeededRanges((*fetched)[i].reader, *select)) ranges.push_back({i, r.first, r.second});
+  }
+  std::vector<std::vector<uint8_t>> data(ranges.size());
+  ParallelFor(ranges.size(), WorkerCount(std::max(1, o.store.connections), ranges.size()), [&](size_t i, size_t) {
+    data[i].resize(ranges[i].size);
+    fail(store->GetRange((*fetched)[ranges[i].object].ref.key, ranges[i].offset, ranges[i].size, data[i].data()));
+  });
+  if (!first.ok()) return first;
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    report->fetched_bytes += ranges[i].size;
+    sources[ranges[i].object]->Add(ranges[i].offset, std::move(data[i]));
+  }
+  report->requests += ranges.size();
+  report->fetched_objects += fetched->size();
+  report->fetch_seconds += Since(start);
+  return Status::Ok();
+}
+
+// Removes the stage directory (and whatever a killed pull left in it) when done.
+class Stage {
+ public:
+  ~Stage() {
+    std::error_code ec;
+    if (!path_.empty()) fs::remove_all(path_, ec);
+  }
+  Status Create(const std::string& dir) {
+    path_ = (fs::path(dir) / kStateDir / "stage").string();
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+    fs::create_directories(fs::path(path_) / "objects", ec);
+    if (!ec) fs::create_directories(fs::path(path_) / "rows", ec);
+    if (!ec) fs::create_directories(fs::path(dir) / kStateDir / "rows", ec);
+    if (ec) return Status(ErrorCode::kInvalidArgument, path_ + ": cannot create: " + ec.message());
+    return Status::Ok();
+  }
+  std::string Path(const std::string& name) const { return (fs::path(path_) / name).string(); }
+  // Relative to DIR, for the journal.
+  static std::string Relative(const std::string& name) { return std::string(kStateDir) + "/stage/" + name; }
+
+ private:
+  std::string path_;
+};
+
+// Checks DIR's files against its state (cheaply, by size and time; by contents where
+// those changed). Refreshes the recorded times of files whose contents still match.
+Status CheckDirectory(const std::string& dir, DirState* state) {
+  bool retimed_any = false;
+  for (ShardState& shard : state->shards) {
+    for (FileRecord* f : {&shard.file, &shard.rows}) {
+      if (f->path.empty()) continue;
+      bool retimed = false;
+      Status s = CheckFile(dir, f, &retimed);
+      if (!s.ok()) {
+        return Status(s.code(), s.message() + " (it records step " + std::to_string(state->step) +
+                                    "; pull --reset rebuilds it from an anchor)");
+      }
+      retimed_any = retimed_any || retimed;
+    }
+  }
+  return retimed_any ? WriteState(dir, *state) : Status::Ok();
+}
+
+// Checks the step manifest's result checksums against the last hop's containers (the
+// pieces' checksums, which apply verified) and, for tensors a group checks together,
+// against the rebuilt files themselves.
+Status VerifyResults(const Hop& hop, const std::vector<Fetched>& fetched, const std::vector<size_t>& objects,
+                     const std::vector<std::string>& files) {
+  for (size_t k = 0; k < hop.m.count; ++k) {
+    const ShardRecord& r = hop.m.shards[k];
+    const std::string path = files[k];
+    std::unique_ptr<container::MappedFile> object;
+    container::Reader reader;
+    Status s = container::MappedFile::Open(fetched[objects[k]].path, &object);
+    if (s.ok()) s = Reader::Open(std::move(object), &reader);
+    if (!s.ok()) return s;
+    const std::vector<TensorEntry>& tensors = reader.manifest().files[0].tensors;
+    const auto differs = [&](const std::string& what) {
+      return Status(ErrorCode::kCorruptHeader, "step " + std::to_string(hop.m.step) + " shard " +
+                                                   std::to_string(k) + ": the manifest's " + what);
+    };
+    if (tensors.size() != r.tensors.size()) return differs("tensor list differs from the delta's");
+    safetensors::File file;
+    bool opened = false;
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const TensorEntry& t = tensors[i];
+      if (t.name != r.tensors[i].name) return differs("tensor list differs from the delta's");
+      uint64_t sum = t.target_xxh3;
+      if (t.grouped()) {
+        if (!opened) {
+          s = safetensors::File::Open(path, &file);
+          if (!s.ok()) return s;
+          opened = true;
+        }
+        const safetensors::TensorInfo* info = file.Find(t.name);
+        if (info == nullptr) return differs("tensor '" + t.name + "' is missing from the result");
+        sum = container::TensorChecksum(t, file.data(*info));
+      }
+      if (sum != r.tensors[i].xxh3) return differs("checksum of tensor '" + t.name + "' is not its result's");
+    }
+  }
+  return Status::Ok();
+}
+
+// Builds every shard's file (full) or sidecar (partial) hop by hop in the stage; `current`
+// starts as DIR's own files (a route from DIR) or empty, and ends as the last hop's.
+Status ApplyRoute(const Route& route, const Select& select, const std::vector<Fetched>& fetched,
+                  const std::vector<std::vector<size_t>>& object_of, const Stage& stage, const PullOptions& o,
+                  std::vector<std::string>* current, PullReport* report) {
+  const bool partial = select.sel.partial();
+  container::RunOptions run = o.run;
+  for (size_t h = 0; h < route.hops.size(); ++h) {
+    const Hop& hop = route.hops[h];
+    const bool last = h + 1 == route.hops.size();
+    for (size_t k = 0; k < hop.m.count; ++k) {
+      const bool anchor = hop.anchor[k];
+      const std::string name = hop.m.shards[k].file;
+      const std::string out = partial ? stage.Path("rows/" + std::to_string(h) + "-" + name) : stage.Path(name);
+      Status s;
+      if (partial) {
+        safetensors::File base_file;
+        Held held;
+        if (!anchor) {
+          s = safetensors::File::Open((*current)[k], &base_file);
+          if (s.ok()) s = held.Load(&base_file);
+        }
+        if (s.ok()) s = ApplyRowsHop(fetched[object_of[h][k]].reader, held, select, out, last && o.run.sync, run.threads, report);
+      } else {
+        run.sync = last && o.run.sync;
+        container::RunReport applied;
+        s = container::Apply(anchor ? "" : (*current)[k], fetched[object_of[h][k]].path, out, run, &applied);
+        report->decode_seconds += applied.decode_seconds;
+        report->write_seconds += applied.write_seconds + applied.sync_seconds;
+      }
+      if (!s.ok()) {
+        return Status(s.code(), "step " + std::to_string(hop.m.step) + ", shard " + std::to_string(k) + " (" + name +
+                                    "): " + s.message());
+      }
+      std::error_code ec;
+      const std::string& previous = (*current)[k];
+      if (!previous.empty() && previous != out && previous.rfind(stage.Path(""), 0) == 0) fs::remove(previous, ec);
+      (*current)[k] = out;
+    }
+    report->steps.push_back(hop.m.step);
+  }
+  return Status::Ok();
+}
+
+// The commit of a pull: the staged files' moves into DIR, the files to remove, the state.
+Status BuildJournal(Store* store, const std::string& dir, const DirState* old, const Route& route,
+                    const Select& select, const std::vector<Fetched>& fetched,
+                    const std::vector<std::vector<size_t>>& object_of, const Stage& stage,
+                    const std::vector<std::string>& current, Journal* journal, PullReport* report) {
+  const Hop& final_hop = route.hops.back();
+  const bool partial = select.sel.partial();
+  journal->state.store = store->url();
+  journal->state.step = final_hop.m.step;
+  journal->state.manifest_xxh3 = final_hop.manifest_xxh3;
+  journal->state.selection = select.sel;
+  std::set<std::string> names;
+  for (size_t k = 0; k < final_hop.m.count; ++k) {
+    const ShardRecord& r = final_hop.m.shards[k];
+    ShardState shard;
+    shard.name = r.file;
+    names.insert(r.file);
+    Status s;
+    if (partial) {
+      // The user's file: the selected rows, from the last sidecar.
+      safetensors::File rows_file;
+      Held held;
+      s = safetensors::File::Open(current[k], &rows_file);
+      if (s.ok()) s = held.Load(&rows_file);
+      if (s.ok()) s = ExportSelection(rows_file, held, fetched[object_of.back()[k]].reader, select, stage.Path(r.file));
+      const std::string staged_rows = "rows/" + fs::path(current[k]).filename().string();
+      if (s.ok()) s = RecordFile(dir, Stage::Relative(staged_rows), &shard.rows);
+      if (s.ok()) s = RecordFile(dir, Stage::Relative(r.file), &shard.file);
+      shard.rows.path = std::string(kStateDir) + "/rows/" + r.file;
+      journal->moves.emplace_back(Stage::Relative(staged_rows), shard.rows.path);
+    } else {
+      shard.file.tensors = r.tensors;
+      struct stat st;
+      const std::string staged = stage.Path(r.file);
+      if (::stat(staged.c_str(), &st) != 0) return Status(ErrorCode::kInternal, staged + " is missing");
+      shard.file.size = static_cast<uint64_t>(st.st_size);
+      shard.file.mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+    }
+    if (!s.ok()) return s;
+    shard.file.path = r.file;
+    report->checkpoint_bytes += shard.file.size;
+    journal->moves.emplace_back(Stage::Relative(r.file), r.file);
+    journal->state.shards.push_back(std::move(shard));
+  }
+  if (old != nullptr) {
+    for (const ShardState& o : old->shards) {
+      const bool gone = names.count(o.name) == 0;
+      if (gone) journal->removes.push_back(o.name);
+      if (!o.rows.path.empty() && (gone || !partial)) journal->removes.push_back(o.rows.path);
+    }
+  }
+  return Status::Ok();
+}
+
+// `avoid_dir`: route from an anchor even where DIR's step is on the chain (a retry after
+// the chain's objects vanished, pruned, while this pull planned, or after DIR's rows did
+// not suffice for a partial pull's new selection of groups).
+Status PullLocked(Store* store, const std::string& dir, const PullOptions& o, bool avoid_dir, PullReport* report) {
+  const auto start = Clock::now();
+  Select select;
+  select.sel.tensors = o.tensors;
+  select.sel.row_begin = o.row_begin;
+  select.sel.row_end = o.row_end;
+  if (!select.sel.partial() && (o.row_begin != 0 || o.row_end != UINT64_MAX)) select.sel.tensors = ".*";
+  const bool partial = select.sel.partial();
+  try {
+    select.pattern = std::regex(partial ? select.sel.tensors : ".*", std::regex::ECMAScript);
+  } catch (const std::regex_error& e) {
+    return Status(ErrorCode::kInvalidArgument, "bad --tensors regex '" + select.sel.tensors + "': " + e.what());
+  }
+  if (o.row_begin > o.row_end) return Status(ErrorCode::kInvalidArgument, "--rows A:B needs A <= B");
+
+  Status s = RecoverJournal(dir);
+  if (!s.ok()) return s;
+  DirState state;
+  bool have_state = false;
+  if (!o.reset) {
+    s = ReadState(dir, &state);
+    if (s.ok()) {
+      have_state = true;
+      report->from_step = state.step;
+    } else if (s.code() != ErrorCode::kNotFound) {
+      return Status(s.code(), s.message() + " (pull --reset rebuilds it from an anchor)");
+    }
+  }
+
+  // The target step.
+  uint64_t step = o.step;
+  if (step == kNoStep) {
+    s = ReadLatest(store, &step, nullptr);
+    report->requests += 1;
+    if (!s.ok()) return s;
+  }
+  Hop target;
+  std::vector<uint8_t> bytes;
+  s = ReadManifest(store, step, &target.m, &bytes);
+  report->requests += 1;
+  report->fetched_bytes += bytes.size();
+  if (s.code() == ErrorCode::kNotFound && o.step == kNoStep) {
+    return Status(ErrorCode::kNotFound, "the latest pointer of " + store->url() + " names step " +
+                                            std::to_string(step) + ", which is not committed (no manifest); " +
+                                            "nothing was changed");
+  }
+  if (!s.ok()) return s;
+  target.manifest_xxh3 = container::Hash(bytes.data(), bytes.size());
+  report->to_step = step;
+  report->published_at = target.m.published_at;
+  report->committed_at = target.m.committed_at;
+
+  // DIR's own files must be what it records before anything is applied onto them.
+  if (have_state) {
+    const auto verify = Clock::now();
+    s = CheckDirectory(dir, &state);
+    report->verify_seconds += Since(verify);
+    if (!s.ok()) return s;
+    if (state.step == step && state.manifest_xxh3 == target.manifest_xxh3 && state.selection == select.sel) {
+      report->up_to_date = true;
+      report->route = "up to date";
+      for (const ShardState& sh : state.shards) report->checkpoint_bytes += sh.file.size;
+      report->total_seconds = Since(start);
+      return Status::Ok();
+    }
+  }
+  Route route;
+  const bool usable = have_state && state.selection == select.sel && !avoid_dir;
+  s = PlanRoute(store, usable ? &state : nullptr, std::move(target), &route, report);
+  if (!s.ok()) return s;
+  report->route = route.name;
+  if (o.hook) {
+    s = o.hook("planned");
+    if (!s.ok()) return s;
+  }
+
+  Stage stage;
+  s = stage.Create(dir);
+  if (!s.ok()) return s;
+  std::vector<Fetched> fetched;
+  std::vector<std::vector<size_t>> object_of(route.hops.size());  // [hop][shard] -> index in `fetched`
+  for (size_t h = 0; h < route.hops.size(); ++h) {
+    for (size_t k = 0; k < route.hops[h].m.count; ++k) {
+      object_of[h].push_back(fetched.size());
+      fetched.emplace_back();
+      fetched.back().hop = h;
+      fetched.back().shard = k;
+      fetched.back().ref = RefOf(route.hops[h], k);
+      fetched.back().path = stage.Path("objects/" + std::to_string(fetched.size() - 1) + ".a3d");
+    }
+  }
+  s = partial ? FetchPartial(store, o, &select, &fetched, report) : FetchWhole(store, o, &fetched, report);
+  if (s.code() == ErrorCode::kNotFound && route.from_dir && !avoid_dir) return PullLocked(store, dir, o, true, report);
+  if (!s.ok()) return s;
+  if (o.hook) {
+    s = o.hook("fetched");
+    if (!s.ok()) return s;
+  }
+
+  std::vector<std::string> current(route.hops.back().m.count);
+  if (route.from_dir) {
+    for (size_t k = 0; k < current.size(); ++k) {
+      current[k] = (fs::path(dir) / (partial ? state.shards[k].rows.path : state.shards[k].name)).string();
+    }
+  }
+  s = ApplyRoute(route, select, fetched, object_of, stage, o, &current, report);
+  if (!s.ok() && partial && route.from_dir && !avoid_dir && s.code() == ErrorCode::kChecksumMismatch) {
+    return PullLocked(store, dir, o, true, report);  // DIR's rows lack what this selection now needs
+  }
+  if (!s.ok()) return s;
+  if (!partial) {
+    const auto verify = Clock::now();
+    s = VerifyResults(route.hops.back(), fetched, object_of.back(), current);
+    report->verify_seconds += Since(verify);
+    if (!s.ok()) return s;
+  }
+
+  Journal journal;
+  s = BuildJournal(store, dir, have_state ? &state : nullptr, route, select, fetched, object_of, stage, current,
+                   &journal, report);
+  if (!s.ok()) return s;
+  if (o.hook) {
+    s = o.hook("commit");
+    if (!s.ok()) return s;
+  }
+  const auto commit = Clock::now();
+  s = Commit(dir, journal, o.after_move);
+  if (!s.ok()) return s;
+  report->commit_seconds = Since(commit);
+  report->total_seconds = Since(start);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status Pull(Store* store, const std::string& dir, const PullOptions& options, PullReport* report) {
+  *report = PullReport();
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (!fs::is_directory(dir, ec)) return Status(ErrorCode::kInvalidArgument, dir + ": cannot create the directory");
+  DirLock lock;
+  Status s = lock.Acquire(dir);
+  if (!s.ok()) return s;
+  return PullLocked(store, dir, options, false, report);
+}
+
+Status DirectoryStep(const std::string& dir, uint64_t* step) {
+  DirState state;
+  Status s = ReadState(dir, &state);
+  if (s.ok()) *step = state.step;
+  return s;
+}
+
+}  // namespace sync
+}  // namespace arc_v3

@@ -1,0 +1,359 @@
+// Store URLs, key rules, downloads into files, and the directory store.
+#include "src/sync/store.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+#include <random>
+
+#include "src/parallel.h"
+
+namespace arc_v3 {
+namespace sync {
+namespace {
+
+namespace fs = std::filesystem;
+
+Status Errno(ErrorCode code, const std::string& what) {
+  return Status(code, what + ": " + std::strerror(errno));
+}
+
+Status ReadAll(int fd, uint8_t* out, uint64_t size, uint64_t offset, const std::string& path) {
+  while (size > 0) {
+    const ssize_t n = pread(fd, out, std::min<uint64_t>(size, 1u << 30), static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Errno(ErrorCode::kUnavailable, path + ": cannot read");
+    if (n == 0) return Status(ErrorCode::kTruncated, path + ": shorter than expected");
+    out += n;
+    size -= static_cast<uint64_t>(n);
+    offset += static_cast<uint64_t>(n);
+  }
+  return Status::Ok();
+}
+
+Status WriteAll(int fd, const uint8_t* data, uint64_t size, uint64_t offset, const std::string& path) {
+  while (size > 0) {
+    const ssize_t n = pwrite(fd, data, std::min<uint64_t>(size, 1u << 30), static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Errno(ErrorCode::kInvalidArgument, path + ": cannot write");
+    data += n;
+    size -= static_cast<uint64_t>(n);
+    offset += static_cast<uint64_t>(n);
+  }
+  return Status::Ok();
+}
+
+// A file's etag: it changes whenever a write or a rename replaces the file.
+std::string StatTag(const struct stat& st) {
+  return std::to_string(st.st_ino) + "-" + std::to_string(st.st_size) + "-" +
+         std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec);
+}
+
+Status SyncDirectory(const std::string& dir) {
+  const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return Errno(ErrorCode::kInvalidArgument, dir + ": cannot open directory");
+  const int rc = fsync(fd);
+  close(fd);
+  return rc == 0 ? Status::Ok() : Errno(ErrorCode::kInvalidArgument, dir + ": cannot sync");
+}
+
+// Keys are files below the root; a write goes to a hidden temporary file in the key's
+// directory, is synced, and is then renamed (overwrite) or hard-linked (create-only:
+// link fails if the name exists, atomically, also on NFS) into place.
+class DirectoryStore : public Store {
+ public:
+  DirectoryStore(std::string root, std::string url) : root_(std::move(root)), url_(std::move(url)) {}
+  const std::string& url() const override { return url_; }
+  bool writable() const override { return true; }
+  bool listable() const override { return true; }
+
+  Status Head(const std::string& key, ObjectInfo* info) override {
+    Status s = CheckKey(key);
+    if (!s.ok()) return s;
+    struct stat st;
+    if (stat(Path(key).c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return Missing(key, errno);
+    *info = {key, static_cast<uint64_t>(st.st_size), StatTag(st)};
+    return Status::Ok();
+  }
+
+  Status Get(const std::string& key, uint64_t max_size, std::vector<uint8_t>* data,
+             ObjectInfo* info) override {
+    bool changed = true;
+    return GetIfChanged(key, "", max_size, data, info, &changed);
+  }
+
+  Status GetIfChanged(const std::string& key, const std::string& etag, uint64_t max_size,
+                      std::vector<uint8_t>* data, ObjectInfo* info, bool* changed) override {
+    Status s = CheckKey(key);
+    if (!s.ok()) return s;
+    const std::string path = Path(key);
+    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return Missing(key, errno);
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+      close(fd);
+      return Status(ErrorCode::kNotFound, Name(key) + ": not a file");
+    }
+    const std::string tag = StatTag(st);
+    *changed = etag.empty() || tag != etag;
+    if (*changed && static_cast<uint64_t>(st.st_size) > max_size) {
+      s = Status(ErrorCode::kCorruptHeader, Name(key) + ": " + std::to_string(st.st_size) +
+                                                " bytes, more than the " + std::to_string(max_size) +
+                                                " it may have");
+    } else if (*changed) {
+      std::vector<uint8_t> bytes(static_cast<size_t>(st.st_size));
+      s = ReadAll(fd, bytes.data(), bytes.size(), 0, path);
+      if (s.ok()) {
+        *data = std::move(bytes);
+        if (info != nullptr) *info = {key, static_cast<uint64_t>(st.st_size), tag};
+      }
+    }
+    close(fd);
+    return s;
+  }
+
+  Status GetRange(const std::string& key, uint64_t offset, uint64_t size, uint8_t* out) override {
+    Status s = CheckKey(key);
+    if (!s.ok()) return s;
+    const std::string path = Path(key);
+    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return Missing(key, errno);
+    s = ReadAll(fd, out, size, offset, path);
+    close(fd);
+    if (s.code() == ErrorCode::kTruncated) {
+      return Status(ErrorCode::kTruncated, Name(key) + ": ends before byte " + std::to_string(offset + size));
+    }
+    return s;
+  }
+
+  Status Put(const std::string& key, const uint8_t* data, uint64_t size, PutMode mode) override {
+    Status s = CheckKey(key);
+    if (!s.ok()) return s;
+    std::string temp;
+    s = WriteTemp(key, &temp, [&](int fd) { return WriteAll(fd, data, size, 0, temp); });
+    if (!s.ok()) return s;
+    return Publish(key, temp, mode);
+  }
+
+  Status PutFile(const std::string& key, const std::string& path, PutMode mode) override {
+    Status s = CheckKey(key);
+    if (!s.ok()) return s;
+    const int in = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (in < 0) return Errno(ErrorCode::kInvalidArgument, path + ": cannot open");
+    std::string temp;
+    s = WriteTemp(key, &temp, [&](int fd) {
+      std::vector<uint8_t> buffer(size_t{1} << 20);
+      uint64_t at = 0;
+      for (;;) {
+        const ssize_t n = read(in, buffer.data(), buffer.size());
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return Errno(ErrorCode::kInvalidArgument, path + ": cannot read");
+        if (n == 0) return Status::Ok();
+        Status w = WriteAll(fd, buffer.data(), static_cast<uint64_t>(n), at, temp);
+        if (!w.ok()) return w;
+        at += static_cast<uint64_t>(n);
+      }
+    });
+    close(in);
+    if (!s.ok()) return s;
+    return Publish(key, temp, mode);
+  }
+
+  Status List(const std::string& prefix, std::vector<ObjectInfo>* objects) override {
+    objects->clear();
+    std::error_code ec;
+    if (!fs::is_directory(root_, ec)) {
+      return Status(ErrorCode::kUnavailable, url_ + ": the store's directory is gone");
+    }
+    for (auto it = fs::recursive_directory_iterator(root_, ec); !ec && it != fs::recursive_directory_iterator();
+         it.increment(ec)) {
+      if (!it->is_regular_file(ec)) continue;
+      const std::string key = fs::relative(it->path(), root_, ec).generic_string();
+      if (!ValidKey(key) || key.compare(0, prefix.size(), prefix) != 0) continue;  // temporaries
+      struct stat st;
+      if (stat(it->path().c_str(), &st) != 0) continue;  // deleted meanwhile
+      objects->push_back({key, static_cast<uint64_t>(st.st_size), StatTag(st)});
+    }
+    if (ec) return Status(ErrorCode::kUnavailable, url_ + ": cannot list: " + ec.message());
+    std::sort(objects->begin(), objects->end(),
+              [](const ObjectInfo& a, const ObjectInfo& b) { return a.key < b.key; });
+    return Status::Ok();
+  }
+
+  Status Delete(const std::string& key) override {
+    Status s = CheckKey(key);
+    if (!s.ok()) return s;
+    if (unlink(Path(key).c_str()) != 0 && errno != ENOENT) {
+      return Errno(ErrorCode::kPermissionDenied, Name(key) + ": cannot delete");
+    }
+    return Status::Ok();
+  }
+
+ private:
+  std::string Path(const std::string& key) const { return root_ + "/" + key; }
+  std::string Name(const std::string& key) const { return url_ + "/" + key; }
+
+  Status CheckKey(const std::string& key) const {
+    if (!ValidKey(key)) return Status(ErrorCode::kInvalidArgument, "malformed store key '" + key + "'");
+    return Status::Ok();
+  }
+
+  Status Missing(const std::string& key, int error) const {
+    if (error == EACCES || error == EPERM) {
+      return Status(ErrorCode::kPermissionDenied, Name(key) + ": " + std::strerror(error));
+    }
+    std::error_code ec;
+    if (!fs::is_directory(root_, ec)) {
+      return Status(ErrorCode::kUnavailable, url_ + ": the store's directory is gone");
+    }
+    return Status(ErrorCode::kNotFound, Name(key) + ": not found");
+  }
+
+  // Creates the key's directories and a synced temporary file beside the key, filled by `fill`.
+  template <class Fill>
+  Status WriteTemp(const std::string& key, std::string* temp, const Fill& fill) {
+    const fs::path path(Path(key));
+    std::error_code ec;
+    fs::create_directories(path.parent_path(), ec);
+    if (ec) {
+      return Status(fs::is_directory(root_) ? ErrorCode::kPermissionDenied : ErrorCode::kUnavailable,
+                    Name(key) + ": cannot create its directory: " + ec.message());
+    }
+    static std::atomic<uint64_t> counter{0};
+    *temp = (path.parent_path() / ("." + path.filename().string() + ".tmp-" +
+                                   std::to_string(getpid()) + "-" + std::to_string(counter++)))
+                .string();
+    const int fd = open(temp->c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
+    if (fd < 0) return Errno(ErrorCode::kPermissionDenied, *temp + ": cannot create");
+    Status s = fill(fd);
+    if (s.ok() && fsync(fd) != 0) s = Errno(ErrorCode::kUnavailable, *temp + ": cannot sync");
+    if (close(fd) != 0 && s.ok()) s = Errno(ErrorCode::kUnavailable, *temp + ": cannot close");
+    if (!s.ok()) unlink(temp->c_str());
+    return s;
+  }
+
+  Status Publish(const std::string& key, const std::string& temp, PutMode mode) {
+    const std::string path = Path(key);
+    Status s;
+    if (mode == PutMode::kCreateOnly) {
+      if (link(temp.c_str(), path.c_str()) != 0) {
+        s = errno == EEXIST ? Status(ErrorCode::kAlreadyExists, Name(key) + ": already exists")
+                            : Errno(ErrorCode::kPermissionDenied, Name(key) + ": cannot create");
+      }
+      unlink(temp.c_str());
+    } else if (rename(temp.c_str(), path.c_str()) != 0) {
+      s = Errno(ErrorCode::kPermissionDenied, Name(key) + ": cannot replace");
+      unlink(temp.c_str());
+    }
+    if (!s.ok()) return s;
+    return SyncDirectory(fs::path(path).parent_path().string());
+  }
+
+  std::string root_, url_;
+};
+
+}  // namespace
+
+bool ValidKey(const std::string& key) {
+  if (key.empty() || key.size() > 1024) return false;
+  size_t begin = 0;
+  while (begin <= key.size()) {
+    size_t end = key.find('/', begin);
+    if (end == std::string::npos) end = key.size();
+    const std::string part = key.substr(begin, end - begin);
+    if (part.empty() || part == "." || part == "..") return false;
+    for (char c : part) {
+      const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                      c == '.' || c == '_' || c == '-';
+      if (!ok) return false;
+    }
+    begin = end + 1;
+  }
+  return true;
+}
+
+std::unique_ptr<Store> NewDirectoryStore(const std::string& root, const std::string& url) {
+  return std::make_unique<DirectoryStore>(root, url);
+}
+
+Status OpenStore(const std::string& url, const StoreOptions& options, std::unique_ptr<Store>* store) {
+  const auto has_prefix = [&](const char* p) { return url.compare(0, std::strlen(p), p) == 0; };
+  if (has_prefix("s3://")) {
+    const std::string rest = url.substr(5);
+    const size_t slash = rest.find('/');
+    const std::string bucket = rest.substr(0, slash);
+    std::string prefix = slash == std::string::npos ? "" : rest.substr(slash + 1);
+    while (!prefix.empty() && prefix.back() == '/') prefix.pop_back();
+    if (bucket.empty() || (!prefix.empty() && !ValidKey(prefix))) {
+      return Status(ErrorCode::kInvalidArgument,
+                    "malformed store URL '" + url + "': expected s3://BUCKET[/PREFIX], the prefix "
+                    "made of [A-Za-z0-9._-] and '/'");
+    }
+    return NewS3Store(bucket, prefix, url, options, store);
+  }
+  if (has_prefix("http://") || has_prefix("https://")) return NewHttpStore(url, options, store);
+  std::string path = url;
+  if (has_prefix("file://")) path = url.substr(7);
+  if (path.empty() || (url.find("://") != std::string::npos && !has_prefix("file://"))) {
+    return Status(ErrorCode::kInvalidArgument,
+                  "unknown store URL '" + url + "': use a directory, file://, s3:// or http(s)://");
+  }
+  std::error_code ec;
+  if (!fs::is_directory(path, ec)) {
+    return Status(ErrorCode::kInvalidArgument, "store directory '" + path + "' does not exist");
+  }
+  std::string root = fs::absolute(path, ec).lexically_normal().string();
+  while (root.size() > 1 && root.back() == '/') root.pop_back();
+  *store = NewDirectoryStore(root, url);
+  return Status::Ok();
+}
+
+Status Store::GetToFile(const std::string& key, const std::string& path, uint64_t expected_size,
+                        const StoreOptions& options) {
+  uint64_t size = expected_size;
+  if (size == UINT64_MAX) {
+    ObjectInfo info;
+    Status s = Head(key, &info);
+    if (!s.ok()) return s;
+    size = info.size;
+  }
+  const int fd = open(path.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0644);
+  if (fd < 0) return Errno(ErrorCode::kInvalidArgument, path + ": cannot create");
+  Status s;
+  if (size > 0 && ftruncate(fd, static_cast<off_t>(size)) != 0) {
+    s = Errno(ErrorCode::kInvalidArgument, path + ": cannot resize");
+  }
+  const uint64_t part = std::max<uint64_t>(options.part_bytes, 1);
+  const size_t parts = static_cast<size_t>((size + part - 1) / part);
+  std::mutex mutex;
+  if (s.ok()) {
+    ParallelFor(parts, WorkerCount(std::max(1, options.connections), parts), [&](size_t i, size_t) {
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        if (!s.ok()) return;
+      }
+      const uint64_t offset = i * part, bytes = std::min(part, size - offset);
+      std::vector<uint8_t> buffer(bytes);
+      Status st = GetRange(key, offset, bytes, buffer.data());
+      if (st.ok()) st = WriteAll(fd, buffer.data(), bytes, offset, path);
+      if (!st.ok()) {
+        std::lock_guard<std::mutex> lock(mutex);
+        if (s.ok()) s = st;
+      }
+    });
+  }
+  if (close(fd) != 0 && s.ok()) s = Errno(ErrorCode::kInvalidArgument, path + ": cannot close");
+  if (!s.ok()) unlink(path.c_str());
+  return s;
+}
+
+}  // namespace sync
+}  // namespace arc_v3

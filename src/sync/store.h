@@ -1,0 +1,110 @@
+// Object stores for the sync layer: one interface, three backends chosen by URL.
+//
+//   /path, file:///path        a local directory (one machine or a shared file system)
+//   s3://BUCKET[/PREFIX]       an S3-compatible object store (libcurl, SigV4, path-style)
+//   http(s)://HOST[/PREFIX]    read-only: a web server or CDN in front of a bucket
+//
+// Keys are relative to the URL's prefix: '/'-separated components of [A-Za-z0-9._-],
+// none of them "." or "..". Every call is safe from several threads at once.
+#ifndef ARC_V3_SRC_SYNC_STORE_H_
+#define ARC_V3_SRC_SYNC_STORE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "arc_v3.hpp"
+
+namespace arc_v3 {
+namespace sync {
+
+struct ObjectInfo {
+  std::string key;
+  uint64_t size = 0;
+  std::string etag;  // opaque version tag; changes whenever the object does
+};
+
+enum class PutMode {
+  kOverwrite,   // replaces the object atomically: readers see the old or the new bytes
+  kCreateOnly,  // write-once: kAlreadyExists if the key exists (atomic against racing writers)
+};
+
+// How a store retries and how wide it transfers. The defaults suit a trainer and a region.
+struct StoreOptions {
+  // Tries of one request that timed out, lost its connection or got a 5xx / 429 answer;
+  // waits backoff_s, then twice as long each time (with jitter), at most max_backoff_s.
+  int attempts = 5;
+  double backoff_s = 0.25;
+  double max_backoff_s = 4;
+  int connect_timeout_s = 10;
+  // A transfer that moves no byte for this long fails (and is retried).
+  int stall_timeout_s = 30;
+  // Parallel transfers of one big object (multipart upload parts, download ranges).
+  int connections = 8;
+  // Objects above this size are uploaded in parts and downloaded in ranges of this size.
+  uint64_t part_bytes = uint64_t{16} << 20;
+};
+
+class Store {
+ public:
+  virtual ~Store() = default;
+  // The URL the store was opened from, for messages.
+  virtual const std::string& url() const = 0;
+  // False for http(s):// stores: Put and Delete fail with kInvalidArgument.
+  virtual bool writable() const = 0;
+  // Whether List works (http(s):// stores cannot list).
+  virtual bool listable() const = 0;
+
+  // Errors of every call: kNotFound (no such key), kPermissionDenied (credentials or
+  // access), kUnavailable (unreachable, or failing after `attempts` tries), each naming
+  // the key; kInvalidArgument for a malformed key.
+  virtual Status Head(const std::string& key, ObjectInfo* info) = 0;
+  // The whole object; `info` may be null. An object over `max_size` bytes fails with
+  // kCorruptHeader before more than max_size bytes are held.
+  virtual Status Get(const std::string& key, uint64_t max_size, std::vector<uint8_t>* data,
+                     ObjectInfo* info) = 0;
+  // Get unless the object's etag still is `etag`: then *changed is false and `data` and
+  // `info` are left alone. A conditional request where the store has one.
+  virtual Status GetIfChanged(const std::string& key, const std::string& etag, uint64_t max_size,
+                              std::vector<uint8_t>* data, ObjectInfo* info, bool* changed) = 0;
+  // Bytes [offset, offset + size) into `out`; kTruncated if the object is shorter.
+  virtual Status GetRange(const std::string& key, uint64_t offset, uint64_t size,
+                          uint8_t* out) = 0;
+  virtual Status Put(const std::string& key, const uint8_t* data, uint64_t size,
+                     PutMode mode) = 0;
+  // Uploads a file (in parallel parts where it is big). kCreateOnly on a multipart upload
+  // checks for the key first: use it for keys named by their contents.
+  virtual Status PutFile(const std::string& key, const std::string& path, PutMode mode) = 0;
+  // Every object whose key starts with `prefix`, sorted by key.
+  virtual Status List(const std::string& prefix, std::vector<ObjectInfo>* objects) = 0;
+  // Deleting an absent key succeeds.
+  virtual Status Delete(const std::string& key) = 0;
+
+  // Downloads an object into a new file at `path` (in parallel ranges where it is big);
+  // `expected_size` (UINT64_MAX: unknown) saves a HEAD. The file is removed on error.
+  Status GetToFile(const std::string& key, const std::string& path, uint64_t expected_size,
+                   const StoreOptions& options);
+};
+
+// Opens the store a URL names (see the top of this file). Environment for s3://:
+// AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL (default https://s3.REGION.amazonaws.com),
+// AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN (none: anonymous requests),
+// AWS_REGION or AWS_DEFAULT_REGION (default us-east-1). A directory store's directory
+// must exist. Errors: kInvalidArgument (malformed URL, missing directory).
+Status OpenStore(const std::string& url, const StoreOptions& options, std::unique_ptr<Store>* store);
+
+// Whether `key` is a well-formed key (see the top of this file).
+bool ValidKey(const std::string& key);
+
+// Backends, for OpenStore and the tests.
+std::unique_ptr<Store> NewDirectoryStore(const std::string& root, const std::string& url);
+Status NewS3Store(const std::string& bucket, const std::string& prefix, const std::string& url,
+                  const StoreOptions& options, std::unique_ptr<Store>* store);
+Status NewHttpStore(const std::string& base_url, const StoreOptions& options,
+                    std::unique_ptr<Store>* store);
+
+}  // namespace sync
+}  // namespace arc_v3
+
+#endif  // ARC_V3_SRC_SYNC_STORE_H_

@@ -1,0 +1,127 @@
+// Cross-region sync through an object store (src/FORMAT.md, Part 3).
+//
+// Each trainer shard publishes its safetensors file for a step (Publish): a delta against
+// its file of the base step, an anchor (the file whole, compressed) every N steps, and a
+// record of what it uploaded. Whichever shard completes the step commits it: one
+// write-once manifest, then the `latest` pointer. Each region pulls a step into a
+// directory (Pull) by the cheapest verified path, and records the step only after a
+// verified apply. The trainer never talks to the fleet.
+#ifndef ARC_V3_SRC_SYNC_SYNC_H_
+#define ARC_V3_SRC_SYNC_SYNC_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "arc_v3.hpp"
+#include "src/checkpoint/checkpoint_delta.h"
+#include "src/sync/protocol.h"
+#include "src/sync/store.h"
+
+namespace arc_v3 {
+namespace sync {
+
+struct PublishOptions {
+  uint64_t step = 0;
+  std::string next;  // this shard's safetensors file of `step`
+  std::string prev;  // its file of the base step; empty: publish an anchor only
+  uint64_t base_step = kNoStep;  // the step `prev` is; kNoStep: step - 1
+  uint32_t shard = 0, count = 1;
+  // An anchor is also written when step % anchor_every == 0 (0: only without `prev`).
+  uint64_t anchor_every = 10;
+  std::string work_dir;  // where containers are written before upload ("": $TMPDIR or /tmp)
+  container::RunOptions run;  // threads, effort
+};
+
+struct PublishReport {
+  ShardRecord record;
+  bool committed = false;  // the step is committed (by this call or another shard)
+  std::string pending;     // why not, e.g. "waiting for shards 1, 3 of 4"
+  uint64_t uploaded_bytes = 0, uploaded_objects = 0;
+  double encode_seconds = 0, hash_seconds = 0, upload_seconds = 0, commit_seconds = 0;
+  double total_seconds = 0;
+};
+
+// Publishes one shard's file for a step and commits the step if it is complete.
+// Refuses (kChecksumMismatch) a `prev` whose tensors are not what this shard published
+// for the base step, and (kNotFound) a base step this shard never published. Publishing
+// the same file again is a no-op; other contents for a published shard: kAlreadyExists.
+Status Publish(Store* store, const PublishOptions& options, PublishReport* report);
+
+struct CommitResult {
+  bool committed = false;
+  std::string pending;  // why not
+};
+
+// Commits `step` if every one of its `count` shards has a record and its base step is
+// committed (committing the base first when it can). Racing committers write one
+// manifest: the first wins, the others find it. Then moves `latest` forward.
+Status CommitStep(Store* store, uint64_t step, uint32_t count, CommitResult* result);
+
+struct PullOptions {
+  uint64_t step = kNoStep;  // kNoStep: the latest
+  // Partial pull: only tensors whose whole name matches this ECMAScript regex ("": all),
+  // and of them rows [row_begin, row_end) of the first dimension.
+  std::string tensors;
+  uint64_t row_begin = 0, row_end = UINT64_MAX;
+  // Rebuild from the nearest anchor whatever DIR holds (its files are replaced).
+  bool reset = false;
+  container::RunOptions run;
+  StoreOptions store;
+  // Test hooks. `hook` is called at "planned" (the route is chosen, nothing fetched),
+  // "fetched" (every object downloaded) and "commit" (DIR's new files complete, before
+  // the first rename); an error aborts the pull. `after_move` is called after each rename
+  // of the commit (a test may end the process there: the next pull finishes the commit).
+  std::function<Status(const char* stage)> hook;
+  std::function<void(size_t moved)> after_move;
+};
+
+struct PullReport {
+  uint64_t from_step = kNoStep;  // DIR's step before (kNoStep: none)
+  uint64_t to_step = kNoStep;
+  bool up_to_date = false;  // DIR already held the step
+  std::string route;        // e.g. "chain 11 -> 13" or "anchor 10 -> 13"
+  std::vector<uint64_t> steps;  // applied, in order
+  uint64_t fetched_bytes = 0, fetched_objects = 0, requests = 0;
+  uint64_t checkpoint_bytes = 0;  // of the files DIR holds now
+  double fetch_seconds = 0, verify_seconds = 0, decode_seconds = 0, write_seconds = 0;
+  double commit_seconds = 0, total_seconds = 0;
+  double published_at = 0, committed_at = 0;  // of the step pulled
+};
+
+// Makes `dir` hold `options.step` (see the top of this file). On any error `dir` is left
+// exactly as it was. A DIR whose files are not the step it records is refused
+// (kChecksumMismatch) unless options.reset.
+Status Pull(Store* store, const std::string& dir, const PullOptions& options, PullReport* report);
+
+// The step a directory holds, from its recorded state (kNotFound: none).
+Status DirectoryStep(const std::string& dir, uint64_t* step);
+
+struct StepListing {
+  uint64_t step = 0;
+  bool committed = false;
+  StepManifest manifest;            // if committed
+  std::vector<ObjectInfo> objects;  // every object under the step's prefix
+  uint64_t bytes = 0;               // their sizes
+};
+
+// Every step that has objects in the store, ascending (lists the store).
+Status ListSteps(Store* store, std::vector<StepListing>* steps);
+
+struct PruneReport {
+  uint64_t keep_from = kNoStep;  // steps before it were deleted (kNoStep: nothing to prune)
+  std::vector<uint64_t> deleted_steps;
+  uint64_t deleted_objects = 0, deleted_bytes = 0;
+};
+
+// Deletes every step before the oldest of the newest `keep_anchors` anchor steps, and
+// never the anchor before the newest one or anything after it (a puller that started
+// from it may still need its chain). Manifests go first, so no puller finds a step whose
+// pieces are gone. `dry_run` only reports.
+Status Prune(Store* store, uint32_t keep_anchors, bool dry_run, PruneReport* report);
+
+}  // namespace sync
+}  // namespace arc_v3
+
+#endif  // ARC_V3_SRC_SYNC_SYNC_H_

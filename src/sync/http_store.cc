@@ -345,10 +345,16 @@ class HttpClient {
   std::vector<CURL*> idle_;
 };
 
-// The error for a non-2xx answer to a request about `what`.
-Status Fail(const Response& r, const std::string& what, const std::string& method) {
+// The error for a non-2xx answer to a request about `what`. Anonymous readers of a bucket
+// (a CDN, a public bucket) get 403 for a missing key too, as S3 answers those who may not
+// list the bucket: with `forbidden_is_missing`, 403 counts as not found.
+Status Fail(const Response& r, const std::string& what, const std::string& method,
+            bool forbidden_is_missing = false) {
   const std::string detail = S3Error(r.error_body);
   const std::string suffix = detail.empty() ? "" : " (" + detail + ")";
+  if (forbidden_is_missing && r.status == 403) {
+    return Status(ErrorCode::kNotFound, what + ": not found or not readable (HTTP 403)" + suffix);
+  }
   switch (r.status) {
     case 404:
       return Status(ErrorCode::kNotFound, what + ": not found" + suffix);
@@ -372,6 +378,8 @@ bool Success(long status) { return status >= 200 && status < 300; }
 // What both backends share: GETs, ranges, HEADs and conditional GETs of `Url(key)`.
 class CurlStore : public Store {
  public:
+  // Whether a 403 answer means "not found" (see Fail).
+  virtual bool ForbiddenIsMissing() const { return false; }
   CurlStore(std::string url, const StoreOptions& options, HttpClient::Signing signing)
       : url_(std::move(url)), options_(options), client_(options, std::move(signing)) {}
   const std::string& url() const override { return url_; }
@@ -388,7 +396,7 @@ class CurlStore : public Store {
     q.max_size = 0;
     s = client_.Perform(q, &r, Name(key));
     if (!s.ok()) return s;
-    if (!Success(r.status)) return Fail(r, Name(key), "HEAD");
+    if (!Success(r.status)) return Fail(r, Name(key), "HEAD", ForbiddenIsMissing());
     *info = {key, r.content_length == UINT64_MAX ? 0 : r.content_length, r.etag};
     return Status::Ok();
   }
@@ -414,7 +422,7 @@ class CurlStore : public Store {
     if (!s.ok()) return s;
     *changed = r.status != 304;
     if (!*changed) return Status::Ok();
-    if (!Success(r.status)) return Fail(r, Name(key), "GET");
+    if (!Success(r.status)) return Fail(r, Name(key), "GET", ForbiddenIsMissing());
     *data = std::move(body);
     if (info != nullptr) *info = {key, data->size(), r.etag};
     return Status::Ok();
@@ -434,7 +442,7 @@ class CurlStore : public Store {
     Response r;
     s = client_.Perform(q, &r, Name(key));
     if (!s.ok()) return s;
-    if (!Success(r.status)) return Fail(r, Name(key), "GET");
+    if (!Success(r.status)) return Fail(r, Name(key), "GET", ForbiddenIsMissing());
     if (r.received != size) {
       return Status(ErrorCode::kTruncated, Name(key) + ": ends before byte " + std::to_string(offset + size));
     }
@@ -656,6 +664,7 @@ class HttpStore : public CurlStore {
   }
   bool writable() const override { return false; }
   bool listable() const override { return false; }
+  bool ForbiddenIsMissing() const override { return true; }
   Status Put(const std::string&, const uint8_t*, uint64_t, PutMode) override { return ReadOnly(); }
   Status PutFile(const std::string&, const std::string&, PutMode) override { return ReadOnly(); }
   Status Delete(const std::string&) override { return ReadOnly(); }

@@ -171,9 +171,10 @@ class RangeSource : public container::ByteSource {
 struct Select {
   Selection sel;
   std::regex pattern;
-  // Whether the selection holds a tensor that a group may code: then every such tensor is
-  // kept whole, since decoding a group needs the base of every member.
-  bool keep_small = false;
+  // Per shard: whether the selection holds a tensor of it that a group may code; then
+  // every such tensor of the shard is kept whole, since decoding a group needs the base
+  // of every member.
+  std::vector<bool> keep_small;
 };
 
 bool Groupable(const TensorEntry& t) {
@@ -189,10 +190,10 @@ struct Need {
   bool empty() const { return begin >= end; }
 };
 
-Need Needed(const TensorEntry& t, const Select& select) {
+Need Needed(const TensorEntry& t, const Select& select, bool keep_small) {
   const uint64_t rows = t.rows();
   if (t.bytes() == 0 || rows == 0) return {};
-  if (select.keep_small && Groupable(t)) return {0, rows};
+  if (keep_small && Groupable(t)) return {0, rows};
   if (!std::regex_match(t.name, select.pattern)) return {};
   if (t.grouped()) return {0, rows};
   const Selection& sel = select.sel;
@@ -210,13 +211,14 @@ Need Needed(const TensorEntry& t, const Select& select) {
 }
 
 // The byte ranges (relative to the container) a partial pull reads of one container.
-std::vector<std::pair<uint64_t, uint64_t>> NeededRanges(const Reader& reader, const Select& select) {
+std::vector<std::pair<uint64_t, uint64_t>> NeededRanges(const Reader& reader, const Select& select,
+                                                        bool keep_small) {
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
   const FileEntry& f = reader.manifest().files[0];
   const uint64_t data = reader.data_start();
   std::set<uint64_t> groups;
   for (const TensorEntry& t : f.tensors) {
-    const Need need = Needed(t, select);
+    const Need need = Needed(t, select, keep_small);
     if (need.empty()) continue;
     if (t.grouped()) {
       if (groups.insert(t.group).second) {
@@ -317,15 +319,15 @@ class OutFile {
 // One hop of a partial pull for one shard: decodes the rows Needed() of every tensor of
 // the container onto the base rows `held` (the previous hop's sidecar; none for an
 // anchor) into a new sidecar file at `out`.
-Status ApplyRowsHop(const Reader& reader, const Held& held, const Select& select, const std::string& out_path,
-                    bool sync, int threads, PullReport* report) {
+Status ApplyRowsHop(const Reader& reader, const Held& held, const Select& select, bool keep_small,
+                    const std::string& out_path, bool sync, int threads, PullReport* report) {
   const FileEntry& f = reader.manifest().files[0];
   std::vector<const TensorEntry*> tensors;
   std::vector<Need> needs;
   std::vector<safetensors::TensorInfo> infos;
   nlohmann::json rows = nlohmann::json::object();
   for (const TensorEntry& t : f.tensors) {
-    const Need need = Needed(t, select);
+    const Need need = Needed(t, select, keep_small);
     if (need.empty()) continue;
     safetensors::TensorInfo info;
     info.name = t.name;
@@ -563,10 +565,10 @@ Status FetchPartial(Store* store, const PullOptions& o, Select* select, std::vec
   });
   if (!first.ok()) return first;
   // Groups need their members' bases where a selected tensor may be grouped (at any hop).
-  select->keep_small = false;
   for (const Fetched& f : *fetched) {
+    if (select->keep_small.size() <= f.shard) select->keep_small.resize(f.shard + 1, false);
     for (const TensorEntry& t : f.reader.manifest().files[0].tensors) {
-      select->keep_small = select->keep_small || (Groupable(t) && std::regex_match(t.name, select->pattern));
+      if (Groupable(t) && std::regex_match(t.name, select->pattern)) select->keep_small[f.shard] = true;
     }
   }
   // The pieces the selection needs, neighbours merged.
@@ -576,7 +578,10 @@ Status FetchPartial(Store* store, const PullOptions& o, Select* select, std::vec
   };
   std::vector<Range> ranges;
   for (size_t i = 0; i < fetched->size(); ++i) {
-    for (const auto& r : NeededRanges((*fetched)[i].reader, *select)) ranges.push_back({i, r.first, r.second});
+    const Fetched& f = (*fetched)[i];
+    for (const auto& r : NeededRanges(f.reader, *select, select->keep_small[f.shard])) {
+      ranges.push_back({i, r.first, r.second});
+    }
   }
   std::vector<std::vector<uint8_t>> data(ranges.size());
   ParallelFor(ranges.size(), WorkerCount(std::max(1, o.store.connections), ranges.size()), [&](size_t i, size_t) {
@@ -701,7 +706,10 @@ Status ApplyRoute(const Route& route, const Select& select, const std::vector<Fe
           s = safetensors::File::Open((*current)[k], &base_file);
           if (s.ok()) s = held.Load(&base_file);
         }
-        if (s.ok()) s = ApplyRowsHop(fetched[object_of[h][k]].reader, held, select, out, last && o.run.sync, run.threads, report);
+        if (s.ok()) {
+          s = ApplyRowsHop(fetched[object_of[h][k]].reader, held, select, select.keep_small[k], out,
+                           last && o.run.sync, run.threads, report);
+        }
       } else {
         run.sync = last && o.run.sync;
         container::RunReport applied;

@@ -222,6 +222,8 @@ class DirectoryStore : public Store {
   Status WriteTemp(const std::string& key, std::string* temp, const Fill& fill) {
     const fs::path path(Path(key));
     std::error_code ec;
+    // Never re-create a store whose directory went away (an unmounted share, say).
+    if (!fs::is_directory(root_, ec)) return Status(ErrorCode::kUnavailable, url_ + ": the store's directory is gone");
     fs::create_directories(path.parent_path(), ec);
     if (ec) {
       return Status(fs::is_directory(root_) ? ErrorCode::kPermissionDenied : ErrorCode::kUnavailable,

@@ -19,6 +19,7 @@ unset CEPH_ARGS CEPH_CONF   # a caller's settings must not leak into this instan
 readonly ACCESS_KEY=arcv3test
 readonly SECRET_KEY=arcv3testsecret
 readonly BUCKET=arc-v3-test
+readonly PUBLIC_BUCKET=arc-v3-public
 readonly REGION=us-east-1
 readonly MARKER=.radosgw-sh   # marks DIR as ours, so start only ever wipes a directory it made
 readonly BOOT_TIMEOUT=${RADOSGW_BOOT_TIMEOUT:-60}   # seconds for the gateway to answer
@@ -274,6 +275,18 @@ do_start() {
     --aws-sigv4 "aws:amz:$REGION:s3" --user "$ACCESS_KEY:$SECRET_KEY" \
     -H 'x-amz-content-sha256: UNSIGNED-PAYLOAD' "http://127.0.0.1:$rgw_port/$BUCKET") || code=000
   [ "$code" = 200 ] || fail_boot "$dir" "creating bucket $BUCKET failed: HTTP $code $(cat "$dir/log/create-bucket.out" 2>/dev/null)"
+  # A second bucket that anyone may read, as a CDN or web server in front of a bucket would
+  # serve it: the tests of read-only http(s):// stores read it without credentials.
+  code=$(curl -s -o "$dir/log/create-bucket.out" -w '%{http_code}' --max-time 30 -X PUT \
+    --aws-sigv4 "aws:amz:$REGION:s3" --user "$ACCESS_KEY:$SECRET_KEY" \
+    -H 'x-amz-content-sha256: UNSIGNED-PAYLOAD' "http://127.0.0.1:$rgw_port/$PUBLIC_BUCKET") || code=000
+  [ "$code" = 200 ] || fail_boot "$dir" "creating bucket $PUBLIC_BUCKET failed: HTTP $code"
+  local policy='{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":{"AWS":["*"]},"Action":["s3:GetObject"],"Resource":["arn:aws:s3:::'"$PUBLIC_BUCKET"'/*"]}]}'
+  code=$(curl -s -o "$dir/log/bucket-policy.out" -w '%{http_code}' --max-time 30 -X PUT \
+    --aws-sigv4 "aws:amz:$REGION:s3" --user "$ACCESS_KEY:$SECRET_KEY" \
+    -H 'x-amz-content-sha256: UNSIGNED-PAYLOAD' --data-binary "$policy" \
+    "http://127.0.0.1:$rgw_port/$PUBLIC_BUCKET?policy=") || code=000
+  case "$code" in 200|204) ;; *) fail_boot "$dir" "setting the policy of $PUBLIC_BUCKET failed: HTTP $code $(cat "$dir/log/bucket-policy.out" 2>/dev/null)" ;; esac
 
   cat > "$dir/env.sh" <<EOF
 export AWS_ENDPOINT_URL=http://127.0.0.1:$rgw_port
@@ -282,6 +295,9 @@ export AWS_SECRET_ACCESS_KEY=$SECRET_KEY
 export AWS_REGION=$REGION
 export AWS_DEFAULT_REGION=$REGION
 export ARC_V3_TEST_BUCKET=$BUCKET
+export ARC_V3_TEST_S3=s3://$BUCKET
+export ARC_V3_TEST_PUBLIC_S3=s3://$PUBLIC_BUCKET
+export ARC_V3_TEST_PUBLIC_HTTP=http://127.0.0.1:$rgw_port/$PUBLIC_BUCKET
 EOF
   t1=$(date +%s%N)
   echo "$dir/env.sh"

@@ -1,0 +1,277 @@
+// The stores, each against a real backend: a directory, and radosgw (Ceph's S3 gateway,
+// booted by tests/run_tests.sh) for s3:// and for the read-only http:// store.
+#include <stdlib.h>
+
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "src/sync/store.h"
+#include "src/sync/sync_test_util.h"
+
+namespace arc_v3 {
+namespace sync {
+namespace {
+
+using test::Backend;
+using test::TempDir;
+
+std::vector<uint8_t> Bytes(const std::string& text) { return std::vector<uint8_t>(text.begin(), text.end()); }
+
+std::vector<uint8_t> Random(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<uint8_t> v(n);
+  for (auto& b : v) b = static_cast<uint8_t>(rng());
+  return v;
+}
+
+// Sets environment variables for the lifetime of the object (to open stores with other
+// credentials or endpoints), restoring them after.
+class ScopedEnv {
+ public:
+  void Set(const char* name, const char* value) {
+    const char* old = std::getenv(name);
+    saved_.emplace_back(name, old ? std::optional<std::string>(old) : std::nullopt);
+    if (value) setenv(name, value, 1);
+    else unsetenv(name);
+  }
+  ~ScopedEnv() {
+    for (auto it = saved_.rbegin(); it != saved_.rend(); ++it) {
+      if (it->second) setenv(it->first.c_str(), it->second->c_str(), 1);
+      else unsetenv(it->first.c_str());
+    }
+  }
+
+ private:
+  std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
+};
+
+TEST_CASE("stores: put, get, ranges, heads, conditional gets, lists and deletes") {
+  TempDir tmp;
+  for (Backend& b : test::Backends(tmp, "basic")) {
+    INFO("store ", b.name, " ", b.url);
+    Store& s = *b.store;
+    const std::vector<uint8_t> a = Bytes("first version"), c = Bytes("second, longer version");
+    REQUIRE(s.Put("dir/one.json", a.data(), a.size(), PutMode::kOverwrite).ok());
+    std::vector<uint8_t> got;
+    ObjectInfo info;
+    REQUIRE(s.Get("dir/one.json", 1 << 20, &got, &info).ok());
+    CHECK(got == a);
+    CHECK(info.size == a.size());
+    CHECK(!info.etag.empty());
+
+    // Conditional get: unchanged, then changed by an overwrite.
+    bool changed = true;
+    std::vector<uint8_t> untouched = Bytes("keep");
+    REQUIRE(s.GetIfChanged("dir/one.json", info.etag, 1 << 20, &untouched, nullptr, &changed).ok());
+    CHECK(!changed);
+    CHECK(untouched == Bytes("keep"));
+    REQUIRE(s.Put("dir/one.json", c.data(), c.size(), PutMode::kOverwrite).ok());
+    ObjectInfo info2;
+    REQUIRE(s.GetIfChanged("dir/one.json", info.etag, 1 << 20, &got, &info2, &changed).ok());
+    CHECK(changed);
+    CHECK(got == c);
+    CHECK(info2.etag != info.etag);
+
+    // Ranges and heads.
+    uint8_t part[6];
+    REQUIRE(s.GetRange("dir/one.json", 8, 6, part).ok());
+    CHECK(std::string(part, part + 6) == "longer");
+    CHECK(s.GetRange("dir/one.json", 20, 10, part).code() == ErrorCode::kTruncated);
+    REQUIRE(s.Head("dir/one.json", &info).ok());
+    CHECK(info.size == c.size());
+
+    // Write-once.
+    const Status again = s.Put("dir/one.json", a.data(), a.size(), PutMode::kCreateOnly);
+    CHECK(again.code() == ErrorCode::kAlreadyExists);
+    REQUIRE(s.Get("dir/one.json", 1 << 20, &got, nullptr).ok());
+    CHECK(got == c);
+    REQUIRE(s.Put("dir/two.json", a.data(), a.size(), PutMode::kCreateOnly).ok());
+
+    // Missing objects name their key; oversized answers are refused; keys are checked.
+    const Status missing = s.Get("dir/none.json", 1 << 20, &got, nullptr);
+    CHECK(missing.code() == ErrorCode::kNotFound);
+    CHECK(missing.message().find("dir/none.json") != std::string::npos);
+    CHECK(s.Head("dir/none.json", &info).code() == ErrorCode::kNotFound);
+    CHECK(s.Get("dir/one.json", 4, &got, nullptr).code() == ErrorCode::kCorruptHeader);
+    for (const char* bad : {"", "/abs", "a/../b", "a//b", "a b", "x/./y", "."}) {
+      CHECK(s.Put(bad, a.data(), a.size(), PutMode::kOverwrite).code() == ErrorCode::kInvalidArgument);
+    }
+
+    // Listing: sorted, by prefix, sizes.
+    REQUIRE(s.Put("dir/sub/three", a.data(), a.size(), PutMode::kOverwrite).ok());
+    REQUIRE(s.Put("other", a.data(), 0, PutMode::kOverwrite).ok());
+    std::vector<ObjectInfo> list;
+    REQUIRE(s.List("dir/", &list).ok());
+    REQUIRE(list.size() == 3);
+    CHECK(list[0].key == "dir/one.json");
+    CHECK(list[1].key == "dir/sub/three");
+    CHECK(list[2].key == "dir/two.json");
+    CHECK(list[0].size == c.size());
+    REQUIRE(s.List("", &list).ok());
+    CHECK(list.size() == 4);
+
+    // Deleting, also what is not there.
+    REQUIRE(s.Delete("dir/two.json").ok());
+    CHECK(s.Delete("dir/two.json").ok());
+    CHECK(s.Head("dir/two.json", &info).code() == ErrorCode::kNotFound);
+  }
+}
+
+TEST_CASE("stores: big objects go up in parallel parts and come down in parallel ranges") {
+  TempDir tmp;
+  for (Backend& b : test::Backends(tmp, "big")) {
+    INFO("store ", b.name);
+    StoreOptions o = test::FastRetries();  // 5 MiB parts
+    const std::vector<uint8_t> big = Random((12u << 20) + 12345, 7);  // three parts
+    test::WriteBytes(tmp / "big.bin", big);
+    REQUIRE(b.store->PutFile("big/object", tmp / "big.bin", PutMode::kOverwrite).ok());
+    ObjectInfo info;
+    REQUIRE(b.store->Head("big/object", &info).ok());
+    CHECK(info.size == big.size());
+    REQUIRE(b.store->GetToFile("big/object", tmp / "down.bin", UINT64_MAX, o).ok());
+    CHECK(test::ReadBytes(tmp / "down.bin") == big);
+    std::vector<uint8_t> middle(1000);
+    REQUIRE(b.store->GetRange("big/object", (5u << 20) - 500, middle.size(), middle.data()).ok());
+    CHECK(std::equal(middle.begin(), middle.end(), big.begin() + (5u << 20) - 500));
+    // Write-once of a multipart object: refused where the key exists.
+    CHECK(b.store->PutFile("big/object", tmp / "big.bin", PutMode::kCreateOnly).code() == ErrorCode::kAlreadyExists);
+    // A download of an object that is shorter than expected fails and leaves no file.
+    CHECK(b.store->GetToFile("big/object", tmp / "short.bin", big.size() + 10, o).code() == ErrorCode::kTruncated);
+    CHECK(!test::fs::exists(tmp / "short.bin"));
+  }
+}
+
+TEST_CASE("stores: of writers racing to create one key, exactly one wins") {
+  TempDir tmp;
+  for (Backend& b : test::Backends(tmp, "race")) {
+    INFO("store ", b.name);
+    constexpr int kWriters = 8;
+    std::vector<Status> results(kWriters);
+    std::vector<std::thread> threads;
+    for (int i = 0; i < kWriters; ++i) {
+      threads.emplace_back([&, i] {
+        const std::vector<uint8_t> mine = Bytes("writer " + std::to_string(i));
+        results[i] = b.store->Put("race/manifest.json", mine.data(), mine.size(), PutMode::kCreateOnly);
+      });
+    }
+    for (auto& t : threads) t.join();
+    int winners = 0, winner = -1;
+    for (int i = 0; i < kWriters; ++i) {
+      if (results[i].ok()) {
+        ++winners;
+        winner = i;
+      } else {
+        CHECK(results[i].code() == ErrorCode::kAlreadyExists);
+      }
+    }
+    REQUIRE(winners == 1);
+    std::vector<uint8_t> got;
+    REQUIRE(b.store->Get("race/manifest.json", 1 << 20, &got, nullptr).ok());
+    CHECK(got == Bytes("writer " + std::to_string(winner)));
+  }
+}
+
+TEST_CASE("stores: a store that is gone fails with unavailable after its retries, naming the key") {
+  TempDir tmp;
+  {
+    // The directory store's directory disappears.
+    std::unique_ptr<Store> store;
+    test::fs::create_directories(tmp / "gone");
+    REQUIRE(OpenStore(tmp / "gone", test::FastRetries(), &store).ok());
+    test::fs::remove_all(tmp / "gone");
+    std::vector<uint8_t> got;
+    const Status s = store->Get("latest", 1 << 20, &got, nullptr);
+    CHECK(s.code() == ErrorCode::kUnavailable);
+    CHECK(store->Put("x", got.data(), 0, PutMode::kOverwrite).code() == ErrorCode::kUnavailable);
+    CHECK(OpenStore(tmp / "never", test::FastRetries(), &store).code() == ErrorCode::kInvalidArgument);
+  }
+  {
+    // Nothing listens on the endpoint.
+    ScopedEnv env;
+    env.Set("AWS_ENDPOINT_URL", "http://127.0.0.1:9");
+    env.Set("AWS_ENDPOINT_URL_S3", nullptr);
+    std::unique_ptr<Store> store;
+    REQUIRE(OpenStore("s3://bucket/prefix", test::FastRetries(), &store).ok());
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<uint8_t> got;
+    const Status s = store->Get("steps/000000000001/manifest.json", 1 << 20, &got, nullptr);
+    CHECK(s.code() == ErrorCode::kUnavailable);
+    CHECK(s.message().find("s3://bucket/prefix/steps/000000000001/manifest.json") != std::string::npos);
+    CHECK(s.message().find("3 times") != std::string::npos);
+    CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
+  }
+}
+
+TEST_CASE("stores: wrong credentials are permission_denied, naming the key") {
+  const std::string bucket = test::S3Bucket();
+  if (bucket.empty()) return;
+  ScopedEnv env;
+  env.Set("AWS_SECRET_ACCESS_KEY", "not-the-secret");
+  std::unique_ptr<Store> store;
+  REQUIRE(OpenStore(bucket + "/creds", test::FastRetries(), &store).ok());
+  std::vector<uint8_t> got;
+  const Status s = store->Get("latest", 1 << 20, &got, nullptr);
+  CHECK(s.code() == ErrorCode::kPermissionDenied);
+  CHECK(s.message().find("creds/latest") != std::string::npos);
+  const std::vector<uint8_t> a = Bytes("x");
+  CHECK(store->Put("latest", a.data(), a.size(), PutMode::kOverwrite).code() == ErrorCode::kPermissionDenied);
+  env.Set("AWS_ACCESS_KEY_ID", "nobody");
+  REQUIRE(OpenStore(bucket + "/creds", test::FastRetries(), &store).ok());
+  ObjectInfo info;
+  CHECK(store->Head("latest", &info).code() == ErrorCode::kPermissionDenied);
+}
+
+TEST_CASE("stores: a read-only http store reads what was published to the bucket behind it") {
+  const std::string bucket = test::Env("ARC_V3_TEST_PUBLIC_S3"), http = test::Env("ARC_V3_TEST_PUBLIC_HTTP");
+  if (test::S3Bucket().empty()) return;
+  REQUIRE(!bucket.empty());
+  REQUIRE(!http.empty());
+  const std::string prefix = test::UniqueName("http");
+  std::unique_ptr<Store> s3, web;
+  REQUIRE(OpenStore(bucket + "/" + prefix, test::FastRetries(), &s3).ok());
+  const std::vector<uint8_t> data = Random(100000, 3);
+  REQUIRE(s3->Put("steps/a.bin", data.data(), data.size(), PutMode::kOverwrite).ok());
+  ScopedEnv env;  // anonymous, as a CDN's users are
+  env.Set("AWS_ACCESS_KEY_ID", nullptr);
+  env.Set("AWS_SECRET_ACCESS_KEY", nullptr);
+  REQUIRE(OpenStore(http + "/" + prefix, test::FastRetries(), &web).ok());
+  CHECK(!web->writable());
+  CHECK(!web->listable());
+  std::vector<uint8_t> got;
+  ObjectInfo info;
+  REQUIRE(web->Get("steps/a.bin", 1 << 20, &got, &info).ok());
+  CHECK(got == data);
+  bool changed = true;
+  REQUIRE(web->GetIfChanged("steps/a.bin", info.etag, 1 << 20, &got, nullptr, &changed).ok());
+  CHECK(!changed);
+  std::vector<uint8_t> part(777);
+  REQUIRE(web->GetRange("steps/a.bin", 4242, part.size(), part.data()).ok());
+  CHECK(std::equal(part.begin(), part.end(), data.begin() + 4242));
+  CHECK(web->Get("steps/none", 1 << 20, &got, nullptr).code() == ErrorCode::kNotFound);
+  CHECK(web->Put("steps/b", data.data(), 1, PutMode::kOverwrite).code() == ErrorCode::kInvalidArgument);
+  std::vector<ObjectInfo> list;
+  CHECK(web->List("", &list).code() == ErrorCode::kInvalidArgument);
+}
+
+TEST_CASE("stores: URLs") {
+  std::unique_ptr<Store> store;
+  const StoreOptions o;
+  CHECK(OpenStore("s3://", o, &store).code() == ErrorCode::kInvalidArgument);
+  CHECK(OpenStore("s3://bucket/bad prefix", o, &store).code() == ErrorCode::kInvalidArgument);
+  CHECK(OpenStore("ftp://host/x", o, &store).code() == ErrorCode::kInvalidArgument);
+  REQUIRE(OpenStore("s3://bucket/run/7/", o, &store).ok());
+  CHECK(store->url() == "s3://bucket/run/7/");
+  TempDir tmp;
+  REQUIRE(OpenStore("file://" + tmp.path(), o, &store).ok());
+  CHECK(store->writable());
+  CHECK(ValidKey("steps/000000000001/manifest.json"));
+  CHECK(!ValidKey("steps//x"));
+}
+
+}  // namespace
+}  // namespace sync
+}  // namespace arc_v3

@@ -1,0 +1,734 @@
+// The sync protocol end to end on every store (a directory, and radosgw where the test
+// environment has it): trainer shards publishing a run, regions pulling it every way, and
+// each fault a region or trainer meets, with a check that nothing was half-applied.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "src/sync/sync.h"
+#include "src/sync/sync_test_util.h"
+
+namespace arc_v3 {
+namespace sync {
+namespace {
+
+using test::Backend;
+using test::TempDir;
+using test::TrainerRun;
+namespace fs = std::filesystem;
+
+// Shard 0: a 2-piece tensor and small ones a group may take; shard 1: a 3-piece tensor, a
+// one-piece tensor of exactly 2^20 elements, and a small one.
+std::vector<std::vector<test::TensorSpec>> TwoShards() {
+  return {{{"embed", {10000, 256}}, {"layers.0.norm", {256}}, {"layers.0.bias", {256}}, {"layers.0.w", {1024, 256}}},
+          {{"lm_head", {20000, 256}}, {"layers.1.norm", {256}}, {"layers.1.w", {4096, 256}}}};
+}
+
+PublishOptions Shard(const TrainerRun& run, uint64_t step, size_t k, bool with_prev) {
+  PublishOptions o;
+  o.step = step;
+  o.next = run.Path(step, k);
+  if (with_prev) o.prev = run.Path(step - 1, k);
+  o.shard = static_cast<uint32_t>(k);
+  o.count = static_cast<uint32_t>(run.shards());
+  o.anchor_every = 3;
+  return o;
+}
+
+// Publishes `step` of every shard at once, one thread per shard, as trainer ranks do.
+void PublishStep(Store* store, const TrainerRun& run, uint64_t step) {
+  std::vector<Status> results(run.shards());
+  std::vector<PublishReport> reports(run.shards());
+  std::vector<std::thread> threads;
+  for (size_t k = 0; k < run.shards(); ++k) {
+    threads.emplace_back([&, k] { results[k] = Publish(store, Shard(run, step, k, step > 0), &reports[k]); });
+  }
+  for (auto& t : threads) t.join();
+  bool committed = false;
+  for (size_t k = 0; k < run.shards(); ++k) {
+    INFO("step ", step, " shard ", k, ": ", results[k].ToString());
+    REQUIRE(results[k].ok());
+    committed = committed || reports[k].committed;
+  }
+  CHECK(committed);
+}
+
+// Every file under `dir` (the directory's state included), for "left exactly as it was".
+std::map<std::string, std::vector<uint8_t>> Snapshot(const std::string& dir) {
+  std::map<std::string, std::vector<uint8_t>> files;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator(); ++it) {
+    if (it->is_regular_file() && it->path().filename() != "lock") {
+      files[fs::relative(it->path(), dir).string()] = test::ReadBytes(it->path().string());
+    }
+  }
+  return files;
+}
+
+// Whether `dir` holds `step` of the run, byte for byte, and nothing else but its state.
+void CheckHolds(const std::string& dir, const TrainerRun& run, uint64_t step) {
+  for (size_t k = 0; k < run.shards(); ++k) {
+    INFO(dir, " shard ", k, " of step ", step);
+    CHECK(test::ReadBytes(dir + "/" + TrainerRun::FileName(k, run.shards())) == test::ReadBytes(run.Path(step, k)));
+  }
+  uint64_t held = kNoStep;
+  REQUIRE(DirectoryStep(dir, &held).ok());
+  CHECK(held == step);
+  size_t files = 0;
+  for (const auto& e : fs::directory_iterator(dir)) files += e.is_regular_file();
+  CHECK(files == run.shards());
+}
+
+Status PullStep(Store* store, const std::string& dir, uint64_t step, PullReport* report,
+                const PullOptions& base = PullOptions()) {
+  PullOptions o = base;
+  o.step = step;
+  o.store = test::FastRetries();
+  return Pull(store, dir, o, report);
+}
+
+// Rows [begin, end) of a BF16 tensor of a safetensors file.
+std::vector<uint8_t> Rows(const std::string& path, const std::string& name, uint64_t begin, uint64_t end) {
+  safetensors::File file;
+  REQUIRE(safetensors::File::Open(path, &file).ok());
+  const safetensors::TensorInfo* info = file.Find(name);
+  REQUIRE(info != nullptr);
+  const uint64_t rows = info->shape.empty() ? 1 : info->shape[0];
+  const uint64_t row = rows == 0 ? 0 : info->size() / rows;
+  end = std::min(end, rows);
+  begin = std::min(begin, end);
+  const uint8_t* data = file.data(*info);
+  return std::vector<uint8_t>(data + begin * row, data + end * row);
+}
+
+TEST_CASE("sync: two trainer shards publish a run; regions take every step, miss steps, start fresh, or "
+          "take a slice") {
+  TempDir tmp;
+  for (Backend& b : test::Backends(tmp, "run")) {
+    INFO("store ", b.name, " ", b.url);
+    Store* store = b.store.get();
+    TrainerRun run(tmp / ("trainer-" + b.name), TwoShards(), 0.005, 11);
+    const std::string every = tmp / ("every-" + b.name), missed = tmp / ("missed-" + b.name);
+    const std::string slice = tmp / ("slice-" + b.name);
+    PullOptions slice_options;
+    slice_options.tensors = "lm_head|layers\\.1\\.norm|embed";
+    slice_options.row_begin = 9000;
+    slice_options.row_end = 9100;
+    uint64_t slice_fetched = 0, slice_objects_bytes = 0;
+    for (uint64_t step = 0; step <= 6; ++step) {
+      if (step > 0) run.Advance();
+      run.Write(step);
+      PublishStep(store, run, step);
+      // A region that takes every step: one delta each (the first from the anchor).
+      PullReport r;
+      REQUIRE(Pull(store, every, PullOptions(), &r).ok());
+      CHECK(r.to_step == step);
+      CHECK(r.route == (step == 0 ? "anchor 0 -> 0" : "chain " + std::to_string(step - 1) + " -> " + std::to_string(step)));
+      CheckHolds(every, run, step);
+      if (step == 1) {
+        REQUIRE(PullStep(store, missed, 1, &r).ok());
+        CheckHolds(missed, run, 1);
+      }
+      if (step == 2 || step == 6) {
+        // A tensor-parallel rank's slice: rows 9000:9100 of lm_head and embed.
+        PullOptions o = slice_options;
+        o.step = step;
+        REQUIRE(Pull(store, slice, o, &r).ok());
+        CHECK(r.route == (step == 2 ? "anchor 0 -> 2" : "chain 2 -> 6"));
+        const std::string got = slice + "/" + TrainerRun::FileName(1, 2);
+        CHECK(Rows(got, "lm_head", 0, 100) == Rows(run.Path(step, 1), "lm_head", 9000, 9100));
+        CHECK(Rows(got, "layers.1.norm", 0, 100) == Rows(run.Path(step, 1), "layers.1.norm", 9000, 9100));
+        CHECK(Rows(slice + "/" + TrainerRun::FileName(0, 2), "embed", 0, 100) ==
+              Rows(run.Path(step, 0), "embed", 9000, 9100));
+        safetensors::File file;
+        REQUIRE(safetensors::File::Open(got, &file).ok());
+        CHECK(file.tensors().size() == 2);  // lm_head and layers.1.norm, not layers.1.w
+        if (step == 6) {
+          slice_fetched = r.fetched_bytes;
+          for (uint64_t s = 3; s <= 6; ++s) {
+            StepManifest m;
+            REQUIRE(ReadManifest(store, s, &m, nullptr).ok());
+            for (const ShardRecord& rec : m.shards) slice_objects_bytes += rec.delta.size;
+          }
+        }
+      }
+    }
+    // The slice fetched its pieces only: one of lm_head's three, one of embed's two, and
+    // the small tensors of shard 1 (a group may code them), not layers.1.w.
+    MESSAGE(b.name, ": slice pull 2 -> 6 fetched ", slice_fetched, " B of the deltas' ", slice_objects_bytes, " B");
+    CHECK(slice_fetched * 2 < slice_objects_bytes);
+
+    // A region that missed steps 2..5 takes the chain from its step 1: cheaper than anchor 6.
+    PullReport r;
+    REQUIRE(Pull(store, missed, PullOptions(), &r).ok());
+    CHECK(r.route == "chain 1 -> 6");
+    CHECK(r.steps == std::vector<uint64_t>({2, 3, 4, 5, 6}));
+    CheckHolds(missed, run, 6);
+    // A fresh region starts from the nearest anchor.
+    const std::string fresh = tmp / ("fresh-" + b.name);
+    REQUIRE(PullStep(store, fresh, 5, &r).ok());
+    CHECK(r.route == "anchor 3 -> 5");
+    CheckHolds(fresh, run, 5);
+    REQUIRE(Pull(store, fresh, PullOptions(), &r).ok());
+    CHECK(r.route == "chain 5 -> 6");
+    REQUIRE(Pull(store, fresh, PullOptions(), &r).ok());
+    CHECK(r.up_to_date);
+    CheckHolds(fresh, run, 6);
+    // Back to an older step: from its anchor (the chain runs forward only).
+    REQUIRE(PullStep(store, fresh, 4, &r).ok());
+    CHECK(r.route == "anchor 3 -> 4");
+    CheckHolds(fresh, run, 4);
+
+    // log: every step, anchors every 3.
+    std::vector<StepListing> steps;
+    REQUIRE(ListSteps(store, &steps).ok());
+    REQUIRE(steps.size() == 7);
+    for (const StepListing& l : steps) {
+      CHECK(l.committed);
+      CHECK(l.manifest.anchor() == (l.step % 3 == 0));
+      CHECK(l.manifest.anchor_step == l.step / 3 * 3);
+      CHECK(l.manifest.base_step == (l.step == 0 ? kNoStep : l.step - 1));
+    }
+
+    // prune: keeping one anchor keeps the one before it too (steps 3..6); a region at a
+    // pruned step comes back through an anchor.
+    PruneReport pruned;
+    REQUIRE(Prune(store, 1, false, &pruned).ok());
+    CHECK(pruned.keep_from == 3);
+    CHECK(pruned.deleted_steps == std::vector<uint64_t>({0, 1, 2}));
+    REQUIRE(ListSteps(store, &steps).ok());
+    CHECK(steps.size() == 4);
+    const std::string old = tmp / ("old-" + b.name);
+    REQUIRE(PullStep(store, old, 1, &r).code() == ErrorCode::kNotFound);
+    run.Advance();
+    run.Write(7);
+    PublishStep(store, run, 7);
+    REQUIRE(Pull(store, every, PullOptions(), &r).ok());
+    CHECK(r.route == "chain 6 -> 7");
+    CheckHolds(every, run, 7);
+  }
+}
+
+TEST_CASE("sync: a region whose chain was pruned recovers through an anchor") {
+  TempDir tmp;
+  for (Backend& b : test::Backends(tmp, "pruned")) {
+    INFO("store ", b.name);
+    TrainerRun run(tmp / ("trainer-" + b.name), {{{"w", {512, 64}}, {"n", {64}}}}, 0.01, 5);
+    const std::string dir = tmp / ("region-" + b.name);
+    for (uint64_t step = 0; step <= 7; ++step) {
+      if (step > 0) run.Advance();
+      run.Write(step);
+      PublishStep(b.store.get(), run, step);
+      if (step == 1) {
+        PullReport r;
+        REQUIRE(PullStep(b.store.get(), dir, 1, &r).ok());
+      }
+    }
+    PruneReport pruned;
+    REQUIRE(Prune(b.store.get(), 2, false, &pruned).ok());  // anchors 6 and 3 stay
+    CHECK(pruned.keep_from == 3);
+    PullReport r;
+    REQUIRE(Pull(b.store.get(), dir, PullOptions(), &r).ok());
+    CHECK(r.from_step == 1);
+    CHECK(r.route == "anchor 6 -> 7");
+    CheckHolds(dir, run, 7);
+  }
+}
+
+TEST_CASE("sync: publishing checks its base and is idempotent") {
+  TempDir tmp;
+  for (Backend& b : test::Backends(tmp, "publish")) {
+    INFO("store ", b.name);
+    Store* store = b.store.get();
+    TrainerRun run(tmp / ("trainer-" + b.name), {{{"w", {512, 64}}}}, 0.01, 3);
+    run.Write(0);
+    run.Advance();
+    run.Write(1);
+    run.Advance();
+    run.Write(2);
+    PublishReport r;
+    // No base step published yet.
+    Status s = Publish(store, Shard(run, 1, 0, true), &r);
+    CHECK(s.code() == ErrorCode::kNotFound);
+    CHECK(s.message().find("never published step 0") != std::string::npos);
+    REQUIRE(Publish(store, Shard(run, 0, 0, false), &r).ok());
+    CHECK(r.committed);
+    CHECK(r.record.anchor.present());
+    CHECK(!r.record.delta.present());
+    // A --prev that is not what was published for the base step.
+    PublishOptions wrong = Shard(run, 1, 0, true);
+    wrong.prev = run.Path(2, 0);
+    s = Publish(store, wrong, &r);
+    CHECK(s.code() == ErrorCode::kChecksumMismatch);
+    CHECK(s.message().find("tensor 'w' differs") != std::string::npos);
+    StepManifest m;
+    CHECK(ReadManifest(store, 1, &m, nullptr).code() == ErrorCode::kNotFound);
+    // The right one, twice: the second is a no-op.
+    REQUIRE(Publish(store, Shard(run, 1, 0, true), &r).ok());
+    CHECK(r.committed);
+    CHECK(r.record.delta.present());
+    CHECK(!r.record.anchor.present());
+    REQUIRE(Publish(store, Shard(run, 1, 0, true), &r).ok());
+    // Other contents for a published step: refused.
+    PublishOptions other = Shard(run, 1, 0, true);
+    other.next = run.Path(2, 0);
+    s = Publish(store, other, &r);
+    CHECK(s.code() == ErrorCode::kAlreadyExists);
+    // Bad arguments.
+    PublishOptions bad = Shard(run, 0, 0, true);
+    CHECK(Publish(store, bad, &r).code() == ErrorCode::kInvalidArgument);
+    bad = Shard(run, 2, 0, true);
+    bad.shard = 1;
+    CHECK(Publish(store, bad, &r).code() == ErrorCode::kInvalidArgument);
+    uint64_t latest = 0;
+    REQUIRE(ReadLatest(store, &latest, nullptr).ok());
+    CHECK(latest == 1);
+  }
+}
+
+TEST_CASE("sync: racing committers of one step write one manifest") {
+  TempDir tmp;
+  for (Backend& b : test::Backends(tmp, "commit-race")) {
+    INFO("store ", b.name);
+    Store* store = b.store.get();
+    TrainerRun run(tmp / ("trainer-" + b.name), {{{"a", {256, 64}}}, {{"b", {256, 64}}}}, 0.01, 9);
+    for (uint64_t step = 0; step < 4; ++step) {
+      if (step > 0) run.Advance();
+      run.Write(step);
+      // Both shards publish at once while six more processes' worth of committers race.
+      std::atomic<bool> done{false};
+      std::vector<Status> commits(6);
+      std::vector<std::thread> committers;
+      for (size_t i = 0; i < commits.size(); ++i) {
+        committers.emplace_back([&, i] {
+          CommitResult c;
+          while (!done && (commits[i] = CommitStep(store, step, 2, &c)).ok() && !c.committed) {
+          }
+        });
+      }
+      PublishStep(store, run, step);
+      done = true;
+      for (auto& t : committers) t.join();
+      for (const Status& s : commits) CHECK(s.ok());
+      std::vector<ObjectInfo> objects;
+      REQUIRE(store->List(StepPrefix(step), &objects).ok());
+      int manifests = 0;
+      for (const ObjectInfo& o : objects) manifests += o.key == ManifestKey(step);
+      CHECK(manifests == 1);
+      StepManifest m;
+      REQUIRE(ReadManifest(store, step, &m, nullptr).ok());
+      CHECK(m.count == 2);
+    }
+    PullReport r;
+    REQUIRE(Pull(store, tmp / ("region-" + b.name), PullOptions(), &r).ok());
+    CheckHolds(tmp / ("region-" + b.name), run, 3);
+  }
+}
+
+// A TCP relay in front of the S3 server that can be cut: the store "going away".
+class Relay {
+ public:
+  explicit Relay(int target_port) : target_port_(target_port) {
+    listener_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(bind(listener_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+    REQUIRE(listen(listener_, 64) == 0);
+    socklen_t len = sizeof(addr);
+    getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    accept_ = std::thread([this] { Accept(); });
+  }
+  ~Relay() {
+    Cut();
+    accept_.join();
+    for (auto& t : pumps_) t.join();
+  }
+  int port() const { return port_; }
+  // Closes the listener and every connection: later connections are refused.
+  void Cut() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (cut_) return;
+    cut_ = true;
+    shutdown(listener_, SHUT_RDWR);
+    close(listener_);
+    for (int fd : fds_) shutdown(fd, SHUT_RDWR);
+  }
+  // Cuts once this many bytes have come back from the server.
+  void CutAfter(uint64_t bytes) { budget_ = bytes; }
+
+ private:
+  void Accept() {
+    for (;;) {
+      const int client = accept(listener_, nullptr, nullptr);
+      if (client < 0) return;
+      const int server = socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in addr{};
+      addr.sin_family = AF_INET;
+      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      addr.sin_port = htons(static_cast<uint16_t>(target_port_));
+      if (connect(server, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+        close(client);
+        close(server);
+        continue;
+      }
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (cut_) {
+        close(client);
+        close(server);
+        return;
+      }
+      fds_.push_back(client);
+      fds_.push_back(server);
+      pumps_.emplace_back([this, client, server] { Pump(client, server, false); });
+      pumps_.emplace_back([this, client, server] { Pump(server, client, true); });
+    }
+  }
+  void Pump(int from, int to, bool counted) {
+    char buffer[16384];
+    for (;;) {
+      const ssize_t n = read(from, buffer, sizeof(buffer));
+      if (n <= 0) break;
+      if (counted && (relayed_ += static_cast<uint64_t>(n)) > budget_) {
+        Cut();
+        break;
+      }
+      if (write(to, buffer, static_cast<size_t>(n)) != n) break;
+    }
+    shutdown(to, SHUT_WR);
+  }
+
+  int target_port_, port_ = 0, listener_ = -1;
+  std::thread accept_;
+  std::vector<std::thread> pumps_;
+  std::vector<int> fds_;
+  std::mutex mutex_;
+  bool cut_ = false;
+  std::atomic<uint64_t> relayed_{0}, budget_{UINT64_MAX};
+};
+
+// A container in memory.
+class MemorySource : public container::ByteSource {
+ public:
+  explicit MemorySource(std::vector<uint8_t> bytes) : bytes_(std::move(bytes)) {}
+  uint64_t size() const override { return bytes_.size(); }
+  Status Read(uint64_t offset, uint64_t size, std::vector<uint8_t>*, const uint8_t** data) const override {
+    if (offset > bytes_.size() || size > bytes_.size() - offset) return Status(ErrorCode::kTruncated, "past the end");
+    *data = bytes_.data() + offset;
+    return Status::Ok();
+  }
+
+ private:
+  std::vector<uint8_t> bytes_;
+};
+
+// A run of 5 steps of two shards and a region at step 2; each fault below then meets a
+// pull of step 3 (or the latest) and must leave the region exactly as it was.
+struct FaultScene {
+  TempDir tmp;
+  std::vector<Backend> backends = test::Backends(tmp, "faults");
+  std::vector<std::unique_ptr<TrainerRun>> runs;
+  FaultScene() {
+    for (Backend& b : backends) {
+      runs.push_back(std::make_unique<TrainerRun>(tmp / ("trainer-" + b.name), TwoShards(), 0.005, 21));
+      TrainerRun& run = *runs.back();
+      for (uint64_t step = 0; step <= 4; ++step) {
+        if (step > 0) run.Advance();
+        run.Write(step);
+        PublishStep(b.store.get(), run, step);
+      }
+    }
+  }
+  // A new region at step 2.
+  std::string Region(size_t i, const std::string& name) {
+    const std::string dir = tmp / (name + "-" + backends[i].name);
+    PullReport r;
+    REQUIRE(PullStep(backends[i].store.get(), dir, 2, &r).ok());
+    return dir;
+  }
+  std::string PieceKeyOf(size_t i, uint64_t step, size_t shard, bool anchor = false) {
+    StepManifest m;
+    REQUIRE(ReadManifest(backends[i].store.get(), step, &m, nullptr).ok());
+    return anchor ? m.shards[shard].anchor.key : m.shards[shard].delta.key;
+  }
+  std::vector<uint8_t> Get(size_t i, const std::string& key) {
+    std::vector<uint8_t> bytes;
+    REQUIRE(backends[i].store->Get(key, 1u << 30, &bytes, nullptr).ok());
+    return bytes;
+  }
+  void Put(size_t i, const std::string& key, const std::vector<uint8_t>& bytes) {
+    REQUIRE(backends[i].store->Put(key, bytes.data(), bytes.size(), PutMode::kOverwrite).ok());
+  }
+};
+
+// Pulls with `o` and checks that it fails with `code` and leaves `dir` as it was.
+void ExpectRefused(Store* store, const std::string& dir, PullOptions o, ErrorCode code, const char* says = "") {
+  const auto before = Snapshot(dir);
+  PullReport r;
+  o.store = test::FastRetries();
+  const Status s = Pull(store, dir, o, &r);
+  INFO("pull: ", s.ToString());
+  CHECK(s.code() == code);
+  CHECK(s.message().find(says) != std::string::npos);
+  CHECK(Snapshot(dir) == before);
+}
+
+PullOptions At(uint64_t step) {
+  PullOptions o;
+  o.step = step;
+  return o;
+}
+
+TEST_CASE("sync faults: truncated and damaged pieces, damaged and missing manifests") {
+  FaultScene scene;
+  for (size_t i = 0; i < scene.backends.size(); ++i) {
+    INFO("store ", scene.backends[i].name);
+    Store* store = scene.backends[i].store.get();
+    const std::string dir = scene.Region(i, "region");
+    const std::string key = scene.PieceKeyOf(i, 3, 1);
+    const std::vector<uint8_t> good = scene.Get(i, key);
+
+    PullOptions partial = At(2);
+    partial.tensors = "lm_head";
+    partial.row_begin = 100;
+    partial.row_end = 200;
+    const std::string slice = scene.tmp / ("slice-" + scene.backends[i].name);
+    PullReport r;
+    REQUIRE(Pull(store, slice, partial, &r).ok());
+    partial.step = 3;
+
+    // A truncated object.
+    scene.Put(i, key, std::vector<uint8_t>(good.begin(), good.end() - 100));
+    ExpectRefused(store, dir, At(3), ErrorCode::kTruncated, key.c_str());
+    // A byte flipped in the container's header, then in lm_head's first piece: a full
+    // pull checks the whole object, a partial one the head and each piece it reads.
+    container::Reader reader;
+    REQUIRE(container::Reader::Open(std::make_unique<MemorySource>(good), &reader).ok());
+    const container::TensorEntry* lm_head = nullptr;
+    for (const auto& t : reader.manifest().files[0].tensors) {
+      if (t.name == "lm_head") lm_head = &t;
+    }
+    REQUIRE(lm_head != nullptr);
+    const size_t piece_at = reader.data_start() + lm_head->pieces[0].offset + lm_head->pieces[0].size / 2;
+    for (size_t at : {size_t{20}, piece_at}) {
+      std::vector<uint8_t> bad = good;
+      bad[at] ^= 0x10;
+      scene.Put(i, key, bad);
+      ExpectRefused(store, dir, At(3), ErrorCode::kCorruptChunk, "does not match its step's manifest");
+      ExpectRefused(store, slice, partial, ErrorCode::kCorruptChunk);
+    }
+    scene.Put(i, key, good);
+
+    // A manifest with a byte flipped: in its JSON, and in an object's checksum.
+    const std::vector<uint8_t> manifest = scene.Get(i, ManifestKey(3));
+    std::vector<uint8_t> bad = manifest;
+    bad[0] = '[';
+    scene.Put(i, ManifestKey(3), bad);
+    ExpectRefused(store, dir, At(3), ErrorCode::kCorruptHeader, "manifest.json");
+    bad = manifest;
+    const std::string text(manifest.begin(), manifest.end());
+    const size_t at = text.find("\"xxh3\": \"") + 9;
+    bad[at] = bad[at] == '0' ? '1' : '0';
+    scene.Put(i, ManifestKey(3), bad);
+    ExpectRefused(store, dir, At(3), ErrorCode::kCorruptHeader, ".key is not");
+    // A missing manifest: the step does not exist.
+    REQUIRE(store->Delete(ManifestKey(3)).ok());
+    ExpectRefused(store, dir, At(3), ErrorCode::kNotFound, "step 3 does not exist");
+    scene.Put(i, ManifestKey(3), manifest);
+
+    // After all that, the regions still pull step 4 through the chain, bit for bit.
+    partial.step = 4;
+    REQUIRE(Pull(store, slice, partial, &r).ok());
+    CHECK(r.route == "chain 2 -> 4");
+    CHECK(Rows(slice + "/" + TrainerRun::FileName(1, 2), "lm_head", 0, 100) ==
+          Rows(scene.runs[i]->Path(4, 1), "lm_head", 100, 200));
+    REQUIRE(PullStep(store, dir, 4, &r).ok());
+    CHECK(r.route == "chain 2 -> 4");
+    CheckHolds(dir, *scene.runs[i], 4);
+  }
+}
+
+TEST_CASE("sync faults: a pointer naming an unfinished step, the store going away, wrong credentials") {
+  FaultScene scene;
+  for (size_t i = 0; i < scene.backends.size(); ++i) {
+    INFO("store ", scene.backends[i].name);
+    Backend& b = scene.backends[i];
+    Store* store = b.store.get();
+    const std::string dir = scene.Region(i, "region");
+    TrainerRun& run = *scene.runs[i];
+
+    // Shard 0 of step 5 is published, shard 1 not: the step is not committed; a pointer
+    // that names it anyway is not followed.
+    run.Advance();
+    run.Write(5);
+    PublishReport published;
+    REQUIRE(Publish(store, Shard(run, 5, 0, true), &published).ok());
+    CHECK(!published.committed);
+    CHECK(published.pending == "waiting for shard 1 of 2");
+    uint64_t latest = 0;
+    REQUIRE(ReadLatest(store, &latest, nullptr).ok());
+    CHECK(latest == 4);
+    const std::string pointer = LatestJson(5);
+    REQUIRE(store->Put(kLatestKey, reinterpret_cast<const uint8_t*>(pointer.data()), pointer.size(),
+                       PutMode::kOverwrite).ok());
+    ExpectRefused(store, dir, PullOptions(), ErrorCode::kNotFound, "names step 5, which is not committed");
+    ExpectRefused(store, dir, At(5), ErrorCode::kNotFound, "step 5 does not exist");
+    // Shard 1 arrives: it commits the step and the region takes it.
+    REQUIRE(Publish(store, Shard(run, 5, 1, true), &published).ok());
+    CHECK(published.committed);
+
+    // The store goes away after the route is planned: retries, then a clear error.
+    std::unique_ptr<Relay> relay;
+    std::unique_ptr<Store> flaky;
+    std::string moved;
+    if (b.name == "s3") {
+      const std::string endpoint = test::Env("AWS_ENDPOINT_URL");
+      relay = std::make_unique<Relay>(std::stoi(endpoint.substr(endpoint.rfind(':') + 1)));
+      const std::string saved = endpoint;
+      setenv("AWS_ENDPOINT_URL", ("http://127.0.0.1:" + std::to_string(relay->port())).c_str(), 1);
+      REQUIRE(OpenStore(b.url, test::FastRetries(), &flaky).ok());
+      setenv("AWS_ENDPOINT_URL", saved.c_str(), 1);
+    } else {
+      REQUIRE(OpenStore(b.url, test::FastRetries(), &flaky).ok());
+    }
+    PullOptions o = At(5);
+    o.hook = [&](const char* stage) {
+      if (std::string(stage) == "planned") {
+        if (relay) relay->Cut();
+        else fs::rename(b.directory, b.directory + ".away");
+      }
+      return Status::Ok();
+    };
+    ExpectRefused(flaky.get(), dir, o, ErrorCode::kUnavailable);
+    if (!relay) fs::rename(b.directory + ".away", b.directory);
+    if (relay) {
+      // ... and in the middle of an object: the first bytes arrive, then nothing.
+      relay = std::make_unique<Relay>(relay ? std::stoi(test::Env("AWS_ENDPOINT_URL").substr(
+                                                  test::Env("AWS_ENDPOINT_URL").rfind(':') + 1))
+                                            : 0);
+      const std::string saved = test::Env("AWS_ENDPOINT_URL");
+      setenv("AWS_ENDPOINT_URL", ("http://127.0.0.1:" + std::to_string(relay->port())).c_str(), 1);
+      REQUIRE(OpenStore(b.url, test::FastRetries(), &flaky).ok());
+      setenv("AWS_ENDPOINT_URL", saved.c_str(), 1);
+      o.hook = [&](const char* stage) {
+        if (std::string(stage) == "planned") relay->CutAfter(2000);
+        return Status::Ok();
+      };
+      PullOptions fresh = o;
+      fresh.step = 4;  // an anchor route: tens of MB, cut 2 KB in
+      ExpectRefused(flaky.get(), scene.tmp / "fresh-s3", fresh, ErrorCode::kUnavailable);
+
+      // Wrong credentials: permission denied, nothing changed.
+      const std::string secret = test::Env("AWS_SECRET_ACCESS_KEY");
+      setenv("AWS_SECRET_ACCESS_KEY", "wrong", 1);
+      std::unique_ptr<Store> denied;
+      REQUIRE(OpenStore(b.url, test::FastRetries(), &denied).ok());
+      setenv("AWS_SECRET_ACCESS_KEY", secret.c_str(), 1);
+      ExpectRefused(denied.get(), dir, At(5), ErrorCode::kPermissionDenied, "access denied");
+      PublishReport r;
+      CHECK(Publish(denied.get(), Shard(run, 5, 0, true), &r).code() == ErrorCode::kPermissionDenied);
+    }
+    PullReport r;
+    REQUIRE(PullStep(store, dir, 5, &r).ok());
+    CHECK(r.route == "chain 2 -> 5");
+    CheckHolds(dir, run, 5);
+  }
+}
+
+TEST_CASE("sync faults: a region whose files are not the step it records is refused") {
+  FaultScene scene;
+  for (size_t i = 0; i < scene.backends.size(); ++i) {
+    INFO("store ", scene.backends[i].name);
+    Store* store = scene.backends[i].store.get();
+    const std::string dir = scene.Region(i, "region");
+    const std::string file = dir + "/" + TrainerRun::FileName(1, 2);
+    // Touched (its time changed, not its bytes): checked by contents and accepted.
+    const auto bytes = test::ReadBytes(file);
+    test::WriteBytes(file, bytes);
+    PullReport r;
+    REQUIRE(PullStep(store, dir, 3, &r).ok());
+    CheckHolds(dir, *scene.runs[i], 3);
+    // One byte of a tensor changed: refused, and left as it was.
+    std::vector<uint8_t> changed = test::ReadBytes(file);
+    changed[changed.size() - 1000] ^= 1;
+    test::WriteBytes(file, changed);
+    ExpectRefused(store, dir, At(4), ErrorCode::kChecksumMismatch, "refusing to apply onto an unknown base");
+    // A shard file gone: refused too.
+    const std::string other = dir + "/" + TrainerRun::FileName(0, 2);
+    fs::rename(other, other + ".moved");
+    ExpectRefused(store, dir, At(4), ErrorCode::kChecksumMismatch, "it is gone");
+    fs::rename(other + ".moved", other);
+    // A damaged state file: refused, naming the way out.
+    const std::string state = dir + "/.arc_v3/state.json";
+    const auto saved = test::ReadBytes(state);
+    test::WriteBytes(state, std::vector<uint8_t>(saved.begin(), saved.begin() + saved.size() / 2));
+    ExpectRefused(store, dir, At(4), ErrorCode::kCorruptHeader, "--reset");
+    test::WriteBytes(state, saved);
+    // --reset rebuilds from the anchor whatever the files hold.
+    PullOptions reset = At(4);
+    reset.reset = true;
+    REQUIRE(Pull(store, dir, reset, &r).ok());
+    CHECK(r.route == "anchor 3 -> 4");
+    CheckHolds(dir, *scene.runs[i], 4);
+  }
+}
+
+TEST_CASE("sync faults: a pull that fails or dies while committing leaves all old files, or after recovery all new") {
+  FaultScene scene;
+  for (size_t i = 0; i < scene.backends.size(); ++i) {
+    INFO("store ", scene.backends[i].name);
+    Store* store = scene.backends[i].store.get();
+    const std::string dir = scene.Region(i, "region");
+    // An error at the last moment before the renames: nothing changes.
+    PullOptions o = At(4);
+    o.hook = [](const char* stage) {
+      return std::string(stage) == "commit" ? Status(ErrorCode::kInternal, "injected") : Status::Ok();
+    };
+    ExpectRefused(store, dir, o, ErrorCode::kInternal, "injected");
+    // A process that dies after the first of the two renames: the region has one new
+    // shard and one old, and its journal; the next pull finishes the commit first.
+    std::fflush(nullptr);
+    const pid_t child = fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+      PullOptions dying = At(4);
+      dying.store = test::FastRetries();
+      dying.after_move = [](size_t moved) {
+        if (moved == 1) _exit(42);
+      };
+      PullReport r;
+      Pull(store, dir, dying, &r);
+      _exit(0);
+    }
+    int status = 0;
+    REQUIRE(waitpid(child, &status, 0) == child);
+    REQUIRE(WIFEXITED(status));
+    REQUIRE(WEXITSTATUS(status) == 42);
+    CHECK(fs::exists(dir + "/.arc_v3/commit.json"));
+    const TrainerRun& run = *scene.runs[i];
+    const bool first_new = test::ReadBytes(dir + "/" + TrainerRun::FileName(0, 2)) == test::ReadBytes(run.Path(4, 0));
+    const bool second_new = test::ReadBytes(dir + "/" + TrainerRun::FileName(1, 2)) == test::ReadBytes(run.Path(4, 1));
+    CHECK(first_new != second_new);  // caught half-way
+    PullReport r;
+    REQUIRE(PullStep(store, dir, 4, &r).ok());
+    CHECK(r.up_to_date);  // the journal's commit was finished first
+    CHECK(!fs::exists(dir + "/.arc_v3/commit.json"));
+    CheckHolds(dir, run, 4);
+  }
+}
+
+}  // namespace
+}  // namespace sync
+}  // namespace arc_v3

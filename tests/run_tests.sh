@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds everything and runs every test - the Bazel suites and
-# the Python binding's pytest suite - and ends with the line "N passed, N failed"
+# Installs what is missing, boots a real S3 server (radosgw) for the sync tests, builds
+# everything and runs every test - the Bazel suites and the Python binding's pytest
+# suite - and ends with the line "N passed, N failed"
 # (doctest test cases summed over all test binaries, plus pytest's tests).
 # Usage: tests/run_tests.sh [extra bazel test flags, e.g. --config=asan]
 set -uo pipefail
@@ -8,7 +9,34 @@ cd "$(dirname "$0")/.."
 
 third_party/install_deps.sh || { echo "0 passed, 1 failed"; exit 1; }
 
-bazel test //... "$@"
+# The sync tests run against a real S3 server: radosgw on loopback, booted here (~2 s) and
+# stopped at the end, unless the environment already names one (ARC_V3_TEST_S3 and the
+# AWS_* variables, as tests/s3/radosgw.sh writes them).
+rgw_dir=""
+if [ -z "${ARC_V3_TEST_S3:-}" ]; then
+  rgw_dir=$(mktemp -d "${TMPDIR:-/tmp}/arc_v3_rgw.XXXXXX")
+  # Two free ports in a row (gateway, monitor).
+  port=""
+  for p in $(seq 17480 2 17980); do
+    if ! ss -Htln "sport = :$p or sport = :$((p + 1))" | grep -q .; then port=$p; break; fi
+  done
+  if [ -z "$port" ] || ! tests/s3/radosgw.sh start "$rgw_dir" "$port" >/dev/null; then
+    echo "could not boot radosgw for the sync tests" >&2
+    echo "0 passed, 1 failed"
+    exit 1
+  fi
+  trap 'tests/s3/radosgw.sh stop "$rgw_dir" >/dev/null 2>&1; rm -rf "$rgw_dir"' EXIT
+  # shellcheck source=/dev/null
+  source "$rgw_dir/env.sh"
+fi
+export ARC_V3_REQUIRE_S3=1
+s3_env=()
+for v in AWS_ENDPOINT_URL AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY AWS_REGION AWS_DEFAULT_REGION \
+         ARC_V3_TEST_S3 ARC_V3_TEST_PUBLIC_S3 ARC_V3_TEST_PUBLIC_HTTP ARC_V3_REQUIRE_S3; do
+  s3_env+=("--test_env=$v")
+done
+
+bazel test //... "${s3_env[@]}" "$@"
 status=$?
 # 0 = all passed; 3 = some test failed; anything else = the build failed.
 

@@ -22,6 +22,8 @@ REQUIRE_S3="${ARC_V3_REQUIRE_S3:-0}"
 START=$SECONDS
 
 T="$(mktemp -d)"
+# The CLI's scratch files (publish's containers) go under $T too, even those of a killed one.
+mkdir -p "$T/tmp" && export TMPDIR="$T/tmp"
 BG_PIDS=()      # background processes still to reap: killed at exit
 S3_PREFIXES=()  # s3:// prefixes this run wrote: removed at exit
 cleanup() {
@@ -273,17 +275,28 @@ run_store() {
   tool log "$W/log.json" 0 5 0 3 || { cat "$W/log.json"; fail "log --json"; }
 
   # 3. Partial pull of rows 100:300 of w1: exactly those rows, fetching less than the
-  #    route's whole objects (even shard 1's alone: w1's second piece is never fetched).
+  #    route's whole objects, even less than 3/4 of shard 1's alone (w1 is coded in two
+  #    pieces of 4096 rows: the second one, a third of w1, is never fetched).
+  local all_objects shard0_objects shard1_objects
+  all_objects="$(tool route_bytes "$W/log.json" 3 5)"
+  shard0_objects="$(tool route_bytes "$W/log.json" 3 5 0)"
+  shard1_objects="$(tool route_bytes "$W/log.json" 3 5 1)"
+  [ "$full_fetched" -ge "$all_objects" ] || fail "a full pull fetched $full_fetched bytes < its objects' $all_objects"
   expect_rc 0 "$CLI" pull "$S" "$W/P" --tensors 'w1' --rows 100:300 --json
   route_is "anchor 3 -> 5"
   tool partial "$W/P/$F1" "data/step5/$F1" w1 100 300 || fail "partial pull of w1 rows 100:300"
-  local part_fetched all_objects shard1_objects
+  local part_fetched
   part_fetched="$(tool get out.txt fetched_bytes)"
-  all_objects="$(tool route_bytes "$W/log.json" 3 5)"
-  shard1_objects="$(tool route_bytes "$W/log.json" 3 5 1)"
-  [ "$part_fetched" -lt "$shard1_objects" ] ||
-    fail "the partial pull fetched $part_fetched bytes, shard 1's objects are $shard1_objects"
-  [ "$full_fetched" -ge "$all_objects" ] || fail "a full pull fetched $full_fetched bytes < its objects' $all_objects"
+  [ $((part_fetched * 4)) -lt $((shard1_objects * 3)) ] ||
+    fail "the partial pull of w1 fetched $part_fetched bytes, shard 1's objects are $shard1_objects"
+  # A small tensor that a group codes (norm.1, in shard 0): shard 0's small tensors are
+  # fetched whole (a group decodes onto all its members), of shard 1 only the heads.
+  expect_rc 0 "$CLI" pull "$S" "$W/P2" --tensors 'norm\.1' --json
+  tool partial "$W/P2/$F0" "data/step5/$F0" norm.1 0 512 || fail "partial pull of norm.1"
+  local part2_fetched
+  part2_fetched="$(tool get out.txt fetched_bytes)"
+  [ "$part2_fetched" -lt $((shard0_objects + 16384)) ] ||
+    fail "the partial pull of norm.1 fetched $part2_fetched bytes, shard 0's objects are $shard0_objects"
 
   # 5. Exit codes, and that a failed pull leaves DIR as it was.
   expect_rc 6 "$CLI" pull "$S" "$W/X" --step 99
@@ -366,7 +379,7 @@ run_store() {
   route_is "chain 5 -> 8"
   same_step "$W/A" 8
 
-  echo "PASS [$KIND]: follow ($lines lines), pulls, partial pull ($part_fetched of $all_objects bytes), log, exit codes, prune$([ "$is_s3" = 1 ] && echo ", awscli")"
+  echo "PASS [$KIND]: follow ($lines lines), pulls, partial pulls (w1 rows: $part_fetched, norm.1: $part2_fetched of $all_objects bytes), log, exit codes, prune$([ "$is_s3" = 1 ] && echo ", awscli")"
 }
 
 # 7. A read-only http(s):// store: a short run published through S3 to the public bucket

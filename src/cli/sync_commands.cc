@@ -259,13 +259,13 @@ int SyncCommands::Run() {
         s = sync::ParseLatest(bytes, store->url() + "/" + sync::kLatestKey, &latest);
         if (s.ok()) etag = info.etag;
       }
-      if (s.code() == ErrorCode::kNotFound) s = Status::Ok();  // nothing committed yet
-      // The pointer may lag a racing commit: a committed step after it counts too.
-      for (int probe = 0; s.ok() && latest != sync::kNoStep && probe < 16; ++probe) {
-        sync::ObjectInfo next;
-        if (!store->Head(sync::ManifestKey(latest + 1), &next).ok()) break;
-        ++latest;
+      if (s.code() == ErrorCode::kNotFound) {  // nothing committed yet (or not readable)
+        if (!warned) std::fprintf(stderr, "arc_v3 follow: waiting: %s\n", s.message().c_str());
+        warned = true;
+        s = Status::Ok();
       }
+      // The pointer may lag a racing commit: a committed step after it counts too.
+      if (s.ok() && latest != sync::kNoStep) latest = sync::ProbeLater(store.get(), latest);
       if (s.ok() && latest != sync::kNoStep && (held == sync::kNoStep || latest > held)) {
         pull.step = latest;
         sync::PullReport r;

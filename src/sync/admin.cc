@@ -52,6 +52,11 @@ Status Prune(Store* store, uint32_t keep_anchors, bool dry_run, PruneReport* rep
   const size_t keep = std::max<size_t>(keep_anchors, 2);
   if (anchors.size() < keep) return Status::Ok();
   report->keep_from = anchors[keep - 1];
+  // A kept step whose chain starts at an older anchor (a base named with --base-step)
+  // keeps that chain.
+  for (const StepListing& l : steps) {
+    if (l.committed && l.step >= report->keep_from) report->keep_from = std::min(report->keep_from, l.manifest.anchor_step);
+  }
   std::vector<const StepListing*> doomed;
   for (const StepListing& l : steps) {
     if (l.step < report->keep_from) doomed.push_back(&l);

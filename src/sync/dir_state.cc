@@ -103,18 +103,31 @@ OrderedJson StateToJson(const DirState& s) {
 
 uint64_t ParseHex(const std::string& text) {
   if (text.size() != 16) throw std::runtime_error("not 16 hex digits");
-  return std::stoull(text, nullptr, 16);
+  uint64_t v = 0;
+  for (char c : text) {
+    const int d = (c >= '0' && c <= '9') ? c - '0' : (c >= 'a' && c <= 'f') ? c - 'a' + 10 : -1;
+    if (d < 0) throw std::runtime_error("not 16 lowercase hex digits");
+    v = (v << 4) | static_cast<uint64_t>(d);
+  }
+  return v;
+}
+
+// A path inside DIR: relative, without "." or ".." components.
+std::string InsidePath(const Json& j) {
+  const std::string path = j.get<std::string>();
+  if (path.empty() || path[0] == '/') throw std::runtime_error("path '" + path + "' is not relative");
+  for (const auto& part : fs::path(path)) {
+    if (part == "." || part == ".." || part.empty()) throw std::runtime_error("path '" + path + "' leaves DIR");
+  }
+  return path;
 }
 
 FileRecord FileFromJson(const Json& j) {
   FileRecord f;
-  f.path = j.at("path").get<std::string>();
+  f.path = InsidePath(j.at("path"));
   f.size = j.at("size").get<uint64_t>();
   f.mtime_ns = j.at("mtime_ns").get<int64_t>();
   for (const Json& t : j.at("tensors")) f.tensors.push_back({t.at(0).get<std::string>(), ParseHex(t.at(1).get<std::string>())});
-  if (f.path.empty() || fs::path(f.path).is_absolute() || f.path.find("..") != std::string::npos) {
-    throw std::runtime_error("bad path");
-  }
   return f;
 }
 
@@ -137,7 +150,7 @@ DirState StateFromJson(const Json& j) {
   }
   for (const Json& sh : j.at("shards")) {
     ShardState shard;
-    shard.name = sh.at("name").get<std::string>();
+    shard.name = InsidePath(sh.at("name"));
     shard.file = FileFromJson(sh.at("file"));
     if (!sh.at("rows").is_null()) shard.rows = FileFromJson(sh.at("rows"));
     s.shards.push_back(std::move(shard));
@@ -258,6 +271,7 @@ Status RunJournal(const std::string& dir, const Journal& j,
   if (s.ok()) s = WriteState(dir, j.state);
   if (!s.ok()) return s;
   fs::remove(StatePath(dir, kJournalFile), ec);
+  fs::remove_all(fs::path(dir) / kStateDir / "stage", ec);  // what the journal moved out of
   return SyncDir((fs::path(dir) / kStateDir).string());
 }
 
@@ -273,14 +287,22 @@ Status Commit(const std::string& dir, const Journal& journal,
   return RunJournal(dir, journal, after_move);
 }
 
+Status DropJournal(const std::string& dir) {
+  std::error_code ec;
+  fs::remove(StatePath(dir, kJournalFile), ec);
+  fs::remove_all(fs::path(dir) / kStateDir / "stage", ec);
+  return ec ? Status(ErrorCode::kInvalidArgument, dir + ": cannot drop its commit journal: " + ec.message())
+            : SyncDir((fs::path(dir) / kStateDir).string());
+}
+
 Status RecoverJournal(const std::string& dir) {
   std::string text;
   if (!ReadText(StatePath(dir, kJournalFile), &text).ok()) return Status::Ok();
   Journal j;
   try {
     const Json doc = Json::parse(text);
-    for (const Json& m : doc.at("moves")) j.moves.emplace_back(m.at(0).get<std::string>(), m.at(1).get<std::string>());
-    for (const Json& r : doc.at("removes")) j.removes.push_back(r.get<std::string>());
+    for (const Json& m : doc.at("moves")) j.moves.emplace_back(InsidePath(m.at(0)), InsidePath(m.at(1)));
+    for (const Json& r : doc.at("removes")) j.removes.push_back(InsidePath(r));
     j.state = StateFromJson(doc.at("state"));
   } catch (const std::exception& e) {
     return Status(ErrorCode::kCorruptHeader, StatePath(dir, kJournalFile) + " is damaged (" + e.what() + ")");

@@ -89,6 +89,8 @@ Status Commit(const std::string& dir, const Journal& journal,
               const std::function<void(size_t moved)>& after_move);
 // Finishes a commit a crash interrupted, if DIR has a journal; a no-op otherwise.
 Status RecoverJournal(const std::string& dir);
+// Forgets an unfinishable journal and its stage (for a reset, which rewrites every file).
+Status DropJournal(const std::string& dir);
 
 }  // namespace sync
 }  // namespace arc_v3

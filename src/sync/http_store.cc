@@ -241,8 +241,10 @@ class HttpClient {
         Release(curl);
       }
       if (code == CURLE_OK) {
+        // 409 ConditionalRequestConflict: S3 asks to retry a conditional write that met a
+        // concurrent one (the retry then finds the winner's object: 412).
         const long s = response->status;
-        if (!(s >= 500 || s == 429)) return Status::Ok();
+        if (!(s >= 500 || s == 429 || s == 409)) return Status::Ok();
         const std::string detail = S3Error(response->error_body);
         last = "HTTP " + std::to_string(s) + (detail.empty() ? "" : " (" + detail + ")");
       } else if (code == CURLE_WRITE_ERROR && response->overflow) {

@@ -71,6 +71,7 @@ bool PlainFileName(const std::string& name) {
 }
 
 void CheckEnvelope(const Json& doc, const char* kind, const std::string& where) {
+  if (!doc.is_object()) Fail(where + " is not an object");
   if (Str(Field(doc, "format", where), where + ".format") != kProtocolName) {
     Fail(where + " is not an " + std::string(kProtocolName) + " document");
   }
@@ -233,20 +234,20 @@ std::string LatestJson(uint64_t step) {
 
 Status ParseRecord(const std::vector<uint8_t>& bytes, const std::string& where, ShardRecord* record) {
   return ParseDocument(bytes, where, [&](const Json& doc) {
+    CheckEnvelope(doc, "shard", where);
     std::set<std::string> fields = kRecordFields;
     fields.insert({"format", "version", "kind"});
     CheckFields(doc, fields, where);
-    CheckEnvelope(doc, "shard", where);
     *record = ParseRecordBody(doc, where);
   });
 }
 
 Status ParseManifest(const std::vector<uint8_t>& bytes, const std::string& where, StepManifest* manifest) {
   return ParseDocument(bytes, where, [&](const Json& doc) {
+    CheckEnvelope(doc, "step", where);
     CheckFields(doc, {"format", "version", "kind", "step", "base_step", "anchor_step", "count",
                       "published_at", "committed_at", "shards"},
                 where);
-    CheckEnvelope(doc, "step", where);
     StepManifest m;
     m.step = Step(Field(doc, "step", where), where + ".step");
     m.base_step = OptionalStep(Field(doc, "base_step", where), where + ".base_step");
@@ -281,8 +282,8 @@ Status ParseManifest(const std::vector<uint8_t>& bytes, const std::string& where
 
 Status ParseLatest(const std::vector<uint8_t>& bytes, const std::string& where, uint64_t* step) {
   return ParseDocument(bytes, where, [&](const Json& doc) {
-    CheckFields(doc, {"format", "version", "kind", "step"}, where);
     CheckEnvelope(doc, "latest", where);
+    CheckFields(doc, {"format", "version", "kind", "step"}, where);
     *step = Step(Field(doc, "step", where), where + ".step");
   });
 }
@@ -320,13 +321,21 @@ Status ReadLatest(Store* store, uint64_t* step, std::string* etag) {
   Status s = store->Get(kLatestKey, kMaxDocumentBytes, &data, &info);
   if (!s.ok()) {
     if (s.code() == ErrorCode::kNotFound) {
-      return Status(ErrorCode::kNotFound, store->url() + " has no committed step yet (no " +
-                                              std::string(kLatestKey) + ")");
+      return Status(ErrorCode::kNotFound, store->url() + " has no committed step yet (" + s.message() + ")");
     }
     return s;
   }
   if (etag != nullptr) *etag = info.etag;
   return ParseLatest(data, store->url() + "/" + kLatestKey, step);
+}
+
+uint64_t ProbeLater(Store* store, uint64_t from, int probes) {
+  for (int i = 0; i < probes && from < kMaxStep; ++i) {
+    ObjectInfo info;
+    if (!store->Head(ManifestKey(from + 1), &info).ok()) break;
+    ++from;
+  }
+  return from;
 }
 
 }  // namespace sync

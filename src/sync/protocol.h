@@ -92,6 +92,10 @@ bool SameContents(const ShardRecord& a, const ShardRecord& b);
 Status ReadManifest(Store* store, uint64_t step, StepManifest* manifest, std::vector<uint8_t>* bytes);
 // Reads the `latest` pointer: kNotFound if nothing was committed yet.
 Status ReadLatest(Store* store, uint64_t* step, std::string* etag);
+// The newest committed step from `from` on: `from` itself, or a later step whose manifest
+// exists (the pointer is a hint that a racing commit may leave one step behind; at most
+// `probes` manifests are looked for).
+uint64_t ProbeLater(Store* store, uint64_t from, int probes = 16);
 
 }  // namespace sync
 }  // namespace arc_v3

@@ -152,9 +152,17 @@ Status Upload(Store* store, const Built& built) {
   return Status::Ok();
 }
 
-Status PutRecord(Store* store, const ShardRecord& record) {
+Status Conflict(Store* store, const ShardRecord& record) {
+  return Status(ErrorCode::kAlreadyExists, "shard " + std::to_string(record.shard) + " of step " +
+                                               std::to_string(record.step) +
+                                               " was already published with other contents (" + store->url() +
+                                               "/" + ShardRecordKey(record.step, record.shard, record.count) + ")");
+}
+
+// Writes the record once; a record already there (a racing retry of this same publish)
+// must say the same.
+Status PutRecord(Store* store, const ShardRecord& record, const std::string& json) {
   const std::string key = ShardRecordKey(record.step, record.shard, record.count);
-  const std::string json = RecordJson(record);
   Status s = store->Put(key, reinterpret_cast<const uint8_t*>(json.data()), json.size(), PutMode::kCreateOnly);
   if (s.code() != ErrorCode::kAlreadyExists) return s;
   std::vector<uint8_t> bytes;
@@ -163,13 +171,7 @@ Status PutRecord(Store* store, const ShardRecord& record) {
   ShardRecord existing;
   s = ParseRecord(bytes, store->url() + "/" + key, &existing);
   if (!s.ok()) return s;
-  if (!SameContents(existing, record)) {
-    return Status(ErrorCode::kAlreadyExists, "shard " + std::to_string(record.shard) + " of step " +
-                                                 std::to_string(record.step) +
-                                                 " was already published with other contents (" +
-                                                 store->url() + "/" + key + ")");
-  }
-  return Status::Ok();
+  return SameContents(existing, record) ? Status::Ok() : Conflict(store, record);
 }
 
 // Moves `latest` forward to `step` (never back). Racing committers of different steps may
@@ -198,6 +200,11 @@ Status CommitAt(Store* store, uint64_t step, uint32_t count, int depth, CommitRe
   StepManifest existing;
   Status s = ReadManifest(store, step, &existing, nullptr);
   if (s.ok()) {
+    if (existing.count != count) {
+      return Status(ErrorCode::kInvalidArgument, "step " + std::to_string(step) + " was committed with " +
+                                                     std::to_string(existing.count) + " shards, not " +
+                                                     std::to_string(count));
+    }
     result->committed = true;
     return AdvanceLatest(store, step);
   }
@@ -242,13 +249,18 @@ Status CommitAt(Store* store, uint64_t step, uint32_t count, int depth, CommitRe
     m.published_at = std::min(m.published_at, r.published_at);
   }
   m.anchor_step = step;
-  if (m.base_step != kNoStep) {
+  if (m.base_step != kNoStep && !all_anchors) {
+    // Its deltas need a committed base (an all-anchor step stands alone).
     StepManifest base;
     s = ReadManifest(store, m.base_step, &base, nullptr);
-    if (s.code() == ErrorCode::kNotFound && depth < 16) {
+    if (s.code() == ErrorCode::kNotFound) {
       CommitResult sub;
-      s = CommitAt(store, m.base_step, count, depth + 1, &sub);
-      if (!s.ok()) return s;
+      if (depth < 16) {
+        s = CommitAt(store, m.base_step, count, depth + 1, &sub);
+        if (!s.ok()) return s;
+      } else {
+        sub.pending = "too many uncommitted steps before it";
+      }
       if (!sub.committed) {
         result->pending = "its base step " + std::to_string(m.base_step) + " is not committed: " + sub.pending;
         return Status::Ok();
@@ -262,7 +274,7 @@ Status CommitAt(Store* store, uint64_t step, uint32_t count, int depth, CommitRe
                                                      std::to_string(m.base_step) + " " +
                                                      std::to_string(base.count));
     }
-    if (!all_anchors) m.anchor_step = base.anchor_step;
+    m.anchor_step = base.anchor_step;
   }
   m.shards = std::move(records);
   m.committed_at = Now();
@@ -315,10 +327,14 @@ Status Publish(Store* store, const PublishOptions& o, PublishReport* report) {
   r.shard = o.shard;
   r.count = o.count;
   r.file = fs::path(o.next).filename().string();
-  r.published_at = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  r.published_at = Now();
   std::error_code ec;
   r.file_size = fs::file_size(o.next, ec);
   if (ec) return Status(ErrorCode::kInvalidArgument, o.next + ": " + ec.message());
+  if (r.file.empty() || r.file[0] == '.' || r.file.size() > 255) {
+    return Status(ErrorCode::kInvalidArgument, o.next + ": a published file's name must not start with '.' "
+                                               "and must have at most 255 bytes");
+  }
 
   ShardRecord base;
   if (base_step != kNoStep) {
@@ -364,18 +380,40 @@ Status Publish(Store* store, const PublishOptions& o, PublishReport* report) {
   if (!s.ok()) return s;
   report->hash_seconds += Since(h);
 
+  // What pullers will check, checked before anything is uploaded.
+  const std::string record_json = RecordJson(r);
+  ShardRecord check;
+  s = ParseRecord(std::vector<uint8_t>(record_json.begin(), record_json.end()), "the record", &check);
+  if (!s.ok()) return Status(ErrorCode::kInvalidArgument, "cannot publish: " + s.message());
+  // Published before: the same contents make this a no-op, other contents a conflict,
+  // found before any upload.
+  const std::string record_key = ShardRecordKey(r.step, r.shard, r.count);
+  std::vector<uint8_t> existing_bytes;
+  s = store->Get(record_key, kMaxDocumentBytes, &existing_bytes, nullptr);
+  bool published = false;
+  if (s.ok()) {
+    ShardRecord existing;
+    s = ParseRecord(existing_bytes, store->url() + "/" + record_key, &existing);
+    if (!s.ok()) return s;
+    if (!SameContents(existing, r)) return Conflict(store, r);
+    published = true;
+  } else if (s.code() != ErrorCode::kNotFound) {
+    return s;
+  }
+
   const auto u = std::chrono::steady_clock::now();
   std::vector<Status> uploads(built.size());
-  ParallelFor(built.size(), built.size(), [&](size_t i, size_t) { uploads[i] = Upload(store, built[i]); });
-  for (const Status& up : uploads) {
-    if (!up.ok()) return up;
+  if (!published) {
+    ParallelFor(built.size(), built.size(), [&](size_t i, size_t) { uploads[i] = Upload(store, built[i]); });
+    for (const Status& up : uploads) {
+      if (!up.ok()) return up;
+    }
+    for (const Built& b : built) report->uploaded_bytes += b.ref.size;
+    s = PutRecord(store, r, record_json);
+    if (!s.ok()) return s;
+    report->uploaded_bytes += record_json.size();
+    report->uploaded_objects = built.size() + 1;
   }
-  for (const Built& b : built) report->uploaded_bytes += b.ref.size;
-  s = PutRecord(store, r);
-  if (!s.ok()) return s;
-  const std::string record_json = RecordJson(r);
-  report->uploaded_bytes += record_json.size();
-  report->uploaded_objects = built.size() + 1;
   report->upload_seconds = Since(u);
 
   const auto c = std::chrono::steady_clock::now();

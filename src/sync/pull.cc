@@ -73,7 +73,7 @@ struct Route {
 // Walks the chain back from the target and picks the cheaper of: DIR's step and the
 // deltas after it, or the target's anchor and the deltas after it.
 Status PlanRoute(Store* store, const DirState* state, Hop target, Route* route, PullReport* report) {
-  const uint64_t S = state != nullptr ? state->step : kNoStep;
+  const uint64_t S = state != nullptr ? state->step : kNoStep;  // stays set for the cost below
   const uint64_t A = target.m.anchor_step;
   std::vector<Hop> back = {std::move(target)};
   bool chain_ok = false;
@@ -85,7 +85,8 @@ Status PlanRoute(Store* store, const DirState* state, Hop target, Route* route, 
     if (cur.step == A) anchor_index = i;
     if (state != nullptr && cur.step == S) {
       chain_ok = back[i].manifest_xxh3 == state->manifest_xxh3 && cur.count == state->shards.size();
-      break;
+      if (chain_ok) break;
+      state = nullptr;  // DIR's step is another store's: only the anchor route is left
     }
     if (cur.base_step == kNoStep) break;
     if (cur.step <= A) {
@@ -494,15 +495,26 @@ struct Fetched {
   Reader reader;     // partial pulls: over the fetched ranges
 };
 
+// A shard's container holds one file (the "file" layout, Part 3).
+Status CheckLayout(const Reader& reader, const std::string& name) {
+  if (reader.manifest().directory || reader.manifest().files.size() != 1) {
+    return Status(ErrorCode::kCorruptHeader, name + " is not the container of one shard file");
+  }
+  return Status::Ok();
+}
+
 Status VerifyObject(const Fetched& f, Store* store) {
   std::unique_ptr<container::MappedFile> file;
   Status s = container::MappedFile::Open(f.path, &file);
   if (!s.ok()) return s;
+  const std::string name = store->url() + "/" + f.ref.key;
   if (file->size() != f.ref.size || container::Hash(file->data(), file->size()) != f.ref.xxh3) {
-    return Status(ErrorCode::kCorruptChunk, store->url() + "/" + f.ref.key +
-                                                " does not match its step's manifest (corrupt or truncated)");
+    return Status(ErrorCode::kCorruptChunk, name + " does not match its step's manifest (corrupt or truncated)");
   }
-  return Status::Ok();
+  Reader reader;
+  s = Reader::Open(std::move(file), &reader);
+  if (s.ok()) s = CheckLayout(reader, name);
+  return s.ok() ? s : Status(s.code(), name + ": " + s.message());
 }
 
 Status FetchWhole(Store* store, const PullOptions& o, std::vector<Fetched>* fetched, PullReport* report) {
@@ -554,6 +566,7 @@ Status FetchPartial(Store* store, const PullOptions& o, Select* select, std::vec
       source->Add(0, std::move(head));
       sources[i] = source.get();
       s = Reader::Open(std::move(source), &f.reader);
+      if (s.ok()) s = CheckLayout(f.reader, store->url() + "/" + f.ref.key);
       if (!s.ok()) s = Status(s.code(), store->url() + "/" + f.ref.key + ": " + s.message());
     }
     {
@@ -617,6 +630,9 @@ class Stage {
     return Status::Ok();
   }
   std::string Path(const std::string& name) const { return (fs::path(path_) / name).string(); }
+  // From now on the commit journal owns the stage (recovery renames out of it): the stage
+  // is left for RunJournal to remove.
+  void HandOver() { path_.clear(); }
   // Relative to DIR, for the journal.
   static std::string Relative(const std::string& name) { return std::string(kStateDir) + "/stage/" + name; }
 
@@ -766,6 +782,10 @@ Status BuildJournal(Store* store, const std::string& dir, const DirState* old, c
       struct stat st;
       const std::string staged = stage.Path(r.file);
       if (::stat(staged.c_str(), &st) != 0) return Status(ErrorCode::kInternal, staged + " is missing");
+      if (static_cast<uint64_t>(st.st_size) != r.file_size) {
+        return Status(ErrorCode::kCorruptHeader, "step " + std::to_string(final_hop.m.step) + " shard " +
+                                                     std::to_string(k) + ": the manifest's file size is not the result's");
+      }
       shard.file.size = static_cast<uint64_t>(st.st_size);
       shard.file.mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
     }
@@ -783,6 +803,14 @@ Status BuildJournal(Store* store, const std::string& dir, const DirState* old, c
     }
   }
   return Status::Ok();
+}
+
+Status PullLocked(Store* store, const std::string& dir, const PullOptions& o, bool avoid_dir, PullReport* report);
+
+// Pulls again by an anchor route; the report counts that pull alone.
+Status Retry(Store* store, const std::string& dir, const PullOptions& o, PullReport* report) {
+  *report = PullReport();
+  return PullLocked(store, dir, o, true, report);
 }
 
 // `avoid_dir`: route from an anchor even where DIR's step is on the chain (a retry after
@@ -803,18 +831,18 @@ Status PullLocked(Store* store, const std::string& dir, const PullOptions& o, bo
   }
   if (o.row_begin > o.row_end) return Status(ErrorCode::kInvalidArgument, "--rows A:B needs A <= B");
 
+  // A commit a crash interrupted is finished first (a reset drops one it cannot finish).
   Status s = RecoverJournal(dir);
-  if (!s.ok()) return s;
+  if (!s.ok() && o.reset) s = DropJournal(dir);
+  if (!s.ok()) return Status(s.code(), s.message() + " (pull --reset rebuilds the directory from an anchor)");
   DirState state;
   bool have_state = false;
-  if (!o.reset) {
-    s = ReadState(dir, &state);
-    if (s.ok()) {
-      have_state = true;
-      report->from_step = state.step;
-    } else if (s.code() != ErrorCode::kNotFound) {
-      return Status(s.code(), s.message() + " (pull --reset rebuilds it from an anchor)");
-    }
+  s = ReadState(dir, &state);
+  if (s.ok()) {
+    have_state = true;
+    report->from_step = state.step;
+  } else if (s.code() != ErrorCode::kNotFound && !o.reset) {
+    return Status(s.code(), s.message() + " (pull --reset rebuilds it from an anchor)");
   }
 
   // The target step.
@@ -823,6 +851,9 @@ Status PullLocked(Store* store, const std::string& dir, const PullOptions& o, bo
     s = ReadLatest(store, &step, nullptr);
     report->requests += 1;
     if (!s.ok()) return s;
+    const uint64_t named = step;
+    step = ProbeLater(store, step);
+    report->requests += step - named + 1;
   }
   Hop target;
   std::vector<uint8_t> bytes;
@@ -841,7 +872,7 @@ Status PullLocked(Store* store, const std::string& dir, const PullOptions& o, bo
   report->committed_at = target.m.committed_at;
 
   // DIR's own files must be what it records before anything is applied onto them.
-  if (have_state) {
+  if (have_state && !o.reset) {
     const auto verify = Clock::now();
     s = CheckDirectory(dir, &state);
     report->verify_seconds += Since(verify);
@@ -855,7 +886,7 @@ Status PullLocked(Store* store, const std::string& dir, const PullOptions& o, bo
     }
   }
   Route route;
-  const bool usable = have_state && state.selection == select.sel && !avoid_dir;
+  const bool usable = have_state && !o.reset && state.selection == select.sel && !avoid_dir;
   s = PlanRoute(store, usable ? &state : nullptr, std::move(target), &route, report);
   if (!s.ok()) return s;
   report->route = route.name;
@@ -880,7 +911,7 @@ Status PullLocked(Store* store, const std::string& dir, const PullOptions& o, bo
     }
   }
   s = partial ? FetchPartial(store, o, &select, &fetched, report) : FetchWhole(store, o, &fetched, report);
-  if (s.code() == ErrorCode::kNotFound && route.from_dir && !avoid_dir) return PullLocked(store, dir, o, true, report);
+  if (s.code() == ErrorCode::kNotFound && route.from_dir && !avoid_dir) return Retry(store, dir, o, report);
   if (!s.ok()) return s;
   if (o.hook) {
     s = o.hook("fetched");
@@ -895,7 +926,7 @@ Status PullLocked(Store* store, const std::string& dir, const PullOptions& o, bo
   }
   s = ApplyRoute(route, select, fetched, object_of, stage, o, &current, report);
   if (!s.ok() && partial && route.from_dir && !avoid_dir && s.code() == ErrorCode::kChecksumMismatch) {
-    return PullLocked(store, dir, o, true, report);  // DIR's rows lack what this selection now needs
+    return Retry(store, dir, o, report);  // DIR's rows lack what this selection now needs
   }
   if (!s.ok()) return s;
   if (!partial) {
@@ -914,6 +945,7 @@ Status PullLocked(Store* store, const std::string& dir, const PullOptions& o, bo
     if (!s.ok()) return s;
   }
   const auto commit = Clock::now();
+  stage.HandOver();
   s = Commit(dir, journal, o.after_move);
   if (!s.ok()) return s;
   report->commit_seconds = Since(commit);

@@ -177,7 +177,11 @@ class DirectoryStore : public Store {
          it.increment(ec)) {
       if (!it->is_regular_file(ec)) continue;
       const std::string key = fs::relative(it->path(), root_, ec).generic_string();
-      if (!ValidKey(key) || key.compare(0, prefix.size(), prefix) != 0) continue;  // temporaries
+      // Writes in flight are hidden files (".NAME.tmp-..."), not objects.
+      if (!ValidKey(key) || it->path().filename().string()[0] == '.' ||
+          key.compare(0, prefix.size(), prefix) != 0) {
+        continue;
+      }
       struct stat st;
       if (stat(it->path().c_str(), &st) != 0) continue;  // deleted meanwhile
       objects->push_back({key, static_cast<uint64_t>(st.st_size), StatTag(st)});

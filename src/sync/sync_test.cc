@@ -280,11 +280,24 @@ TEST_CASE("sync: publishing checks its base and is idempotent") {
     CHECK(r.record.delta.present());
     CHECK(!r.record.anchor.present());
     REQUIRE(Publish(store, Shard(run, 1, 0, true), &r).ok());
-    // Other contents for a published step: refused.
+    // Other contents for a published step: refused before anything is uploaded.
+    std::vector<ObjectInfo> before, after;
+    REQUIRE(store->List("", &before).ok());
     PublishOptions other = Shard(run, 1, 0, true);
     other.next = run.Path(2, 0);
     s = Publish(store, other, &r);
     CHECK(s.code() == ErrorCode::kAlreadyExists);
+    other = Shard(run, 1, 0, true);
+    other.run.effort = 3;  // other bytes for the same file
+    CHECK(Publish(store, other, &r).code() == ErrorCode::kAlreadyExists);
+    REQUIRE(store->List("", &after).ok());
+    CHECK(after.size() == before.size());
+    // A file name a region could not hold.
+    const std::string hidden = tmp / (".hidden-" + b.name + ".safetensors");
+    fs::copy_file(run.Path(2, 0), hidden);
+    other = Shard(run, 2, 0, true);
+    other.next = hidden;
+    CHECK(Publish(store, other, &r).code() == ErrorCode::kInvalidArgument);
     // Bad arguments.
     PublishOptions bad = Shard(run, 0, 0, true);
     CHECK(Publish(store, bad, &r).code() == ErrorCode::kInvalidArgument);
@@ -294,6 +307,38 @@ TEST_CASE("sync: publishing checks its base and is idempotent") {
     uint64_t latest = 0;
     REQUIRE(ReadLatest(store, &latest, nullptr).ok());
     CHECK(latest == 1);
+  }
+}
+
+TEST_CASE("sync: a region moves to another store's run: its step there is another step") {
+  TempDir tmp;
+  for (Backend& b : test::Backends(tmp, "move")) {
+    INFO("store ", b.name);
+    // Two stores (two prefixes) of runs with the same step numbers but other weights.
+    std::unique_ptr<Store> other;
+    if (b.name == "directory") fs::create_directories(b.url + "-other");
+    REQUIRE(OpenStore(b.url + "-other", test::FastRetries(), &other).ok());
+    TrainerRun first(tmp / ("first-" + b.name), {{{"w", {512, 64}}}}, 0.01, 1);
+    TrainerRun second(tmp / ("second-" + b.name), {{{"w", {512, 64}}}}, 0.01, 2);
+    for (uint64_t step = 0; step <= 4; ++step) {
+      if (step > 0) {
+        first.Advance();
+        second.Advance();
+      }
+      first.Write(step);
+      second.Write(step);
+      PublishStep(b.store.get(), first, step);
+      PublishStep(other.get(), second, step);
+    }
+    const std::string dir = tmp / ("region-" + b.name);
+    PullReport r;
+    REQUIRE(PullStep(b.store.get(), dir, 2, &r).ok());
+    REQUIRE(PullStep(other.get(), dir, 2, &r).ok());
+    CHECK(r.route == "anchor 0 -> 2");
+    CheckHolds(dir, second, 2);
+    REQUIRE(PullStep(other.get(), dir, 4, &r).ok());
+    CHECK(r.route == "chain 2 -> 4");
+    CheckHolds(dir, second, 4);
   }
 }
 

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "src/checkpoint/strict_json.h"
 #include "src/codec_internal.h"
 #include "src/safetensors.h"
 #include "src/xxh3.h"
@@ -48,45 +49,13 @@ Status Corrupt(const std::string& what) {
   return Status(ErrorCode::kCorruptHeader, "delta manifest: " + what);
 }
 
-// Thrown only inside manifest parsing and turned into a Status at its boundary.
-struct ManifestError {
-  std::string what;
-};
-[[noreturn]] void Fail(const std::string& what) { throw ManifestError{what}; }
+using strict_json::Fail;
+using strict_json::Field;
+using strict_json::Hex;
+using strict_json::Str;
+using strict_json::U64;
+const auto& CheckKeys = strict_json::CheckFields;
 
-void CheckKeys(const Json& object, const std::set<std::string>& allowed, const std::string& where) {
-  if (!object.is_object()) Fail(where + " is not an object");
-  for (auto it = object.begin(); it != object.end(); ++it) {
-    // Unknown fields are rejected like reserved bits: a newer writer must bump the version.
-    if (allowed.count(it.key()) == 0) Fail(where + " has unknown field '" + it.key() + "'");
-  }
-}
-const Json& Field(const Json& object, const char* key, const std::string& where) {
-  const auto it = object.find(key);
-  if (it == object.end()) Fail(where + " lacks '" + key + "'");
-  return *it;
-}
-uint64_t U64(const Json& value, const std::string& where) {
-  if (!value.is_number_unsigned()) Fail(where + " is not an unsigned integer");
-  return value.get<uint64_t>();
-}
-std::string Str(const Json& value, const std::string& where) {
-  if (!value.is_string()) Fail(where + " is not a string");
-  return value.get<std::string>();
-}
-uint64_t Hex(const Json& value, const std::string& where) {
-  const std::string s = Str(value, where);
-  if (s.size() != 16) Fail(where + " is not 16 hex digits");
-  uint64_t v = 0;
-  for (char c : s) {
-    int d;
-    if (c >= '0' && c <= '9') d = c - '0';
-    else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
-    else Fail(where + " is not 16 lowercase hex digits");
-    v = (v << 4) | static_cast<uint64_t>(d);
-  }
-  return v;
-}
 uint64_t CheckedMul(uint64_t a, uint64_t b, const std::string& where) {
   if (a != 0 && b > UINT64_MAX / a) Fail(where + " overflows");
   return a * b;
@@ -575,7 +544,7 @@ Status Reader::Open(std::unique_ptr<ByteSource> source, Reader* reader) {
   if (root.is_discarded()) return Corrupt("not valid JSON");
   try {
     reader->manifest_ = ManifestFromJson(root, data_size, version);
-  } catch (const ManifestError& e) {
+  } catch (const strict_json::Error& e) {
     return Corrupt(e.what);
   } catch (const std::exception& e) {  // nlohmann type errors, allocation
     return Corrupt(e.what());

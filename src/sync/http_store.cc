@@ -403,12 +403,6 @@ class CurlStore : public Store {
     return Status::Ok();
   }
 
-  Status Get(const std::string& key, uint64_t max_size, std::vector<uint8_t>* data,
-             ObjectInfo* info) override {
-    bool changed = true;
-    return GetIfChanged(key, "", max_size, data, info, &changed);
-  }
-
   Status GetIfChanged(const std::string& key, const std::string& etag, uint64_t max_size,
                       std::vector<uint8_t>* data, ObjectInfo* info, bool* changed) override {
     Status s = Check(key);

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "src/checkpoint/container.h"
+#include "src/checkpoint/strict_json.h"
 
 namespace arc_v3 {
 namespace sync {
@@ -15,27 +16,13 @@ namespace {
 using Json = nlohmann::json;
 using OrderedJson = nlohmann::ordered_json;
 
-// Thrown only inside parsing, turned into a Status at its boundary.
-struct DocumentError {
-  std::string what;
-};
-[[noreturn]] void Fail(const std::string& what) { throw DocumentError{what}; }
+using strict_json::CheckFields;
+using strict_json::Fail;
+using strict_json::Field;
+using strict_json::Hex;
+using strict_json::Str;
+using strict_json::U64;
 
-void CheckFields(const Json& object, const std::set<std::string>& allowed, const std::string& where) {
-  if (!object.is_object()) Fail(where + " is not an object");
-  for (auto it = object.begin(); it != object.end(); ++it) {
-    if (allowed.count(it.key()) == 0) Fail(where + " has unknown field '" + it.key() + "'");
-  }
-}
-const Json& Field(const Json& object, const char* key, const std::string& where) {
-  const auto it = object.find(key);
-  if (it == object.end()) Fail(where + " lacks '" + key + "'");
-  return *it;
-}
-uint64_t U64(const Json& value, const std::string& where) {
-  if (!value.is_number_unsigned()) Fail(where + " is not an unsigned integer");
-  return value.get<uint64_t>();
-}
 uint64_t Step(const Json& value, const std::string& where) {
   const uint64_t step = U64(value, where);
   if (step > kMaxStep) Fail(where + " is above " + std::to_string(kMaxStep));
@@ -48,22 +35,6 @@ double Time(const Json& value, const std::string& where) {
   if (!value.is_number() || value.get<double>() < 0) Fail(where + " is not a time");
   return value.get<double>();
 }
-std::string Str(const Json& value, const std::string& where) {
-  if (!value.is_string()) Fail(where + " is not a string");
-  return value.get<std::string>();
-}
-uint64_t Hex(const Json& value, const std::string& where) {
-  const std::string s = Str(value, where);
-  if (s.size() != 16) Fail(where + " is not 16 hex digits");
-  uint64_t v = 0;
-  for (char c : s) {
-    const int d = (c >= '0' && c <= '9') ? c - '0' : (c >= 'a' && c <= 'f') ? c - 'a' + 10 : -1;
-    if (d < 0) Fail(where + " is not 16 lowercase hex digits");
-    v = (v << 4) | static_cast<uint64_t>(d);
-  }
-  return v;
-}
-
 bool PlainFileName(const std::string& name) {
   return !name.empty() && name.size() <= 255 && name != "." && name != ".." &&
          name.find('/') == std::string::npos && name.find('\0') == std::string::npos &&
@@ -165,7 +136,7 @@ Status ParseDocument(const std::vector<uint8_t>& bytes, const std::string& where
     const Json doc = Json::parse(bytes.begin(), bytes.end());
     parse(doc);
     return Status::Ok();
-  } catch (const DocumentError& e) {
+  } catch (const strict_json::Error& e) {
     return Status(ErrorCode::kCorruptHeader, e.what);
   } catch (const Status& s) {
     return s;

@@ -62,8 +62,10 @@ class Store {
   virtual Status Head(const std::string& key, ObjectInfo* info) = 0;
   // The whole object; `info` may be null. An object over `max_size` bytes fails with
   // kCorruptHeader before more than max_size bytes are held.
-  virtual Status Get(const std::string& key, uint64_t max_size, std::vector<uint8_t>* data,
-                     ObjectInfo* info) = 0;
+  Status Get(const std::string& key, uint64_t max_size, std::vector<uint8_t>* data, ObjectInfo* info) {
+    bool changed = true;
+    return GetIfChanged(key, "", max_size, data, info, &changed);
+  }
   // Get unless the object's etag still is `etag`: then *changed is false and `data` and
   // `info` are left alone. A conditional request where the store has one.
   virtual Status GetIfChanged(const std::string& key, const std::string& etag, uint64_t max_size,

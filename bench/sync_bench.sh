@@ -101,7 +101,8 @@ done
 commit=$(git rev-parse --short HEAD)
 {
   echo "# bench/sync_bench.sh --params $params --density $regime --repeats $repeats $sync_flag"
-  echo "# commit $commit, $(date -u +%Y-%m-%d), $(nproc) cores, $(uname -m); loopback; fsync ${sync_flag:+off}${sync_flag:-on}"
+  echo "# commit $commit, $(date -u +%Y-%m-%d), $(nproc) cores, $(uname -m), $(df -T "$work" | awk 'NR==2 {print $2}'); loopback; fsync $([ -n "$sync_flag" ] && echo off || echo on)"
+  echo "# pull and apply: medians of $repeats runs each, alternating, 'sync' before each"
   echo "checkpoint $checkpoint B; delta files (arc_v3 diff): step 1 $delta1 B, step 2 $delta2 B"
   echo
   printf '%-10s %14s %14s %14s %10s %10s %10s %10s %10s\n' store "up step1 B" "up step2 B" "down step1 B" \

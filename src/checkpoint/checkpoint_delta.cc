@@ -47,7 +47,8 @@ void Prefault(const uint8_t* data, uint64_t size) {
 }
 
 // Drops the pages of a mapped input range that has been used from this process's page
-// tables (they stay in the page cache), so that resident memory stays about the pieces in
+// tables (they stay in the page cache; never call it on anonymous memory, whose contents
+// it would discard), so that resident memory stays about the pieces in
 // flight rather than growing to the whole checkpoint. Only pages wholly inside the range
 // are released: a page shared with a neighbouring piece would merely fault in again.
 void Release(const uint8_t* data, uint64_t size) {
@@ -231,14 +232,13 @@ Status WrongBase(const std::string& what) {
 
 // The base data of one delta tensor, which must have the dtype and shape it expects.
 Status FindBaseTensor(const Checkpoint& base, const TensorEntry& t, const uint8_t** data) {
-  const safetensors::File* file = nullptr;
-  const safetensors::TensorInfo* info = base.Find(t.name, &file);
-  if (info == nullptr) return WrongBase("tensor '" + t.name + "' is missing from " + base.path());
-  if (info->dtype != t.dtype || info->shape != t.shape) {
-    return WrongBase("tensor '" + t.name + "' is " + info->dtype + " " + Shape(info->shape) +
+  const TensorView* view = base.Find(t.name);
+  if (view == nullptr) return WrongBase("tensor '" + t.name + "' is missing from " + base.path());
+  if (view->dtype != t.dtype || view->shape != t.shape) {
+    return WrongBase("tensor '" + t.name + "' is " + view->dtype + " " + Shape(view->shape) +
                      " in the base, the delta expects " + t.dtype + " " + Shape(t.shape));
   }
-  *data = file->data(*info);
+  *data = view->data;
   return Status::Ok();
 }
 
@@ -365,7 +365,7 @@ Status ApplyGroup(const Checkpoint& base, const Reader& reader, const FileEntry&
   const uint8_t* stored = nullptr;
   s = reader.ReadGroup(g, &scratch, &stored);
   if (s.ok()) s = DecodeGroup(g, stored, base_data, bytes, decoded);
-  for (size_t k = 0; k < base_data.size(); ++k) Release(base_data[k], bytes[k]);
+  for (size_t k = 0; k < base_data.size() && base.mapped(); ++k) Release(base_data[k], bytes[k]);
   if (!s.ok()) {
     return Status(s.code(), "group of tensor '" + f.tensors[g.members[0]].name + "': " + s.message());
   }
@@ -378,6 +378,18 @@ uint64_t TensorChecksum(const TensorEntry& t, const uint8_t* data) {
     hashes.push_back(Hash(data + p.row_begin * t.row_bytes(), PieceBytes(t, p)));
   }
   return CombineHashes(hashes);
+}
+
+Status Checkpoint::Add(FileView file) {
+  for (size_t i = 0; i < file.tensors.size(); ++i) {
+    const std::string& name = file.tensors[i].name;
+    if (by_name_.count(name) != 0) {
+      return Status(ErrorCode::kInvalidArgument, path_ + ": tensor '" + name + "' is in two files");
+    }
+    by_name_[name] = {files_.size(), i};
+  }
+  files_.push_back(std::move(file));
+  return Status::Ok();
 }
 
 Status Checkpoint::Open(const std::string& path, Checkpoint* checkpoint) {
@@ -400,72 +412,116 @@ Status Checkpoint::Open(const std::string& path, Checkpoint* checkpoint) {
     safetensors::File file;
     s = safetensors::File::Open(p, &file);
     if (!s.ok()) return Status(ErrorCode::kInvalidArgument, s.message());
-    for (size_t i = 0; i < file.tensors().size(); ++i) {
-      const std::string& name = file.tensors()[i].name;
-      if (result.by_name_.count(name) != 0) {
-        return Status(ErrorCode::kInvalidArgument, path + ": tensor '" + name + "' is in two shards");
-      }
-      result.by_name_[name] = {result.files_.size(), i};
+    FileView view;
+    view.name = BaseName(p);
+    view.header = file.raw();
+    view.data_start = file.data_start();
+    view.size = file.file_size();
+    view.raw = file.raw();
+    for (const safetensors::TensorInfo& info : file.tensors()) {
+      view.tensors.push_back({info.name, info.dtype, info.shape, file.data(info), info.size(), info.begin});
     }
-    result.files_.push_back(std::move(file));
+    result.mapped_.push_back(std::move(file));  // the mapping does not move
+    s = result.Add(std::move(view));
+    if (!s.ok()) return s;
   }
   *checkpoint = std::move(result);
   return Status::Ok();
 }
 
-const safetensors::TensorInfo* Checkpoint::Find(const std::string& name,
-                                                const safetensors::File** file) const {
-  const auto it = by_name_.find(name);
-  if (it == by_name_.end()) return nullptr;
-  *file = &files_[it->second.first];
-  return &files_[it->second.first].tensors()[it->second.second];
+Status Checkpoint::FromMemory(const std::string& file_name, std::vector<TensorView> tensors,
+                              Checkpoint* checkpoint) {
+  Checkpoint result;
+  result.path_ = "memory:" + file_name;
+  std::vector<safetensors::TensorInfo> infos;
+  for (const TensorView& t : tensors) {
+    const size_t element = safetensors::DTypeSize(t.dtype);
+    if (element == 0) return Status(ErrorCode::kInvalidArgument, "tensor '" + t.name + "': unknown dtype '" + t.dtype + "'");
+    uint64_t bytes = element;
+    for (uint64_t d : t.shape) {
+      if (d != 0 && bytes > UINT64_MAX / d) return Status(ErrorCode::kInvalidArgument, "tensor '" + t.name + "' is too big");
+      bytes *= d;
+    }
+    if (t.bytes != 0 && t.bytes != bytes) {
+      return Status(ErrorCode::kInvalidArgument, "tensor '" + t.name + "' has " + std::to_string(t.bytes) +
+                                                     " bytes, its dtype and shape " + std::to_string(bytes));
+    }
+    if (t.data == nullptr && bytes != 0) return Status(ErrorCode::kInvalidArgument, "tensor '" + t.name + "' has no data");
+    safetensors::TensorInfo info;
+    info.name = t.name;
+    info.dtype = t.dtype;
+    info.shape = t.shape;
+    info.end = bytes;
+    infos.push_back(info);
+  }
+  result.headers_.push_back(safetensors::BuildHeader(&infos, {}));
+  const std::vector<uint8_t>& header = result.headers_.back();
+  FileView view;
+  view.name = file_name;
+  view.header = header.data();
+  view.data_start = header.size();
+  view.size = header.size();
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    tensors[i].bytes = infos[i].size();
+    tensors[i].offset = infos[i].begin;
+    view.size += infos[i].size();
+  }
+  view.tensors = std::move(tensors);
+  Status s = result.Add(std::move(view));
+  if (!s.ok()) return s;
+  *checkpoint = std::move(result);
+  return Status::Ok();
 }
 
-Status Diff(const std::string& prev_path, const std::string& next_path, const std::string& delta_path,
-            const RunOptions& options, RunReport* report) {
-  Checkpoint prev, next;
-  Status s = Checkpoint::Open(prev_path, &prev);
-  if (!s.ok()) return s;
-  s = Checkpoint::Open(next_path, &next);
-  if (!s.ok()) return s;
-  if (!prev_path.empty() && prev.directory() != next.directory()) {
+const TensorView* Checkpoint::Find(const std::string& name, const FileView** file) const {
+  const auto it = by_name_.find(name);
+  if (it == by_name_.end()) return nullptr;
+  if (file != nullptr) *file = &files_[it->second.first];
+  return &files_[it->second.first].tensors[it->second.second];
+}
+
+namespace {
+
+// Codes every piece of `next` against `prev` (see Diff): the container's header and
+// manifest in `head`, the pieces' stored bytes in `outputs`, in data-section order.
+Status Encode(const Checkpoint& prev, const Checkpoint& next, const RunOptions& options,
+              std::vector<uint8_t>* head, std::vector<std::vector<uint8_t>>* outputs, RunReport* report) {
+  if (!prev.empty() && prev.directory() != next.directory()) {
     return Status(ErrorCode::kInvalidArgument, "PREV and NEXT must both be files or both directories");
   }
   Manifest m;
   m.directory = next.directory();
-  std::vector<std::unique_ptr<MappedFile>> raw_files;  // the target files' raw bytes
+  std::vector<const uint8_t*> raw;  // per output file: the bytes its header piece holds
+  std::vector<const FileView*> views;
   std::set<std::string> next_names, next_tensors;
-  for (const safetensors::File& file : next.files()) {
-    std::unique_ptr<MappedFile> raw;
-    s = MappedFile::Open(file.path(), &raw);
-    if (!s.ok()) return s;
+  for (const FileView& file : next.files()) {
     FileEntry f;
-    f.name = BaseName(file.path());
+    f.name = file.name;
     next_names.insert(f.name);
-    f.size = raw->size();
-    uint64_t header_len = 0;
-    for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | raw->data()[i];
-    f.data_start = 8 + header_len;
+    f.size = file.size;
+    f.data_start = file.data_start;
     f.header.row_end = f.data_start;
     // Data-section bytes outside every tensor (alignment padding, if any) travel as fills.
     uint64_t at = f.data_start;
-    for (const safetensors::TensorInfo& info : file.tensors()) {
-      if (f.data_start + info.begin > at) f.fills.emplace_back(at, f.data_start + info.begin - at);
-      at = std::max(at, f.data_start + info.end);
+    for (const TensorView& t : file.tensors) {
+      if (f.data_start + t.offset > at) f.fills.emplace_back(at, f.data_start + t.offset - at);
+      at = std::max(at, f.data_start + t.offset + t.bytes);
     }
     if (f.size > at) f.fills.emplace_back(at, f.size - at);
+    if (!f.fills.empty() && file.raw == nullptr) {
+      return Status(ErrorCode::kInternal, file.name + ": gaps between tensors of a file in memory");
+    }
     uint64_t fill_total = 0;
     for (const auto& r : f.fills) fill_total += r.second;
     f.fill.row_end = fill_total;
-    for (const safetensors::TensorInfo& info : file.tensors()) {
+    for (const TensorView& info : file.tensors) {
       TensorEntry t;
       t.name = info.name;
       t.dtype = info.dtype;
       t.shape = info.shape;
-      t.data_offset = info.begin;
+      t.data_offset = info.offset;
       next_tensors.insert(t.name);
-      const safetensors::File* base_file = nullptr;
-      const safetensors::TensorInfo* base = prev.Find(t.name, &base_file);
+      const TensorView* base = prev.Find(t.name);
       t.kind = base == nullptr ? TensorKind::kAdded
                : (base->dtype != t.dtype || base->shape != t.shape) ? TensorKind::kReshaped
                                                                      : TensorKind::kDelta;
@@ -473,41 +529,38 @@ Status Diff(const std::string& prev_path, const std::string& next_path, const st
       f.tensors.push_back(std::move(t));
     }
     if (options.group && options.format == Format::kDefault) {
-      const uint8_t* target_data = raw->data() + f.data_start;
       AssignGroups(&f, [&](const TensorEntry& t) {
-        const safetensors::File* base_file = nullptr;
-        const safetensors::TensorInfo* base = prev.Find(t.name, &base_file);
-        const uint8_t* base_bytes = base_file->data(*base);
-        const uint8_t* target_bytes = target_data + t.data_offset;
-        const bool worth = WorthGrouping(base_bytes, target_bytes, t.bytes());
+        const TensorView* base = prev.Find(t.name);
+        const uint8_t* target = next.Find(t.name)->data;
+        const bool worth = WorthGrouping(base->data, target, t.bytes());
         // Read again when coded: until then they need not stay resident.
-        Release(base_bytes, t.bytes());
-        Release(target_bytes, t.bytes());
+        if (prev.mapped()) Release(base->data, t.bytes());
+        if (next.mapped()) Release(target, t.bytes());
         return worth;
       });
     }
     m.files.push_back(std::move(f));
-    raw_files.push_back(std::move(raw));
+    raw.push_back(file.header);
+    views.push_back(&file);
   }
+  std::unique_ptr<MappedFile> index;
   if (m.directory && !next.index_path().empty()) {
-    std::unique_ptr<MappedFile> raw;
-    s = MappedFile::Open(next.index_path(), &raw);
+    Status s = MappedFile::Open(next.index_path(), &index);
     if (!s.ok()) return s;
-    if (raw->size() > 0) {
+    if (index->size() > 0) {
       FileEntry f;
       f.name = kIndexName;
       next_names.insert(f.name);
-      f.size = f.data_start = f.header.row_end = raw->size();
+      f.size = f.data_start = f.header.row_end = index->size();
       m.files.push_back(std::move(f));
-      raw_files.push_back(std::move(raw));
+      raw.push_back(index->data());
+      views.push_back(nullptr);
     }
   }
-  for (const safetensors::File& file : prev.files()) {
-    if (m.directory && next_names.count(BaseName(file.path())) == 0) {
-      m.removed_files.push_back(BaseName(file.path()));
-    }
-    for (const safetensors::TensorInfo& info : file.tensors()) {
-      if (next_tensors.count(info.name) == 0) m.removed_tensors.push_back(info.name);
+  for (const FileView& file : prev.files()) {
+    if (m.directory && next_names.count(file.name) == 0) m.removed_files.push_back(file.name);
+    for (const TensorView& t : file.tensors) {
+      if (next_tensors.count(t.name) == 0) m.removed_tensors.push_back(t.name);
     }
   }
   if (m.directory && !prev.index_path().empty() && next_names.count(kIndexName) == 0) {
@@ -527,17 +580,13 @@ Status Diff(const std::string& prev_path, const std::string& next_path, const st
     FileEntry* file = nullptr;  // with `group`, instead of base, target and piece
     Group* group = nullptr;
   };
-  const auto base_of = [&prev](const TensorEntry& t) {
-    const safetensors::File* base_file = nullptr;
-    const safetensors::TensorInfo* info = prev.Find(t.name, &base_file);
-    return base_file->data(*info);
-  };
+  const auto base_of = [&prev](const TensorEntry& t) { return prev.Find(t.name)->data; };
+  const auto target_of = [&next](const TensorEntry& t) { return next.Find(t.name)->data; };
   std::vector<EncodeTask> tasks;
   uint64_t total = 0;
   for (size_t fi = 0; fi < m.files.size(); ++fi) {
     FileEntry& f = m.files[fi];
-    const uint8_t* raw = raw_files[fi]->data();
-    tasks.push_back({nullptr, raw, f.data_start, 1, false, &f.header, false});
+    tasks.push_back({nullptr, raw[fi], f.data_start, 1, false, &f.header, false});
     for (size_t ti = 0; ti < f.tensors.size(); ++ti) {
       TensorEntry& t = f.tensors[ti];
       if (t.grouped()) {
@@ -549,7 +598,7 @@ Status Diff(const std::string& prev_path, const std::string& next_path, const st
         }
         continue;
       }
-      const uint8_t* target = raw + f.data_start + t.data_offset;
+      const uint8_t* target = target_of(t);
       const uint8_t* base = t.kind == TensorKind::kDelta ? base_of(t) : nullptr;
       for (Piece& p : t.pieces) {
         const uint64_t offset = p.row_begin * t.row_bytes();
@@ -566,39 +615,35 @@ Status Diff(const std::string& prev_path, const std::string& next_path, const st
     FileEntry& f = m.files[fi];
     if (f.fills.empty()) continue;
     for (const auto& r : f.fills) {
-      fill_bytes[fi].insert(fill_bytes[fi].end(), raw_files[fi]->data() + r.first,
-                            raw_files[fi]->data() + r.first + r.second);
+      fill_bytes[fi].insert(fill_bytes[fi].end(), views[fi]->raw + r.first, views[fi]->raw + r.first + r.second);
     }
     tasks.push_back({nullptr, fill_bytes[fi].data(), fill_bytes[fi].size(), 1, false, &f.fill, false});
   }
   if (options.progress_total != nullptr) *options.progress_total = total;
 
-  std::vector<std::vector<uint8_t>> outputs(tasks.size());
+  outputs->assign(tasks.size(), {});
   FirstError error;
   ParallelFor(tasks.size(), WorkerCount(options.threads, tasks.size()), [&](size_t i, size_t) {
     if (error.Skip(i)) return;
     const EncodeTask& task = tasks[i];
     if (task.group != nullptr) {
-      const FileEntry& f = *task.file;
-      const uint8_t* raw = raw_files[static_cast<size_t>(task.file - m.files.data())]->data();
       std::vector<const uint8_t*> base, target;
       std::vector<uint64_t> bytes, base_xxh3;
       for (size_t member : task.group->members) {
-        const TensorEntry& t = f.tensors[member];
+        const TensorEntry& t = task.file->tensors[member];
         base.push_back(base_of(t));
-        target.push_back(raw + f.data_start + t.data_offset);
+        target.push_back(target_of(t));
         bytes.push_back(t.bytes());
         Prefault(base.back(), bytes.back());
         Prefault(target.back(), bytes.back());
       }
-      error.Set(i, EncodeGroup(base, target, bytes, options.effort, task.group, &base_xxh3,
-                               &outputs[i]));
+      error.Set(i, EncodeGroup(base, target, bytes, options.effort, task.group, &base_xxh3, &(*outputs)[i]));
       for (size_t k = 0; k < base_xxh3.size(); ++k) {
         task.file->tensors[task.group->members[k]].base_xxh3 = base_xxh3[k];
       }
       for (size_t k = 0; k < base.size(); ++k) {
-        Release(base[k], bytes[k]);
-        Release(target[k], bytes[k]);
+        if (prev.mapped()) Release(base[k], bytes[k]);
+        if (next.mapped()) Release(target[k], bytes[k]);
       }
       if (options.progress_done != nullptr) *options.progress_done += task.bytes;
       if (options.hook) error.Set(i, options.hook("piece"));
@@ -607,10 +652,10 @@ Status Diff(const std::string& prev_path, const std::string& next_path, const st
     Prefault(task.base, task.bytes);
     Prefault(task.target, task.bytes);
     error.Set(i, EncodePiece(task.base, task.target, task.bytes, task.element_size, task.bf16,
-                             options.effort, task.piece, &outputs[i], options.format));
+                             options.effort, task.piece, &(*outputs)[i], options.format));
     if (task.tensor) {  // fills are copies, not mapped
-      Release(task.base, task.bytes);
-      Release(task.target, task.bytes);
+      if (prev.mapped()) Release(task.base, task.bytes);
+      if (next.mapped()) Release(task.target, task.bytes);
     }
     if (task.tensor && options.progress_done != nullptr) *options.progress_done += task.bytes;
     if (task.tensor && options.hook) error.Set(i, options.hook("piece"));
@@ -620,7 +665,7 @@ Status Diff(const std::string& prev_path, const std::string& next_path, const st
   uint64_t offset = 0;
   for (size_t i = 0; i < tasks.size(); ++i) {
     (tasks[i].group != nullptr ? tasks[i].group->offset : tasks[i].piece->offset) = offset;
-    offset += outputs[i].size();
+    offset += (*outputs)[i].size();
   }
   for (FileEntry& f : m.files) {
     for (TensorEntry& t : f.tensors) {
@@ -634,11 +679,31 @@ Status Diff(const std::string& prev_path, const std::string& next_path, const st
       t.target_xxh3 = CombineHashes(target_hashes);
     }
   }
-  const std::vector<uint8_t> head = SerializeHeaderAndManifest(m, offset);
+  *head = SerializeHeaderAndManifest(m, offset);
+  if (report != nullptr) {
+    report->files = m.files.size();
+    report->pieces = tasks.size();
+    report->tensors = next_tensors.size();
+    report->target_bytes = 0;
+    for (const FileEntry& f : m.files) report->target_bytes += f.size;
+    report->delta_bytes = head->size() + offset;
+  }
+  return Status::Ok();
+}
 
+}  // namespace
+
+Status Diff(const Checkpoint& prev, const Checkpoint& next, const std::string& delta_path,
+            const RunOptions& options, RunReport* report) {
+  std::vector<uint8_t> head;
+  std::vector<std::vector<uint8_t>> outputs;
+  Status s = Encode(prev, next, options, &head, &outputs, report);
+  if (!s.ok()) return s;
+  uint64_t size = head.size();
+  for (const auto& o : outputs) size += o.size();
   AsideFiles out;
   size_t index = 0;
-  s = out.Create(fs::absolute(delta_path).string(), head.size() + offset, &index);
+  s = out.Create(fs::absolute(delta_path).string(), size, &index);
   if (!s.ok()) return s;
   s = WriteAll(out.fd(index), head.data(), head.size(), 0, out.temp(index));
   uint64_t at = head.size();
@@ -649,16 +714,29 @@ Status Diff(const std::string& prev_path, const std::string& next_path, const st
   if (s.ok()) s = out.SyncAndClose(options.sync);
   if (s.ok()) s = out.Commit(options.sync);
   if (!s.ok()) return s;
-  if (report != nullptr) {
-    report->files = m.files.size();
-    report->pieces = tasks.size();
-    report->tensors = next_tensors.size();
-    report->target_bytes = 0;
-    for (const FileEntry& f : m.files) report->target_bytes += f.size;
-    report->delta_bytes = head.size() + offset;
-    report->written = {delta_path};
-  }
+  if (report != nullptr) report->written = {delta_path};
   return Status::Ok();
+}
+
+Status Diff(const Checkpoint& prev, const Checkpoint& next, const RunOptions& options,
+            std::vector<uint8_t>* delta, RunReport* report) {
+  std::vector<uint8_t> head;
+  std::vector<std::vector<uint8_t>> outputs;
+  Status s = Encode(prev, next, options, &head, &outputs, report);
+  if (!s.ok()) return s;
+  *delta = std::move(head);
+  for (const auto& o : outputs) delta->insert(delta->end(), o.begin(), o.end());
+  return Status::Ok();
+}
+
+Status Diff(const std::string& prev_path, const std::string& next_path, const std::string& delta_path,
+            const RunOptions& options, RunReport* report) {
+  Checkpoint prev, next;
+  Status s = Checkpoint::Open(prev_path, &prev);
+  if (!s.ok()) return s;
+  s = Checkpoint::Open(next_path, &next);
+  if (!s.ok()) return s;
+  return Diff(prev, next, delta_path, options, report);
 }
 
 Status Apply(const std::string& prev_path, const std::string& delta_path, const std::string& out_path,
@@ -787,7 +865,7 @@ Status Apply(const std::string& prev_path, const std::string& delta_path, const 
     decode_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(decoded - start).count();
     if (!st.ok()) return fail_checking_base(st);
     const uint64_t at = m.files[task.file].data_start + t.data_offset + p.row_begin * t.row_bytes();
-    Release(task.base, bytes);
+    if (base.mapped()) Release(task.base, bytes);
     st = WriteAll(out.fd(task.file), buffers[w].data(), bytes, at, out.temp(task.file));
     write_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - decoded).count();
     if (!st.ok()) return fail(st);
@@ -882,7 +960,7 @@ Status Verify(const std::string& prev_path, const std::string& delta_path, const
     }
     const uint64_t bytes = PieceBytes(*task.tensor, *task.piece);
     error.Set(i, CheckBaseRows(*task.tensor, *task.piece, task.base));
-    Release(task.base, bytes);
+    if (base.mapped()) Release(task.base, bytes);
     // The piece itself must be intact too, or apply would fail later.
     const uint8_t* stored = nullptr;
     const Status st = reader.ReadPiece(*task.piece, &scratch[w], &stored);

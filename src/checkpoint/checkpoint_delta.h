@@ -20,24 +20,59 @@
 namespace arc_v3 {
 namespace container {
 
-// A checkpoint opened for reading: one .safetensors file, or a directory of shards.
+// One tensor of a checkpoint, wherever its bytes are.
+struct TensorView {
+  std::string name;
+  std::string dtype;  // a safetensors dtype: "BF16", "F32", ...
+  std::vector<uint64_t> shape;
+  const uint8_t* data = nullptr;  // `bytes` bytes
+  uint64_t bytes = 0;
+  uint64_t offset = 0;  // within its file's data section
+};
+
+// One file of a checkpoint, as its safetensors layout: the header (the 8-byte length and
+// the JSON) in bytes [0, data_start), then the tensors at data_start + offset.
+struct FileView {
+  std::string name;  // a plain file name
+  const uint8_t* header = nullptr;
+  uint64_t data_start = 0, size = 0;
+  const uint8_t* raw = nullptr;  // the whole file where it is mapped (its gaps are kept)
+  std::vector<TensorView> tensors;  // by data offset
+};
+
+// A checkpoint opened for reading, as named tensors: one .safetensors file or a directory
+// of shards (memory-mapped), or tensors in the caller's memory (one file whose header is
+// the one safetensors::BuildHeader writes for them). Movable; the views stay valid.
 class Checkpoint {
  public:
   // Errors: kInvalidArgument (missing, unreadable or malformed files). An empty path
   // opens a checkpoint without tensors.
   static Status Open(const std::string& path, Checkpoint* checkpoint);
+  // `tensors` (name, dtype, shape, data; bytes, offset are set here) as one file named
+  // `file_name`, in this order. The memory must outlive the checkpoint. Errors:
+  // kInvalidArgument (unknown dtype, size not dtype x shape, a name twice).
+  static Status FromMemory(const std::string& file_name, std::vector<TensorView> tensors,
+                           Checkpoint* checkpoint);
   bool directory() const { return directory_; }
-  const std::string& path() const { return path_; }
-  const std::vector<safetensors::File>& files() const { return files_; }
-  // The tensor and the file holding it; nullptr if absent.
-  const safetensors::TensorInfo* Find(const std::string& name, const safetensors::File** file) const;
+  bool empty() const { return files_.empty(); }
+  // Whether the tensors are memory-mapped files: their pages may be let go once read
+  // (they come back from the page cache), never so caller memory.
+  bool mapped() const { return !mapped_.empty(); }
+  const std::string& path() const { return path_; }  // for messages
+  const std::vector<FileView>& files() const { return files_; }
+  // The tensor (and the file holding it); nullptr if absent.
+  const TensorView* Find(const std::string& name, const FileView** file = nullptr) const;
   // model.safetensors.index.json, if the directory has one ("" otherwise).
   const std::string& index_path() const { return index_path_; }
 
  private:
+  Status Add(FileView file);
+
   std::string path_;
   bool directory_ = false;
-  std::vector<safetensors::File> files_;
+  std::vector<safetensors::File> mapped_;      // what files_ points into
+  std::vector<std::vector<uint8_t>> headers_;  // synthesized headers of memory files
+  std::vector<FileView> files_;
   std::map<std::string, std::pair<size_t, size_t>> by_name_;  // -> (file, tensor)
   std::string index_path_;
 };
@@ -83,6 +118,11 @@ uint64_t TensorChecksum(const TensorEntry& t, const uint8_t* data);
 // An empty `prev` writes an anchor: every tensor carried whole, needing no base.
 Status Diff(const std::string& prev, const std::string& next, const std::string& delta_path,
             const RunOptions& options, RunReport* report);
+// The same from opened checkpoints (files or memory), to a file or into `delta`.
+Status Diff(const Checkpoint& prev, const Checkpoint& next, const std::string& delta_path,
+            const RunOptions& options, RunReport* report);
+Status Diff(const Checkpoint& prev, const Checkpoint& next, const RunOptions& options,
+            std::vector<uint8_t>* delta, RunReport* report);
 
 // Rebuilds the target of `delta_path` from `prev` into `out` (a file or a directory, as
 // the delta's layout says; `out` == `prev` applies in place; an empty `prev` applies an

@@ -425,6 +425,15 @@ Status MappedFile::Read(uint64_t offset, uint64_t size, std::vector<uint8_t>* /*
   return Status::Ok();
 }
 
+Status MemorySource::Read(uint64_t offset, uint64_t size, std::vector<uint8_t>* /*scratch*/,
+                          const uint8_t** data) const {
+  if (offset > bytes_.size() || size > bytes_.size() - offset) {
+    return Status(ErrorCode::kTruncated, "read past the end of the container");
+  }
+  *data = bytes_.data() + offset;
+  return Status::Ok();
+}
+
 std::vector<uint8_t> SerializeHeaderAndManifest(const Manifest& m, uint64_t data_size) {
   bool any_groups = false;
   for (const FileEntry& f : m.files) any_groups = any_groups || !f.groups.empty();

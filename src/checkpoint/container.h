@@ -64,6 +64,19 @@ class MappedFile : public ByteSource {
   std::string path_;
 };
 
+// Container bytes in memory.
+class MemorySource : public ByteSource {
+ public:
+  explicit MemorySource(std::vector<uint8_t> bytes) : bytes_(std::move(bytes)) {}
+  uint64_t size() const override { return bytes_.size(); }
+  Status Read(uint64_t offset, uint64_t size, std::vector<uint8_t>* scratch,
+              const uint8_t** data) const override;
+  const std::vector<uint8_t>& bytes() const { return bytes_; }
+
+ private:
+  std::vector<uint8_t> bytes_;
+};
+
 // How a piece's stored bytes turn into the raw bytes that are XORed onto the base.
 enum class Coder : uint8_t {
   kStored = 0,      // the XOR itself

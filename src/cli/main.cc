@@ -237,9 +237,7 @@ int Inspect(const std::string& path, const std::string& base_path, const Common&
     const uint16_t* next = decoded.data();
     for (size_t member : gs.group->members) {
       const container::TensorEntry& t = gs.file->tensors[member];
-      const safetensors::File* base_file = nullptr;
-      const safetensors::TensorInfo* info = base.Find(t.name, &base_file);  // ApplyGroup found it
-      const uint8_t* prev = base_file->data(*info);
+      const uint8_t* prev = base.Find(t.name)->data;  // ApplyGroup found it
       TensorStats& st = stats[tensor_index[&t]];
       for (uint64_t e = 0; e < st.elements; ++e, ++next) {
         uint16_t old_bits;
@@ -276,8 +274,7 @@ int Inspect(const std::string& path, const std::string& base_path, const Common&
     errors[i] = reader.ReadPiece(p, &scratch, &bytes);
     if (!errors[i].ok()) return;
     const container::TensorEntry& t = *tensors[pieces[i].first];
-    const safetensors::File* base_file = nullptr;
-    const safetensors::TensorInfo* info = base_path.empty() ? nullptr : base.Find(t.name, &base_file);
+    const container::TensorView* info = base_path.empty() ? nullptr : base.Find(t.name);
     if (info == nullptr || info->dtype != t.dtype || info->shape != t.shape) {
       errors[i] = delta_stats(bytes, p.size, &payload[i]);
       return;
@@ -285,7 +282,7 @@ int Inspect(const std::string& path, const std::string& base_path, const Common&
     const uint64_t row_bytes = t.row_bytes();
     const size_t n = (p.row_end - p.row_begin) * row_bytes;
     std::vector<uint16_t> rows(n / 2);  // aligned copy of the base rows
-    std::memcpy(rows.data(), base_file->data(*info) + p.row_begin * row_bytes, n);
+    std::memcpy(rows.data(), info->data + p.row_begin * row_bytes, n);
     if (container::Hash(rows.data(), n) != p.base_xxh3) {
       errors[i] = Status(ErrorCode::kChecksumMismatch, "wrong base: rows " + std::to_string(p.row_begin) +
                                                            ":" + std::to_string(p.row_end) + " differ");

@@ -55,54 +55,42 @@ class WorkDir {
   std::string path_;
 };
 
-// A container written by Diff, with what its record says of it.
+// A container written by Diff (to a file, or kept in memory), with what its record says of it.
 struct Built {
-  std::string path;
+  std::string path;  // "" when in memory
   Reader reader;
   ObjectRef ref;
 };
 
-Status Describe(const std::string& path, uint64_t step, uint32_t shard, uint32_t count, const char* kind,
-                Built* built) {
-  built->path = path;
-  std::unique_ptr<container::MappedFile> file;
-  Status s = container::MappedFile::Open(path, &file);
+Status Describe(std::unique_ptr<container::ByteSource> source, uint64_t step, uint32_t shard, uint32_t count,
+                const char* kind, Built* built) {
+  const uint8_t* all = nullptr;
+  std::vector<uint8_t> scratch;
+  Status s = source->Read(0, source->size(), &scratch, &all);
   if (!s.ok()) return s;
-  const uint64_t xxh3 = container::Hash(file->data(), file->size());
-  const uint64_t size = file->size();
-  s = Reader::Open(std::move(file), &built->reader);
-  if (!s.ok()) return Status(s.code(), path + ": " + s.message());
+  const uint64_t xxh3 = container::Hash(all, source->size());
+  const uint64_t size = source->size();
+  s = Reader::Open(std::move(source), &built->reader);
+  if (!s.ok()) return Status(s.code(), std::string(kind) + " container: " + s.message());
   if (built->reader.manifest().directory || built->reader.manifest().files.size() != 1) {
-    return Status(ErrorCode::kInternal, path + ": a shard's container holds one file");
+    return Status(ErrorCode::kInternal, std::string(kind) + " container: a shard's container holds one file");
   }
   const uint64_t head = built->reader.data_start();
-  const uint8_t* head_data = nullptr;
-  std::vector<uint8_t> scratch;
-  s = built->reader.source().Read(0, head, &scratch, &head_data);
-  if (!s.ok()) return s;
-  built->ref = {PieceKey(step, shard, count, kind, xxh3), size, xxh3, head, container::Hash(head_data, head)};
+  built->ref = {PieceKey(step, shard, count, kind, xxh3), size, xxh3, head, container::Hash(all, head)};
   return Status::Ok();
 }
 
 // The result checksum of every tensor of the published file, in file order, from the
 // container (grouped tensors, which a group checks together, are hashed from `next`).
-Status ResultChecksums(const Reader& reader, const std::string& next, std::vector<TensorChecksum>* sums) {
-  const container::FileEntry& f = reader.manifest().files[0];
-  safetensors::File file;
-  bool opened = false;
-  for (const TensorEntry& t : f.tensors) {
+Status ResultChecksums(const Reader& reader, const container::Checkpoint& next, std::vector<TensorChecksum>* sums) {
+  for (const TensorEntry& t : reader.manifest().files[0].tensors) {
     uint64_t xxh3 = t.target_xxh3;
     if (t.grouped()) {
-      if (!opened) {
-        Status s = safetensors::File::Open(next, &file);
-        if (!s.ok()) return s;
-        opened = true;
+      const container::TensorView* view = next.Find(t.name);
+      if (view == nullptr || view->bytes != t.bytes()) {
+        return Status(ErrorCode::kInternal, "tensor '" + t.name + "' changed while publishing");
       }
-      const safetensors::TensorInfo* info = file.Find(t.name);
-      if (info == nullptr || info->size() != t.bytes()) {
-        return Status(ErrorCode::kInternal, next + ": tensor '" + t.name + "' changed while publishing");
-      }
-      xxh3 = container::TensorChecksum(t, file.data(*info));
+      xxh3 = container::TensorChecksum(t, view->data);
     }
     sums->push_back({t.name, xxh3});
   }
@@ -138,7 +126,13 @@ Status CheckBase(const Reader& delta, const ShardRecord& base, const std::string
 }
 
 Status Upload(Store* store, const Built& built) {
-  Status s = store->PutFile(built.ref.key, built.path, PutMode::kCreateOnly);
+  Status s;
+  if (built.path.empty()) {
+    const auto& bytes = static_cast<const container::MemorySource&>(built.reader.source()).bytes();
+    s = store->Put(built.ref.key, bytes.data(), bytes.size(), PutMode::kCreateOnly);
+  } else {
+    s = store->PutFile(built.ref.key, built.path, PutMode::kCreateOnly);
+  }
   if (s.code() != ErrorCode::kAlreadyExists) return s;
   // Named by its XXH3: an object already there is this one, unless it was cut short.
   ObjectInfo info;
@@ -306,7 +300,8 @@ Status CommitStep(Store* store, uint64_t step, uint32_t count, CommitResult* res
   return Status::Ok();
 }
 
-Status Publish(Store* store, const PublishOptions& o, PublishReport* report) {
+Status PublishCheckpoints(Store* store, const PublishOptions& o, const container::Checkpoint& prev,
+                          const container::Checkpoint& next, bool in_memory, PublishReport* report) {
   const auto start = std::chrono::steady_clock::now();
   *report = PublishReport();
   if (!store->writable()) return Status(ErrorCode::kInvalidArgument, store->url() + " is read-only");
@@ -314,8 +309,11 @@ Status Publish(Store* store, const PublishOptions& o, PublishReport* report) {
     return Status(ErrorCode::kInvalidArgument, "--shard K/COUNT needs 0 <= K < COUNT <= " + std::to_string(kMaxShards));
   }
   if (o.step > kMaxStep) return Status(ErrorCode::kInvalidArgument, "--step is above " + std::to_string(kMaxStep));
+  if (next.directory() || next.files().size() != 1) {
+    return Status(ErrorCode::kInvalidArgument, next.path() + ": a shard publishes one .safetensors file");
+  }
   uint64_t base_step = kNoStep;
-  if (!o.prev.empty()) {
+  if (!prev.empty()) {
     base_step = o.base_step != kNoStep ? o.base_step : o.step - 1;
     if (o.step == 0 || base_step >= o.step) {
       return Status(ErrorCode::kInvalidArgument, "the base step must come before step " + std::to_string(o.step));
@@ -326,14 +324,12 @@ Status Publish(Store* store, const PublishOptions& o, PublishReport* report) {
   r.base_step = base_step;
   r.shard = o.shard;
   r.count = o.count;
-  r.file = fs::path(o.next).filename().string();
+  r.file = next.files()[0].name;
+  r.file_size = next.files()[0].size;
   r.published_at = Now();
-  std::error_code ec;
-  r.file_size = fs::file_size(o.next, ec);
-  if (ec) return Status(ErrorCode::kInvalidArgument, o.next + ": " + ec.message());
-  if (r.file.empty() || r.file[0] == '.' || r.file.size() > 255) {
-    return Status(ErrorCode::kInvalidArgument, o.next + ": a published file's name must not start with '.' "
-                                               "and must have at most 255 bytes");
+  if (r.file.empty() || r.file[0] == '.' || r.file.size() > 255 || r.file.find('/') != std::string::npos) {
+    return Status(ErrorCode::kInvalidArgument, next.path() + ": a published file's name must not start with '.' "
+                                                   "and must have at most 255 bytes");
   }
 
   ShardRecord base;
@@ -352,31 +348,42 @@ Status Publish(Store* store, const PublishOptions& o, PublishReport* report) {
   }
 
   WorkDir work;
-  Status s = work.Create(o.work_dir);
+  Status s = in_memory ? Status::Ok() : work.Create(o.work_dir);
   if (!s.ok()) return s;
   container::RunOptions run = o.run;
   run.sync = false;  // scratch files, uploaded and deleted
-  const bool anchor = o.prev.empty() || (o.anchor_every > 0 && o.step % o.anchor_every == 0);
+  const bool anchor = prev.empty() || (o.anchor_every > 0 && o.step % o.anchor_every == 0);
+  const container::Checkpoint none;
   std::vector<Built> built;
-  const std::vector<std::pair<const char*, std::string>> kinds = {
-      {"delta", o.prev.empty() ? "" : work.File("delta.a3d")}, {"anchor", anchor ? work.File("anchor.a3d") : ""}};
-  for (const auto& kind : kinds) {
-    if (kind.second.empty()) continue;
+  for (const char* kind : {"delta", "anchor"}) {
+    const bool delta = kind[0] == 'd';
+    if (delta ? prev.empty() : !anchor) continue;
     const auto t = std::chrono::steady_clock::now();
     container::RunReport diff;
-    s = container::Diff(kind.first[0] == 'd' ? o.prev : "", o.next, kind.second, run, &diff);
+    std::unique_ptr<container::ByteSource> source;
+    built.emplace_back();
+    if (in_memory) {
+      std::vector<uint8_t> bytes;
+      s = container::Diff(delta ? prev : none, next, run, &bytes, &diff);
+      source = std::make_unique<container::MemorySource>(std::move(bytes));
+    } else {
+      built.back().path = work.File(delta ? "delta.a3d" : "anchor.a3d");
+      s = container::Diff(delta ? prev : none, next, built.back().path, run, &diff);
+      std::unique_ptr<container::MappedFile> file;
+      if (s.ok()) s = container::MappedFile::Open(built.back().path, &file);
+      source = std::move(file);
+    }
     if (!s.ok()) return s;
     report->encode_seconds += Since(t);
     const auto h = std::chrono::steady_clock::now();
-    built.emplace_back();
-    s = Describe(kind.second, o.step, o.shard, o.count, kind.first, &built.back());
+    s = Describe(std::move(source), o.step, o.shard, o.count, kind, &built.back());
     if (!s.ok()) return s;
     report->hash_seconds += Since(h);
-    (kind.first[0] == 'd' ? r.delta : r.anchor) = built.back().ref;
+    (delta ? r.delta : r.anchor) = built.back().ref;
   }
   const auto h = std::chrono::steady_clock::now();
-  s = ResultChecksums(built[0].reader, o.next, &r.tensors);
-  if (s.ok() && r.delta.present()) s = CheckBase(built[0].reader, base, o.prev);
+  s = ResultChecksums(built[0].reader, next, &r.tensors);
+  if (s.ok() && r.delta.present()) s = CheckBase(built[0].reader, base, prev.path());
   if (!s.ok()) return s;
   report->hash_seconds += Since(h);
 
@@ -426,6 +433,14 @@ Status Publish(Store* store, const PublishOptions& o, PublishReport* report) {
   report->record = std::move(r);
   report->total_seconds = Since(start);
   return Status::Ok();
+}
+
+Status Publish(Store* store, const PublishOptions& o, PublishReport* report) {
+  container::Checkpoint prev, next;
+  Status s = container::Checkpoint::Open(o.prev, &prev);
+  if (s.ok()) s = container::Checkpoint::Open(o.next, &next);
+  if (!s.ok()) return s;
+  return PublishCheckpoints(store, o, prev, next, false, report);
 }
 
 }  // namespace sync

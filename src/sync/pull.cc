@@ -18,6 +18,7 @@
 #include "src/parallel.h"
 #include "src/safetensors.h"
 #include "src/sync/dir_state.h"
+#include "src/sync/route.h"
 #include "src/sync/sync.h"
 
 namespace arc_v3 {
@@ -35,215 +36,8 @@ using Clock = std::chrono::steady_clock;
 
 double Since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
-// Ranges of a partial pull closer than this are fetched as one request.
-constexpr uint64_t kMergeGap = uint64_t{256} << 10;
 // Sidecar metadata: per tensor, the rows [begin, end) it holds.
 constexpr char kRowsKey[] = "arc_v3_rows";
-
-// One step of a route: its manifest, and per shard whether its anchor is applied (else
-// its delta, onto the shard's file of the hop before).
-struct Hop {
-  StepManifest m;
-  uint64_t manifest_xxh3 = 0;
-  std::vector<bool> anchor;
-};
-
-const ObjectRef& RefOf(const Hop& hop, size_t shard) {
-  return hop.anchor[shard] ? hop.m.shards[shard].anchor : hop.m.shards[shard].delta;
-}
-
-uint64_t ChainCost(const StepManifest& m) {
-  uint64_t bytes = 0;
-  for (const ShardRecord& r : m.shards) bytes += r.delta.present() ? r.delta.size : r.anchor.size;
-  return bytes;
-}
-uint64_t AnchorCost(const StepManifest& m) {
-  uint64_t bytes = 0;
-  for (const ShardRecord& r : m.shards) bytes += r.anchor.size;
-  return bytes;
-}
-
-struct Route {
-  bool from_dir = false;  // starts from DIR's files
-  std::vector<Hop> hops;  // ascending
-  uint64_t bytes = 0;
-  std::string name;
-};
-
-// Walks the chain back from the target and picks the cheaper of: DIR's step and the
-// deltas after it, or the target's anchor and the deltas after it.
-Status PlanRoute(Store* store, const DirState* state, Hop target, Route* route, PullReport* report) {
-  const uint64_t S = state != nullptr ? state->step : kNoStep;  // stays set for the cost below
-  const uint64_t A = target.m.anchor_step;
-  std::vector<Hop> back = {std::move(target)};
-  bool chain_ok = false;
-  size_t anchor_index = SIZE_MAX;
-  uint64_t before_anchor = 0;  // what the route from DIR pays for the hops (S, A]
-  for (;;) {
-    const size_t i = back.size() - 1;
-    const StepManifest& cur = back[i].m;
-    if (cur.step == A) anchor_index = i;
-    if (state != nullptr && cur.step == S) {
-      chain_ok = back[i].manifest_xxh3 == state->manifest_xxh3 && cur.count == state->shards.size();
-      if (chain_ok) break;
-      state = nullptr;  // DIR's step is another store's: only the anchor route is left
-    }
-    if (cur.base_step == kNoStep) break;
-    if (cur.step <= A) {
-      // Below the anchor only the route from DIR goes on, while it costs less than the anchor.
-      if (state == nullptr || cur.base_step < S) break;
-      before_anchor += ChainCost(cur);
-      if (anchor_index != SIZE_MAX && before_anchor > AnchorCost(back[anchor_index].m)) break;
-    }
-    Hop prev;
-    std::vector<uint8_t> bytes;
-    Status s = ReadManifest(store, cur.base_step, &prev.m, &bytes);
-    report->requests += 1;
-    report->fetched_bytes += bytes.size();
-    if (s.code() == ErrorCode::kNotFound) break;  // pruned: only what is left can be used
-    if (!s.ok()) return s;
-    prev.manifest_xxh3 = container::Hash(bytes.data(), bytes.size());
-    back.push_back(std::move(prev));
-  }
-  const StepManifest* anchor = anchor_index != SIZE_MAX ? &back[anchor_index].m : nullptr;
-  uint64_t chain_cost = UINT64_MAX, anchor_cost = UINT64_MAX;
-  if (chain_ok) {
-    chain_cost = 0;
-    for (const Hop& h : back) {
-      if (h.m.step > S) chain_cost += ChainCost(h.m);
-    }
-  }
-  if (anchor != nullptr) {
-    anchor_cost = AnchorCost(*anchor);
-    for (const Hop& h : back) {
-      if (h.m.step > A) anchor_cost += ChainCost(h.m);
-    }
-  }
-  if (chain_cost == UINT64_MAX && anchor_cost == UINT64_MAX) {
-    return Status(ErrorCode::kNotFound,
-                  "step " + std::to_string(back.front().m.step) + " cannot be rebuilt: the chain back to its anchor (step " +
-                      std::to_string(A) + ") is gone from " + store->url() + " (pruned?)");
-  }
-  route->from_dir = chain_cost <= anchor_cost;
-  route->bytes = std::min(chain_cost, anchor_cost);
-  const uint64_t first = route->from_dir ? S + 1 : A;
-  for (auto it = back.rbegin(); it != back.rend(); ++it) {
-    if (it->m.step < first) continue;
-    Hop hop = *it;
-    hop.anchor.resize(hop.m.count);
-    const bool start = !route->from_dir && hop.m.step == A;
-    for (size_t k = 0; k < hop.m.count; ++k) hop.anchor[k] = start || !hop.m.shards[k].delta.present();
-    route->hops.push_back(std::move(hop));
-  }
-  const uint64_t N = route->hops.back().m.step;
-  route->name = route->from_dir ? "chain " + std::to_string(S) + " -> " + std::to_string(N)
-                                : "anchor " + std::to_string(A) + " -> " + std::to_string(N);
-  return Status::Ok();
-}
-
-// A container of which only some byte ranges were fetched; reading outside them is a bug
-// of the fetch plan (kInternal).
-class RangeSource : public container::ByteSource {
- public:
-  explicit RangeSource(uint64_t size) : size_(size) {}
-  uint64_t size() const override { return size_; }
-  void Add(uint64_t offset, std::vector<uint8_t> bytes) { ranges_[offset] = std::move(bytes); }
-  Status Read(uint64_t offset, uint64_t size, std::vector<uint8_t>* /*scratch*/,
-              const uint8_t** data) const override {
-    auto it = ranges_.upper_bound(offset);
-    if (it != ranges_.begin()) {
-      --it;
-      if (offset >= it->first && offset - it->first <= it->second.size() &&
-          size <= it->second.size() - (offset - it->first)) {
-        *data = it->second.data() + (offset - it->first);
-        return Status::Ok();
-      }
-    }
-    return Status(ErrorCode::kInternal, "bytes " + std::to_string(offset) + "+" + std::to_string(size) +
-                                            " of a partially fetched container were not fetched");
-  }
-
- private:
-  uint64_t size_;
-  std::map<uint64_t, std::vector<uint8_t>> ranges_;
-};
-
-// A partial pull's selection, compiled.
-struct Select {
-  Selection sel;
-  std::regex pattern;
-  // Per shard: whether the selection holds a tensor of it that a group may code; then
-  // every such tensor of the shard is kept whole, since decoding a group needs the base
-  // of every member.
-  std::vector<bool> keep_small;
-};
-
-bool Groupable(const TensorEntry& t) {
-  const uint64_t elements = t.dtype == "BF16" ? t.bytes() / 2 : 0;
-  return t.grouped() || (elements > 0 && elements < kGroupBelowElements);
-}
-
-// Rows [begin, end) of a tensor that a partial pull keeps: the selected rows rounded out
-// to whole pieces (a piece decodes only onto all its base rows), and, with keep_small,
-// every tensor a group may hold whole.
-struct Need {
-  uint64_t begin = 0, end = 0;
-  bool empty() const { return begin >= end; }
-};
-
-Need Needed(const TensorEntry& t, const Select& select, bool keep_small) {
-  const uint64_t rows = t.rows();
-  if (t.bytes() == 0 || rows == 0) return {};
-  if (keep_small && Groupable(t)) return {0, rows};
-  if (!std::regex_match(t.name, select.pattern)) return {};
-  if (t.grouped()) return {0, rows};
-  const Selection& sel = select.sel;
-  const uint64_t a = t.shape.empty() ? 0 : std::min(sel.row_begin, rows);
-  const uint64_t b = t.shape.empty() ? 1 : std::min(sel.row_end, rows);
-  if (a >= b) return {};
-  Need need{rows, 0};
-  for (const Piece& p : t.pieces) {
-    if (p.row_end > a && p.row_begin < b) {
-      need.begin = std::min(need.begin, p.row_begin);
-      need.end = std::max(need.end, p.row_end);
-    }
-  }
-  return need;
-}
-
-// The byte ranges (relative to the container) a partial pull reads of one container.
-std::vector<std::pair<uint64_t, uint64_t>> NeededRanges(const Reader& reader, const Select& select,
-                                                        bool keep_small) {
-  std::vector<std::pair<uint64_t, uint64_t>> ranges;
-  const FileEntry& f = reader.manifest().files[0];
-  const uint64_t data = reader.data_start();
-  std::set<uint64_t> groups;
-  for (const TensorEntry& t : f.tensors) {
-    const Need need = Needed(t, select, keep_small);
-    if (need.empty()) continue;
-    if (t.grouped()) {
-      if (groups.insert(t.group).second) {
-        ranges.emplace_back(data + f.groups[t.group].offset, f.groups[t.group].size);
-      }
-      continue;
-    }
-    for (const Piece& p : t.pieces) {
-      if (p.row_end > need.begin && p.row_begin < need.end) ranges.emplace_back(data + p.offset, p.size);
-    }
-  }
-  std::sort(ranges.begin(), ranges.end());
-  std::vector<std::pair<uint64_t, uint64_t>> merged;
-  for (const auto& r : ranges) {
-    if (r.second == 0) continue;
-    if (!merged.empty() && r.first <= merged.back().first + merged.back().second + kMergeGap) {
-      const uint64_t end = std::max(merged.back().first + merged.back().second, r.first + r.second);
-      merged.back().second = end - merged.back().first;
-    } else {
-      merged.push_back(r);
-    }
-  }
-  return merged;
-}
 
 // The rows a partial pull's sidecar file holds, by tensor name: its metadata.
 struct Held {
@@ -487,22 +281,6 @@ Status ExportSelection(const safetensors::File& rows_file, const Held& held, con
   return out.Close(true);
 }
 
-// What a pull fetched: one entry per (hop, shard) that needs an object.
-struct Fetched {
-  size_t hop = 0, shard = 0;
-  ObjectRef ref;
-  std::string path;  // full pulls: the downloaded object
-  Reader reader;     // partial pulls: over the fetched ranges
-};
-
-// A shard's container holds one file (the "file" layout, Part 3).
-Status CheckLayout(const Reader& reader, const std::string& name) {
-  if (reader.manifest().directory || reader.manifest().files.size() != 1) {
-    return Status(ErrorCode::kCorruptHeader, name + " is not the container of one shard file");
-  }
-  return Status::Ok();
-}
-
 Status VerifyObject(const Fetched& f, Store* store) {
   std::unique_ptr<container::MappedFile> file;
   Status s = container::MappedFile::Open(f.path, &file);
@@ -540,76 +318,6 @@ Status FetchWhole(Store* store, const PullOptions& o, std::vector<Fetched>* fetc
   report->verify_seconds += Since(verify);
   report->fetched_objects += fetched->size();
   return first;
-}
-
-Status FetchPartial(Store* store, const PullOptions& o, Select* select, std::vector<Fetched>* fetched,
-                    PullReport* report) {
-  std::mutex mutex;
-  Status first;
-  const auto fail = [&](const Status& s) {
-    std::lock_guard<std::mutex> lock(mutex);
-    if (!s.ok() && first.ok()) first = s;
-  };
-  const auto start = Clock::now();
-  std::vector<RangeSource*> sources(fetched->size());
-  // The heads: container header and manifest, checked against the step's manifest.
-  ParallelFor(fetched->size(), WorkerCount(std::max(1, o.store.connections), fetched->size()), [&](size_t i, size_t) {
-    Fetched& f = (*fetched)[i];
-    std::vector<uint8_t> head(f.ref.head_size);
-    Status s = store->GetRange(f.ref.key, 0, head.size(), head.data());
-    if (s.ok() && container::Hash(head.data(), head.size()) != f.ref.head_xxh3) {
-      s = Status(ErrorCode::kCorruptChunk, store->url() + "/" + f.ref.key +
-                                               ": its header or manifest does not match its step's manifest");
-    }
-    if (s.ok()) {
-      auto source = std::make_unique<RangeSource>(f.ref.size);
-      source->Add(0, std::move(head));
-      sources[i] = source.get();
-      s = Reader::Open(std::move(source), &f.reader);
-      if (s.ok()) s = CheckLayout(f.reader, store->url() + "/" + f.ref.key);
-      if (!s.ok()) s = Status(s.code(), store->url() + "/" + f.ref.key + ": " + s.message());
-    }
-    {
-      std::lock_guard<std::mutex> lock(mutex);
-      report->requests += 1;
-      report->fetched_bytes += f.ref.head_size;
-    }
-    fail(s);
-  });
-  if (!first.ok()) return first;
-  // Groups need their members' bases where a selected tensor may be grouped (at any hop).
-  for (const Fetched& f : *fetched) {
-    if (select->keep_small.size() <= f.shard) select->keep_small.resize(f.shard + 1, false);
-    for (const TensorEntry& t : f.reader.manifest().files[0].tensors) {
-      if (Groupable(t) && std::regex_match(t.name, select->pattern)) select->keep_small[f.shard] = true;
-    }
-  }
-  // The pieces the selection needs, neighbours merged.
-  struct Range {
-    size_t object;
-    uint64_t offset, size;
-  };
-  std::vector<Range> ranges;
-  for (size_t i = 0; i < fetched->size(); ++i) {
-    const Fetched& f = (*fetched)[i];
-    for (const auto& r : NeededRanges(f.reader, *select, select->keep_small[f.shard])) {
-      ranges.push_back({i, r.first, r.second});
-    }
-  }
-  std::vector<std::vector<uint8_t>> data(ranges.size());
-  ParallelFor(ranges.size(), WorkerCount(std::max(1, o.store.connections), ranges.size()), [&](size_t i, size_t) {
-    data[i].resize(ranges[i].size);
-    fail(store->GetRange((*fetched)[ranges[i].object].ref.key, ranges[i].offset, ranges[i].size, data[i].data()));
-  });
-  if (!first.ok()) return first;
-  for (size_t i = 0; i < ranges.size(); ++i) {
-    report->fetched_bytes += ranges[i].size;
-    sources[ranges[i].object]->Add(ranges[i].offset, std::move(data[i]));
-  }
-  report->requests += ranges.size();
-  report->fetched_objects += fetched->size();
-  report->fetch_seconds += Since(start);
-  return Status::Ok();
 }
 
 // Removes the stage directory (and whatever a killed pull left in it) when done.
@@ -845,31 +553,10 @@ Status PullLocked(Store* store, const std::string& dir, const PullOptions& o, bo
     return Status(s.code(), s.message() + " (pull --reset rebuilds it from an anchor)");
   }
 
-  // The target step.
-  uint64_t step = o.step;
-  if (step == kNoStep) {
-    s = ReadLatest(store, &step, nullptr);
-    report->requests += 1;
-    if (!s.ok()) return s;
-    const uint64_t named = step;
-    step = ProbeLater(store, step);
-    report->requests += step - named + 1;
-  }
   Hop target;
-  std::vector<uint8_t> bytes;
-  s = ReadManifest(store, step, &target.m, &bytes);
-  report->requests += 1;
-  report->fetched_bytes += bytes.size();
-  if (s.code() == ErrorCode::kNotFound && o.step == kNoStep) {
-    return Status(ErrorCode::kNotFound, "the latest pointer of " + store->url() + " names step " +
-                                            std::to_string(step) + ", which is not committed (no manifest); " +
-                                            "nothing was changed");
-  }
+  s = ReadTarget(store, o.step, &target, report);
   if (!s.ok()) return s;
-  target.manifest_xxh3 = container::Hash(bytes.data(), bytes.size());
-  report->to_step = step;
-  report->published_at = target.m.published_at;
-  report->committed_at = target.m.committed_at;
+  const uint64_t step = target.m.step;
 
   // DIR's own files must be what it records before anything is applied onto them.
   if (have_state && !o.reset) {
@@ -887,7 +574,8 @@ Status PullLocked(Store* store, const std::string& dir, const PullOptions& o, bo
   }
   Route route;
   const bool usable = have_state && !o.reset && state.selection == select.sel && !avoid_dir;
-  s = PlanRoute(store, usable ? &state : nullptr, std::move(target), &route, report);
+  const RouteFrom from{state.step, state.manifest_xxh3, static_cast<uint32_t>(state.shards.size())};
+  s = PlanRoute(store, usable ? &from : nullptr, std::move(target), &route, report);
   if (!s.ok()) return s;
   report->route = route.name;
   if (o.hook) {
@@ -910,7 +598,8 @@ Status PullLocked(Store* store, const std::string& dir, const PullOptions& o, bo
       fetched.back().path = stage.Path("objects/" + std::to_string(fetched.size() - 1) + ".a3d");
     }
   }
-  s = partial ? FetchPartial(store, o, &select, &fetched, report) : FetchWhole(store, o, &fetched, report);
+  s = partial ? FetchPieces(store, o.store, UINT64_MAX, &select, &fetched, report)
+              : FetchWhole(store, o, &fetched, report);
   if (s.code() == ErrorCode::kNotFound && route.from_dir && !avoid_dir) return Retry(store, dir, o, report);
   if (!s.ok()) return s;
   if (o.hook) {

@@ -48,6 +48,11 @@ struct PublishReport {
 // for the base step, and (kNotFound) a base step this shard never published. Publishing
 // the same file again is a no-op; other contents for a published shard: kAlreadyExists.
 Status Publish(Store* store, const PublishOptions& options, PublishReport* report);
+// The same from opened checkpoints (options.next and options.prev unused): `prev` empty
+// for an anchor alone, `next` one file (e.g. Checkpoint::FromMemory of a trainer rank's
+// tensors). `in_memory`: containers stay in memory instead of options.work_dir.
+Status PublishCheckpoints(Store* store, const PublishOptions& options, const container::Checkpoint& prev,
+                          const container::Checkpoint& next, bool in_memory, PublishReport* report);
 
 struct CommitResult {
   bool committed = false;

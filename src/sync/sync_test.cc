@@ -464,21 +464,6 @@ class Relay {
   std::atomic<uint64_t> relayed_{0}, budget_{UINT64_MAX};
 };
 
-// A container in memory.
-class MemorySource : public container::ByteSource {
- public:
-  explicit MemorySource(std::vector<uint8_t> bytes) : bytes_(std::move(bytes)) {}
-  uint64_t size() const override { return bytes_.size(); }
-  Status Read(uint64_t offset, uint64_t size, std::vector<uint8_t>*, const uint8_t** data) const override {
-    if (offset > bytes_.size() || size > bytes_.size() - offset) return Status(ErrorCode::kTruncated, "past the end");
-    *data = bytes_.data() + offset;
-    return Status::Ok();
-  }
-
- private:
-  std::vector<uint8_t> bytes_;
-};
-
 // A run of 5 steps of two shards and a region at step 2; each fault below then meets a
 // pull of step 3 (or the latest) and must leave the region exactly as it was.
 struct FaultScene {
@@ -560,7 +545,7 @@ TEST_CASE("sync faults: truncated and damaged pieces, damaged and missing manife
     // A byte flipped in the container's header, then in lm_head's first piece: a full
     // pull checks the whole object, a partial one the head and each piece it reads.
     container::Reader reader;
-    REQUIRE(container::Reader::Open(std::make_unique<MemorySource>(good), &reader).ok());
+    REQUIRE(container::Reader::Open(std::make_unique<container::MemorySource>(good), &reader).ok());
     const container::TensorEntry* lm_head = nullptr;
     for (const auto& t : reader.manifest().files[0].tensors) {
       if (t.name == "lm_head") lm_head = &t;

@@ -1,0 +1,233 @@
+// Staged apply of a container onto tensors in memory (see tensor_apply.h).
+#include "src/checkpoint/tensor_apply.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <set>
+
+#include "src/parallel.h"
+#include "src/safetensors.h"
+
+namespace arc_v3 {
+namespace container {
+namespace {
+
+Status WrongBase(const std::string& what) {
+  return Status(ErrorCode::kChecksumMismatch, "wrong base: " + what);
+}
+
+std::string Rows(uint64_t begin, uint64_t end) { return std::to_string(begin) + ":" + std::to_string(end); }
+
+}  // namespace
+
+Status TensorApply::Plan(const Reader* reader, size_t file, const HeldTensors& held, const RowsWanted& wanted,
+                         const Allocate& allocate, bool in_place) {
+  reader_ = reader;
+  file_ = file;
+  targets_.clear();
+  by_name_.clear();
+  tasks_.clear();
+  changes_.clear();
+  changed_ = 0;
+  const FileEntry& f = reader->manifest().files[file];
+  // The held rows of a tensor of the container's dtype and shape, or null.
+  const auto held_as = [&](const TensorEntry& t) -> const HeldTensor* {
+    const auto it = held.find(t.name);
+    if (it == held.end() || it->second.dtype != t.dtype || it->second.shape != t.shape) return nullptr;
+    return &it->second;
+  };
+  std::set<uint64_t> groups;
+  for (const TensorEntry& t : f.tensors) {
+    const std::pair<uint64_t, uint64_t> rows = wanted(t);
+    if (rows.first >= rows.second || t.bytes() == 0) continue;
+    if (rows.second > t.rows()) return Status(ErrorCode::kInternal, "rows past the end of '" + t.name + "'");
+    const uint64_t rb = t.row_bytes();
+    Target target;
+    target.tensor = &t;
+    const HeldTensor* h = held_as(t);
+    if (t.kind == TensorKind::kDelta) {
+      if (h == nullptr) return WrongBase("tensor '" + t.name + "' is not held as " + t.dtype);
+      if (h->row_begin > rows.first || h->row_end < rows.second) {
+        return WrongBase("rows " + Rows(rows.first, rows.second) + " of tensor '" + t.name + "' are not held (only " +
+                         Rows(h->row_begin, h->row_end) + ")");
+      }
+      target.base = h->data + (rows.first - h->row_begin) * rb;
+    }
+    if (in_place && h != nullptr && h->row_begin == rows.first && h->row_end == rows.second) {
+      target.held = *h;
+      target.in_place = true;
+    } else {
+      target.held.dtype = t.dtype;
+      target.held.shape = t.shape;
+      target.held.row_begin = rows.first;
+      target.held.row_end = rows.second;
+      Status s = allocate(t, rows.first, rows.second, &target.held);
+      if (!s.ok()) return s;
+    }
+    if (t.grouped()) {
+      if (groups.insert(t.group).second) tasks_.push_back({nullptr, &f.groups[t.group], targets_.size()});
+    } else {
+      for (const Piece& p : t.pieces) {
+        if (p.row_end <= rows.first || p.row_begin >= rows.second) continue;
+        if (p.row_begin < rows.first || p.row_end > rows.second) {
+          return Status(ErrorCode::kInternal, "rows " + Rows(rows.first, rows.second) + " of '" + t.name +
+                                                  "' cut a piece (rows " + Rows(p.row_begin, p.row_end) + ")");
+        }
+        tasks_.push_back({&p, nullptr, targets_.size()});
+      }
+    }
+    by_name_[t.name] = targets_.size();
+    targets_.push_back(std::move(target));
+  }
+  // A group decodes onto every member's base: each must be held whole.
+  member_base_.clear();
+  for (uint64_t g : groups) {
+    for (size_t member : f.groups[g].members) {
+      const TensorEntry& m = f.tensors[member];
+      const HeldTensor* h = held_as(m);
+      if (h == nullptr || h->row_begin != 0 || h->row_end != m.rows()) {
+        return WrongBase("tensor '" + m.name + "' is not held whole (its group needs every member)");
+      }
+      member_base_[m.name] = h->data;
+    }
+  }
+  return Status::Ok();
+}
+
+Status TensorApply::Decode(int threads) {
+  const auto start = std::chrono::steady_clock::now();
+  const FileEntry& f = reader_->manifest().files[file_];
+  const size_t workers = WorkerCount(threads, tasks_.size());
+  std::vector<std::vector<uint8_t>> scratch(workers), buffers(workers);
+  std::vector<std::vector<uint16_t>> group_buffers(workers);
+  std::vector<Changes> changes(tasks_.size());
+  std::mutex mutex;
+  Status first;
+  size_t first_task = SIZE_MAX;
+  const auto fail = [&](size_t i, const Status& s) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (i < first_task) {
+      first_task = i;
+      first = s;
+    }
+  };
+  // Keeps the elements of `decoded` (`count` of `element` bytes) that differ from `held`.
+  const auto stage = [](const uint8_t* decoded, const uint8_t* held, uint64_t count, size_t element,
+                        uint64_t start_element, Changes* c) {
+    for (uint64_t e = 0; e < count; ++e) {
+      if (std::memcmp(decoded + e * element, held + e * element, element) == 0) continue;
+      c->positions.push_back(start_element + e);
+      c->values.insert(c->values.end(), decoded + e * element, decoded + (e + 1) * element);
+    }
+  };
+  ParallelFor(tasks_.size(), workers, [&](size_t i, size_t w) {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (i > first_task) return;
+    }
+    const Task& task = tasks_[i];
+    const uint8_t* stored = nullptr;
+    if (task.group != nullptr) {
+      std::vector<const uint8_t*> bases;
+      std::vector<uint64_t> bytes;
+      for (size_t member : task.group->members) {
+        const TensorEntry& m = f.tensors[member];
+        bases.push_back(member_base_.at(m.name));  // Plan checked every member is held
+        bytes.push_back(m.bytes());
+      }
+      for (size_t k = 0; k < bases.size(); ++k) {
+        const TensorEntry& m = f.tensors[task.group->members[k]];
+        if (Hash(bases[k], m.bytes()) != m.base_xxh3) {
+          return fail(i, WrongBase("tensor '" + m.name + "' differs from the delta's base (checksum mismatch)"));
+        }
+      }
+      Status s = reader_->ReadGroup(*task.group, &scratch[w], &stored);
+      if (s.ok()) s = DecodeGroup(*task.group, stored, bases, bytes, &group_buffers[w]);
+      if (!s.ok()) {
+        return fail(i, Status(s.code(), "group of tensor '" + f.tensors[task.group->members[0]].name + "': " + s.message()));
+      }
+      const uint8_t* at = reinterpret_cast<const uint8_t*>(group_buffers[w].data());
+      for (size_t k = 0; k < bases.size(); at += f.tensors[task.group->members[k]].bytes(), ++k) {
+        const TensorEntry& m = f.tensors[task.group->members[k]];
+        const auto kept = by_name_.find(m.name);
+        if (kept == by_name_.end()) continue;  // a member decoded for its group only
+        const Target& t = targets_[kept->second];
+        if (t.in_place) {
+          Changes c;
+          c.target = kept->second;
+          stage(at, t.held.data, m.bytes() / 2, 2, 0, &c);
+          std::lock_guard<std::mutex> lock(mutex);  // a group stages several targets
+          changes_.push_back(std::move(c));
+        } else {
+          std::memcpy(t.held.data, at, m.bytes());
+        }
+      }
+      return;
+    }
+    const Target& t = targets_[task.target];
+    const TensorEntry& e = *t.tensor;
+    const Piece& p = *task.piece;
+    const uint64_t rb = e.row_bytes();
+    const uint64_t bytes = (p.row_end - p.row_begin) * rb;
+    const uint64_t at = (p.row_begin - t.held.row_begin) * rb;
+    const uint8_t* base = t.base != nullptr ? t.base + at : nullptr;
+    Status s = reader_->ReadPiece(p, &scratch[w], &stored);
+    uint8_t* out = t.held.data + at;
+    if (s.ok() && t.in_place) {
+      buffers[w].resize(bytes);
+      out = buffers[w].data();
+    }
+    const size_t element = safetensors::DTypeSize(e.dtype);
+    if (s.ok()) s = DecodePiece(p, stored, base, bytes, element, out);
+    if (!s.ok()) {
+      if (base != nullptr && Hash(base, bytes) != p.base_xxh3) {
+        return fail(i, WrongBase("tensor '" + e.name + "' rows " + Rows(p.row_begin, p.row_end) +
+                                 " differ from the delta's base (checksum mismatch)"));
+      }
+      return fail(i, Status(s.code(), "tensor '" + e.name + "': " + s.message()));
+    }
+    if (t.in_place) {
+      changes[i].target = task.target;
+      stage(out, t.held.data + at, bytes / element, element, at / element, &changes[i]);
+    }
+  });
+  decode_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (!first.ok()) {
+    changes_.clear();
+    return first;
+  }
+  for (Changes& c : changes) {
+    if (!c.positions.empty()) changes_.push_back(std::move(c));
+  }
+  changed_ = 0;
+  for (const Changes& c : changes_) changed_ += c.positions.size();
+  return Status::Ok();
+}
+
+void TensorApply::Commit(HeldTensors* held) {
+  for (const Changes& c : changes_) {
+    const Target& t = targets_[c.target];
+    const size_t element = safetensors::DTypeSize(t.tensor->dtype);
+    for (size_t k = 0; k < c.positions.size(); ++k) {
+      std::memcpy(t.held.data + c.positions[k] * element, c.values.data() + k * element, element);
+    }
+  }
+  changes_.clear();
+  HeldTensors next;
+  for (Target& t : targets_) next[t.tensor->name] = std::move(t.held);
+  *held = std::move(next);
+  targets_.clear();
+  by_name_.clear();
+  tasks_.clear();
+}
+
+uint64_t TensorApply::staged_bytes() const {
+  uint64_t bytes = 0;
+  for (const Changes& c : changes_) bytes += c.positions.size() * sizeof(uint64_t) + c.values.size();
+  return bytes;
+}
+
+}  // namespace container
+}  // namespace arc_v3

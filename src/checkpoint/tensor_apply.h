@@ -1,0 +1,91 @@
+// Applying a delta container to tensors held in memory (a rollout engine's weights, a
+// state dict), staged: every piece is decoded and verified before any tensor changes.
+// Tensors updated in place keep only their changed elements aside until Commit, so an
+// apply holds the tensors, the staged changes (a few bytes per changed value) and one
+// decoded piece per thread, never a second copy of the model.
+#ifndef ARC_V3_SRC_CHECKPOINT_TENSOR_APPLY_H_
+#define ARC_V3_SRC_CHECKPOINT_TENSOR_APPLY_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "arc_v3.hpp"
+#include "src/checkpoint/container.h"
+
+namespace arc_v3 {
+namespace container {
+
+// Rows [row_begin, row_end) of a tensor (all its rows, or a slice), in writable memory.
+struct HeldTensor {
+  std::string dtype;
+  std::vector<uint64_t> shape;  // the whole tensor's
+  uint64_t row_begin = 0, row_end = 0;
+  uint8_t* data = nullptr;
+  std::shared_ptr<void> owner;  // keeps `data` alive where the holder allocated it (may be null)
+};
+using HeldTensors = std::map<std::string, HeldTensor>;
+
+// The rows of a tensor an apply keeps, [first, second); empty: not kept.
+using RowsWanted = std::function<std::pair<uint64_t, uint64_t>(const TensorEntry&)>;
+// Memory for rows [begin, end) of a tensor that is not held as the container needs
+// (new, reshaped, other rows, or `in_place` off): fills `held` (data, owner).
+using Allocate = std::function<Status(const TensorEntry&, uint64_t begin, uint64_t end, HeldTensor* held)>;
+
+class TensorApply {
+ public:
+  // Decides, for file `file` of the container, what each kept tensor needs: an update in
+  // place of its held rows (`in_place`, same dtype, shape and rows) or new memory from
+  // `allocate`, decoded onto the held base. Reads no piece. kChecksumMismatch: a delta
+  // tensor whose base rows are not held.
+  Status Plan(const Reader* reader, size_t file, const HeldTensors& held, const RowsWanted& wanted,
+              const Allocate& allocate, bool in_place);
+  // Reads, decodes and verifies every piece and group the plan needs (several threads):
+  // new memory is written, in-place tensors' changes are staged. The held tensors do not
+  // change. An error leaves them as they were.
+  Status Decode(int threads);
+  // The held tensors after the container: staged changes written in place, new memory
+  // in, tensors the container does not keep gone. Call only after Decode succeeded.
+  void Commit(HeldTensors* held);
+
+  uint64_t changed_elements() const { return changed_; }
+  uint64_t staged_bytes() const;  // what the staged changes hold
+  double decode_seconds() const { return decode_seconds_; }
+
+ private:
+  struct Target {
+    const TensorEntry* tensor = nullptr;
+    HeldTensor held;      // where the result goes (new memory, or the held rows in place)
+    const uint8_t* base = nullptr;  // the base rows [held.row_begin, ...) for a delta tensor
+    bool in_place = false;
+  };
+  struct Changes {  // of one in-place task: element indices within the rows, new values
+    size_t target = 0;
+    std::vector<uint64_t> positions;
+    std::vector<uint8_t> values;
+  };
+  struct Task {
+    const Piece* piece = nullptr;  // of targets_[target].tensor
+    const Group* group = nullptr;
+    size_t target = 0;
+  };
+
+  const Reader* reader_ = nullptr;
+  size_t file_ = 0;
+  std::vector<Target> targets_;
+  std::map<std::string, size_t> by_name_;
+  std::map<std::string, const uint8_t*> member_base_;  // of the groups' members
+  std::vector<Task> tasks_;
+  std::vector<Changes> changes_;
+  uint64_t changed_ = 0;
+  double decode_seconds_ = 0;
+};
+
+}  // namespace container
+}  // namespace arc_v3
+
+#endif  // ARC_V3_SRC_CHECKPOINT_TENSOR_APPLY_H_

@@ -1,0 +1,312 @@
+// Route planning and piece fetching (see route.h).
+#include "src/sync/route.h"
+
+#include <algorithm>
+#include <chrono>
+#include <set>
+
+#include "src/parallel.h"
+
+namespace arc_v3 {
+namespace sync {
+namespace {
+
+using container::FileEntry;
+using container::Piece;
+using container::Reader;
+using container::TensorEntry;
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+}  // namespace
+
+// A shard's container holds one file (the "file" layout, Part 3).
+Status CheckLayout(const Reader& reader, const std::string& name) {
+  if (reader.manifest().directory || reader.manifest().files.size() != 1) {
+    return Status(ErrorCode::kCorruptHeader, name + " is not the container of one shard file");
+  }
+  return Status::Ok();
+}
+
+
+
+const ObjectRef& RefOf(const Hop& hop, size_t shard) {
+  return hop.anchor[shard] ? hop.m.shards[shard].anchor : hop.m.shards[shard].delta;
+}
+
+uint64_t ChainCost(const StepManifest& m) {
+  uint64_t bytes = 0;
+  for (const ShardRecord& r : m.shards) bytes += r.delta.present() ? r.delta.size : r.anchor.size;
+  return bytes;
+}
+uint64_t AnchorCost(const StepManifest& m) {
+  uint64_t bytes = 0;
+  for (const ShardRecord& r : m.shards) bytes += r.anchor.size;
+  return bytes;
+}
+
+
+Status PlanRoute(Store* store, const RouteFrom* state, Hop target, Route* route, PullReport* report) {
+  const uint64_t S = state != nullptr ? state->step : kNoStep;  // stays set for the cost below
+  const uint64_t A = target.m.anchor_step;
+  std::vector<Hop> back = {std::move(target)};
+  bool chain_ok = false;
+  size_t anchor_index = SIZE_MAX;
+  uint64_t before_anchor = 0;  // what the route from DIR pays for the hops (S, A]
+  for (;;) {
+    const size_t i = back.size() - 1;
+    const StepManifest& cur = back[i].m;
+    if (cur.step == A) anchor_index = i;
+    if (state != nullptr && cur.step == S) {
+      chain_ok = back[i].manifest_xxh3 == state->manifest_xxh3 && cur.count == state->count;
+      if (chain_ok) break;
+      state = nullptr;  // DIR's step is another store's: only the anchor route is left
+    }
+    if (cur.base_step == kNoStep) break;
+    if (cur.step <= A) {
+      // Below the anchor only the route from DIR goes on, while it costs less than the anchor.
+      if (state == nullptr || cur.base_step < S) break;
+      before_anchor += ChainCost(cur);
+      if (anchor_index != SIZE_MAX && before_anchor > AnchorCost(back[anchor_index].m)) break;
+    }
+    Hop prev;
+    std::vector<uint8_t> bytes;
+    Status s = ReadManifest(store, cur.base_step, &prev.m, &bytes);
+    report->requests += 1;
+    report->fetched_bytes += bytes.size();
+    if (s.code() == ErrorCode::kNotFound) break;  // pruned: only what is left can be used
+    if (!s.ok()) return s;
+    prev.manifest_xxh3 = container::Hash(bytes.data(), bytes.size());
+    back.push_back(std::move(prev));
+  }
+  const StepManifest* anchor = anchor_index != SIZE_MAX ? &back[anchor_index].m : nullptr;
+  uint64_t chain_cost = UINT64_MAX, anchor_cost = UINT64_MAX;
+  if (chain_ok) {
+    chain_cost = 0;
+    for (const Hop& h : back) {
+      if (h.m.step > S) chain_cost += ChainCost(h.m);
+    }
+  }
+  if (anchor != nullptr) {
+    anchor_cost = AnchorCost(*anchor);
+    for (const Hop& h : back) {
+      if (h.m.step > A) anchor_cost += ChainCost(h.m);
+    }
+  }
+  if (chain_cost == UINT64_MAX && anchor_cost == UINT64_MAX) {
+    return Status(ErrorCode::kNotFound,
+                  "step " + std::to_string(back.front().m.step) + " cannot be rebuilt: the chain back to its anchor (step " +
+                      std::to_string(A) + ") is gone from " + store->url() + " (pruned?)");
+  }
+  route->from_dir = chain_cost <= anchor_cost;
+  route->bytes = std::min(chain_cost, anchor_cost);
+  const uint64_t first = route->from_dir ? S + 1 : A;
+  for (auto it = back.rbegin(); it != back.rend(); ++it) {
+    if (it->m.step < first) continue;
+    Hop hop = *it;
+    hop.anchor.resize(hop.m.count);
+    const bool start = !route->from_dir && hop.m.step == A;
+    for (size_t k = 0; k < hop.m.count; ++k) hop.anchor[k] = start || !hop.m.shards[k].delta.present();
+    route->hops.push_back(std::move(hop));
+  }
+  const uint64_t N = route->hops.back().m.step;
+  route->name = route->from_dir ? "chain " + std::to_string(S) + " -> " + std::to_string(N)
+                                : "anchor " + std::to_string(A) + " -> " + std::to_string(N);
+  return Status::Ok();
+}
+
+RangeSource::RangeSource(uint64_t size, Store* store, std::string key, PullReport* report)
+    : size_(size), store_(store), key_(std::move(key)), report_(report) {}
+
+void RangeSource::Add(uint64_t offset, std::vector<uint8_t> bytes) { ranges_[offset] = std::move(bytes); }
+
+Status RangeSource::Read(uint64_t offset, uint64_t size, std::vector<uint8_t>* scratch, const uint8_t** data) const {
+  auto it = ranges_.upper_bound(offset);
+  if (it != ranges_.begin()) {
+    --it;
+    if (offset >= it->first && offset - it->first <= it->second.size() &&
+        size <= it->second.size() - (offset - it->first)) {
+      *data = it->second.data() + (offset - it->first);
+      return Status::Ok();
+    }
+  }
+  if (store_ == nullptr || offset > size_ || size > size_ - offset) {
+    return Status(ErrorCode::kInternal, "bytes " + std::to_string(offset) + "+" + std::to_string(size) +
+                                            " of a partially fetched container were not fetched");
+  }
+  scratch->resize(size);
+  Status s = store_->GetRange(key_, offset, size, scratch->data());
+  if (!s.ok()) return s;
+  if (report_ != nullptr) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    report_->requests += 1;
+    report_->fetched_bytes += size;
+  }
+  *data = scratch->data();
+  return Status::Ok();
+}
+
+
+bool Groupable(const TensorEntry& t) {
+  const uint64_t elements = t.dtype == "BF16" ? t.bytes() / 2 : 0;
+  return t.grouped() || (elements > 0 && elements < kGroupBelowElements);
+}
+
+
+Need Needed(const TensorEntry& t, const Select& select, bool keep_small) {
+  const uint64_t rows = t.rows();
+  if (t.bytes() == 0 || rows == 0) return {};
+  if (keep_small && Groupable(t)) return {0, rows};
+  if (!std::regex_match(t.name, select.pattern)) return {};
+  if (t.grouped()) return {0, rows};
+  const Selection& sel = select.sel;
+  const uint64_t a = t.shape.empty() ? 0 : std::min(sel.row_begin, rows);
+  const uint64_t b = t.shape.empty() ? 1 : std::min(sel.row_end, rows);
+  if (a >= b) return {};
+  Need need{rows, 0};
+  for (const Piece& p : t.pieces) {
+    if (p.row_end > a && p.row_begin < b) {
+      need.begin = std::min(need.begin, p.row_begin);
+      need.end = std::max(need.end, p.row_end);
+    }
+  }
+  return need;
+}
+
+std::vector<std::pair<uint64_t, uint64_t>> NeededRanges(const Reader& reader, const Select& select,
+                                                        bool keep_small) {
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  const FileEntry& f = reader.manifest().files[0];
+  const uint64_t data = reader.data_start();
+  std::set<uint64_t> groups;
+  for (const TensorEntry& t : f.tensors) {
+    const Need need = Needed(t, select, keep_small);
+    if (need.empty()) continue;
+    if (t.grouped()) {
+      if (groups.insert(t.group).second) {
+        ranges.emplace_back(data + f.groups[t.group].offset, f.groups[t.group].size);
+      }
+      continue;
+    }
+    for (const Piece& p : t.pieces) {
+      if (p.row_end > need.begin && p.row_begin < need.end) ranges.emplace_back(data + p.offset, p.size);
+    }
+  }
+  std::sort(ranges.begin(), ranges.end());
+  std::vector<std::pair<uint64_t, uint64_t>> merged;
+  for (const auto& r : ranges) {
+    if (r.second == 0) continue;
+    if (!merged.empty() && r.first <= merged.back().first + merged.back().second + kMergeGap) {
+      const uint64_t end = std::max(merged.back().first + merged.back().second, r.first + r.second);
+      merged.back().second = end - merged.back().first;
+    } else {
+      merged.push_back(r);
+    }
+  }
+  return merged;
+}
+
+
+Status FetchPieces(Store* store, const StoreOptions& options, uint64_t prefetch_limit, Select* select,
+                   std::vector<Fetched>* fetched, PullReport* report) {
+  std::mutex mutex;
+  Status first;
+  const auto fail = [&](const Status& s) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!s.ok() && first.ok()) first = s;
+  };
+  const auto start = Clock::now();
+  std::vector<RangeSource*> sources(fetched->size());
+  // The heads: container header and manifest, checked against the step's manifest.
+  ParallelFor(fetched->size(), WorkerCount(std::max(1, options.connections), fetched->size()), [&](size_t i, size_t) {
+    Fetched& f = (*fetched)[i];
+    std::vector<uint8_t> head(f.ref.head_size);
+    Status s = store->GetRange(f.ref.key, 0, head.size(), head.data());
+    if (s.ok() && container::Hash(head.data(), head.size()) != f.ref.head_xxh3) {
+      s = Status(ErrorCode::kCorruptChunk, store->url() + "/" + f.ref.key +
+                                               ": its header or manifest does not match its step's manifest");
+    }
+    if (s.ok()) {
+      auto source = std::make_unique<RangeSource>(f.ref.size, store, f.ref.key, report);
+      source->Add(0, std::move(head));
+      sources[i] = source.get();
+      s = Reader::Open(std::move(source), &f.reader);
+      if (s.ok()) s = CheckLayout(f.reader, store->url() + "/" + f.ref.key);
+      if (!s.ok()) s = Status(s.code(), store->url() + "/" + f.ref.key + ": " + s.message());
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      report->requests += 1;
+      report->fetched_bytes += f.ref.head_size;
+    }
+    fail(s);
+  });
+  if (!first.ok()) return first;
+  // Groups need their members' bases where a selected tensor may be grouped (at any hop).
+  for (const Fetched& f : *fetched) {
+    if (select->keep_small.size() <= f.shard) select->keep_small.resize(f.shard + 1, false);
+    for (const TensorEntry& t : f.reader.manifest().files[0].tensors) {
+      if (Groupable(t) && std::regex_match(t.name, select->pattern)) select->keep_small[f.shard] = true;
+    }
+  }
+  // The pieces the selection needs, neighbours merged.
+  struct Range {
+    size_t object;
+    uint64_t offset, size;
+  };
+  std::vector<Range> ranges;
+  for (size_t i = 0; i < fetched->size(); ++i) {
+    const Fetched& f = (*fetched)[i];
+    const auto needed = NeededRanges(f.reader, *select, select->keep_small[f.shard]);
+    uint64_t bytes = 0;
+    for (const auto& r : needed) bytes += r.second;
+    if (bytes > prefetch_limit) continue;  // read piece by piece as it is decoded
+    for (const auto& r : needed) ranges.push_back({i, r.first, r.second});
+  }
+  std::vector<std::vector<uint8_t>> data(ranges.size());
+  ParallelFor(ranges.size(), WorkerCount(std::max(1, options.connections), ranges.size()), [&](size_t i, size_t) {
+    data[i].resize(ranges[i].size);
+    fail(store->GetRange((*fetched)[ranges[i].object].ref.key, ranges[i].offset, ranges[i].size, data[i].data()));
+  });
+  if (!first.ok()) return first;
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    report->fetched_bytes += ranges[i].size;
+    sources[ranges[i].object]->Add(ranges[i].offset, std::move(data[i]));
+  }
+  report->requests += ranges.size();
+  report->fetched_objects += fetched->size();
+  report->fetch_seconds += Since(start);
+  return Status::Ok();
+}
+
+
+Status ReadTarget(Store* store, uint64_t step, Hop* target, PullReport* report) {
+  const bool latest = step == kNoStep;
+  if (latest) {
+    Status s = ReadLatest(store, &step, nullptr);
+    report->requests += 1;
+    if (!s.ok()) return s;
+    const uint64_t named = step;
+    step = ProbeLater(store, step);
+    report->requests += step - named + 1;
+  }
+  std::vector<uint8_t> bytes;
+  Status s = ReadManifest(store, step, &target->m, &bytes);
+  report->requests += 1;
+  report->fetched_bytes += bytes.size();
+  if (s.code() == ErrorCode::kNotFound && latest) {
+    return Status(ErrorCode::kNotFound, "the latest pointer of " + store->url() + " names step " +
+                                            std::to_string(step) + ", which is not committed (no manifest); " +
+                                            "nothing was changed");
+  }
+  if (!s.ok()) return s;
+  target->manifest_xxh3 = container::Hash(bytes.data(), bytes.size());
+  report->to_step = step;
+  report->published_at = target->m.published_at;
+  report->committed_at = target->m.committed_at;
+  return Status::Ok();
+}
+
+}  // namespace sync
+}  // namespace arc_v3

@@ -1,0 +1,121 @@
+// How a pull goes: the route from what a region holds to the step it wants, and the
+// fetching of the containers' heads and of the pieces a selection needs. Shared by the
+// directory pull (pull.cc) and the in-memory follower (roles.cc). Internal to src/sync.
+#ifndef ARC_V3_SRC_SYNC_ROUTE_H_
+#define ARC_V3_SRC_SYNC_ROUTE_H_
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <regex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "src/checkpoint/container.h"
+#include "src/sync/dir_state.h"
+#include "src/sync/sync.h"
+
+namespace arc_v3 {
+namespace sync {
+
+// Ranges of a partial pull closer than this are fetched as one request.
+constexpr uint64_t kMergeGap = uint64_t{256} << 10;
+
+// One step of a route: its manifest, and per shard whether its anchor is applied (else
+// its delta, onto the shard's file of the hop before).
+struct Hop {
+  StepManifest m;
+  uint64_t manifest_xxh3 = 0;
+  std::vector<bool> anchor;
+};
+const ObjectRef& RefOf(const Hop& hop, size_t shard);
+
+struct Route {
+  bool from_dir = false;  // starts from what the region holds
+  std::vector<Hop> hops;  // ascending
+  uint64_t bytes = 0;
+  std::string name;  // "chain S -> T" or "anchor A -> T"
+};
+
+// What a region holds: a step, the XXH3 of its manifest bytes (which store's step) and
+// its shard count.
+struct RouteFrom {
+  uint64_t step = kNoStep;
+  uint64_t manifest_xxh3 = 0;
+  uint32_t count = 0;
+};
+
+// Walks the chain back from `target` and picks the cheaper of: the deltas after `from`
+// (null: none held), or the target's anchor and the deltas after it.
+Status PlanRoute(Store* store, const RouteFrom* from, Hop target, Route* route, PullReport* report);
+
+// Reads the manifest of `step` (kNoStep: the latest, probing past the pointer).
+Status ReadTarget(Store* store, uint64_t step, Hop* target, PullReport* report);
+
+// A container of which some byte ranges were fetched ahead; other reads go to the store
+// (counted in `report`), or fail (kInternal) without one.
+class RangeSource : public container::ByteSource {
+ public:
+  RangeSource(uint64_t size, Store* store, std::string key, PullReport* report);
+  uint64_t size() const override { return size_; }
+  void Add(uint64_t offset, std::vector<uint8_t> bytes);
+  Status Read(uint64_t offset, uint64_t size, std::vector<uint8_t>* scratch, const uint8_t** data) const override;
+
+ private:
+  uint64_t size_;
+  Store* store_;
+  std::string key_;
+  PullReport* report_;
+  mutable std::mutex mutex_;
+  std::map<uint64_t, std::vector<uint8_t>> ranges_;
+};
+
+// A pull's selection of tensors and rows, compiled.
+struct Select {
+  Selection sel;
+  std::regex pattern;
+  // Per shard: whether the selection holds a tensor of it that a group may code; then
+  // every such tensor of the shard is kept whole, since decoding a group needs the base
+  // of every member.
+  std::vector<bool> keep_small;
+};
+
+// A BF16 tensor a group may code (grouped, or under kGroupBelowElements elements).
+bool Groupable(const container::TensorEntry& t);
+
+// Rows [begin, end) of a tensor that a pull keeps: the selected rows rounded out to whole
+// pieces (a piece decodes only onto all its base rows), and, with keep_small, every
+// tensor a group may hold whole.
+struct Need {
+  uint64_t begin = 0, end = 0;
+  bool empty() const { return begin >= end; }
+};
+Need Needed(const container::TensorEntry& t, const Select& select, bool keep_small);
+
+// The byte ranges (relative to the container) a pull reads of one container, merged.
+std::vector<std::pair<uint64_t, uint64_t>> NeededRanges(const container::Reader& reader, const Select& select,
+                                                        bool keep_small);
+
+// What a pull fetched: one entry per (hop, shard) that needs an object.
+struct Fetched {
+  size_t hop = 0, shard = 0;
+  ObjectRef ref;
+  std::string path;  // full pulls: the downloaded object
+  container::Reader reader;  // partial pulls: over the fetched ranges (a RangeSource)
+};
+
+// A shard's container holds one file (the "file" layout, Part 3).
+Status CheckLayout(const container::Reader& reader, const std::string& name);
+
+
+// Fetches each container's head (checked against its ObjectRef) and opens it, then the
+// pieces `select` needs (neighbours merged), ahead where an object needs at most
+// `prefetch_limit` bytes, else piece by piece when decoded (RangeSource).
+Status FetchPieces(Store* store, const StoreOptions& options, uint64_t prefetch_limit, Select* select,
+                   std::vector<Fetched>* fetched, PullReport* report);
+
+}  // namespace sync
+}  // namespace arc_v3
+
+#endif  // ARC_V3_SRC_SYNC_ROUTE_H_

@@ -1,0 +1,152 @@
+// arc_v3 sync: a trainer publishes its weights step by step to an object store, and
+// rollout engines follow it, from and into tensors in memory (src/FORMAT.md, Part 3).
+//
+//   // each trainer rank, after each optimizer step:
+//   std::unique_ptr<arc_v3::Publisher> publisher;
+//   arc_v3::Publisher::Open("s3://bucket/run7", {/*rank=*/r, /*world_size=*/n}, &publisher);
+//   publisher->Publish(step, {{"layers.0.w", "BF16", {4096, 4096}, w0}, ...}, &result);
+//
+//   // each rollout engine:
+//   std::unique_ptr<arc_v3::Follower> follower;
+//   arc_v3::Follower::Open("s3://bucket/run7", {}, &follower);
+//   follower->Pull(arc_v3::kLatestStep, &pulled);   // then follower->tensors()
+//
+// Stores: s3://BUCKET/PREFIX (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
+// AWS_SESSION_TOKEN, AWS_REGION), a directory, or (followers) a read-only http(s):// URL.
+// Link //:arc_v3_sync (Bazel) or arc_v3::sync (CMake); arc_v3.hpp stays free of it.
+#ifndef ARC_V3_SYNC_HPP_5820417396
+#define ARC_V3_SYNC_HPP_5820417396
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "arc_v3.hpp"
+
+namespace arc_v3 {
+
+constexpr uint64_t kLatestStep = UINT64_MAX;
+
+// A tensor in caller memory; dtype is a safetensors dtype name ("BF16", "F32", "I64", ...).
+struct NamedTensor {
+  std::string name;
+  std::string dtype;
+  std::vector<uint64_t> shape;
+  const void* data = nullptr;  // C order, little endian; dtype size x product(shape) bytes
+};
+
+// How a store is reached: tries per request (timeouts, lost connections, 5xx) and
+// parallel transfers per object.
+struct StoreSettings {
+  int retries = 5;
+  int connections = 8;
+};
+
+struct PublisherOptions {
+  uint32_t rank = 0, world_size = 1;  // this trainer rank publishes shard `rank` of `world_size`
+  uint64_t anchor_every = 10;         // also the whole tensors when step % anchor_every == 0
+  int effort = 1;                     // codec effort 0..3
+  int threads = 0;                    // 0: all cores
+  std::string file_name;              // the shard's name in a region ("": model-RRRRR-of-NNNNN.safetensors)
+  StoreSettings store;
+};
+
+struct PublishResult {
+  bool committed = false;  // the step is committed (this rank completed it, or another did)
+  std::string pending;     // why not yet, e.g. "waiting for shards 1, 3 of 4"
+  uint64_t delta_bytes = 0, anchor_bytes = 0, uploaded_bytes = 0;
+  double encode_seconds = 0, upload_seconds = 0, commit_seconds = 0, total_seconds = 0;
+};
+
+// A trainer rank's publisher. It keeps a copy of the tensors it published last (their
+// bytes: as much memory as the rank's tensors), the base of the next delta; its first
+// step, and every `anchor_every` steps, carries the tensors whole. Not thread-safe.
+class Publisher {
+ public:
+  // Errors: kInvalidArgument (URL, options).
+  static Status Open(const std::string& store_url, const PublisherOptions& options,
+                     std::unique_ptr<Publisher>* publisher);
+  ~Publisher();
+  // Publishes the rank's tensors as its shard of `step` (after the last step it
+  // published) and commits the step if every rank's shard is there. Steps published
+  // again with the same tensors are no-ops; other tensors: kAlreadyExists. On error
+  // nothing it keeps changes.
+  Status Publish(uint64_t step, const std::vector<NamedTensor>& tensors, PublishResult* result);
+  uint64_t last_step() const;  // kLatestStep if none
+  uint64_t held_bytes() const;  // the copy it keeps
+
+ private:
+  struct Impl;
+  explicit Publisher(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+struct FollowerOptions {
+  // Only tensors whose whole name matches this ECMAScript regex ("": all), and of them
+  // rows [row_begin, row_end) of the first dimension (a tensor-parallel rank's slice).
+  std::string tensors;
+  uint64_t row_begin = 0, row_end = UINT64_MAX;
+  int threads = 0;
+  StoreSettings store;
+};
+
+// A tensor as a follower holds it: rows [row_begin, row_end) of a tensor of `shape`
+// (all rows for a full pull; a slice rounded out to the delta's row blocks otherwise).
+struct FollowedTensor {
+  std::string name, dtype;
+  std::vector<uint64_t> shape;  // the whole tensor's
+  uint64_t row_begin = 0, row_end = 0;
+  void* data = nullptr;
+  size_t shard = 0;
+};
+
+struct FollowResult {
+  uint64_t from_step = kLatestStep, step = kLatestStep;
+  bool up_to_date = false;
+  std::string route;           // "chain 11 -> 13" or "anchor 10 -> 13"
+  std::vector<uint64_t> steps;  // applied, in order
+  uint64_t fetched_bytes = 0, requests = 0;
+  uint64_t changed_elements = 0, staged_bytes = 0;  // the largest step's staged changes
+  double fetch_seconds = 0, decode_seconds = 0, commit_seconds = 0, total_seconds = 0;
+  double published_at = 0, committed_at = 0;  // of the step pulled (Unix seconds)
+};
+
+// A rollout engine's follower: holds the tensors of the step it pulled last and updates
+// them in place. Each step of a pull is fetched, decoded and verified whole before any
+// tensor changes (its changes staged: a few bytes per changed value, plus one piece per
+// thread), then written; a long route commits step by step, so on an error the tensors
+// hold the last step that was complete. Not thread-safe.
+class Follower {
+ public:
+  // Memory for a tensor the follower holds anew (first pull, added or reshaped tensors):
+  // `bytes` bytes for rows [row_begin, row_end) of `shape`; `owner` keeps them alive.
+  using Allocator = std::function<Status(const std::string& name, const std::string& dtype,
+                                         const std::vector<uint64_t>& shape, uint64_t row_begin,
+                                         uint64_t row_end, uint64_t bytes, void** data,
+                                         std::shared_ptr<void>* owner)>;
+
+  static Status Open(const std::string& store_url, const FollowerOptions& options,
+                     std::unique_ptr<Follower>* follower);
+  ~Follower();
+  // Where new tensors' memory comes from (default: the follower allocates it).
+  void set_allocator(Allocator allocator);
+  // Makes the tensors step `step` (kLatestStep: the newest) by the cheapest route.
+  // Errors: kNotFound (no such step), kChecksumMismatch (wrong base), kCorrupt*,
+  // kUnavailable / kPermissionDenied (the store).
+  Status Pull(uint64_t step, FollowResult* result);
+  uint64_t step() const;  // kLatestStep before the first pull
+  // The tensors held, by shard then file order. Pointers stay valid across pulls unless
+  // a tensor is added, reshaped or dropped by a step.
+  std::vector<FollowedTensor> tensors() const;
+
+ private:
+  struct Impl;
+  explicit Follower(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace arc_v3
+
+#endif  // ARC_V3_SYNC_HPP_5820417396

@@ -1,0 +1,303 @@
+// The in-memory roles of arc_v3_sync.hpp: a trainer rank's Publisher and a rollout
+// engine's Follower, over the sync layer and the container's in-memory apply.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+
+#include "arc_v3_sync.hpp"
+#include "src/checkpoint/checkpoint_delta.h"
+#include "src/checkpoint/tensor_apply.h"
+#include "src/sync/route.h"
+#include "src/sync/sync.h"
+
+namespace arc_v3 {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double Since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+// Containers whose needed pieces take more than this are read piece by piece as they are
+// decoded (anchors), so that a follower holds one piece per thread of them.
+constexpr uint64_t kPrefetchLimit = uint64_t{64} << 20;
+
+sync::StoreOptions Settings(const StoreSettings& s) {
+  sync::StoreOptions o;
+  o.attempts = s.retries;
+  o.connections = s.connections;
+  return o;
+}
+
+std::vector<container::TensorView> Views(const std::vector<NamedTensor>& tensors) {
+  std::vector<container::TensorView> views;
+  for (const NamedTensor& t : tensors) {
+    container::TensorView v;
+    v.name = t.name;
+    v.dtype = t.dtype;
+    v.shape = t.shape;
+    v.data = static_cast<const uint8_t*>(t.data);
+    views.push_back(std::move(v));
+  }
+  return views;
+}
+
+}  // namespace
+
+struct Publisher::Impl {
+  std::unique_ptr<sync::Store> store;
+  PublisherOptions options;
+  std::string file_name;
+  uint64_t last_step = kLatestStep;
+  std::vector<NamedTensor> last;  // the tensors of last_step, pointing into `bytes`
+  std::vector<std::vector<uint8_t>> bytes;
+};
+
+Publisher::Publisher(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Publisher::~Publisher() = default;
+
+Status Publisher::Open(const std::string& store_url, const PublisherOptions& options,
+                       std::unique_ptr<Publisher>* publisher) {
+  if (options.world_size == 0 || options.rank >= options.world_size || options.world_size > sync::kMaxShards) {
+    return Status(ErrorCode::kInvalidArgument, "rank must be below world_size (at most " +
+                                                   std::to_string(sync::kMaxShards) + ")");
+  }
+  auto impl = std::make_unique<Impl>();
+  Status s = sync::OpenStore(store_url, Settings(options.store), &impl->store);
+  if (!s.ok()) return s;
+  if (!impl->store->writable()) return Status(ErrorCode::kInvalidArgument, store_url + " is read-only");
+  impl->options = options;
+  impl->file_name = options.file_name;
+  if (impl->file_name.empty()) {
+    char name[64];
+    std::snprintf(name, sizeof(name), "model-%05u-of-%05u.safetensors", options.rank + 1, options.world_size);
+    impl->file_name = name;
+  }
+  publisher->reset(new Publisher(std::move(impl)));
+  return Status::Ok();
+}
+
+Status Publisher::Publish(uint64_t step, const std::vector<NamedTensor>& tensors, PublishResult* result) {
+  *result = PublishResult();
+  Impl& p = *impl_;
+  if (p.last_step != kLatestStep && step <= p.last_step) {
+    return Status(ErrorCode::kInvalidArgument, "step " + std::to_string(step) + " does not come after step " +
+                                                   std::to_string(p.last_step) + ", the last one published");
+  }
+  container::Checkpoint prev, next;
+  Status s = container::Checkpoint::FromMemory(p.file_name, Views(tensors), &next);
+  if (!s.ok()) return s;
+  if (p.last_step != kLatestStep) {
+    s = container::Checkpoint::FromMemory(p.file_name, Views(p.last), &prev);
+    if (!s.ok()) return s;
+  }
+  sync::PublishOptions o;
+  o.step = step;
+  o.base_step = p.last_step == kLatestStep ? sync::kNoStep : p.last_step;
+  o.shard = p.options.rank;
+  o.count = p.options.world_size;
+  o.anchor_every = p.options.anchor_every;
+  o.run.threads = p.options.threads;
+  o.run.effort = p.options.effort;
+  sync::PublishReport report;
+  s = sync::PublishCheckpoints(p.store.get(), o, prev, next, /*in_memory=*/true, &report);
+  if (!s.ok()) return s;
+  // The base of the next delta: a copy of what was just published.
+  p.bytes.resize(tensors.size());
+  p.last = tensors;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const container::TensorView& v = next.files()[0].tensors[i];
+    p.bytes[i].assign(v.data, v.data + v.bytes);
+    p.last[i].data = p.bytes[i].data();
+  }
+  p.last_step = step;
+  result->committed = report.committed;
+  result->pending = report.pending;
+  result->delta_bytes = report.record.delta.size;
+  result->anchor_bytes = report.record.anchor.size;
+  result->uploaded_bytes = report.uploaded_bytes;
+  result->encode_seconds = report.encode_seconds + report.hash_seconds;
+  result->upload_seconds = report.upload_seconds;
+  result->commit_seconds = report.commit_seconds;
+  result->total_seconds = report.total_seconds;
+  return Status::Ok();
+}
+
+uint64_t Publisher::last_step() const { return impl_->last_step; }
+
+uint64_t Publisher::held_bytes() const {
+  uint64_t bytes = 0;
+  for (const auto& b : impl_->bytes) bytes += b.size();
+  return bytes;
+}
+
+struct Follower::Impl {
+  std::unique_ptr<sync::Store> store;
+  FollowerOptions options;
+  sync::StoreOptions store_options;
+  sync::Select select;
+  Allocator allocator;
+  uint64_t step = kLatestStep;
+  uint64_t manifest_xxh3 = 0;
+  std::vector<container::HeldTensors> shards;  // per shard
+  std::vector<std::string> order;              // names in shard-then-file order
+
+  Status ApplyHop(const sync::Hop& hop, FollowResult* result, sync::PullReport* report);
+};
+
+Follower::Follower(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Follower::~Follower() = default;
+
+Status Follower::Open(const std::string& store_url, const FollowerOptions& options,
+                      std::unique_ptr<Follower>* follower) {
+  auto impl = std::make_unique<Impl>();
+  impl->store_options = Settings(options.store);
+  Status s = sync::OpenStore(store_url, impl->store_options, &impl->store);
+  if (!s.ok()) return s;
+  impl->options = options;
+  impl->select.sel.tensors = options.tensors;
+  impl->select.sel.row_begin = options.row_begin;
+  impl->select.sel.row_end = options.row_end;
+  if (options.row_begin > options.row_end) return Status(ErrorCode::kInvalidArgument, "row_begin > row_end");
+  try {
+    impl->select.pattern = std::regex(options.tensors.empty() ? ".*" : options.tensors, std::regex::ECMAScript);
+  } catch (const std::regex_error& e) {
+    return Status(ErrorCode::kInvalidArgument, "bad tensors regex '" + options.tensors + "': " + e.what());
+  }
+  impl->allocator = [](const std::string&, const std::string&, const std::vector<uint64_t>&, uint64_t, uint64_t,
+                       uint64_t bytes, void** data, std::shared_ptr<void>* owner) {
+    void* memory = std::calloc(1, bytes > 0 ? bytes : 1);
+    if (memory == nullptr) return Status(ErrorCode::kOutOfMemory, "cannot allocate " + std::to_string(bytes) + " bytes");
+    *data = memory;
+    *owner = std::shared_ptr<void>(memory, std::free);
+    return Status::Ok();
+  };
+  follower->reset(new Follower(std::move(impl)));
+  return Status::Ok();
+}
+
+void Follower::set_allocator(Allocator allocator) { impl_->allocator = std::move(allocator); }
+
+uint64_t Follower::step() const { return impl_->step; }
+
+std::vector<FollowedTensor> Follower::tensors() const {
+  std::vector<FollowedTensor> out;
+  for (size_t k = 0; k < impl_->shards.size(); ++k) {
+    for (const auto& entry : impl_->shards[k]) {
+      const container::HeldTensor& h = entry.second;
+      out.push_back({entry.first, h.dtype, h.shape, h.row_begin, h.row_end, h.data, k});
+    }
+  }
+  std::map<std::string, size_t> rank;
+  for (size_t i = 0; i < impl_->order.size(); ++i) rank[impl_->order[i]] = i;
+  std::stable_sort(out.begin(), out.end(), [&](const FollowedTensor& a, const FollowedTensor& b) {
+    return rank[a.name] < rank[b.name];
+  });
+  return out;
+}
+
+// Fetches, decodes and verifies one step for every shard, then writes it.
+Status Follower::Impl::ApplyHop(const sync::Hop& hop, FollowResult* result, sync::PullReport* report) {
+  const auto fetch = Clock::now();
+  std::vector<sync::Fetched> fetched(hop.m.count);
+  for (size_t k = 0; k < hop.m.count; ++k) {
+    fetched[k].shard = k;
+    fetched[k].ref = sync::RefOf(hop, k);
+  }
+  Status s = sync::FetchPieces(store.get(), store_options, kPrefetchLimit, &select, &fetched, report);
+  if (!s.ok()) return s;
+  result->fetch_seconds += Since(fetch);
+  if (shards.size() != hop.m.count) shards.assign(hop.m.count, {});
+  // Plan and decode every shard before any tensor changes.
+  const auto decode = Clock::now();
+  std::vector<container::TensorApply> applies(hop.m.count);
+  for (size_t k = 0; k < hop.m.count; ++k) {
+    const sync::ShardRecord& r = hop.m.shards[k];
+    const container::Reader& reader = fetched[k].reader;
+    // The result checksums of the manifest are the container's (grouped tensors are
+    // checked by their group's checksum as they are decoded).
+    const auto& tensors = reader.manifest().files[0].tensors;
+    if (tensors.size() != r.tensors.size()) {
+      return Status(ErrorCode::kCorruptHeader, "step " + std::to_string(hop.m.step) + " shard " + std::to_string(k) +
+                                                   ": the manifest's tensor list differs from the delta's");
+    }
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      if (tensors[i].name != r.tensors[i].name || (!tensors[i].grouped() && tensors[i].target_xxh3 != r.tensors[i].xxh3)) {
+        return Status(ErrorCode::kCorruptHeader, "step " + std::to_string(hop.m.step) + " shard " +
+                                                     std::to_string(k) + ": the manifest's checksum of tensor '" +
+                                                     tensors[i].name + "' is not its delta's");
+      }
+    }
+    const bool keep_small = k < select.keep_small.size() && select.keep_small[k];
+    const auto wanted = [&](const container::TensorEntry& t) {
+      const sync::Need need = sync::Needed(t, select, keep_small);
+      return std::make_pair(need.begin, need.end);
+    };
+    const auto allocate = [&](const container::TensorEntry& t, uint64_t begin, uint64_t end,
+                              container::HeldTensor* held) {
+      void* data = nullptr;
+      Status a = allocator(t.name, t.dtype, t.shape, begin, end, (end - begin) * t.row_bytes(), &data, &held->owner);
+      held->data = static_cast<uint8_t*>(data);
+      return a;
+    };
+    s = applies[k].Plan(&reader, 0, shards[k], wanted, allocate, /*in_place=*/true);
+    if (s.ok()) s = applies[k].Decode(options.threads);
+    if (!s.ok()) {
+      return Status(s.code(), "step " + std::to_string(hop.m.step) + ", shard " + std::to_string(k) + " (" + r.file +
+                                  "): " + s.message());
+    }
+  }
+  result->decode_seconds += Since(decode);
+  const auto commit = Clock::now();
+  uint64_t changed = 0, staged = 0;
+  order.clear();
+  for (size_t k = 0; k < hop.m.count; ++k) {
+    changed += applies[k].changed_elements();
+    staged += applies[k].staged_bytes();
+    applies[k].Commit(&shards[k]);
+    for (const auto& t : fetched[k].reader.manifest().files[0].tensors) {
+      if (shards[k].count(t.name) != 0) order.push_back(t.name);
+    }
+  }
+  result->changed_elements = std::max(result->changed_elements, changed);
+  result->staged_bytes = std::max(result->staged_bytes, staged);
+  step = hop.m.step;
+  manifest_xxh3 = hop.manifest_xxh3;
+  result->commit_seconds += Since(commit);
+  result->steps.push_back(hop.m.step);
+  return Status::Ok();
+}
+
+Status Follower::Pull(uint64_t step, FollowResult* result) {
+  const auto start = Clock::now();
+  *result = FollowResult();
+  Impl& f = *impl_;
+  result->from_step = f.step;
+  sync::PullReport report;
+  sync::Hop target;
+  Status s = sync::ReadTarget(f.store.get(), step == kLatestStep ? sync::kNoStep : step, &target, &report);
+  if (!s.ok()) return s;
+  result->step = target.m.step;
+  result->published_at = target.m.published_at;
+  result->committed_at = target.m.committed_at;
+  if (f.step == target.m.step && f.manifest_xxh3 == target.manifest_xxh3) {
+    result->up_to_date = true;
+    result->route = "up to date";
+  } else {
+    const sync::RouteFrom from{f.step, f.manifest_xxh3, static_cast<uint32_t>(f.shards.size())};
+    sync::Route route;
+    s = sync::PlanRoute(f.store.get(), f.step == kLatestStep ? nullptr : &from, std::move(target), &route, &report);
+    if (!s.ok()) return s;
+    result->route = route.name;
+    for (const sync::Hop& hop : route.hops) {
+      s = f.ApplyHop(hop, result, &report);
+      if (!s.ok()) break;
+    }
+  }
+  result->fetched_bytes = report.fetched_bytes;
+  result->requests = report.requests;
+  result->total_seconds = Since(start);
+  return s;
+}
+
+}  // namespace arc_v3

@@ -1,0 +1,191 @@
+// The in-memory roles (arc_v3_sync.hpp) on both stores: trainer ranks publishing from
+// memory, followers updating their tensors in place, late and partial followers.
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <map>
+#include <random>
+#include <thread>
+
+#include "arc_v3_sync.hpp"
+#include "src/sync/protocol.h"
+#include "src/sync/sync_test_util.h"
+
+namespace arc_v3 {
+namespace {
+
+using sync::test::Backend;
+using sync::test::TempDir;
+
+// A trainer rank's tensors, moved by a sparse optimizer-like step.
+struct Rank {
+  std::vector<std::string> names;
+  std::vector<std::vector<uint64_t>> shapes;
+  std::vector<std::vector<uint16_t>> values;
+
+  Rank(int r, uint32_t seed) {
+    names = {"r" + std::to_string(r) + ".big", "r" + std::to_string(r) + ".norm", "r" + std::to_string(r) + ".w"};
+    shapes = {{12000, 256}, {256}, {1024, 256}};
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> normal(0.0f, 0.02f);
+    for (const auto& shape : shapes) {
+      uint64_t n = 1;
+      for (uint64_t d : shape) n *= d;
+      std::vector<uint16_t> v(n);
+      for (auto& x : v) {
+        const float f = normal(rng);
+        uint32_t bits;
+        std::memcpy(&bits, &f, 4);
+        x = static_cast<uint16_t>(bits >> 16);
+      }
+      values.push_back(std::move(v));
+    }
+  }
+  void Step(std::mt19937* rng) {
+    for (auto& v : values) {
+      for (size_t i = (*rng)() % 200; i < v.size(); i += 1 + (*rng)() % 400) {
+        if ((v[i] & 0x7F) != 0 && (v[i] & 0x7F) != 0x7F) v[i] += ((*rng)() & 1) ? 1 : -1;
+      }
+    }
+  }
+  std::vector<NamedTensor> Tensors() const {
+    std::vector<NamedTensor> out;
+    for (size_t i = 0; i < names.size(); ++i) out.push_back({names[i], "BF16", shapes[i], values[i].data()});
+    return out;
+  }
+};
+
+// Whether the follower holds exactly the ranks' tensors (rows [begin, end) of `selected`).
+void CheckHolds(const Follower& f, const std::vector<Rank>& ranks, uint64_t begin = 0, uint64_t end = UINT64_MAX,
+                const std::string& selected = "") {
+  std::map<std::string, FollowedTensor> held;
+  for (const FollowedTensor& t : f.tensors()) held[t.name] = t;
+  for (const Rank& r : ranks) {
+    for (size_t i = 0; i < r.names.size(); ++i) {
+      const std::string& name = r.names[i];
+      if (!selected.empty() && name != selected) continue;
+      REQUIRE(held.count(name) == 1);
+      const FollowedTensor& t = held[name];
+      const uint64_t rows = r.shapes[i][0], row = r.values[i].size() / rows;
+      const uint64_t a = std::min(begin, rows), b = std::min(end, rows);
+      REQUIRE(t.row_begin <= a);
+      REQUIRE(t.row_end >= b);
+      INFO("tensor ", name);
+      CHECK(std::memcmp(static_cast<const uint16_t*>(t.data) + (a - t.row_begin) * row, r.values[i].data() + a * row,
+                        (b - a) * row * 2) == 0);
+    }
+  }
+}
+
+TEST_CASE("roles: ranks publish from memory; followers update in place, catch up, or hold a slice") {
+  TempDir tmp;
+  for (Backend& b : sync::test::Backends(tmp, "roles")) {
+    INFO("store ", b.name);
+    std::vector<Rank> ranks = {Rank(0, 1), Rank(1, 2)};
+    std::vector<std::unique_ptr<Publisher>> publishers(2);
+    for (uint32_t r = 0; r < 2; ++r) {
+      PublisherOptions o;
+      o.rank = r;
+      o.world_size = 2;
+      o.anchor_every = 4;
+      REQUIRE(Publisher::Open(b.url, o, &publishers[r]).ok());
+    }
+    std::unique_ptr<Follower> every, late, slice;
+    REQUIRE(Follower::Open(b.url, {}, &every).ok());
+    REQUIRE(Follower::Open(b.url, {}, &late).ok());
+    FollowerOptions so;
+    so.tensors = "r1\\.big";
+    so.row_begin = 9000;
+    so.row_end = 9050;
+    REQUIRE(Follower::Open(b.url, so, &slice).ok());
+    std::mt19937 rng(5);
+    std::vector<const void*> pointers;
+    for (uint64_t step = 0; step <= 6; ++step) {
+      if (step > 0) {
+        for (Rank& r : ranks) r.Step(&rng);
+      }
+      std::vector<Status> published(2);
+      std::vector<PublishResult> results(2);
+      std::vector<std::thread> threads;
+      for (size_t r = 0; r < 2; ++r) {
+        threads.emplace_back([&, r] { published[r] = publishers[r]->Publish(step, ranks[r].Tensors(), &results[r]); });
+      }
+      for (auto& t : threads) t.join();
+      REQUIRE(published[0].ok());
+      REQUIRE(published[1].ok());
+      CHECK((results[0].committed || results[1].committed));
+      CHECK((step % 4 == 0) == (results[0].anchor_bytes > 0));
+      FollowResult pulled;
+      REQUIRE(every->Pull(kLatestStep, &pulled).ok());
+      CHECK(pulled.step == step);
+      CheckHolds(*every, ranks);
+      // The same memory, step after step: updated in place.
+      std::vector<const void*> now;
+      for (const FollowedTensor& t : every->tensors()) now.push_back(t.data);
+      if (step > 0) {
+        CHECK(pulled.route == "chain " + std::to_string(step - 1) + " -> " + std::to_string(step));
+        CHECK(now == pointers);
+        // Staged: a few bytes per changed value, far below the model.
+        CHECK(pulled.changed_elements > 0);
+        CHECK(pulled.staged_bytes <= 12 * pulled.changed_elements);
+      }
+      pointers = now;
+      if (step == 2 || step == 6) {
+        REQUIRE(slice->Pull(kLatestStep, &pulled).ok());
+        CheckHolds(*slice, ranks, 9000, 9050, "r1.big");
+        CHECK(slice->tensors().size() == 1 + 0);  // r1.big only: no groupable tensor is selected
+      }
+    }
+    FollowResult pulled;
+    REQUIRE(late->Pull(3, &pulled).ok());
+    CHECK(pulled.route == "anchor 0 -> 3");
+    REQUIRE(late->Pull(kLatestStep, &pulled).ok());
+    CHECK(pulled.route == "chain 3 -> 6");
+    CheckHolds(*late, ranks);
+    REQUIRE(late->Pull(kLatestStep, &pulled).ok());
+    CHECK(pulled.up_to_date);
+    // A step that does not follow the last one published is refused.
+    PublishResult result;
+    CHECK(publishers[0]->Publish(6, ranks[0].Tensors(), &result).code() == ErrorCode::kInvalidArgument);
+    CHECK(publishers[0]->held_bytes() == (12000 * 256 + 256 + 1024 * 256) * 2);
+  }
+}
+
+TEST_CASE("roles: a follower refuses a corrupt piece and keeps its tensors") {
+  TempDir tmp;
+  for (Backend& b : sync::test::Backends(tmp, "roles-faults")) {
+    INFO("store ", b.name);
+    Rank rank(0, 3);
+    std::unique_ptr<Publisher> publisher;
+    REQUIRE(Publisher::Open(b.url, {}, &publisher).ok());
+    std::unique_ptr<Follower> follower;
+    REQUIRE(Follower::Open(b.url, {}, &follower).ok());
+    std::mt19937 rng(1);
+    PublishResult published;
+    REQUIRE(publisher->Publish(0, rank.Tensors(), &published).ok());
+    FollowResult pulled;
+    REQUIRE(follower->Pull(kLatestStep, &pulled).ok());
+    const std::vector<uint16_t> before = rank.values[0];
+    rank.Step(&rng);
+    REQUIRE(publisher->Publish(1, rank.Tensors(), &published).ok());
+    // Damage the step's delta object in the store.
+    sync::StepManifest m;
+    REQUIRE(sync::ReadManifest(b.store.get(), 1, &m, nullptr).ok());
+    std::vector<uint8_t> bytes;
+    REQUIRE(b.store->Get(m.shards[0].delta.key, 1u << 30, &bytes, nullptr).ok());
+    std::vector<uint8_t> bad = bytes;
+    bad[bad.size() - 10] ^= 1;
+    REQUIRE(b.store->Put(m.shards[0].delta.key, bad.data(), bad.size(), sync::PutMode::kOverwrite).ok());
+    const Status s = follower->Pull(kLatestStep, &pulled);
+    CHECK(s.code() == ErrorCode::kCorruptChunk);
+    CHECK(follower->step() == 0);
+    const FollowedTensor t = follower->tensors()[0];
+    CHECK(std::memcmp(t.data, before.data(), before.size() * 2) == 0);
+    REQUIRE(b.store->Put(m.shards[0].delta.key, bytes.data(), bytes.size(), sync::PutMode::kOverwrite).ok());
+    REQUIRE(follower->Pull(kLatestStep, &pulled).ok());
+    CheckHolds(*follower, {rank});
+  }
+}
+
+}  // namespace
+}  // namespace arc_v3

@@ -100,6 +100,9 @@ struct FollowedTensor {
   uint64_t row_begin = 0, row_end = 0;
   void* data = nullptr;
   size_t shard = 0;
+  // Matched by FollowerOptions::tensors; the others are held only because a group of a
+  // matched one needs their bases.
+  bool selected = true;
 };
 
 struct FollowResult {

@@ -18,8 +18,9 @@ from setuptools.command.build_ext import build_ext
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)  # the workspace root: includes are root-relative
-# The codec, and the checkpoint delta container (with safetensors, zstd, xxhash).
-TARGETS = ("//src:codec", "//src/checkpoint:container")
+# The codec, the checkpoint delta container (with safetensors, zstd, xxhash) and the
+# sync roles (with libcurl, pugixml).
+TARGETS = ("//src:codec", "//src/checkpoint:container", "//src/sync:roles")
 
 
 def _eval_bzl(path, scope):
@@ -128,9 +129,10 @@ def _extension():
         # Any change to a header or to the build description rebuilds (setuptools only
         # compares sources and these against the .so).
         depends=sorted(glob.glob(os.path.join(ROOT, "src", "*.h")) +
-                       glob.glob(os.path.join(ROOT, "src", "checkpoint", "*.h"))) + [
+                       glob.glob(os.path.join(ROOT, "src", "checkpoint", "*.h")) +
+                glob.glob(os.path.join(ROOT, "src", "sync", "*.h"))) + [
             os.path.join(ROOT, path) for path in (
-                "arc_v3.hpp", "src/BUILD", "src/checkpoint/BUILD", "src/build_defs.bzl",
+                "arc_v3.hpp", "arc_v3_sync.hpp", "src/BUILD", "src/checkpoint/BUILD", "src/sync/BUILD", "src/build_defs.bzl",
                 "third_party/BUILD", "python/setup.py")],
         language="c++",
         extra_compile_args=["-std=c++17", "-O2", "-g0", "-fvisibility=hidden"] + copts,

@@ -40,6 +40,7 @@ __all__ = [
     "delta_dicts_info",
     "delta_worth_grouping",
     "payload_info",
+    "sync",
 ]
 
 __version__ = _ext.VERSION
@@ -492,3 +493,4 @@ def checksum(values):
 
 from arc_v3._dicts import (  # noqa: E402
     delta_compress_dicts, delta_decompress_dicts, delta_dicts_info)
+from arc_v3 import sync  # noqa: E402,F401  (arc_v3.sync.Publisher / Follower)

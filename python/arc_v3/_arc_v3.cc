@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "arc_v3.hpp"
+#include "arc_v3_sync.hpp"
 #include "src/checkpoint/checkpoint_delta.h"
 
 namespace py = pybind11;
@@ -476,6 +477,173 @@ py::dict TimeDirect(const py::buffer& src, const py::buffer& dst, int format, in
   return result;
 }
 
+// A trainer rank's tensors as the C++ roles take them: (name, dtype, shape, buffer)
+// tuples, the buffers held (and locked) while the call runs.
+struct HeldBuffers {
+  std::vector<py::buffer_info> infos;
+  std::vector<arc_v3::NamedTensor> tensors;
+};
+
+HeldBuffers ReadTensors(const py::list& items) {
+  HeldBuffers held;
+  held.infos.reserve(items.size());
+  for (const py::handle& item : items) {
+    const py::tuple t = py::reinterpret_borrow<py::tuple>(item);
+    if (t.size() != 4) throw py::value_error("expected (name, dtype, shape, buffer) tuples");
+    held.infos.push_back(py::reinterpret_borrow<py::buffer>(t[3]).request(false));
+    arc_v3::NamedTensor n;
+    n.name = t[0].cast<std::string>();
+    n.dtype = t[1].cast<std::string>();
+    n.shape = t[2].cast<std::vector<uint64_t>>();
+    n.data = held.infos.back().ptr;
+    uint64_t bytes = static_cast<uint64_t>(held.infos.back().size * held.infos.back().itemsize);
+    uint64_t expected = arc_v3::safetensors::DTypeSize(n.dtype);
+    for (uint64_t d : n.shape) expected *= d;
+    if (bytes != expected) {
+      throw py::value_error("tensor '" + n.name + "': " + std::to_string(bytes) + " bytes, its dtype and shape need " +
+                            std::to_string(expected));
+    }
+    held.tensors.push_back(std::move(n));
+  }
+  return held;
+}
+
+arc_v3::StoreSettings Settings(int retries, int connections) {
+  arc_v3::StoreSettings s;
+  s.retries = retries;
+  s.connections = connections;
+  return s;
+}
+
+class PyPublisher {
+ public:
+  PyPublisher(const std::string& store, uint32_t rank, uint32_t world_size, uint64_t anchor_every, int effort,
+              int threads, const std::string& file_name, int retries, int connections) {
+    arc_v3::PublisherOptions o;
+    o.rank = rank;
+    o.world_size = world_size;
+    o.anchor_every = anchor_every;
+    o.effort = effort;
+    o.threads = threads;
+    o.file_name = file_name;
+    o.store = Settings(retries, connections);
+    const arc_v3::Status status = arc_v3::Publisher::Open(store, o, &publisher_);
+    if (!status.ok()) throw CodecError{status};
+  }
+  py::dict Publish(uint64_t step, const py::list& tensors) {
+    const HeldBuffers held = ReadTensors(tensors);
+    arc_v3::PublishResult r;
+    arc_v3::Status status;
+    {
+      py::gil_scoped_release release;
+      status = publisher_->Publish(step, held.tensors, &r);
+    }
+    if (!status.ok()) throw CodecError{status};
+    py::dict d;
+    d["step"] = step;
+    d["committed"] = r.committed;
+    d["pending"] = r.pending;
+    d["delta_bytes"] = r.delta_bytes;
+    d["anchor_bytes"] = r.anchor_bytes;
+    d["uploaded_bytes"] = r.uploaded_bytes;
+    d["seconds"] = py::dict(py::arg("encode") = r.encode_seconds, py::arg("upload") = r.upload_seconds,
+                            py::arg("commit") = r.commit_seconds, py::arg("total") = r.total_seconds);
+    return d;
+  }
+  py::object last_step() const {
+    const uint64_t s = publisher_->last_step();
+    return s == arc_v3::kLatestStep ? py::none() : py::object(py::int_(s));
+  }
+  uint64_t held_bytes() const { return publisher_->held_bytes(); }
+
+ private:
+  std::unique_ptr<arc_v3::Publisher> publisher_;
+};
+
+// A follower whose new tensors' memory comes from a Python callable:
+// allocate(name, dtype, shape, row_begin, row_end) -> a writable C-contiguous buffer of
+// exactly the rows' bytes (a tensor's numpy view). The object is kept while the follower
+// holds the tensor.
+class PyFollower {
+ public:
+  PyFollower(const std::string& store, const std::string& tensors, uint64_t row_begin, uint64_t row_end, int threads,
+             int retries, int connections, py::object allocate)
+      : allocate_(std::move(allocate)) {
+    arc_v3::FollowerOptions o;
+    o.tensors = tensors;
+    o.row_begin = row_begin;
+    o.row_end = row_end;
+    o.threads = threads;
+    o.store = Settings(retries, connections);
+    arc_v3::Status status = arc_v3::Follower::Open(store, o, &follower_);
+    if (!status.ok()) throw CodecError{status};
+    follower_->set_allocator([this](const std::string& name, const std::string& dtype,
+                                    const std::vector<uint64_t>& shape, uint64_t begin, uint64_t end, uint64_t bytes,
+                                    void** data, std::shared_ptr<void>* owner) {
+      py::gil_scoped_acquire acquire;
+      try {
+        py::object buffer = allocate_(name, dtype, shape, begin, end);
+        const py::buffer_info info = py::reinterpret_borrow<py::buffer>(buffer).request(true);
+        if (static_cast<uint64_t>(info.size * info.itemsize) != bytes) {
+          return arc_v3::Status(arc_v3::ErrorCode::kInvalidArgument,
+                                "allocate('" + name + "') gave " + std::to_string(info.size * info.itemsize) +
+                                    " bytes, not " + std::to_string(bytes));
+        }
+        *data = info.ptr;
+        *owner = std::shared_ptr<void>(new py::object(buffer), [](void* p) {
+          py::gil_scoped_acquire gil;
+          delete static_cast<py::object*>(p);
+        });
+        return arc_v3::Status::Ok();
+      } catch (py::error_already_set& e) {
+        return arc_v3::Status(arc_v3::ErrorCode::kInvalidArgument, std::string("allocate failed: ") + e.what());
+      }
+    });
+  }
+  py::dict Pull(py::object step) {
+    arc_v3::FollowResult r;
+    arc_v3::Status status;
+    const uint64_t target = step.is_none() ? arc_v3::kLatestStep : step.cast<uint64_t>();
+    {
+      py::gil_scoped_release release;
+      status = follower_->Pull(target, &r);
+    }
+    if (!status.ok()) throw CodecError{status};
+    py::dict d;
+    d["step"] = r.step;
+    d["from_step"] = r.from_step == arc_v3::kLatestStep ? py::object(py::none()) : py::object(py::int_(r.from_step));
+    d["up_to_date"] = r.up_to_date;
+    d["route"] = r.route;
+    d["steps"] = r.steps;
+    d["fetched_bytes"] = r.fetched_bytes;
+    d["requests"] = r.requests;
+    d["changed_elements"] = r.changed_elements;
+    d["staged_bytes"] = r.staged_bytes;
+    d["published_at"] = r.published_at;
+    d["committed_at"] = r.committed_at;
+    d["seconds"] = py::dict(py::arg("fetch") = r.fetch_seconds, py::arg("decode") = r.decode_seconds,
+                            py::arg("commit") = r.commit_seconds, py::arg("total") = r.total_seconds);
+    return d;
+  }
+  py::object step() const {
+    const uint64_t s = follower_->step();
+    return s == arc_v3::kLatestStep ? py::none() : py::object(py::int_(s));
+  }
+  // (name, dtype, shape, row_begin, row_end) of every selected tensor held, in shard and
+  // file order.
+  py::list tensors() const {
+    py::list out;
+    for (const arc_v3::FollowedTensor& t : follower_->tensors()) {
+      if (t.selected) out.append(py::make_tuple(t.name, t.dtype, t.shape, t.row_begin, t.row_end));
+    }
+    return out;
+  }
+
+ private:
+  py::object allocate_;
+  std::unique_ptr<arc_v3::Follower> follower_;
+};
+
 }  // namespace
 
 PYBIND11_MODULE(_arc_v3, m) {
@@ -526,6 +694,20 @@ PYBIND11_MODULE(_arc_v3, m) {
   m.def("container_manifest", &ContainerManifest, py::arg("container"));
   m.def("checkpoint_apply", &CheckpointApply, py::arg("prev_path"), py::arg("delta_path"),
         py::arg("out_path"), py::arg("threads"));
+  py::class_<PyPublisher>(m, "Publisher")
+      .def(py::init<const std::string&, uint32_t, uint32_t, uint64_t, int, int, const std::string&, int, int>(),
+           py::arg("store"), py::arg("rank"), py::arg("world_size"), py::arg("anchor_every"), py::arg("effort"),
+           py::arg("threads"), py::arg("file_name"), py::arg("retries"), py::arg("connections"))
+      .def("publish", &PyPublisher::Publish, py::arg("step"), py::arg("tensors"))
+      .def_property_readonly("last_step", &PyPublisher::last_step)
+      .def_property_readonly("held_bytes", &PyPublisher::held_bytes);
+  py::class_<PyFollower>(m, "Follower")
+      .def(py::init<const std::string&, const std::string&, uint64_t, uint64_t, int, int, int, py::object>(),
+           py::arg("store"), py::arg("tensors"), py::arg("row_begin"), py::arg("row_end"), py::arg("threads"),
+           py::arg("retries"), py::arg("connections"), py::arg("allocate"))
+      .def("pull", &PyFollower::Pull, py::arg("step"))
+      .def_property_readonly("step", &PyFollower::step)
+      .def("tensors", &PyFollower::tensors);
   m.def("_time_direct", &TimeDirect, py::arg("src"), py::arg("dst"), py::arg("format"),
         py::arg("threads"), py::arg("repeats"));
 

@@ -185,7 +185,8 @@ std::vector<FollowedTensor> Follower::tensors() const {
   for (size_t k = 0; k < impl_->shards.size(); ++k) {
     for (const auto& entry : impl_->shards[k]) {
       const container::HeldTensor& h = entry.second;
-      out.push_back({entry.first, h.dtype, h.shape, h.row_begin, h.row_end, h.data, k});
+      out.push_back({entry.first, h.dtype, h.shape, h.row_begin, h.row_end, h.data, k,
+                     std::regex_match(entry.first, impl_->select.pattern)});
     }
   }
   std::map<std::string, size_t> rank;

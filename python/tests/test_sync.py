@@ -1,0 +1,225 @@
+"""arc_v3.sync from and into memory, on a directory store and on the S3 server
+tests/run_tests.sh boots (radosgw; ARC_V3_TEST_S3 and the AWS_* variables)."""
+
+import os
+import subprocess
+import sys
+import textwrap
+import uuid
+
+import numpy as np
+import pytest
+import torch
+
+import arc_v3
+from arc_v3.sync import Follower, Publisher
+
+
+def _stores():
+    stores = ["directory"]
+    if os.environ.get("ARC_V3_TEST_S3"):
+        stores.append("s3")
+    elif os.environ.get("ARC_V3_REQUIRE_S3") == "1":
+        raise RuntimeError("ARC_V3_REQUIRE_S3=1 but ARC_V3_TEST_S3 is unset")
+    return stores
+
+
+@pytest.fixture(params=_stores())
+def store(request, tmp_path):
+    """A fresh store URL: a directory, or a new prefix of the test bucket."""
+    if request.param == "directory":
+        path = tmp_path / "store"
+        path.mkdir()
+        return str(path)
+    return f"{os.environ['ARC_V3_TEST_S3']}/py-{uuid.uuid4().hex[:12]}"
+
+
+def _rank_state(rank, generator):
+    """A trainer rank's slice of a model: BF16 weights, a norm, an int buffer."""
+    return {
+        f"layers.{rank}.w": (torch.randn(6000, 256, generator=generator) * 0.02).to(torch.bfloat16),
+        f"layers.{rank}.norm": torch.ones(256, dtype=torch.bfloat16),
+        f"layers.{rank}.steps": torch.arange(4, dtype=torch.int64),
+    }
+
+
+def _step(state, generator):
+    """An optimizer-like step: ~1% of the values move by about one BF16 ULP."""
+    for name, value in state.items():
+        if value.dtype == torch.bfloat16:
+            mask = torch.rand(value.shape, generator=generator) < 0.01
+            value[mask] = (value[mask].float() * (1 + 2**-7)).to(torch.bfloat16)
+        else:
+            value += 1
+
+
+def _same(a, b):
+    if a.dtype == torch.bfloat16:
+        return torch.equal(a.contiguous().view(torch.int16), b.contiguous().view(torch.int16))
+    return torch.equal(a, b)
+
+
+def _check(follower_state, ranks):
+    expected = {k: v for state in ranks for k, v in state.items()}
+    assert set(follower_state) == set(expected)
+    for name, value in expected.items():
+        assert _same(follower_state[name], value), name
+
+
+def test_publish_from_memory_follow_in_place_and_catch_up(store):
+    g = torch.Generator().manual_seed(1)
+    ranks = [_rank_state(r, g) for r in range(2)]
+    publishers = [Publisher(store, rank=r, world_size=2, anchor_every=4) for r in range(2)]
+    follower = Follower(store)
+    late = Follower(store)
+    objects = None
+    for step in range(7):
+        if step:
+            for state in ranks:
+                _step(state, g)
+        results = [p.publish(step, state) for p, state in zip(publishers, ranks)]
+        assert any(r["committed"] for r in results)
+        assert (results[0]["anchor_bytes"] > 0) == (step % 4 == 0)
+        assert follower.pull() == step
+        _check(follower.state_dict, ranks)
+        now = {k: (id(v), v.data_ptr()) for k, v in follower.state_dict.items()}
+        if step:
+            # The same tensor objects and memory, updated in place.
+            assert now == objects
+            assert follower.last_result["route"] == f"chain {step - 1} -> {step}"
+            assert 0 < follower.last_result["staged_bytes"] < 12 * follower.last_result["changed_elements"] + 1
+        objects = now
+        if step == 2:
+            assert late.pull() == 2
+    # The late follower missed steps 3..6: the chain from its step is cheaper than anchor 4.
+    assert late.pull() == 6
+    assert late.last_result["route"] == "chain 2 -> 6"
+    _check(late.state_dict, ranks)
+    # A fresh one starts from the nearest anchor.
+    fresh = Follower(store)
+    assert fresh.pull(5) == 5
+    assert fresh.last_result["route"] == "anchor 4 -> 5"
+    assert publishers[0].held_bytes == sum(v.numel() * v.element_size() for v in ranks[0].values())
+    assert publishers[0].last_step == 6
+
+
+def test_follower_into_the_callers_tensors_and_slices(store):
+    g = torch.Generator().manual_seed(2)
+    state = _rank_state(0, g)
+    publisher = Publisher(store)
+    publisher.publish(0, state)
+    mine = {k: torch.zeros_like(v) for k, v in state.items()}
+    into = Follower(store, into=mine)
+    sliced = Follower(store, tensors=r"layers\.0\.w", rows=(1000, 1100))
+    copy = {"layers.0.w": torch.zeros(100, 256, dtype=torch.bfloat16)}
+    into_slice = Follower(store, tensors=r"layers\.0\.w", rows=(1000, 1100), into=copy)
+    for step in range(3):
+        if step:
+            _step(state, g)
+            publisher.publish(step, state)
+        into.pull()
+        for name, value in state.items():
+            assert into.state_dict[name] is mine[name]  # the caller's own tensors
+            assert _same(mine[name], value), name
+        sliced.pull()
+        assert set(sliced.state_dict) == {"layers.0.w"}
+        assert tuple(sliced.state_dict["layers.0.w"].shape) == (100, 256)
+        assert _same(sliced.state_dict["layers.0.w"], state["layers.0.w"][1000:1100])
+        into_slice.pull()
+        assert _same(copy["layers.0.w"], state["layers.0.w"][1000:1100])
+
+
+def test_numpy_arrays_and_errors(store, tmp_path):
+    rng = np.random.default_rng(3)
+    state = {"w": rng.integers(0x3000, 0x3c00, size=(300, 64), dtype=np.uint16),
+             "f": rng.standard_normal(10).astype(np.float32)}
+    publisher = Publisher(store)
+    publisher.publish(0, state)
+    follower = Follower(store, torch=False)
+    follower.pull()
+    assert np.array_equal(follower.state_dict["w"], state["w"])
+    assert np.array_equal(follower.state_dict["f"], state["f"])
+    with pytest.raises(arc_v3.ArcV3Error) as e:
+        follower.pull(7)
+    assert e.value.name == "not_found"
+    # A step must come after the last one; the same step with other tensors is refused.
+    with pytest.raises(arc_v3.ArcV3Error) as e:
+        publisher.publish(0, state)
+    assert e.value.name == "invalid_argument"
+    other = Publisher(store)
+    state["w"][0, 0] ^= 1
+    with pytest.raises(arc_v3.ArcV3Error) as e:
+        other.publish(0, state)
+    assert e.value.name == "already_exists"
+    # A follower whose tensors were changed behind its back refuses to apply onto them.
+    state["w"][0, 0] ^= 1
+    state["w"][5, 5] += 1
+    publisher.publish(1, state)
+    follower.state_dict["w"][0, 1] ^= 0x40
+    before = follower.state_dict["w"].copy()
+    with pytest.raises(arc_v3.ArcV3Error) as e:
+        follower.pull()
+    assert e.value.name in ("checksum_mismatch", "corrupt_chunk")
+    assert "wrong base" in e.value.message
+    assert np.array_equal(follower.state_dict["w"], before)  # untouched
+    assert follower.step == 0
+    # An unreachable store.
+    with pytest.raises(arc_v3.ArcV3Error) as e:
+        Publisher(str(tmp_path / "missing"))
+    assert e.value.name == "invalid_argument"
+
+
+def test_unreachable_s3_store():
+    env = dict(os.environ, AWS_ENDPOINT_URL="http://127.0.0.1:9", AWS_ACCESS_KEY_ID="k",
+               AWS_SECRET_ACCESS_KEY="s")
+    code = textwrap.dedent("""
+        import arc_v3
+        try:
+            arc_v3.sync.Follower("s3://bucket/run", retries=2).pull()
+        except arc_v3.ArcV3Error as e:
+            print(e.name)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         cwd="/", check=True).stdout
+    assert out.strip() == "unavailable"
+
+
+def test_follower_memory_is_the_model_plus_the_steps_changes(store):
+    """Peak resident memory while a delta step is applied, over what the follower held
+    before: the staged changes and a piece per thread, not a second copy of the model."""
+    import json
+    g = torch.Generator().manual_seed(4)
+    state = {f"w{i}": (torch.randn(4096, 4096, generator=g) * 0.02).to(torch.bfloat16)
+             for i in range(4)}  # 128 MiB
+    model = sum(v.numel() * 2 for v in state.values())
+    publisher = Publisher(store, threads=2)
+    publisher.publish(0, state)
+    for v in state.values():
+        mask = torch.rand(v.shape, generator=g) < 0.002
+        v[mask] = (v[mask].float() * (1 + 2**-7)).to(torch.bfloat16)
+    publisher.publish(1, state)
+    del publisher, state
+    # The follower alone in its own process.
+    code = textwrap.dedent(f"""
+        import arc_v3, json
+        follower = arc_v3.sync.Follower({store!r}, threads=2)
+        follower.pull(0)
+        def rss(field):
+            for line in open("/proc/self/status"):
+                if line.startswith(field):
+                    return int(line.split()[1]) * 1024
+        held = rss("VmRSS:")
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # the peak starts again from here
+        follower.pull(1)
+        print(json.dumps({{"held": held, "peak": rss("VmHWM:"),
+                          "staged": follower.last_result["staged_bytes"]}}))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/",
+                         check=True).stdout
+    m = json.loads(out.strip().splitlines()[-1])
+    extra = m["peak"] - m["held"]
+    print(f"model {model} B, follower process {m['held']} B, peak during a delta step +{extra} B, "
+          f"staged changes {m['staged']} B")
+    assert m["held"] > model
+    assert extra < 0.15 * model

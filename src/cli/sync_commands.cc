@@ -102,6 +102,10 @@ SyncCommands::SyncCommands(CLI::App* app) {
                        "but for a step without --prev)");
   publish_->add_option("--work-dir", work_dir_, "Where containers are written before upload (default $TMPDIR)");
   publish_->add_option("-e,--effort", effort_, "arc_v3 codec effort 0..3 (default 1)")->check(CLI::Range(0, 3));
+  publish_->add_option("--format", format_,
+                       "Payload format of BF16 deltas: arc_v3 (default) or arc_v3_published (ARCv3 as\n"
+                       "published: XOR fields and a zstd/lz4 race; smaller tensors are not grouped)")
+      ->check(CLI::IsMember({"arc_v3", "arc_v3_published"}));
   common(publish_, true);
 
   pull_ = app->add_subcommand(
@@ -132,6 +136,7 @@ SyncCommands::SyncCommands(CLI::App* app) {
   follow_->add_option("--until", until_, "Exit once DIR holds this step or a later one");
   follow_->add_option("--tensors", tensors_, "As pull --tensors");
   follow_->add_option("--rows", rows_, "As pull --rows");
+  follow_->add_flag("--no-sync", no_sync_, "Skip fsync (benchmarks only: not crash-safe)");
   follow_->add_option("--max-failures", max_failures_, "Give up after this many failed polls in a row (default 10)")
       ->check(CLI::PositiveNumber);
   common(follow_, true);
@@ -189,6 +194,7 @@ int SyncCommands::Run() {
     o.anchor_every = anchor_every_;
     o.work_dir = work_dir_;
     o.run = run;
+    o.run.format = format_ == "arc_v3_published" ? Format::kArcV3 : Format::kDefault;
     sync::PublishReport r;
     s = sync::Publish(store.get(), o, &r);
     if (!s.ok()) return Fail(name, json_, s);

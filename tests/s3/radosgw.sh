@@ -8,7 +8,8 @@
 #
 # PORT (default $RADOSGW_PORT or 7480) is the S3 port; the monitor listens on PORT+1 unless
 # RADOSGW_MON_PORT is set, so instances side by side need ports at least 2 apart.
-# RADOSGW_MEMSTORE_BYTES (default 8 GiB) caps the data held: the OSD uses memstore, objects
+# RADOSGW_ADDR (default 127.0.0.1) is the address the gateway listens on (0.0.0.0 serves the
+# network namespaces of bench/cross_region.py). RADOSGW_MEMSTORE_BYTES (default 8 GiB) caps the data held: the OSD uses memstore, objects
 # live in RAM (OSD RSS ~1.5x the data) and vanish on stop. All state (config, data, sockets, pids, logs) stays in DIR.
 #
 # Needs the Debian packages ceph-mon ceph-osd radosgw ceph-common awscli (and curl); the
@@ -199,7 +200,7 @@ admin socket = $dir/run/\$name.\$pid.asok
 err to stderr = false
 admin socket = $dir/run/\$name.asok
 rgw data = $dir/rgw
-rgw frontends = beast endpoint=127.0.0.1:$rgw_port tcp_nodelay=1
+rgw frontends = beast endpoint=${RADOSGW_ADDR:-127.0.0.1}:$rgw_port tcp_nodelay=1
 EOF
 }
 

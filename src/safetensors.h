@@ -50,6 +50,9 @@ class File {
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   const std::string& path() const { return path_; }
   uint64_t file_size() const { return size_; }
+  // The whole mapped file; its data section starts at data_start().
+  const uint8_t* raw() const { return map_; }
+  uint64_t data_start() const { return static_cast<uint64_t>(data_ - map_); }
 
  private:
   void Release();

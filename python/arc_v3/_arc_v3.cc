@@ -21,6 +21,7 @@
 #include "arc_v3.hpp"
 #include "arc_v3_sync.hpp"
 #include "src/checkpoint/checkpoint_delta.h"
+#include "src/checkpoint/tensor_apply.h"
 
 namespace py = pybind11;
 
@@ -343,34 +344,6 @@ uint64_t Xxh3(const py::buffer& buffer) {
 // The checkpoint delta container (src/FORMAT.md, Part 2) on safetensors files, for the
 // state-dict helpers (arc_v3/_dicts.py), which write the files into a private temporary
 // directory. Outputs are not fsynced: those files are deleted right after the call.
-void CheckpointDiff(const std::string& prev, const std::string& next, const std::string& delta,
-                    int format, int effort, int threads) {
-  if (format < 0 || format > 255) throw py::value_error("format out of range");
-  arc_v3::container::RunOptions options;
-  options.format = static_cast<arc_v3::Format>(format);
-  options.effort = effort;
-  options.threads = threads;
-  options.sync = false;
-  arc_v3::Status status;
-  {
-    py::gil_scoped_release release;
-    status = arc_v3::container::Diff(prev, next, delta, options, nullptr);
-  }
-  if (!status.ok()) throw CodecError{status};
-}
-
-void CheckpointApply(const std::string& prev, const std::string& delta, const std::string& out,
-                     int threads) {
-  arc_v3::container::RunOptions options;
-  options.threads = threads;
-  options.sync = false;
-  arc_v3::Status status;
-  {
-    py::gil_scoped_release release;
-    status = arc_v3::container::Apply(prev, delta, out, options, nullptr);
-  }
-  if (!status.ok()) throw CodecError{status};
-}
 
 // Container bytes held in memory (a copy: the Reader outlives the Python buffer).
 class MemorySource : public arc_v3::container::ByteSource {
@@ -513,6 +486,107 @@ arc_v3::StoreSettings Settings(int retries, int connections) {
   s.retries = retries;
   s.connections = connections;
   return s;
+}
+
+std::vector<arc_v3::container::TensorView> Views(const HeldBuffers& held) {
+  std::vector<arc_v3::container::TensorView> views;
+  for (const arc_v3::NamedTensor& t : held.tensors) {
+    arc_v3::container::TensorView v;
+    v.name = t.name;
+    v.dtype = t.dtype;
+    v.shape = t.shape;
+    v.data = static_cast<const uint8_t*>(t.data);
+    views.push_back(std::move(v));
+  }
+  return views;
+}
+
+// The container of `next` against `prev` (lists of (name, dtype, shape, buffer)): what
+// `arc_v3 diff` writes for them saved as single safetensors files, built in memory.
+py::bytes DictsDiff(const py::list& prev, const py::list& next, int format, int effort, int threads) {
+  const HeldBuffers p = ReadTensors(prev), n = ReadTensors(next);
+  arc_v3::container::Checkpoint base, target;
+  arc_v3::Status status = arc_v3::container::Checkpoint::FromMemory("prev_state_dict", Views(p), &base);
+  if (status.ok()) status = arc_v3::container::Checkpoint::FromMemory("model.safetensors", Views(n), &target);
+  if (!status.ok()) throw CodecError{status};
+  arc_v3::container::RunOptions options;
+  options.format = static_cast<arc_v3::Format>(format);
+  options.effort = effort;
+  options.threads = threads;
+  std::vector<uint8_t> delta;
+  {
+    py::gil_scoped_release release;
+    status = arc_v3::container::Diff(base, target, options, &delta, nullptr);
+  }
+  if (!status.ok()) throw CodecError{status};
+  return py::bytes(reinterpret_cast<const char*>(delta.data()), delta.size());
+}
+
+// Rebuilds a single-file container's tensors from `prev` into new memory that
+// allocate(name, dtype, shape) gives (a writable buffer of the tensor's bytes); returns
+// (name, dtype, shape) of every target tensor in the container's order. Every piece is
+// verified, the target's header and fills included.
+py::list DictsApply(const py::list& prev, const py::buffer& delta, const py::object& allocate, int threads) {
+  const HeldBuffers p = ReadTensors(prev);
+  const py::buffer_info d = delta.request();
+  const auto* bytes = static_cast<const uint8_t*>(d.ptr);
+  arc_v3::container::Reader reader;
+  arc_v3::Status status = arc_v3::container::Reader::Open(
+      std::make_unique<arc_v3::container::MemorySource>(std::vector<uint8_t>(bytes, bytes + d.size * d.itemsize)),
+      &reader);
+  if (!status.ok()) throw CodecError{status};
+  const arc_v3::container::Manifest& m = reader.manifest();
+  if (m.directory || m.files.size() != 1) {
+    throw CodecError{arc_v3::Status(arc_v3::ErrorCode::kInvalidArgument,
+                                    "a delta of a sharded checkpoint directory, not of one state dict")};
+  }
+  arc_v3::container::HeldTensors held;
+  for (const arc_v3::NamedTensor& t : p.tensors) {
+    arc_v3::container::HeldTensor h;
+    h.dtype = t.dtype;
+    h.shape = t.shape;
+    h.row_begin = 0;
+    h.row_end = t.shape.empty() ? 1 : t.shape[0];
+    h.data = static_cast<uint8_t*>(const_cast<void*>(t.data));  // read only: nothing is applied in place
+    held[t.name] = h;
+  }
+  arc_v3::container::TensorApply apply;
+  apply.set_base_name("prev_state_dict");
+  const auto all = [](const arc_v3::container::TensorEntry& t) { return std::make_pair(uint64_t{0}, t.rows()); };
+  const auto fresh = [&](const arc_v3::container::TensorEntry& t, uint64_t, uint64_t,
+                         arc_v3::container::HeldTensor* h) {
+    py::object buffer = allocate(t.name, t.dtype, t.shape);
+    const py::buffer_info info = py::reinterpret_borrow<py::buffer>(buffer).request(true);
+    if (static_cast<uint64_t>(info.size * info.itemsize) != t.bytes()) {
+      return arc_v3::Status(arc_v3::ErrorCode::kInternal, "allocate('" + t.name + "') gave the wrong size");
+    }
+    h->data = static_cast<uint8_t*>(info.ptr);
+    h->owner = std::shared_ptr<void>(new py::object(buffer), [](void* o) {
+      py::gil_scoped_acquire gil;
+      delete static_cast<py::object*>(o);
+    });
+    return arc_v3::Status::Ok();
+  };
+  status = apply.Plan(&reader, 0, held, all, fresh, /*in_place=*/false);
+  if (!status.ok()) throw CodecError{status};
+  {
+    py::gil_scoped_release release;
+    // The target's header and fills are not tensors, but their bytes are checked too.
+    const arc_v3::container::FileEntry& f = m.files[0];
+    for (const arc_v3::container::Piece* piece : {&f.header, &f.fill}) {
+      if (!status.ok() || (piece == &f.fill && f.fills.empty())) continue;
+      std::vector<uint8_t> scratch, out(piece->row_end);
+      const uint8_t* stored = nullptr;
+      status = reader.ReadPiece(*piece, &scratch, &stored);
+      if (status.ok()) status = arc_v3::container::DecodePiece(*piece, stored, nullptr, piece->row_end, 1, out.data());
+    }
+    if (status.ok()) status = apply.Decode(threads);
+    if (status.ok()) apply.Commit(&held);
+  }
+  if (!status.ok()) throw CodecError{status};
+  py::list out;
+  for (const arc_v3::container::TensorEntry& t : m.files[0].tensors) out.append(py::make_tuple(t.name, t.dtype, t.shape));
+  return out;
 }
 
 class PyPublisher {
@@ -689,11 +763,10 @@ PYBIND11_MODULE(_arc_v3, m) {
       .def_property_readonly("history_id", &PySession::history_id)
       .def("reset", &PySession::Reset);
   m.def("xxh3_64", &Xxh3, py::arg("buffer"));
-  m.def("checkpoint_diff", &CheckpointDiff, py::arg("prev_path"), py::arg("next_path"),
-        py::arg("delta_path"), py::arg("format"), py::arg("effort"), py::arg("threads"));
   m.def("container_manifest", &ContainerManifest, py::arg("container"));
-  m.def("checkpoint_apply", &CheckpointApply, py::arg("prev_path"), py::arg("delta_path"),
-        py::arg("out_path"), py::arg("threads"));
+  m.def("dicts_diff", &DictsDiff, py::arg("prev"), py::arg("next"), py::arg("format"), py::arg("effort"),
+        py::arg("threads"));
+  m.def("dicts_apply", &DictsApply, py::arg("prev"), py::arg("delta"), py::arg("allocate"), py::arg("threads"));
   py::class_<PyPublisher>(m, "Publisher")
       .def(py::init<const std::string&, uint32_t, uint32_t, uint64_t, int, int, const std::string&, int, int>(),
            py::arg("store"), py::arg("rank"), py::arg("world_size"), py::arg("anchor_every"), py::arg("effort"),

@@ -1,47 +1,30 @@
 """State-dict helpers: one bytes object for a whole model update.
 
-The bytes are the CLI's checkpoint delta container (src/FORMAT.md, Part 2; magic b"A3DC"),
-exactly what `arc_v3 diff prev.safetensors next.safetensors` writes, so the CLI reads them
-too (`arc_v3 apply`, `arc_v3 verify`, `arc_v3 inspect`). Each state dict is serialised as
-one safetensors file:
-
-    8 bytes   N: header length, u64 little-endian
-    N bytes   JSON {"name": {"dtype": "BF16", "shape": [..], "data_offsets": [b, e]}, ...},
-              padded with spaces to a multiple of 8 bytes; names in the dict's order
-    ...       tensor data (C order, little endian), tensors in sorted-name order, each
-              starting at a multiple of 8 bytes (zero padding between them)
+The bytes are the CLI's checkpoint delta container (src/FORMAT.md, Part 2; magic b"A3DC"):
+the delta between the two dicts as single safetensors files (tensors in the dict's order,
+back to back, under the header safetensors' own writer would give them), so the CLI reads
+them too (`arc_v3 apply`, `arc_v3 verify`, `arc_v3 inspect`) with such a file as PREV.
 
 torch dtype -> safetensors: bfloat16 BF16, float16 F16, float32 F32, float64 F64, int8 I8,
 int16 I16, int32 I32, int64 I64, uint8 U8, bool BOOL (others raise TypeError).
 
-The container then describes next against prev: per tensor, row-block pieces with the
-XXH3-64 of their base and target rows. BF16 tensors with a base of the same dtype and shape
-are arc_v3 payloads, those under 2^20 elements with under 16,384 changes coded together in
+The container describes next against prev: per tensor, row-block pieces with the XXH3-64
+of their base and target rows. BF16 tensors with a base of the same dtype and shape are
+arc_v3 payloads, those under 2^20 elements with under 16,384 changes coded together in
 groups (one payload for many norms and biases); other dtypes the XOR with the base through
 zstd; tensors that are new, or whose dtype or shape changed, are carried whole; tensors
 only in prev are listed as removed. Decoding checks every base against its checksum, and
 every target.
 
-The container's C++ diff/apply (src/checkpoint/checkpoint_delta.h) work on files: the helpers
-write the safetensors files and the container into a private temporary directory (under
-$TMPDIR, deleted afterwards) and call them through the extension with the GIL released.
-Peak disk use is about the size of both state dicts plus the delta.
+Both directions work on the tensors' memory directly (the container's in-memory diff and
+staged apply, with the GIL released): no temporary files, no copy of the inputs.
 """
 
 import collections
-import json
-import os
-import tempfile
 
 from arc_v3 import _arc_v3 as _ext
 from arc_v3._errors import ArcV3Error
 
-_ALIGNMENT = 8  # every tensor's data starts 8-byte aligned (as the header's end is)
-_PREV, _NEXT, _DELTA, _OUT = "prev.safetensors", "next.safetensors", "delta.a3dc", \
-    "out.safetensors"
-# Where the temporary files go in error messages, as the caller knows them.
-_PUBLIC_NAMES = {_PREV: "prev_state_dict", _NEXT: "next_state_dict", _DELTA: "delta_bytes",
-                 _OUT: "next state dict"}
 _ST_DTYPES = {  # torch dtype name -> safetensors dtype
     "bfloat16": "BF16", "float16": "F16", "float32": "F32", "float64": "F64",
     "int8": "I8", "int16": "I16", "int32": "I32", "int64": "I64", "uint8": "U8",
@@ -75,74 +58,21 @@ def _check_tensor(torch, name, value, which):
     return st_dtype
 
 
-def _write_safetensors(torch, state_dict, path, which, base=False):
-    """Writes `state_dict` as one safetensors file (layout in this module's docstring).
+def _entries(torch, state_dict, which, base=False):
+    """(name, safetensors dtype, shape, bytes view) of each tensor, in the dict's order.
     `base`: tensors of dtypes safetensors cannot hold are left out (they cannot be the
     base of anything the container carries) instead of raising TypeError."""
-    dtypes = {}
+    entries = []
     for name, value in state_dict.items():
         if base and isinstance(value, torch.Tensor) and \
                 str(value.dtype).replace("torch.", "") not in _ST_DTYPES:
             continue
-        dtypes[name] = _check_tensor(torch, name, value, which)
-    state_dict = {name: state_dict[name] for name in dtypes}
-    offsets, at = {}, 0
-    for name in sorted(state_dict):
-        at += -at % _ALIGNMENT
-        size = state_dict[name].numel() * state_dict[name].element_size()
-        offsets[name] = (at, at + size)
-        at += size
-    header = json.dumps(
-        {name: {"dtype": dtypes[name], "shape": list(state_dict[name].shape),
-                "data_offsets": list(offsets[name])} for name in state_dict},
-        separators=(",", ":")).encode("utf-8")
-    header += b" " * (-len(header) % _ALIGNMENT)
-    with open(path, "wb") as f:
-        f.write(len(header).to_bytes(8, "little"))
-        f.write(header)
-        written = 0
-        for name in sorted(state_dict):
-            begin, end = offsets[name]
-            f.write(b"\0" * (begin - written))
-            t = state_dict[name].detach()
-            if not t.is_contiguous():
-                t = t.contiguous()
-            if end > begin:
-                f.write(t.reshape(-1).view(torch.uint8).numpy().data)
-            written = end
-
-
-def _read_safetensors(torch, path):
-    """The tensors of a safetensors file written by _write_safetensors (and rebuilt by
-    the container), in its header's order, each in its own new memory."""
-    with open(path, "rb") as f:
-        header_len = int.from_bytes(f.read(8), "little")
-        header = json.loads(f.read(header_len).decode("utf-8"),
-                            object_pairs_hook=collections.OrderedDict)
-        result = collections.OrderedDict()
-        for name, info in header.items():
-            if name == "__metadata__":
-                continue
-            dtype = getattr(torch, _TORCH_DTYPES[info["dtype"]])
-            tensor = torch.empty(tuple(info["shape"]), dtype=dtype)
-            begin, end = info["data_offsets"]
-            target = tensor.reshape(-1).view(torch.uint8).numpy()
-            if target.nbytes != end - begin:
-                raise _error("corrupt_header", f"tensor {name!r}: {end - begin} bytes for "
-                                               f"{target.nbytes}")
-            f.seek(8 + header_len + begin)
-            if end > begin and f.readinto(target.data) != target.nbytes:
-                raise _error("truncated", f"tensor {name!r}: data extends past the end")
-            result[name] = tensor
-    return result
-
-
-def _public_error(error, directory):
-    """`error` with the temporary paths in its message replaced by the caller's names."""
-    message = error.message
-    for file_name, public in _PUBLIC_NAMES.items():
-        message = message.replace(os.path.join(directory, file_name), public)
-    return ArcV3Error(error.code, error.name, message.replace(directory + os.sep, ""))
+        dtype = _check_tensor(torch, name, value, which)
+        t = value.detach()
+        if not t.is_contiguous():
+            t = t.contiguous()
+        entries.append((name, dtype, list(value.shape), t.reshape(-1).view(torch.uint8).numpy()))
+    return entries
 
 
 def delta_compress_dicts(prev_state_dict, next_state_dict, *, compression_format="arc_v3",
@@ -161,23 +91,14 @@ def delta_compress_dicts(prev_state_dict, next_state_dict, *, compression_format
     Raises:
         TypeError / ValueError: non-str keys, non-tensors, non-CPU tensors, dtypes
             safetensors cannot hold (e.g. complex), unknown compression_format.
-        ArcV3Error: the container could not be built (e.g. no space in $TMPDIR).
+        ArcV3Error: the container could not be built (e.g. out of memory).
     """
     from arc_v3 import _format_id  # the package's one table of format names
     fmt = _format_id(compression_format)
     torch = _torch()
-    with tempfile.TemporaryDirectory(prefix="arc_v3-dicts-") as directory:
-        paths = {n: os.path.join(directory, n) for n in (_PREV, _NEXT, _DELTA)}
-        _write_safetensors(torch, prev_state_dict, paths[_PREV], "prev_state_dict",
-                           base=True)
-        _write_safetensors(torch, next_state_dict, paths[_NEXT], "next_state_dict")
-        try:
-            _ext.checkpoint_diff(paths[_PREV], paths[_NEXT], paths[_DELTA], fmt,
-                                 _ext.CONTAINER_EFFORT, int(threads))
-        except ArcV3Error as e:
-            raise _public_error(e, directory) from None
-        with open(paths[_DELTA], "rb") as f:
-            return f.read()
+    prev = _entries(torch, prev_state_dict, "prev_state_dict", base=True)
+    nxt = _entries(torch, next_state_dict, "next_state_dict")
+    return _ext.dicts_diff(prev, nxt, fmt, _ext.CONTAINER_EFFORT, int(threads))
 
 
 def delta_dicts_info(delta_bytes):
@@ -212,20 +133,20 @@ def delta_decompress_dicts(prev_state_dict, delta_bytes, *, threads=0):
     magic = _ext.CONTAINER_MAGIC
     if bytes(delta[:len(magic)]) != magic[:min(delta.nbytes, len(magic))]:
         raise _error("bad_magic", "not a checkpoint delta container (magic b'A3DC')")
-    with tempfile.TemporaryDirectory(prefix="arc_v3-dicts-") as directory:
-        paths = {n: os.path.join(directory, n) for n in (_PREV, _DELTA, _OUT)}
-        _write_safetensors(torch, prev_state_dict, paths[_PREV], "prev_state_dict",
-                           base=True)
-        with open(paths[_DELTA], "wb") as f:
-            f.write(delta)
-        try:
-            _ext.checkpoint_apply(paths[_PREV], paths[_DELTA], paths[_OUT], int(threads))
-        except ArcV3Error as e:
-            raise _public_error(e, directory) from None
-        try:
-            return _read_safetensors(torch, paths[_OUT])
-        except (ValueError, KeyError, TypeError, AttributeError) as e:
-            # The container checked the header bytes against their checksum, so this is
-            # a container from another writer whose target is not a plain safetensors file.
-            raise _error("corrupt_header", f"the delta's target is not a safetensors file "
-                                           f"this package reads: {e}") from None
+    prev = _entries(torch, prev_state_dict, "prev_state_dict", base=True)
+    made = {}
+
+    def allocate(name, dtype, shape):
+        if dtype not in _TORCH_DTYPES:
+            raise ValueError(f"tensor {name!r} has dtype {dtype}, which torch cannot hold")
+        made[name] = torch.empty(tuple(shape), dtype=getattr(torch, _TORCH_DTYPES[dtype]))
+        return made[name].reshape(-1).view(torch.uint8).numpy()
+
+    result = collections.OrderedDict()
+    for name, dtype, shape in _ext.dicts_apply(prev, delta, allocate, int(threads)):
+        if name not in made:  # a tensor without bytes has no piece
+            if dtype not in _TORCH_DTYPES:
+                raise _error("corrupt_header", f"tensor {name!r}: dtype {dtype} torch cannot hold")
+            made[name] = torch.empty(tuple(shape), dtype=getattr(torch, _TORCH_DTYPES[dtype]))
+        result[name] = made[name]
+    return result

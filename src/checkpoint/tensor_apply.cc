@@ -20,6 +20,12 @@ Status WrongBase(const std::string& what) {
 
 std::string Rows(uint64_t begin, uint64_t end) { return std::to_string(begin) + ":" + std::to_string(end); }
 
+std::string Shape(const std::vector<uint64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
 }  // namespace
 
 Status TensorApply::Plan(const Reader* reader, size_t file, const HeldTensors& held, const RowsWanted& wanted,
@@ -48,7 +54,12 @@ Status TensorApply::Plan(const Reader* reader, size_t file, const HeldTensors& h
     target.tensor = &t;
     const HeldTensor* h = held_as(t);
     if (t.kind == TensorKind::kDelta) {
-      if (h == nullptr) return WrongBase("tensor '" + t.name + "' is not held as " + t.dtype);
+      const auto any = held.find(t.name);
+      if (any == held.end()) return WrongBase("tensor '" + t.name + "' is missing from " + base_name_);
+      if (h == nullptr) {
+        return WrongBase("tensor '" + t.name + "' is " + any->second.dtype + " " + Shape(any->second.shape) +
+                         " in " + base_name_ + ", the delta expects " + t.dtype + " " + Shape(t.shape));
+      }
       if (h->row_begin > rows.first || h->row_end < rows.second) {
         return WrongBase("rows " + Rows(rows.first, rows.second) + " of tensor '" + t.name + "' are not held (only " +
                          Rows(h->row_begin, h->row_end) + ")");

@@ -48,6 +48,8 @@ class TensorApply {
   // new memory is written, in-place tensors' changes are staged. The held tensors do not
   // change. An error leaves them as they were.
   Status Decode(int threads);
+  // How errors name the held tensors (default "the held tensors").
+  void set_base_name(std::string name) { base_name_ = std::move(name); }
   // The held tensors after the container: staged changes written in place, new memory
   // in, tensors the container does not keep gone. Call only after Decode succeeded.
   void Commit(HeldTensors* held);
@@ -83,6 +85,7 @@ class TensorApply {
   std::vector<Changes> changes_;
   uint64_t changed_ = 0;
   double decode_seconds_ = 0;
+  std::string base_name_ = "the held tensors";
 };
 
 }  // namespace container

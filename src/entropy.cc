@@ -4,7 +4,9 @@
 #include <cstring>
 #include <memory>
 
+#ifndef ZSTD_STATIC_LINKING_ONLY
 #define ZSTD_STATIC_LINKING_ONLY  // ZSTD_c_format / ZSTD_d_format (magicless frames)
+#endif
 #include <lz4.h>
 #include <lz4hc.h>
 #include <zstd.h>

@@ -80,6 +80,9 @@ inline uint32_t Log2Q16(uint64_t v) {
   return (static_cast<uint32_t>(top) << 16) | frac;
 }
 
+// The exponent field of a BF16 bit pattern (bits 7-14).
+inline int ExponentOf(uint16_t bits) { return (bits >> 7) & 0xFF; }
+
 // Monotone integer key of a BF16 bit pattern: a bijection on uint16 such that the key
 // order is the value order (-NaN < -Inf < ... < -0 < +0 < ... < +Inf < +NaN); -0 and +0
 // are neighbours, so stepping across zero is +-1.

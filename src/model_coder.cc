@@ -70,8 +70,6 @@ inline int HistoryClass(uint8_t history) {
 constexpr int8_t kRecentBoost = -kMaxRateLog;
 static_assert(kRecentAges == 2, "the recent elements are history classes 1 and 2");
 
-inline int ExponentOf(uint16_t bits) { return (bits >> 7) & 0xFF; }
-
 // An element's rate under a chunk's cap (kModelRateCap), from its bits.
 inline uint64_t CappedRate(uint16_t bits, int rate_cap) {
   return uint64_t{1} << std::min<int>(kRates.log[ExponentOf(bits)], rate_cap);
@@ -102,6 +100,14 @@ constexpr int kProbBits = 16;
 constexpr uint32_t kProbOne = 1u << kProbBits;
 constexpr uint16_t kProbMin = 48, kProbMax = kProbOne - 48;  // for priors
 
+}  // namespace
+
+// Prob and Model (below) are named outside this file's anonymous namespace: a session's
+// ModelState (model_coder.h, external linkage) holds a Model, and must not hold a type of
+// internal linkage (GCC's -Wsubobject-linkage, once this file is part of a header:
+// single_include/arc_v3.hpp).
+namespace model_coder {
+
 // Adaptation is fast while a context is young and slows to 2^-limit: a context that has
 // seen n bits moves by about 1/(n + 2) (shift floor(log2(n + 2))). A prior that deserves
 // trust starts with a larger n.
@@ -115,6 +121,12 @@ struct Prob {
     limit = static_cast<uint8_t>(max_shift);
   }
 };
+
+}  // namespace model_coder
+
+namespace {
+
+using model_coder::Prob;
 
 inline uint16_t ClampProb(uint64_t p) {
   return static_cast<uint16_t>(std::min<uint64_t>(std::max<uint64_t>(p, kProbMin), kProbMax));
@@ -277,6 +289,10 @@ constexpr int kSplitBuckets = 64;      // the left half's share of the node's ra
 constexpr int kAlsoBuckets = 96;       // expected changes in the right half
 constexpr int kUnaryBits = 15;         // |d| < 2^16: log2 class 0..15
 
+}  // namespace
+
+namespace model_coder {
+
 struct Model {
   Prob block[kBlockBuckets];  // the block has a change
   Prob split[kNodeLevels][kSplitBuckets];  // left half changed | node changed
@@ -344,6 +360,12 @@ struct Model {
     }
   }
 };
+
+}  // namespace model_coder
+
+namespace {
+
+using model_coder::Model;
 
 // Column signs (Layout bit 6): within a weight matrix the updates of one column (an input
 // feature) share their sign more often than chance (on the corpus' OCR model a sign costs

@@ -52,8 +52,6 @@ constexpr uint8_t kVersion4Slope = 16;  // one octave per exponent step
 constexpr int kMinSlope = 2;
 constexpr int kMaxSlope = 64;
 
-inline int ExponentOf(uint16_t bits) { return (bits >> 7) & 0xFF; }
-
 // 256 * RansHistoryClass(b) for every history byte b: the encoder's tallies.
 struct HistoryOffsets {
   uint16_t of[256];
@@ -78,17 +76,17 @@ inline uint64_t Pow2Sixteenths(int t) {
   return (base + (uint64_t{1} << (-octave - 1))) >> -octave;
 }
 
-inline uint32_t ClampProb(uint64_t p) {
+inline uint32_t ClampRansProb(uint64_t p) {
   return static_cast<uint32_t>(std::min<uint64_t>(std::max<uint64_t>(p, 1), kProbScale - 1));
 }
 
 // P(change) of a Change_Q byte: 2^(-q/16), q = 0 meaning "almost surely".
-inline uint32_t ProbOfQ(int q) { return ClampProb(Pow2Sixteenths(-q)); }
+inline uint32_t ProbOfQ(int q) { return ClampRansProb(Pow2Sixteenths(-q)); }
 
 // P = x / (1 + x) with x = 2^(t/16), t clamped to +-256 (P within 2^-16 of 0 or 1).
 inline uint32_t ProbOfLog(int t) {
   const uint64_t x = Pow2Sixteenths(std::min(std::max(t, -256), 256));
-  return ClampProb((x << 16) / (x + kProbScale));
+  return ClampRansProb((x << 16) / (x + kProbScale));
 }
 
 // The decoder's view of a chunk's model.

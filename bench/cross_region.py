@@ -35,8 +35,7 @@ import time
 import uuid
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CLI = os.path.join(ROOT, "bazel-bin", "src", "cli", "arc_v3_cli")
-BENCH = os.path.join(ROOT, "bazel-bin", "bench", "arc_bench")
+CLI = BENCH = None  # the built binaries (set in main: bazel-bin of the default configuration)
 AWS = "/usr/bin/aws"  # Debian's awscli (a pyenv shim may shadow `aws`)
 PYTHON = sys.executable
 REGIMES = {"low": "0.2%", "mid": "2%", "high": "10%"}
@@ -104,12 +103,11 @@ def relay_main(listen_host, listen_port, target_port, rtt_ms):
 # A follower of plain objects (full checkpoints, PULSESync-like payloads), run inside a
 # region's namespace: polls `latest`, downloads the step's object, records when it serves.
 
-def blob_follower_main(endpoint, bucket, prefix, until, out_dir, decode_seconds, log_path):
+def blob_follower_main(endpoint, bucket, prefix, until, out_dir, decode_seconds, log_path, held=-1):
     os.makedirs(out_dir, exist_ok=True)
     sig = ["--aws-sigv4", f"aws:amz:{os.environ.get('AWS_REGION', 'us-east-1')}:s3", "--user",
            f"{os.environ['AWS_ACCESS_KEY_ID']}:{os.environ['AWS_SECRET_ACCESS_KEY']}",
            "-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD"]
-    held = -1
     with open(log_path, "w") as log:
         while held < until:
             latest = subprocess.run(["curl", "-sf", *sig, f"{endpoint}/{bucket}/{prefix}/latest"],
@@ -216,19 +214,51 @@ def bench_codec_speeds(run_dir, work):
     return codec
 
 
+def publish_step(codec, store, env, files, step, work, pulse, trained):
+    """Publishes `step` as `codec` does; returns {"step", "bytes", "seconds", "phases"}."""
+    path = files[step]
+    if codec.startswith("arc_v3"):
+        cmd = [CLI, "publish", store, "--step", str(step), "--next", path, "--json", "-T", "1",
+               "--format", "arc_v3_published" if codec == "arc_v3_published" else "arc_v3"]
+        if step > 0:
+            cmd += ["--prev", files[step - 1]]
+        rep = json.loads(run(cmd, env=env, capture_output=True, text=True).stdout)
+        return {"step": step, "bytes": rep["uploaded_bytes"], "seconds": time.time() - trained,
+                "phases": rep["seconds"]}
+    if codec == "full":
+        blob, size = path, os.path.getsize(path)
+    else:
+        size = int(pulse["payload_bytes"] / max(1, pulse["pairs"])) if step > 0 else os.path.getsize(path)
+        blob = os.path.join(work, "blob.bin")
+        with open(blob, "wb") as f:
+            f.write(os.urandom(size))
+        if step > 0:  # its encoder's time at arc_bench's 1-thread speed
+            time.sleep(os.path.getsize(path) / (pulse["compress_gbps_1t"] * 1e9))
+    key = f"step_{step:06d}.bin"
+    bucket_prefix = store.removeprefix("s3://")
+    s3_put(env, f"{bucket_prefix}/{key}", blob)
+    put_json(env, f"{bucket_prefix}/latest", {"step": step, "key": key, "trained_at": trained}, work)
+    return {"step": step, "bytes": size, "seconds": time.time() - trained}
+
+
 def run_codec(args, codec, run_dir, steps, regions, env, work, pulse, dataset):
-    """Publishes `steps` steps every args.interval seconds; returns per-region step logs."""
+    """Every region holds step 0 (as after a while of following); then the trainer
+    publishes a step every args.interval seconds. Returns what was published and, per
+    region, what it served when."""
     bucket = env["ARC_V3_TEST_BUCKET"]
     prefix = f"xr-{dataset}-{codec}-{uuid.uuid4().hex[:8]}"
     store = f"s3://{bucket}/{prefix}"
     files = [os.path.join(run_dir, f) for f in steps]
     last = len(files) - 1
+    publish_step(codec, store, env, files, 0, work, pulse, time.time())
     followers, logs = [], []
     for r in regions:
         renv = dict(env, AWS_ENDPOINT_URL=r.endpoint())
         log = os.path.join(work, f"{prefix}-{r.name}.jsonl")
         out = os.path.join(work, f"{prefix}-{r.name}")
         if codec.startswith("arc_v3"):
+            # The seed comes over loopback: a region's first anchor is not what is measured.
+            run([CLI, "pull", store, out, "--step", "0", "-q", "--no-sync"], env=env)
             cmd = [CLI, "follow", store, out, "--interval", "0.2", "--until", str(last), "--json", "--no-sync"]
             followers.append(r.popen(cmd, renv, stdout=open(log, "w"), stderr=open(log + ".err", "w")))
         else:
@@ -236,48 +266,29 @@ def run_codec(args, codec, run_dir, steps, regions, env, work, pulse, dataset):
             if codec == "pulsesync_like":
                 decode = os.path.getsize(files[1]) / (pulse["decompress_gbps_1t"] * 1e9)
             cmd = [PYTHON, os.path.abspath(__file__), "--follow-blob", r.endpoint(), bucket, prefix, str(last),
-                   out, str(decode), log]
-            followers.append(r.popen(cmd, renv))
+                   out, str(decode), log, "0"]
+            followers.append(r.popen(cmd, renv, stderr=open(log + ".err", "w")))
         logs.append(log)
     t0 = time.time() + 1.0
     published = []
-    for step, path in enumerate(files):
-        wait = t0 + step * args.interval - time.time()
+    for step in range(1, last + 1):
+        wait = t0 + (step - 1) * args.interval - time.time()
         if wait > 0:
             time.sleep(wait)
-        trained = time.time()
-        if codec.startswith("arc_v3"):
-            cmd = [CLI, "publish", store, "--step", str(step), "--next", path, "--json", "-T", "1",
-                   "--format", "arc_v3_published" if codec == "arc_v3_published" else "arc_v3"]
-            if step > 0:
-                cmd += ["--prev", files[step - 1]]
-            rep = json.loads(run(cmd, env=env, capture_output=True, text=True).stdout)
-            published.append({"step": step, "bytes": rep["uploaded_bytes"], "seconds": rep["seconds"]["total"]})
-        else:
-            if codec == "full":
-                blob, size = path, os.path.getsize(path)
-            else:
-                size = int(pulse["payload_bytes"] / max(1, pulse.get("pairs", 1))) if step > 0 else os.path.getsize(path)
-                blob = os.path.join(work, "blob.bin")
-                with open(blob, "wb") as f:
-                    f.write(os.urandom(size))
-                if step > 0:  # its encoder's time at arc_bench's 1-thread speed
-                    time.sleep(os.path.getsize(path) / (pulse["compress_gbps_1t"] * 1e9))
-            key = f"step_{step:06d}.bin"
-            s3_put(env, f"{store}/{key}", blob)
-            put_json(env, f"{store}/latest", {"step": step, "key": key, "trained_at": trained}, work)
-            published.append({"step": step, "bytes": size, "seconds": time.time() - trained})
+        published.append(publish_step(codec, store, env, files, step, work, pulse, time.time()))
     deadline = time.time() + args.timeout
     for p in followers:
         try:
             p.wait(timeout=max(1, deadline - time.time()))
         except subprocess.TimeoutExpired:
             p.kill()
+            p.wait()
     results = {}
-    for r, log in zip(regions, logs):
+    for r, log, p in zip(regions, logs, followers):
         lines = [json.loads(line) for line in open(log) if line.strip().startswith("{")]
-        results[r.name] = [{"step": d["step"], "lag": d["lag_seconds"], "bytes": d["fetched_bytes"]} for d in lines]
-        if os.path.exists(log + ".err") and os.path.getsize(log + ".err"):
+        results[r.name] = [{"step": d["step"], "lag": d["lag_seconds"], "bytes": d["fetched_bytes"],
+                            "phases": d.get("seconds")} for d in lines]
+        if p.returncode not in (0, -9) and os.path.getsize(log + ".err"):
             print(f"{r.name}: {open(log + '.err').read().strip()}", file=sys.stderr)
         shutil.rmtree(os.path.join(work, f"{prefix}-{r.name}"), ignore_errors=True)
     s3_rm(env, store + "/")
@@ -285,21 +296,28 @@ def run_codec(args, codec, run_dir, steps, regions, env, work, pulse, dataset):
 
 
 def summarize(args, published, results):
-    """Bytes per step (delta steps), lag and steps behind in steady state (steps >= 2)."""
-    delta_steps = [p for p in published if p["step"] > 0]
-    rows = {"bytes_per_step": statistics.mean(p["bytes"] for p in delta_steps) if delta_steps else 0,
-            "publish_seconds": statistics.median(p["seconds"] for p in delta_steps) if delta_steps else 0,
+    """Bytes per step, and per region the lag and steps behind in steady state: the steps
+    from the third published one on (a region first catches up from step 0)."""
+    last = max(p["step"] for p in published)
+    first_steady = min(3, last)
+    rows = {"bytes_per_step": statistics.mean(p["bytes"] for p in published),
+            "publish_seconds": statistics.median(p["seconds"] for p in published),
             "regions": {}}
+    phases = [p["phases"] for p in published if p.get("phases")]
+    if phases:
+        rows["publish_phases"] = {k: statistics.median(ph[k] for ph in phases) for k in phases[0]}
     for name, served in results.items():
-        steady = [s for s in served if s["step"] >= 2] or served
+        steady = [s for s in served if s["step"] >= first_steady]
         lags = [s["lag"] for s in steady]
-        rows["regions"][name] = {
-            "served_steps": [s["step"] for s in served],
-            "lag_median": statistics.median(lags) if lags else None,
-            "lag_max": max(lags) if lags else None,
-            "steps_behind": statistics.median(lags) / args.interval if lags else None,
-            "skipped": sum(1 for a, b in zip(served, served[1:]) if b["step"] - a["step"] > 1),
-        }
+        fell_behind = not served or served[-1]["step"] < last
+        reg = {"served_steps": [s["step"] for s in served], "fell_behind": fell_behind,
+               "lag_median": statistics.median(lags) if lags and not fell_behind else None,
+               "lag_max": max(lags) if lags else None}
+        reg["steps_behind"] = reg["lag_median"] / args.interval if reg["lag_median"] is not None else None
+        ph = [s["phases"] for s in steady if s.get("phases")]
+        if ph:
+            reg["pull_phases"] = {k: statistics.median(p[k] for p in ph) for k in ph[0]}
+        rows["regions"][name] = reg
     return rows
 
 
@@ -307,28 +325,34 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--params", type=int, default=100_000_000)
     ap.add_argument("--densities", default="low,mid,high")
-    ap.add_argument("--steps", type=int, default=6, help="steps published per run (the first is an anchor)")
+    ap.add_argument("--steps", type=int, default=8, help="steps per run: step 0, which regions hold at the start, and "
+                    "the steps published every --interval seconds")
     ap.add_argument("--interval", type=float, default=4.0, help="seconds between trainer steps")
-    ap.add_argument("--regions", default="fast:1000:20,slow:100:80",
+    ap.add_argument("--regions", default="fast:1000:20,slow:100:80,thin:10:150",
                     help="name:Mbit/s:RTT ms, comma-separated")
     ap.add_argument("--codecs", default="arc_v3,arc_v3_published,pulsesync_like,full")
     ap.add_argument("--dir", action="append", default=[], help="also a run of step_*.safetensors (e.g. the corpus)")
-    ap.add_argument("--timeout", type=float, default=120)
+    ap.add_argument("--timeout", type=float, default=30,
+                    help="seconds the regions get after the last step is published")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench_out", "cross_region"))
     ap.add_argument("--relay", nargs=4, help=argparse.SUPPRESS)
-    ap.add_argument("--follow-blob", nargs=7, help=argparse.SUPPRESS)
+    ap.add_argument("--follow-blob", nargs=8, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.relay:
         host, port, target, rtt = args.relay
         return relay_main(host, int(port), int(target), float(rtt))
     if args.follow_blob:
-        endpoint, bucket, prefix, until, out, decode, log = args.follow_blob
-        return blob_follower_main(endpoint, bucket, prefix, int(until), out, float(decode), log)
+        endpoint, bucket, prefix, until, out, decode, log, held = args.follow_blob
+        return blob_follower_main(endpoint, bucket, prefix, int(until), out, float(decode), log, int(held))
     if os.geteuid() != 0:
         sys.exit("cross_region.py needs root (network namespaces, tc)")
 
     run([os.path.join(ROOT, "third_party", "install_deps.sh")])
     run(["bazel", "build", "//src/cli:arc_v3_cli", "//bench:arc_bench"], cwd=ROOT, stderr=subprocess.DEVNULL)
+    global CLI, BENCH
+    bin_dir = run(["bazel", "info", "bazel-bin"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    CLI = os.path.join(bin_dir, "src", "cli", "arc_v3_cli")
+    BENCH = os.path.join(bin_dir, "bench", "arc_bench")
     work = tempfile.mkdtemp(prefix="arc_v3_cross_region.")
     rgw = os.path.join(work, "rgw")
     rgw_port = 17280
@@ -389,7 +413,9 @@ def write_report(args, report):
              f"{os.cpu_count()} cores; trainer, store and regions share this machine)",
              "# regions: " + ", ".join(f"{r['name']} {r['mbit_s']} Mbit/s {r['rtt_ms']:g} ms RTT"
                                        for r in report["regions"]),
-             "# lag: from 'step trained' to 'region serves it' (median over steps >= 2); behind: lag / interval",
+             "# every region holds step 0 at the start; lag: from 'step trained' to 'region serves it', median over "
+             "steps >= 3; behind: lag / interval; 'behind' a region that had not served the last step "
+             f"{args.timeout:g} s after it was published",
              ""]
     names = [r["name"] for r in report["regions"]]
     header = f"{'dataset':<22} {'codec':<17} {'bytes/step':>12} " + " ".join(
@@ -401,8 +427,8 @@ def write_report(args, report):
             cells = []
             for n in names:
                 reg = row["regions"][n]
-                lag = "-" if reg["lag_median"] is None else f"{reg['lag_median']:.2f}"
-                behind = "-" if reg["steps_behind"] is None else f"{reg['steps_behind']:.2f}"
+                lag = "behind" if reg["lag_median"] is None else f"{reg['lag_median']:.2f}"
+                behind = "growing" if reg["steps_behind"] is None else f"{reg['steps_behind']:.2f}"
                 cells.append(f"{lag:>11} {behind:>12}")
             lines.append(f"{ds['dataset']:<22} {codec:<17} {row['bytes_per_step']:>12.0f} " + " ".join(cells))
     text = "\n".join(lines) + "\n"

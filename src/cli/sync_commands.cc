@@ -270,8 +270,9 @@ int SyncCommands::Run() {
         warned = true;
         s = Status::Ok();
       }
-      // The pointer may lag a racing commit: a committed step after it counts too.
-      if (s.ok() && latest != sync::kNoStep) latest = sync::ProbeLater(store.get(), latest);
+      // The pointer may lag a racing commit: while it stands still, a committed step after
+      // it counts too (one HEAD per poll, off the path of a new step).
+      if (s.ok() && !changed && latest != sync::kNoStep) latest = sync::ProbeLater(store.get(), latest);
       if (s.ok() && latest != sync::kNoStep && (held == sync::kNoStep || latest > held)) {
         pull.step = latest;
         sync::PullReport r;

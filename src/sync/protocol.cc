@@ -190,6 +190,8 @@ std::string ManifestJson(const StepManifest& m) {
                      {"kind", "step"},
                      {"step", m.step},
                      {"base_step", m.base_step == kNoStep ? OrderedJson(nullptr) : OrderedJson(m.base_step)},
+                     {"base_manifest_xxh3", m.base_manifest_xxh3 == 0 ? OrderedJson(nullptr)
+                                                                     : OrderedJson(container::HexU64(m.base_manifest_xxh3))},
                      {"anchor_step", m.anchor_step},
                      {"count", m.count},
                      {"published_at", m.published_at},
@@ -216,12 +218,17 @@ Status ParseRecord(const std::vector<uint8_t>& bytes, const std::string& where, 
 Status ParseManifest(const std::vector<uint8_t>& bytes, const std::string& where, StepManifest* manifest) {
   return ParseDocument(bytes, where, [&](const Json& doc) {
     CheckEnvelope(doc, "step", where);
-    CheckFields(doc, {"format", "version", "kind", "step", "base_step", "anchor_step", "count",
-                      "published_at", "committed_at", "shards"},
+    CheckFields(doc, {"format", "version", "kind", "step", "base_step", "base_manifest_xxh3", "anchor_step",
+                      "count", "published_at", "committed_at", "shards"},
                 where);
     StepManifest m;
     m.step = Step(Field(doc, "step", where), where + ".step");
     m.base_step = OptionalStep(Field(doc, "base_step", where), where + ".base_step");
+    const Json& base_hash = Field(doc, "base_manifest_xxh3", where);
+    if (!base_hash.is_null()) {
+      m.base_manifest_xxh3 = Hex(base_hash, where + ".base_manifest_xxh3");
+      if (m.base_step == kNoStep || m.base_manifest_xxh3 == 0) Fail(where + ".base_manifest_xxh3 without a base");
+    }
     m.anchor_step = Step(Field(doc, "anchor_step", where), where + ".anchor_step");
     const uint64_t count = U64(Field(doc, "count", where), where + ".count");
     if (count == 0 || count > kMaxShards) Fail(where + ".count is out of range");
@@ -243,6 +250,9 @@ Status ParseManifest(const std::vector<uint8_t>& bytes, const std::string& where
       m.shards.push_back(std::move(r));
     }
     if (m.base_step == kNoStep && !all_anchors) Fail(where + ": a step without a base must be all anchors");
+    if (m.base_step != kNoStep && !all_anchors && m.base_manifest_xxh3 == 0) {
+      Fail(where + ".base_manifest_xxh3 is null though the step's deltas need its base");
+    }
     if (m.base_step != kNoStep && m.base_step >= m.step) Fail(where + ".base_step is not before the step");
     if (all_anchors != (m.anchor_step == m.step) || m.anchor_step > m.step) {
       Fail(where + ".anchor_step does not match the shards' anchors");

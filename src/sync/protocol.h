@@ -67,6 +67,10 @@ struct ShardRecord {
 struct StepManifest {
   uint64_t step = 0;
   uint64_t base_step = kNoStep;  // of every shard that has a delta
+  // XXH3 of the base step's manifest bytes (0: none; a step whose every shard has an
+  // anchor may be committed before its base): a region at the base step checks the link
+  // without reading the base's manifest again.
+  uint64_t base_manifest_xxh3 = 0;
   uint64_t anchor_step = 0;      // the nearest step at or before this one on its chain
                                  // whose every shard has an anchor
   uint32_t count = 1;

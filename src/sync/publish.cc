@@ -246,7 +246,8 @@ Status CommitAt(Store* store, uint64_t step, uint32_t count, int depth, CommitRe
   if (m.base_step != kNoStep && !all_anchors) {
     // Its deltas need a committed base (an all-anchor step stands alone).
     StepManifest base;
-    s = ReadManifest(store, m.base_step, &base, nullptr);
+    std::vector<uint8_t> base_bytes;
+    s = ReadManifest(store, m.base_step, &base, &base_bytes);
     if (s.code() == ErrorCode::kNotFound) {
       CommitResult sub;
       if (depth < 16) {
@@ -259,9 +260,10 @@ Status CommitAt(Store* store, uint64_t step, uint32_t count, int depth, CommitRe
         result->pending = "its base step " + std::to_string(m.base_step) + " is not committed: " + sub.pending;
         return Status::Ok();
       }
-      s = ReadManifest(store, m.base_step, &base, nullptr);
+      s = ReadManifest(store, m.base_step, &base, &base_bytes);
     }
     if (!s.ok()) return s;
+    m.base_manifest_xxh3 = container::Hash(base_bytes.data(), base_bytes.size());
     if (base.count != count) {
       return Status(ErrorCode::kInvalidArgument, "step " + std::to_string(step) + " has " +
                                                      std::to_string(count) + " shards, its base step " +

@@ -64,6 +64,12 @@ Status PlanRoute(Store* store, const RouteFrom* state, Hop target, Route* route,
       state = nullptr;  // DIR's step is another store's: only the anchor route is left
     }
     if (cur.base_step == kNoStep) break;
+    // The manifest names its base's: a region at the base step needs no second look.
+    if (state != nullptr && cur.base_step == S && cur.base_manifest_xxh3 != 0) {
+      chain_ok = cur.base_manifest_xxh3 == state->manifest_xxh3 && cur.count == state->count;
+      if (chain_ok) break;
+      state = nullptr;
+    }
     if (cur.step <= A) {
       // Below the anchor only the route from DIR goes on, while it costs less than the anchor.
       if (state == nullptr || cur.base_step < S) break;

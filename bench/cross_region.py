@@ -241,7 +241,7 @@ def publish_step(codec, store, env, files, step, work, pulse, trained):
     return {"step": step, "bytes": size, "seconds": time.time() - trained}
 
 
-def run_codec(args, codec, run_dir, steps, regions, env, work, pulse, dataset):
+def run_codec(args, codec, run_dir, steps, regions, env, work, pulse, dataset, disks):
     """Every region holds step 0 (as after a while of following); then the trainer
     publishes a step every args.interval seconds. Returns what was published and, per
     region, what it served when."""
@@ -255,7 +255,7 @@ def run_codec(args, codec, run_dir, steps, regions, env, work, pulse, dataset):
     for r in regions:
         renv = dict(env, AWS_ENDPOINT_URL=r.endpoint())
         log = os.path.join(work, f"{prefix}-{r.name}.jsonl")
-        out = os.path.join(work, f"{prefix}-{r.name}")
+        out = os.path.join(disks, f"{prefix}-{r.name}")
         if codec.startswith("arc_v3"):
             # The seed comes over loopback: a region's first anchor is not what is measured.
             run([CLI, "pull", store, out, "--step", "0", "-q", "--no-sync"], env=env)
@@ -290,7 +290,10 @@ def run_codec(args, codec, run_dir, steps, regions, env, work, pulse, dataset):
                             "phases": d.get("seconds")} for d in lines]
         if p.returncode not in (0, -9) and os.path.getsize(log + ".err"):
             print(f"{r.name}: {open(log + '.err').read().strip()}", file=sys.stderr)
-        shutil.rmtree(os.path.join(work, f"{prefix}-{r.name}"), ignore_errors=True)
+        shutil.rmtree(os.path.join(disks, f"{prefix}-{r.name}"), ignore_errors=True)
+    if os.environ.get("ARC_V3_XR_KEEP"):
+        for log in logs:
+            shutil.copy(log, os.environ["ARC_V3_XR_KEEP"])
     s3_rm(env, store + "/")
     return published, results
 
@@ -354,6 +357,9 @@ def main():
     CLI = os.path.join(bin_dir, "src", "cli", "arc_v3_cli")
     BENCH = os.path.join(bin_dir, "bench", "arc_bench")
     work = tempfile.mkdtemp(prefix="arc_v3_cross_region.")
+    # The regions' disks: memory, as separate machines' disks would not slow each other
+    # down (on one disk, three regions writing a checkpoint each per step contend).
+    disks = tempfile.mkdtemp(prefix="arc_v3_regions.", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
     rgw = os.path.join(work, "rgw")
     rgw_port = 17280
     regions = []
@@ -393,7 +399,7 @@ def main():
             for codec in args.codecs.split(","):
                 print(f"{name}: {codec}...", file=sys.stderr)
                 published, results = run_codec(args, codec, run_dir, steps, regions, env, work, pulse,
-                                               name.split()[0])
+                                               name.split()[0], disks)
                 entry["codecs"][codec] = summarize(args, published, results)
             report["datasets"].append(entry)
         write_report(args, report)
@@ -402,6 +408,7 @@ def main():
             r.down()
         subprocess.run([os.path.join(ROOT, "tests", "s3", "radosgw.sh"), "stop", rgw], stdout=subprocess.DEVNULL)
         shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(disks, ignore_errors=True)
 
 
 def write_report(args, report):
@@ -413,7 +420,7 @@ def write_report(args, report):
              f"{os.cpu_count()} cores; trainer, store and regions share this machine)",
              "# regions: " + ", ".join(f"{r['name']} {r['mbit_s']} Mbit/s {r['rtt_ms']:g} ms RTT"
                                        for r in report["regions"]),
-             "# every region holds step 0 at the start; lag: from 'step trained' to 'region serves it', median over "
+             "# every region holds step 0 at the start and writes to memory (tmpfs); lag: from 'step trained' to 'region serves it', median over "
              "steps >= 3; behind: lag / interval; 'behind' a region that had not served the last step "
              f"{args.timeout:g} s after it was published",
              ""]

@@ -50,7 +50,7 @@ def run(cmd, **kw):
 
 async def _pipe(reader, writer, delay):
     loop = asyncio.get_running_loop()
-    queue = asyncio.Queue()
+    queue = asyncio.Queue(maxsize=64)  # 4 MiB in flight at most: the sender waits, as on a link
 
     async def pump():
         while True:
@@ -398,6 +398,8 @@ def main():
                      "codecs": {}}
             for codec in args.codecs.split(","):
                 print(f"{name}: {codec}...", file=sys.stderr)
+                for r in regions:  # fresh links: nothing of the last run still in flight
+                    r.up()
                 published, results = run_codec(args, codec, run_dir, steps, regions, env, work, pulse,
                                                name.split()[0], disks)
                 entry["codecs"][codec] = summarize(args, published, results)

@@ -178,7 +178,13 @@ class Follower:
         """Makes the tensors ``step`` (default: the newest); returns the step held. Every
         step is fetched, decoded and verified whole before any tensor changes; the details
         (route, bytes, seconds per phase) are in ``last_result``."""
-        self.last_result = self._ext.pull(step)
+        try:
+            self.last_result = self._ext.pull(step)
+        finally:
+            self._refresh()  # a long route that failed half-way holds the last complete step
+        return self.last_result["step"]
+
+    def _refresh(self):
         held = {}
         for name, _dtype, shape, row_begin, row_end in self._ext.tensors():
             tensor, begin = self._storage[name]
@@ -195,7 +201,6 @@ class Follower:
                 if name in self._into and tuple(self._into[name].shape) == tuple(value.shape):
                     self._into[name][...] = value
         self._state = held
-        return self.last_result["step"]
 
     @property
     def step(self):

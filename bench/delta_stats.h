@@ -1,5 +1,5 @@
-// Statistics of BF16 step pairs and plug-in entropy bounds, with the definitions of
-// /work/shared/tools/stats.py (so the numbers can be checked against the corpus README):
+// Statistics of BF16 step pairs and plug-in entropy bounds, with the definitions the
+// real-run corpus's statistics use (so the numbers can be checked against them):
 //   d = MonotoneKey(next) - MonotoneKey(prev) for changed elements;
 //   (a)  positions i.i.d. per tensor (n H(p)) + H(d | changed) per tensor;
 //   (b)  change probability conditioned on the previous value's exponent, per tensor,

@@ -1,7 +1,7 @@
 // A deterministic generator of realistic RL weight-update deltas (BF16 checkpoints).
 //
-// It simulates the mechanism that makes real deltas what they are (the method of
-// /work/shared/tools/synth.py, written for speed): FP32 master weights with per-tensor
+// It simulates the mechanism that makes real deltas what they are (the method of the
+// real-run corpus's Python synthesizer, written for speed): FP32 master weights with per-tensor
 // realistic distributions (Gaussian with per-row log-normal scales, a wide-tail mixture,
 // "massive activation" columns, rare outliers; RMSNorm gains around a per-layer mean;
 // Laplace biases), gradients g = scale(row, col) * (kappa(row, col) * z + noise) where z

@@ -1,5 +1,5 @@
 // The built-in RL-delta generator reproduces the statistics of real RL deltas
-// (/work/shared/corpus/README.md) and is deterministic.
+// (those of the real-run corpus of the development setup) and is deterministic.
 #include <doctest/doctest.h>
 
 #include <cmath>

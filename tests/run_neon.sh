@@ -17,7 +17,8 @@ BUILD="${ARC_V3_NEON_BUILD:-/tmp/arc_v3_neon}"
 CPUS="${ARC_V3_NEON_CPUS:-max cortex-a72}"
 CXX=aarch64-linux-gnu-g++
 
-# Toolchain and arm64 libraries (idempotent; /work/shared/BUILDING.md, section ARM).
+# Toolchain and arm64 libraries (idempotent; Debian's cross compiler, qemu-user and the
+# arm64 -dev packages of the codec's libraries).
 need=()
 command -v "$CXX" >/dev/null || need+=(g++-aarch64-linux-gnu)
 command -v qemu-aarch64 >/dev/null || need+=(qemu-user)

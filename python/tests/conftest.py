@@ -2,7 +2,7 @@
 
 FP32 master weights get a small optimizer-like step and are cast to BF16 with PyTorch's
 round-to-nearest-even; most values do not move by a whole BF16 ULP, so only a small
-fraction of the bit patterns change (as in /work/shared/corpus; see its README).
+fraction of the bit patterns change (as in real AdamW RL runs).
 """
 
 import os

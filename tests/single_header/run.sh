@@ -20,8 +20,9 @@
 #   tests/single_header/run.sh
 #   ARC_V3_PREFIX=DIR   an install made by the README's CMake block (.ci/run's stage 4 makes
 #                       one); without it this script runs that block itself (minutes)
-#   ARC_V3_CORPUS=DIR   folders of step_*.safetensors (default: ../shared/corpus beside the
-#                       repository); the round trips are skipped when there is none
+#   ARC_V3_CORPUS=DIR   folders of step_*.safetensors (default: a shared/corpus folder beside
+#                       the repository, where the development setup has real runs); the
+#                       round trips are skipped when there is none
 #   ARC_V3_KEEP_WORK=1  keep the work folder (every check's log is in its logs/)
 #   tests/single_header/run.sh --cmake-install DIR PREFIX
 #                       only the README's CMake build-and-install block, run in DIR
@@ -117,8 +118,7 @@ same_payloads() {
   "${@:2}" >"$1" && diff "$WORK/rt.txt" "$1" && echo "$(wc -l <"$1") steps, the same payloads"
 }
 
-# Toolchains: clang++ and the aarch64 cross toolchain with qemu-user (as tests/run_neon.sh;
-# /work/shared/BUILDING.md, section ARM).
+# Toolchains: clang++ and the aarch64 cross toolchain with qemu-user (as tests/run_neon.sh).
 need=()
 command -v clang++ >/dev/null || need+=(clang)
 command -v aarch64-linux-gnu-g++ >/dev/null || need+=(g++-aarch64-linux-gnu)

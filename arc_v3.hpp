@@ -33,8 +33,8 @@
 
 //------------------------------------------------------------------------------
 // Version
-#define ARC_V3_VERSION_MAJOR 0
-#define ARC_V3_VERSION_MINOR 1
+#define ARC_V3_VERSION_MAJOR 1
+#define ARC_V3_VERSION_MINOR 0
 #define ARC_V3_VERSION_PATCH 0
 #define ARC_V3_VERSION_NUMBER \
   (ARC_V3_VERSION_MAJOR * 10000 + ARC_V3_VERSION_MINOR * 100 + ARC_V3_VERSION_PATCH)
@@ -42,11 +42,12 @@
 namespace arc_v3 {
 
 // The library's version (may differ from the header's ARC_V3_VERSION_NUMBER if the
-// library was rebuilt separately), e.g. 100 for 0.1.0.
+// library was rebuilt separately), e.g. 10000 for 1.0.0.
 uint32_t VersionNumber();
-// "0.1.0".
+// "1.0.0".
 const char* VersionString();
-// Highest payload format version this library writes and reads (src/FORMAT.md).
+// The payload format version this library writes by default (Format::kDefault) and reads
+// (src/FORMAT.md): 16. It also writes and reads version 1, ARCv3 as published.
 uint32_t FormatVersion();
 
 //------------------------------------------------------------------------------

@@ -74,7 +74,7 @@ arc_v3::Status DecodeChunk(const uint16_t* src, size_t len, const std::vector<ui
     return arc_v3::Status::Ok();
   }
   return chunk[0] >= 3 ? arc_v3::DecodeChunkRans(src, len, chunk.data() + 1, chunk.size() - 1,
-                                                 positions, xors, arc_v3::kFormatVersion,
+                                                 positions, xors,
                                                  chunk[0] == 4 ? history : nullptr)
                        : arc_v3::DecodeChunkModelled(src, len, chunk.data() + 1,
                                                      chunk.size() - 1, positions, xors, history);

@@ -141,7 +141,7 @@ def _extension():
 
 
 def _version():
-    """The library version from arc_v3.hpp, e.g. "0.1.0"."""
+    """The library version from arc_v3.hpp, e.g. "1.0.0"."""
     with open(os.path.join(ROOT, "arc_v3.hpp"), encoding="utf-8") as f:
         text = f.read()
     parts = [re.search(rf"#define ARC_V3_VERSION_{part} (\d+)", text).group(1)

@@ -71,8 +71,8 @@
 
 //------------------------------------------------------------------------------
 // Version
-#define ARC_V3_VERSION_MAJOR 0
-#define ARC_V3_VERSION_MINOR 1
+#define ARC_V3_VERSION_MAJOR 1
+#define ARC_V3_VERSION_MINOR 0
 #define ARC_V3_VERSION_PATCH 0
 #define ARC_V3_VERSION_NUMBER \
   (ARC_V3_VERSION_MAJOR * 10000 + ARC_V3_VERSION_MINOR * 100 + ARC_V3_VERSION_PATCH)
@@ -80,11 +80,12 @@
 namespace arc_v3 {
 
 // The library's version (may differ from the header's ARC_V3_VERSION_NUMBER if the
-// library was rebuilt separately), e.g. 100 for 0.1.0.
+// library was rebuilt separately), e.g. 10000 for 1.0.0.
 uint32_t VersionNumber();
-// "0.1.0".
+// "1.0.0".
 const char* VersionString();
-// Highest payload format version this library writes and reads (src/FORMAT.md).
+// The payload format version this library writes by default (Format::kDefault) and reads
+// (src/FORMAT.md): 16. It also writes and reads version 1, ARCv3 as published.
 uint32_t FormatVersion();
 
 //------------------------------------------------------------------------------
@@ -1249,22 +1250,18 @@ size_t EncodeRansElements(const uint16_t* src, const uint16_t* dst, size_t count
 //
 // Chunk bytes (a chunk without changes is 0 bytes):
 //   byte 0   bits 0-2: log2(block size) - kMinModelBlockLog; bit 3: coded with a session
-//            history; bit 4: value priors from L (format version 3; the encoder always
-//            sets it); bit 5: the contexts start from the model this chunk of the
-//            session ended on in its last modelled step, not from priors (format
-//            version 8, kModelCarried); bit 6: column signs (format version 10,
-//            kModelColumnSigns); bit 7: the rates are capped (format version 11,
-//            kModelRateCap).
+//            history; bit 4: value priors from L (the encoder always sets it); bit 5: the
+//            contexts start from the model this chunk of the session ended on in its last
+//            modelled step, not from priors (kModelCarried); bit 6: column signs
+//            (kModelColumnSigns); bit 7: the rates are capped (kModelRateCap).
 //   byte 1   L: the chunk's rate prior, 4 * log2(sum of element rates / changes), which
 //            seeds every probability (so small chunks do not pay to learn them).
-//   with history only, format version 12: 1 byte, the rate boost (log2, 0..15) of the
-//            elements whose last change was 3+ steps ago (those of 1 or 2 steps ago are
-//            coded first, one decision each: CodeRecent).
-//            Up to version 11: 2 bytes, the rate boosts of elements whose last change was
-//            1, 2, 3+ steps ago: byte 2 = b1 | b2 << 4, byte 3 = b3 (4 bits).
-//   2 bytes, with column signs only (byte 0 bit 6, format version 10): the sign period P
-//            (u16 little-endian, 1..65535), the row length of the tensor the chunk holds.
-//   1 byte, with capped rates only (byte 0 bit 7, format version 11): the Rate_Cap, 0..32,
+//   with history only: 1 byte, the rate boost (log2, 0..15) of the elements whose last
+//            change was 3+ steps ago (those of 1 or 2 steps ago are coded first, one
+//            decision each: CodeRecent).
+//   2 bytes, with column signs only (byte 0 bit 6): the sign period P (u16
+//            little-endian, 1..65535), the row length of the tensor the chunk holds.
+//   1 byte, with capped rates only (byte 0 bit 7): the Rate_Cap, 0..32,
 //            the largest rate log of the chunk's elements (kMaxRateLog without it).
 //   then     one range-coded stream (LZMA-style binary range coder, 16-bit
 //            probabilities) without its first byte (always 0) and without trailing zero
@@ -1324,69 +1321,31 @@ size_t EncodeRansElements(const uint16_t* src, const uint16_t* dst, size_t count
 namespace arc_v3 {
 
 constexpr uint8_t kMagic[4] = {'A', 'R', 'C', '3'};
-// Version 1: ARCv3 as published (Format::kArcV3 still writes it). Version 2 adds a mode
-// byte to every chunk and the context-modelled chunk coder. Version 3 (Format::kDefault)
-// leaves the last chunk's size out of the chunk table (the chunk runs to the end of the
-// payload) and lets modelled chunks use value priors (model_coder.h, kModelValuePriors).
-// Version 4 adds rANS chunks (rans_coder.h). Version 5 (Format::kDefault) gives their value
-// curves slopes and carries the start of their escape stream in the element states.
-// Version 6 adds frames of several tensors (kFlagTensors); it changes nothing else, so
-// the encoder writes it only for those and one-tensor payloads stay readable by decoders
-// of version 5.
-// Version 7 adds rANS chunks coded with a session's history (kChunkRansHistory); the
-// encoder writes it only for session payloads that hold one.
-// Version 8 adds modelled chunks that start from the model the same chunk of the session
-// ended on in its last modelled step (model_coder.h, kModelCarried); likewise written only
-// for session payloads that hold one.
-// Version 9 adds session frames that continue the session's last step (kFlagContinues):
-// their base is that step's result and their tensors are its tensors, so the frame leaves
-// out Base_Checksum and the tensor list; written for every session step that qualifies.
-// Version 10 replaces the tensor list of a frame of several tensors by Tensor_Count and a
-// 32-bit check of the element counts (TensorListCheck): the decoder is handed the list
-// anyway, and on a group of small tensors the counts were ~2% of the payload; written for
-// every frame of several tensors that names its list. It also adds modelled chunks whose
-// signs take their column's earlier signs as context (model_coder.h, kModelColumnSigns),
-// written for every payload that holds one.
-// Version 11 adds modelled chunks whose rates are capped (model_coder.h, kModelRateCap)
-// and gives the split priors of every modelled chunk more weight (model_coder.cc,
-// kTrustedSplitSeen); written for every payload that holds a modelled chunk.
-// Version 12 codes the recent elements of a modelled chunk with history first
-// (model_coder.h, IsRecent in kernels.h) and shrinks its History_Boosts to one byte;
-// written for every payload that holds such a chunk.
+// The Version byte. kFormatVersion (0x10, "1.0") is the one format the library writes by
+// default and will read from 1.0 on; kFormatVersionArcV3 is ARCv3 as published
+// (Format::kArcV3). The values between them belonged to unreleased pre-1.0 formats and are
+// rejected, so that no such payload is ever read as this one.
 constexpr uint8_t kFormatVersionArcV3 = 1;
-constexpr uint8_t kFormatVersion = 12;
-constexpr uint8_t kFormatVersionOneTensor = 5;
-constexpr uint8_t kFirstModelledVersion = 2;
-constexpr uint8_t kFirstTensorsVersion = 6;
-constexpr uint8_t kFirstRansHistoryVersion = 7;
-constexpr uint8_t kFirstCarriedModelVersion = 8;
-constexpr uint8_t kFirstContinuesVersion = 9;
-constexpr uint8_t kFirstListCheckVersion = 10;
-constexpr uint8_t kFirstColumnSignsVersion = 10;
-constexpr uint8_t kFirstRateCapVersion = 11;
-constexpr uint8_t kFirstTrustedSplitsVersion = 11;
-constexpr uint8_t kFirstRecentVersion = 12;
+constexpr uint8_t kFormatVersion = 0x10;
 constexpr uint8_t kMinChunkLog = 10;
 constexpr uint8_t kMaxChunkLog = 24;
 // Varints in this format never exceed 64 bits (10 bytes of LEB128).
 constexpr int kMaxVarintBytes = 10;
 
-// Versions 2 to 4: the first byte of every chunk.
+// The first byte of every chunk (not in version 1, whose chunks are all XOR streams).
 enum ChunkMode : uint8_t {
-  kChunkUnchanged = 0,  // no element changed; the chunk is this byte
-  kChunkXorStreams = 1,  // the version-1 chunk body follows (Changed_Count > 0)
-  kChunkModelled = 2,    // the context-modelled coding follows (model_coder.h)
-  kChunkRans = 3,        // version 4 on: the rANS coding follows (rans_coder.h)
-  kChunkRansHistory = 4,  // version 7 on, in session payloads: rANS with the history
+  kChunkUnchanged = 0,    // no element changed; the chunk is this byte
+  kChunkXorStreams = 1,   // the XOR-stream body follows (Changed_Count > 0)
+  kChunkModelled = 2,     // the context-modelled coding follows (model_coder.h)
+  kChunkRans = 3,         // the rANS coding follows (rans_coder.h)
+  kChunkRansHistory = 4,  // session payloads only: rANS with the history
 };
 
-// Frame_Header Flags (version 2 on): bit 0 = session payload (Base_Checksum and
-// History_Id follow Chunk_Log); bit 1 (version 6 on) = several tensors (Tensor_Count and
-// the tensors' element counts, from version 10 Tensor_Count and Tensor_List_Check, follow
-// Chunk_Log and the session fields); bit 2 (version 9
-// on, session frames only) = continues the session's last step (Base_Checksum and the
-// tensor list are left out: they are that step's result checksum and tensors); bits 3-7
-// reserved.
+// Frame_Header Flags (0 in version 1): bit 0 = session payload (Base_Checksum and
+// History_Id follow Chunk_Log); bit 1 = several tensors (Tensor_Count and
+// Tensor_List_Check follow Chunk_Log and the session fields); bit 2 (session frames only)
+// = continues the session's last step (Base_Checksum and the tensor list are left out:
+// they are that step's result checksum and tensors); bits 3-7 reserved.
 constexpr uint8_t kFlagSession = 0x01;
 constexpr uint8_t kFlagTensors = 0x02;
 constexpr uint8_t kFlagContinues = 0x04;
@@ -1582,18 +1541,13 @@ Status EncodeChunkModelledWithBlock(const uint16_t* src, const uint16_t* dst, si
 // All `size` bytes must belong to the chunk (trailing bytes are an error). A chunk coded
 // with history needs `history` (kCorruptChunk without); one coded without ignores it.
 // A chunk coded from a carried model needs `carried.start` (kCorruptChunk without).
-// `format_version`: the version of the frame that holds the chunk (2..kFormatVersion): from
-// version 11 the split priors are trusted more (model_coder.cc, kTrustedSplitSeen), from
-// version 12 a chunk with history codes its recent elements first (one boost byte, not
-// two), and EncodeChunkModelled writes chunks of the current version.
 // A wrong src, history or carried model gives a wrong result, not an error: the frame's
 // checksum catches it.
 // @return ok, kInvalidArgument (null pointers, len too large), kTruncated, kCorruptChunk.
 Status DecodeChunkModelled(const uint16_t* src, size_t len, const uint8_t* bytes, size_t size,
                            std::vector<uint32_t>* positions, std::vector<uint16_t>* xors,
                            const uint8_t* history = nullptr,
-                           const CarriedModel& carried = CarriedModel(),
-                           int format_version = kFormatVersion);
+                           const CarriedModel& carried = CarriedModel());
 
 }  // namespace arc_v3
 
@@ -1737,10 +1691,9 @@ inline void Update(Prob* prob, int bit) {
 
 // Priors' weights (initial n) and final adaptation shifts, per kind of decision.
 constexpr int kPositionSeen = 14, kPositionShift = 7;
-// From format version 11 the split priors (a change is in a half with the chance of its
-// share of the rate) count as if 126 decisions had been seen, so that they adapt at the
-// final 1/128 from the start: adapting faster only followed noise (0.6% of the positions'
-// cost on the corpus' sparsest run).
+// The split priors (a change is in a half with the chance of its share of the rate)
+// count as if 126 decisions had been seen, so that they adapt at the final 1/128 from the
+// start: adapting faster only follows noise.
 constexpr int kTrustedSplitSeen = 126;
 constexpr int kValueSeen = 2, kValueShift = 7;
 // Value priors from L (Layout bit 4). The sign is a fair coin whatever the exponent: it
@@ -1874,10 +1827,9 @@ struct Model {
   Prob recent[kRecentAges][kRateLogs];  // [age - 1][rate log]: a recent element changed
 
   // Priors from the chunk's rate prior L: elements with summed rate S expect
-  // x = S / 2^(L/4) changes. `value_priors`: Layout bit 4 (below). `trusted_splits`:
-  // format version 11 on (kTrustedSplitSeen).
-  Model(int L, bool value_priors, bool trusted_splits) {
-    const int split_seen = trusted_splits ? kTrustedSplitSeen : kPositionSeen;
+  // x = S / 2^(L/4) changes. `value_priors`: Layout bit 4 (below).
+  Model(int L, bool value_priors) {
+    const int split_seen = kTrustedSplitSeen;
     for (int b = 0; b < kBlockBuckets; ++b) {
       block[b].Set(ProbFromLog(b - L), kPositionSeen, kPositionShift);
     }
@@ -2148,13 +2100,13 @@ void CodeRecent(Io* io, Model* model, const uint16_t* src, const uint8_t* histor
 // `block_sums`, if not null, holds rates.Sum of every block (the encoder has them already).
 template <class Io, class Rates>
 void CodeChunk(const uint16_t* src, Rates& rates, size_t len, int log2_block, int L,
-               bool value_priors, bool trusted_splits, uint32_t sign_period,
+               bool value_priors, uint32_t sign_period,
                const CarriedModel& carried, Io* io, const uint64_t* block_sums = nullptr,
                const uint8_t* recent_history = nullptr) {
   ColumnSigns columns(sign_period);
   auto model = carried.start != nullptr
                    ? std::make_unique<Model>(carried.start->model)
-                   : std::make_unique<Model>(L, value_priors, trusted_splits);
+                   : std::make_unique<Model>(L, value_priors);
   if (recent_history != nullptr) {
     CodeRecent(io, model.get(), src, recent_history, len, &columns);
   }
@@ -2534,12 +2486,12 @@ Status EncodeChunk(const uint16_t* src, const uint16_t* dst, size_t len, int log
   EncoderIo io(src, dst, history != nullptr ? &bisected : &changed, out);
   if (history == nullptr) {
     PlainRates rates(src, len, rate_cap);
-    CodeChunk(src, rates, len, log2_block, L, /*value_priors=*/true, /*trusted_splits=*/true,
+    CodeChunk(src, rates, len, log2_block, L, /*value_priors=*/true,
               sign_period, carried, &io,
               keep_block_sums ? block_sums.data() : nullptr);
   } else {
     HistoryRates rates(src, history, len, boosts, rate_cap);
-    CodeChunk(src, rates, len, log2_block, L, /*value_priors=*/true, /*trusted_splits=*/true,
+    CodeChunk(src, rates, len, log2_block, L, /*value_priors=*/true,
               sign_period, carried, &io, /*block_sums=*/nullptr, history);
   }
   io.Finish();
@@ -2599,17 +2551,11 @@ std::vector<uint32_t> SignPeriodCandidates(uint64_t elements) {
 
 Status DecodeChunkModelled(const uint16_t* src, size_t len, const uint8_t* bytes, size_t size,
                            std::vector<uint32_t>* positions, std::vector<uint16_t>* xors,
-                           const uint8_t* history, const CarriedModel& carried,
-                           int format_version) {
+                           const uint8_t* history, const CarriedModel& carried) {
   if (positions == nullptr || xors == nullptr || (len > 0 && src == nullptr) ||
       (size > 0 && bytes == nullptr)) {
     return Status(ErrorCode::kInvalidArgument, "DecodeChunkModelled: null pointer");
   }
-  if (format_version < kFirstModelledVersion || format_version > kFormatVersion) {
-    return Status(ErrorCode::kInvalidArgument, "DecodeChunkModelled: unknown format version");
-  }
-  const bool trusted_splits = format_version >= kFirstTrustedSplitsVersion;
-  const bool recent = format_version >= kFirstRecentVersion;
   if (len > kMaxModelledChunk) {
     return Status(ErrorCode::kInvalidArgument, "DecodeChunkModelled: chunk too large");
   }
@@ -2634,7 +2580,7 @@ Status DecodeChunkModelled(const uint16_t* src, size_t len, const uint8_t* bytes
   const CarriedModel model_io{from_carried ? carried.start : nullptr, carried.end};
   const bool column_signs = (layout & kModelColumnSigns) != 0;
   const bool capped = (layout & kModelRateCap) != 0;
-  const size_t period_at = with_history ? (recent ? 3 : 4) : 2;
+  const size_t period_at = with_history ? 3 : 2;
   const size_t cap_at = period_at + (column_signs ? 2 : 0);
   const size_t header = cap_at + (capped ? 1 : 0);
   if (size < header) return Status(ErrorCode::kTruncated, "modelled chunk: header truncated");
@@ -2653,16 +2599,14 @@ Status DecodeChunkModelled(const uint16_t* src, size_t len, const uint8_t* bytes
     if (history == nullptr) {
       return Status(ErrorCode::kCorruptChunk, "modelled chunk: coded with a session history");
     }
-    const uint8_t last_boost = recent ? bytes[2] : bytes[3];
+    const uint8_t last_boost = bytes[2];
     if (last_boost > 15) return Status(ErrorCode::kCorruptChunk, "modelled chunk: bad boost");
-    const int8_t boosts[kHistoryClasses] = {
-        0, recent ? kRecentBoost : static_cast<int8_t>(bytes[2] & 0x0F),
-        recent ? kRecentBoost : static_cast<int8_t>(bytes[2] >> 4),
-        static_cast<int8_t>(last_boost)};
+    const int8_t boosts[kHistoryClasses] = {0, kRecentBoost, kRecentBoost,
+                                            static_cast<int8_t>(last_boost)};
     HistoryRates rates(src, history, len, boosts, rate_cap);
-    CodeChunk(src, rates, len, log2_block, L, value_priors, trusted_splits, sign_period,
-              model_io, &io, /*block_sums=*/nullptr, recent ? history : nullptr);
-    if (recent && !io.MergeRecent(history)) {
+    CodeChunk(src, rates, len, log2_block, L, value_priors, sign_period, model_io, &io,
+              /*block_sums=*/nullptr, history);
+    if (!io.MergeRecent(history)) {
       positions->clear();
       xors->clear();
       return Status(ErrorCode::kCorruptChunk,
@@ -2670,8 +2614,7 @@ Status DecodeChunkModelled(const uint16_t* src, size_t len, const uint8_t* bytes
     }
   } else {
     PlainRates rates(src, len, rate_cap);
-    CodeChunk(src, rates, len, log2_block, L, value_priors, trusted_splits, sign_period,
-              model_io, &io);
+    CodeChunk(src, rates, len, log2_block, L, value_priors, sign_period, model_io, &io);
   }
   // The encoder never ends a stream with a zero byte, and never codes a chunk without
   // changes.
@@ -3191,7 +3134,7 @@ Status StreamDecompressor::Decode(uint8_t codec, const uint8_t* in, size_t in_si
 // ---- src/rans_coder.cc ------------------------------------------------------------------
 // rANS chunk coder (see rans_coder.h; the bytes are specified in FORMAT.md, "rANS chunk").
 //
-// Chunk bytes (after the frame's Chunk_Mode byte), format version 5:
+// Chunk bytes (after the frame's Chunk_Mode byte):
 //   Class_Base    1 byte   e0: element i is in class clamp(exponent(src[i]) - e0, 0, 15)
 //   Change_Q      16 bytes P(change | class c) = ProbOfQ(Change_Q[c]) = 2^16 * 2^(-q/16)
 //   Value_Log     2 x u16  V0, V1 and
@@ -3209,8 +3152,6 @@ Status StreamDecompressor::Decode(uint8_t codec, const uint8_t* in, size_t in_si
 // renormalisation. The element encoder starts state l at 2^16 + unit l of the escape
 // stream, so the decoder gets those 16 units back from where its states end (they would
 // be 32 bytes of padding otherwise); the escape encoder starts at 2^16.
-// Format version 4 had no slopes (both 16) and the whole escape stream, states first,
-// after the element words; its element states end at 2^16.
 // About 90% of changes are +-1: the vectorised element stream decodes them completely.
 // ---- src/rans_coder.h -------------------------------------------------------------------
 // rANS chunk coder (issue 4, format versions 4 and 5): the same knowledge as the modelled coder
@@ -3281,24 +3222,17 @@ Status EncodeChunkRans(const uint16_t* src, const uint16_t* dst, size_t len,
                        RansScratch* scratch = nullptr, const uint8_t* history = nullptr,
                        bool* coded_with_history = nullptr);
 
-// The first format version with rANS chunks. EncodeChunkRans writes the latest
-// (kFormatVersion); version 4 chunks carry their whole escape stream after the element
-// words and fixed value slopes (FORMAT.md).
-constexpr int kRansFirstVersion = 4;
-
-// Decodes a chunk of `format_version` (kRansFirstVersion..kFormatVersion; version 4's
-// layout differs), written by EncodeChunkRans for the same `src` and `len`: replaces the
+// Decodes a chunk written by EncodeChunkRans for the same `src` and `len`: replaces the
 // contents of `positions` (ascending, < len) and `xors` (src[pos] ^ dst[pos], never 0).
 // The input is untrusted: any bytes give a result or kCorruptChunk / kTruncated, never
 // a read outside [bytes, bytes + size) nor a write outside the vectors. All `size` bytes
 // must belong to the chunk. A wrong src gives a wrong result or kCorruptChunk; the
 // frame's checksum catches the former.
-// `history` not null: the chunk was coded with that history (Chunk_Mode 4, version 7 on).
-// @return ok, kInvalidArgument (null pointers, len too large, a version without rANS
-// chunks, or without rANS chunks with a history), kTruncated, kCorruptChunk.
+// `history` not null: the chunk was coded with that history (Chunk_Mode 4).
+// @return ok, kInvalidArgument (null pointers, len too large), kTruncated, kCorruptChunk.
 Status DecodeChunkRans(const uint16_t* src, size_t len, const uint8_t* bytes, size_t size,
                        std::vector<uint32_t>* positions, std::vector<uint16_t>* xors,
-                       int format_version = kFormatVersion, const uint8_t* history = nullptr);
+                       const uint8_t* history = nullptr);
 
 }  // namespace arc_v3
 
@@ -3317,15 +3251,14 @@ constexpr int kUnaryDecisions = 15;  // |d| <= 2^15: log2 class 0..15
 constexpr int kEscapeClasses = 15;   // an escape's log2 class: 1..15
 constexpr int kValueZ = 256 + kUnaryDecisions;  // z = exponent + j
 constexpr uint32_t kProbScale = 1u << 16;
-constexpr size_t kHeaderBytesV4 = 1 + kClasses + 4;
-constexpr size_t kHeaderBytes = kHeaderBytesV4 + 2;  // with Value_Slope
+constexpr size_t kHeaderBytes = 1 + kClasses + 4 + 2;
 // With a history: History_Change_Q and History_Up_Q, kClasses bytes per history class 1, 2.
 constexpr size_t kHistoryHeaderBytes = kHeaderBytes + 4 * kClasses;
 constexpr size_t kElementStateBytes = 4 * kRansLanes;
 constexpr size_t kEscapeStateBytes = 4 * kEscapeLanes;
 // Version 5: units of the escape stream carried by the element states' ends.
 constexpr size_t kLaneUnits = kRansLanes;
-constexpr uint8_t kVersion4Slope = 16;  // one octave per exponent step
+constexpr uint8_t kOctaveSlope = 16;  // one octave per exponent step
 // The slopes the encoder tries (the decoder takes any byte).
 constexpr int kMinSlope = 2;
 constexpr int kMaxSlope = 64;
@@ -3579,7 +3512,7 @@ ValueCurve ChooseValueCurve(const uint64_t* ones, const uint64_t* zeros) {
     weight += ones[z] + zeros[z];
     weighted_z += (ones[z] + zeros[z]) * static_cast<uint64_t>(z);
   }
-  if (active == 0) return {0, kVersion4Slope};  // no such decisions in this chunk
+  if (active == 0) return {0, kOctaveSlope};  // no such decisions in this chunk
   const int center = static_cast<int>(weighted_z / weight);
   const LogisticCosts& costs = Logistic();
   const uint64_t kInvalid = std::numeric_limits<uint64_t>::max();
@@ -3593,10 +3526,10 @@ ValueCurve ChooseValueCurve(const uint64_t* ones, const uint64_t* zeros) {
     }
     return cost;
   };
-  int best_w = 0, best_slope = kVersion4Slope;
+  int best_w = 0, best_slope = kOctaveSlope;
   uint64_t best_cost = kInvalid;
   for (int w = -256; w <= 256; w += 16) {
-    const uint64_t c = cost_of(w, kVersion4Slope);
+    const uint64_t c = cost_of(w, kOctaveSlope);
     if (c < best_cost) best_cost = c, best_w = w;
   }
   int step_w = 8, step_slope = 4;
@@ -3949,7 +3882,7 @@ Status EncodeChunkRans(const uint16_t* src, const uint16_t* dst, size_t len,
 
 Status DecodeChunkRans(const uint16_t* src, size_t len, const uint8_t* bytes, size_t size,
                        std::vector<uint32_t>* positions, std::vector<uint16_t>* xors,
-                       int format_version, const uint8_t* history) {
+                       const uint8_t* history) {
   if (positions == nullptr || xors == nullptr || (len > 0 && src == nullptr) ||
       (size > 0 && bytes == nullptr)) {
     return Status(ErrorCode::kInvalidArgument, "DecodeChunkRans: null pointer");
@@ -3957,20 +3890,11 @@ Status DecodeChunkRans(const uint16_t* src, size_t len, const uint8_t* bytes, si
   if (len > kMaxRansChunk) {
     return Status(ErrorCode::kInvalidArgument, "DecodeChunkRans: chunk too large");
   }
-  if (format_version < kRansFirstVersion || format_version > kFormatVersion) {
-    return Status(ErrorCode::kInvalidArgument, "DecodeChunkRans: no rANS chunks in this version");
-  }
-  if (history != nullptr && format_version < kFirstRansHistoryVersion) {
-    return Status(ErrorCode::kInvalidArgument,
-                  "DecodeChunkRans: no rANS chunks with a history in this version");
-  }
-  const bool lane_units = format_version >= 5;
   positions->clear();
   xors->clear();
   ByteReader reader(bytes, size);
   const uint8_t* header;
-  const size_t header_bytes =
-      !lane_units ? kHeaderBytesV4 : history != nullptr ? kHistoryHeaderBytes : kHeaderBytes;
+  const size_t header_bytes = history != nullptr ? kHistoryHeaderBytes : kHeaderBytes;
   if (!reader.ReadSpan(header_bytes, &header)) {
     return Status(ErrorCode::kTruncated, "rANS chunk: header truncated");
   }
@@ -3979,18 +3903,14 @@ Status DecodeChunkRans(const uint16_t* src, size_t len, const uint8_t* bytes, si
   const uint16_t value_log[2] = {
       static_cast<uint16_t>(header[1 + kClasses] | (header[2 + kClasses] << 8)),
       static_cast<uint16_t>(header[3 + kClasses] | (header[4 + kClasses] << 8))};
-  const uint8_t value_slope[2] = {lane_units ? header[5 + kClasses] : kVersion4Slope,
-                                  lane_units ? header[6 + kClasses] : kVersion4Slope};
+  const uint8_t value_slope[2] = {header[5 + kClasses], header[6 + kClasses]};
   uint64_t element_words;
   if (!reader.ReadVarint(&element_words)) {
     return reader.remaining() == 0 ? Status(ErrorCode::kTruncated, "rANS chunk: header truncated")
                                    : Corrupt("bad word count");
   }
-  // Version 4 keeps the escape stream's states in the chunk; version 5 in the lane units.
-  const size_t escape_state_bytes = lane_units ? 0 : kEscapeStateBytes;
   const size_t rest = reader.remaining();
-  if (rest < kElementStateBytes + escape_state_bytes ||
-      element_words > (rest - kElementStateBytes - escape_state_bytes) / 2) {
+  if (rest < kElementStateBytes || element_words > (rest - kElementStateBytes) / 2) {
     return Status(ErrorCode::kTruncated, "rANS chunk: streams truncated");
   }
   const uint8_t* element_stream = reader.current();
@@ -4057,26 +3977,17 @@ Status DecodeChunkRans(const uint16_t* src, size_t len, const uint8_t* bytes, si
   }
   if (positions->empty() || words_used != element_words) return fail("inconsistent streams");
 
-  // The escape stream: version 5 takes its first units from the element states' ends
-  // (each in [2^16, 2^17)), then the tail; version 4 the tail alone (states first).
-  std::vector<uint8_t> joined;
-  const uint8_t* escape_stream = escape_tail;
-  size_t escape_bytes = tail_bytes;
-  if (lane_units) {
-    joined.resize(2 * kLaneUnits + tail_bytes);
-    for (size_t s = 0; s < kRansLanes; ++s) {
-      if ((states[s] >> 16) != 1) return fail("inconsistent streams");
-      joined[2 * s] = static_cast<uint8_t>(states[s]);
-      joined[2 * s + 1] = static_cast<uint8_t>(states[s] >> 8);
-    }
-    if (tail_bytes > 0) std::memcpy(joined.data() + 2 * kLaneUnits, escape_tail, tail_bytes);
-    escape_stream = joined.data();
-    escape_bytes = joined.size();
-  } else {
-    for (size_t s = 0; s < kRansLanes; ++s) {
-      if (states[s] != kRansLow) return fail("inconsistent streams");
-    }
+  // The escape stream takes its first units from the element states' ends (each in
+  // [2^16, 2^17)), then the tail.
+  std::vector<uint8_t> joined(2 * kLaneUnits + tail_bytes);
+  for (size_t s = 0; s < kRansLanes; ++s) {
+    if ((states[s] >> 16) != 1) return fail("inconsistent streams");
+    joined[2 * s] = static_cast<uint8_t>(states[s]);
+    joined[2 * s + 1] = static_cast<uint8_t>(states[s] >> 8);
   }
+  if (tail_bytes > 0) std::memcpy(joined.data() + 2 * kLaneUnits, escape_tail, tail_bytes);
+  const uint8_t* escape_stream = joined.data();
+  const size_t escape_bytes = joined.size();
   uint32_t escape_state = LoadU32(escape_stream), other_escape_state = LoadU32(escape_stream + 4);
   if (escape_state < kRansLow || other_escape_state < kRansLow) return fail("bad coder state");
   const size_t escape_words = (escape_bytes - kEscapeStateBytes) / 2;
@@ -4087,10 +3998,10 @@ Status DecodeChunkRans(const uint16_t* src, size_t len, const uint8_t* bytes, si
     xor_out[escape.index] = escapes.Decode(escape_state, escape.prev);
     std::swap(escape_state, other_escape_state);
   }
-  // Every word read; in version 5, a stream shorter than the lane units leaves the rest
-  // of them zero (and no tail).
+  // Every word read; a stream shorter than the lane units leaves the rest of them zero
+  // (and no tail).
   bool all_read = escapes.AllRead();
-  if (lane_units && tail_bytes == 0 && !escapes.Failed()) {
+  if (tail_bytes == 0 && !escapes.Failed()) {
     const uint8_t* unread = escape_stream + kEscapeStateBytes + 2 * escapes.WordsRead();
     all_read = std::all_of(unread, escape_stream + escape_bytes, [](uint8_t b) { return b == 0; });
   }
@@ -4174,14 +4085,14 @@ struct FrameHeader {
   int version = 0;
   bool session = false;
   SessionFrame session_frame;  // if session
-  bool tensors = false;        // several tensors (version 6 on)
-  // Continues the session's last step (version 9 on): Base_Checksum and the tensor list
-  // are not in the payload (ResolveContinues fills them in from the session).
+  bool tensors = false;        // several tensors
+  // Continues the session's last step: Base_Checksum and the tensor list are not in the
+  // payload (ResolveContinues fills them in from the session).
   bool continues = false;
   uint64_t tensor_count = 0;  // if tensors (0 while a continuing frame is unresolved)
-  // Version 10 frames of several tensors that name their list hold only Tensor_Count and
-  // this check of the element counts (TensorListCheck); older ones, and continuing frames
-  // once resolved, hold the list itself.
+  // Frames of several tensors that name their list hold only Tensor_Count and this check
+  // of the element counts (TensorListCheck); continuing frames, once resolved, hold the
+  // list itself.
   bool has_list_check = false;
   uint32_t tensor_list_check = 0;
   std::vector<uint64_t> tensor_elements;  // if tensors and !has_list_check: the counts
@@ -4206,15 +4117,15 @@ Status ParseHeader(const uint8_t* bytes, size_t size, bool with_chunk_table,
   uint8_t version, flags, chunk_log;
   if (!reader.ReadByte(&version)) return Status(ErrorCode::kTruncated, "no format version");
   header->version = version;
-  if (version == 0 || version > kFormatVersion) {
+  if (version != kFormatVersion && version != kFormatVersionArcV3) {
     return Status(ErrorCode::kUnsupportedVersion,
-                  "format version " + std::to_string(version) + " is not supported (this library reads 1.." +
-                      std::to_string(kFormatVersion) + ")");
+                  "format version " + std::to_string(version) +
+                      " is not supported (this library reads " + std::to_string(kFormatVersion) +
+                      " and " + std::to_string(kFormatVersionArcV3) + ", ARCv3 as published)");
   }
   if (!reader.ReadByte(&flags)) return Status(ErrorCode::kTruncated, "no flags byte");
-  const uint8_t known_flags = (version >= 2 ? kFlagSession : 0) |
-                              (version >= kFirstTensorsVersion ? kFlagTensors : 0) |
-                              (version >= kFirstContinuesVersion ? kFlagContinues : 0);
+  const uint8_t known_flags =
+      version == kFormatVersionArcV3 ? 0 : (kFlagSession | kFlagTensors | kFlagContinues);
   if ((flags & ~known_flags) != 0) {
     return Status(ErrorCode::kReservedBitsSet, "reserved frame flags are set");
   }
@@ -4255,39 +4166,17 @@ Status ParseHeader(const uint8_t* bytes, size_t size, bool with_chunk_table,
                     "bad tensor count");
     }
     header->tensor_count = tensor_count;
-    if (version >= kFirstListCheckVersion) {
-      const uint8_t* check;
-      if (!reader.ReadSpan(4, &check)) {
-        return Status(ErrorCode::kTruncated, "no tensor list check");
-      }
-      header->has_list_check = true;
-      header->tensor_list_check = LoadU32(check);
-    } else if (tensor_count > reader.remaining()) {
-      // Each count takes at least one byte, so the list cannot outgrow the payload.
-      return Status(ErrorCode::kTruncated, "payload too short for its tensor list");
-    }
-    if (!header->has_list_check) header->tensor_elements.resize(tensor_count);
-    uint64_t sum = 0;
-    for (uint64_t& elements : header->tensor_elements) {
-      if (!reader.ReadVarint(&elements)) {
-        return Status(reader.remaining() == 0 ? ErrorCode::kTruncated : ErrorCode::kCorruptHeader,
-                      "bad tensor element count");
-      }
-      if (elements > header->element_count - sum) {
-        return Status(ErrorCode::kCorruptHeader, "tensor element counts exceed the frame's");
-      }
-      sum += elements;
-    }
-    if (!header->has_list_check && sum != header->element_count) {
-      return Status(ErrorCode::kCorruptHeader, "tensor element counts fall short of the frame's");
-    }
+    const uint8_t* check;
+    if (!reader.ReadSpan(4, &check)) return Status(ErrorCode::kTruncated, "no tensor list check");
+    header->has_list_check = true;
+    header->tensor_list_check = LoadU32(check);
   }
   header->num_chunks = (header->element_count + (uint64_t{1} << chunk_log) - 1) >> chunk_log;
   if (!with_chunk_table) return Status::Ok();
 
-  // Each chunk takes at least one byte in the body and, but for the last one from
-  // version 3 on, one in the table.
-  const bool last_size_implied = version >= 3 && header->num_chunks > 0;
+  // Each chunk takes at least one byte in the body and, but for the last one (not in
+  // version 1), one in the table.
+  const bool last_size_implied = version != kFormatVersionArcV3 && header->num_chunks > 0;
   const uint64_t stored_sizes = header->num_chunks - (last_size_implied ? 1 : 0);
   if (header->num_chunks + stored_sizes > reader.remaining()) {
     return Status(ErrorCode::kTruncated, "payload too short for its chunk table");
@@ -4366,19 +4255,10 @@ class ChunkDecoder {
       case kChunkXorStreams:
         return DecodeXorStreams(&reader, chunk_len, /*allow_empty=*/false, changes, stats);
       case kChunkModelled: {
-        // Value priors came with version 3, carried models with version 8, column signs
-        // with version 10, capped rates with version 11.
-        if (reader.remaining() > 0 &&
-            (((version < 3) && (reader.current()[0] & kModelValuePriors)) ||
-             ((version < kFirstCarriedModelVersion) && (reader.current()[0] & kModelCarried)) ||
-             ((version < kFirstColumnSignsVersion) && (reader.current()[0] & kModelColumnSigns)) ||
-             ((version < kFirstRateCapVersion) && (reader.current()[0] & kModelRateCap)))) {
-          return Status(ErrorCode::kReservedBitsSet, "modelled chunk: reserved bits set");
-        }
         if (src == nullptr) return Status::Ok();  // statistics without the base
         const Status status = DecodeChunkModelled(src, chunk_len, reader.current(),
                                                   reader.remaining(), &changes->positions,
-                                                  &changes->xors, history, carried, version);
+                                                  &changes->xors, history, carried);
         if (!status.ok()) {
           // The coding is predicted from src, so a wrong base derails it like corruption.
           return Status(status.code(), status.message() +
@@ -4396,9 +4276,6 @@ class ChunkDecoder {
       case kChunkRans:
       case kChunkRansHistory: {
         const bool with_history = mode == kChunkRansHistory;
-        if (version < (with_history ? kFirstRansHistoryVersion : 4)) {
-          return Status(ErrorCode::kReservedBitsSet, "unknown chunk mode");
-        }
         if (src == nullptr) return Status::Ok();  // statistics without the base
         if (with_history && history == nullptr) {
           return Status(ErrorCode::kCorruptChunk,
@@ -4406,7 +4283,7 @@ class ChunkDecoder {
         }
         const Status status = DecodeChunkRans(src, chunk_len, reader.current(),
                                               reader.remaining(), &changes->positions,
-                                              &changes->xors, version,
+                                              &changes->xors,
                                               with_history ? history : nullptr);
         if (!status.ok()) {
           return Status(status.code(), status.message() +
@@ -4424,7 +4301,8 @@ class ChunkDecoder {
   }
 
  private:
-  // The version-1 chunk body (FORMAT.md "Chunk"): Changed_Count, then the XOR streams.
+  // The XOR-stream chunk body (FORMAT.md "XOR-stream chunk"): Changed_Count, then the
+  // streams.
   Status DecodeXorStreams(ByteReader* chunk, size_t chunk_len, bool allow_empty,
                           ChunkChanges* changes, ChunkStats* stats) {
     ByteReader& reader = *chunk;
@@ -4647,7 +4525,7 @@ Status SessionPayloadForStatelessDecoder() {
                 "payload was made by an arc_v3::Session; decode it with Session::Decompress");
 }
 
-// A frame that continues the session's last step (version 9) takes its base checksum and
+// A frame that continues the session's last step takes its base checksum and
 // tensor list from that step, which the receiving session remembers.
 Status ResolveContinues(const SessionFrame* session, FrameHeader* header) {
   if (!header->continues) return Status::Ok();
@@ -4677,7 +4555,8 @@ Status ResolveContinues(const SessionFrame* session, FrameHeader* header) {
 
 // A one-tensor call (tensors == nullptr) refuses frames of several tensors; a call with
 // a tensor list needs the frame's list (or, for a one-tensor frame, a list of one) to be
-// the same: from version 10, the same count, total and list check.
+// the same: the same count, total and list check (against the list itself for a continuing
+// frame, which holds the session's).
 Status CheckTensorList(const FrameHeader& header, const std::vector<uint64_t>* tensors) {
   if (header.tensors && tensors == nullptr) {
     return Status(ErrorCode::kSizeMismatch,
@@ -5337,34 +5216,11 @@ Status EncodeFrame(const uint16_t* src, const uint16_t* dst, size_t count,
     std::vector<uint8_t>& bytes = out->bytes;
     bytes.clear();
     for (const uint8_t byte : kMagic) bytes.push_back(byte);
-    // The lowest version that holds the payload's features.
-    const bool history_chunks =
-        std::any_of(chunks.begin(), chunks.end(), [](const std::vector<uint8_t>& chunk) {
-          return !chunk.empty() && chunk[0] == kChunkRansHistory;
-        });
-    // Modelled chunks are coded as of version 11 (capped rates, trusted split priors), so
-    // they need it whatever else they use (carried models, column signs); those coded with
-    // a session history code their recent elements first, as of version 12.
-    const bool modelled_chunks =
-        std::any_of(chunks.begin(), chunks.end(), [](const std::vector<uint8_t>& chunk) {
-          return !chunk.empty() && chunk[0] == kChunkModelled;
-        });
-    const bool modelled_history_chunks =
-        std::any_of(chunks.begin(), chunks.end(), [](const std::vector<uint8_t>& chunk) {
-          return chunk.size() > 1 && chunk[0] == kChunkModelled && (chunk[1] & kModelHistory);
-        });
     // A session step whose base is its last step's result, over the same tensors, names
     // neither (the receiver holds both).
     const bool continues = session != nullptr && session->ContinuesLastStep(tensors);
     const bool lists_tensors = tensors != nullptr && !continues;
-    bytes.push_back(published                 ? kFormatVersionArcV3
-                    : modelled_history_chunks ? kFirstRecentVersion
-                    : modelled_chunks         ? kFirstTrustedSplitsVersion
-                    : lists_tensors           ? kFirstListCheckVersion
-                    : continues               ? kFirstContinuesVersion
-                    : history_chunks          ? kFirstRansHistoryVersion
-                    : tensors != nullptr      ? kFirstTensorsVersion
-                                              : kFormatVersionOneTensor);
+    bytes.push_back(published ? kFormatVersionArcV3 : kFormatVersion);
     bytes.push_back(static_cast<uint8_t>((session != nullptr ? kFlagSession : 0) |
                                          (tensors != nullptr ? kFlagTensors : 0) |
                                          (continues ? kFlagContinues : 0)));
@@ -5378,7 +5234,7 @@ Status EncodeFrame(const uint16_t* src, const uint16_t* dst, size_t count,
       PutVarint(tensors->size(), &bytes);
       PutU32(TensorListCheck(*tensors), &bytes);
     }
-    // Version 3 leaves out the last chunk's size: it runs to the end of the payload.
+    // But in version 1 the last chunk's size is left out: it runs to the end of the payload.
     const size_t stored_sizes = published || chunks.empty() ? chunks.size() : chunks.size() - 1;
     for (size_t c = 0; c < stored_sizes; ++c) PutVarint(chunks[c].size(), &bytes);
     size_t total = bytes.size();

@@ -37,14 +37,14 @@ struct FrameHeader {
   int version = 0;
   bool session = false;
   SessionFrame session_frame;  // if session
-  bool tensors = false;        // several tensors (version 6 on)
-  // Continues the session's last step (version 9 on): Base_Checksum and the tensor list
-  // are not in the payload (ResolveContinues fills them in from the session).
+  bool tensors = false;        // several tensors
+  // Continues the session's last step: Base_Checksum and the tensor list are not in the
+  // payload (ResolveContinues fills them in from the session).
   bool continues = false;
   uint64_t tensor_count = 0;  // if tensors (0 while a continuing frame is unresolved)
-  // Version 10 frames of several tensors that name their list hold only Tensor_Count and
-  // this check of the element counts (TensorListCheck); older ones, and continuing frames
-  // once resolved, hold the list itself.
+  // Frames of several tensors that name their list hold only Tensor_Count and this check
+  // of the element counts (TensorListCheck); continuing frames, once resolved, hold the
+  // list itself.
   bool has_list_check = false;
   uint32_t tensor_list_check = 0;
   std::vector<uint64_t> tensor_elements;  // if tensors and !has_list_check: the counts
@@ -69,15 +69,15 @@ Status ParseHeader(const uint8_t* bytes, size_t size, bool with_chunk_table,
   uint8_t version, flags, chunk_log;
   if (!reader.ReadByte(&version)) return Status(ErrorCode::kTruncated, "no format version");
   header->version = version;
-  if (version == 0 || version > kFormatVersion) {
+  if (version != kFormatVersion && version != kFormatVersionArcV3) {
     return Status(ErrorCode::kUnsupportedVersion,
-                  "format version " + std::to_string(version) + " is not supported (this library reads 1.." +
-                      std::to_string(kFormatVersion) + ")");
+                  "format version " + std::to_string(version) +
+                      " is not supported (this library reads " + std::to_string(kFormatVersion) +
+                      " and " + std::to_string(kFormatVersionArcV3) + ", ARCv3 as published)");
   }
   if (!reader.ReadByte(&flags)) return Status(ErrorCode::kTruncated, "no flags byte");
-  const uint8_t known_flags = (version >= 2 ? kFlagSession : 0) |
-                              (version >= kFirstTensorsVersion ? kFlagTensors : 0) |
-                              (version >= kFirstContinuesVersion ? kFlagContinues : 0);
+  const uint8_t known_flags =
+      version == kFormatVersionArcV3 ? 0 : (kFlagSession | kFlagTensors | kFlagContinues);
   if ((flags & ~known_flags) != 0) {
     return Status(ErrorCode::kReservedBitsSet, "reserved frame flags are set");
   }
@@ -118,39 +118,17 @@ Status ParseHeader(const uint8_t* bytes, size_t size, bool with_chunk_table,
                     "bad tensor count");
     }
     header->tensor_count = tensor_count;
-    if (version >= kFirstListCheckVersion) {
-      const uint8_t* check;
-      if (!reader.ReadSpan(4, &check)) {
-        return Status(ErrorCode::kTruncated, "no tensor list check");
-      }
-      header->has_list_check = true;
-      header->tensor_list_check = LoadU32(check);
-    } else if (tensor_count > reader.remaining()) {
-      // Each count takes at least one byte, so the list cannot outgrow the payload.
-      return Status(ErrorCode::kTruncated, "payload too short for its tensor list");
-    }
-    if (!header->has_list_check) header->tensor_elements.resize(tensor_count);
-    uint64_t sum = 0;
-    for (uint64_t& elements : header->tensor_elements) {
-      if (!reader.ReadVarint(&elements)) {
-        return Status(reader.remaining() == 0 ? ErrorCode::kTruncated : ErrorCode::kCorruptHeader,
-                      "bad tensor element count");
-      }
-      if (elements > header->element_count - sum) {
-        return Status(ErrorCode::kCorruptHeader, "tensor element counts exceed the frame's");
-      }
-      sum += elements;
-    }
-    if (!header->has_list_check && sum != header->element_count) {
-      return Status(ErrorCode::kCorruptHeader, "tensor element counts fall short of the frame's");
-    }
+    const uint8_t* check;
+    if (!reader.ReadSpan(4, &check)) return Status(ErrorCode::kTruncated, "no tensor list check");
+    header->has_list_check = true;
+    header->tensor_list_check = LoadU32(check);
   }
   header->num_chunks = (header->element_count + (uint64_t{1} << chunk_log) - 1) >> chunk_log;
   if (!with_chunk_table) return Status::Ok();
 
-  // Each chunk takes at least one byte in the body and, but for the last one from
-  // version 3 on, one in the table.
-  const bool last_size_implied = version >= 3 && header->num_chunks > 0;
+  // Each chunk takes at least one byte in the body and, but for the last one (not in
+  // version 1), one in the table.
+  const bool last_size_implied = version != kFormatVersionArcV3 && header->num_chunks > 0;
   const uint64_t stored_sizes = header->num_chunks - (last_size_implied ? 1 : 0);
   if (header->num_chunks + stored_sizes > reader.remaining()) {
     return Status(ErrorCode::kTruncated, "payload too short for its chunk table");
@@ -229,19 +207,10 @@ class ChunkDecoder {
       case kChunkXorStreams:
         return DecodeXorStreams(&reader, chunk_len, /*allow_empty=*/false, changes, stats);
       case kChunkModelled: {
-        // Value priors came with version 3, carried models with version 8, column signs
-        // with version 10, capped rates with version 11.
-        if (reader.remaining() > 0 &&
-            (((version < 3) && (reader.current()[0] & kModelValuePriors)) ||
-             ((version < kFirstCarriedModelVersion) && (reader.current()[0] & kModelCarried)) ||
-             ((version < kFirstColumnSignsVersion) && (reader.current()[0] & kModelColumnSigns)) ||
-             ((version < kFirstRateCapVersion) && (reader.current()[0] & kModelRateCap)))) {
-          return Status(ErrorCode::kReservedBitsSet, "modelled chunk: reserved bits set");
-        }
         if (src == nullptr) return Status::Ok();  // statistics without the base
         const Status status = DecodeChunkModelled(src, chunk_len, reader.current(),
                                                   reader.remaining(), &changes->positions,
-                                                  &changes->xors, history, carried, version);
+                                                  &changes->xors, history, carried);
         if (!status.ok()) {
           // The coding is predicted from src, so a wrong base derails it like corruption.
           return Status(status.code(), status.message() +
@@ -259,9 +228,6 @@ class ChunkDecoder {
       case kChunkRans:
       case kChunkRansHistory: {
         const bool with_history = mode == kChunkRansHistory;
-        if (version < (with_history ? kFirstRansHistoryVersion : 4)) {
-          return Status(ErrorCode::kReservedBitsSet, "unknown chunk mode");
-        }
         if (src == nullptr) return Status::Ok();  // statistics without the base
         if (with_history && history == nullptr) {
           return Status(ErrorCode::kCorruptChunk,
@@ -269,7 +235,7 @@ class ChunkDecoder {
         }
         const Status status = DecodeChunkRans(src, chunk_len, reader.current(),
                                               reader.remaining(), &changes->positions,
-                                              &changes->xors, version,
+                                              &changes->xors,
                                               with_history ? history : nullptr);
         if (!status.ok()) {
           return Status(status.code(), status.message() +
@@ -287,7 +253,8 @@ class ChunkDecoder {
   }
 
  private:
-  // The version-1 chunk body (FORMAT.md "Chunk"): Changed_Count, then the XOR streams.
+  // The XOR-stream chunk body (FORMAT.md "XOR-stream chunk"): Changed_Count, then the
+  // streams.
   Status DecodeXorStreams(ByteReader* chunk, size_t chunk_len, bool allow_empty,
                           ChunkChanges* changes, ChunkStats* stats) {
     ByteReader& reader = *chunk;
@@ -510,7 +477,7 @@ Status SessionPayloadForStatelessDecoder() {
                 "payload was made by an arc_v3::Session; decode it with Session::Decompress");
 }
 
-// A frame that continues the session's last step (version 9) takes its base checksum and
+// A frame that continues the session's last step takes its base checksum and
 // tensor list from that step, which the receiving session remembers.
 Status ResolveContinues(const SessionFrame* session, FrameHeader* header) {
   if (!header->continues) return Status::Ok();
@@ -540,7 +507,8 @@ Status ResolveContinues(const SessionFrame* session, FrameHeader* header) {
 
 // A one-tensor call (tensors == nullptr) refuses frames of several tensors; a call with
 // a tensor list needs the frame's list (or, for a one-tensor frame, a list of one) to be
-// the same: from version 10, the same count, total and list check.
+// the same: the same count, total and list check (against the list itself for a continuing
+// frame, which holds the session's).
 Status CheckTensorList(const FrameHeader& header, const std::vector<uint64_t>* tensors) {
   if (header.tensors && tensors == nullptr) {
     return Status(ErrorCode::kSizeMismatch,

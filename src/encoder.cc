@@ -381,34 +381,11 @@ Status EncodeFrame(const uint16_t* src, const uint16_t* dst, size_t count,
     std::vector<uint8_t>& bytes = out->bytes;
     bytes.clear();
     for (const uint8_t byte : kMagic) bytes.push_back(byte);
-    // The lowest version that holds the payload's features.
-    const bool history_chunks =
-        std::any_of(chunks.begin(), chunks.end(), [](const std::vector<uint8_t>& chunk) {
-          return !chunk.empty() && chunk[0] == kChunkRansHistory;
-        });
-    // Modelled chunks are coded as of version 11 (capped rates, trusted split priors), so
-    // they need it whatever else they use (carried models, column signs); those coded with
-    // a session history code their recent elements first, as of version 12.
-    const bool modelled_chunks =
-        std::any_of(chunks.begin(), chunks.end(), [](const std::vector<uint8_t>& chunk) {
-          return !chunk.empty() && chunk[0] == kChunkModelled;
-        });
-    const bool modelled_history_chunks =
-        std::any_of(chunks.begin(), chunks.end(), [](const std::vector<uint8_t>& chunk) {
-          return chunk.size() > 1 && chunk[0] == kChunkModelled && (chunk[1] & kModelHistory);
-        });
     // A session step whose base is its last step's result, over the same tensors, names
     // neither (the receiver holds both).
     const bool continues = session != nullptr && session->ContinuesLastStep(tensors);
     const bool lists_tensors = tensors != nullptr && !continues;
-    bytes.push_back(published                 ? kFormatVersionArcV3
-                    : modelled_history_chunks ? kFirstRecentVersion
-                    : modelled_chunks         ? kFirstTrustedSplitsVersion
-                    : lists_tensors           ? kFirstListCheckVersion
-                    : continues               ? kFirstContinuesVersion
-                    : history_chunks          ? kFirstRansHistoryVersion
-                    : tensors != nullptr      ? kFirstTensorsVersion
-                                              : kFormatVersionOneTensor);
+    bytes.push_back(published ? kFormatVersionArcV3 : kFormatVersion);
     bytes.push_back(static_cast<uint8_t>((session != nullptr ? kFlagSession : 0) |
                                          (tensors != nullptr ? kFlagTensors : 0) |
                                          (continues ? kFlagContinues : 0)));
@@ -422,7 +399,7 @@ Status EncodeFrame(const uint16_t* src, const uint16_t* dst, size_t count,
       PutVarint(tensors->size(), &bytes);
       PutU32(TensorListCheck(*tensors), &bytes);
     }
-    // Version 3 leaves out the last chunk's size: it runs to the end of the payload.
+    // But in version 1 the last chunk's size is left out: it runs to the end of the payload.
     const size_t stored_sizes = published || chunks.empty() ? chunks.size() : chunks.size() - 1;
     for (size_t c = 0; c < stored_sizes; ++c) PutVarint(chunks[c].size(), &bytes);
     size_t total = bytes.size();

@@ -11,69 +11,31 @@
 namespace arc_v3 {
 
 constexpr uint8_t kMagic[4] = {'A', 'R', 'C', '3'};
-// Version 1: ARCv3 as published (Format::kArcV3 still writes it). Version 2 adds a mode
-// byte to every chunk and the context-modelled chunk coder. Version 3 (Format::kDefault)
-// leaves the last chunk's size out of the chunk table (the chunk runs to the end of the
-// payload) and lets modelled chunks use value priors (model_coder.h, kModelValuePriors).
-// Version 4 adds rANS chunks (rans_coder.h). Version 5 (Format::kDefault) gives their value
-// curves slopes and carries the start of their escape stream in the element states.
-// Version 6 adds frames of several tensors (kFlagTensors); it changes nothing else, so
-// the encoder writes it only for those and one-tensor payloads stay readable by decoders
-// of version 5.
-// Version 7 adds rANS chunks coded with a session's history (kChunkRansHistory); the
-// encoder writes it only for session payloads that hold one.
-// Version 8 adds modelled chunks that start from the model the same chunk of the session
-// ended on in its last modelled step (model_coder.h, kModelCarried); likewise written only
-// for session payloads that hold one.
-// Version 9 adds session frames that continue the session's last step (kFlagContinues):
-// their base is that step's result and their tensors are its tensors, so the frame leaves
-// out Base_Checksum and the tensor list; written for every session step that qualifies.
-// Version 10 replaces the tensor list of a frame of several tensors by Tensor_Count and a
-// 32-bit check of the element counts (TensorListCheck): the decoder is handed the list
-// anyway, and on a group of small tensors the counts were ~2% of the payload; written for
-// every frame of several tensors that names its list. It also adds modelled chunks whose
-// signs take their column's earlier signs as context (model_coder.h, kModelColumnSigns),
-// written for every payload that holds one.
-// Version 11 adds modelled chunks whose rates are capped (model_coder.h, kModelRateCap)
-// and gives the split priors of every modelled chunk more weight (model_coder.cc,
-// kTrustedSplitSeen); written for every payload that holds a modelled chunk.
-// Version 12 codes the recent elements of a modelled chunk with history first
-// (model_coder.h, IsRecent in kernels.h) and shrinks its History_Boosts to one byte;
-// written for every payload that holds such a chunk.
+// The Version byte. kFormatVersion (0x10, "1.0") is the one format the library writes by
+// default and will read from 1.0 on; kFormatVersionArcV3 is ARCv3 as published
+// (Format::kArcV3). The values between them belonged to unreleased pre-1.0 formats and are
+// rejected, so that no such payload is ever read as this one.
 constexpr uint8_t kFormatVersionArcV3 = 1;
-constexpr uint8_t kFormatVersion = 12;
-constexpr uint8_t kFormatVersionOneTensor = 5;
-constexpr uint8_t kFirstModelledVersion = 2;
-constexpr uint8_t kFirstTensorsVersion = 6;
-constexpr uint8_t kFirstRansHistoryVersion = 7;
-constexpr uint8_t kFirstCarriedModelVersion = 8;
-constexpr uint8_t kFirstContinuesVersion = 9;
-constexpr uint8_t kFirstListCheckVersion = 10;
-constexpr uint8_t kFirstColumnSignsVersion = 10;
-constexpr uint8_t kFirstRateCapVersion = 11;
-constexpr uint8_t kFirstTrustedSplitsVersion = 11;
-constexpr uint8_t kFirstRecentVersion = 12;
+constexpr uint8_t kFormatVersion = 0x10;
 constexpr uint8_t kMinChunkLog = 10;
 constexpr uint8_t kMaxChunkLog = 24;
 // Varints in this format never exceed 64 bits (10 bytes of LEB128).
 constexpr int kMaxVarintBytes = 10;
 
-// Versions 2 to 4: the first byte of every chunk.
+// The first byte of every chunk (not in version 1, whose chunks are all XOR streams).
 enum ChunkMode : uint8_t {
-  kChunkUnchanged = 0,  // no element changed; the chunk is this byte
-  kChunkXorStreams = 1,  // the version-1 chunk body follows (Changed_Count > 0)
-  kChunkModelled = 2,    // the context-modelled coding follows (model_coder.h)
-  kChunkRans = 3,        // version 4 on: the rANS coding follows (rans_coder.h)
-  kChunkRansHistory = 4,  // version 7 on, in session payloads: rANS with the history
+  kChunkUnchanged = 0,    // no element changed; the chunk is this byte
+  kChunkXorStreams = 1,   // the XOR-stream body follows (Changed_Count > 0)
+  kChunkModelled = 2,     // the context-modelled coding follows (model_coder.h)
+  kChunkRans = 3,         // the rANS coding follows (rans_coder.h)
+  kChunkRansHistory = 4,  // session payloads only: rANS with the history
 };
 
-// Frame_Header Flags (version 2 on): bit 0 = session payload (Base_Checksum and
-// History_Id follow Chunk_Log); bit 1 (version 6 on) = several tensors (Tensor_Count and
-// the tensors' element counts, from version 10 Tensor_Count and Tensor_List_Check, follow
-// Chunk_Log and the session fields); bit 2 (version 9
-// on, session frames only) = continues the session's last step (Base_Checksum and the
-// tensor list are left out: they are that step's result checksum and tensors); bits 3-7
-// reserved.
+// Frame_Header Flags (0 in version 1): bit 0 = session payload (Base_Checksum and
+// History_Id follow Chunk_Log); bit 1 = several tensors (Tensor_Count and
+// Tensor_List_Check follow Chunk_Log and the session fields); bit 2 (session frames only)
+// = continues the session's last step (Base_Checksum and the tensor list are left out:
+// they are that step's result checksum and tensors); bits 3-7 reserved.
 constexpr uint8_t kFlagSession = 0x01;
 constexpr uint8_t kFlagTensors = 0x02;
 constexpr uint8_t kFlagContinues = 0x04;

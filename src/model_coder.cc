@@ -2,22 +2,18 @@
 //
 // Chunk bytes (a chunk without changes is 0 bytes):
 //   byte 0   bits 0-2: log2(block size) - kMinModelBlockLog; bit 3: coded with a session
-//            history; bit 4: value priors from L (format version 3; the encoder always
-//            sets it); bit 5: the contexts start from the model this chunk of the
-//            session ended on in its last modelled step, not from priors (format
-//            version 8, kModelCarried); bit 6: column signs (format version 10,
-//            kModelColumnSigns); bit 7: the rates are capped (format version 11,
-//            kModelRateCap).
+//            history; bit 4: value priors from L (the encoder always sets it); bit 5: the
+//            contexts start from the model this chunk of the session ended on in its last
+//            modelled step, not from priors (kModelCarried); bit 6: column signs
+//            (kModelColumnSigns); bit 7: the rates are capped (kModelRateCap).
 //   byte 1   L: the chunk's rate prior, 4 * log2(sum of element rates / changes), which
 //            seeds every probability (so small chunks do not pay to learn them).
-//   with history only, format version 12: 1 byte, the rate boost (log2, 0..15) of the
-//            elements whose last change was 3+ steps ago (those of 1 or 2 steps ago are
-//            coded first, one decision each: CodeRecent).
-//            Up to version 11: 2 bytes, the rate boosts of elements whose last change was
-//            1, 2, 3+ steps ago: byte 2 = b1 | b2 << 4, byte 3 = b3 (4 bits).
-//   2 bytes, with column signs only (byte 0 bit 6, format version 10): the sign period P
-//            (u16 little-endian, 1..65535), the row length of the tensor the chunk holds.
-//   1 byte, with capped rates only (byte 0 bit 7, format version 11): the Rate_Cap, 0..32,
+//   with history only: 1 byte, the rate boost (log2, 0..15) of the elements whose last
+//            change was 3+ steps ago (those of 1 or 2 steps ago are coded first, one
+//            decision each: CodeRecent).
+//   2 bytes, with column signs only (byte 0 bit 6): the sign period P (u16
+//            little-endian, 1..65535), the row length of the tensor the chunk holds.
+//   1 byte, with capped rates only (byte 0 bit 7): the Rate_Cap, 0..32,
 //            the largest rate log of the chunk's elements (kMaxRateLog without it).
 //   then     one range-coded stream (LZMA-style binary range coder, 16-bit
 //            probabilities) without its first byte (always 0) and without trailing zero
@@ -167,10 +163,9 @@ inline void Update(Prob* prob, int bit) {
 
 // Priors' weights (initial n) and final adaptation shifts, per kind of decision.
 constexpr int kPositionSeen = 14, kPositionShift = 7;
-// From format version 11 the split priors (a change is in a half with the chance of its
-// share of the rate) count as if 126 decisions had been seen, so that they adapt at the
-// final 1/128 from the start: adapting faster only followed noise (0.6% of the positions'
-// cost on the corpus' sparsest run).
+// The split priors (a change is in a half with the chance of its share of the rate)
+// count as if 126 decisions had been seen, so that they adapt at the final 1/128 from the
+// start: adapting faster only follows noise.
 constexpr int kTrustedSplitSeen = 126;
 constexpr int kValueSeen = 2, kValueShift = 7;
 // Value priors from L (Layout bit 4). The sign is a fair coin whatever the exponent: it
@@ -304,10 +299,9 @@ struct Model {
   Prob recent[kRecentAges][kRateLogs];  // [age - 1][rate log]: a recent element changed
 
   // Priors from the chunk's rate prior L: elements with summed rate S expect
-  // x = S / 2^(L/4) changes. `value_priors`: Layout bit 4 (below). `trusted_splits`:
-  // format version 11 on (kTrustedSplitSeen).
-  Model(int L, bool value_priors, bool trusted_splits) {
-    const int split_seen = trusted_splits ? kTrustedSplitSeen : kPositionSeen;
+  // x = S / 2^(L/4) changes. `value_priors`: Layout bit 4 (below).
+  Model(int L, bool value_priors) {
+    const int split_seen = kTrustedSplitSeen;
     for (int b = 0; b < kBlockBuckets; ++b) {
       block[b].Set(ProbFromLog(b - L), kPositionSeen, kPositionShift);
     }
@@ -578,13 +572,13 @@ void CodeRecent(Io* io, Model* model, const uint16_t* src, const uint8_t* histor
 // `block_sums`, if not null, holds rates.Sum of every block (the encoder has them already).
 template <class Io, class Rates>
 void CodeChunk(const uint16_t* src, Rates& rates, size_t len, int log2_block, int L,
-               bool value_priors, bool trusted_splits, uint32_t sign_period,
+               bool value_priors, uint32_t sign_period,
                const CarriedModel& carried, Io* io, const uint64_t* block_sums = nullptr,
                const uint8_t* recent_history = nullptr) {
   ColumnSigns columns(sign_period);
   auto model = carried.start != nullptr
                    ? std::make_unique<Model>(carried.start->model)
-                   : std::make_unique<Model>(L, value_priors, trusted_splits);
+                   : std::make_unique<Model>(L, value_priors);
   if (recent_history != nullptr) {
     CodeRecent(io, model.get(), src, recent_history, len, &columns);
   }
@@ -964,12 +958,12 @@ Status EncodeChunk(const uint16_t* src, const uint16_t* dst, size_t len, int log
   EncoderIo io(src, dst, history != nullptr ? &bisected : &changed, out);
   if (history == nullptr) {
     PlainRates rates(src, len, rate_cap);
-    CodeChunk(src, rates, len, log2_block, L, /*value_priors=*/true, /*trusted_splits=*/true,
+    CodeChunk(src, rates, len, log2_block, L, /*value_priors=*/true,
               sign_period, carried, &io,
               keep_block_sums ? block_sums.data() : nullptr);
   } else {
     HistoryRates rates(src, history, len, boosts, rate_cap);
-    CodeChunk(src, rates, len, log2_block, L, /*value_priors=*/true, /*trusted_splits=*/true,
+    CodeChunk(src, rates, len, log2_block, L, /*value_priors=*/true,
               sign_period, carried, &io, /*block_sums=*/nullptr, history);
   }
   io.Finish();
@@ -1029,17 +1023,11 @@ std::vector<uint32_t> SignPeriodCandidates(uint64_t elements) {
 
 Status DecodeChunkModelled(const uint16_t* src, size_t len, const uint8_t* bytes, size_t size,
                            std::vector<uint32_t>* positions, std::vector<uint16_t>* xors,
-                           const uint8_t* history, const CarriedModel& carried,
-                           int format_version) {
+                           const uint8_t* history, const CarriedModel& carried) {
   if (positions == nullptr || xors == nullptr || (len > 0 && src == nullptr) ||
       (size > 0 && bytes == nullptr)) {
     return Status(ErrorCode::kInvalidArgument, "DecodeChunkModelled: null pointer");
   }
-  if (format_version < kFirstModelledVersion || format_version > kFormatVersion) {
-    return Status(ErrorCode::kInvalidArgument, "DecodeChunkModelled: unknown format version");
-  }
-  const bool trusted_splits = format_version >= kFirstTrustedSplitsVersion;
-  const bool recent = format_version >= kFirstRecentVersion;
   if (len > kMaxModelledChunk) {
     return Status(ErrorCode::kInvalidArgument, "DecodeChunkModelled: chunk too large");
   }
@@ -1064,7 +1052,7 @@ Status DecodeChunkModelled(const uint16_t* src, size_t len, const uint8_t* bytes
   const CarriedModel model_io{from_carried ? carried.start : nullptr, carried.end};
   const bool column_signs = (layout & kModelColumnSigns) != 0;
   const bool capped = (layout & kModelRateCap) != 0;
-  const size_t period_at = with_history ? (recent ? 3 : 4) : 2;
+  const size_t period_at = with_history ? 3 : 2;
   const size_t cap_at = period_at + (column_signs ? 2 : 0);
   const size_t header = cap_at + (capped ? 1 : 0);
   if (size < header) return Status(ErrorCode::kTruncated, "modelled chunk: header truncated");
@@ -1083,16 +1071,14 @@ Status DecodeChunkModelled(const uint16_t* src, size_t len, const uint8_t* bytes
     if (history == nullptr) {
       return Status(ErrorCode::kCorruptChunk, "modelled chunk: coded with a session history");
     }
-    const uint8_t last_boost = recent ? bytes[2] : bytes[3];
+    const uint8_t last_boost = bytes[2];
     if (last_boost > 15) return Status(ErrorCode::kCorruptChunk, "modelled chunk: bad boost");
-    const int8_t boosts[kHistoryClasses] = {
-        0, recent ? kRecentBoost : static_cast<int8_t>(bytes[2] & 0x0F),
-        recent ? kRecentBoost : static_cast<int8_t>(bytes[2] >> 4),
-        static_cast<int8_t>(last_boost)};
+    const int8_t boosts[kHistoryClasses] = {0, kRecentBoost, kRecentBoost,
+                                            static_cast<int8_t>(last_boost)};
     HistoryRates rates(src, history, len, boosts, rate_cap);
-    CodeChunk(src, rates, len, log2_block, L, value_priors, trusted_splits, sign_period,
-              model_io, &io, /*block_sums=*/nullptr, recent ? history : nullptr);
-    if (recent && !io.MergeRecent(history)) {
+    CodeChunk(src, rates, len, log2_block, L, value_priors, sign_period, model_io, &io,
+              /*block_sums=*/nullptr, history);
+    if (!io.MergeRecent(history)) {
       positions->clear();
       xors->clear();
       return Status(ErrorCode::kCorruptChunk,
@@ -1100,8 +1086,7 @@ Status DecodeChunkModelled(const uint16_t* src, size_t len, const uint8_t* bytes
     }
   } else {
     PlainRates rates(src, len, rate_cap);
-    CodeChunk(src, rates, len, log2_block, L, value_priors, trusted_splits, sign_period,
-              model_io, &io);
+    CodeChunk(src, rates, len, log2_block, L, value_priors, sign_period, model_io, &io);
   }
   // The encoder never ends a stream with a zero byte, and never codes a chunk without
   // changes.

@@ -140,18 +140,13 @@ Status EncodeChunkModelledWithBlock(const uint16_t* src, const uint16_t* dst, si
 // All `size` bytes must belong to the chunk (trailing bytes are an error). A chunk coded
 // with history needs `history` (kCorruptChunk without); one coded without ignores it.
 // A chunk coded from a carried model needs `carried.start` (kCorruptChunk without).
-// `format_version`: the version of the frame that holds the chunk (2..kFormatVersion): from
-// version 11 the split priors are trusted more (model_coder.cc, kTrustedSplitSeen), from
-// version 12 a chunk with history codes its recent elements first (one boost byte, not
-// two), and EncodeChunkModelled writes chunks of the current version.
 // A wrong src, history or carried model gives a wrong result, not an error: the frame's
 // checksum catches it.
 // @return ok, kInvalidArgument (null pointers, len too large), kTruncated, kCorruptChunk.
 Status DecodeChunkModelled(const uint16_t* src, size_t len, const uint8_t* bytes, size_t size,
                            std::vector<uint32_t>* positions, std::vector<uint16_t>* xors,
                            const uint8_t* history = nullptr,
-                           const CarriedModel& carried = CarriedModel(),
-                           int format_version = kFormatVersion);
+                           const CarriedModel& carried = CarriedModel());
 
 }  // namespace arc_v3
 

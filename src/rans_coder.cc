@@ -1,6 +1,6 @@
 // rANS chunk coder (see rans_coder.h; the bytes are specified in FORMAT.md, "rANS chunk").
 //
-// Chunk bytes (after the frame's Chunk_Mode byte), format version 5:
+// Chunk bytes (after the frame's Chunk_Mode byte):
 //   Class_Base    1 byte   e0: element i is in class clamp(exponent(src[i]) - e0, 0, 15)
 //   Change_Q      16 bytes P(change | class c) = ProbOfQ(Change_Q[c]) = 2^16 * 2^(-q/16)
 //   Value_Log     2 x u16  V0, V1 and
@@ -18,8 +18,6 @@
 // renormalisation. The element encoder starts state l at 2^16 + unit l of the escape
 // stream, so the decoder gets those 16 units back from where its states end (they would
 // be 32 bytes of padding otherwise); the escape encoder starts at 2^16.
-// Format version 4 had no slopes (both 16) and the whole escape stream, states first,
-// after the element words; its element states end at 2^16.
 // About 90% of changes are +-1: the vectorised element stream decodes them completely.
 #include "src/rans_coder.h"
 
@@ -39,15 +37,14 @@ constexpr int kUnaryDecisions = 15;  // |d| <= 2^15: log2 class 0..15
 constexpr int kEscapeClasses = 15;   // an escape's log2 class: 1..15
 constexpr int kValueZ = 256 + kUnaryDecisions;  // z = exponent + j
 constexpr uint32_t kProbScale = 1u << 16;
-constexpr size_t kHeaderBytesV4 = 1 + kClasses + 4;
-constexpr size_t kHeaderBytes = kHeaderBytesV4 + 2;  // with Value_Slope
+constexpr size_t kHeaderBytes = 1 + kClasses + 4 + 2;
 // With a history: History_Change_Q and History_Up_Q, kClasses bytes per history class 1, 2.
 constexpr size_t kHistoryHeaderBytes = kHeaderBytes + 4 * kClasses;
 constexpr size_t kElementStateBytes = 4 * kRansLanes;
 constexpr size_t kEscapeStateBytes = 4 * kEscapeLanes;
 // Version 5: units of the escape stream carried by the element states' ends.
 constexpr size_t kLaneUnits = kRansLanes;
-constexpr uint8_t kVersion4Slope = 16;  // one octave per exponent step
+constexpr uint8_t kOctaveSlope = 16;  // one octave per exponent step
 // The slopes the encoder tries (the decoder takes any byte).
 constexpr int kMinSlope = 2;
 constexpr int kMaxSlope = 64;
@@ -301,7 +298,7 @@ ValueCurve ChooseValueCurve(const uint64_t* ones, const uint64_t* zeros) {
     weight += ones[z] + zeros[z];
     weighted_z += (ones[z] + zeros[z]) * static_cast<uint64_t>(z);
   }
-  if (active == 0) return {0, kVersion4Slope};  // no such decisions in this chunk
+  if (active == 0) return {0, kOctaveSlope};  // no such decisions in this chunk
   const int center = static_cast<int>(weighted_z / weight);
   const LogisticCosts& costs = Logistic();
   const uint64_t kInvalid = std::numeric_limits<uint64_t>::max();
@@ -315,10 +312,10 @@ ValueCurve ChooseValueCurve(const uint64_t* ones, const uint64_t* zeros) {
     }
     return cost;
   };
-  int best_w = 0, best_slope = kVersion4Slope;
+  int best_w = 0, best_slope = kOctaveSlope;
   uint64_t best_cost = kInvalid;
   for (int w = -256; w <= 256; w += 16) {
-    const uint64_t c = cost_of(w, kVersion4Slope);
+    const uint64_t c = cost_of(w, kOctaveSlope);
     if (c < best_cost) best_cost = c, best_w = w;
   }
   int step_w = 8, step_slope = 4;
@@ -671,7 +668,7 @@ Status EncodeChunkRans(const uint16_t* src, const uint16_t* dst, size_t len,
 
 Status DecodeChunkRans(const uint16_t* src, size_t len, const uint8_t* bytes, size_t size,
                        std::vector<uint32_t>* positions, std::vector<uint16_t>* xors,
-                       int format_version, const uint8_t* history) {
+                       const uint8_t* history) {
   if (positions == nullptr || xors == nullptr || (len > 0 && src == nullptr) ||
       (size > 0 && bytes == nullptr)) {
     return Status(ErrorCode::kInvalidArgument, "DecodeChunkRans: null pointer");
@@ -679,20 +676,11 @@ Status DecodeChunkRans(const uint16_t* src, size_t len, const uint8_t* bytes, si
   if (len > kMaxRansChunk) {
     return Status(ErrorCode::kInvalidArgument, "DecodeChunkRans: chunk too large");
   }
-  if (format_version < kRansFirstVersion || format_version > kFormatVersion) {
-    return Status(ErrorCode::kInvalidArgument, "DecodeChunkRans: no rANS chunks in this version");
-  }
-  if (history != nullptr && format_version < kFirstRansHistoryVersion) {
-    return Status(ErrorCode::kInvalidArgument,
-                  "DecodeChunkRans: no rANS chunks with a history in this version");
-  }
-  const bool lane_units = format_version >= 5;
   positions->clear();
   xors->clear();
   ByteReader reader(bytes, size);
   const uint8_t* header;
-  const size_t header_bytes =
-      !lane_units ? kHeaderBytesV4 : history != nullptr ? kHistoryHeaderBytes : kHeaderBytes;
+  const size_t header_bytes = history != nullptr ? kHistoryHeaderBytes : kHeaderBytes;
   if (!reader.ReadSpan(header_bytes, &header)) {
     return Status(ErrorCode::kTruncated, "rANS chunk: header truncated");
   }
@@ -701,18 +689,14 @@ Status DecodeChunkRans(const uint16_t* src, size_t len, const uint8_t* bytes, si
   const uint16_t value_log[2] = {
       static_cast<uint16_t>(header[1 + kClasses] | (header[2 + kClasses] << 8)),
       static_cast<uint16_t>(header[3 + kClasses] | (header[4 + kClasses] << 8))};
-  const uint8_t value_slope[2] = {lane_units ? header[5 + kClasses] : kVersion4Slope,
-                                  lane_units ? header[6 + kClasses] : kVersion4Slope};
+  const uint8_t value_slope[2] = {header[5 + kClasses], header[6 + kClasses]};
   uint64_t element_words;
   if (!reader.ReadVarint(&element_words)) {
     return reader.remaining() == 0 ? Status(ErrorCode::kTruncated, "rANS chunk: header truncated")
                                    : Corrupt("bad word count");
   }
-  // Version 4 keeps the escape stream's states in the chunk; version 5 in the lane units.
-  const size_t escape_state_bytes = lane_units ? 0 : kEscapeStateBytes;
   const size_t rest = reader.remaining();
-  if (rest < kElementStateBytes + escape_state_bytes ||
-      element_words > (rest - kElementStateBytes - escape_state_bytes) / 2) {
+  if (rest < kElementStateBytes || element_words > (rest - kElementStateBytes) / 2) {
     return Status(ErrorCode::kTruncated, "rANS chunk: streams truncated");
   }
   const uint8_t* element_stream = reader.current();
@@ -779,26 +763,17 @@ Status DecodeChunkRans(const uint16_t* src, size_t len, const uint8_t* bytes, si
   }
   if (positions->empty() || words_used != element_words) return fail("inconsistent streams");
 
-  // The escape stream: version 5 takes its first units from the element states' ends
-  // (each in [2^16, 2^17)), then the tail; version 4 the tail alone (states first).
-  std::vector<uint8_t> joined;
-  const uint8_t* escape_stream = escape_tail;
-  size_t escape_bytes = tail_bytes;
-  if (lane_units) {
-    joined.resize(2 * kLaneUnits + tail_bytes);
-    for (size_t s = 0; s < kRansLanes; ++s) {
-      if ((states[s] >> 16) != 1) return fail("inconsistent streams");
-      joined[2 * s] = static_cast<uint8_t>(states[s]);
-      joined[2 * s + 1] = static_cast<uint8_t>(states[s] >> 8);
-    }
-    if (tail_bytes > 0) std::memcpy(joined.data() + 2 * kLaneUnits, escape_tail, tail_bytes);
-    escape_stream = joined.data();
-    escape_bytes = joined.size();
-  } else {
-    for (size_t s = 0; s < kRansLanes; ++s) {
-      if (states[s] != kRansLow) return fail("inconsistent streams");
-    }
+  // The escape stream takes its first units from the element states' ends (each in
+  // [2^16, 2^17)), then the tail.
+  std::vector<uint8_t> joined(2 * kLaneUnits + tail_bytes);
+  for (size_t s = 0; s < kRansLanes; ++s) {
+    if ((states[s] >> 16) != 1) return fail("inconsistent streams");
+    joined[2 * s] = static_cast<uint8_t>(states[s]);
+    joined[2 * s + 1] = static_cast<uint8_t>(states[s] >> 8);
   }
+  if (tail_bytes > 0) std::memcpy(joined.data() + 2 * kLaneUnits, escape_tail, tail_bytes);
+  const uint8_t* escape_stream = joined.data();
+  const size_t escape_bytes = joined.size();
   uint32_t escape_state = LoadU32(escape_stream), other_escape_state = LoadU32(escape_stream + 4);
   if (escape_state < kRansLow || other_escape_state < kRansLow) return fail("bad coder state");
   const size_t escape_words = (escape_bytes - kEscapeStateBytes) / 2;
@@ -809,10 +784,10 @@ Status DecodeChunkRans(const uint16_t* src, size_t len, const uint8_t* bytes, si
     xor_out[escape.index] = escapes.Decode(escape_state, escape.prev);
     std::swap(escape_state, other_escape_state);
   }
-  // Every word read; in version 5, a stream shorter than the lane units leaves the rest
-  // of them zero (and no tail).
+  // Every word read; a stream shorter than the lane units leaves the rest of them zero
+  // (and no tail).
   bool all_read = escapes.AllRead();
-  if (lane_units && tail_bytes == 0 && !escapes.Failed()) {
+  if (tail_bytes == 0 && !escapes.Failed()) {
     const uint8_t* unread = escape_stream + kEscapeStateBytes + 2 * escapes.WordsRead();
     all_read = std::all_of(unread, escape_stream + escape_bytes, [](uint8_t b) { return b == 0; });
   }

@@ -72,24 +72,17 @@ Status EncodeChunkRans(const uint16_t* src, const uint16_t* dst, size_t len,
                        RansScratch* scratch = nullptr, const uint8_t* history = nullptr,
                        bool* coded_with_history = nullptr);
 
-// The first format version with rANS chunks. EncodeChunkRans writes the latest
-// (kFormatVersion); version 4 chunks carry their whole escape stream after the element
-// words and fixed value slopes (FORMAT.md).
-constexpr int kRansFirstVersion = 4;
-
-// Decodes a chunk of `format_version` (kRansFirstVersion..kFormatVersion; version 4's
-// layout differs), written by EncodeChunkRans for the same `src` and `len`: replaces the
+// Decodes a chunk written by EncodeChunkRans for the same `src` and `len`: replaces the
 // contents of `positions` (ascending, < len) and `xors` (src[pos] ^ dst[pos], never 0).
 // The input is untrusted: any bytes give a result or kCorruptChunk / kTruncated, never
 // a read outside [bytes, bytes + size) nor a write outside the vectors. All `size` bytes
 // must belong to the chunk. A wrong src gives a wrong result or kCorruptChunk; the
 // frame's checksum catches the former.
-// `history` not null: the chunk was coded with that history (Chunk_Mode 4, version 7 on).
-// @return ok, kInvalidArgument (null pointers, len too large, a version without rANS
-// chunks, or without rANS chunks with a history), kTruncated, kCorruptChunk.
+// `history` not null: the chunk was coded with that history (Chunk_Mode 4).
+// @return ok, kInvalidArgument (null pointers, len too large), kTruncated, kCorruptChunk.
 Status DecodeChunkRans(const uint16_t* src, size_t len, const uint8_t* bytes, size_t size,
                        std::vector<uint32_t>* positions, std::vector<uint16_t>* xors,
-                       int format_version = kFormatVersion, const uint8_t* history = nullptr);
+                       const uint8_t* history = nullptr);
 
 }  // namespace arc_v3
 

@@ -101,28 +101,21 @@ TEST_CASE("a last chunk of an eighth or less joins the first: one chunk of twice
   }
 }
 
-TEST_CASE("column signs, and only from format version 10") {
+TEST_CASE("column signs") {
   // A 2000 x 120 matrix whose updates share their column's sign: its modelled chunk codes
-  // signs with column counters (period 120), which needs format version 10 (and, as a
-  // modelled chunk, 11).
+  // signs with column counters (period 120).
   std::mt19937 rng(31);
   const std::vector<uint16_t> src = test::GaussianWeights(2000 * 120, &rng);
   const std::vector<uint16_t> dst = test::ColumnCoherentStep(src, 120, 0.005, 0.9, &rng);
   Delta delta;
   REQUIRE(delta_compress(src, dst, &delta).ok());
-  CHECK(delta.bytes[4] == kFirstTrustedSplitsVersion);
+  CHECK(delta.bytes[4] == kFormatVersion);
   const size_t chunk_at = 4 + 1 + 1 + 3 + 1;  // magic version flags count(3) log
   REQUIRE(delta.bytes[chunk_at] == kChunkModelled);
   CHECK((delta.bytes[chunk_at + 1] & kModelColumnSigns) != 0);
   std::vector<uint16_t> out;
   REQUIRE(delta_decompress(src, delta, &out).ok());
   CHECK(out == dst);
-  std::vector<uint8_t> old = delta.bytes;
-  old[4] = kFormatVersionOneTensor;  // the layout bit is reserved there
-  out.assign(src.size(), 0);
-  CHECK(delta_decompress(src.data(), src.size(), old.data(), old.size(), delta.checksum,
-                         out.data())
-            .code() == ErrorCode::kReservedBitsSet);
   // Without column structure the chunk codes its signs without column counters.
   Delta plain;
   REQUIRE(delta_compress(src, test::ColumnCoherentStep(src, 120, 0.005, 0.5, &rng), &plain).ok());
@@ -183,14 +176,9 @@ TEST_CASE("round trip: every effort, format and thread count gives the same resu
     const Delta published = RoundTrip(src, dst, options);
     PayloadInfo info;
     REQUIRE(delta_inspect(published.bytes.data(), published.bytes.size(), &info).ok());
-    CHECK(info.format_version == 1);  // the published scheme keeps format version 1
+    CHECK(info.format_version == kFormatVersionArcV3);
     REQUIRE(delta_inspect(one.bytes.data(), one.bytes.size(), &info).ok());
-    // One tensor: version 6 not needed; 11 only where a chunk is modelled.
-    PayloadStats stats;
-    REQUIRE(delta_stats(one.bytes.data(), one.bytes.size(), &stats).ok());
-    CHECK(info.format_version == (stats.chunk_modes[kChunkModelled] > 0
-                                      ? kFirstTrustedSplitsVersion
-                                      : kFormatVersionOneTensor));
+    CHECK(info.format_version == kFormatVersion);
   }
 }
 
@@ -278,7 +266,7 @@ TEST_CASE("vector overloads and delta_inspect") {
   CHECK(info.element_count == 3000);
   CHECK(info.chunk_elements == 1024);
   CHECK(info.chunk_count == 3);
-  CHECK(info.format_version == kFirstTrustedSplitsVersion);  // modelled chunks
+  CHECK(info.format_version == kFormatVersion);
   CHECK(info.tensor_count == 1);
 
   std::vector<uint16_t> shorter(src.begin(), src.end() - 1);
@@ -310,7 +298,7 @@ TEST_CASE("bad options and arguments are rejected") {
 
 TEST_CASE("version and error names") {
   CHECK(VersionNumber() == ARC_V3_VERSION_NUMBER);
-  CHECK(std::string(VersionString()) == "0.1.0");
+  CHECK(std::string(VersionString()) == "1.0.0");
   CHECK(std::string(ErrorName(ErrorCode::kChecksumMismatch)) == "checksum_mismatch");
   for (int code = 0; code < static_cast<int>(ErrorCode::kMaxCode); ++code) {
     CHECK(std::string(ErrorName(static_cast<ErrorCode>(code))) != "unknown_error");

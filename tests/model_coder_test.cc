@@ -309,31 +309,6 @@ TEST_CASE("Rate caps: written where they change a rate, raised on very sparse ch
   }
 }
 
-TEST_CASE("Format versions: version 11 trusts the split priors more, others are refused") {
-  std::mt19937 rng(43);
-  const std::vector<uint16_t> src = GaussianWeights(50000, &rng);
-  const std::vector<uint16_t> dst = Step(src, 3e-4f, &rng);
-  const std::vector<uint8_t> chunk = CheckRoundTrip(src, dst);
-  std::vector<uint32_t> positions;
-  std::vector<uint16_t> xors;
-  for (const int bad_version : {0, 1, kFormatVersion + 1}) {
-    CHECK(DecodeChunkModelled(src.data(), src.size(), chunk.data(), chunk.size(), &positions,
-                              &xors, nullptr, CarriedModel(), bad_version)
-              .code() == ErrorCode::kInvalidArgument);
-  }
-  // Read as a version-10 chunk, the same bytes follow other split probabilities: a
-  // different result or an error, not the changes that were coded.
-  const Status as_10 = DecodeChunkModelled(src.data(), src.size(), chunk.data(), chunk.size(),
-                                           &positions, &xors, nullptr, CarriedModel(), 10);
-  if (as_10.ok()) {
-    std::vector<uint32_t> want;
-    for (size_t i = 0; i < src.size(); ++i) {
-      if (src[i] != dst[i]) want.push_back(static_cast<uint32_t>(i));
-    }
-    CHECK(positions != want);
-  }
-}
-
 TEST_CASE("Truncated, bit-flipped and arbitrary bytes never crash") {
   std::mt19937 rng(5);
   for (size_t n : {1, 40, 300}) {
@@ -513,7 +488,7 @@ TEST_CASE("Sessions: round trips with history, and history pays") {
   CHECK(with_history < without);
 }
 
-TEST_CASE("Sessions: recent elements are coded first (format version 12)") {
+TEST_CASE("Sessions: recent elements are coded first") {
   std::mt19937 rng(44);
   const size_t n = 1 << 15;
   const std::vector<uint16_t> src = GaussianWeights(n, &rng);
@@ -559,20 +534,6 @@ TEST_CASE("Sessions: recent elements are coded first (format version 12)") {
       // learnt on the way, far below coding their positions.
       if (recent_mode == 1 && !others) {
         CHECK(bytes.size() * 3 < CheckRoundTrip(src, dst).size());
-      }
-      // Read as a version-11 chunk the header has two boost bytes and no recent elements
-      // come first: a different result or an error, never the coded changes.
-      std::vector<uint32_t> positions;
-      std::vector<uint16_t> xors;
-      const Status as_11 = DecodeChunkModelled(src.data(), n, bytes.data(), bytes.size(),
-                                               &positions, &xors, history.data(),
-                                               CarriedModel(), 11);
-      if (as_11.ok()) {
-        std::vector<uint32_t> want;
-        for (size_t i = 0; i < n; ++i) {
-          if (src[i] != dst[i]) want.push_back(static_cast<uint32_t>(i));
-        }
-        CHECK(positions != want);
       }
     }
   }

@@ -20,7 +20,7 @@ namespace {
 using test::GaussianWeights;
 using test::Step;
 
-// Where a version-5 chunk's Element_Words varint starts: after Class_Base, Change_Q,
+// Where a chunk's Element_Words varint starts: after Class_Base, Change_Q,
 // Value_Log and Value_Slope.
 constexpr size_t kElementWordsAt = 1 + 16 + 4 + 2;
 
@@ -61,8 +61,7 @@ std::vector<uint8_t> CheckRoundTrip(const std::vector<uint16_t>& src,
   std::vector<uint32_t> positions = {7, 7};  // stale contents must be replaced
   std::vector<uint16_t> xors = {1};
   const Status d = DecodeChunkRans(src.data(), src.size(), bytes.data(), bytes.size(),
-                                   &positions, &xors, kFormatVersion,
-                                   with_history ? history : nullptr);
+                                   &positions, &xors, with_history ? history : nullptr);
   REQUIRE_MESSAGE(d.ok(), d.ToString());
   std::vector<uint16_t> want_xors;
   for (const uint32_t p : want_positions) want_xors.push_back(src[p] ^ dst[p]);
@@ -72,20 +71,13 @@ std::vector<uint8_t> CheckRoundTrip(const std::vector<uint16_t>& src,
 }
 
 // What a decoder may return for untrusted bytes: an error with empty outputs, or a
-// well-formed result; read as a chunk of either layout (format versions 4 and 5).
+// well-formed result.
 void CheckSane(const std::vector<uint16_t>& src, const uint8_t* bytes, size_t size,
-               int format_version, const uint8_t* history = nullptr);
-void CheckSane(const std::vector<uint16_t>& src, const uint8_t* bytes, size_t size) {
-  for (int version = kRansFirstVersion; version <= kFormatVersion; ++version) {
-    CheckSane(src, bytes, size, version, nullptr);
-  }
-}
-void CheckSane(const std::vector<uint16_t>& src, const uint8_t* bytes, size_t size,
-               int format_version, const uint8_t* history) {
+               const uint8_t* history = nullptr) {
   std::vector<uint32_t> positions;
   std::vector<uint16_t> xors;
   const Status s = DecodeChunkRans(src.data(), src.size(), bytes, size, &positions, &xors,
-                                   format_version, history);
+                                   history);
   if (!s.ok()) {
     CHECK((s.code() == ErrorCode::kCorruptChunk || s.code() == ErrorCode::kTruncated));
     CHECK(positions.empty());
@@ -221,18 +213,7 @@ TEST_CASE("Malformed chunks are rejected") {
         ErrorCode::kCorruptChunk);
 }
 
-TEST_CASE("Format versions without rANS chunks are refused") {
-  const std::vector<uint16_t> v = {1, 2, 3};
-  const uint8_t byte = 0;
-  std::vector<uint32_t> positions;
-  std::vector<uint16_t> xors;
-  for (const int version : {0, 1, 2, 3, kFormatVersion + 1}) {
-    CHECK(DecodeChunkRans(v.data(), 3, &byte, 1, &positions, &xors, version).code() ==
-          ErrorCode::kInvalidArgument);
-  }
-}
-
-// The number of words of the element stream, and where they start (version 5 layout).
+// The number of words of the element stream, and where they start.
 struct ElementStream {
   size_t words;
   size_t words_at;
@@ -247,7 +228,7 @@ ElementStream ElementStreamOf(const std::vector<uint8_t>& chunk) {
   return {static_cast<size_t>(words), at + 4 * kRansLanes};
 }
 
-TEST_CASE("Version 5: the escape stream starts in the element states' ends") {
+TEST_CASE("The escape stream starts in the element states' ends") {
   std::mt19937 rng(7);
   const std::vector<uint16_t> src = GaussianWeights(20000, &rng);
   // Only +-1 steps: the escape stream is its two states (4 of the 16 units the element
@@ -275,8 +256,6 @@ TEST_CASE("Version 5: the escape stream starts in the element states' ends") {
   const std::vector<uint8_t> escapes = CheckRoundTrip(src, dst);
   const ElementStream with_escapes = ElementStreamOf(escapes);
   CHECK(escapes.size() > with_escapes.words_at + 2 * with_escapes.words + 100);
-  // A version-4 reader of these bytes finds other streams: an error, never a crash.
-  CheckSane(src, escapes.data(), escapes.size(), 4);
 }
 
 TEST_CASE("Truncated, bit-flipped, arbitrary bytes and a wrong base never crash") {
@@ -378,12 +357,12 @@ TEST_CASE("With a session history: round trips, smaller than without, and needs 
     for (auto& h : any_history) h = static_cast<uint8_t>(rng());
     CheckRoundTrip(step.src, step.dst, any_history.data());
     // Read without its history, or with another one: a wrong result or an error.
-    CheckSane(step.src, with.data(), with.size(), kFormatVersion);
-    CheckSane(step.src, with.data(), with.size(), kFormatVersion, any_history.data());
+    CheckSane(step.src, with.data(), with.size());
+    CheckSane(step.src, with.data(), with.size(), any_history.data());
   }
 }
 
-TEST_CASE("With a session history: damaged chunks never crash; versions before 7 refuse it") {
+TEST_CASE("With a session history: damaged chunks never crash") {
   std::mt19937 rng(8);
   const SessionStep step = MakeSessionStep(30000, &rng);
   bool used = false;
@@ -391,15 +370,8 @@ TEST_CASE("With a session history: damaged chunks never crash; versions before 7
       CheckRoundTrip(step.src, step.dst, step.history.data(), &used);
   REQUIRE(used);
   test::ForEachDamagedChunk(good, 120, &rng, [&](const uint8_t* bytes, size_t size) {
-    CheckSane(step.src, bytes, size, kFormatVersion, step.history.data());
+    CheckSane(step.src, bytes, size, step.history.data());
   });
-  std::vector<uint32_t> positions;
-  std::vector<uint16_t> xors;
-  for (int version = kRansFirstVersion; version < kFirstRansHistoryVersion; ++version) {
-    CHECK(DecodeChunkRans(step.src.data(), step.src.size(), good.data(), good.size(),
-                          &positions, &xors, version, step.history.data())
-              .code() == ErrorCode::kInvalidArgument);
-  }
 }
 
 }  // namespace

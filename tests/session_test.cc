@@ -132,36 +132,30 @@ TEST_CASE("a receiver with the wrong base or out of step gets an error, not weig
   CHECK(sender.Compress(small.data(), small.data(), small.size(), &delta).ok());
 }
 
-// A one-tensor session step that continues the last one (format version 9 on) as the
-// frame that names its base instead (Base_Checksum after Chunk_Log, no Continues flag),
-// with version byte `version`: what the encoder wrote before version 9.
-std::vector<uint8_t> NamingItsBase(const std::vector<uint8_t>& bytes, uint64_t base_checksum,
-                                   uint8_t version) {
+// A one-tensor session step that continues the last one as the frame that names its base
+// instead (Base_Checksum after Chunk_Log, no Continues flag): what the encoder writes for
+// a step from another base.
+std::vector<uint8_t> NamingItsBase(const std::vector<uint8_t>& bytes, uint64_t base_checksum) {
   REQUIRE(bytes.size() > 16);
-  REQUIRE(bytes[4] >= kFirstContinuesVersion);
+  REQUIRE(bytes[4] == kFormatVersion);
   REQUIRE(bytes[5] == 0x05);  // Session | Continues
   size_t at = 6;
   while (bytes[at] & 0x80) ++at;  // Element_Count
   at += 2;                        // its last byte, Chunk_Log
   std::vector<uint8_t> named(bytes.begin(), bytes.begin() + static_cast<ptrdiff_t>(at));
-  named[4] = version;
   named[5] = 0x01;
   for (int i = 0; i < 8; ++i) named.push_back(static_cast<uint8_t>(base_checksum >> (8 * i)));
   named.insert(named.end(), bytes.begin() + static_cast<ptrdiff_t>(at), bytes.end());
   return named;
 }
 
-TEST_CASE("carried models: a failed step leaves them as they were; version 7 may not use them") {
+TEST_CASE("carried models: a failed step leaves them as they were") {
   const Steps steps = MakeSteps(0.005, 3);
   const size_t count = steps.snapshots[0].size();
   Session sender;
   const std::vector<Delta> deltas = CompressEverySnapshot(&sender, steps);
   // Sparse steps are modelled: from the second on, from the models the first ended on,
-  // with the history (version 12: recent elements first), in frames that continue the step
-  // before. The first has no history yet (version 11).
-  CHECK(deltas[0].bytes[4] == kFirstTrustedSplitsVersion);
-  CHECK(deltas[1].bytes[4] == kFirstRecentVersion);
-  CHECK(deltas[2].bytes[4] == kFirstRecentVersion);
+  // with the history, in frames that continue the step before.
   CHECK((deltas[0].bytes[5] & kFlagContinues) == 0);
   CHECK((deltas[1].bytes[5] & kFlagContinues) != 0);
   CHECK((deltas[2].bytes[5] & kFlagContinues) != 0);
@@ -179,18 +173,9 @@ TEST_CASE("carried models: a failed step leaves them as they were; version 7 may
   corrupt[corrupt.size() - 40] ^= 0xFF;
   CHECK(!apply(&receiver, corrupt, 1).ok());
   CHECK(receiver.steps() == 1);
-  // The same chunks in a version-7 frame: the carried-model bit is reserved there. In a
-  // frame of their version that names its base, they decode, and the next step continues
-  // it.
+  // The same chunks in a frame that names its base decode, and the next step continues it.
   const uint64_t base = Checksum(steps.snapshots[1].data(), count);
-  CHECK(apply(&receiver, NamingItsBase(deltas[1].bytes, base, 7), 1).code() ==
-        ErrorCode::kReservedBitsSet);
-  // Read as version 11, the same history chunks would mean two boost bytes and no recent
-  // elements first: the payload does not decode to the target.
-  CHECK(!apply(&receiver, NamingItsBase(deltas[1].bytes, base, kFirstTrustedSplitsVersion), 1)
-             .ok());
-  CHECK(receiver.steps() == 1);
-  REQUIRE(apply(&receiver, NamingItsBase(deltas[1].bytes, base, kFirstRecentVersion), 1).ok());
+  REQUIRE(apply(&receiver, NamingItsBase(deltas[1].bytes, base), 1).ok());
   CHECK(out == steps.snapshots[2]);
   REQUIRE(apply(&receiver, deltas[2].bytes, 2).ok());
   CHECK(out == steps.snapshots[3]);
@@ -243,13 +228,10 @@ TEST_CASE("a step continues the last one exactly when its base is that step's re
       CHECK(delta_decompress(base.data(), count, delta.bytes.data(), delta.bytes.size(),
                              delta.checksum, out.data())
                 .code() == ErrorCode::kHistoryMismatch);
-      // Flags byte: Session | Continues. The Continues bit is reserved before version 9
-      // and means nothing without the Session bit.
+      // Flags byte: Session | Continues. The Continues bit means nothing without the
+      // Session bit.
       std::vector<uint8_t> bad = delta.bytes;
       REQUIRE(bad[5] == 0x05);
-      bad[4] = 8;
-      CHECK(decode(&receiver, base, bad).code() == ErrorCode::kReservedBitsSet);
-      bad[4] = 9;
       bad[5] = 0x04;
       CHECK(decode(&receiver, base, bad).code() == ErrorCode::kCorruptHeader);
       CHECK(receiver.steps() == s);
@@ -336,7 +318,7 @@ TEST_CASE("a session over a group of tensors round-trips and beats one session p
     CHECK(info.session);
     CHECK(info.continues == (s > 0));
     CHECK(info.tensor_count == (s > 0 ? 0 : sizes.size()));
-    CHECK(info.tensor_elements.empty());  // version 10 checks the list, 9 leaves it out
+    CHECK(info.tensor_elements.empty());  // a check of the list, or (continuing) none
     // Stateless calls refuse it; the receiver rebuilds its weights in place.
     std::vector<uint16_t> out(count, 7);
     const std::vector<TensorOut> stateless = views.Outs(sizes, prev, out.data());
@@ -416,24 +398,11 @@ std::vector<uint8_t> CommittedPayload(const std::string& path, const Delta& made
 
 // Committed session payloads (tests/golden/session/): 16,384 elements of a real GPT-2 run
 // (real_gpt2_lr1e-6, h.0.attn.c_attn.weight, steps 0-3), coded by one Session per step
-// (sN.arc3) and by one group Session over three tensors of it (gN.arc3). A receiver must
-// keep decoding them in every later version, history and all. Those of session/ (format
-// versions 5 and 6) were written before sessions carried their models, those of
-// session/v8/ before session steps continued the step before them (their steps 2 and 3
-// start from the models step 1 ended on, version 8), those of session/v9/ before a group's
-// first step named its tensors by a check of their sizes (steps 2 and 3 also continue the
-// step before, version 9), those of session/v10/ before modelled chunks capped their rates
-// and trusted their split priors more (the group's step 1 is version 10), those of
-// session/v11/ (all steps version 11) before modelled chunks coded their recent elements
-// first; the newest format's encoder must keep writing those of session/v12/ (step 1
-// version 11, without history, steps 2 and 3 version 12; regenerate after a deliberate
-// change with ARC_V3_UPDATE_GOLDEN=1 bazel run //tests:session_test). `later_version`:
-// the format version of steps 2 and 3, or 0 for versions below 8; `first_group_version`,
-// `first_single_version`: that of the group's and the one tensor's step 1, or 0 for
-// below 8.
-void CheckCommittedSession(const std::string& payload_dir, int later_version,
-                           int first_group_version, int first_single_version,
-                           bool encoder_writes_them) {
+// (sN.arc3) and by one group Session over three tensors of it (gN.arc3). The encoder must
+// keep writing them byte for byte, and a receiver must keep decoding them, history and
+// all (regenerate only with the format: ARC_V3_UPDATE_GOLDEN=1 bazel run
+// //tests:session_test).
+TEST_CASE("committed session payloads, one tensor and a group, decode step by step") {
   const std::string dir = std::string(test::kGoldenDir) + "session/";
   std::vector<std::vector<uint16_t>> steps;
   for (int i = 0; i < 4; ++i) steps.push_back(test::ReadBf16(dir + "step" + std::to_string(i) + ".bf16"));
@@ -444,40 +413,23 @@ void CheckCommittedSession(const std::string& payload_dir, int later_version,
   std::vector<uint16_t> weights = steps[0], group_weights = steps[0];
   for (int i = 1; i < 4; ++i) {
     CAPTURE(i);
-    const std::string single = payload_dir + "s" + std::to_string(i) + ".arc3";
-    const std::string group = payload_dir + "g" + std::to_string(i) + ".arc3";
-    std::vector<uint8_t> single_bytes, group_bytes;
-    if (!encoder_writes_them) {
-      single_bytes = test::ReadFile(single);
-      group_bytes = test::ReadFile(group);
-    } else {
-      Delta delta, group_delta;
-      REQUIRE(sender.Compress(steps[i - 1].data(), steps[i].data(), count, &delta).ok());
-      const std::vector<TensorDelta> tensors = views.Deltas(sizes, steps[i - 1], steps[i]);
-      REQUIRE(group_sender.CompressTensors(tensors.data(), tensors.size(), &group_delta).ok());
-      single_bytes = CommittedPayload(single, delta);
-      group_bytes = CommittedPayload(group, group_delta);
-      CHECK(single_bytes == delta.bytes);
-      CHECK(group_bytes == group_delta.bytes);
-    }
-    // The byte after the magic is the version.
-    REQUIRE(single_bytes.size() > 4);
-    REQUIRE(group_bytes.size() > 4);
-    if (i > 1 && later_version != 0) {
-      CHECK(single_bytes[4] == later_version);
-      CHECK(group_bytes[4] == later_version);
-    } else {
-      if (first_single_version != 0) {
-        CHECK(single_bytes[4] == first_single_version);
-      } else {
-        CHECK(single_bytes[4] < 8);
-      }
-      if (first_group_version != 0) {
-        CHECK(group_bytes[4] == first_group_version);
-      } else {
-        CHECK(group_bytes[4] < 8);
-      }
-    }
+    Delta delta, group_delta;
+    REQUIRE(sender.Compress(steps[i - 1].data(), steps[i].data(), count, &delta).ok());
+    const std::vector<TensorDelta> tensors = views.Deltas(sizes, steps[i - 1], steps[i]);
+    REQUIRE(group_sender.CompressTensors(tensors.data(), tensors.size(), &group_delta).ok());
+    const std::vector<uint8_t> single_bytes =
+        CommittedPayload(dir + "s" + std::to_string(i) + ".arc3", delta);
+    const std::vector<uint8_t> group_bytes =
+        CommittedPayload(dir + "g" + std::to_string(i) + ".arc3", group_delta);
+    CHECK(single_bytes == delta.bytes);
+    CHECK(group_bytes == group_delta.bytes);
+    REQUIRE(single_bytes.size() > 5);
+    REQUIRE(group_bytes.size() > 5);
+    CHECK(single_bytes[4] == kFormatVersion);
+    CHECK(group_bytes[4] == kFormatVersion);
+    // Steps after the first continue the one before.
+    CHECK(((single_bytes[5] & kFlagContinues) != 0) == (i > 1));
+    CHECK(((group_bytes[5] & kFlagContinues) != 0) == (i > 1));
     const uint64_t checksum = Checksum(steps[i].data(), count);
     Status status = receiver.Decompress(weights.data(), count, single_bytes.data(),
                                         single_bytes.size(), checksum, weights.data());
@@ -488,50 +440,24 @@ void CheckCommittedSession(const std::string& payload_dir, int later_version,
                                               group_bytes.size(), checksum);
     REQUIRE_MESSAGE(status.ok(), status.ToString());
     CHECK(group_weights == steps[i]);
-    if (encoder_writes_them) {
-      CHECK(receiver.history_id() == sender.history_id());
-      CHECK(group_receiver.history_id() == group_sender.history_id());
-    }
-  }
-}
-
-TEST_CASE("committed session payloads, one tensor and a group, still decode step by step") {
-  const std::string dir = std::string(test::kGoldenDir) + "session/";
-  SUBCASE("versions 5 and 6, before carried models") {
-    CheckCommittedSession(dir, 0, 0, 0, false);
-  }
-  SUBCASE("version 8, before steps continued") {
-    CheckCommittedSession(dir + "v8/", 8, 0, 0, false);
-  }
-  SUBCASE("version 9, before the tensor list check") {
-    CheckCommittedSession(dir + "v9/", 9, 0, 0, false);
-  }
-  SUBCASE("versions 9 and 10, before capped rates") {
-    CheckCommittedSession(dir + "v10/", 9, 10, 0, false);
-  }
-  SUBCASE("version 11, before recent elements came first") {
-    CheckCommittedSession(dir + "v11/", 11, 11, 11, false);
-  }
-  SUBCASE("versions 11 and 12, written by this encoder") {
-    CheckCommittedSession(dir + "v12/", 12, 11, 11, true);
+    CHECK(receiver.history_id() == sender.history_id());
+    CHECK(group_receiver.history_id() == group_sender.history_id());
   }
 }
 
 // Committed dense session payloads (tests/golden/session/dN.arc3): 65,536 elements of
 // the real_gpt2_lr5e-6 run (h.3.mlp.c_fc.weight, steps 0-2, ~6.4% changed). Step 1 has
-// no history yet: a plain rANS chunk, format version 5. Step 2 is an rANS chunk coded
-// with the history (Chunk_Mode 4) in a frame that continues step 1, format version 9;
-// d2_v7.arc3 is the same step as written before frames continued (version 7), which must
-// keep decoding. Regenerated with the payloads above.
-TEST_CASE("committed dense session payloads: rANS with the history, format versions 7 and 9") {
+// no history yet: a plain rANS chunk. Step 2 is an rANS chunk coded with the history
+// (Chunk_Mode 4) in a frame that continues step 1. Regenerated with the payloads above.
+TEST_CASE("committed dense session payloads: rANS with the history") {
   const std::string dir = std::string(test::kGoldenDir) + "session/";
   std::vector<std::vector<uint16_t>> steps;
   for (int i = 0; i < 3; ++i) {
     steps.push_back(test::ReadBf16(dir + "dense" + std::to_string(i) + ".bf16"));
   }
   const size_t count = steps[0].size();
-  Session sender, receiver, old_receiver;
-  std::vector<uint16_t> weights = steps[0], old_weights = steps[0];
+  Session sender, receiver;
+  std::vector<uint16_t> weights = steps[0];
   for (int i = 1; i < 3; ++i) {
     CAPTURE(i);
     const std::string path = dir + "d" + std::to_string(i) + ".arc3";
@@ -539,23 +465,17 @@ TEST_CASE("committed dense session payloads: rANS with the history, format versi
     REQUIRE(sender.Compress(steps[i - 1].data(), steps[i].data(), count, &delta).ok());
     const std::vector<uint8_t> bytes = CommittedPayload(path, delta);
     CHECK(bytes == delta.bytes);
-    const std::vector<uint8_t> old_bytes = i == 1 ? bytes : test::ReadFile(dir + "d2_v7.arc3");
     const uint64_t checksum = Checksum(steps[i].data(), count);
-    for (const bool old : {false, true}) {
-      CAPTURE(old);
-      const std::vector<uint8_t>& payload = old ? old_bytes : bytes;
-      PayloadStats stats;
-      REQUIRE(delta_stats(payload.data(), payload.size(), &stats).ok());
-      CHECK(stats.info.format_version == (i == 1 ? 5u : old ? 7u : 9u));
-      CHECK(stats.info.continues == (i == 2 && !old));
-      CHECK(stats.chunk_modes[i == 1 ? 3 : 4] == 1);
-      std::vector<uint16_t>& out = old ? old_weights : weights;
-      const Status status = (old ? old_receiver : receiver)
-                                .Decompress(out.data(), count, payload.data(), payload.size(),
-                                            checksum, out.data());
-      REQUIRE_MESSAGE(status.ok(), status.ToString());
-      CHECK(out == steps[i]);
-    }
+    PayloadStats stats;
+    REQUIRE(delta_stats(bytes.data(), bytes.size(), &stats).ok());
+    CHECK(stats.info.format_version == kFormatVersion);
+    CHECK(stats.info.continues == (i == 2));
+    CHECK(stats.chunk_modes[i == 1 ? kChunkRans : kChunkRansHistory] == 1);
+    const Status status =
+        receiver.Decompress(weights.data(), count, bytes.data(), bytes.size(), checksum,
+                            weights.data());
+    REQUIRE_MESSAGE(status.ok(), status.ToString());
+    CHECK(weights == steps[i]);
   }
 }
 

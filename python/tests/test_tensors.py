@@ -21,9 +21,9 @@ def test_round_trip_tensors_arrays_and_buffers():
     srcs, dsts = small_layers()
     payload, checksum = delta_compress_tensors(srcs, dsts)
     info = arc_v3.payload_info(payload)
-    # From format version 10 a group names its tensors by count and a check of their
-    # sizes, not by the list (the decoder is handed it).
-    assert info["format_version"] == 10 <= arc_v3.FORMAT_VERSION
+    # A group names its tensors by count and a check of their sizes, not by the list (the
+    # decoder is handed it).
+    assert info["format_version"] == arc_v3.FORMAT_VERSION == 16
     assert info["tensor_count"] == len(srcs)
     assert info["tensor_elements"] == []
     assert checksum == arc_v3.checksum(torch.cat([t.reshape(-1) for t in dsts]))

@@ -662,8 +662,9 @@ TEST_CASE("inconsistent groups are refused before anything is written") {
 }
 
 TEST_CASE("committed delta files of every container version still apply exactly") {
-  // tests/golden/container: prev/next made by make_checkpoints.py; v1.a3d written by the
-  // version-1 writer (eb26e20, byte-identical to `diff --no-group`), v2.a3d with groups.
+  // tests/golden/container: prev/next made by make_checkpoints.py; v1.a3d written by
+  // `arc_v3 diff --no-group` (container version 1), v2.a3d by `arc_v3 diff` (groups,
+  // version 2), both with payloads of format version 16.
   const std::string golden = "tests/golden/container/";
   const std::vector<uint8_t> next = ReadFile(golden + "next.safetensors");
   REQUIRE(!next.empty());

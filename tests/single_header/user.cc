@@ -111,7 +111,7 @@ int Golden(const std::string& dir) {
   for (const std::string& t : targets) names += " " + t;
   std::printf("targets:%s\n", names.c_str());
 
-  // ENCODE.txt: NAME FORMAT(v1|v5|v10) EFFORT CHUNK_ELEMENTS [TENSOR_ELEMENTS,...]
+  // ENCODE.txt: NAME FORMAT(v1|one|tensors) EFFORT CHUNK_ELEMENTS [TENSOR_ELEMENTS,...]
   std::ifstream list(dir + "/ENCODE.txt");
   Check(list.good(), dir + "/ENCODE.txt");
   std::string line;
@@ -136,7 +136,7 @@ int Golden(const std::string& dir) {
     ForEachTarget([&](const std::string& target) {
       arc_v3::Delta delta;
       arc_v3::Status s;
-      if (format == "v10") {
+      if (format == "tensors") {
         const std::vector<arc_v3::TensorDelta> tensors = Split(ParseCounts(counts), src, dst);
         s = arc_v3::delta_compress_tensors(tensors.data(), tensors.size(), &delta, options);
       } else {

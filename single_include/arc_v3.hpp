@@ -4030,7 +4030,10 @@ Status DecodeChunkRans(const uint16_t* src, size_t len, const uint8_t* bytes, si
 #ifndef ARC_V3_SRC_PARALLEL_H_
 #define ARC_V3_SRC_PARALLEL_H_
 
+#include <exception>
+#include <mutex>
 #include <thread>
+
 
 namespace arc_v3 {
 
@@ -4044,6 +4047,8 @@ inline size_t WorkerCount(int threads, size_t num_tasks) {
 
 // Calls func(task, worker) for every task in [0, num_tasks) on `num_workers` threads
 // (the caller's thread is worker 0). Tasks are handed out in order.
+// An exception thrown by func (std::bad_alloc included) stops the handing out of tasks;
+// once every worker has stopped, the caller rethrows the one of the lowest task.
 template <class Func>
 void ParallelFor(size_t num_tasks, size_t num_workers, const Func& func) {
   if (num_workers <= 1) {
@@ -4051,20 +4056,55 @@ void ParallelFor(size_t num_tasks, size_t num_workers, const Func& func) {
     return;
   }
   std::atomic<size_t> next{0};
+  std::mutex mutex;
+  std::exception_ptr error;
+  size_t error_task = num_tasks;
   auto work = [&](size_t worker) {
-    for (size_t task = next++; task < num_tasks; task = next++) func(task, worker);
+    for (size_t task = next++; task < num_tasks; task = next++) {
+      try {
+        func(task, worker);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mutex);
+        if (task < error_task) {
+          error_task = task;
+          error = std::current_exception();
+        }
+        next = num_tasks;  // hand out no more tasks
+      }
+    }
   };
   std::vector<std::thread> threads;
-  threads.reserve(num_workers - 1);
-  for (size_t w = 1; w < num_workers; ++w) {
-    try {
-      threads.emplace_back(work, w);
-    } catch (...) {
-      break;  // the threads we have finish the work
-    }
+  try {
+    threads.reserve(num_workers - 1);
+    for (size_t w = 1; w < num_workers; ++w) threads.emplace_back(work, w);
+  } catch (...) {
+    // The threads we have finish the work.
   }
   work(0);
   for (std::thread& t : threads) t.join();
+  if (error) std::rethrow_exception(error);
+}
+
+// Runs body() (returning Status) and turns what it throws into a Status: std::bad_alloc
+// into kOutOfMemory, other exceptions into kInternal.
+template <class Body>
+Status StatusOrCaught(const Body& body) {
+  try {
+    return body();
+  } catch (const std::bad_alloc&) {
+    return Status(ErrorCode::kOutOfMemory, "out of memory");
+  } catch (const std::exception& e) {
+    return Status(ErrorCode::kInternal, e.what());
+  }
+}
+
+// ParallelFor, returning what func throws as StatusOrCaught does.
+template <class Func>
+Status TryParallelFor(size_t num_tasks, size_t num_workers, const Func& func) {
+  return StatusOrCaught([&] {
+    ParallelFor(num_tasks, num_workers, func);
+    return Status::Ok();
+  });
 }
 
 }  // namespace arc_v3
@@ -4225,6 +4265,7 @@ struct ChunkChanges {
 };
 
 struct ChunkStats {
+  uint64_t changed = 0;
   uint64_t high = 0;
   uint64_t stream_bytes[3] = {0, 0, 0};  // positions, mantissas, high records
   uint64_t codec_wins[kNumStreamCodecs] = {0, 0, 0};
@@ -4310,8 +4351,9 @@ class ChunkDecoder {
     if (!reader.ReadVarint(&num_changed)) return Corrupt(reader, "bad change count");
     if (num_changed > chunk_len) return Corrupt(reader, "more changes than elements");
     if (num_changed == 0 && !allow_empty) return Corrupt(reader, "XOR-stream chunk without changes");
-    changes->positions.resize(num_changed);
-    changes->xors.resize(num_changed);
+    // The change lists grow only once the streams that back them have decoded.
+    changes->positions.clear();
+    changes->xors.clear();
     if (stats != nullptr) stats->mode = num_changed == 0 ? kChunkUnchanged : kChunkXorStreams;
     if (num_changed == 0) {
       return reader.remaining() == 0 ? Status::Ok() : Corrupt(reader, "bytes after an empty chunk");
@@ -4329,16 +4371,19 @@ class ChunkDecoder {
     if ((layout & kPositionModeMask) == kPositionsBitmap) {
       const size_t bitmap_size = (chunk_len + 7) / 8;
       ARC_V3_RETURN_IF_ERROR(ReadStream(&reader, bitmap_size, bitmap_size, stats, 0));
+      changes->positions.resize(n);
       ARC_V3_RETURN_IF_ERROR(PositionsFromBitmap(chunk_len, n, changes->positions.data()));
     } else {
       // A gap takes 1..4 bytes (positions < 2^24).
       ARC_V3_RETURN_IF_ERROR(ReadStream(&reader, n, 4 * n, stats, 0));
+      changes->positions.resize(n);
       ARC_V3_RETURN_IF_ERROR(PositionsFromGaps(chunk_len, n, changes->positions.data()));
     }
 
     // Mantissa XORs of every change.
     const size_t mantissa_size = PackedMantissaBytes(n);
     ARC_V3_RETURN_IF_ERROR(ReadStream(&reader, mantissa_size, mantissa_size, stats, 1));
+    changes->xors.resize(n);
     UnpackMantissas(raw_.data(), n, changes->xors.data());
     // The bits past the last field must be zero (one encoding per payload).
     if ((n * 7) % 8 != 0 && (raw_[mantissa_size - 1] >> ((n * 7) % 8)) != 0) {
@@ -4384,6 +4429,9 @@ class ChunkDecoder {
     }
     const uint8_t* body;
     if (!reader->ReadSpan(stored_size, &body)) return Corrupt(*reader, "stream body cut short");
+    if (raw_size > MaxRawSize(codec, stored_size)) {
+      return Status(ErrorCode::kCodecFailure, "stream claims more bytes than its codec can produce");
+    }
     raw_.resize(raw_size);
     ARC_V3_RETURN_IF_ERROR(decompressor_.Decode(codec, body, stored_size, raw_.data(), raw_size));
     if (stats != nullptr) {
@@ -4391,6 +4439,16 @@ class ChunkDecoder {
       stats->codec_wins[codec] += 1;
     }
     return Status::Ok();
+  }
+
+  // The most bytes `stored` bytes of `codec` can decode to: an LZ4 sequence adds at most
+  // 255 bytes per byte; a zstd block regenerates at most 128 KiB and costs at least 4 bytes.
+  static uint64_t MaxRawSize(uint8_t codec, uint64_t stored) {
+    switch (codec) {
+      case kCodecLz4: return 256 * stored;
+      case kCodecZstd: return 32768 * stored;
+      default: return stored;
+    }
   }
 
   Status PositionsFromBitmap(size_t chunk_len, size_t n, uint32_t* positions) const {
@@ -4454,15 +4512,18 @@ class ChunkDecoder {
 };
 
 // Decodes all chunks (phase 1).
+// `changes` null: each chunk's changes are counted into its stats and let go, so that
+// memory holds one chunk's changes per worker, not the payload's.
 Status DecodeChunks(const uint8_t* bytes, const FrameHeader& header, const uint16_t* src,
                     const uint8_t* history, const SessionFrame* session, int threads,
                     std::vector<ChunkChanges>* changes, std::vector<ChunkStats>* stats) {
   const size_t num_chunks = header.num_chunks;
   const size_t chunk_elements = size_t{1} << header.chunk_log;
-  changes->resize(num_chunks);
+  if (changes != nullptr) changes->resize(num_chunks);
   if (stats != nullptr) stats->resize(num_chunks);
   const size_t num_workers = WorkerCount(threads, num_chunks);
   std::vector<std::unique_ptr<ChunkDecoder>> decoders(num_workers);
+  std::vector<ChunkChanges> scratch(changes != nullptr ? 0 : num_workers);
   for (auto& d : decoders) d.reset(new ChunkDecoder);
   std::vector<Status> status(num_chunks);
   // The first failing chunk in chunk order is reported, whatever the thread count: chunks
@@ -4474,13 +4535,17 @@ Status DecodeChunks(const uint8_t* bytes, const FrameHeader& header, const uint1
     const size_t begin = c * chunk_elements;
     const size_t len = std::min<uint64_t>(chunk_elements, header.element_count - begin);
     const CarriedModel carried = SessionFrame::CarriedFor(session, c);
+    ChunkChanges* chunk_changes = changes != nullptr ? &(*changes)[c] : &scratch[worker];
     try {
+      chunk_changes->positions.clear();
+      chunk_changes->xors.clear();
       status[c] = decoders[worker]->Decode(header.version, bytes + header.chunk_offset[c],
                                            header.chunk_size[c],
                                            src != nullptr ? src + begin : nullptr,
                                            history != nullptr ? history + begin : nullptr,
-                                           carried, len, &(*changes)[c],
+                                           carried, len, chunk_changes,
                                            stats != nullptr ? &(*stats)[c] : nullptr);
+      if (stats != nullptr) (*stats)[c].changed = chunk_changes->positions.size();
     } catch (const std::bad_alloc&) {
       status[c] = Status(ErrorCode::kOutOfMemory, "out of memory while decoding");
     }
@@ -4798,15 +4863,14 @@ Status ComputeStats(const uint16_t* src, size_t count, const uint8_t* bytes, siz
     if (src != nullptr && header.element_count != count) {
       return Status(ErrorCode::kSizeMismatch, "payload and base differ in element count");
     }
-    std::vector<ChunkChanges> changes;
     std::vector<ChunkStats> chunk_stats;
     // Session payloads' modelled chunks need the history too: measure, don't count them.
     if (header.session) src = nullptr;
     ARC_V3_RETURN_IF_ERROR(
-        DecodeChunks(bytes, header, src, nullptr, nullptr, 0, &changes, &chunk_stats));
+        DecodeChunks(bytes, header, src, nullptr, nullptr, 0, nullptr, &chunk_stats));
     *stats = PayloadStats();
     ARC_V3_RETURN_IF_ERROR(delta_inspect(bytes, size, &stats->info));
-    for (size_t c = 0; c < changes.size(); ++c) {
+    for (size_t c = 0; c < chunk_stats.size(); ++c) {
       const ChunkStats& chunk = chunk_stats[c];
       stats->chunk_modes[chunk.mode] += 1;
       const bool rans = chunk.mode == kChunkRans || chunk.mode == kChunkRansHistory;
@@ -4816,7 +4880,7 @@ Status ComputeStats(const uint16_t* src, size_t count, const uint8_t* bytes, siz
         coded_bytes += header.chunk_size[c];
         continue;
       }
-      stats->changed += changes[c].positions.size();
+      stats->changed += chunk.changed;
       stats->exponent_or_sign += chunk.high;
       stats->position_bytes += chunk.stream_bytes[0];
       stats->mantissa_bytes += chunk.stream_bytes[1];

@@ -623,7 +623,7 @@ Status Encode(const Checkpoint& prev, const Checkpoint& next, const RunOptions& 
 
   outputs->assign(tasks.size(), {});
   FirstError error;
-  ParallelFor(tasks.size(), WorkerCount(options.threads, tasks.size()), [&](size_t i, size_t) {
+  const Status thrown = TryParallelFor(tasks.size(), WorkerCount(options.threads, tasks.size()), [&](size_t i, size_t) {
     if (error.Skip(i)) return;
     const EncodeTask& task = tasks[i];
     if (task.group != nullptr) {
@@ -660,6 +660,7 @@ Status Encode(const Checkpoint& prev, const Checkpoint& next, const RunOptions& 
     if (task.tensor && options.progress_done != nullptr) *options.progress_done += task.bytes;
     if (task.tensor && options.hook) error.Set(i, options.hook("piece"));
   });
+  if (!thrown.ok()) return thrown;
   if (error.failed()) return error.status();
 
   uint64_t offset = 0;
@@ -815,7 +816,7 @@ Status Apply(const std::string& prev_path, const std::string& delta_path, const 
   std::vector<std::vector<uint16_t>> group_buffers(workers);
   std::atomic<int64_t> decode_ns{0}, write_ns{0};
   FirstError error;
-  ParallelFor(tasks.size(), workers, [&](size_t i, size_t w) {
+  const Status thrown = TryParallelFor(tasks.size(), workers, [&](size_t i, size_t w) {
     if (error.Skip(i)) return;
     const Task& task = tasks[i];
     if (task.group != nullptr) {
@@ -873,6 +874,7 @@ Status Apply(const std::string& prev_path, const std::string& delta_path, const 
     if (options.progress_done != nullptr) *options.progress_done += bytes;
     if (options.hook) error.Set(i, options.hook("piece"));
   });
+  if (!thrown.ok()) return thrown;
   if (error.failed()) return error.status();
   const auto sync_start = std::chrono::steady_clock::now();
   s = out.SyncAndClose(options.sync);
@@ -941,7 +943,7 @@ Status Verify(const std::string& prev_path, const std::string& delta_path, const
   const size_t workers = WorkerCount(options.threads, tasks.size());
   std::vector<std::vector<uint8_t>> scratch(workers);
   FirstError error;
-  ParallelFor(tasks.size(), workers, [&](size_t i, size_t w) {
+  const Status thrown = TryParallelFor(tasks.size(), workers, [&](size_t i, size_t w) {
     if (error.Skip(i)) return;
     const Task& task = tasks[i];
     if (task.group != nullptr) {
@@ -967,6 +969,7 @@ Status Verify(const std::string& prev_path, const std::string& delta_path, const
     if (!st.ok()) error.Set(i, Status(st.code(), "tensor '" + task.tensor->name + "': " + st.message()));
     if (options.progress_done != nullptr) *options.progress_done += bytes;
   });
+  if (!thrown.ok()) return thrown;
   if (error.failed()) return error.status();
   if (report != nullptr) {
     report->tensors = base_data.size();  // grouped tensors included
@@ -1029,7 +1032,7 @@ Status ApplyRowsCached(const Checkpoint& base, const Reader& delta, const Tensor
     if (p.row_end > row_begin && p.row_begin < row_end) pieces.push_back(&p);
   }
   FirstError error;
-  ParallelFor(pieces.size(), WorkerCount(threads, pieces.size()), [&](size_t i, size_t) {
+  const Status thrown = TryParallelFor(pieces.size(), WorkerCount(threads, pieces.size()), [&](size_t i, size_t) {
     if (error.Skip(i)) return;
     const Piece& p = *pieces[i];
     const uint8_t* base_rows = base_data ? base_data + p.row_begin * row_bytes : nullptr;
@@ -1049,6 +1052,7 @@ Status ApplyRowsCached(const Checkpoint& base, const Reader& delta, const Tensor
     std::memcpy(out + (first - row_begin) * row_bytes, decoded.data() + (first - p.row_begin) * row_bytes,
                 (last - first) * row_bytes);
   });
+  if (!thrown.ok()) return thrown;
   return error.status();
 }
 
@@ -1097,6 +1101,13 @@ Status ApplyPartial(const std::string& prev_path, const std::string& delta_path,
   }
   if (selected.empty()) {
     return Status(ErrorCode::kInvalidArgument, "no tensor of the delta matches '" + tensor_regex + "'");
+  }
+  // The output is sized by what backs it: delta tensors by the base (the manifest bounds
+  // the others by their stored bytes).
+  for (const TensorEntry* t : selected) {
+    const uint8_t* data = nullptr;
+    if (t->kind == TensorKind::kDelta) s = FindBaseTensor(base, *t, &data);
+    if (!s.ok()) return s;
   }
   std::map<std::string, std::string> metadata;
   if (row_begin != 0 || row_end != UINT64_MAX) {

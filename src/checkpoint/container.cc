@@ -28,8 +28,16 @@ using OrderedJson = nlohmann::ordered_json;
 // zstd level of the generic coder: fast, and XORs of float tensors gain little beyond it.
 constexpr int kZstdLevel = 3;
 constexpr int kManifestLevel = 9;
-// Bounds the memory a hostile manifest can make the reader allocate.
+// Bounds the memory a hostile manifest can make the reader allocate: its JSON may be at
+// most 1 GiB, and at most kManifestRatio times its compressed size above 16 MiB (the
+// writer's manifests hold random 64-bit checksums and compress about 2-10x).
 constexpr uint64_t kMaxManifestBytes = uint64_t{1} << 30;
+constexpr uint64_t kManifestFloorBytes = uint64_t{1} << 24;
+constexpr uint64_t kManifestRatio = 256;
+constexpr int kManifestWindowLogMax = 23;  // the writer's level 9 uses at most 2^22
+// A zstd frame's blocks regenerate at most 128 KiB each and cost at least 4 bytes (a
+// 3-byte header and one RLE byte): no zstd piece produces more than this per stored byte.
+constexpr uint64_t kZstdMaxRatio = (uint64_t{128} << 10) / 4;
 
 void PutU16(uint16_t v, uint8_t* p) {
   p[0] = static_cast<uint8_t>(v);
@@ -122,6 +130,25 @@ bool PlainFileName(const std::string& name) {
          name.find('\0') == std::string::npos;
 }
 
+// A piece that needs no base must be able to produce its `raw` bytes from its stored
+// ones, so that a manifest cannot size outputs beyond what the data section backs.
+// arc_v3 pieces and groups code only delta tensors, whose size the base backs.
+void CheckBacked(const Piece& p, uint64_t raw, const std::string& where) {
+  switch (p.coder) {
+    case Coder::kStored:
+      if (raw != p.size) Fail(where + ": a stored piece of " + std::to_string(p.size) + " bytes cannot produce " + std::to_string(raw));
+      break;
+    case Coder::kZstd:
+    case Coder::kZstdPlanes:
+      if (p.size < raw / kZstdMaxRatio + (raw % kZstdMaxRatio != 0)) {
+        Fail(where + ": a zstd piece of " + std::to_string(p.size) + " bytes cannot produce " + std::to_string(raw));
+      }
+      break;
+    case Coder::kArcV3:
+      break;
+  }
+}
+
 OrderedJson GroupToJson(const Group& g) {
   OrderedJson j;
   j["offset"] = g.offset;
@@ -177,6 +204,7 @@ Manifest ManifestFromJson(const Json& root, uint64_t data_size, uint16_t version
     if (f.header.row_begin != 0) Fail(where + ".header must start at row 0");
     f.data_start = f.header.row_end;
     if (f.data_start > f.size) Fail(where + " header is longer than the file");
+    CheckBacked(f.header, f.data_start, where + ".header");
     // Every byte of the file is produced exactly once: header, then tensors and fills.
     std::vector<std::pair<uint64_t, uint64_t>> ranges;  // (begin, end) in the file
     uint64_t fill_total = 0;
@@ -197,6 +225,7 @@ Manifest ManifestFromJson(const Json& root, uint64_t data_size, uint16_t version
       if (f.fill.row_begin != 0 || f.fill.row_end != fill_total) {
         Fail(where + ".fill length differs from the fills");
       }
+      CheckBacked(f.fill, fill_total, where + ".fill");
     }
     if (version >= 2) {
       const Json& groups = Field(jf, "groups", where);
@@ -275,6 +304,10 @@ Manifest ManifestFromJson(const Json& root, uint64_t data_size, uint16_t version
       // Zero-element tensors have no pieces; all others are covered row by row.
       if (bytes != 0 && next_row != t.rows()) Fail(twhere + " pieces do not cover its rows");
       if (bytes == 0 && !t.pieces.empty()) Fail(twhere + " is empty but has pieces");
+      for (size_t k = 0; k < t.pieces.size(); ++k) {
+        const Piece& p = t.pieces[k];
+        CheckBacked(p, (p.row_end - p.row_begin) * t.row_bytes(), twhere + " piece #" + std::to_string(k));
+      }
       if ((with_base && CombineHashes(base_hashes) != t.base_xxh3) ||
           CombineHashes(target_hashes) != t.target_xxh3) {
         Fail(twhere + " checksums disagree with its pieces'");
@@ -498,6 +531,41 @@ std::vector<uint8_t> SerializeHeaderAndManifest(const Manifest& m, uint64_t data
   return out;
 }
 
+namespace {
+
+// The manifest's one zstd frame into `json`, which grows only as output appears (the
+// frame header's content size is a claim), up to the cap of kMaxManifestBytes.
+Status DecompressManifest(const uint8_t* text, uint64_t size, std::string* json) {
+  const std::unique_ptr<ZSTD_DCtx, ZstdDCtxDeleter> ctx(ZSTD_createDCtx());
+  if (ctx == nullptr) return Status(ErrorCode::kOutOfMemory, "delta manifest: no zstd context");
+  ZSTD_DCtx_setParameter(ctx.get(), ZSTD_d_windowLogMax, kManifestWindowLogMax);
+  const uint64_t cap = size >= kMaxManifestBytes / kManifestRatio
+                           ? kMaxManifestBytes
+                           : std::max(kManifestFloorBytes, kManifestRatio * size);
+  ZSTD_inBuffer in = {text, size, 0};
+  size_t used = 0;
+  for (;;) {
+    if (used == json->size()) {
+      if (used >= cap) {
+        return Corrupt("JSON longer than " + std::to_string(cap) + " bytes (" + std::to_string(size) +
+                       " compressed)");
+      }
+      json->resize(std::min<uint64_t>(cap, std::max<uint64_t>(uint64_t{1} << 16, 2 * used)));
+    }
+    ZSTD_outBuffer out = {&(*json)[used], json->size() - used, 0};
+    const size_t rc = ZSTD_decompressStream(ctx.get(), &out, &in);
+    if (ZSTD_isError(rc)) return Corrupt(std::string("zstd frame does not decode: ") + ZSTD_getErrorName(rc));
+    used += out.pos;
+    if (rc == 0) break;  // the frame is complete
+    if (in.pos == in.size && out.pos < out.size) return Corrupt("zstd frame cut short");
+  }
+  if (in.pos != in.size) return Corrupt("bytes after the zstd frame");
+  json->resize(used);
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status Reader::Open(std::unique_ptr<ByteSource> source, Reader* reader) {
   const uint64_t total = source->size();
   if (total < kHeaderSize) {
@@ -541,14 +609,9 @@ Status Reader::Open(std::unique_ptr<ByteSource> source, Reader* reader) {
   if (Hash(text, manifest_size) != manifest_hash) {
     return Status(ErrorCode::kCorruptHeader, "delta manifest checksum mismatch (corrupt file)");
   }
-  const unsigned long long raw_size = ZSTD_getFrameContentSize(text, manifest_size);
-  if (raw_size == ZSTD_CONTENTSIZE_ERROR || raw_size == ZSTD_CONTENTSIZE_UNKNOWN ||
-      raw_size > kMaxManifestBytes) {
-    return Corrupt("not a zstd frame with a content size of at most 1 GiB");
-  }
-  std::string json(raw_size, '\0');
-  const size_t n = ZSTD_decompress(json.data(), json.size(), text, manifest_size);
-  if (ZSTD_isError(n) || n != raw_size) return Corrupt("zstd frame does not decode");
+  std::string json;
+  s = DecompressManifest(text, manifest_size, &json);
+  if (!s.ok()) return s;
   const Json root = Json::parse(json, nullptr, /*allow_exceptions=*/false);
   if (root.is_discarded()) return Corrupt("not valid JSON");
   try {

@@ -133,7 +133,7 @@ Status TensorApply::Decode(int threads) {
       c->values.insert(c->values.end(), decoded + e * element, decoded + (e + 1) * element);
     }
   };
-  ParallelFor(tasks_.size(), workers, [&](size_t i, size_t w) {
+  const Status thrown = TryParallelFor(tasks_.size(), workers, [&](size_t i, size_t w) {
     {
       std::lock_guard<std::mutex> lock(mutex);
       if (i > first_task) return;
@@ -204,6 +204,7 @@ Status TensorApply::Decode(int threads) {
       stage(out, t.held.data + at, bytes / element, element, at / element, &changes[i]);
     }
   });
+  if (!thrown.ok()) return thrown;
   decode_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (!first.ok()) {
     changes_.clear();

@@ -706,4 +706,13 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace arc_v3
 
-int main(int argc, char** argv) { return arc_v3::Main(argc, argv); }
+int main(int argc, char** argv) {
+  int rc = arc_v3::kExitError;
+  const arc_v3::Status s = arc_v3::StatusOrCaught([&] {
+    rc = arc_v3::Main(argc, argv);
+    return arc_v3::Status::Ok();
+  });
+  if (s.ok()) return rc;
+  std::fprintf(stderr, "arc_v3: error: %s\n", s.ToString().c_str());
+  return arc_v3::ExitCodeFor(s);
+}

@@ -130,6 +130,13 @@ Status ApplyRowsHop(const Reader& reader, const Held& held, const Select& select
     info.shape = t.shape;
     if (!info.shape.empty()) info.shape[0] = need.end - need.begin;
     info.end = (need.end - need.begin) * t.row_bytes();
+    // Outputs are sized by what backs them: a delta tensor's rows by the held base (the
+    // manifest bounds the others by their stored bytes).
+    if (t.kind == TensorKind::kDelta && held.Rows(t, need.begin, need.end) == nullptr) {
+      return Status(ErrorCode::kChecksumMismatch, "wrong base: tensor '" + t.name + "' rows " +
+                                                      std::to_string(need.begin) + ":" + std::to_string(need.end) +
+                                                      " are not held");
+    }
     tensors.push_back(&t);
     needs.push_back(need);
     infos.push_back(info);
@@ -168,7 +175,7 @@ Status ApplyRowsHop(const Reader& reader, const Held& held, const Select& select
   std::mutex mutex;
   Status first;
   std::atomic<int64_t> decode_ns{0}, write_ns{0};
-  ParallelFor(tasks.size(), WorkerCount(threads, tasks.size()), [&](size_t ti, size_t) {
+  const Status thrown = TryParallelFor(tasks.size(), WorkerCount(threads, tasks.size()), [&](size_t ti, size_t) {
     {
       std::lock_guard<std::mutex> lock(mutex);
       if (!first.ok()) return;
@@ -235,6 +242,7 @@ Status ApplyRowsHop(const Reader& reader, const Held& held, const Select& select
       if (first.ok()) first = st;
     }
   });
+  if (!thrown.ok()) return thrown;
   if (!first.ok()) return first;
   report->decode_seconds += decode_ns * 1e-9;
   report->write_seconds += write_ns * 1e-9;
@@ -299,7 +307,7 @@ Status FetchWhole(Store* store, const PullOptions& o, std::vector<Fetched>* fetc
   std::mutex mutex;
   Status first;
   const auto start = Clock::now();
-  ParallelFor(fetched->size(), WorkerCount(std::max(1, o.store.connections), fetched->size()), [&](size_t i, size_t) {
+  const Status thrown = TryParallelFor(fetched->size(), WorkerCount(std::max(1, o.store.connections), fetched->size()), [&](size_t i, size_t) {
     Fetched& f = (*fetched)[i];
     Status s = store->GetToFile(f.ref.key, f.path, f.ref.size, o.store);
     std::lock_guard<std::mutex> lock(mutex);
@@ -307,14 +315,16 @@ Status FetchWhole(Store* store, const PullOptions& o, std::vector<Fetched>* fetc
     if (s.ok()) report->fetched_bytes += f.ref.size;
     if (!s.ok() && first.ok()) first = s;
   });
+  if (!thrown.ok()) return thrown;
   report->fetch_seconds += Since(start);
   if (!first.ok()) return first;
   const auto verify = Clock::now();
-  ParallelFor(fetched->size(), WorkerCount(o.run.threads, fetched->size()), [&](size_t i, size_t) {
+  const Status verify_thrown = TryParallelFor(fetched->size(), WorkerCount(o.run.threads, fetched->size()), [&](size_t i, size_t) {
     Status s = VerifyObject((*fetched)[i], store);
     std::lock_guard<std::mutex> lock(mutex);
     if (!s.ok() && first.ok()) first = s;
   });
+  if (!verify_thrown.ok()) return verify_thrown;
   report->verify_seconds += Since(verify);
   report->fetched_objects += fetched->size();
   return first;

@@ -122,6 +122,27 @@ Status PlanRoute(Store* store, const RouteFrom* state, Hop target, Route* route,
   return Status::Ok();
 }
 
+namespace {
+
+// Bytes [offset, offset + size) of an object into `out`, fetched in blocks: `size` comes
+// from a document, so the buffer grows only as the store delivers bytes.
+constexpr uint64_t kFetchBlock = uint64_t{16} << 20;
+
+Status GetGrowing(Store* store, const std::string& key, uint64_t offset, uint64_t size,
+                  std::vector<uint8_t>* out) {
+  out->clear();
+  while (out->size() < size) {
+    const uint64_t at = out->size();
+    const uint64_t n = std::min(kFetchBlock, size - at);
+    out->resize(at + n);
+    Status s = store->GetRange(key, offset + at, n, out->data() + at);
+    if (!s.ok()) return s;
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 RangeSource::RangeSource(uint64_t size, Store* store, std::string key, PullReport* report)
     : size_(size), store_(store), key_(std::move(key)), report_(report) {}
 
@@ -141,8 +162,7 @@ Status RangeSource::Read(uint64_t offset, uint64_t size, std::vector<uint8_t>* s
     return Status(ErrorCode::kInternal, "bytes " + std::to_string(offset) + "+" + std::to_string(size) +
                                             " of a partially fetched container were not fetched");
   }
-  scratch->resize(size);
-  Status s = store_->GetRange(key_, offset, size, scratch->data());
+  Status s = GetGrowing(store_, key_, offset, size, scratch);
   if (!s.ok()) return s;
   if (report_ != nullptr) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -225,10 +245,10 @@ Status FetchPieces(Store* store, const StoreOptions& options, uint64_t prefetch_
   const auto start = Clock::now();
   std::vector<RangeSource*> sources(fetched->size());
   // The heads: container header and manifest, checked against the step's manifest.
-  ParallelFor(fetched->size(), WorkerCount(std::max(1, options.connections), fetched->size()), [&](size_t i, size_t) {
+  const Status thrown = TryParallelFor(fetched->size(), WorkerCount(std::max(1, options.connections), fetched->size()), [&](size_t i, size_t) {
     Fetched& f = (*fetched)[i];
-    std::vector<uint8_t> head(f.ref.head_size);
-    Status s = store->GetRange(f.ref.key, 0, head.size(), head.data());
+    std::vector<uint8_t> head;
+    Status s = GetGrowing(store, f.ref.key, 0, f.ref.head_size, &head);
     if (s.ok() && container::Hash(head.data(), head.size()) != f.ref.head_xxh3) {
       s = Status(ErrorCode::kCorruptChunk, store->url() + "/" + f.ref.key +
                                                ": its header or manifest does not match its step's manifest");
@@ -248,6 +268,7 @@ Status FetchPieces(Store* store, const StoreOptions& options, uint64_t prefetch_
     }
     fail(s);
   });
+  if (!thrown.ok()) return thrown;
   if (!first.ok()) return first;
   // Groups need their members' bases where a selected tensor may be grouped (at any hop).
   for (const Fetched& f : *fetched) {
@@ -271,10 +292,10 @@ Status FetchPieces(Store* store, const StoreOptions& options, uint64_t prefetch_
     for (const auto& r : needed) ranges.push_back({i, r.first, r.second});
   }
   std::vector<std::vector<uint8_t>> data(ranges.size());
-  ParallelFor(ranges.size(), WorkerCount(std::max(1, options.connections), ranges.size()), [&](size_t i, size_t) {
-    data[i].resize(ranges[i].size);
-    fail(store->GetRange((*fetched)[ranges[i].object].ref.key, ranges[i].offset, ranges[i].size, data[i].data()));
+  const Status fetch_thrown = TryParallelFor(ranges.size(), WorkerCount(std::max(1, options.connections), ranges.size()), [&](size_t i, size_t) {
+    fail(GetGrowing(store, (*fetched)[ranges[i].object].ref.key, ranges[i].offset, ranges[i].size, &data[i]));
   });
+  if (!fetch_thrown.ok()) return fetch_thrown;
   if (!first.ok()) return first;
   for (size_t i = 0; i < ranges.size(); ++i) {
     report->fetched_bytes += ranges[i].size;

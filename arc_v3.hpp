@@ -58,7 +58,7 @@ enum class ErrorCode : uint16_t {
   kSizeMismatch = 2,       // element count differs from the payload's
   kTruncated = 3,          // payload ends before its fields do
   kBadMagic = 4,           // not an arc_v3 payload
-  kUnsupportedVersion = 5, // payload written by a newer format version
+  kUnsupportedVersion = 5, // a format version this library does not read
   kReservedBitsSet = 6,    // a reserved field is nonzero
   kCorruptHeader = 7,      // frame header or chunk table inconsistent
   kCorruptChunk = 8,       // a chunk's streams are inconsistent
@@ -101,27 +101,26 @@ class Status {
 //------------------------------------------------------------------------------
 // Options
 
-// Payload formats this library can write. kDefault is the best general choice and may
-// change between releases (decoders read every format of this library and its ancestors).
+// Payload formats this library writes; it reads both. Both are frozen: a payload written
+// by any 1.x library decodes with every later one.
 enum class Format : uint8_t {
-  kDefault = 0,
-  kArcV3 = 1,  // ARCv3 as published: XOR fields, 7-bit mantissas, compressor race
+  kDefault = 0,  // format version 16 (src/FORMAT.md): the smallest payloads
+  kArcV3 = 1,    // format version 1, ARCv3 as published: XOR fields, 7-bit mantissas
 };
 
 struct Options {
   Format format = Format::kDefault;
   // 0 (fastest) .. 3 (smallest). With kDefault: 0 codes XOR streams (ARCv3's fields);
   // 1-2 code dense chunks (>= 2048 changes, >= 1/128 changed; 1/64 in a session) with the
-  // rANS coder, which decodes 2-3x faster there, and the rest with the context-modelled
-  // coder; 3 codes all three and keeps the smallest. Also sets how many compressors race
-  // for XOR streams.
+  // rANS coder and the rest with the context-modelled coder; 3 codes all three and keeps
+  // the smallest. Also sets how many compressors race for XOR streams. The decoder reads
+  // every effort's payloads alike.
   int effort = 2;
   // Worker threads; 0 = all hardware threads. Output bytes do not depend on it.
   int threads = 0;
   // Elements per independently coded chunk: a power of two in [2^10, 2^24]. Where the
   // elements would fill one chunk and an eighth of another at most, the encoder codes them
-  // as one chunk of twice the size instead (a small last chunk pays its own header and
-  // learning: 0.3% of a 1 M-parameter model grouped in one payload).
+  // as one chunk of twice the size instead (a small last chunk costs its own header).
   uint32_t chunk_elements = 1u << 20;
 };
 
@@ -161,19 +160,12 @@ Status delta_compress(const std::vector<uint16_t>& src, const std::vector<uint16
 Status delta_decompress(const std::vector<uint16_t>& src, const Delta& delta,
                         std::vector<uint16_t>* out);
 
-// Several tensors in one payload (format version 6). Each payload pays a frame header,
-// a checksum and the time its adaptive contexts take to learn: about 20-30 bytes, a tenth
-// of the delta of a tensor with a hundred changed values. Norms, biases and small layers
-// coded together cost 5-20% less than coded one by one (bench: 17% on a 1 M-parameter
-// model of 29 tensors). The tensors are coded as their concatenation (chunks run across
-// tensor boundaries), and the checksum is XXH3-64 of the concatenated dst bytes.
-// Tensors that lie back to back in memory (as in a safetensors file or a flat parameter
-// buffer) are read and written in place; otherwise the calls copy them into one buffer
-// (and the decoder builds the result there before writing any `out`). On the corpus,
-// grouping every tensor under 2^20 elements helped at 0.2-8% changed values (up to 17%
-// smaller); at ~10% it cost 0.8%, because a dense chunk that spans several tensors is
-// coded with one set of fitted probabilities: delta_worth_grouping (below) leaves such
-// tensors out. Sessions over a group gain everywhere.
+// Several tensors in one payload, coded as their concatenation (chunks run across tensor
+// boundaries); the checksum is XXH3-64 of the concatenated dst bytes. Small tensors
+// (norms, biases) save their own frame header and the learning of their own contexts;
+// delta_worth_grouping says which to group. Tensors that lie back to back in memory are
+// read and written in place; otherwise the calls copy them into one buffer (and the
+// decoder builds the result there before writing any `out`).
 struct TensorDelta {
   const uint16_t* src = nullptr;  // previous weights, `count` BF16 values
   const uint16_t* dst = nullptr;  // new weights
@@ -186,16 +178,10 @@ Status delta_compress_tensors(const TensorDelta* tensors, size_t tensor_count, D
 
 // Whether a tensor should share a stateless payload with others (delta_compress_tensors)
 // rather than have its own: fewer than kGroupBelowElements elements and fewer than
-// kGroupMaxChanges of them changed. Small sparse tensors save their own frame, checksum
-// and learning; a tensor with more changes learns its probabilities alone, and beside
-// tensors of other densities it would share a dense chunk's fitted ones. Grouping by
-// size alone -> by this, x bound (b2) in the bench: a 120 M-parameter MoE model at 9%
-// changed 1.019 -> 1.009, the generator's 2 M-parameter model at 10% 1.025 -> 1.015, no
-// other run larger; `arc_v3 diff` (which also pays ~46 manifest bytes a payload): the MoE
-// model 0.9% smaller at 9% and 0.1% at 2%, GPT-2 at 8% 0.2% larger (a limit of 8,192
-// cost it 0.5%; 32,768 kept half the MoE gain). Reads src and dst (one pass, stops at
-// the threshold); false for null pointers. Sessions group by size instead: a Session's
-// tensors must stay the same from step to step.
+// kGroupMaxChanges of them changed (a tensor with more changes codes best with
+// probabilities fitted to it alone). Reads src and dst in one pass that stops at the
+// threshold; false for null pointers. Sessions group by size instead: a Session's tensors
+// must stay the same from step to step.
 constexpr size_t kGroupBelowElements = size_t{1} << 20;
 constexpr size_t kGroupMaxChanges = 16384;
 bool delta_worth_grouping(const uint16_t* src, const uint16_t* dst, size_t count);
@@ -222,14 +208,13 @@ struct PayloadInfo {
   uint64_t element_count = 0;
   uint32_t chunk_elements = 0;
   uint64_t chunk_count = 0;
-  uint64_t tensor_count = 1;  // tensors of a delta_compress_tensors payload, else 1
-  // Their element counts, as payloads of format versions 6-9 list them. From version 10 a
-  // payload holds only a check of the counts (the decoder is handed them): empty.
-  std::vector<uint64_t> tensor_elements;
+  // Tensors of a delta_compress_tensors payload, else 1. The payload holds only a check of
+  // their element counts: the decoder is handed the tensors and checks them against it.
+  uint64_t tensor_count = 1;
   bool session = false;  // made by an arc_v3::Session
-  // A session payload that continues its session's last step (format version 9): its base
-  // and its tensors are that step's result and tensors, which the payload does not repeat
-  // (for a group, tensor_count is 0 and tensor_elements empty).
+  // A session payload that continues its session's last step: its base and its tensors
+  // are that step's result and tensors, which the payload does not repeat (for a group,
+  // tensor_count is 0).
   bool continues = false;
 };
 Status delta_inspect(const uint8_t* bytes, size_t size, PayloadInfo* info);
@@ -265,25 +250,18 @@ Status delta_stats(const uint16_t* src, size_t count, const uint8_t* bytes, size
 //------------------------------------------------------------------------------
 // Sessions (opt-in): stateful coding of one tensor's sequence of deltas.
 //
-// Both sides keep one Session per tensor: the sender calls Compress for every step, the
-// receiver Decompress for the same steps in the same order. Each side also remembers,
+// Both sides keep one Session per tensor (or group): the sender calls Compress for every
+// step, the receiver Decompress for the same steps in the same order. Each side remembers,
 // per element, how long ago it last changed and in which direction (1 byte per element),
-// which the coder uses as context: an element that changed in the previous step is
-// 10-100x more likely to change again (small weights mostly the same way, the bulk mostly
-// back). Dense chunks (2% changed and more) are coded as rANS with the history where it
-// pays (format version 7), which decodes about as fast as stateless payloads; effort 3
-// also tries the adaptive coder there (0.4-3% smaller, 2-5x slower to decode). Sparser
-// chunks are coded by the adaptive coder, and from a chunk's second such step on it starts
-// from the probabilities it learned in the last one (format version 8; ~9 KB per chunk of
-// 2^20 elements on each side) instead of learning them again: ~2% smaller at 0.2-0.6%
-// changed. Payloads are smaller than stateless ones, but each names the base it was made
-// from (XXH3-64 of src) and the session history it expects, so a receiver with the wrong
-// base (kWrongBase) or out of step (kHistoryMismatch: a missed, repeated or foreign
-// payload) gets a clear error, never wrong weights; after an error its history is
-// unchanged. A step whose src is the last step's result, over the same tensors, names its
-// base and tensors by reference to that step (format version 9): both sides remember the
-// result's checksum and the tensor list, so the payload carries neither. Session payloads
-// are decoded only by Session::Decompress; delta_decompress rejects them.
+// and, per chunk of the adaptive coder, the probabilities it ended on (~9 KB per 2^20
+// elements); the coder uses both as context, so session payloads are smaller than
+// stateless ones. Each payload names the base it was made from and the session history
+// it expects: a receiver with the wrong base (kWrongBase) or out of step
+// (kHistoryMismatch: a missed, repeated or foreign payload) gets a clear error, never
+// wrong weights, and its state is unchanged after any error. A step whose src is the
+// last step's result, over the same tensors, refers to that step instead of naming them.
+// Session payloads are decoded only by Session::Decompress; delta_decompress rejects
+// them.
 class Session {
  public:
   explicit Session(const Options& options = Options());
@@ -299,11 +277,9 @@ class Session {
   Status Decompress(const uint16_t* src, size_t count, const uint8_t* bytes, size_t size,
                     uint64_t checksum, uint16_t* out);
 
-  // The same for a group of tensors in one payload per step (format version 6, as
-  // delta_compress_tensors): one Session for many small tensors, or a whole model, and
-  // one session header per step instead of one per tensor (and, from the second step on,
-  // no tensor list). The history covers the tensors' concatenation: pass the same tensors,
-  // in the same order, at every step.
+  // The same for a group of tensors in one payload per step (as delta_compress_tensors):
+  // one Session for many small tensors, or a whole model. The history covers the tensors'
+  // concatenation: pass the same tensors, in the same order, at every step.
   Status CompressTensors(const TensorDelta* tensors, size_t tensor_count, Delta* out);
   Status DecompressTensors(const TensorOut* tensors, size_t tensor_count, const uint8_t* bytes,
                            size_t size, uint64_t checksum);

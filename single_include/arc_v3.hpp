@@ -96,7 +96,7 @@ enum class ErrorCode : uint16_t {
   kSizeMismatch = 2,       // element count differs from the payload's
   kTruncated = 3,          // payload ends before its fields do
   kBadMagic = 4,           // not an arc_v3 payload
-  kUnsupportedVersion = 5, // payload written by a newer format version
+  kUnsupportedVersion = 5, // a format version this library does not read
   kReservedBitsSet = 6,    // a reserved field is nonzero
   kCorruptHeader = 7,      // frame header or chunk table inconsistent
   kCorruptChunk = 8,       // a chunk's streams are inconsistent
@@ -139,27 +139,26 @@ class Status {
 //------------------------------------------------------------------------------
 // Options
 
-// Payload formats this library can write. kDefault is the best general choice and may
-// change between releases (decoders read every format of this library and its ancestors).
+// Payload formats this library writes; it reads both. Both are frozen: a payload written
+// by any 1.x library decodes with every later one.
 enum class Format : uint8_t {
-  kDefault = 0,
-  kArcV3 = 1,  // ARCv3 as published: XOR fields, 7-bit mantissas, compressor race
+  kDefault = 0,  // format version 16 (src/FORMAT.md): the smallest payloads
+  kArcV3 = 1,    // format version 1, ARCv3 as published: XOR fields, 7-bit mantissas
 };
 
 struct Options {
   Format format = Format::kDefault;
   // 0 (fastest) .. 3 (smallest). With kDefault: 0 codes XOR streams (ARCv3's fields);
   // 1-2 code dense chunks (>= 2048 changes, >= 1/128 changed; 1/64 in a session) with the
-  // rANS coder, which decodes 2-3x faster there, and the rest with the context-modelled
-  // coder; 3 codes all three and keeps the smallest. Also sets how many compressors race
-  // for XOR streams.
+  // rANS coder and the rest with the context-modelled coder; 3 codes all three and keeps
+  // the smallest. Also sets how many compressors race for XOR streams. The decoder reads
+  // every effort's payloads alike.
   int effort = 2;
   // Worker threads; 0 = all hardware threads. Output bytes do not depend on it.
   int threads = 0;
   // Elements per independently coded chunk: a power of two in [2^10, 2^24]. Where the
   // elements would fill one chunk and an eighth of another at most, the encoder codes them
-  // as one chunk of twice the size instead (a small last chunk pays its own header and
-  // learning: 0.3% of a 1 M-parameter model grouped in one payload).
+  // as one chunk of twice the size instead (a small last chunk costs its own header).
   uint32_t chunk_elements = 1u << 20;
 };
 
@@ -199,19 +198,12 @@ Status delta_compress(const std::vector<uint16_t>& src, const std::vector<uint16
 Status delta_decompress(const std::vector<uint16_t>& src, const Delta& delta,
                         std::vector<uint16_t>* out);
 
-// Several tensors in one payload (format version 6). Each payload pays a frame header,
-// a checksum and the time its adaptive contexts take to learn: about 20-30 bytes, a tenth
-// of the delta of a tensor with a hundred changed values. Norms, biases and small layers
-// coded together cost 5-20% less than coded one by one (bench: 17% on a 1 M-parameter
-// model of 29 tensors). The tensors are coded as their concatenation (chunks run across
-// tensor boundaries), and the checksum is XXH3-64 of the concatenated dst bytes.
-// Tensors that lie back to back in memory (as in a safetensors file or a flat parameter
-// buffer) are read and written in place; otherwise the calls copy them into one buffer
-// (and the decoder builds the result there before writing any `out`). On the corpus,
-// grouping every tensor under 2^20 elements helped at 0.2-8% changed values (up to 17%
-// smaller); at ~10% it cost 0.8%, because a dense chunk that spans several tensors is
-// coded with one set of fitted probabilities: delta_worth_grouping (below) leaves such
-// tensors out. Sessions over a group gain everywhere.
+// Several tensors in one payload, coded as their concatenation (chunks run across tensor
+// boundaries); the checksum is XXH3-64 of the concatenated dst bytes. Small tensors
+// (norms, biases) save their own frame header and the learning of their own contexts;
+// delta_worth_grouping says which to group. Tensors that lie back to back in memory are
+// read and written in place; otherwise the calls copy them into one buffer (and the
+// decoder builds the result there before writing any `out`).
 struct TensorDelta {
   const uint16_t* src = nullptr;  // previous weights, `count` BF16 values
   const uint16_t* dst = nullptr;  // new weights
@@ -224,16 +216,10 @@ Status delta_compress_tensors(const TensorDelta* tensors, size_t tensor_count, D
 
 // Whether a tensor should share a stateless payload with others (delta_compress_tensors)
 // rather than have its own: fewer than kGroupBelowElements elements and fewer than
-// kGroupMaxChanges of them changed. Small sparse tensors save their own frame, checksum
-// and learning; a tensor with more changes learns its probabilities alone, and beside
-// tensors of other densities it would share a dense chunk's fitted ones. Grouping by
-// size alone -> by this, x bound (b2) in the bench: a 120 M-parameter MoE model at 9%
-// changed 1.019 -> 1.009, the generator's 2 M-parameter model at 10% 1.025 -> 1.015, no
-// other run larger; `arc_v3 diff` (which also pays ~46 manifest bytes a payload): the MoE
-// model 0.9% smaller at 9% and 0.1% at 2%, GPT-2 at 8% 0.2% larger (a limit of 8,192
-// cost it 0.5%; 32,768 kept half the MoE gain). Reads src and dst (one pass, stops at
-// the threshold); false for null pointers. Sessions group by size instead: a Session's
-// tensors must stay the same from step to step.
+// kGroupMaxChanges of them changed (a tensor with more changes codes best with
+// probabilities fitted to it alone). Reads src and dst in one pass that stops at the
+// threshold; false for null pointers. Sessions group by size instead: a Session's tensors
+// must stay the same from step to step.
 constexpr size_t kGroupBelowElements = size_t{1} << 20;
 constexpr size_t kGroupMaxChanges = 16384;
 bool delta_worth_grouping(const uint16_t* src, const uint16_t* dst, size_t count);
@@ -260,14 +246,13 @@ struct PayloadInfo {
   uint64_t element_count = 0;
   uint32_t chunk_elements = 0;
   uint64_t chunk_count = 0;
-  uint64_t tensor_count = 1;  // tensors of a delta_compress_tensors payload, else 1
-  // Their element counts, as payloads of format versions 6-9 list them. From version 10 a
-  // payload holds only a check of the counts (the decoder is handed them): empty.
-  std::vector<uint64_t> tensor_elements;
+  // Tensors of a delta_compress_tensors payload, else 1. The payload holds only a check of
+  // their element counts: the decoder is handed the tensors and checks them against it.
+  uint64_t tensor_count = 1;
   bool session = false;  // made by an arc_v3::Session
-  // A session payload that continues its session's last step (format version 9): its base
-  // and its tensors are that step's result and tensors, which the payload does not repeat
-  // (for a group, tensor_count is 0 and tensor_elements empty).
+  // A session payload that continues its session's last step: its base and its tensors
+  // are that step's result and tensors, which the payload does not repeat (for a group,
+  // tensor_count is 0).
   bool continues = false;
 };
 Status delta_inspect(const uint8_t* bytes, size_t size, PayloadInfo* info);
@@ -303,25 +288,18 @@ Status delta_stats(const uint16_t* src, size_t count, const uint8_t* bytes, size
 //------------------------------------------------------------------------------
 // Sessions (opt-in): stateful coding of one tensor's sequence of deltas.
 //
-// Both sides keep one Session per tensor: the sender calls Compress for every step, the
-// receiver Decompress for the same steps in the same order. Each side also remembers,
+// Both sides keep one Session per tensor (or group): the sender calls Compress for every
+// step, the receiver Decompress for the same steps in the same order. Each side remembers,
 // per element, how long ago it last changed and in which direction (1 byte per element),
-// which the coder uses as context: an element that changed in the previous step is
-// 10-100x more likely to change again (small weights mostly the same way, the bulk mostly
-// back). Dense chunks (2% changed and more) are coded as rANS with the history where it
-// pays (format version 7), which decodes about as fast as stateless payloads; effort 3
-// also tries the adaptive coder there (0.4-3% smaller, 2-5x slower to decode). Sparser
-// chunks are coded by the adaptive coder, and from a chunk's second such step on it starts
-// from the probabilities it learned in the last one (format version 8; ~9 KB per chunk of
-// 2^20 elements on each side) instead of learning them again: ~2% smaller at 0.2-0.6%
-// changed. Payloads are smaller than stateless ones, but each names the base it was made
-// from (XXH3-64 of src) and the session history it expects, so a receiver with the wrong
-// base (kWrongBase) or out of step (kHistoryMismatch: a missed, repeated or foreign
-// payload) gets a clear error, never wrong weights; after an error its history is
-// unchanged. A step whose src is the last step's result, over the same tensors, names its
-// base and tensors by reference to that step (format version 9): both sides remember the
-// result's checksum and the tensor list, so the payload carries neither. Session payloads
-// are decoded only by Session::Decompress; delta_decompress rejects them.
+// and, per chunk of the adaptive coder, the probabilities it ended on (~9 KB per 2^20
+// elements); the coder uses both as context, so session payloads are smaller than
+// stateless ones. Each payload names the base it was made from and the session history
+// it expects: a receiver with the wrong base (kWrongBase) or out of step
+// (kHistoryMismatch: a missed, repeated or foreign payload) gets a clear error, never
+// wrong weights, and its state is unchanged after any error. A step whose src is the
+// last step's result, over the same tensors, refers to that step instead of naming them.
+// Session payloads are decoded only by Session::Decompress; delta_decompress rejects
+// them.
 class Session {
  public:
   explicit Session(const Options& options = Options());
@@ -337,11 +315,9 @@ class Session {
   Status Decompress(const uint16_t* src, size_t count, const uint8_t* bytes, size_t size,
                     uint64_t checksum, uint16_t* out);
 
-  // The same for a group of tensors in one payload per step (format version 6, as
-  // delta_compress_tensors): one Session for many small tensors, or a whole model, and
-  // one session header per step instead of one per tensor (and, from the second step on,
-  // no tensor list). The history covers the tensors' concatenation: pass the same tensors,
-  // in the same order, at every step.
+  // The same for a group of tensors in one payload per step (as delta_compress_tensors):
+  // one Session for many small tensors, or a whole model. The history covers the tensors'
+  // concatenation: pass the same tensors, in the same order, at every step.
   Status CompressTensors(const TensorDelta* tensors, size_t tensor_count, Delta* out);
   Status DecompressTensors(const TensorOut* tensors, size_t tensor_count, const uint8_t* bytes,
                            size_t size, uint64_t checksum);
@@ -657,7 +633,7 @@ void ApplyXor(const uint16_t* src, const uint16_t* xors, size_t count, uint16_t*
 // Change rates of the modelled coder (model_coder.cc): an element whose exponent field is
 // e changes at a relative rate 2^RateLog(e), RateLog(e) = clamp(kRateTopExponent - e, 0,
 // kMaxRateLog). kRateTopExponent is the exponent of 2^7, above any weight's usual size.
-// A chunk may cap the rates lower (its Rate_Cap, format version 11): the rate of a weight
+// A chunk may cap the rates lower (its Rate_Cap): the rate of a weight
 // so small that it changes in most steps says little more than that.
 constexpr int kRateTopExponent = 134;
 constexpr int kMaxRateLog = 32;
@@ -715,7 +691,7 @@ void HistoryRateSums(const uint16_t* src, const uint8_t* history, const int8_t b
                      size_t groups, int rate_cap, uint64_t* sums);
 
 // Recent elements: those whose last change was 1..kRecentAges steps ago (a modelled chunk
-// codes them first from format version 12, model_coder.cc).
+// codes them first, model_coder.cc).
 constexpr int kRecentAges = 2;
 inline bool IsRecent(uint8_t history) {
   const int age = history & kHistoryAgeMask;
@@ -1269,7 +1245,7 @@ size_t EncodeRansElements(const uint16_t* src, const uint16_t* dst, size_t count
 // Encoder and decoder run the same templated walk (CodeChunk), so the contexts cannot
 // drift apart.
 // ---- src/model_coder.h ------------------------------------------------------------------
-// Context-modelled coding of one chunk of a BF16 delta (issue 4): the change positions and
+// Context-modelled coding of one chunk of a BF16 delta: the change positions and
 // the changed values are coded with an adaptive binary range coder whose probabilities
 // come from what the decoder already holds, the previous weights `src`.
 //
@@ -1293,14 +1269,14 @@ size_t EncodeRansElements(const uint16_t* src, const uint16_t* dst, size_t count
 //   (a carry into the exponent or a step across zero is still +-1), coded as
 //   log2 class (unary, exponent-conditioned), the bits below the top bit, and the sign.
 // - Probabilities start from priors derived from the chunk's overall rate, sent in one
-//   header byte, and adapt. Since format version 3 the value contexts too: an element
+//   header byte, and adapt; the value contexts too: an element
 //   expected to change more than once per step (rate far above the chunk's) moves by more
 //   than one ULP, and the sign is a fair coin unless a session knows the last direction.
-// - Column signs (format version 10): in a weight matrix the updates of one column share
+// - Column signs: in a weight matrix the updates of one column share
 //   their sign more often than chance; given a sign period (the row length, which the
 //   encoder picks among SignPeriodCandidates), each column counts its signs so far and the
 //   count is the context of its next sign.
-// - Recent elements (format version 12, with a session history): an element whose last
+// - Recent elements (with a session history): an element whose last
 //   change was 1 or 2 steps ago is coded first, one "changed again" decision in the
 //   context of its age and rate log, and the bisection skips it (rate 1): its chance to
 //   change again does not follow its exponent.
@@ -1449,26 +1425,23 @@ class ByteReader {
 
 namespace arc_v3 {
 
-// Chunk byte 0, bit 3: coded with a session history (EncodeChunkModelled's `history`);
-// from format version 12 its recent elements are coded first (model_coder.cc, CodeRecent).
+// Chunk byte 0, bit 3: coded with a session history (EncodeChunkModelled's `history`); its
+// recent elements are coded first (model_coder.cc, CodeRecent).
 constexpr uint8_t kModelHistory = 0x08;
 
 // Chunk byte 0, bit 4: the value contexts start from priors derived from the chunk's rate
-// prior (format version 3). The encoder always sets it; the decoder reads chunks with and
-// without it (the frame decoder refuses it in older format versions).
+// prior. The encoder always sets it; the decoder reads chunks with and without it.
 constexpr uint8_t kModelValuePriors = 0x10;
 
 // Chunk byte 0, bit 5: the chunk's contexts start from the probabilities the same chunk
-// of the session's last modelled step ended on, not from priors (format version 8).
+// of the session's last modelled step ended on, not from priors.
 constexpr uint8_t kModelCarried = 0x20;
 
 // Chunk byte 0, bit 6: signs are coded with their column's earlier signs as context, for a
-// sign period (the row length) in the header (format version 10; model_coder.cc,
-// ColumnSigns).
+// sign period (the row length) in the header (model_coder.cc, ColumnSigns).
 constexpr uint8_t kModelColumnSigns = 0x40;
 
-// Chunk byte 0, bit 7: the rates are capped at 2^Rate_Cap, a header byte (format version
-// 11): a weight so small that its rate would promise a change in most steps changes in
+// Chunk byte 0, bit 7: the rates are capped at 2^Rate_Cap, a header byte: a weight so small that its rate would promise a change in most steps changes in
 // about half of them on the corpus (its sign hovers around zero), and the rates above
 // that only blur the blocks' rate sums. Without it the cap is kMaxRateLog.
 constexpr uint8_t kModelRateCap = 0x80;
@@ -1584,7 +1557,7 @@ inline int HistoryClass(uint8_t history) {
   return std::min(history & kHistoryAgeMask, kHistoryClasses - 1);
 }
 
-// Recent elements (format version 12, IsRecent in kernels.h): those whose last change was
+// Recent elements (IsRecent in kernels.h): those whose last change was
 // 1 or 2 steps ago. On the corpus such an element changes again with about 1% chance
 // whatever its exponent, except the tiny weights, which change again ~90% of the time: no
 // rate proportional to 2^-exponent expresses that, so they are coded first, one decision
@@ -2010,8 +1983,8 @@ class PlainRates {
 
 // With a session's history: an element that changed recently gets its rate multiplied by
 // 2^boost of its history class (sent in the chunk header), within the cap, and the
-// direction of its last change is the context of its sign. From format version 12 the
-// recent elements, coded before the bisection, have the boost kRecentBoost (rate 1).
+// direction of its last change is the context of its sign. The recent elements, coded
+// before the bisection, have the boost kRecentBoost (rate 1).
 class HistoryRates {
  public:
   HistoryRates(const uint16_t* src, const uint8_t* history, size_t len,
@@ -2072,8 +2045,7 @@ void CodeNode(Io* io, Model* model, const uint16_t* src, const Rates& rates,
                             columns->At(begin)));
 }
 
-// Whether each recent element changed, in ascending order, and if so its value (format
-// version 12).
+// Whether each recent element changed, in ascending order, and if so its value.
 template <class Io>
 void CodeRecent(Io* io, Model* model, const uint16_t* src, const uint8_t* history,
                 size_t len, ColumnSigns* columns) {
@@ -2646,7 +2618,7 @@ namespace arc_v3 {
 struct SessionFrame {
   uint64_t base_checksum = 0;  // XXH3-64 of src
   uint64_t history_id = 0;     // identity of the history the payload was coded with
-  // The session's last successful step, which a frame with the Continues flag (version 9)
+  // The session's last successful step, which a frame with the Continues flag
   // refers to instead of naming its base and tensors: the checksum of its result and its
   // tensor list (null: a one-tensor frame). The encoder sets the flag when this step's
   // base is that result and its list that list; the decoder fills both fields in from them.
@@ -2692,7 +2664,7 @@ struct SessionFrame {
 // case `session` must be nullptr too. `base_checksum`, if not null, receives
 // Checksum(src); on one thread both checksums are computed slice by slice as the chunks
 // are first read. `tensors`: for a group of tensors, the element count of each (src and
-// dst are their concatenations), written in the header of a version-6 frame; nullptr for
+// dst are their concatenations), named in the frame header (by its check); nullptr for
 // one tensor.
 Status EncodeFrame(const uint16_t* src, const uint16_t* dst, size_t count,
                    const Options& options, const uint8_t* history, const SessionFrame* session,
@@ -2810,7 +2782,7 @@ class ChecksumStream {
 // The history identity after a step from a base to a target with these checksums.
 uint64_t NextHistoryId(uint64_t history_id, uint64_t base_checksum, uint64_t target_checksum);
 
-// Tensor_List_Check (format version 10): the low 32 bits of XXH3-64 of the tensors'
+// Tensor_List_Check: the low 32 bits of XXH3-64 of the tensors'
 // element counts, each as a u64 little-endian.
 uint32_t TensorListCheck(const std::vector<uint64_t>& counts);
 
@@ -3154,7 +3126,7 @@ Status StreamDecompressor::Decode(uint8_t codec, const uint8_t* in, size_t in_si
 // be 32 bytes of padding otherwise); the escape encoder starts at 2^16.
 // About 90% of changes are +-1: the vectorised element stream decodes them completely.
 // ---- src/rans_coder.h -------------------------------------------------------------------
-// rANS chunk coder (issue 4, format versions 4 and 5): the same knowledge as the modelled coder
+// rANS chunk coder: the same knowledge as the modelled coder
 // (model_coder.h) — an element's chance to change halves with each step up of its
 // exponent, and most changes are +-1 in monotone key order — but with probabilities
 // fitted once per chunk and sent in its header, so that nothing adapts and both sides
@@ -3162,12 +3134,11 @@ Status StreamDecompressor::Decode(uint8_t codec, const uint8_t* in, size_t in_si
 // kernels): one symbol per element (unchanged, +1, -1, escape); only escapes (|d| >= 2,
 // ~10% of changes) go through a scalar stream.
 //
-// Where it pays: dense chunks. The adaptive coder makes ~13 serial binary decisions per
-// change at 2% density (~0.6 GB/s to decode on one core); this one decodes 2-3x faster
-// there, at the price of ~90 header bytes (probabilities and coder states, a third of
-// them carrying escape data since format 5). On the corpus' GPT-2 tensors of 2,000 to
-// 30,000 changes it codes within 1% of the modelled coder's size. The frame encoder
-// picks it for dense chunks (encoder.cc, PreferRans).
+// Where it pays: dense chunks, where the adaptive coder's serial binary decisions (~13 per
+// change at 2% density) are slow to decode; this one costs ~90 header bytes
+// (probabilities and coder states, a third of them carrying escape data) and codes within
+// about 1% of the modelled coder's size there. The frame encoder picks it for dense chunks
+// (encoder.cc, PreferRans).
 //
 // Layer: chunk coder, below the frame format, like model_coder.h. Integer arithmetic
 // only: the bytes do not depend on the compiler, target or machine.
@@ -3214,8 +3185,7 @@ class RansScratch {
 // up, down: RansHistoryClass, kernels.h), each with its own change probability and, for
 // up and down, its own share of +1 against -1 steps: 64 more header bytes, spent only
 // where the estimated saving exceeds them. `coded_with_history` (if not null) says
-// whether the chunk uses the history (the frame's Chunk_Mode 4, format version 7) or
-// not (Chunk_Mode 3).
+// whether the chunk uses the history (the frame's Chunk_Mode 4) or not (Chunk_Mode 3).
 // @return ok, or kInvalidArgument (null pointer, len too large, no changes).
 Status EncodeChunkRans(const uint16_t* src, const uint16_t* dst, size_t len,
                        const uint32_t* positions, size_t changes, std::vector<uint8_t>* out,
@@ -3491,9 +3461,9 @@ const LogisticCosts& Logistic() {
 // The value curve (V, S) that codes the tallied decisions (ones[z], zeros[z]) most
 // cheaply. The cost is convex in (V, S) (a logistic regression, t = V - S z), and nearly
 // separable written as t = W - S (z - center) about the decisions' mean z: a scan of W
-// at S = 16 (the v4 curve), then a pattern search on (W, S) with halving steps. Real
-// runs lie between 1 and 2 octaves per exponent step (the fixed 16 of version 4 cost
-// 1-2% of the payload at 2-8% density).
+// at S = 16 (one octave per exponent step), then a pattern search on (W, S) with halving
+// steps. Real runs lie between 1 and 2 octaves per exponent step (a fixed 16 costs 1-2%
+// of the payload at 2-8% density).
 struct ValueCurve {
   uint16_t log;
   uint8_t slope;
@@ -4846,7 +4816,6 @@ Status delta_inspect(const uint8_t* bytes, size_t size, PayloadInfo* info) {
   info->chunk_elements = uint32_t{1} << header.chunk_log;
   info->chunk_count = header.num_chunks;
   info->tensor_count = header.tensors ? header.tensor_count : 1;
-  info->tensor_elements = header.tensor_elements;
   info->session = header.session;
   info->continues = header.continues;
   return Status::Ok();
@@ -4918,12 +4887,12 @@ Status delta_stats(const uint16_t* src, size_t count, const uint8_t* bytes, size
 // streams - positions, 7-bit mantissa XORs, and one record per sign/exponent change - and
 // race each through the general-purpose compressors.
 //
-// Format::kDefault (format version 5; 6 for several tensors in one frame, which are coded
-// as their concatenation): each chunk is coded by the context-modelled coder
+// Format::kDefault (format version 16; several tensors in one frame are coded as their
+// concatenation): each chunk is coded by the context-modelled coder
 // (model_coder.h), which predicts the delta from the previous weights, or where changes
 // are dense by the rANS coder (rans_coder.h, PreferRans); at effort 0 by the XOR streams
 // with LZ4 only (fastest), and at effort 3 all three race and the smallest wins. Session
-// chunks use the history in both codings (format version 7 when an rANS chunk does).
+// chunks use the history in both codings.
 //
 // Chunks are independent, so they are coded in parallel and concatenated in order; the
 // bytes do not depend on the thread count or the SIMD target.
@@ -4999,7 +4968,8 @@ void BuildHighRecords(const uint16_t* xors, size_t n, std::vector<uint8_t>* raw)
 // with byte-sized gaps. See FORMAT.md "Choosing the position mode".
 constexpr double kBitmapDensity = 1.0 / 8;
 
-// Appends the version-1 chunk body (FORMAT.md "Chunk") for a chunk with changes.
+// Appends the XOR-stream chunk body (FORMAT.md "XOR-stream chunk") for a chunk with
+// changes.
 void EncodeXorStreams(const uint16_t* src, const uint16_t* dst, size_t chunk_len,
                       const ChangeCounts& counts, const RaceEntrants& entrants, int effort,
                       EncoderScratch* s, std::vector<uint8_t>* out) {
@@ -5136,7 +5106,7 @@ Status EncodeChunkV2(const uint16_t* src, const uint16_t* dst, size_t chunk_len,
   return status;
 }
 
-// Column signs (format version 10) try the row lengths of the tensor that holds most of a
+// Column signs try the row lengths of the tensor that holds most of a
 // chunk: the divisors of its element count. Per chunk, an index into `candidates`.
 struct SignPeriods {
   std::vector<std::vector<uint32_t>> candidates;
@@ -5397,7 +5367,7 @@ struct Session::State {
   // Each chunk's carried model (model_coder.h; null: none yet), and a step's new ones.
   std::vector<ModelStatePtr> models;
   std::vector<ModelStatePtr> next_models;
-  // The last step, which the next one may continue (format version 9): its result's
+  // The last step, which the next one may continue: its result's
   // checksum and, if its frame listed tensors, their element counts.
   uint64_t last_checksum = 0;
   bool last_listed_tensors = false;

@@ -18,7 +18,7 @@ namespace arc_v3 {
 struct SessionFrame {
   uint64_t base_checksum = 0;  // XXH3-64 of src
   uint64_t history_id = 0;     // identity of the history the payload was coded with
-  // The session's last successful step, which a frame with the Continues flag (version 9)
+  // The session's last successful step, which a frame with the Continues flag
   // refers to instead of naming its base and tensors: the checksum of its result and its
   // tensor list (null: a one-tensor frame). The encoder sets the flag when this step's
   // base is that result and its list that list; the decoder fills both fields in from them.
@@ -64,7 +64,7 @@ struct SessionFrame {
 // case `session` must be nullptr too. `base_checksum`, if not null, receives
 // Checksum(src); on one thread both checksums are computed slice by slice as the chunks
 // are first read. `tensors`: for a group of tensors, the element count of each (src and
-// dst are their concatenations), written in the header of a version-6 frame; nullptr for
+// dst are their concatenations), named in the frame header (by its check); nullptr for
 // one tensor.
 Status EncodeFrame(const uint16_t* src, const uint16_t* dst, size_t count,
                    const Options& options, const uint8_t* history, const SessionFrame* session,
@@ -182,7 +182,7 @@ class ChecksumStream {
 // The history identity after a step from a base to a target with these checksums.
 uint64_t NextHistoryId(uint64_t history_id, uint64_t base_checksum, uint64_t target_checksum);
 
-// Tensor_List_Check (format version 10): the low 32 bits of XXH3-64 of the tensors'
+// Tensor_List_Check: the low 32 bits of XXH3-64 of the tensors'
 // element counts, each as a u64 little-endian.
 uint32_t TensorListCheck(const std::vector<uint64_t>& counts);
 

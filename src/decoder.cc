@@ -758,7 +758,6 @@ Status delta_inspect(const uint8_t* bytes, size_t size, PayloadInfo* info) {
   info->chunk_elements = uint32_t{1} << header.chunk_log;
   info->chunk_count = header.num_chunks;
   info->tensor_count = header.tensors ? header.tensor_count : 1;
-  info->tensor_elements = header.tensor_elements;
   info->session = header.session;
   info->continues = header.continues;
   return Status::Ok();

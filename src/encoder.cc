@@ -5,12 +5,12 @@
 // streams - positions, 7-bit mantissa XORs, and one record per sign/exponent change - and
 // race each through the general-purpose compressors.
 //
-// Format::kDefault (format version 5; 6 for several tensors in one frame, which are coded
-// as their concatenation): each chunk is coded by the context-modelled coder
+// Format::kDefault (format version 16; several tensors in one frame are coded as their
+// concatenation): each chunk is coded by the context-modelled coder
 // (model_coder.h), which predicts the delta from the previous weights, or where changes
 // are dense by the rANS coder (rans_coder.h, PreferRans); at effort 0 by the XOR streams
 // with LZ4 only (fastest), and at effort 3 all three race and the smallest wins. Session
-// chunks use the history in both codings (format version 7 when an rANS chunk does).
+// chunks use the history in both codings.
 //
 // Chunks are independent, so they are coded in parallel and concatenated in order; the
 // bytes do not depend on the thread count or the SIMD target.
@@ -100,7 +100,8 @@ void BuildHighRecords(const uint16_t* xors, size_t n, std::vector<uint8_t>* raw)
 // with byte-sized gaps. See FORMAT.md "Choosing the position mode".
 constexpr double kBitmapDensity = 1.0 / 8;
 
-// Appends the version-1 chunk body (FORMAT.md "Chunk") for a chunk with changes.
+// Appends the XOR-stream chunk body (FORMAT.md "XOR-stream chunk") for a chunk with
+// changes.
 void EncodeXorStreams(const uint16_t* src, const uint16_t* dst, size_t chunk_len,
                       const ChangeCounts& counts, const RaceEntrants& entrants, int effort,
                       EncoderScratch* s, std::vector<uint8_t>* out) {
@@ -237,7 +238,7 @@ Status EncodeChunkV2(const uint16_t* src, const uint16_t* dst, size_t chunk_len,
   return status;
 }
 
-// Column signs (format version 10) try the row lengths of the tensor that holds most of a
+// Column signs try the row lengths of the tensor that holds most of a
 // chunk: the divisors of its element count. Per chunk, an index into `candidates`.
 struct SignPeriods {
   std::vector<std::vector<uint32_t>> candidates;

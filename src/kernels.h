@@ -51,7 +51,7 @@ void ApplyXor(const uint16_t* src, const uint16_t* xors, size_t count, uint16_t*
 // Change rates of the modelled coder (model_coder.cc): an element whose exponent field is
 // e changes at a relative rate 2^RateLog(e), RateLog(e) = clamp(kRateTopExponent - e, 0,
 // kMaxRateLog). kRateTopExponent is the exponent of 2^7, above any weight's usual size.
-// A chunk may cap the rates lower (its Rate_Cap, format version 11): the rate of a weight
+// A chunk may cap the rates lower (its Rate_Cap): the rate of a weight
 // so small that it changes in most steps says little more than that.
 constexpr int kRateTopExponent = 134;
 constexpr int kMaxRateLog = 32;
@@ -109,7 +109,7 @@ void HistoryRateSums(const uint16_t* src, const uint8_t* history, const int8_t b
                      size_t groups, int rate_cap, uint64_t* sums);
 
 // Recent elements: those whose last change was 1..kRecentAges steps ago (a modelled chunk
-// codes them first from format version 12, model_coder.cc).
+// codes them first, model_coder.cc).
 constexpr int kRecentAges = 2;
 inline bool IsRecent(uint8_t history) {
   const int age = history & kHistoryAgeMask;

@@ -56,7 +56,7 @@ inline int HistoryClass(uint8_t history) {
   return std::min(history & kHistoryAgeMask, kHistoryClasses - 1);
 }
 
-// Recent elements (format version 12, IsRecent in kernels.h): those whose last change was
+// Recent elements (IsRecent in kernels.h): those whose last change was
 // 1 or 2 steps ago. On the corpus such an element changes again with about 1% chance
 // whatever its exponent, except the tiny weights, which change again ~90% of the time: no
 // rate proportional to 2^-exponent expresses that, so they are coded first, one decision
@@ -482,8 +482,8 @@ class PlainRates {
 
 // With a session's history: an element that changed recently gets its rate multiplied by
 // 2^boost of its history class (sent in the chunk header), within the cap, and the
-// direction of its last change is the context of its sign. From format version 12 the
-// recent elements, coded before the bisection, have the boost kRecentBoost (rate 1).
+// direction of its last change is the context of its sign. The recent elements, coded
+// before the bisection, have the boost kRecentBoost (rate 1).
 class HistoryRates {
  public:
   HistoryRates(const uint16_t* src, const uint8_t* history, size_t len,
@@ -544,8 +544,7 @@ void CodeNode(Io* io, Model* model, const uint16_t* src, const Rates& rates,
                             columns->At(begin)));
 }
 
-// Whether each recent element changed, in ascending order, and if so its value (format
-// version 12).
+// Whether each recent element changed, in ascending order, and if so its value.
 template <class Io>
 void CodeRecent(Io* io, Model* model, const uint16_t* src, const uint8_t* history,
                 size_t len, ColumnSigns* columns) {

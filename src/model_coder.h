@@ -1,4 +1,4 @@
-// Context-modelled coding of one chunk of a BF16 delta (issue 4): the change positions and
+// Context-modelled coding of one chunk of a BF16 delta: the change positions and
 // the changed values are coded with an adaptive binary range coder whose probabilities
 // come from what the decoder already holds, the previous weights `src`.
 //
@@ -22,14 +22,14 @@
 //   (a carry into the exponent or a step across zero is still +-1), coded as
 //   log2 class (unary, exponent-conditioned), the bits below the top bit, and the sign.
 // - Probabilities start from priors derived from the chunk's overall rate, sent in one
-//   header byte, and adapt. Since format version 3 the value contexts too: an element
+//   header byte, and adapt; the value contexts too: an element
 //   expected to change more than once per step (rate far above the chunk's) moves by more
 //   than one ULP, and the sign is a fair coin unless a session knows the last direction.
-// - Column signs (format version 10): in a weight matrix the updates of one column share
+// - Column signs: in a weight matrix the updates of one column share
 //   their sign more often than chance; given a sign period (the row length, which the
 //   encoder picks among SignPeriodCandidates), each column counts its signs so far and the
 //   count is the context of its next sign.
-// - Recent elements (format version 12, with a session history): an element whose last
+// - Recent elements (with a session history): an element whose last
 //   change was 1 or 2 steps ago is coded first, one "changed again" decision in the
 //   context of its age and rate log, and the bisection skips it (rate 1): its chance to
 //   change again does not follow its exponent.
@@ -48,26 +48,23 @@
 
 namespace arc_v3 {
 
-// Chunk byte 0, bit 3: coded with a session history (EncodeChunkModelled's `history`);
-// from format version 12 its recent elements are coded first (model_coder.cc, CodeRecent).
+// Chunk byte 0, bit 3: coded with a session history (EncodeChunkModelled's `history`); its
+// recent elements are coded first (model_coder.cc, CodeRecent).
 constexpr uint8_t kModelHistory = 0x08;
 
 // Chunk byte 0, bit 4: the value contexts start from priors derived from the chunk's rate
-// prior (format version 3). The encoder always sets it; the decoder reads chunks with and
-// without it (the frame decoder refuses it in older format versions).
+// prior. The encoder always sets it; the decoder reads chunks with and without it.
 constexpr uint8_t kModelValuePriors = 0x10;
 
 // Chunk byte 0, bit 5: the chunk's contexts start from the probabilities the same chunk
-// of the session's last modelled step ended on, not from priors (format version 8).
+// of the session's last modelled step ended on, not from priors.
 constexpr uint8_t kModelCarried = 0x20;
 
 // Chunk byte 0, bit 6: signs are coded with their column's earlier signs as context, for a
-// sign period (the row length) in the header (format version 10; model_coder.cc,
-// ColumnSigns).
+// sign period (the row length) in the header (model_coder.cc, ColumnSigns).
 constexpr uint8_t kModelColumnSigns = 0x40;
 
-// Chunk byte 0, bit 7: the rates are capped at 2^Rate_Cap, a header byte (format version
-// 11): a weight so small that its rate would promise a change in most steps changes in
+// Chunk byte 0, bit 7: the rates are capped at 2^Rate_Cap, a header byte: a weight so small that its rate would promise a change in most steps changes in
 // about half of them on the corpus (its sign hovers around zero), and the rates above
 // that only blur the blocks' rate sums. Without it the cap is kMaxRateLog.
 constexpr uint8_t kModelRateCap = 0x80;

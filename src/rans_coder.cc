@@ -277,9 +277,9 @@ const LogisticCosts& Logistic() {
 // The value curve (V, S) that codes the tallied decisions (ones[z], zeros[z]) most
 // cheaply. The cost is convex in (V, S) (a logistic regression, t = V - S z), and nearly
 // separable written as t = W - S (z - center) about the decisions' mean z: a scan of W
-// at S = 16 (the v4 curve), then a pattern search on (W, S) with halving steps. Real
-// runs lie between 1 and 2 octaves per exponent step (the fixed 16 of version 4 cost
-// 1-2% of the payload at 2-8% density).
+// at S = 16 (one octave per exponent step), then a pattern search on (W, S) with halving
+// steps. Real runs lie between 1 and 2 octaves per exponent step (a fixed 16 costs 1-2%
+// of the payload at 2-8% density).
 struct ValueCurve {
   uint16_t log;
   uint8_t slope;

@@ -1,4 +1,4 @@
-// rANS chunk coder (issue 4, format versions 4 and 5): the same knowledge as the modelled coder
+// rANS chunk coder: the same knowledge as the modelled coder
 // (model_coder.h) — an element's chance to change halves with each step up of its
 // exponent, and most changes are +-1 in monotone key order — but with probabilities
 // fitted once per chunk and sent in its header, so that nothing adapts and both sides
@@ -6,12 +6,11 @@
 // kernels): one symbol per element (unchanged, +1, -1, escape); only escapes (|d| >= 2,
 // ~10% of changes) go through a scalar stream.
 //
-// Where it pays: dense chunks. The adaptive coder makes ~13 serial binary decisions per
-// change at 2% density (~0.6 GB/s to decode on one core); this one decodes 2-3x faster
-// there, at the price of ~90 header bytes (probabilities and coder states, a third of
-// them carrying escape data since format 5). On the corpus' GPT-2 tensors of 2,000 to
-// 30,000 changes it codes within 1% of the modelled coder's size. The frame encoder
-// picks it for dense chunks (encoder.cc, PreferRans).
+// Where it pays: dense chunks, where the adaptive coder's serial binary decisions (~13 per
+// change at 2% density) are slow to decode; this one costs ~90 header bytes
+// (probabilities and coder states, a third of them carrying escape data) and codes within
+// about 1% of the modelled coder's size there. The frame encoder picks it for dense chunks
+// (encoder.cc, PreferRans).
 //
 // Layer: chunk coder, below the frame format, like model_coder.h. Integer arithmetic
 // only: the bytes do not depend on the compiler, target or machine.
@@ -64,8 +63,7 @@ class RansScratch {
 // up, down: RansHistoryClass, kernels.h), each with its own change probability and, for
 // up and down, its own share of +1 against -1 steps: 64 more header bytes, spent only
 // where the estimated saving exceeds them. `coded_with_history` (if not null) says
-// whether the chunk uses the history (the frame's Chunk_Mode 4, format version 7) or
-// not (Chunk_Mode 3).
+// whether the chunk uses the history (the frame's Chunk_Mode 4) or not (Chunk_Mode 3).
 // @return ok, or kInvalidArgument (null pointer, len too large, no changes).
 Status EncodeChunkRans(const uint16_t* src, const uint16_t* dst, size_t len,
                        const uint32_t* positions, size_t changes, std::vector<uint8_t>* out,

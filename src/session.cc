@@ -32,7 +32,7 @@ struct Session::State {
   // Each chunk's carried model (model_coder.h; null: none yet), and a step's new ones.
   std::vector<ModelStatePtr> models;
   std::vector<ModelStatePtr> next_models;
-  // The last step, which the next one may continue (format version 9): its result's
+  // The last step, which the next one may continue: its result's
   // checksum and, if its frame listed tensors, their element counts.
   uint64_t last_checksum = 0;
   bool last_listed_tensors = false;

@@ -476,13 +476,11 @@ class Session:
 
 
 def payload_info(compressed_diff):
-    """What a payload's header says (format_version, element_count, chunk_elements,
-    chunk_count, tensor_count, tensor_elements: the sizes of a delta_compress_tensors
-    group as format versions 6-9 list them, else [] (from version 10 a payload holds only
-    a check of them); session: made by a Session; continues: a session payload whose base
-    and tensors are those of its session's last step, not repeated in it, so a group's
-    tensor_count is 0), without decoding it. Untrusted until delta_decompress verified
-    it."""
+    """What a payload's header says, without decoding it: format_version, element_count,
+    chunk_elements, chunk_count, tensor_count (of a delta_compress_tensors group, else 1),
+    session (made by a Session), continues (a session payload whose base and tensors are
+    those of its session's last step, not repeated in it, so a group's tensor_count is 0).
+    Untrusted until delta_decompress verified the result."""
     return _ext.inspect(_payload_buffer(compressed_diff))
 
 

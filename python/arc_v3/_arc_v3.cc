@@ -326,7 +326,6 @@ py::dict Inspect(const py::buffer& payload) {
   result["chunk_elements"] = info.chunk_elements;
   result["chunk_count"] = info.chunk_count;
   result["tensor_count"] = info.tensor_count;
-  result["tensor_elements"] = info.tensor_elements;
   result["session"] = info.session;
   result["continues"] = info.continues;
   return result;

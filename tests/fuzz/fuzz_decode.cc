@@ -54,12 +54,12 @@ void CheckSessionDecode(Session* session, const std::vector<uint16_t>& src, bool
   FUZZ_CHECK((*out)[n] == 0xBEEF, "write past count (session)");
 }
 
-// The tensor list a group is decoded with: the frame's (versions 6-9); from version 10,
-// which holds only Tensor_Count and a check of the list, the split the seeds are made with
-// (GroupSplit) where the count is 3, else all elements in the first tensor (at most 64
-// tensors: a larger count is refused for the list anyway).
+// The tensor list a group is decoded with: the frame holds only Tensor_Count and a check
+// of the list, so the split the seeds are made with (GroupSplit) where the count is 3,
+// else all elements in the first tensor (at most 64 tensors: a larger count is refused for
+// the list anyway).
 std::vector<uint64_t> TensorList(const PayloadInfo& info) {
-  if (!info.tensor_elements.empty() || info.tensor_count == 0) return info.tensor_elements;
+  if (info.tensor_count == 0) return {};
   if (info.tensor_count == 3) return GroupSplit(static_cast<size_t>(info.element_count));
   std::vector<uint64_t> list(std::min<uint64_t>(info.tensor_count, 64), 0);
   list[0] = info.element_count;
@@ -128,8 +128,6 @@ int FuzzTensorsDecode(const std::vector<uint16_t>& src, const PayloadInfo& info,
   const Status plain = delta_decompress(src.data(), n, data, size, checksum, out->data(), n, 1);
   FUZZ_CHECK(!plain.ok(), "delta_decompress accepted a group");
   for (const uint16_t v : *out) FUZZ_CHECK(v == 0xBEEF, "out written on error (one-tensor call)");
-  FUZZ_CHECK(info.tensor_elements.empty() || info.tensor_elements.size() == info.tensor_count,
-             "tensor list size");
   std::vector<TensorOut> back_to_back, scattered;
   std::vector<std::vector<uint16_t>> parts;
   size_t at = 0;
@@ -140,9 +138,7 @@ int FuzzTensorsDecode(const std::vector<uint16_t>& src, const PayloadInfo& info,
     scattered.push_back({src.data() + at, parts.back().data(), count});
     at += count;
   }
-  // A version-10 list of no tensors cannot hold the frame's elements: refused below.
-  FUZZ_CHECK(at == n || info.tensor_elements.empty(),
-             "tensor counts fall short of the element count");
+  // A list of no tensors cannot hold the frame's elements: refused below.
   const Status one_thread = delta_decompress_tensors(back_to_back.data(), back_to_back.size(),
                                                      data, size, checksum, 1);
   FUZZ_CHECK(!one_thread.ok() || n == 0 || Checksum(out->data(), n) == checksum,

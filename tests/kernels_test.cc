@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cstring>
 #include <random>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "hwy/highway.h"
@@ -505,13 +507,21 @@ TEST_CASE("EncodeRansElements: every kind of change, any tables and states, vs t
   });
 }
 
-TEST_CASE("every compiled target is exercised") {
-  const auto targets = hwy::SupportedAndGeneratedTargets();
-  std::string names;
-  for (const int64_t t : targets) names += std::string(" ") + hwy::TargetName(t);
-  MESSAGE("compiled and supported targets:", names);
-  // EMU128 (the portable fallback) plus at least one real SIMD target on x86 and Arm.
-  CHECK(targets.size() >= 2);
+// Runs last (doctest orders test cases by file and line). Each ForEachTarget loop above
+// checked that it ran on every expected target; here: the loops ran at all, together they
+// ran on exactly the expected targets (hwy::SupportedTargets() among the compiled ones,
+// and those ARC_V3_EXPECT_TARGETS names: tests/run_neon.sh names SVE2, SVE, NEON and
+// EMU128 under qemu's max CPU), and those are EMU128 plus at least one SIMD target.
+TEST_CASE("every supported and compiled target ran the per-target tests") {
+  const std::set<std::string> expected = test::ExpectedTargets();
+  std::string want, ran;
+  for (const std::string& t : expected) want += " " + t;
+  for (const std::string& t : test::ExercisedTargets()) ran += " " + t;
+  MESSAGE("expected targets:", want, "; ran:", ran, "; per-target loops: ", test::TargetLoops());
+  CHECK(test::TargetLoops() > 0);
+  CHECK(test::ExercisedTargets() == expected);
+  CHECK(expected.count("EMU128") == 1);
+  CHECK(expected.size() >= 2);
 }
 
 }  // namespace

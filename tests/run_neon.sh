@@ -9,9 +9,16 @@
 #   ARC_V3_NEON_FULL=1 tests/run_neon.sh       also bitflip_test (slow under emulation)
 # NEON and EMU128 are also exercised under the SVE2 model, whose per-target tests
 # enumerate every target the CPU supports.
-# Prints each suite's doctest summary and the targets it exercised; exits non-zero on any
-# failure.
+# kernels_test asserts that it ran on every Arm target the CPU model offers (max: SVE2,
+# SVE, NEON, EMU128; cortex-a72: NEON, EMU128), named to it in ARC_V3_EXPECT_TARGETS.
+# Prints each suite's doctest summary and the targets it exercised, then the line
+# "N passed, N failed, N skipped" (doctest test cases; a suite that fails with no failed
+# test case - a crash at exit, a timeout - counts one failure; a build failure or anything
+# that stops this script before its suites ran prints "0 passed, 1 failed, 0 skipped");
+# exits non-zero on any failure.
 set -euo pipefail
+counted=""
+trap '[[ -n "$counted" ]] || echo "0 passed, 1 failed, 0 skipped (aarch64: stopped before its suites ran)"' EXIT
 cd "$(dirname "$0")/.."
 BUILD="${ARC_V3_NEON_BUILD:-/tmp/arc_v3_neon}"
 CPUS="${ARC_V3_NEON_CPUS:-max cortex-a72}"
@@ -76,8 +83,19 @@ echo "built ${TESTS[*]} for aarch64 in $BUILD"
 
 # doctest arguments per suite and CPU model ("skip" = not run); none at present.
 args_for() { :; }
+# The Highway targets kernels_test must run on under a CPU model (every Arm target that
+# model supports and Highway 1.0.3 compiles here); other models: what the CPU reports.
+expected_targets() {
+  case "$1" in
+    max) echo "SVE2 SVE NEON EMU128" ;;
+    cortex-a72) echo "NEON EMU128" ;;
+  esac
+}
 
 failed=0
+n_passed=0
+n_failed=0
+n_skipped=0
 for cpu in $CPUS; do
   for t in "${TESTS[@]}"; do
     log="$BUILD/$t.$cpu.log"
@@ -85,19 +103,34 @@ for cpu in $CPUS; do
     [[ -z "${ARC_V3_NEON_FULL:-}" ]] || args=""
     if [[ "$args" == skip ]]; then
       echo "neon[$cpu] $t: skipped (ARC_V3_NEON_FULL=1 runs it)"
+      n_skipped=$((n_skipped + 1))
       continue
     fi
     start=$SECONDS
-    if QEMU_CPU="$cpu" timeout "${ARC_V3_NEON_TIMEOUT:-600}" qemu-aarch64 -L / "$BUILD/$t" ${args:+"$args"} >"$log" 2>&1; then
+    if ARC_V3_EXPECT_TARGETS="$(expected_targets "$cpu")" QEMU_CPU="$cpu" timeout "${ARC_V3_NEON_TIMEOUT:-600}" qemu-aarch64 -L / "$BUILD/$t" ${args:+"$args"} >"$log" 2>&1; then
       status=ok
     else
       status=FAILED
       failed=1
       tail -40 "$log"
     fi
-    summary="$(grep -E '^\[doctest\] (test cases|assertions):' "$log" | tr -s ' ' | paste -sd' ')"
+    summary="$(grep -E '^\[doctest\] (test cases|assertions):' "$log" | tr -s ' ' | paste -sd' ' || true)"
     targets="$(grep -E '^\[hwy\] targets exercised' "$log" || true)"
     echo "neon[$cpu] $t: $status ($((SECONDS - start)) s${args:+, $args}) | $summary ${targets:+| $targets}"
+    cases="$(grep -E '^\[doctest\] test cases:' "$log" | tail -n 1 | tr -s ' ' || true)"
+    p="$(sed -nE 's/.*[|] ([0-9]+) passed.*/\1/p' <<<"$cases")"
+    f="$(sed -nE 's/.*[|] ([0-9]+) failed.*/\1/p' <<<"$cases")"
+    s="$(sed -nE 's/.*[|] ([0-9]+) skipped.*/\1/p' <<<"$cases")"
+    p=${p:-0} f=${f:-0} s=${s:-0}
+    if [[ $status == FAILED && $f -eq 0 ]]; then
+      f=1  # failed outside its test cases (crash at exit, timeout, no summary)
+    elif [[ $status == ok && $((p + f)) -eq 0 ]]; then
+      f=1  # ran no test case
+      failed=1
+    fi
+    n_passed=$((n_passed + p)) n_failed=$((n_failed + f)) n_skipped=$((n_skipped + s))
   done
 done
+counted=1
+echo "${n_passed} passed, ${n_failed} failed, ${n_skipped} skipped (aarch64)"
 exit "$failed"

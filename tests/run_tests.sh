@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # Installs what is missing, boots a real S3 server (radosgw) for the sync tests, builds
 # everything and runs every test - the Bazel suites and the Python binding's pytest
-# suite - and ends with the line "N passed, N failed"
-# (doctest test cases summed over all test binaries, plus pytest's tests).
+# suite - and ends with the line "N passed, N failed, N skipped": per Bazel target its
+# verdict from this invocation's test.xml, detailed by doctest's test cases, plus pytest's
+# tests from its junit XML (tests/count_results.py says exactly how each is counted).
 # Usage: tests/run_tests.sh [extra bazel test flags, e.g. --config=asan]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-third_party/install_deps.sh || { echo "0 passed, 1 failed"; exit 1; }
+third_party/install_deps.sh || { echo "0 passed, 1 failed, 0 skipped"; exit 1; }
+# This run's build event file and pytest's junit XML (removed at exit).
+results=$(mktemp -d "${TMPDIR:-/tmp}/arc_v3_results.XXXXXX")
+trap 'rm -rf "$results"' EXIT
 
 # The sync tests run against a real S3 server: radosgw on loopback, booted here (~2 s) and
 # stopped at the end, unless the environment already names one (ARC_V3_TEST_S3 and the
@@ -22,10 +26,10 @@ if [ -z "${ARC_V3_TEST_S3:-}" ]; then
   done
   if [ -z "$port" ] || ! tests/s3/radosgw.sh start "$rgw_dir" "$port" >/dev/null; then
     echo "could not boot radosgw for the sync tests" >&2
-    echo "0 passed, 1 failed"
+    echo "0 passed, 1 failed, 0 skipped"
     exit 1
   fi
-  trap 'tests/s3/radosgw.sh stop "$rgw_dir" >/dev/null 2>&1; rm -rf "$rgw_dir"' EXIT
+  trap 'tests/s3/radosgw.sh stop "$rgw_dir" >/dev/null 2>&1; rm -rf "$rgw_dir" "$results"' EXIT
   # shellcheck source=/dev/null
   source "$rgw_dir/env.sh"
 fi
@@ -36,51 +40,39 @@ for v in AWS_ENDPOINT_URL AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY AWS_REGION AWS
   s3_env+=("--test_env=$v")
 done
 
-bazel test //... "${s3_env[@]}" "$@"
-status=$?
+# The build event file names exactly the targets this invocation tested and the test.log /
+# test.xml of each (bazel-testlogs also holds stale logs of targets that no longer exist
+# or did not run this time; they are never read).
+bazel test //... "${s3_env[@]}" --build_event_json_file="$results/bep.json" "$@"
+bazel_status=$?
 # 0 = all passed; 3 = some test failed; anything else = the build failed.
+status=$bazel_status
 
-testlogs=$(bazel info "$@" bazel-testlogs 2>/dev/null)
-passed=0
-failed=0
-while IFS= read -r log; do
-  line=$(grep -E '^\[doctest\] test cases:' "$log" | tail -n 1)
-  if [ -z "$line" ]; then
-    # Not a doctest binary (e.g. the CLI's shell test): one test, judged by Bazel's result.
-    if grep -q 'failures="0" errors="0"' "$(dirname "$log")/test.xml" 2>/dev/null; then
-      passed=$((passed + 1))
-    else
-      echo "failed: $log" >&2
-      failed=$((failed + 1))
-    fi
-    continue
-  fi
-  p=$(echo "$line" | sed -E 's/.*\| *([0-9]+) passed.*/\1/')
-  f=$(echo "$line" | sed -E 's/.*\| *([0-9]+) failed.*/\1/')
-  passed=$((passed + p))
-  failed=$((failed + f))
-done < <(find -L "$testlogs" -name test.log 2>/dev/null | sort)
+# Show which Highway targets the per-target tests ran on (this invocation's logs only).
+python3 - "$results/bep.json" <<'PY' | xargs -r grep -h '^\[hwy\]' | sort -u
+import json, sys, urllib.parse
+try:
+  for line in open(sys.argv[1]):
+    e = json.loads(line)
+    for o in e.get("testResult", {}).get("testActionOutput", []):
+      if o.get("name") == "test.log":
+        print(urllib.parse.unquote(urllib.parse.urlparse(o["uri"]).path))
+except OSError:
+  pass
+PY
 
-# Show which Highway targets the per-target tests ran on.
-find -L "$testlogs" -name test.log -print0 2>/dev/null | xargs -0 grep -h '^\[hwy\]' | sort -u
-
-if [ "$status" -ne 0 ] && [ "$failed" -eq 0 ]; then
-  failed=1  # the build failed or a test crashed before printing its summary
-fi
-
-# The Python binding, built from the same sources and tested against the installed module.
+# The Python binding, built from the same sources and tested against the installed module;
+# pytest's own junit XML gives its counts (passed, failed + errors, skipped).
+junit=()
 if [ $# -eq 0 ]; then
-  python/run_tests.sh 2>&1 | tee /tmp/arc_v3_pytest.log
-  py_status=${PIPESTATUS[0]}
-  summary=$(grep -E '^=* ?[0-9]+ (passed|failed)' /tmp/arc_v3_pytest.log | tail -n 1)
-  py_passed=$(echo "$summary" | grep -oE '[0-9]+ passed' | grep -oE '[0-9]+' || echo 0)
-  py_failed=$(echo "$summary" | grep -oE '[0-9]+ failed' | grep -oE '[0-9]+' || echo 0)
-  passed=$((passed + ${py_passed:-0}))
-  failed=$((failed + ${py_failed:-0}))
-  if [ "$py_status" -ne 0 ]; then
-    [ "${py_failed:-0}" -eq 0 ] && failed=$((failed + 1))
-    status=1
-  fi
+  python/run_tests.sh --junitxml="$results/pytest.xml" -rs 2>&1 | tee "$results/pytest.log"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+  junit=(--junit "$results/pytest.xml")
 fi
-echo "${passed} passed, ${failed} failed"
-[ "$status" -eq 0 ] && [ "$failed" -eq 0 ]
+
+# Per target: Bazel's verdict (test.xml), doctest's counts for the detail; last line
+# "N passed, N failed, N skipped" (tests/count_results.py says how each is counted).
+echo "== results"
+tests/count_results.py --bep "$results/bep.json" --bazel-status "$bazel_status" "${junit[@]}"
+counted=$?
+[ "$status" -eq 0 ] && [ "$counted" -eq 0 ]

@@ -383,6 +383,8 @@ TEST_CASE("a session over a group of tensors round-trips and beats one session p
 
 // A committed session payload: the file's bytes, or, when updating the golden files
 // (ARC_V3_UPDATE_GOLDEN=1 under `bazel run`), `made`, written to the source tree first.
+// Update mode is not a test (the payload would be compared with itself): each file it
+// writes is a visible failure; run the test again without ARC_V3_UPDATE_GOLDEN to check.
 std::vector<uint8_t> CommittedPayload(const std::string& path, const Delta& made) {
   const char* workspace = std::getenv("BUILD_WORKSPACE_DIRECTORY");
   if (std::getenv("ARC_V3_UPDATE_GOLDEN") == nullptr || workspace == nullptr) {
@@ -392,6 +394,8 @@ std::vector<uint8_t> CommittedPayload(const std::string& path, const Delta& made
   out.write(reinterpret_cast<const char*>(made.bytes.data()),
             static_cast<std::streamsize>(made.bytes.size()));
   REQUIRE(out.good());
+  FAIL_CHECK("update mode (ARC_V3_UPDATE_GOLDEN): wrote ", path,
+             ", not checked: run again without it");
   return made.bytes;
 }
 

@@ -106,8 +106,7 @@ TEST_CASE("the encoder reproduces the committed golden payloads on every target"
                         ? " (a format-1 golden stays as committed: it must keep decoding; if the "
                           "encoder's race changed on purpose, pick the options that reproduce it "
                           "in ENCODE.txt or add a new golden)"
-                        : " (if the latest format changed on purpose: ARC_V3_UPDATE_GOLDEN=1 bazel run "
-                          "//tests:encode_golden_test)");
+                        : " (format 16 is frozen: the encoder must keep writing these bytes)");
     });
   }
 }

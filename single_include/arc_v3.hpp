@@ -2794,7 +2794,7 @@ uint32_t TensorListCheck(const std::vector<uint64_t>& counts);
 // XXH3 for the codec's checksums. On x86-64 the calls go to libxxhash's runtime dispatch
 // (xxh_x86dispatch: AVX2 or AVX-512 where the CPU has them) instead of the SSE2 code the
 // library is compiled for: the same hashes, about twice as fast when streamed tile by
-// tile (9.6 -> 17.7 GB/s on the development machine). Define ARC_V3_NO_XXH_DISPATCH for
+// tile. Define ARC_V3_NO_XXH_DISPATCH for
 // a libxxhash built without the dispatcher (CMake checks this itself).
 #ifndef ARC_V3_SRC_XXH3_H_
 #define ARC_V3_SRC_XXH3_H_
@@ -3160,7 +3160,7 @@ constexpr uint64_t kRansMinDensityInverseWithHistory = 64;
 constexpr size_t kMaxRansChunk = size_t{1} << 24;
 
 // Room for the element stream's words, reused across chunks. Not zero-filled: the
-// contents do not matter, and clearing 2 bytes per element cost ~3% of encoding.
+// contents do not matter, and clearing them would cost a pass over 2 bytes per element.
 class RansScratch {
  public:
   uint16_t* Reserve(size_t count) {

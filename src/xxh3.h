@@ -1,7 +1,7 @@
 // XXH3 for the codec's checksums. On x86-64 the calls go to libxxhash's runtime dispatch
 // (xxh_x86dispatch: AVX2 or AVX-512 where the CPU has them) instead of the SSE2 code the
 // library is compiled for: the same hashes, about twice as fast when streamed tile by
-// tile (9.6 -> 17.7 GB/s on the development machine). Define ARC_V3_NO_XXH_DISPATCH for
+// tile. Define ARC_V3_NO_XXH_DISPATCH for
 // a libxxhash built without the dispatcher (CMake checks this itself).
 #ifndef ARC_V3_SRC_XXH3_H_
 #define ARC_V3_SRC_XXH3_H_

@@ -30,8 +30,7 @@ constexpr uint64_t kPieceElements = uint64_t{1} << 21;
 // BF16 delta tensors that arc_v3::delta_worth_grouping picks (under kGroupBelowElements
 // elements, under kGroupMaxChanges changed) are coded in groups of at most
 // kPieceElements elements: each payload of its own would pay a frame, a checksum and
-// the time its adaptive contexts take to learn (bench: up to 17% on small-tensor models),
-// plus about 46 manifest bytes per piece. A group holds at least two members.
+// the time its adaptive contexts take to learn, plus about 46 manifest bytes per piece. A group holds at least two members.
 static_assert(kGroupBelowElements <= kPieceElements / 2, "groups of one");
 
 // Random read access to container bytes. A receiver can implement it over HTTP range

@@ -560,6 +560,10 @@ Status DecompressManifest(const uint8_t* text, uint64_t size, std::string* json)
     if (in.pos == in.size && out.pos < out.size) return Corrupt("zstd frame cut short");
   }
   if (in.pos != in.size) return Corrupt("bytes after the zstd frame");
+  // The frame must also state its content size, and state it truly (checked, not used).
+  if (ZSTD_getFrameContentSize(text, size) != used) {
+    return Corrupt("zstd frame's content size is missing or differs from its content");
+  }
   json->resize(used);
   return Status::Ok();
 }

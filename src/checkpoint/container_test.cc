@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include <zstd.h>
+
 #include "src/checkpoint/checkpoint_delta.h"
 #include "src/checkpoint/container.h"
 #include "src/safetensors.h"
@@ -659,6 +661,49 @@ TEST_CASE("inconsistent groups are refused before anything is written") {
   e = m;
   e.files[0].groups[0].target_xxh3 ^= 1;
   CHECK(apply_code(e) == ErrorCode::kCorruptChunk);
+}
+
+// `file` (a container) with its manifest recompressed by zstd, its content size stated
+// or not, and the header's sizes and checksums made to match.
+std::vector<uint8_t> WithRecompressedManifest(const std::vector<uint8_t>& file, bool content_size) {
+  const auto get64 = [&](size_t at) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; --i) v = (v << 8) | file[at + i];
+    return v;
+  };
+  const uint64_t manifest_size = get64(8);
+  const uint8_t* manifest = file.data() + kHeaderSize;
+  std::string json(ZSTD_getFrameContentSize(manifest, manifest_size), '\0');
+  REQUIRE(ZSTD_decompress(json.data(), json.size(), manifest, manifest_size) == json.size());
+  std::vector<uint8_t> packed(ZSTD_compressBound(json.size()));
+  ZSTD_CCtx* ctx = ZSTD_createCCtx();
+  ZSTD_CCtx_setParameter(ctx, ZSTD_c_contentSizeFlag, content_size ? 1 : 0);
+  const size_t n = ZSTD_compress2(ctx, packed.data(), packed.size(), json.data(), json.size());
+  ZSTD_freeCCtx(ctx);
+  REQUIRE(!ZSTD_isError(n));
+  packed.resize(n);
+  std::vector<uint8_t> out(file.begin(), file.begin() + kHeaderSize);
+  const auto put64 = [&](size_t at, uint64_t v) {
+    for (int i = 0; i < 8; ++i) out[at + i] = static_cast<uint8_t>(v >> (8 * i));
+  };
+  put64(8, packed.size());
+  put64(16, Hash(packed.data(), packed.size()));
+  put64(32, Hash(out.data(), 32));
+  out.insert(out.end(), packed.begin(), packed.end());
+  out.insert(out.end(), file.begin() + kHeaderSize + manifest_size, file.end());
+  return out;
+}
+
+TEST_CASE("the manifest's zstd frame must state its content size") {
+  const std::vector<uint8_t> good = ReadFile("tests/golden/container/v2.a3d");
+  REQUIRE(!good.empty());
+  const auto open = [](const std::vector<uint8_t>& bytes) {
+    Reader reader;
+    return Reader::Open(std::make_unique<MemorySource>(bytes), &reader).code();
+  };
+  CHECK(open(good) == ErrorCode::kOk);
+  CHECK(open(WithRecompressedManifest(good, true)) == ErrorCode::kOk);  // another frame, same JSON
+  CHECK(open(WithRecompressedManifest(good, false)) == ErrorCode::kCorruptHeader);
 }
 
 TEST_CASE("committed delta files of every container version still apply exactly") {

@@ -450,7 +450,9 @@ class Relay {
         Cut();
         break;
       }
-      if (write(to, buffer, static_cast<size_t>(n)) != n) break;
+      // MSG_NOSIGNAL: once Cut() has closed the peer, a write must fail, not raise SIGPIPE
+      // (which ended the whole test binary with status 141).
+      if (send(to, buffer, static_cast<size_t>(n), MSG_NOSIGNAL) != n) break;
     }
     shutdown(to, SHUT_WR);
   }

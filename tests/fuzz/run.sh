@@ -1,5 +1,5 @@
 #!/bin/bash
-# Runs one fuzz target built by build.sh on its working corpus ($OUT/work/TARGET, seeded
+# Runs one fuzz target built by build.sh on its working corpus ($OUT/live/TARGET, seeded
 # from the committed replay corpus tests/fuzz/corpus/TARGET and $OUT/seeds/TARGET if
 # present). Crashes land in $OUT/crashes/TARGET/.
 #   tests/fuzz/run.sh decode -runs=1000000        (any libFuzzer flags)
@@ -14,8 +14,8 @@ else
 fi
 target="$1"
 shift
-mkdir -p "$OUT/work/$target" "$OUT/crashes/$target"
-dirs=("$OUT/work/$target")
+mkdir -p "$OUT/live/$target" "$OUT/crashes/$target"
+dirs=("$OUT/live/$target")
 [[ -d "tests/fuzz/corpus/$target" ]] && dirs+=("tests/fuzz/corpus/$target")
 [[ -d "$OUT/seeds/$target" ]] && dirs+=("$OUT/seeds/$target")
 exec "$OUT/fuzz_$target" -max_len=16384 -print_final_stats=1 \

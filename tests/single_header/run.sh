@@ -21,9 +21,9 @@
 #   tests/single_header/run.sh
 #   ARC_V3_PREFIX=DIR   an install made by the README's CMake block (.ci/run's stage 4 makes
 #                       one); without it this script runs that block itself (minutes)
-#   ARC_V3_CORPUS=DIR   folders of step_*.safetensors (default: a shared/corpus folder beside
-#                       the repository, where the development setup has real runs); the
-#                       round trips are skipped when there is none
+#   ARC_V3_CORPUS=DIR   folders of step_*.safetensors (e.g. real optimizer runs of your own);
+#                       by default the built-in generator's three regimes (arc_bench
+#                       --save-generated, 1 M parameters, 2 step pairs each)
 #   ARC_V3_KEEP_WORK=1  keep the work folder (every check's log is in its logs/)
 #   tests/single_header/run.sh --cmake-install DIR PREFIX
 #                       only the README's CMake build-and-install block, run in DIR
@@ -135,7 +135,13 @@ if (( ${#need[@]} > 0 )); then
   apt-get -o DPkg::Lock::Timeout=600 install -y -qq "${need[@]}"
 fi
 
-corpus=${ARC_V3_CORPUS:-$ARC_V3/../shared/corpus}
+corpus=${ARC_V3_CORPUS:-}
+if [[ -z "$corpus" ]]; then
+  corpus=$WORK/generated_runs
+  bazel build //bench:arc_bench >/dev/null 2>&1 &&
+    bazel-bin/bench/arc_bench --params 1000000 --deltas 2 --save-generated "$corpus" \
+      --generate-only >/dev/null 2>&1 || echo "could not generate runs into $corpus"
+fi
 runs=()
 if [[ -d "$corpus" ]]; then
   for run in "$corpus"/*/; do
@@ -146,7 +152,9 @@ echo "corpus: ${#runs[@]} runs in $corpus"
 # Under qemu: the sparsest run (modelled chunks) and the densest (rANS chunks).
 arm_runs=()
 for run in "${runs[@]}"; do
-  case "$(basename "$run")" in real_ocr_lr3e-7 | real_gpt2_lr5e-6) arm_runs+=("$run") ;; esac
+  case "$(basename "$run")" in
+    real_ocr_lr3e-7 | real_gpt2_lr5e-6 | gen_low | gen_high) arm_runs+=("$run") ;;
+  esac
 done
 
 header=$ARC_V3/single_include/arc_v3.hpp
@@ -232,7 +240,7 @@ skip() {
 # Real checkpoints: every target and both compilers give the same payloads.
 if (( ${#runs[@]} == 0 )); then
   for name in roundtrip-g++ roundtrip-clang++ roundtrip-aarch64-max; do
-    skip "$name" "no corpus in $corpus; ARC_V3_CORPUS names one"
+    skip "$name" "no step_*.safetensors runs in $corpus"
   done
 elif (( ${#arm_runs[@]} == 0 )); then
   skip roundtrip-aarch64-max "neither real_ocr_lr3e-7 nor real_gpt2_lr5e-6 in $corpus"

@@ -7,8 +7,9 @@
 // input, median of several runs, one thread and all threads). Every round trip is checked
 // bit-exact. Then, per dataset and step pair, against each pair's bound (b2): the small
 // tensors grouped in one payload (delta_compress_tensors) and session mode
-// (arc_v3::Session over the run's steps); last, memcpy bandwidth and each
-// kernel's speed per Highway target.
+// (arc_v3::Session over the run's steps); then memcpy bandwidth and each kernel's speed per
+// Highway target; last, the headline table (the README's: arc_v3 against ARCv3 as
+// published, the smallest other codec, bound (b2) and slime_zstd's speed).
 //
 // Run `arc_bench --help` for the flags.
 #include <unistd.h>
@@ -55,7 +56,7 @@ Usage: arc_bench [flags]
   --deltas N         generator step pairs per regime (default 3)
   --dir PATH         a run directory of consecutive checkpoints (step_*.safetensors, or one
                      subdirectory per sharded checkpoint); repeatable
-  --codecs a,b,c     only these codecs (names as in the table; default all)
+  --codecs a,b,c     only these codecs (names as in the table, see Codecs below; default all)
   --quick            fewer repetitions, smaller kernel buffers
   --threads N        "all threads" means N (default: hardware threads)
   --no-kernels       skip the memcpy / kernel speed section
@@ -64,12 +65,27 @@ Usage: arc_bench [flags]
                      3 also races the adaptive coder on dense session chunks
   --json FILE        write all results as JSON
   --csv FILE         write the codec table as CSV
-  --chart FILE.png   plot payload % vs density per codec (needs gnuplot)
+  --chart FILE.png   plot payload % vs density per codec (needs gnuplot; writes FILE.png only)
   --regimes a,b      only these generator regimes: low, mid, high (default all three)
   --save-generated DIR  also write each generated regime as DIR/<regime>/step_NNN.safetensors
   --generate-only    with --save-generated: write the checkpoints and stop (e.g. a >= 1 GB
                      pair for `arc_v3_cli bench`: --params 540000000 --deltas 1 --regimes low)
   --help             this text
+
+Codecs (one row each, payload = all a receiver needs besides prev and the shapes):
+  arc_v3             the library's default (Format::kDefault, effort 2): the README's arc_v3
+  arc_v3_e0, _e1, _e3  the same format at effort 0, 1, 3
+  arcv3_published    ARCv3 as published (Format::kArcV3), effort 2; arcv3_published_e0,
+                     _e1, _e3 at the other efforts
+  trl_draft, trl_gap, pulsesync, arcv2_like, slime_zstd, zstd19_xor, lz4_xor
+                     the published competitors, re-implemented (bench/baselines/)
+  Release 1.0.0 (and its bench/results/) named ARCv3 as published arc_v3_e0..e3 and the
+  default arc_default_e0..e3: arc_default_e2 is arc_v3, arc_v3_e2 is arcv3_published, and
+  arc_v3_e0, _e1, _e3 now mean the default format.
+
+The output ends with the headline table (the README's): per dataset, arc_v3's payload %
+of the BF16 bytes, ARCv3 as published's, the smallest other codec's, bound (b2), arc_v3 /
+(b2), and one-thread decode and encode GB/s of arc_v3 against slime_zstd.
 
 Throughput is GB/s of BF16 input (the `next` checkpoint's bytes), the median of up to 5 runs
 (3 with --quick). "nT" runs the tensors of a step in parallel on all threads.
@@ -213,6 +229,21 @@ std::string Format(const char* format, double value) {
   char buffer[64];
   std::snprintf(buffer, sizeof(buffer), format, value);
   return buffer;
+}
+
+// " (renamed: ...)" for a codec name of release 1.0.0 that is gone, else "".
+std::string RenamedCodecHint(const std::string& name) {
+  const std::string old_default = "arc_default_e";
+  if (name.rfind(old_default, 0) == 0 && name.size() == old_default.size() + 1) {
+    const std::string effort = name.substr(old_default.size());
+    return " (renamed: the default format is now " +
+           std::string(effort == "2" ? kDefaultCodec : kDefaultCodec + ("_e" + effort)) + ")";
+  }
+  if (name == "arc_v3_e2") {
+    return std::string(" (renamed: ARCv3 as published at effort 2 is now ") + kPublishedCodec +
+           ", the default format at effort 2 " + kDefaultCodec + ")";
+  }
+  return "";
 }
 
 // ---------------------------------------------------------------------------- codecs
@@ -874,6 +905,58 @@ void PrintSessionTable(const DatasetResult& d) {
               speed(r.grouped_history_elements, r.grouped_history_decompress_seconds));
 }
 
+// The closing summary, the README's table: per dataset, arc_v3's payload (% of the BF16
+// bytes) beside ARCv3 as published's and the smallest other codec's, bound (b2), arc_v3 /
+// (b2), one-thread decode and encode GB/s of arc_v3 against slime_zstd; then, where any
+// of arc_v3's other rows (effort levels, ARCv3 as published) is larger than the smallest
+// other codec, by how much. "-": the codec did not run (--codecs) or failed.
+void PrintHeadline(const std::vector<DatasetResult>& datasets) {
+  constexpr char kPeer[] = "slime_zstd";
+  std::printf("\n== Headline, the README's table: payload as %% of the BF16 bytes (smaller is "
+              "better) of %s (the library's default), %s (ARCv3 as published) and the smallest "
+              "other codec; one-thread GB/s\n\n",
+              kDefaultCodec, kPublishedCodec);
+  std::vector<Row> rows;
+  std::vector<std::string> notes;
+  for (const DatasetResult& d : datasets) {
+    const CodecResult *arc = nullptr, *published = nullptr, *peer = nullptr, *smallest = nullptr;
+    for (const CodecResult& c : d.codecs) {
+      if (!c.ok) continue;
+      if (c.codec == kDefaultCodec) arc = &c;
+      if (c.codec == kPublishedCodec) published = &c;
+      if (c.codec == kPeer) peer = &c;
+      if (!IsArcV3Codec(c.codec) && (smallest == nullptr || c.payload_bytes < smallest->payload_bytes)) {
+        smallest = &c;
+      }
+    }
+    const double b2 = d.stats.BitsToPercent(d.stats.bits_b2);
+    auto percent = [&](const CodecResult* c) {
+      return c ? Format("%.3f%%", PayloadPercent(d, c->payload_bytes)) : std::string("-");
+    };
+    auto speeds = [&](double CodecResult::*field) {
+      return (arc ? Format("%.2f", arc->*field) : "-") + " / " + (peer ? Format("%.2f", peer->*field) : "-");
+    };
+    rows.push_back(Row{{d.name, Format("%.2f%%", 100 * d.stats.Density()), percent(arc), percent(published),
+                        smallest ? percent(smallest) + " (" + smallest->codec + ")" : "-", Format("%.3f%%", b2),
+                        arc && b2 > 0 ? Format("%.2f", PayloadPercent(d, arc->payload_bytes) / b2) : "-",
+                        speeds(&CodecResult::decompress_1t), speeds(&CodecResult::compress_1t)}});
+    if (smallest == nullptr) continue;
+    std::string larger;
+    for (const CodecResult& c : d.codecs) {
+      if (c.ok && IsArcV3Codec(c.codec) && c.payload_bytes > smallest->payload_bytes) {
+        larger += " " + c.codec + Format(" +%.1f%%", 100.0 * c.payload_bytes / smallest->payload_bytes - 100);
+      }
+    }
+    if (!larger.empty()) notes.push_back(d.name + ":" + larger);
+  }
+  PrintTable({"dataset", "changed", kDefaultCodec, kPublishedCodec, "smallest other", "bound (b2)",
+              std::string(kDefaultCodec) + "/(b2)", std::string("decode ") + kDefaultCodec + " / " + kPeer,
+              std::string("encode ") + kDefaultCodec + " / " + kPeer},
+             rows);
+  if (!notes.empty()) std::printf("   %s's rows larger than the smallest other codec:\n", kDefaultCodec);
+  for (const std::string& note : notes) std::printf("     %s\n", note.c_str());
+}
+
 nlohmann::json ToJson(const std::vector<DatasetResult>& datasets, const std::vector<KernelResult>& kernels,
                       size_t workers) {
   nlohmann::json root;
@@ -973,7 +1056,7 @@ bool WriteCsv(const std::string& path, const std::vector<DatasetResult>& dataset
 // Payload % vs density, one series per codec (and the bound (b2)), log-log, via gnuplot.
 void WriteChart(const std::string& png, const std::vector<DatasetResult>& datasets) {
   if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
-    std::printf("\nchart skipped: gnuplot not found (Debian: apt-get install gnuplot-nox)\n");
+    std::printf("chart skipped: gnuplot not found (Debian: apt-get install gnuplot-nox)\n");
     return;
   }
   std::map<std::string, std::vector<std::pair<double, double>>> series;
@@ -988,7 +1071,21 @@ void WriteChart(const std::string& png, const std::vector<DatasetResult>& datase
       if (c.ok) add(c.codec, d.stats.Density(), PayloadPercent(d, c.payload_bytes));
     }
   }
-  const std::string data = png + ".dat", script = png + ".gp";
+  // gnuplot's data and script go to a folder of their own, removed after it ran: the
+  // user's folder gets the PNG only.
+  std::error_code ec;
+  std::string work = (std::filesystem::temp_directory_path(ec) / "arc_bench_chart_XXXXXX").string();
+  if (ec || mkdtemp(work.data()) == nullptr) {
+    std::printf("chart skipped: cannot create a temporary folder for gnuplot\n");
+    return;
+  }
+  const std::string data = work + "/series.dat", script = work + "/chart.gp";
+  // A gnuplot string in single quotes: '' stands for '.
+  auto quoted = [](const std::string& text) {
+    std::string out = "'";
+    for (const char c : text) out += c == '\'' ? std::string("''") : std::string(1, c);
+    return out + "'";
+  };
   std::ofstream dat(data);
   for (const std::string& name : order) {
     auto& points = series[name];
@@ -1001,15 +1098,17 @@ void WriteChart(const std::string& png, const std::vector<DatasetResult>& datase
   const bool cairo = std::system("gnuplot -e 'set terminal pngcairo' >/dev/null 2>&1") == 0;
   std::ofstream gp(script);
   gp << "set terminal " << (cairo ? "pngcairo size 1200,800 font ',10'" : "png size 1200,800") << "\n"
-     << "set output '" << png << "'\n"
+     << "set output " << quoted(png) << "\n"
      << "set title 'BF16 weight-update payload vs density (lower is better)'\n"
      << "set xlabel 'changed values per step (%)'\nset ylabel 'payload (% of BF16 bytes)'\n"
      << "set termoption noenhanced\nset logscale xy\nset grid\nset key outside right top\n"
-     << "plot for [i=0:" << order.size() - 1 << "] '" << data
-     << "' index i using 1:2 with linespoints lw (i == 0 ? 3 : 1) pt (i % 13 + 1) dashtype i / 8 + 1 title columnheader(1)\n";
+     << "plot for [i=0:" << order.size() - 1 << "] " << quoted(data)
+     << " index i using 1:2 with linespoints lw (i == 0 ? 3 : 1) pt (i % 13 + 1) dashtype i / 8 + 1 title columnheader(1)\n";
   gp.close();
+  // The folder's name is mkdtemp's: no quote in it.
   const int rc = std::system(("gnuplot '" + script + "'").c_str());
-  std::printf("\nchart: %s%s\n", png.c_str(), rc == 0 ? "" : " (gnuplot failed)");
+  std::filesystem::remove_all(work, ec);
+  std::printf("chart: %s%s\n", png.c_str(), rc == 0 ? "" : " (gnuplot failed)");
 }
 
 int Main(int argc, char** argv) {
@@ -1025,7 +1124,8 @@ int Main(int argc, char** argv) {
       if (!known.count(name)) {
         std::string all;
         for (const auto& c : codecs) all += " " + c->Name();
-        std::fprintf(stderr, "arc_bench: unknown codec '%s'; known:%s\n", name.c_str(), all.c_str());
+        std::fprintf(stderr, "arc_bench: unknown codec '%s'%s; known:%s\n", name.c_str(),
+                     RenamedCodecHint(name).c_str(), all.c_str());
         return 2;
       }
     }
@@ -1134,29 +1234,12 @@ int Main(int argc, char** argv) {
   }
 
   if (flags.generate_only) return 0;
-  // Where arc_v3 is not the smallest: each arc_v3 variant against the best competitor.
-  std::printf("\n== arc_v3 vs the best competitor per dataset\n");
-  for (const DatasetResult& d : results) {
-    const CodecResult* best = nullptr;
-    for (const CodecResult& c : d.codecs) {
-      if (c.ok && c.codec.rfind("arc_", 0) != 0 && (best == nullptr || c.payload_bytes < best->payload_bytes)) {
-        best = &c;
-      }
-    }
-    if (best == nullptr) continue;
-    std::string larger;
-    for (const CodecResult& c : d.codecs) {
-      if (c.ok && c.codec.rfind("arc_", 0) == 0 && c.payload_bytes > best->payload_bytes) {
-        larger += " " + c.codec + Format(" +%.1f%%", 100.0 * c.payload_bytes / best->payload_bytes - 100);
-      }
-    }
-    std::printf("   %-20s best competitor %s %.4f%%; arc_v3 variants larger:%s\n", d.name.c_str(), best->codec.c_str(),
-                PayloadPercent(d, best->payload_bytes), larger.empty() ? " none" : larger.c_str());
-  }
-
+  bool any_file = false;
   for (const std::string* path : {&flags.json, &flags.csv, &flags.chart}) {
     if (!path->empty()) CreateParentDirectory(*path);
+    any_file = any_file || !path->empty();
   }
+  if (any_file) std::printf("\n");
   if (!flags.json.empty()) {
     std::ofstream out(flags.json);
     out << ToJson(results, kernel_results, workers).dump(1) << "\n";
@@ -1174,6 +1257,7 @@ int Main(int argc, char** argv) {
     }
   }
   if (!flags.chart.empty()) WriteChart(flags.chart, results);
+  PrintHeadline(results);
   if (failed) {
     std::printf("\nSOME ROUND TRIPS FAILED (see above)\n");
     return 1;

@@ -36,6 +36,16 @@ class Codec {
                           uint16_t* out) const = 0;
 };
 
+// arc_v3's rows: the library's default format at its default effort (the README's
+// "arc_v3"), and ARCv3 as published (Format::kArcV3) at that effort; the other effort
+// levels are these names with _e0, _e1, _e3.
+inline constexpr char kDefaultCodec[] = "arc_v3";
+inline constexpr char kPublishedCodec[] = "arcv3_published";
+// The competitors to name as "smallest other": every row but arc_v3's own.
+inline bool IsArcV3Codec(const std::string& name) {
+  return name.rfind(kDefaultCodec, 0) == 0 || name.rfind(kPublishedCodec, 0) == 0;
+}
+
 // Every codec of the benchmark, in table order.
 std::vector<std::unique_ptr<Codec>> AllCodecs();
 

@@ -43,9 +43,13 @@ class ArcV3Codec : public Codec {
   Options options_;
 };
 
+// One row per effort level (0..3) of `format`: the library's default effort is `name`
+// itself, the others `name`_eN (so arc_v3 is exactly what delta_compress does by default).
 void AddArcV3(std::vector<std::unique_ptr<Codec>>* codecs, const std::string& name, Format format) {
+  const int default_effort = Options().effort;
   for (int effort = 0; effort <= 3; ++effort) {
-    codecs->push_back(std::make_unique<ArcV3Codec>(name + "_e" + std::to_string(effort), format, effort));
+    const std::string row = effort == default_effort ? name : name + "_e" + std::to_string(effort);
+    codecs->push_back(std::make_unique<ArcV3Codec>(row, format, effort));
   }
 }
 
@@ -60,9 +64,11 @@ std::vector<std::unique_ptr<Codec>> AllCodecs() {
   codecs.push_back(MakeSlimeDeltasZstd());
   codecs.push_back(MakeZstdXor(19));
   codecs.push_back(MakeLz4Xor());
-  // One line per arc_v3 format (all four effort levels each).
-  AddArcV3(&codecs, "arc_v3", Format::kArcV3);
-  AddArcV3(&codecs, "arc_default", Format::kDefault);
+  // One row per arc_v3 format and effort level: ARCv3 as published (arcv3_published,
+  // arcv3_published_e0 ..), then the library's default format, the README's arc_v3
+  // (arc_v3, arc_v3_e0 ..). Release 1.0.0 named them arc_v3_eN and arc_default_eN.
+  AddArcV3(&codecs, kPublishedCodec, Format::kArcV3);
+  AddArcV3(&codecs, kDefaultCodec, Format::kDefault);
   return codecs;
 }
 

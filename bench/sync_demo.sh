@@ -18,7 +18,13 @@ done
 A="$PWD/bazel-bin/src/cli/arc_v3_cli"
 work=$(mktemp -d "${TMPDIR:-/tmp}/arc_v3_demo.XXXXXX")
 pids=()
-trap 'kill "${pids[@]}" 2>/dev/null; rm -rf "$work"' EXIT
+# Stops the followers still running (none once they are waited for) and removes the work
+# folder, whatever the exit; never fails itself, so the script's own status is kept.
+cleanup() {
+  if [ ${#pids[@]} -gt 0 ]; then kill "${pids[@]}" 2>/dev/null || true; fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
 bazel-bin/bench/arc_bench --params "$params" --deltas "$((steps - 1))" --regimes mid \
   --save-generated "$work/gen" --generate-only >/dev/null
 store="$work/store"

@@ -96,9 +96,11 @@ OrderedJson StateToJson(const DirState& s) {
                                                       ? OrderedJson(nullptr)
                                                       : OrderedJson(s.selection.row_end)}}};
   }
-  return {{"format", kProtocolName}, {"version", kProtocolVersion}, {"kind", "directory"},
-          {"store", s.store},        {"step", s.step},                {"manifest_xxh3", container::HexU64(s.manifest_xxh3)},
-          {"selection", selection},  {"shards", shards}};
+  OrderedJson state = {{"format", kProtocolName}, {"version", kProtocolVersion}, {"kind", "directory"},
+                       {"store", s.store},        {"step", s.step},                {"manifest_xxh3", container::HexU64(s.manifest_xxh3)},
+                       {"selection", selection},  {"shards", shards}};
+  if (s.index) state["index"] = true;
+  return state;
 }
 
 uint64_t ParseHex(const std::string& text) {
@@ -155,6 +157,7 @@ DirState StateFromJson(const Json& j) {
     if (!sh.at("rows").is_null()) shard.rows = FileFromJson(sh.at("rows"));
     s.shards.push_back(std::move(shard));
   }
+  s.index = j.contains("index") && j.at("index").get<bool>();
   return s;
 }
 

@@ -49,6 +49,7 @@ struct DirState {
   uint64_t manifest_xxh3 = 0;  // of the step's manifest bytes: which store's step it is
   Selection selection;
   std::vector<ShardState> shards;  // in shard order
+  bool index = false;  // DIR/model.safetensors.index.json is the step's (written by the pull)
 };
 
 // Holds DIR/.arc_v3/lock (flock) for its lifetime: one pull per directory at a time.

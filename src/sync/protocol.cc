@@ -82,10 +82,23 @@ ObjectRef ParseRef(const Json& j, const ShardRecord& r, const char* kind, const 
   return ref;
 }
 
+ObjectRef ParseIndexRef(const Json& j, const ShardRecord& r, const std::string& where) {
+  CheckFields(j, {"key", "size", "xxh3"}, where);
+  ObjectRef ref;
+  ref.key = Str(Field(j, "key", where), where + ".key");
+  ref.size = U64(Field(j, "size", where), where + ".size");
+  ref.xxh3 = Hex(Field(j, "xxh3", where), where + ".xxh3");
+  if (ref.key != IndexKey(r.step, r.shard, r.count, ref.xxh3)) {
+    Fail(where + ".key is not " + IndexKey(r.step, r.shard, r.count, ref.xxh3));
+  }
+  if (ref.size > kMaxDocumentBytes) Fail(where + ".size is above " + std::to_string(kMaxDocumentBytes));
+  return ref;
+}
+
 OrderedJson RecordBody(const ShardRecord& r) {
   OrderedJson tensors = OrderedJson::array();
   for (const TensorChecksum& t : r.tensors) tensors.push_back({t.name, container::HexU64(t.xxh3)});
-  return {{"step", r.step},
+  OrderedJson body = {{"step", r.step},
           {"base_step", r.base_step == kNoStep ? OrderedJson(nullptr) : OrderedJson(r.base_step)},
           {"shard", r.shard},
           {"count", r.count},
@@ -95,10 +108,15 @@ OrderedJson RecordBody(const ShardRecord& r) {
           {"anchor", RefJson(r.anchor)},
           {"tensors", tensors},
           {"published_at", r.published_at}};
+  // Written only when present, so that records without one stay as protocol 1.0 wrote them.
+  if (r.index.present()) {
+    body["index"] = {{"key", r.index.key}, {"size", r.index.size}, {"xxh3", container::HexU64(r.index.xxh3)}};
+  }
+  return body;
 }
 
 const std::set<std::string> kRecordFields = {"step", "base_step", "shard", "count", "file", "file_size",
-                                             "delta", "anchor", "tensors", "published_at"};
+                                             "delta", "anchor", "tensors", "published_at", "index"};
 
 ShardRecord ParseRecordBody(const Json& j, const std::string& where) {
   ShardRecord r;
@@ -127,6 +145,7 @@ ShardRecord ParseRecordBody(const Json& j, const std::string& where) {
     r.tensors.push_back(std::move(c));
   }
   r.published_at = Time(Field(j, "published_at", where), where + ".published_at");
+  if (j.contains("index")) r.index = ParseIndexRef(j.at("index"), r, where + ".index");
   return r;
 }
 
@@ -163,6 +182,11 @@ std::string ShardRecordKey(uint64_t step, uint32_t shard, uint32_t count) {
 std::string PieceKey(uint64_t step, uint32_t shard, uint32_t count, const char* kind, uint64_t xxh3) {
   return StepPrefix(step) + "shard-" + Digits(shard, 5) + "-of-" + Digits(count, 5) + "." + kind + "-" +
          container::HexU64(xxh3) + ".a3d";
+}
+
+std::string IndexKey(uint64_t step, uint32_t shard, uint32_t count, uint64_t xxh3) {
+  return StepPrefix(step) + "shard-" + Digits(shard, 5) + "-of-" + Digits(count, 5) + ".index-" +
+         container::HexU64(xxh3) + ".json";
 }
 
 uint64_t StepOfKey(const std::string& key) {
@@ -246,6 +270,7 @@ Status ParseManifest(const std::vector<uint8_t>& bytes, const std::string& where
       if (r.step != m.step || r.count != m.count || r.shard != i) Fail(at + " is not shard " + std::to_string(i) + " of this step");
       if (r.delta.present() && r.base_step != m.base_step) Fail(at + ".base_step differs from the step's");
       if (!files.insert(r.file).second) Fail(at + ".file '" + r.file + "' is published by two shards");
+      if (r.file == kIndexFileName) Fail(at + ".file is the index's name");
       all_anchors = all_anchors && r.anchor.present();
       m.shards.push_back(std::move(r));
     }

@@ -32,6 +32,10 @@ std::string ShardRecordKey(uint64_t step, uint32_t shard, uint32_t count);
 // "steps/000000000042/shard-00001-of-00004.delta-0123456789abcdef.a3d": named by the
 // object's XXH3, so an object never changes once written.
 std::string PieceKey(uint64_t step, uint32_t shard, uint32_t count, const char* kind, uint64_t xxh3);
+// "steps/000000000042/shard-00001-of-00004.index-0123456789abcdef.json": the shard's
+// model.safetensors.index.json, named by its XXH3.
+std::string IndexKey(uint64_t step, uint32_t shard, uint32_t count, uint64_t xxh3);
+constexpr char kIndexFileName[] = "model.safetensors.index.json";
 // The step a key under "steps/" belongs to, or kNoStep.
 uint64_t StepOfKey(const std::string& key);
 
@@ -59,6 +63,9 @@ struct ShardRecord {
   std::string file;  // the published file's name
   uint64_t file_size = 0;
   ObjectRef delta, anchor;  // at least one present; delta iff base_step != kNoStep
+  // The sharded checkpoint's model.safetensors.index.json beside the file, carried to
+  // regions verbatim (key, size and xxh3 only; absent: none).
+  ObjectRef index;
   std::vector<TensorChecksum> tensors;  // in file order
   double published_at = 0;  // Unix time the shard started publishing (informative)
 };
@@ -78,6 +85,13 @@ struct StepManifest {
   double published_at = 0;  // the earliest shard's
   double committed_at = 0;
   bool anchor() const { return anchor_step == step; }
+  // The step's model.safetensors.index.json: the lowest shard's that carries one, or null.
+  const ObjectRef* index() const {
+    for (const ShardRecord& r : shards) {
+      if (r.index.present()) return &r.index;
+    }
+    return nullptr;
+  }
 };
 
 std::string RecordJson(const ShardRecord& record);

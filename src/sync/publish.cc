@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
 
@@ -125,6 +127,42 @@ Status CheckBase(const Reader& delta, const ShardRecord& base, const std::string
   return Status::Ok();
 }
 
+// Reads the index file a shard carries: valid JSON with a "weight_map" object, at most
+// kMaxDocumentBytes.
+Status ReadIndex(const std::string& path, std::vector<uint8_t>* bytes) {
+  std::error_code ec;
+  const uint64_t size = fs::file_size(path, ec);
+  if (ec) return Status(ErrorCode::kInvalidArgument, path + ": cannot read: " + ec.message());
+  if (size > kMaxDocumentBytes) {
+    return Status(ErrorCode::kInvalidArgument, path + ": larger than " + std::to_string(kMaxDocumentBytes) + " bytes");
+  }
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) return Status(ErrorCode::kInvalidArgument, path + ": cannot open");
+  bytes->resize(size);
+  const size_t got = size ? std::fread(bytes->data(), 1, size, f) : 0;
+  std::fclose(f);
+  if (got != size) return Status(ErrorCode::kInvalidArgument, path + ": cannot read");
+  const nlohmann::json doc = nlohmann::json::parse(bytes->begin(), bytes->end(), nullptr, false);
+  if (doc.is_discarded() || !doc.is_object() || !doc.contains("weight_map") || !doc["weight_map"].is_object()) {
+    return Status(ErrorCode::kInvalidArgument, path + ": not a safetensors index (JSON with a \"weight_map\" object)");
+  }
+  return Status::Ok();
+}
+
+// The model.safetensors.index.json beside `next` if its weight_map names next's file, else "".
+std::string IndexBeside(const std::string& next) {
+  const fs::path candidate = fs::path(next).parent_path() / kIndexFileName;
+  std::vector<uint8_t> bytes;
+  std::error_code ec;
+  if (!fs::is_regular_file(candidate, ec) || !ReadIndex(candidate.string(), &bytes).ok()) return "";
+  const std::string file = fs::path(next).filename().string();
+  const nlohmann::json doc = nlohmann::json::parse(bytes.begin(), bytes.end());
+  for (const auto& entry : doc["weight_map"].items()) {
+    if (entry.value().is_string() && entry.value().get<std::string>() == file) return candidate.string();
+  }
+  return "";
+}
+
 Status Upload(Store* store, const Built& built) {
   Status s;
   if (built.path.empty()) {
@@ -146,11 +184,43 @@ Status Upload(Store* store, const Built& built) {
   return Status::Ok();
 }
 
-Status Conflict(Store* store, const ShardRecord& record) {
+// What makes `record` another file than `existing`, the same shard of the same step
+// published before ("" if it is the same file: same name, size, base step, tensors and
+// index). How it was coded (anchor or not, effort, format) is not compared.
+std::string FileDifference(const ShardRecord& existing, const ShardRecord& record) {
+  if (existing.file != record.file) return "the file was '" + existing.file + "', now '" + record.file + "'";
+  if (existing.base_step != record.base_step) {
+    const auto name = [](uint64_t step) {
+      return step == kNoStep ? std::string("none (an anchor alone)") : "step " + std::to_string(step);
+    };
+    return "the base was " + name(existing.base_step) + ", now " + name(record.base_step);
+  }
+  if (existing.file_size != record.file_size) {
+    return "the file had " + std::to_string(existing.file_size) + " bytes, now " + std::to_string(record.file_size);
+  }
+  std::map<std::string, uint64_t> before;
+  for (const TensorChecksum& t : existing.tensors) before[t.name] = t.xxh3;
+  for (const TensorChecksum& t : record.tensors) {
+    const auto it = before.find(t.name);
+    if (it == before.end()) return "tensor '" + t.name + "' is new";
+    if (it->second != t.xxh3) return "tensor '" + t.name + "' differs";
+  }
+  if (existing.tensors.size() != record.tensors.size()) return "tensors were removed";
+  for (size_t i = 0; i < record.tensors.size(); ++i) {
+    if (existing.tensors[i].name != record.tensors[i].name) return "the tensors are in another order";
+  }
+  if (existing.index.xxh3 != record.index.xxh3 || existing.index.present() != record.index.present()) {
+    return "its model.safetensors.index.json differs";
+  }
+  return "";
+}
+
+Status Conflict(Store* store, const ShardRecord& record, const std::string& difference) {
   return Status(ErrorCode::kAlreadyExists, "shard " + std::to_string(record.shard) + " of step " +
-                                               std::to_string(record.step) +
-                                               " was already published with other contents (" + store->url() +
-                                               "/" + ShardRecordKey(record.step, record.shard, record.count) + ")");
+                                               std::to_string(record.step) + " was already published with another file (" +
+                                               difference + "; " + store->url() + "/" +
+                                               ShardRecordKey(record.step, record.shard, record.count) +
+                                               "): a published step never changes");
 }
 
 // Writes the record once; a record already there (a racing retry of this same publish)
@@ -165,7 +235,8 @@ Status PutRecord(Store* store, const ShardRecord& record, const std::string& jso
   ShardRecord existing;
   s = ParseRecord(bytes, store->url() + "/" + key, &existing);
   if (!s.ok()) return s;
-  return SameContents(existing, record) ? Status::Ok() : Conflict(store, record);
+  const std::string difference = FileDifference(existing, record);
+  return difference.empty() ? Status::Ok() : Conflict(store, record, difference);
 }
 
 // Moves `latest` forward to `step` (never back). Racing committers of different steps may
@@ -387,6 +458,15 @@ Status PublishCheckpoints(Store* store, const PublishOptions& o, const container
   s = ResultChecksums(built[0].reader, next, &r.tensors);
   if (s.ok() && r.delta.present()) s = CheckBase(built[0].reader, base, prev.path());
   if (!s.ok()) return s;
+  std::vector<uint8_t> index;
+  if (!o.no_index && !o.index.empty()) {
+    s = ReadIndex(o.index, &index);
+    if (!s.ok()) return s;
+    const uint64_t xxh3 = container::Hash(index.data(), index.size());
+    r.index.key = IndexKey(r.step, r.shard, r.count, xxh3);
+    r.index.size = index.size();
+    r.index.xxh3 = xxh3;
+  }
   report->hash_seconds += Since(h);
 
   // What pullers will check, checked before anything is uploaded.
@@ -404,8 +484,16 @@ Status PublishCheckpoints(Store* store, const PublishOptions& o, const container
     ShardRecord existing;
     s = ParseRecord(existing_bytes, store->url() + "/" + record_key, &existing);
     if (!s.ok()) return s;
-    if (!SameContents(existing, r)) return Conflict(store, r);
+    const std::string difference = FileDifference(existing, r);
+    if (!difference.empty()) return Conflict(store, r, difference);
+    // The same file again: a no-op that keeps what was published first.
     published = true;
+    report->already_published = true;
+    if (existing.anchor.present() != r.anchor.present()) {
+      report->note = existing.anchor.present() ? "published first with an anchor, kept"
+                                               : "published first without an anchor, kept";
+    }
+    r = existing;
   } else if (s.code() != ErrorCode::kNotFound) {
     return s;
   }
@@ -418,10 +506,16 @@ Status PublishCheckpoints(Store* store, const PublishOptions& o, const container
       if (!up.ok()) return up;
     }
     for (const Built& b : built) report->uploaded_bytes += b.ref.size;
+    if (r.index.present()) {  // named by its XXH3: one already there is this one
+      s = store->Put(r.index.key, index.data(), index.size(), PutMode::kCreateOnly);
+      if (!s.ok() && s.code() != ErrorCode::kAlreadyExists) return s;
+      report->uploaded_bytes += index.size();
+      ++report->uploaded_objects;
+    }
     s = PutRecord(store, r, record_json);
     if (!s.ok()) return s;
     report->uploaded_bytes += record_json.size();
-    report->uploaded_objects = built.size() + 1;
+    report->uploaded_objects += built.size() + 1;
   }
   report->upload_seconds = Since(u);
 
@@ -442,6 +536,11 @@ Status Publish(Store* store, const PublishOptions& o, PublishReport* report) {
   Status s = container::Checkpoint::Open(o.prev, &prev);
   if (s.ok()) s = container::Checkpoint::Open(o.next, &next);
   if (!s.ok()) return s;
+  if (o.index.empty() && !o.no_index) {
+    PublishOptions with_index = o;
+    with_index.index = IndexBeside(o.next);
+    return PublishCheckpoints(store, with_index, prev, next, false, report);
+  }
   return PublishCheckpoints(store, o, prev, next, false, report);
 }
 

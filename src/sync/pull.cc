@@ -513,12 +513,32 @@ Status BuildJournal(Store* store, const std::string& dir, const DirState* old, c
     journal->moves.emplace_back(Stage::Relative(r.file), r.file);
     journal->state.shards.push_back(std::move(shard));
   }
+  // A full pull carries the step's model.safetensors.index.json (a partial one holds only
+  // some tensors: an index of them all would mislead a loader).
+  const ObjectRef* index = partial ? nullptr : final_hop.m.index();
+  if (index != nullptr) {
+    std::vector<uint8_t> bytes;
+    Status s = store->Get(index->key, kMaxDocumentBytes, &bytes, nullptr);
+    if (s.ok() && (bytes.size() != index->size || container::Hash(bytes.data(), bytes.size()) != index->xxh3)) {
+      s = Status(ErrorCode::kCorruptHeader, store->url() + "/" + index->key + ": not the index the step names");
+    }
+    ++report->requests;
+    ++report->fetched_objects;
+    report->fetched_bytes += bytes.size();
+    OutFile out;
+    if (s.ok()) s = out.Create(stage.Path(kIndexFileName), bytes, bytes.size());
+    if (s.ok()) s = out.Close(true);
+    if (!s.ok()) return s;
+    journal->moves.emplace_back(Stage::Relative(kIndexFileName), kIndexFileName);
+    journal->state.index = true;
+  }
   if (old != nullptr) {
     for (const ShardState& o : old->shards) {
       const bool gone = names.count(o.name) == 0;
       if (gone) journal->removes.push_back(o.name);
       if (!o.rows.path.empty() && (gone || !partial)) journal->removes.push_back(o.rows.path);
     }
+    if (old->index && index == nullptr) journal->removes.push_back(kIndexFileName);
   }
   return Status::Ok();
 }
@@ -657,12 +677,34 @@ Status PullLocked(Store* store, const std::string& dir, const PullOptions& o, bo
 Status Pull(Store* store, const std::string& dir, const PullOptions& options, PullReport* report) {
   *report = PullReport();
   std::error_code ec;
+  const bool existed = fs::exists(dir, ec);
+  const bool had_state_dir = fs::exists(fs::path(dir) / kStateDir, ec);
+  if (existed && !fs::is_directory(dir, ec)) {
+    return Status(ErrorCode::kInvalidArgument, dir + " is not a directory");
+  }
+  // A directory of other files is not a region's: pulling would replace files of the same
+  // names. It is taken only when asked to.
+  if (existed && !had_state_dir && !options.force && !options.reset &&
+      fs::directory_iterator(dir, ec) != fs::directory_iterator()) {
+    return Status(ErrorCode::kAlreadyExists,
+                  dir + " holds files but was never pulled into (not replaced without --force)");
+  }
   fs::create_directories(dir, ec);
   if (!fs::is_directory(dir, ec)) return Status(ErrorCode::kInvalidArgument, dir + ": cannot create the directory");
-  DirLock lock;
-  Status s = lock.Acquire(dir);
-  if (!s.ok()) return s;
-  return PullLocked(store, dir, options, false, report);
+  Status s;
+  {
+    DirLock lock;
+    s = lock.Acquire(dir);
+    if (s.ok()) s = PullLocked(store, dir, options, false, report);
+  }
+  // A first pull that failed leaves nothing behind: not the directory it made, nor the
+  // lock and stage it made inside one that existed.
+  const fs::path state_dir = fs::path(dir) / kStateDir;
+  if (!s.ok() && !had_state_dir && !fs::exists(state_dir / "state.json", ec) &&
+      !fs::exists(state_dir / "commit.json", ec)) {
+    fs::remove_all(existed ? fs::path(dir) / kStateDir : fs::path(dir), ec);
+  }
+  return s;
 }
 
 Status DirectoryStep(const std::string& dir, uint64_t* step) {

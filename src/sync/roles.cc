@@ -63,7 +63,9 @@ Status Publisher::Open(const std::string& store_url, const PublisherOptions& opt
                                                    std::to_string(sync::kMaxShards) + ")");
   }
   auto impl = std::make_unique<Impl>();
-  Status s = sync::OpenStore(store_url, Settings(options.store), &impl->store);
+  sync::StoreOptions store_options = Settings(options.store);
+  store_options.create = true;  // a directory store's first publish makes its directory
+  Status s = sync::OpenStore(store_url, store_options, &impl->store);
   if (!s.ok()) return s;
   if (!impl->store->writable()) return Status(ErrorCode::kInvalidArgument, store_url + " is read-only");
   impl->options = options;

@@ -308,7 +308,20 @@ Status OpenStore(const std::string& url, const StoreOptions& options, std::uniqu
   }
   std::error_code ec;
   if (!fs::is_directory(path, ec)) {
-    return Status(ErrorCode::kInvalidArgument, "store directory '" + path + "' does not exist");
+    if (fs::exists(path, ec)) {
+      return Status(ErrorCode::kInvalidArgument, "store '" + path + "' is not a directory");
+    }
+    if (!options.create) {
+      return Status(ErrorCode::kNotFound, "store directory '" + path +
+                                              "' does not exist: nothing was published there "
+                                              "(publishing creates it)");
+    }
+    fs::create_directories(path, ec);
+    std::error_code ec2;
+    if (!fs::is_directory(path, ec2)) {
+      return Status(ErrorCode::kInvalidArgument,
+                    "store directory '" + path + "' cannot be created: " + ec.message());
+    }
   }
   std::string root = fs::absolute(path, ec).lexically_normal().string();
   while (root.size() > 1 && root.back() == '/') root.pop_back();

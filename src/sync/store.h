@@ -44,6 +44,9 @@ struct StoreOptions {
   int connections = 8;
   // Objects above this size are uploaded in parts and downloaded in ranges of this size.
   uint64_t part_bytes = uint64_t{16} << 20;
+  // A directory store's directory is created if it is missing (a writer's first publish);
+  // otherwise a missing directory is kNotFound.
+  bool create = false;
 };
 
 class Store {
@@ -93,7 +96,8 @@ class Store {
 // AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL (default https://s3.REGION.amazonaws.com),
 // AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN (none: anonymous requests),
 // AWS_REGION or AWS_DEFAULT_REGION (default us-east-1). A directory store's directory
-// must exist. Errors: kInvalidArgument (malformed URL, missing directory).
+// must exist unless options.create. Errors: kInvalidArgument (malformed URL, a path that
+// is not a directory or cannot be created), kNotFound (no such directory).
 Status OpenStore(const std::string& url, const StoreOptions& options, std::unique_ptr<Store>* store);
 
 // Whether `key` is a well-formed key (see the top of this file).

@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <fstream>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -187,7 +188,19 @@ TEST_CASE("stores: a store that is gone fails with unavailable after its retries
     const Status s = store->Get("latest", 1 << 20, &got, nullptr);
     CHECK(s.code() == ErrorCode::kUnavailable);
     CHECK(store->Put("x", got.data(), 0, PutMode::kOverwrite).code() == ErrorCode::kUnavailable);
-    CHECK(OpenStore(tmp / "never", test::FastRetries(), &store).code() == ErrorCode::kInvalidArgument);
+    // Never there: a reader is told nothing was published; a writer (create) makes it,
+    // but a store that went away after opening is never re-created.
+    const Status never = OpenStore(tmp / "never", test::FastRetries(), &store);
+    CHECK(never.code() == ErrorCode::kNotFound);
+    CHECK(never.message().find("does not exist") != std::string::npos);
+    CHECK(!test::fs::exists(tmp / "never"));
+    StoreOptions create = test::FastRetries();
+    create.create = true;
+    REQUIRE(OpenStore(tmp / "never/nested", create, &store).ok());
+    CHECK(test::fs::is_directory(tmp / "never/nested"));
+    CHECK(store->Put("x", got.data(), 0, PutMode::kOverwrite).ok());
+    std::ofstream(tmp / "a-file") << "x";
+    CHECK(OpenStore(tmp / "a-file", create, &store).code() == ErrorCode::kInvalidArgument);
   }
   {
     // Nothing listens on the endpoint.

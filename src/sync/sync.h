@@ -30,6 +30,10 @@ struct PublishOptions {
   uint32_t shard = 0, count = 1;
   // An anchor is also written when step % anchor_every == 0 (0: only without `prev`).
   uint64_t anchor_every = 10;
+  // A sharded checkpoint's model.safetensors.index.json, carried to full pulls verbatim.
+  // "": Publish takes the one beside `next` if its weight_map names next's file.
+  std::string index;
+  bool no_index = false;  // carry none
   std::string work_dir;  // where containers are written before upload ("": $TMPDIR or /tmp)
   container::RunOptions run;  // threads, effort
 };
@@ -38,6 +42,10 @@ struct PublishReport {
   ShardRecord record;
   bool committed = false;  // the step is committed (by this call or another shard)
   std::string pending;     // why not, e.g. "waiting for shards 1, 3 of 4"
+  // The shard had published this same file for the step before (same name, base step and
+  // tensors): nothing was uploaded and `record` is the first publish's.
+  bool already_published = false;
+  std::string note;  // what of this call's options the first publish's objects override
   uint64_t uploaded_bytes = 0, uploaded_objects = 0;
   double encode_seconds = 0, hash_seconds = 0, upload_seconds = 0, commit_seconds = 0;
   double total_seconds = 0;
@@ -46,7 +54,9 @@ struct PublishReport {
 // Publishes one shard's file for a step and commits the step if it is complete.
 // Refuses (kChecksumMismatch) a `prev` whose tensors are not what this shard published
 // for the base step, and (kNotFound) a base step this shard never published. Publishing
-// the same file again is a no-op; other contents for a published shard: kAlreadyExists.
+// the same file (name, base step, tensors) again is a no-op that keeps the first
+// publish's objects, whatever the anchor, effort or format asked for now; another file
+// for a published shard is kAlreadyExists, naming what differs.
 Status Publish(Store* store, const PublishOptions& options, PublishReport* report);
 // The same from opened checkpoints (options.next and options.prev unused): `prev` empty
 // for an anchor alone, `next` one file (e.g. Checkpoint::FromMemory of a trainer rank's
@@ -72,6 +82,9 @@ struct PullOptions {
   uint64_t row_begin = 0, row_end = UINT64_MAX;
   // Rebuild from the nearest anchor whatever DIR holds (its files are replaced).
   bool reset = false;
+  // Take a DIR that holds files but was never pulled into (kAlreadyExists otherwise):
+  // files of the step's names are replaced, others left alone.
+  bool force = false;
   container::RunOptions run;
   StoreOptions store;
   // Test hooks. `hook` is called at "planned" (the route is chosen, nothing fetched),

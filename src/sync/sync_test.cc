@@ -11,6 +11,7 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -287,9 +288,26 @@ TEST_CASE("sync: publishing checks its base and is idempotent") {
     other.next = run.Path(2, 0);
     s = Publish(store, other, &r);
     CHECK(s.code() == ErrorCode::kAlreadyExists);
+    CHECK(s.message().find("tensor 'w' differs") != std::string::npos);
     other = Shard(run, 1, 0, true);
-    other.run.effort = 3;  // other bytes for the same file
-    CHECK(Publish(store, other, &r).code() == ErrorCode::kAlreadyExists);
+    other.base_step = 0;
+    other.step = 1;
+    other.prev.clear();  // an anchor alone where a delta was published
+    s = Publish(store, other, &r);
+    CHECK(s.code() == ErrorCode::kAlreadyExists);
+    CHECK(s.message().find("the base was step 0, now none") != std::string::npos);
+    // The same file coded otherwise (effort, an anchor asked for now): a no-op that keeps
+    // the first publish's objects and says so.
+    other = Shard(run, 1, 0, true);
+    other.run.effort = 3;
+    REQUIRE(Publish(store, other, &r).ok());
+    CHECK(r.already_published);
+    CHECK(r.uploaded_bytes == 0);
+    other.anchor_every = 1;
+    REQUIRE(Publish(store, other, &r).ok());
+    CHECK(r.already_published);
+    CHECK(!r.record.anchor.present());
+    CHECK(r.note == "published first without an anchor, kept");
     REQUIRE(store->List("", &after).ok());
     CHECK(after.size() == before.size());
     // A file name a region could not hold.
@@ -307,6 +325,93 @@ TEST_CASE("sync: publishing checks its base and is idempotent") {
     uint64_t latest = 0;
     REQUIRE(ReadLatest(store, &latest, nullptr).ok());
     CHECK(latest == 1);
+  }
+}
+
+// Writes the run's model.safetensors.index.json of `step` beside its shard files.
+std::string WriteIndex(const TrainerRun& run, uint64_t step, const std::string& extra) {
+  std::string json = "{\"metadata\": {\"step\": " + std::to_string(step) + extra + "}, \"weight_map\": {";
+  for (size_t k = 0; k < run.shards(); ++k) {
+    json += (k ? ", " : "") + std::string("\"w") + std::to_string(k) + "\": \"" + TrainerRun::FileName(k, run.shards()) + "\"";
+  }
+  json += "}}\n";
+  const std::string path = (fs::path(run.Path(step, 0)).parent_path() / kIndexFileName).string();
+  std::ofstream(path) << json;
+  return path;
+}
+
+TEST_CASE("sync: a sharded checkpoint's index travels with full pulls, verbatim") {
+  TempDir tmp;
+  for (Backend& b : test::Backends(tmp, "index")) {
+    INFO("store ", b.name);
+    Store* store = b.store.get();
+    TrainerRun run(tmp / ("run-" + b.name), {{{"w0", {256, 64}}}, {{"w1", {128, 64}}}}, 0.02, 7);
+    const std::string dir = tmp / ("region-" + b.name), part = tmp / ("part-" + b.name);
+    PullReport r;
+    PullOptions slice;
+    slice.tensors = "w1";
+    for (uint64_t step = 0; step <= 2; ++step) {
+      if (step > 0) run.Advance();
+      run.Write(step);
+      // Found beside each shard's file (step 2 has none: the region's copy goes too).
+      const std::string index = step < 2 ? WriteIndex(run, step, step == 1 ? ", \"x\": 1" : "") : "";
+      PublishStep(store, run, step);
+      REQUIRE(PullStep(store, dir, step, &r).ok());
+      REQUIRE(PullStep(store, part, step, &r, slice).ok());
+      if (step < 2) {
+        CHECK(test::ReadBytes(dir + "/" + kIndexFileName) == test::ReadBytes(index));
+      } else {
+        CHECK(!fs::exists(dir + "/" + kIndexFileName));
+      }
+      CHECK(!fs::exists(part + "/" + kIndexFileName));  // a slice: no index of every tensor
+      uint64_t held = kNoStep;
+      REQUIRE(DirectoryStep(dir, &held).ok());
+      CHECK(held == step);
+    }
+    // An index that is not one is refused before anything is uploaded.
+    PublishOptions bad = Shard(run, 2, 0, true);
+    bad.index = tmp / ("bad-index-" + b.name);
+    std::ofstream(bad.index) << "{\"weights\": {}}";
+    PublishReport report;
+    CHECK(Publish(store, bad, &report).code() == ErrorCode::kInvalidArgument);
+  }
+}
+
+TEST_CASE("sync: a first pull that fails leaves nothing; a folder of other files is taken only when forced") {
+  TempDir tmp;
+  for (Backend& b : test::Backends(tmp, "first")) {
+    INFO("store ", b.name);
+    Store* store = b.store.get();
+    TrainerRun run(tmp / ("run-" + b.name), {{{"w", {256, 64}}}}, 0.02, 9);
+    run.Write(0);
+    PublishStep(store, run, 0);
+    PullReport r;
+    // A step that does not exist: neither the new directory nor its lock stays.
+    const std::string fresh = tmp / ("fresh-" + b.name);
+    CHECK(PullStep(store, fresh, 5, &r).code() == ErrorCode::kNotFound);
+    CHECK(!fs::exists(fresh));
+    const std::string empty = tmp / ("empty-" + b.name);
+    fs::create_directories(empty);
+    CHECK(PullStep(store, empty, 5, &r).code() == ErrorCode::kNotFound);
+    CHECK(fs::is_empty(empty));
+    // A folder holding the user's own files.
+    const std::string mine = tmp / ("mine-" + b.name);
+    fs::create_directories(mine);
+    std::ofstream(mine + "/notes.txt") << "mine";
+    std::ofstream(mine + "/" + TrainerRun::FileName(0, 1)) << "mine too";
+    const auto before = Snapshot(mine);
+    const Status s = PullStep(store, mine, 0, &r);
+    CHECK(s.code() == ErrorCode::kAlreadyExists);
+    CHECK(s.message().find("never pulled into") != std::string::npos);
+    CHECK(Snapshot(mine) == before);
+    PullOptions force;
+    force.force = true;
+    REQUIRE(PullStep(store, mine, 0, &r, force).ok());
+    CHECK(test::ReadBytes(mine + "/notes.txt") == std::vector<uint8_t>{'m', 'i', 'n', 'e'});
+    CHECK(test::ReadBytes(mine + "/" + TrainerRun::FileName(0, 1)) == test::ReadBytes(run.Path(0, 0)));
+    // Once pulled into, it is a region's directory: no force needed.
+    REQUIRE(PullStep(store, mine, 0, &r).ok());
+    CHECK(r.up_to_date);
   }
 }
 

@@ -129,8 +129,24 @@ Status SyncDirectory(const std::string& dir) {
 // Output files written aside (".NAME.arc_v3-tmp-PID" in the target directory) and renamed
 // over their final names only once all of them are complete and synced. Whatever was not
 // committed is unlinked on destruction.
+// An output path must be in a folder that exists, and may replace a file only when
+// `overwrite`.
+Status CheckOutput(const std::string& path, bool overwrite) {
+  std::error_code ec;
+  const fs::path parent = fs::absolute(path, ec).parent_path();
+  if (!fs::is_directory(parent, ec)) {
+    return Status(ErrorCode::kInvalidArgument, path + ": cannot create: its folder " + parent.string() +
+                                                   " does not exist");
+  }
+  if (!overwrite && fs::exists(path, ec)) {
+    return Status(ErrorCode::kAlreadyExists, path + " already exists (not replaced without --force)");
+  }
+  return Status::Ok();
+}
+
 class AsideFiles {
  public:
+  explicit AsideFiles(bool overwrite) : overwrite_(overwrite) {}
   ~AsideFiles() {
     for (Entry& e : entries_) {
       if (e.fd >= 0) close(e.fd);
@@ -140,6 +156,8 @@ class AsideFiles {
   // Returns the index of the new file; its size is reserved up front so that a full disk
   // fails here, with a clear error, rather than halfway through.
   Status Create(const std::string& final_path, uint64_t size, size_t* index) {
+    Status s = CheckOutput(final_path, overwrite_);
+    if (!s.ok()) return s;
     Entry e;
     e.final_path = final_path;
     const fs::path p(final_path);
@@ -201,6 +219,7 @@ class AsideFiles {
     int fd = -1;
     bool committed = false;
   };
+  bool overwrite_;
   std::vector<Entry> entries_;
 };
 
@@ -696,13 +715,15 @@ Status Encode(const Checkpoint& prev, const Checkpoint& next, const RunOptions& 
 
 Status Diff(const Checkpoint& prev, const Checkpoint& next, const std::string& delta_path,
             const RunOptions& options, RunReport* report) {
+  Status s = CheckOutput(delta_path, options.overwrite);  // before the work, not after
+  if (!s.ok()) return s;
   std::vector<uint8_t> head;
   std::vector<std::vector<uint8_t>> outputs;
-  Status s = Encode(prev, next, options, &head, &outputs, report);
+  s = Encode(prev, next, options, &head, &outputs, report);
   if (!s.ok()) return s;
   uint64_t size = head.size();
   for (const auto& o : outputs) size += o.size();
-  AsideFiles out;
+  AsideFiles out(options.overwrite);
   size_t index = 0;
   s = out.Create(fs::absolute(delta_path).string(), size, &index);
   if (!s.ok()) return s;
@@ -767,9 +788,9 @@ Status Apply(const std::string& prev_path, const std::string& delta_path, const 
     finals.push_back(fs::is_directory(out_path, ec) ? (fs::path(out_path) / m.files[0].name).string()
                                                     : out_path);
   }
-  const bool in_place = m.directory && fs::equivalent(out_path, prev_path, ec);
+  const bool in_place = fs::equivalent(m.directory ? out_path : finals[0], prev_path, ec);
 
-  AsideFiles out;
+  AsideFiles out(options.overwrite || in_place);
   std::vector<Task> tasks;
   uint64_t total = 0;
   for (size_t fi = 0; fi < m.files.size(); ++fi) {
@@ -972,6 +993,7 @@ Status Verify(const std::string& prev_path, const std::string& delta_path, const
   if (!thrown.ok()) return thrown;
   if (error.failed()) return error.status();
   if (report != nullptr) {
+    report->files = m.files.size();
     report->tensors = base_data.size();  // grouped tensors included
     report->pieces = tasks.size();
     report->target_bytes = total;
@@ -1118,7 +1140,7 @@ Status ApplyPartial(const std::string& prev_path, const std::string& delta_path,
   uint64_t total = 0;
   for (const auto& info : infos) total += info.size();
   if (options.progress_total != nullptr) *options.progress_total = total;
-  AsideFiles out;
+  AsideFiles out(options.overwrite);
   size_t index = 0;
   s = out.Create(fs::absolute(out_path).string(), header.size() + total, &index);
   if (!s.ok()) return s;

@@ -92,6 +92,9 @@ struct RunOptions {
   std::atomic<uint64_t>* progress_done = nullptr;
   std::atomic<uint64_t>* progress_total = nullptr;
   bool sync = true;  // fsync outputs before renaming them (off only for benchmarks)
+  // Diff and Apply replace output files that exist (an in-place apply always does); off,
+  // an existing output is kAlreadyExists before any work.
+  bool overwrite = true;
   // Test hook, called at "piece" (after each piece is written aside, or encoded by Diff)
   // and "rename" (all outputs written and synced, before the first rename); an error
   // aborts the run.

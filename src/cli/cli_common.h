@@ -17,14 +17,15 @@ constexpr int kExitWrongBase = 3;    // PREV (or a pulled directory) is not the 
 constexpr int kExitCorrupt = 4;      // a delta file or store object is corrupt, truncated or unknown
 constexpr int kExitUnreachable = 5;  // the store cannot be reached or refuses the credentials
 constexpr int kExitNotFound = 6;     // the store lacks the step or object asked for
-constexpr int kExitConflict = 7;     // the store already holds other contents under that name
+constexpr int kExitConflict = 7;     // the output exists (no --force), or the store holds other contents
 
 constexpr char kExitCodesHelp[] =
     "Exit codes: 0 success; 1 I/O or other error; 2 usage error; 3 wrong base (PREV, or the\n"
     "directory pulled into, is not the checkpoint the delta was made from); 4 corrupt,\n"
     "truncated or unsupported delta file or store object; 5 store unreachable or access\n"
-    "denied; 6 no such step or object in the store; 7 a shard of the step was already\n"
-    "published with other contents. On any error no output file is changed.";
+    "denied; 6 no such step or object in the store; 7 the output already exists (give\n"
+    "-f/--force to replace it), or a shard of the step was already published with another\n"
+    "file. On any error no output file is changed.";
 
 inline int ExitCodeFor(const Status& s) {
   switch (s.code()) {

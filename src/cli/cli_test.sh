@@ -103,4 +103,35 @@ expect_rc 2 "$CLI" apply prev.safetensors d.a3d --rows 5:2 -o x.safetensors
 expect_rc 1 "$CLI" apply missing.safetensors d.a3d -o never.safetensors
 expect_rc 0 "$CLI" --help
 grep -q "Exit codes" out.txt || fail "--help documents the exit codes"
+
+# An output that exists is replaced only with -f/--force (exit 7 otherwise, untouched).
+cp d.a3d keep.a3d
+expect_rc 7 "$CLI" diff -q prev.safetensors next.safetensors -o d2.a3d
+grep -q "d2.a3d already exists (not replaced without --force)" err.txt || { cat err.txt; fail "diff names the output"; }
+expect_rc 7 "$CLI" apply -q prev.safetensors d.a3d -o out.safetensors
+cp prev.safetensors other.safetensors
+expect_rc 7 "$CLI" apply -q next.safetensors d.a3d -o other.safetensors -T 1
+cmp -s other.safetensors prev.safetensors || fail "a refused apply changed the existing output"
+expect_rc 0 "$CLI" apply -q -f prev.safetensors d.a3d -o other.safetensors
+cmp -s other.safetensors next.safetensors || fail "apply -f replaces the output"
+expect_rc 0 "$CLI" diff -q --force next.safetensors prev.safetensors -o d2.a3d
+cmp -s d2.a3d d.a3d && fail "diff --force did not replace the output"
+expect_rc 7 "$CLI" apply -q prev.safetensors d.a3d --tensors w -o part.safetensors
+# A missing output folder is named, not a temporary file.
+expect_rc 1 "$CLI" apply -q prev.safetensors d.a3d -o nowhere/out.safetensors
+grep -q "its folder .*/nowhere does not exist" err.txt || { cat err.txt; fail "missing folder message"; }
+grep -q "arc_v3-tmp" err.txt && fail "the message names a temporary file"
+# Reports: verify counts the files it checked; a partial apply gives no share of the delta.
+expect_rc 0 "$CLI" verify prev.safetensors d.a3d
+grep -q "^verify: 1 file(s), 2 tensors" out.txt || { cat out.txt; fail "verify counts its file"; }
+expect_rc 0 "$CLI" apply prev.safetensors d.a3d --tensors w --rows 2:5 -o part2.safetensors
+grep -q "^apply (partial): 1 tensors, .* written, read from a delta of" out.txt || { cat out.txt; fail "partial report"; }
+grep -q "%" out.txt && { cat out.txt; fail "a partial apply reports a share"; }
+# Typos: the nearest subcommand or option is suggested.
+expect_rc 2 "$CLI" dif prev.safetensors next.safetensors
+grep -q "'dif' is not a command. Did you mean 'diff'?" err.txt || { cat err.txt; fail "subcommand typo"; }
+expect_rc 2 "$CLI" diff prev.safetensors next.safetensors --ouput x.a3d
+grep -q "unknown option '--ouput'. Did you mean '--output'?" err.txt || { cat err.txt; fail "option typo"; }
+expect_rc 2 "$CLI" apply prev.safetensors d.a3d --inplace
+grep -q "Did you mean '--in-place'?" err.txt || { cat err.txt; fail "option typo (apply)"; }
 echo "cli_test: all checks passed"

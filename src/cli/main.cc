@@ -86,6 +86,7 @@ struct Common {
   bool quiet = false;
   bool no_sync = false;
   bool no_group = false;
+  bool force = false;
 };
 
 void AddCommon(CLI::App* cmd, Common* c) {
@@ -101,6 +102,7 @@ RunOptions MakeOptions(const Common& c, Progress* progress) {
   o.effort = c.effort;
   o.sync = !c.no_sync;
   o.group = !c.no_group;
+  o.overwrite = c.force;
   o.progress_done = &progress->done;
   o.progress_total = &progress->total;
   return o;
@@ -132,6 +134,10 @@ int Report(const char* command, const Common& c, const Status& s, const RunRepor
               {"checkpoint_gb_per_s", secs > 0 ? r.target_bytes / secs / 1e9 : 0.0},
               {"written", r.written}};
     std::cout << j.dump(2) << "\n";
+  } else if (!c.quiet && std::strcmp(command, "apply (partial)") == 0) {
+    // The output holds some tensors or rows: the delta is not a share of it.
+    std::printf("%s: %" PRIu64 " tensors, %s written, read from a delta of %s, %.2f s\n", command,
+                r.tensors, HumanBytes(r.target_bytes).c_str(), HumanBytes(r.delta_bytes).c_str(), secs);
   } else if (!c.quiet) {
     std::printf("%s: %" PRIu64 " file(s), %" PRIu64 " tensors, checkpoint %s, delta %s (%.3f%%), "
                 "%.2f s, %.2f GB/s\n",
@@ -561,6 +567,76 @@ int Bench(const std::string& prev, const std::string& next, const Common& c, int
   return same ? kExitOk : kExitError;
 }
 
+// Edits (insert, delete, substitute, swap two neighbours) that turn `a` into `b`.
+size_t EditDistance(const std::string& a, const std::string& b) {
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    for (size_t j = 1; j <= b.size(); ++j) {
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] != b[j - 1])});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+      }
+    }
+  }
+  return d[a.size()][b.size()];
+}
+
+// The candidate nearest to `word` if it is near enough to be a typo of it, else "".
+std::string Nearest(const std::string& word, const std::vector<std::string>& candidates) {
+  std::string best;
+  size_t best_distance = std::max<size_t>(2, word.size() / 3) + 1;
+  for (const std::string& c : candidates) {
+    const size_t d = EditDistance(word, c);
+    const bool prefix = word.size() >= 3 && c.compare(0, word.size(), word) == 0;
+    if (d < best_distance || (prefix && best.empty())) {
+      best = c;
+      best_distance = prefix ? 0 : d;
+    }
+  }
+  return best;
+}
+
+// Catches a mistyped subcommand or long option before CLI11 does (it would report a
+// missing subcommand or a missing required option instead) and suggests the nearest.
+// Returns true if it reported one.
+bool ReportTypo(const CLI::App& app, int argc, char** argv) {
+  if (argc < 2 || argv[1][0] == '-') return false;
+  const std::string command = argv[1];
+  std::vector<std::string> names;
+  const CLI::App* sub = nullptr;
+  for (const CLI::App* s : app.get_subcommands([](const CLI::App*) { return true; })) {
+    names.push_back(s->get_name());
+    if (s->get_name() == command) sub = s;
+  }
+  if (sub == nullptr) {
+    const std::string near = Nearest(command, names);
+    std::string all;
+    for (const std::string& n : names) all += " " + n;
+    std::fprintf(stderr, "arc_v3: '%s' is not a command.%s\nCommands:%s (arc_v3 --help)\n", command.c_str(),
+                 near.empty() ? "" : (" Did you mean '" + near + "'?").c_str(), all.c_str());
+    return true;
+  }
+  std::vector<std::string> flags = {"--help"};
+  for (const CLI::Option* o : sub->get_options()) {
+    for (const std::string& l : o->get_lnames()) flags.push_back("--" + l);
+  }
+  for (int i = 2; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--") break;
+    if (arg.size() < 3 || arg.compare(0, 2, "--") != 0) continue;
+    const std::string flag = arg.substr(0, arg.find('='));
+    if (std::find(flags.begin(), flags.end(), flag) != flags.end()) continue;
+    const std::string near = Nearest(flag, flags);
+    std::fprintf(stderr, "arc_v3 %s: unknown option '%s'.%s\nRun 'arc_v3 %s --help' for its options.\n",
+                 command.c_str(), flag.c_str(), near.empty() ? "" : (" Did you mean '" + near + "'?").c_str(),
+                 command.c_str());
+    return true;
+  }
+  return false;
+}
+
 int Main(int argc, char** argv) {
   CLI::App app(
       "arc_v3 " + std::string(VersionString()) +
@@ -575,7 +651,9 @@ int Main(int argc, char** argv) {
       "PREV/NEXT are single .safetensors files or sharded checkpoint directories\n"
       "(model.safetensors.index.json is carried along). Outputs are written to a temporary\n"
       "file beside the target, fsynced and renamed: an error or a kill never leaves a\n"
-      "half-written file under a final name. Run `arc_v3 COMMAND --help` for details.",
+      "half-written file under a final name; an output that exists is replaced only with\n"
+      "-f/--force (pull: a directory of other files only with --force). Run\n"
+      "`arc_v3 COMMAND --help` for details.",
       "arc_v3");
   app.footer(kExitCodesHelp);
   app.require_subcommand(1);
@@ -595,6 +673,7 @@ int Main(int argc, char** argv) {
   diff->add_option("-e,--effort", common.effort,
                    "arc_v3 codec effort 0..3 for BF16 tensors (default 1; higher may be smaller and slower)")
       ->check(CLI::Range(0, 3));
+  diff->add_flag("-f,--force", common.force, "Replace OUTPUT if it exists (refused otherwise)");
   diff->add_flag("--no-group", common.no_group,
                  "Give every BF16 tensor its own payloads: a version-1 delta file, which arc_v3 "
                  "tools older than container version 2 can read (small tensors cost more)");
@@ -619,6 +698,8 @@ int Main(int argc, char** argv) {
       "--rows", rows, "Partial apply: only rows A:B of the first dimension (A: or :B allowed)");
   tensors_opt->excludes(in_place_opt);
   rows_opt->excludes(in_place_opt);
+  apply->add_flag("-f,--force", common.force,
+                  "Replace output files that exist (refused otherwise; --in-place always replaces)");
   AddCommon(apply, &common);
   apply->add_flag("--no-sync", common.no_sync, "Skip fsync (benchmarks only: not crash-safe)");
 
@@ -652,6 +733,7 @@ int Main(int argc, char** argv) {
 
   SyncCommands sync_commands(&app);
 
+  if (ReportTypo(app, argc, argv)) return kExitUsage;
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -112,8 +112,15 @@ def gen(out, steps):
                     flat[idx] = (flat[idx].astype(np.int32) + rng.choice([-1, 1], k)).astype(np.uint16)
         d = os.path.join(out, "step%d" % step)
         os.makedirs(d, exist_ok=True)
+        weight_map = {}
         for k, tensors in enumerate(shards):
-            write_st(os.path.join(d, "model-%05d-of-00002.safetensors" % (k + 1)), tensors)
+            name = "model-%05d-of-00002.safetensors" % (k + 1)
+            write_st(os.path.join(d, name), tensors)
+            weight_map.update({t: name for t in tensors})
+        # The sharded checkpoint's index, as trainers write it (publish carries it along).
+        with open(os.path.join(d, "model.safetensors.index.json"), "w") as f:
+            json.dump({"metadata": {"total_size": sum(a.nbytes for t in shards for a in t.values()),
+                                    "step": step}, "weight_map": weight_map}, f, indent=2)
 
 def load(path):
     with open(path) as f:
@@ -218,10 +225,11 @@ publish_step() {
   done
 }
 
-# same_step DIR STEP: DIR holds both shard files of STEP, bit for bit.
+# same_step DIR STEP: DIR holds both shard files of STEP and its index, bit for bit.
 same_step() {
   same "$1/$F0" "data/step$2/$F0" "${3:-pull} step $2 shard 0"
   same "$1/$F1" "data/step$2/$F1" "${3:-pull} step $2 shard 1"
+  same "$1/model.safetensors.index.json" "data/step$2/model.safetensors.index.json" "${3:-pull} step $2 index"
 }
 route_is() {  # route_is WANT: the route in out.txt (a pull --json report)
   local got
@@ -285,6 +293,7 @@ run_store() {
   expect_rc 0 "$CLI" pull "$S" "$W/P" --tensors 'w1' --rows 100:300 --json
   route_is "anchor 3 -> 5"
   tool partial "$W/P/$F1" "data/step5/$F1" w1 100 300 || fail "partial pull of w1 rows 100:300"
+  [ ! -e "$W/P/model.safetensors.index.json" ] || fail "a partial pull wrote the index of every tensor"
   local part_fetched
   part_fetched="$(tool get out.txt fetched_bytes)"
   [ $((part_fetched * 4)) -lt $((shard1_objects * 3)) ] ||
@@ -298,8 +307,17 @@ run_store() {
   [ "$part2_fetched" -lt $((shard0_objects + 16384)) ] ||
     fail "the partial pull of norm.1 fetched $part2_fetched bytes, shard 0's objects are $shard0_objects"
 
-  # 5. Exit codes, and that a failed pull leaves DIR as it was.
+  # 5. Exit codes, and that a failed pull leaves DIR as it was (a new DIR: not there).
   expect_rc 6 "$CLI" pull "$S" "$W/X" --step 99
+  [ ! -e "$W/X" ] || fail "a failed first pull left $(find "$W/X")"
+  # A folder of the user's own files is taken only with --force.
+  mkdir -p "$W/Mine" && echo notes > "$W/Mine/notes.txt"
+  expect_rc 7 "$CLI" pull "$S" "$W/Mine" --step 2
+  grep -q "never pulled into (not replaced without --force)" err.txt || fail "pull into other files: $(cat err.txt)"
+  [ "$(ls -A "$W/Mine")" = notes.txt ] || fail "a refused pull changed the folder"
+  expect_rc 0 "$CLI" pull "$S" "$W/Mine" --step 2 --force
+  same_step "$W/Mine" 2 "pull --force"
+  [ "$(cat "$W/Mine/notes.txt")" = notes ] || fail "pull --force touched another file"
   if [ "$is_s3" = 1 ]; then
     expect_rc 0 "$CLI" pull "$S" "$W/D" --step 2
     cp -a "$W/D" "$W/D.before"
@@ -312,8 +330,15 @@ run_store() {
   fi
   local pub=(publish "$S" --step 5 --prev "data/step4/$F0" --shard 0/2 --anchor-every 3)
   expect_rc 0 "$CLI" "${pub[@]}" --next "data/step5/$F0"        # the same file again: a no-op
+  grep -q "already published, nothing uploaded" out.txt || fail "republish: $(cat out.txt)"
+  # ... whatever it asks now of the coding (an anchor, another effort): the first stays.
+  expect_rc 0 "$CLI" publish "$S" --step 5 --prev "data/step4/$F0" --shard 0/2 --anchor-every 5 -e 3 \
+    --next "data/step5/$F0"
+  grep -q "already published, nothing uploaded (published first without an anchor, kept)" out.txt ||
+    fail "republish with --anchor-every 5: $(cat out.txt)"
   mkdir -p other && cp "data/step6/$F0" "other/$F0"              # same name, other contents
   expect_rc 7 "$CLI" "${pub[@]}" --next "other/$F0"
+  grep -q "already published with another file (tensor '.*' differs" err.txt || fail "conflict message: $(cat err.txt)"
   expect_rc 3 "$CLI" publish "$S" --step 6 --next "data/step6/$F0" --prev "data/step4/$F0" --shard 0/2
   grep -q "is not the file shard 0 published for step 5" err.txt || fail "wrong --prev message: $(cat err.txt)"
   # A DIR whose file was changed after its pull is refused (and left alone) until --reset.
@@ -413,6 +438,7 @@ run_http() {
   expect_rc 0 "${anon[@]}" "$CLI" pull "$H" "$T/http/H" --json
   route_is "chain 1 -> 2"
   same "$T/http/H/$F1" "data/step2/$F1" "pull over HTTP"
+  same "$T/http/H/model.safetensors.index.json" "data/step2/model.safetensors.index.json" "the index over HTTP"
   expect_rc 0 "${anon[@]}" "$CLI" pull "$H" "$T/http/H2" --json
   route_is "anchor 0 -> 2"
   same "$T/http/H2/$F1" "data/step2/$F1" "pull over HTTP into a new directory"
@@ -431,7 +457,9 @@ run_http() {
 if [ -z "${ARC_V3_TEST_S3:-}" ] && [ "$REQUIRE_S3" = 1 ]; then
   KIND=s3; fail "ARC_V3_REQUIRE_S3=1 but ARC_V3_TEST_S3 is unset"
 fi
-mkdir -p "$T/dirstore"
+# A directory store that does not exist yet: the follower waits, the first publish makes it.
+expect_rc 6 "$CLI" pull "$T/dirstore" "$T/nothing"
+grep -q "store directory '.*dirstore' does not exist" err.txt || fail "a missing store: $(cat err.txt)"
 run_store dir "$T/dirstore"
 
 if [ -z "${ARC_V3_TEST_S3:-}" ]; then

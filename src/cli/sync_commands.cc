@@ -90,7 +90,10 @@ SyncCommands::SyncCommands(CLI::App* app) {
       "publish",
       "A trainer shard publishes its safetensors file for step N: the delta against --prev\n"
       "(and an anchor every --anchor-every steps), or an anchor alone without --prev. The\n"
-      "shard that completes the step commits it. Publishing the same file again is a no-op.");
+      "shard that completes the step commits it. A directory store is created if missing.\n"
+      "Publishing the same file (name, base step, tensors) again is a no-op that keeps what\n"
+      "was published first, whatever --anchor-every, --effort or --format say now; another\n"
+      "file for a published shard and step is refused (exit 7), naming what differs.");
   publish_->add_option("STORE", store_, store_help)->required();
   publish_->add_option("--step", step_, "The step's number")->required();
   publish_->add_option("--next", next_, "This shard's .safetensors file of the step")->required()->check(CLI::ExistingFile);
@@ -100,6 +103,11 @@ SyncCommands::SyncCommands(CLI::App* app) {
   publish_->add_option("--anchor-every", anchor_every_,
                        "Also write an anchor when N is a multiple of this (default 10; 0: never,\n"
                        "but for a step without --prev)");
+  publish_->add_option("--index", index_,
+                       "The sharded checkpoint's index to carry to full pulls (default: the\n"
+                       "model.safetensors.index.json beside --next, if it names --next's file)")
+      ->check(CLI::ExistingFile);
+  publish_->add_flag("--no-index", no_index_, "Carry no index file");
   publish_->add_option("--work-dir", work_dir_, "Where containers are written before upload (default $TMPDIR)");
   publish_->add_option("-e,--effort", effort_, "arc_v3 codec effort 0..3 (default 1)")->check(CLI::Range(0, 3));
   publish_->add_option("--format", format_,
@@ -122,6 +130,9 @@ SyncCommands::SyncCommands(CLI::App* app) {
                     "fetches only their pieces (and the small tensors a group may need)");
   pull_->add_option("--rows", rows_, "Partial pull: rows A:B of the first dimension (A: or :B allowed)");
   pull_->add_flag("--reset", reset_, "Ignore what DIR holds and rebuild it from the nearest anchor");
+  pull_->add_flag("-f,--force", force_,
+                  "Pull into a DIR that holds other files (refused otherwise): files of the\n"
+                  "step's names are replaced, others left alone");
   pull_->add_flag("--no-sync", no_sync_, "Skip fsync (benchmarks only: not crash-safe)");
   common(pull_, true);
 
@@ -137,6 +148,7 @@ SyncCommands::SyncCommands(CLI::App* app) {
   follow_->add_option("--tensors", tensors_, "As pull --tensors");
   follow_->add_option("--rows", rows_, "As pull --rows");
   follow_->add_flag("--no-sync", no_sync_, "Skip fsync (benchmarks only: not crash-safe)");
+  follow_->add_flag("-f,--force", force_, "As pull --force");
   follow_->add_option("--max-failures", max_failures_, "Give up after this many failed polls in a row (default 10)")
       ->check(CLI::PositiveNumber);
   common(follow_, true);
@@ -169,9 +181,12 @@ int SyncCommands::Run() {
   sync::StoreOptions store_options;
   store_options.attempts = retries_;
   store_options.connections = connections_;
+  store_options.create = publish_->parsed();  // a directory store's first publish makes it
   std::unique_ptr<sync::Store> store;
   Status s = sync::OpenStore(store_, store_options, &store);
-  if (!s.ok()) return Fail(name, json_, s);
+  // A follower may start before the trainer's first publish makes a directory store.
+  const bool wait_for_store = follow_->parsed() && s.code() == ErrorCode::kNotFound;
+  if (!s.ok() && !wait_for_store) return Fail(name, json_, s);
   container::RunOptions run;
   run.threads = threads_;
   run.effort = effort_;
@@ -192,6 +207,8 @@ int SyncCommands::Run() {
     o.shard = k;
     o.count = count;
     o.anchor_every = anchor_every_;
+    o.index = index_;
+    o.no_index = no_index_;
     o.work_dir = work_dir_;
     o.run = run;
     o.run.format = format_ == "arc_v3_published" ? Format::kArcV3 : Format::kDefault;
@@ -207,11 +224,17 @@ int SyncCommands::Run() {
                       {"file_bytes", r.record.file_size}, {"delta", ref(r.record.delta)},
                       {"anchor", ref(r.record.anchor)}, {"uploaded_bytes", r.uploaded_bytes},
                       {"uploaded_objects", r.uploaded_objects}, {"committed", r.committed},
-                      {"pending", r.pending},
+                      {"pending", r.pending}, {"already_published", r.already_published},
+                      {"index", ref(r.record.index)},
                       {"seconds", {{"encode", r.encode_seconds}, {"hash", r.hash_seconds},
                                    {"upload", r.upload_seconds}, {"commit", r.commit_seconds},
                                    {"total", r.total_seconds}}}};
       std::cout << j.dump(2) << std::endl;
+    } else if (!quiet_ && r.already_published) {
+      std::printf("publish: step %" PRIu64 " shard %u/%u (%s): already published, nothing uploaded%s%s; %s\n",
+                  r.record.step, r.record.shard, r.record.count, r.record.file.c_str(),
+                  r.note.empty() ? "" : " (", r.note.empty() ? "" : (r.note + ")").c_str(),
+                  r.committed ? "step committed" : ("not committed yet: " + r.pending).c_str());
     } else if (!quiet_) {
       std::printf("publish: step %" PRIu64 " shard %u/%u (%s, %s): delta %s, anchor %s; uploaded %s in %.3f s "
                   "(encode %.3f, hash %.3f, upload %.3f, commit %.3f); %s\n",
@@ -235,6 +258,7 @@ int SyncCommands::Run() {
     return kExitUsage;
   }
 
+  pull.force = force_;
   if (pull_->parsed()) {
     pull.step = step_;
     pull.reset = reset_;
@@ -260,9 +284,10 @@ int SyncCommands::Run() {
       std::vector<uint8_t> bytes;
       sync::ObjectInfo info;
       bool changed = false;
-      s = store->GetIfChanged(sync::kLatestKey, etag, sync::kMaxDocumentBytes, &bytes, &info, &changed);
+      if (store == nullptr) s = sync::OpenStore(store_, store_options, &store);
+      if (s.ok()) s = store->GetIfChanged(sync::kLatestKey, etag, sync::kMaxDocumentBytes, &bytes, &info, &changed);
       if (s.ok() && changed) {
-        s = sync::ParseLatest(bytes, store->url() + "/" + sync::kLatestKey, &latest);
+        s = sync::ParseLatest(bytes, store_ + "/" + sync::kLatestKey, &latest);
         if (s.ok()) etag = info.etag;
       }
       if (s.code() == ErrorCode::kNotFound) {  // nothing committed yet (or not readable)

@@ -20,12 +20,13 @@ class SyncCommands {
 
  private:
   CLI::App *publish_, *pull_, *follow_, *log_, *prune_;
-  std::string store_, dir_, next_, prev_, shard_ = "0/1", work_dir_, tensors_, rows_, format_ = "arc_v3";
+  std::string store_, dir_, next_, prev_, shard_ = "0/1", work_dir_, tensors_, rows_, format_ = "arc_v3", index_;
   uint64_t step_ = UINT64_MAX, base_step_ = UINT64_MAX, anchor_every_ = 10, until_ = UINT64_MAX;
   double interval_ = 2;
   int threads_ = 0, effort_ = 1, retries_ = 5, connections_ = 8, max_failures_ = 10;
   uint32_t keep_anchors_ = 2;
-  bool json_ = false, quiet_ = false, reset_ = false, dry_run_ = false, no_sync_ = false;
+  bool json_ = false, quiet_ = false, reset_ = false, dry_run_ = false, no_sync_ = false, force_ = false;
+  bool no_index_ = false;
 };
 
 }  // namespace arc_v3

@@ -75,12 +75,12 @@ Usage: arc_bench [flags]
 Codecs (one row each, payload = all a receiver needs besides prev and the shapes):
   arc_v3             the library's default (Format::kDefault, effort 2): the README's arc_v3
   arc_v3_e0, _e1, _e3  the same format at effort 0, 1, 3
-  arcv3_published    ARCv3 as published (Format::kArcV3), effort 2; arcv3_published_e0,
+  arc_v3_published    ARCv3 as published (Format::kArcV3), effort 2; arc_v3_published_e0,
                      _e1, _e3 at the other efforts
   trl_draft, trl_gap, pulsesync, arcv2_like, slime_zstd, zstd19_xor, lz4_xor
                      the published competitors, re-implemented (bench/baselines/)
   Release 1.0.0 (and its bench/results/) named ARCv3 as published arc_v3_e0..e3 and the
-  default arc_default_e0..e3: arc_default_e2 is arc_v3, arc_v3_e2 is arcv3_published, and
+  default arc_default_e0..e3: arc_default_e2 is arc_v3, arc_v3_e2 is arc_v3_published, and
   arc_v3_e0, _e1, _e3 now mean the default format.
 
 The output ends with the headline table (the README's): per dataset, arc_v3's payload %

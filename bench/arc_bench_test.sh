@@ -1,6 +1,6 @@
 #!/bin/bash
 # arc_bench end to end on a tiny generated model (a few seconds): its rows use the README's
-# names (arc_v3, arcv3_published; none of release 1.0.0's), its output ends with the
+# names (arc_v3, arc_v3_published; none of release 1.0.0's), its output ends with the
 # headline table and that table's figures are readme_table.py's from the JSON it wrote,
 # and --json/--csv/--chart leave exactly the files asked for (gnuplot's data and script
 # go elsewhere and are removed).
@@ -47,7 +47,7 @@ datasets = [d["name"] for d in run["datasets"]]
 if datasets != ["gen_low", "gen_mid", "gen_high"]:
     errors.append(f"datasets {datasets}")
 want = {"arc_v3", "arc_v3_e0", "arc_v3_e1", "arc_v3_e3",
-        "arcv3_published", "arcv3_published_e0", "arcv3_published_e1", "arcv3_published_e3",
+        "arc_v3_published", "arc_v3_published_e0", "arc_v3_published_e1", "arc_v3_published_e3",
         "slime_zstd", "zstd19_xor", "pulsesync"}
 for d in run["datasets"]:
     names = [c["codec"] for c in d["codecs"]]
@@ -71,7 +71,7 @@ if not starts or not log[starts[-1]].startswith("== Headline"):
 else:
     rest = [l for l in log[starts[-1] + 1:] if l.strip()]
     header = rest[0].split()
-    for word in ("arc_v3", "arcv3_published", "smallest", "(b2)", "slime_zstd"):
+    for word in ("arc_v3", "arc_v3_published", "smallest", "(b2)", "slime_zstd"):
         if word not in header:
             errors.append(f"headline header lacks {word}: {rest[0]}")
     rows = rest[2:2 + len(datasets)]
@@ -96,5 +96,5 @@ EOF
 rc=$?
 [ "$rc" -eq 2 ] || fail "--codecs arc_default_e2 exited $rc, want 2"
 grep -q "now arc_v3" err.txt || fail "no hint at the new name: $(cat err.txt)"
-"$BENCH" --help | grep -q "arcv3_published" || fail "--help does not name arcv3_published"
+"$BENCH" --help | grep -q "arc_v3_published" || fail "--help does not name arc_v3_published"
 echo PASS

@@ -40,7 +40,7 @@ class Codec {
 // "arc_v3"), and ARCv3 as published (Format::kArcV3) at that effort; the other effort
 // levels are these names with _e0, _e1, _e3.
 inline constexpr char kDefaultCodec[] = "arc_v3";
-inline constexpr char kPublishedCodec[] = "arcv3_published";
+inline constexpr char kPublishedCodec[] = "arc_v3_published";
 // The competitors to name as "smallest other": every row but arc_v3's own.
 inline bool IsArcV3Codec(const std::string& name) {
   return name.rfind(kDefaultCodec, 0) == 0 || name.rfind(kPublishedCodec, 0) == 0;

@@ -64,8 +64,8 @@ std::vector<std::unique_ptr<Codec>> AllCodecs() {
   codecs.push_back(MakeSlimeDeltasZstd());
   codecs.push_back(MakeZstdXor(19));
   codecs.push_back(MakeLz4Xor());
-  // One row per arc_v3 format and effort level: ARCv3 as published (arcv3_published,
-  // arcv3_published_e0 ..), then the library's default format, the README's arc_v3
+  // One row per arc_v3 format and effort level: ARCv3 as published (arc_v3_published,
+  // arc_v3_published_e0 ..), then the library's default format, the README's arc_v3
   // (arc_v3, arc_v3_e0 ..). Release 1.0.0 named them arc_v3_eN and arc_default_eN.
   AddArcV3(&codecs, kPublishedCodec, Format::kArcV3);
   AddArcV3(&codecs, kDefaultCodec, Format::kDefault);

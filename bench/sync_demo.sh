@@ -28,7 +28,7 @@ trap cleanup EXIT
 bazel-bin/bench/arc_bench --params "$params" --deltas "$((steps - 1))" --regimes mid \
   --save-generated "$work/gen" --generate-only >/dev/null
 store="$work/store"
-mkdir -p "$store" "$work/trainer"
+mkdir -p "$work/trainer"  # the store: made by the first publish
 last=$((steps - 1))
 echo "== sync: a trainer publishes $steps steps of a ${params}-parameter model (2% changed per step) to $store"
 "$A" follow "$store" "$work/region-a" --interval 0.2 --until "$last" > "$work/a.log" 2>&1 &

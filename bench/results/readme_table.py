@@ -9,15 +9,15 @@ entropy bound (b2) and arc_v3 / (b2), and one-thread decode and encode GB/s of a
 against slime_zstd (sparse patches through zstd -1, the fastest sparse peer). arc_bench
 prints the same figures as its closing "Headline" table.
 
-Reads arc_bench's row names (arc_v3, arcv3_published) and those of release 1.0.0, which
+Reads arc_bench's row names (arc_v3, arc_v3_published) and those of release 1.0.0, which
 the committed bench/results/arc_bench.json has (arc_default_e2 = arc_v3, arc_v3_e2 =
-arcv3_published).
+arc_v3_published).
 """
 import argparse
 import json
 
 ARC = "arc_v3"                     # the library's default: Format::kDefault, effort 2
-PUBLISHED = "arcv3_published"      # Format::kArcV3 at effort 2
+PUBLISHED = "arc_v3_published"      # Format::kArcV3 at effort 2
 OLD_ARC = "arc_default_e2"         # the same two rows as release 1.0.0 named them
 OLD_PUBLISHED = "arc_v3_e2"
 PEER = "slime_zstd"
@@ -25,7 +25,7 @@ PEER = "slime_zstd"
 
 def is_arc_v3(name):
     """arc_v3's own rows (every format and effort), under either naming."""
-    return name.startswith(("arc_v3", "arcv3_published", "arc_default"))
+    return name.startswith(("arc_v3", "arc_v3_published", "arc_default"))
 
 
 def main(path):

@@ -13,8 +13,9 @@ memoryview) holding little-endian BF16 values. The result mirrors ``src``: a bfl
 tensor or a uint16 array of src's shape, or ``bytes``. Contiguous inputs are passed to
 the C++ codec without copies and the GIL is released while it runs.
 
-Errors from the codec raise :class:`ArcV3Error` with ``.code`` / ``.name`` / ``.message``;
-misuse (wrong dtype, shape, device, unknown format) raises TypeError / ValueError.
+Errors from the codec raise :class:`ArcV3Error` with ``.code`` / ``.name`` / ``.message``
+(a wrong base: always ``checksum_mismatch``); misuse (wrong dtype, shape, device, unknown
+format) raises TypeError / ValueError.
 """
 
 import operator
@@ -204,7 +205,12 @@ def delta_decompress(src, compressed_diff, checksum, compression_format="arc_v3"
         array of src's shape and dtype, or ``bytes`` for buffer inputs.
 
     Raises:
-        ArcV3Error: wrong base (checksum_mismatch), corrupt or truncated payload, ...
+        ArcV3Error: checksum_mismatch for a wrong base, whatever the decoder meets first
+            (a result that fails the checksum, or a chunk that derails on the base: its
+            message then says "does not decode against this base"); a payload damaged
+            inside its chunks raises the same. Damage the bytes show by themselves keeps
+            its name: bad_magic, truncated, unsupported_version, reserved_bits_set,
+            corrupt_header, codec_failure; size_mismatch when src's size differs.
     """
     _format_id(compression_format)
     s = _Values(src, "src")
@@ -374,7 +380,8 @@ def delta_decompress_tensors(srcs, compressed_diff, checksum, compression_format
 
     Raises:
         ArcV3Error: size_mismatch when the tensors' sizes or count differ from the
-            payload's; checksum_mismatch for a wrong base; corrupt or truncated payloads.
+            payload's; checksum_mismatch for a wrong base (any tensor's), as for
+            delta_decompress; corrupt or truncated payloads.
     """
     _format_id(compression_format)
     s = [_Values(v, f"srcs[{i}]") for i, v in enumerate(srcs)]

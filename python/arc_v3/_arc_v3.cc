@@ -67,6 +67,24 @@ U16View ViewU16(const py::buffer& buffer, const char* what, bool writable) {
   return view;
 }
 
+// The stateless decoders' one error for a wrong base (python/README.md, "Errors"). A
+// stateless payload holds the checksum of its result, not of its base: the library
+// reports a wrong base as kChecksumMismatch when the result is hashed, or, first, as
+// kCorruptChunk when a modelled or rANS chunk, which predicts from the base, derails
+// (FORMAT.md, "Errors"). Both are checksum_mismatch here, with the library's own error in
+// the message. Errors the payload's bytes show without the base keep their code:
+// truncated, bad_magic, unsupported_version, reserved_bits_set, corrupt_header,
+// codec_failure (a zstd/LZ4 stream of XOR fields, which do not depend on the base), and
+// size_mismatch. Session payloads name their base (kWrongBase before any chunk is
+// decoded), and the state-dict container checks each piece's base: neither needs this.
+arc_v3::Status AsWrongBase(const arc_v3::Status& status) {
+  if (status.code() != arc_v3::ErrorCode::kCorruptChunk) return status;
+  return arc_v3::Status(arc_v3::ErrorCode::kChecksumMismatch,
+                        std::string("does not decode against this base: wrong base or damaged "
+                                    "payload (") +
+                            arc_v3::ErrorName(status.code()) + ": " + status.message() + ")");
+}
+
 // Runs an encoder call without the GIL; returns (payload bytes, checksum).
 template <class Encode>
 py::tuple RunEncoder(int format, int effort, int threads, uint32_t chunk_elements,
@@ -131,7 +149,7 @@ void DecompressInto(const py::buffer& src, const py::buffer& payload, uint64_t c
     status = arc_v3::delta_decompress(s.data, s.count, bytes, size, checksum,
                                       const_cast<uint16_t*>(o.data), o.count, threads);
   }
-  if (!status.ok()) throw CodecError{status};
+  if (!status.ok()) throw CodecError{AsWrongBase(status)};
 }
 
 // Decodes into a fresh bytes object (the raw-buffer path: bytes in, bytes out). The
@@ -151,7 +169,7 @@ py::bytes DecompressToBytes(const py::buffer& src, const py::buffer& payload,
                                       static_cast<size_t>(p.size * p.itemsize), checksum, out,
                                       s.count, threads);
   }
-  if (!status.ok()) throw CodecError{status};
+  if (!status.ok()) throw CodecError{AsWrongBase(status)};
   return result;
 }
 
@@ -224,7 +242,7 @@ void DecompressTensorsInto(const py::list& srcs, const py::buffer& payload, uint
                                               static_cast<size_t>(p.size * p.itemsize), checksum,
                                               threads);
   }
-  if (!status.ok()) throw CodecError{status};
+  if (!status.ok()) throw CodecError{AsWrongBase(status)};
 }
 
 // arc_v3::Session behind the Python arc_v3.Session: the same buffer-level calls as the

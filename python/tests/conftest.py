@@ -15,10 +15,6 @@ import torch
 # e.g. of your own trainer; the tests that need one are skipped without it.
 CORPUS = os.environ.get("ARC_V3_CORPUS", "")
 
-# A wrong base is caught by the checksum, or earlier by a context-modelled format whose
-# decoding depends on the base (it then fails as an inconsistent chunk).
-WRONG_BASE_ERRORS = ("checksum_mismatch", "corrupt_chunk")
-
 
 def bf16_step(shape, lr=1e-5, seed=0, scale=0.02):
     """(prev, next) BF16 tensors: weights ~N(0, scale), one Adam-like step of size ~lr."""

@@ -452,7 +452,8 @@ def chart(args, report):
     if shutil.which("gnuplot") is None:
         return
     names = [r["name"] for r in report["regions"]]
-    dat = args.out + ".png.dat"
+    scratch = tempfile.mkdtemp(prefix="arc_v3_chart.")  # only OUT.png stays beside OUT
+    dat = os.path.join(scratch, "chart.dat")
     with open(dat, "w") as f:
         for ds in report["datasets"]:
             for codec, row in ds["codecs"].items():
@@ -470,7 +471,10 @@ set xtics rotate by -45 font ',8'
 set grid ytics
 plot {plots}
 """
-    subprocess.run(["gnuplot"], input=script, text=True)
+    try:
+        subprocess.run(["gnuplot"], input=script, text=True)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -163,9 +163,22 @@ def test_numpy_arrays_and_errors(store, tmp_path):
     assert "wrong base" in e.value.message
     assert np.array_equal(follower.state_dict["w"], before)  # untouched
     assert follower.step == 0
-    # An unreachable store.
+    # A directory store that does not exist yet: a follower is told nothing was published
+    # there; the first publisher makes it, and the follower then pulls.
+    missing = str(tmp_path / "missing" / "run")
     with pytest.raises(arc_v3.ArcV3Error) as e:
-        Publisher(str(tmp_path / "missing"))
+        Follower(missing).pull()
+    assert e.value.name == "not_found"
+    assert "does not exist" in e.value.message
+    Publisher(missing).publish(0, {"w": np.arange(64, dtype=np.uint16).reshape(8, 8)})
+    late = Follower(missing)
+    late.pull()
+    assert late.step == 0
+    assert np.array_equal(late.state_dict["w"], np.arange(64, dtype=np.uint16).reshape(8, 8))
+    # A path that is a file is no store.
+    (tmp_path / "a-file").write_text("x")
+    with pytest.raises(arc_v3.ArcV3Error) as e:
+        Publisher(str(tmp_path / "a-file"))
     assert e.value.name == "invalid_argument"
 
 

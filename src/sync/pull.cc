@@ -691,18 +691,16 @@ Status Pull(Store* store, const std::string& dir, const PullOptions& options, Pu
   }
   fs::create_directories(dir, ec);
   if (!fs::is_directory(dir, ec)) return Status(ErrorCode::kInvalidArgument, dir + ": cannot create the directory");
-  Status s;
-  {
-    DirLock lock;
-    s = lock.Acquire(dir);
-    if (s.ok()) s = PullLocked(store, dir, options, false, report);
-  }
+  DirLock lock;
+  Status s = lock.Acquire(dir);
+  if (!s.ok()) return s;  // another pull's: never clean up under it
+  s = PullLocked(store, dir, options, false, report);
   // A first pull that failed leaves nothing behind: not the directory it made, nor the
-  // lock and stage it made inside one that existed.
+  // lock and stage it made inside one that existed (removed while the lock is held).
   const fs::path state_dir = fs::path(dir) / kStateDir;
   if (!s.ok() && !had_state_dir && !fs::exists(state_dir / "state.json", ec) &&
       !fs::exists(state_dir / "commit.json", ec)) {
-    fs::remove_all(existed ? fs::path(dir) / kStateDir : fs::path(dir), ec);
+    fs::remove_all(existed ? state_dir : fs::path(dir), ec);
   }
   return s;
 }

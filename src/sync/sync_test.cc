@@ -390,6 +390,20 @@ TEST_CASE("sync: a first pull that fails leaves nothing; a folder of other files
     const std::string fresh = tmp / ("fresh-" + b.name);
     CHECK(PullStep(store, fresh, 5, &r).code() == ErrorCode::kNotFound);
     CHECK(!fs::exists(fresh));
+    // A second pull into the same new directory while the first holds its lock is refused,
+    // and its failure never removes the first one's directory.
+    const std::string racing = tmp / ("racing-" + b.name);
+    PullOptions first;
+    first.hook = [&](const char* stage) {
+      if (std::string(stage) != "planned") return Status::Ok();
+      PullReport second;
+      const Status refused = PullStep(store, racing, 0, &second);
+      CHECK(refused.code() == ErrorCode::kInvalidArgument);
+      CHECK(fs::is_directory(racing + "/.arc_v3"));
+      return Status::Ok();
+    };
+    REQUIRE(PullStep(store, racing, 0, &r, first).ok());
+    CheckHolds(racing, run, 0);
     const std::string empty = tmp / ("empty-" + b.name);
     fs::create_directories(empty);
     CHECK(PullStep(store, empty, 5, &r).code() == ErrorCode::kNotFound);

@@ -171,7 +171,7 @@ def test_numpy_arrays_and_errors(store, tmp_path):
     assert e.value.name == "not_found"
     assert "does not exist" in e.value.message
     Publisher(missing).publish(0, {"w": np.arange(64, dtype=np.uint16).reshape(8, 8)})
-    late = Follower(missing)
+    late = Follower(missing, torch=False)
     late.pull()
     assert late.step == 0
     assert np.array_equal(late.state_dict["w"], np.arange(64, dtype=np.uint16).reshape(8, 8))

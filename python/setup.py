@@ -9,11 +9,9 @@ state-dict helpers) do and never goes stale when files are added there. Starlark
 they use) Python syntax; they are evaluated with stand-ins for the Bazel functions.
 """
 
-import concurrent.futures
 import glob
 import os
 import re
-import threading
 import time
 
 from setuptools import Extension, setup
@@ -104,52 +102,26 @@ def _codec_build_inputs():
 
 
 class BuildExt(build_ext):
-    """Compiles the extension's sources in parallel, one compiler per core, and without
-    debug info (the codec is ~10 files of SIMD code; -g triples the compile time on small
-    machines). setuptools' own `parallel` only runs several extensions at once, and this
-    package has one. Prints a line per compiled source ("arc_v3 build: [3/20] ..."), which
-    python/run_tests.sh shows while pip runs."""
+    """Compiles without debug info (the codec is ~10 files of SIMD code; -g triples the
+    compile time on small machines) and prints a line per compiled source ("arc_v3 build:
+    [3/20] ..."), which python/run_tests.sh shows while pip runs."""
 
     def build_extension(self, ext):
         compiler = self.compiler
+        compile_one = compiler._compile  # CCompiler.compile calls it once per object to build
+        count = [0]
 
-        def compile_in_parallel(sources, output_dir=None, macros=None, include_dirs=None,
-                                debug=0, extra_preargs=None, extra_postargs=None,
-                                depends=None):
-            macros, objects, extra_postargs, pp_opts, build = compiler._setup_compile(
-                output_dir, macros, include_dirs, sources, depends, extra_postargs)
-            cc_args = compiler._get_cc_args(pp_opts, debug, extra_preargs)
-            todo = [obj for obj in objects if obj in build]  # as CCompiler.compile skips
-            jobs = max(1, min(len(todo), len(os.sched_getaffinity(0))
-                              if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
-            _progress(f"compiling {len(todo)} C++ sources, {jobs} at a time")
-            done = []
-            lock = threading.Lock()
+        def compile_with_progress(obj, source, *args):
+            start = time.monotonic()
+            compile_one(obj, source, *args)
+            count[0] += 1
+            _progress(f"[{count[0]}/{len(ext.sources)}] "
+                      f"{os.path.relpath(os.path.abspath(source), ROOT)} ({time.monotonic() - start:.0f} s)")
 
-            def compile_one(obj):
-                source, extension = build[obj]
-                start = time.monotonic()
-                compiler._compile(obj, source, extension, cc_args, extra_postargs, pp_opts)
-                with lock:
-                    done.append(obj)
-                    _progress(f"[{len(done)}/{len(todo)}] "
-                              f"{os.path.relpath(os.path.abspath(source), ROOT)} "
-                              f"({time.monotonic() - start:.0f} s)")
-
-            with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
-                futures = [pool.submit(compile_one, obj) for obj in todo]
-                try:
-                    for future in futures:
-                        future.result()
-                except BaseException:  # the first compiler error stops the build
-                    for future in futures:
-                        future.cancel()
-                    raise
-            _progress("linking")
-            return objects
-
-        compiler.compile = compile_in_parallel
+        compiler._compile = compile_with_progress
+        _progress(f"compiling up to {len(ext.sources)} C++ sources")
         super().build_extension(ext)
+        _progress("linked")
 
 
 def _progress(line):

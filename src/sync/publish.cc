@@ -275,6 +275,24 @@ Status CommitAt(Store* store, uint64_t step, uint32_t count, int depth, CommitRe
   }
   if (s.code() != ErrorCode::kNotFound) return s;
 
+  // Which records exist, from one listing of the step (writers list; pullers never do): a
+  // shard that finds its step incomplete pays a request or a few, not a GET per shard, so
+  // that N shards commit a step in O(N) requests. Only a complete step's records are read.
+  if (store->listable()) {
+    std::vector<ObjectInfo> listed;
+    s = store->List(StepPrefix(step), &listed);
+    if (!s.ok()) return s;
+    std::set<std::string> keys;
+    for (const ObjectInfo& o : listed) keys.insert(o.key);
+    std::vector<uint32_t> unlisted;
+    for (uint32_t k = 0; k < count; ++k) {
+      if (keys.count(ShardRecordKey(step, k, count)) == 0) unlisted.push_back(k);
+    }
+    if (!unlisted.empty()) {
+      result->pending = ShardList(unlisted, count);
+      return Status::Ok();
+    }
+  }
   std::vector<ShardRecord> records(count);
   std::vector<Status> statuses(count);
   ParallelFor(count, WorkerCount(8, count), [&](size_t k, size_t) {

@@ -167,7 +167,14 @@ class DirectoryStore : public Store {
     if (!fs::is_directory(root_, ec)) {
       return Status(ErrorCode::kUnavailable, url_ + ": the store's directory is gone");
     }
-    for (auto it = fs::recursive_directory_iterator(root_, ec); !ec && it != fs::recursive_directory_iterator();
+    // Only the folder the prefix names is walked ("steps/000000000042/": that step's).
+    const size_t slash = prefix.rfind('/');
+    if (slash != std::string::npos && !ValidKey(prefix.substr(0, slash))) {
+      return Status(ErrorCode::kInvalidArgument, "malformed listing prefix '" + prefix + "'");
+    }
+    const std::string start = slash == std::string::npos ? root_ : root_ + "/" + prefix.substr(0, slash);
+    if (!fs::is_directory(start, ec)) return Status::Ok();  // nothing under that prefix
+    for (auto it = fs::recursive_directory_iterator(start, ec); !ec && it != fs::recursive_directory_iterator();
          it.increment(ec)) {
       if (!it->is_regular_file(ec)) continue;
       const std::string key = fs::relative(it->path(), root_, ec).generic_string();

@@ -500,6 +500,77 @@ TEST_CASE("sync: racing committers of one step write one manifest") {
   }
 }
 
+// A store that forwards to another and counts the requests it is asked for, by kind.
+class CountingStore : public Store {
+ public:
+  explicit CountingStore(Store* inner) : inner_(inner) {}
+  const std::string& url() const override { return inner_->url(); }
+  bool writable() const override { return inner_->writable(); }
+  bool listable() const override { return inner_->listable(); }
+  Status Head(const std::string& key, ObjectInfo* info) override {
+    ++heads;
+    return inner_->Head(key, info);
+  }
+  Status GetIfChanged(const std::string& key, const std::string& etag, uint64_t max_size,
+                      std::vector<uint8_t>* data, ObjectInfo* info, bool* changed) override {
+    ++gets;
+    return inner_->GetIfChanged(key, etag, max_size, data, info, changed);
+  }
+  Status GetRange(const std::string& key, uint64_t offset, uint64_t size, uint8_t* out) override {
+    ++gets;
+    return inner_->GetRange(key, offset, size, out);
+  }
+  Status Put(const std::string& key, const uint8_t* data, uint64_t size, PutMode mode) override {
+    ++puts;
+    return inner_->Put(key, data, size, mode);
+  }
+  Status PutFile(const std::string& key, const std::string& path, PutMode mode) override {
+    ++puts;
+    return inner_->PutFile(key, path, mode);
+  }
+  Status List(const std::string& prefix, std::vector<ObjectInfo>* objects) override {
+    ++lists;
+    return inner_->List(prefix, objects);
+  }
+  Status Delete(const std::string& key) override { return inner_->Delete(key); }
+  uint64_t total() const { return heads + gets + puts + lists; }
+  std::atomic<uint64_t> heads{0}, gets{0}, puts{0}, lists{0};
+
+ private:
+  Store* inner_;
+};
+
+TEST_CASE("sync: N shards commit a step in O(N) requests, not a GET of every record per shard") {
+  TempDir tmp;
+  for (Backend& b : test::Backends(tmp, "commit-cost")) {
+    INFO("store ", b.name);
+    CountingStore store(b.store.get());
+    constexpr size_t kShards = 48;
+    std::vector<std::vector<test::TensorSpec>> shards(kShards);
+    for (size_t k = 0; k < kShards; ++k) shards[k] = {{"w" + std::to_string(k), {16, 64}}};
+    TrainerRun run(tmp / ("trainer-" + b.name), shards, 0.02, 5);
+    for (uint64_t step = 0; step < 2; ++step) {
+      if (step > 0) run.Advance();
+      run.Write(step);
+      const uint64_t before = store.total();
+      // One shard after the other: every shard but the last finds the step incomplete.
+      for (size_t k = 0; k < kShards; ++k) {
+        PublishReport r;
+        REQUIRE(Publish(&store, Shard(run, step, k, step > 0), &r).ok());
+        CHECK(r.committed == (k == kShards - 1));
+      }
+      const uint64_t requests = store.total() - before;
+      INFO("step ", step, ": ", requests, " requests for ", kShards, " shards");
+      // Each shard: its base record, its own record's absence, its objects, its record,
+      // the manifest's absence and a listing; the committer reads every record once.
+      CHECK(requests <= 9 * kShards);
+    }
+    PullReport r;
+    REQUIRE(Pull(&store, tmp / ("region-" + b.name), PullOptions(), &r).ok());
+    CheckHolds(tmp / ("region-" + b.name), run, 1);
+  }
+}
+
 // A TCP relay in front of the S3 server that can be cut: the store "going away".
 class Relay {
  public:

@@ -114,9 +114,10 @@ class OutFile {
 // One hop of a partial pull for one shard: decodes the rows Needed() of every tensor of
 // the container onto the base rows `held` (the previous hop's sidecar; none for an
 // anchor) into a new sidecar file at `out`.
-Status ApplyRowsHop(const Reader& reader, const Held& held, const Select& select, bool keep_small,
+Status ApplyRowsHop(const Fetched& fetched, const Held& held, const Select& select, bool keep_small,
                     const std::string& out_path, bool sync, int threads, PullReport* report) {
-  const FileEntry& f = reader.manifest().files[0];
+  const Reader& reader = fetched.reader;
+  const FileEntry& f = fetched.file();
   std::vector<const TensorEntry*> tensors;
   std::vector<Need> needs;
   std::vector<safetensors::TensorInfo> infos;
@@ -251,12 +252,12 @@ Status ApplyRowsHop(const Reader& reader, const Held& held, const Select& select
 
 // The user's view of a partial pull: the selected tensors, cut to the selected rows, from
 // the last hop's sidecar.
-Status ExportSelection(const safetensors::File& rows_file, const Held& held, const Reader& reader,
+Status ExportSelection(const safetensors::File& rows_file, const Held& held, const FileEntry& file,
                        const Select& select, const std::string& out_path) {
   const Selection& sel = select.sel;
   std::vector<safetensors::TensorInfo> infos;
   std::vector<const uint8_t*> sources;
-  for (const TensorEntry& t : reader.manifest().files[0].tensors) {
+  for (const TensorEntry& t : file.tensors) {
     if (!std::regex_match(t.name, select.pattern)) continue;
     const uint64_t rows = t.rows();
     const uint64_t a = t.shape.empty() ? 0 : std::min(sel.row_begin, rows);
@@ -441,7 +442,7 @@ Status ApplyRoute(const Route& route, const Select& select, const std::vector<Fe
           if (s.ok()) s = held.Load(&base_file);
         }
         if (s.ok()) {
-          s = ApplyRowsHop(fetched[object_of[h][k]].reader, held, select, select.keep_small[k], out,
+          s = ApplyRowsHop(fetched[object_of[h][k]], held, select, select.keep_small[k], out,
                            last && o.run.sync, run.threads, report);
         }
       } else {
@@ -489,7 +490,7 @@ Status BuildJournal(Store* store, const std::string& dir, const DirState* old, c
       Held held;
       s = safetensors::File::Open(current[k], &rows_file);
       if (s.ok()) s = held.Load(&rows_file);
-      if (s.ok()) s = ExportSelection(rows_file, held, fetched[object_of.back()[k]].reader, select, stage.Path(r.file));
+      if (s.ok()) s = ExportSelection(rows_file, held, fetched[object_of.back()[k]].file(), select, stage.Path(r.file));
       const std::string staged_rows = "rows/" + fs::path(current[k]).filename().string();
       if (s.ok()) s = RecordFile(dir, Stage::Relative(staged_rows), &shard.rows);
       if (s.ok()) s = RecordFile(dir, Stage::Relative(r.file), &shard.file);
@@ -627,6 +628,20 @@ Status PullLocked(Store* store, const std::string& dir, const PullOptions& o, bo
       fetched.back().ref = RefOf(route.hops[h], k);
       fetched.back().path = stage.Path("objects/" + std::to_string(fetched.size() - 1) + ".a3d");
     }
+  }
+  if (partial) {
+    // A shard none of whose records on the route names a selected tensor needs no byte of
+    // its objects (nor do its small tensors: a group is kept whole only for a selected
+    // member): a pull of a few shards' tensors reads only those shards' objects.
+    std::vector<bool> touched(route.hops.back().m.count, false);
+    for (const Hop& hop : route.hops) {
+      for (size_t k = 0; k < hop.m.count && k < touched.size(); ++k) {
+        for (const TensorChecksum& t : hop.m.shards[k].tensors) {
+          if (!touched[k] && std::regex_match(t.name, select.pattern)) touched[k] = true;
+        }
+      }
+    }
+    for (Fetched& f : fetched) f.skipped = !touched[f.shard];
   }
   s = partial ? FetchPieces(store, o.store, UINT64_MAX, &select, &fetched, report)
               : FetchWhole(store, o, &fetched, report);

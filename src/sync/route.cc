@@ -234,6 +234,11 @@ std::vector<std::pair<uint64_t, uint64_t>> NeededRanges(const Reader& reader, co
 }
 
 
+const FileEntry& Fetched::file() const {
+  static const FileEntry kNoTensors;
+  return skipped ? kNoTensors : reader.manifest().files[0];
+}
+
 Status FetchPieces(Store* store, const StoreOptions& options, uint64_t prefetch_limit, Select* select,
                    std::vector<Fetched>* fetched, PullReport* report) {
   std::mutex mutex;
@@ -247,6 +252,7 @@ Status FetchPieces(Store* store, const StoreOptions& options, uint64_t prefetch_
   // The heads: container header and manifest, checked against the step's manifest.
   const Status thrown = TryParallelFor(fetched->size(), WorkerCount(std::max(1, options.connections), fetched->size()), [&](size_t i, size_t) {
     Fetched& f = (*fetched)[i];
+    if (f.skipped) return;
     std::vector<uint8_t> head;
     Status s = GetGrowing(store, f.ref.key, 0, f.ref.head_size, &head);
     if (s.ok() && container::Hash(head.data(), head.size()) != f.ref.head_xxh3) {
@@ -273,7 +279,7 @@ Status FetchPieces(Store* store, const StoreOptions& options, uint64_t prefetch_
   // Groups need their members' bases where a selected tensor may be grouped (at any hop).
   for (const Fetched& f : *fetched) {
     if (select->keep_small.size() <= f.shard) select->keep_small.resize(f.shard + 1, false);
-    for (const TensorEntry& t : f.reader.manifest().files[0].tensors) {
+    for (const TensorEntry& t : f.file().tensors) {
       if (Groupable(t) && std::regex_match(t.name, select->pattern)) select->keep_small[f.shard] = true;
     }
   }
@@ -285,6 +291,7 @@ Status FetchPieces(Store* store, const StoreOptions& options, uint64_t prefetch_
   std::vector<Range> ranges;
   for (size_t i = 0; i < fetched->size(); ++i) {
     const Fetched& f = (*fetched)[i];
+    if (f.skipped) continue;
     const auto needed = NeededRanges(f.reader, *select, select->keep_small[f.shard]);
     uint64_t bytes = 0;
     for (const auto& r : needed) bytes += r.second;
@@ -302,7 +309,7 @@ Status FetchPieces(Store* store, const StoreOptions& options, uint64_t prefetch_
     sources[ranges[i].object]->Add(ranges[i].offset, std::move(data[i]));
   }
   report->requests += ranges.size();
-  report->fetched_objects += fetched->size();
+  for (const Fetched& f : *fetched) report->fetched_objects += !f.skipped;
   report->fetch_seconds += Since(start);
   return Status::Ok();
 }

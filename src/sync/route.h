@@ -103,6 +103,11 @@ struct Fetched {
   ObjectRef ref;
   std::string path;  // full pulls: the downloaded object
   container::Reader reader;  // partial pulls: over the fetched ranges (a RangeSource)
+  // Partial pulls: its shard's records on the route name no selected tensor, so nothing of
+  // it is read (no head, no reader): its sidecar and file hold no tensor.
+  bool skipped = false;
+  // Its file's tensors: the reader's, or none when skipped.
+  const container::FileEntry& file() const;
 };
 
 // A shard's container holds one file (the "file" layout, Part 3).

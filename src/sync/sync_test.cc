@@ -540,7 +540,7 @@ class CountingStore : public Store {
   Store* inner_;
 };
 
-TEST_CASE("sync: N shards commit a step in O(N) requests, not a GET of every record per shard") {
+TEST_CASE("sync: N shards commit a step in O(N) requests; a pull of one shard's tensor reads only its objects") {
   TempDir tmp;
   for (Backend& b : test::Backends(tmp, "commit-cost")) {
     INFO("store ", b.name);
@@ -566,8 +566,29 @@ TEST_CASE("sync: N shards commit a step in O(N) requests, not a GET of every rec
       CHECK(requests <= 9 * kShards);
     }
     PullReport r;
+    uint64_t before = store.total();
     REQUIRE(Pull(&store, tmp / ("region-" + b.name), PullOptions(), &r).ok());
     CheckHolds(tmp / ("region-" + b.name), run, 1);
+    const uint64_t full_requests = store.total() - before, full_bytes = r.fetched_bytes;
+    CHECK(full_requests <= 2 * kShards + 50);
+    // The tensor of one shard: only that shard's objects are read (a head and its pieces
+    // per step), besides `latest` and the two manifests.
+    PullOptions one;
+    one.tensors = "w7";
+    const std::string slice = tmp / ("slice-" + b.name);
+    before = store.total();
+    REQUIRE(Pull(&store, slice, one, &r).ok());
+    INFO("partial pull: ", store.total() - before, " requests, ", r.fetched_bytes, " of ", full_bytes, " bytes");
+    CHECK(store.total() - before <= 4 + 30);
+    CHECK(r.fetched_objects == 2);
+    for (size_t k = 0; k < kShards; ++k) {
+      safetensors::File file;
+      REQUIRE(safetensors::File::Open(slice + "/" + TrainerRun::FileName(k, kShards), &file).ok());
+      CHECK(file.tensors().size() == (k == 7 ? 1u : 0u));
+      if (k == 7) {
+        CHECK(Rows(slice + "/" + TrainerRun::FileName(k, kShards), "w7", 0, 16) == Rows(run.Path(1, 7), "w7", 0, 16));
+      }
+    }
   }
 }
 

@@ -7,7 +7,11 @@
 # Per phase: requests (by method), bytes served, the largest share of requests under one
 # key prefix (S3 partitions request capacity by prefix), wall time, and the pulling
 # process's peak RSS. Writes OUT.{txt,json} (default bench_out/sync_scale).
-#   bench/sync_scale.sh [--shards N[,N...]] [--tensors T] [--rows R] [--cols C] [--out OUT]
+# --check (CI) also asserts, per N, that every pulled tensor is bit-exact and the limits
+# the protocol holds today: publishing a step <= 12 N requests, a full pull <= 2 N + 50,
+# a pull of N/64 shards' tensors <= 4 x those shards + 30 requests and <= 1/32 of the full
+# pull's bytes + 64 KiB; it ends with "N passed, N failed".
+#   bench/sync_scale.sh [--shards N[,N...]] [--tensors T] [--rows R] [--cols C] [--out OUT] [--check]
 set -euo pipefail
 PY=/usr/bin/python3  # Debian's, with numpy (a pyenv shim may come first on PATH)
 cd "$(dirname "$0")/.."
@@ -17,8 +21,10 @@ tensors=4   # per shard
 rows=64
 cols=256
 out=bench_out/sync_scale
+check=0
 while [ $# -gt 0 ]; do
   case "$1" in
+    --check) check=1; shift ;;
     --shards) shard_counts="$2"; shift 2 ;;
     --tensors) tensors="$2"; shift 2 ;;
     --rows) rows="$2"; shift 2 ;;
@@ -142,6 +148,34 @@ print(sum(json.load(open(f))["uploaded_bytes"] for f in glob.glob(sys.argv[1])))
       > "$work/pull.json"
     echo "{\"shards\": $n, \"phase\": \"pull $phase\", \"report\": $(cat "$work/pull.json"), \"rss_kb\": $(cat "$work/rss"), \"wire\": $(count "$from" "$prefix")}" >> "$results"
   done
+  # Every pulled tensor, bit for bit: whole files, the selected shards' tensors, the rows.
+  "$PY" - "$data/1" "$work/region-$n" "$n" "$((rows / 8))" "$sel" >> "$work/exact.txt" <<'EOF'
+import json, re, sys
+truth, region, n, rows, sel = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+def read(path):
+    """{name: (shape, bytes)} of a safetensors file, and the file's bytes."""
+    raw = open(path, "rb").read()
+    h = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8:8 + h])
+    return {k: (v["shape"], raw[8 + h + v["data_offsets"][0]:8 + h + v["data_offsets"][1]])
+            for k, v in header.items() if k != "__metadata__"}, raw
+bad = []
+selected = re.compile(r"layers\.(%s)\..*" % sel)
+for k in range(n):
+    name = "shard-%05d.safetensors" % k
+    want, raw = read(f"{truth}/{name}")
+    if open(f"{region}-full/{name}", "rb").read() != raw:
+        bad.append(f"full {name}")
+    got, _ = read(f"{region}-tensors/{name}")
+    if {t: v[1] for t, v in got.items()} != {t: v[1] for t, v in want.items() if selected.fullmatch(t)}:
+        bad.append(f"tensors {name}")
+    got, _ = read(f"{region}-rows/{name}")
+    for t, (shape, data) in want.items():
+        row = len(data) // shape[0]
+        if t not in got or got[t][1] != data[:min(rows, shape[0]) * row]:
+            bad.append(f"rows {name} {t}")
+print(json.dumps({"shards": n, "bad": bad}))
+EOF
 done
 
 "$PY" - "$results" "$out" "$(git rev-parse --short HEAD)" "$tensors" "$rows" "$cols" <<'EOF'
@@ -166,4 +200,34 @@ text = "\n".join(lines) + "\n"
 open(out + ".txt", "w").write(text)
 json.dump({"commit": commit, "results": rows}, open(out + ".json", "w"), indent=1)
 print(text)
+EOF
+
+[ "$check" = 1 ] || exit 0
+"$PY" - "$out.json" "$work/exact.txt" <<'EOF'
+import json, sys
+rows = json.load(open(sys.argv[1]))["results"]
+exact = {e["shards"]: e["bad"] for e in map(json.loads, open(sys.argv[2]))}
+passed = failed = 0
+def expect(ok, what):
+    global passed, failed
+    print(("ok      " if ok else "FAILED  ") + what)
+    passed, failed = passed + ok, failed + (not ok)
+for n in sorted({x["shards"] for x in rows}):
+    at = {x["phase"]: x for x in rows if x["shards"] == n}
+    for step in (0, 1):
+        got = at[f"publish step {step}"]["wire"]["requests"]
+        expect(got <= 12 * n, f"{n} shards: publishing step {step} took {got} requests (<= 12 N = {12 * n})")
+    full = at["pull full"]
+    got = full["wire"]["requests"]
+    expect(got <= 2 * n + 50, f"{n} shards: a full pull took {got} requests (<= 2 N + 50 = {2 * n + 50})")
+    touched = (n + 63) // 64
+    part = at["pull tensors"]
+    got, limit = part["wire"]["requests"], 4 * touched + 30
+    expect(got <= limit, f"{n} shards: a pull of {touched} shards' tensors took {got} requests (<= {limit})")
+    got, limit = part["report"]["fetched_bytes"], full["report"]["fetched_bytes"] // 32 + 65536
+    expect(got <= limit, f"{n} shards: ... and {got} bytes (<= a full pull's / 32 + 64 KiB = {limit})")
+    bad = exact.get(n, ["not checked"])
+    expect(not bad, f"{n} shards: every pulled tensor bit-exact" + (f" (differ: {bad[:5]})" if bad else ""))
+print(f"{passed} passed, {failed} failed")
+sys.exit(1 if failed else 0)
 EOF

@@ -3,7 +3,8 @@
 # repository root, each judged by its exit status and by what it promises to write:
 #   1. bench/main_job.sh, exactly as the README writes it: its table, bench_out/arc_bench.
 #      {json,csv,png} and nothing else there, no work folder left in $TMPDIR;
-#   2. the scripts docs/ names: bench/sync_bench.sh and bench/cross_region.py (sync.md),
+#   2. the scripts docs/ names: bench/sync_bench.sh, bench/sync_scale.sh (256 shards, its
+#      limits asserted: --check) and bench/cross_region.py (sync.md),
 #      arc_bench and `arc_v3 bench` (bench.md), python/bench/bench_binding.py
 #      (python/README.md), each on a small input (their defaults take tens of minutes) and
 #      checked for its output files.
@@ -42,7 +43,10 @@ expect() {
     failed=$((failed + 1))
   fi
 }
-temp_leftovers() { ls -d "${TMPDIR:-/tmp}"/arc_v3_demo.* "${TMPDIR:-/tmp}"/arc_v3_sync_bench.* 2> /dev/null | sort; }
+temp_leftovers() {
+  ls -d "${TMPDIR:-/tmp}"/arc_v3_demo.* "${TMPDIR:-/tmp}"/arc_v3_sync_bench.* "${TMPDIR:-/tmp}"/arc_v3_sync_scale.* \
+    2> /dev/null | sort
+}
 
 # 1. The main job, as the README's "Two commands" block writes it.
 readme_line=$(grep -m1 '^bench/main_job.sh' README.md | sed 's/ *#.*//')
@@ -67,6 +71,10 @@ if check sync_bench bench/sync_bench.sh --params 4000000 --repeats 1 --no-sync; 
     "bench_out/sync_bench.{json,txt}"
 fi
 expect sync_bench "[ \"\$(temp_leftovers)\" = \"$before\" ]" "work folders left: $(temp_leftovers)"
+# ... and a step's cost at 256 trainer shards (separate publish processes against radosgw),
+# with the limits the protocol holds asserted and every pulled tensor compared bit for bit.
+check sync_scale bench/sync_scale.sh --shards 256 --check --out bench_out/sync_scale_ci
+expect sync_scale "[ \"\$(temp_leftovers)\" = \"$before\" ]" "work folders left: $(temp_leftovers)"
 if [ "$(id -u)" -eq 0 ] && command -v ip > /dev/null; then
   if check cross_region python3 bench/cross_region.py --params 2000000 --densities low --steps 3 --interval 1 \
       --regions fast:1000:20 --codecs arc_v3,full --out bench_out/cross_region_docs; then

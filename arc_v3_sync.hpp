@@ -50,6 +50,9 @@ struct PublisherOptions {
   int effort = 1;                     // codec effort 0..3
   int threads = 0;                    // 0: all cores
   std::string file_name;              // the shard's name in a region ("": model-RRRRR-of-NNNNN.safetensors)
+  // Which start of the trainer this is ("": $ARC_V3_INCARNATION, else torchrun's restart
+  // count, else "0"): after a restart mid-step, the new records supersede the old ones.
+  std::string incarnation;
   StoreSettings store;
 };
 

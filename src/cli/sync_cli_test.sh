@@ -190,12 +190,12 @@ elif cmd == "partial":  # PART FULL TENSOR A B: PART holds only TENSOR, rows A:B
     fb = fdata[fh[name]["data_offsets"][0]:fh[name]["data_offsets"][1]]
     pb = data[h[name]["data_offsets"][0]:h[name]["data_offsets"][1]]
     check(pb == fb[a * row:b * row], "the partial rows differ from the full file's")
-elif cmd == "manifest":  # MANIFEST KEY SIZE: MANIFEST is JSON naming object KEY of SIZE bytes
-    m = load(args[0])
-    refs = [r[kind] for r in m["shards"] for kind in ("delta", "anchor") if r.get(kind)]
-    found = [r for r in refs if r["key"] == args[1]]
-    check(found, "the manifest does not name " + args[1])
-    check(found[0]["size"] == int(args[2]), "the manifest says %d bytes, the object has %s" % (found[0]["size"], args[2]))
+elif cmd == "record":  # RECORD KEY SIZE: a shard record naming object KEY of SIZE bytes
+    r = load(args[0])
+    check(r["kind"] == "shard" and r["version"] == 2, "not a protocol 2 shard record")
+    found = [r[kind] for kind in ("delta", "anchor") if r.get(kind) and r[kind]["key"] == args[1]]
+    check(found, "the record does not name " + args[1])
+    check(found[0]["size"] == int(args[2]), "the record says %d bytes, the object has %s" % (found[0]["size"], args[2]))
 else:
     sys.exit("unknown command " + cmd)
 EOF
@@ -359,23 +359,25 @@ run_store() {
     if [ -x "$AWS" ]; then
       local A=("$AWS" --endpoint-url "$AWS_ENDPOINT_URL")
       "${A[@]}" s3 ls --recursive "$S/" > "$W/ls.txt" 2> err.txt || fail "aws s3 ls: $(cat err.txt)"
+      # Protocol 2's layout: the root, a group index, records and objects spread over
+      # two-hex-digit prefixes (src/FORMAT.md, Part 3).
       local key
-      for key in latest steps/000000000005/manifest.json steps/000000000005/shard-00000-of-00002.json \
-                 steps/000000000005/shard-00001-of-00002.json; do
-        grep -q " ${S#s3://*/}/$key\$" "$W/ls.txt" || { cat "$W/ls.txt"; fail "aws s3 ls lacks $key"; }
+      for key in latest 'steps/000000000005\.json' 'groups/000000000005/00002/0/00000\.json' \
+                 'r/[0-9a-f][0-9a-f]/000000000005-00002-00000/0/0000[01]\.json'; do
+        [ "$(grep -c " ${S#s3://*/}/$key\$" "$W/ls.txt")" -ge 1 ] || { cat "$W/ls.txt"; fail "aws s3 ls lacks $key"; }
       done
-      [ "$(grep -c 'steps/000000000003/shard-0000[01]-of-00002\.anchor-[0-9a-f]*\.a3d$' "$W/ls.txt")" -eq 2 ] ||
+      [ "$(grep -c 'o/[0-9a-f][0-9a-f]/000000000003-00002-0000[01]/anchor-[0-9a-f]*\.a3d$' "$W/ls.txt")" -eq 2 ] ||
         { cat "$W/ls.txt"; fail "aws s3 ls lacks the anchors of step 3"; }
-      local delta
-      delta="$(grep -o 'steps/000000000005/shard-00001-of-00002\.delta-[0-9a-f]*\.a3d' "$W/ls.txt")"
+      local delta record
+      delta="$(grep -o 'o/[0-9a-f][0-9a-f]/000000000005-00002-00001/delta-[0-9a-f]*\.a3d' "$W/ls.txt")"
       [ "$(echo "$delta" | wc -l)" -eq 1 ] && [ -n "$delta" ] || { cat "$W/ls.txt"; fail "one delta of step 5 shard 1"; }
-      "${A[@]}" s3 cp --quiet "$S/steps/000000000005/manifest.json" "$W/manifest.json" 2> err.txt ||
-        fail "aws s3 cp manifest: $(cat err.txt)"
+      record="$(grep -o 'r/[0-9a-f][0-9a-f]/000000000005-00002-00000/0/00001\.json' "$W/ls.txt")"
+      "${A[@]}" s3 cp --quiet "$S/$record" "$W/record.json" 2> err.txt || fail "aws s3 cp record: $(cat err.txt)"
       "${A[@]}" s3 cp --quiet "$S/$delta" "$W/delta.a3d" 2> err.txt || fail "aws s3 cp delta: $(cat err.txt)"
       local listed
       listed="$(grep -F "/$delta" "$W/ls.txt" | awk '{ print $3 }')"
       [ "$listed" = "$(stat -c %s "$W/delta.a3d")" ] || fail "aws lists $listed bytes for $delta"
-      tool manifest "$W/manifest.json" "$delta" "$(stat -c %s "$W/delta.a3d")" || fail "step 5's manifest"
+      tool record "$W/record.json" "$delta" "$(stat -c %s "$W/delta.a3d")" || fail "step 5's record of shard 1"
       expect_rc 0 "$CLI" apply "data/step4/$F1" "$W/delta.a3d" -o "$W/out.safetensors"
       same "$W/out.safetensors" "data/step5/$F1" "apply of the delta aws downloaded"
     elif [ "$REQUIRE_S3" = 1 ]; then

@@ -100,6 +100,10 @@ SyncCommands::SyncCommands(CLI::App* app) {
   publish_->add_option("--prev", prev_, "This shard's file of the base step (omit: an anchor only)")->check(CLI::ExistingFile);
   publish_->add_option("--base-step", base_step_, "The step --prev is (default N-1)");
   publish_->add_option("--shard", shard_, "K/COUNT: this is shard K of COUNT (default 0/1)");
+  publish_->add_option("--incarnation", incarnation_,
+                       "Which start of the trainer publishes (default: $ARC_V3_INCARNATION, else\n"
+                       "torchrun's restart count, else 0): a trainer restarted mid-step publishes\n"
+                       "under a new one, whose records supersede the old ones' until the step commits");
   publish_->add_option("--anchor-every", anchor_every_,
                        "Also write an anchor when N is a multiple of this (default 10; 0: never,\n"
                        "but for a step without --prev)");
@@ -207,6 +211,7 @@ int SyncCommands::Run() {
     o.shard = k;
     o.count = count;
     o.anchor_every = anchor_every_;
+    o.incarnation = incarnation_.empty() ? sync::DefaultIncarnation() : incarnation_;
     o.index = index_;
     o.no_index = no_index_;
     o.work_dir = work_dir_;
@@ -343,7 +348,7 @@ int SyncCommands::Run() {
 
   if (log_->parsed()) {
     std::vector<sync::StepListing> steps;
-    s = sync::ListSteps(store.get(), &steps);
+    s = sync::ListSteps(store.get(), &steps, json_);
     if (!s.ok()) return Fail(name, json_, s);
     Json all = Json::array();
     if (!json_ && !quiet_) {
@@ -353,6 +358,10 @@ int SyncCommands::Run() {
     for (const sync::StepListing& l : steps) {
       uint64_t delta = 0, anchor = 0;
       Json shards = Json::array();
+      if (l.manifest.shards.empty()) {  // the root alone: its summed sizes
+        delta = l.manifest.chain_bytes;
+        anchor = l.manifest.anchor_bytes;
+      }
       for (const sync::ShardRecord& r : l.manifest.shards) {
         delta += r.delta.size;
         anchor += r.anchor.size;

@@ -20,7 +20,7 @@ class SyncCommands {
 
  private:
   CLI::App *publish_, *pull_, *follow_, *log_, *prune_;
-  std::string store_, dir_, next_, prev_, shard_ = "0/1", work_dir_, tensors_, rows_, format_ = "arc_v3", index_;
+  std::string store_, dir_, next_, prev_, shard_ = "0/1", incarnation_, work_dir_, tensors_, rows_, format_ = "arc_v3", index_;
   uint64_t step_ = UINT64_MAX, base_step_ = UINT64_MAX, anchor_every_ = 10, until_ = UINT64_MAX;
   double interval_ = 2;
   int threads_ = 0, effort_ = 1, retries_ = 5, connections_ = 8, max_failures_ = 10;

@@ -7,25 +7,29 @@
 namespace arc_v3 {
 namespace sync {
 
-Status ListSteps(Store* store, std::vector<StepListing>* steps) {
+Status ListSteps(Store* store, std::vector<StepListing>* steps, bool load_records) {
   steps->clear();
-  std::vector<ObjectInfo> objects;
-  Status s = store->List("steps/", &objects);
-  if (!s.ok()) return s;
   std::map<uint64_t, StepListing> by_step;
-  for (ObjectInfo& o : objects) {
-    const uint64_t step = StepOfKey(o.key);
-    if (step == kNoStep) continue;
-    StepListing& l = by_step[step];
-    l.step = step;
-    l.bytes += o.size;
-    l.committed = l.committed || o.key == ManifestKey(step);
-    l.objects.push_back(std::move(o));
+  // Roots, group indexes, records and objects (layouts are shared by steps: not listed).
+  for (const char* prefix : {"steps/", "groups/", "r/", "o/"}) {
+    std::vector<ObjectInfo> objects;
+    Status s = store->List(prefix, &objects);
+    if (!s.ok()) return s;
+    for (ObjectInfo& o : objects) {
+      const uint64_t step = StepOfKey(o.key);
+      if (step == kNoStep) continue;
+      StepListing& l = by_step[step];
+      l.step = step;
+      l.bytes += o.size;
+      l.committed = l.committed || o.key == RootKey(step);
+      l.objects.push_back(std::move(o));
+    }
   }
   for (auto& entry : by_step) {
     StepListing& l = entry.second;
     if (l.committed) {
-      s = ReadManifest(store, l.step, &l.manifest, nullptr);
+      Status s = load_records ? ReadManifest(store, l.step, &l.manifest, nullptr)
+                              : ReadRoot(store, l.step, &l.manifest, nullptr);
       if (s.code() == ErrorCode::kNotFound) {
         l.committed = false;  // pruned meanwhile
       } else if (!s.ok()) {
@@ -41,7 +45,7 @@ Status Prune(Store* store, uint32_t keep_anchors, bool dry_run, PruneReport* rep
   *report = PruneReport();
   if (keep_anchors == 0) return Status(ErrorCode::kInvalidArgument, "--keep-anchors must be at least 1");
   std::vector<StepListing> steps;
-  Status s = ListSteps(store, &steps);
+  Status s = ListSteps(store, &steps, false);
   if (!s.ok()) return s;
   std::vector<uint64_t> anchors;  // committed anchor steps, newest first
   for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
@@ -67,15 +71,15 @@ Status Prune(Store* store, uint32_t keep_anchors, bool dry_run, PruneReport* rep
     report->deleted_bytes += l->bytes;
   }
   if (dry_run) return Status::Ok();
-  // Manifests first: a step disappears before any of its pieces do.
+  // Roots first: a step disappears before any of its pieces do.
   for (const StepListing* l : doomed) {
     if (!l->committed) continue;
-    s = store->Delete(ManifestKey(l->step));
+    s = store->Delete(RootKey(l->step));
     if (!s.ok()) return s;
   }
   for (const StepListing* l : doomed) {
     for (const ObjectInfo& o : l->objects) {
-      if (o.key == ManifestKey(l->step)) continue;
+      if (o.key == RootKey(l->step)) continue;
       s = store->Delete(o.key);
       if (!s.ok()) return s;
     }

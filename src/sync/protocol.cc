@@ -1,13 +1,17 @@
 // The sync protocol's keys and documents (see protocol.h and src/FORMAT.md, Part 3).
 #include "src/sync/protocol.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cinttypes>
 #include <cstdio>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "src/checkpoint/container.h"
 #include "src/checkpoint/strict_json.h"
+#include "src/parallel.h"
 
 namespace arc_v3 {
 namespace sync {
@@ -35,10 +39,28 @@ double Time(const Json& value, const std::string& where) {
   if (!value.is_number() || value.get<double>() < 0) Fail(where + " is not a time");
   return value.get<double>();
 }
+bool Bool(const Json& value, const std::string& where) {
+  if (!value.is_boolean()) Fail(where + " is not true or false");
+  return value.get<bool>();
+}
+uint32_t Count(const Json& value, const std::string& where) {
+  const uint64_t count = U64(value, where);
+  if (count == 0 || count > kMaxShards) Fail(where + " is not in [1, " + std::to_string(kMaxShards) + "]");
+  return static_cast<uint32_t>(count);
+}
+std::string Incarnation(const Json& value, const std::string& where) {
+  std::string name = Str(value, where);
+  if (!ValidIncarnation(name)) Fail(where + " is not 1 to 64 of [A-Za-z0-9._-]");
+  return name;
+}
 bool PlainFileName(const std::string& name) {
   return !name.empty() && name.size() <= 255 && name != "." && name != ".." &&
          name.find('/') == std::string::npos && name.find('\0') == std::string::npos &&
          name[0] != '.';
+}
+OrderedJson OptionalStepJson(uint64_t step) { return step == kNoStep ? OrderedJson(nullptr) : OrderedJson(step); }
+OrderedJson OptionalHexJson(uint64_t xxh3) {
+  return xxh3 == 0 ? OrderedJson(nullptr) : OrderedJson(container::HexU64(xxh3));
 }
 
 void CheckEnvelope(const Json& doc, const char* kind, const std::string& where) {
@@ -49,8 +71,11 @@ void CheckEnvelope(const Json& doc, const char* kind, const std::string& where) 
   const uint64_t version = U64(Field(doc, "version", where), where + ".version");
   if (version != kProtocolVersion) {
     throw Status(ErrorCode::kUnsupportedVersion,
-                 where + ": protocol version " + std::to_string(version) + " (this build reads " +
-                     std::to_string(kProtocolVersion) + ")");
+                 where + ": sync protocol version " + std::to_string(version) + "; this build reads version " +
+                     std::to_string(kProtocolVersion) +
+                     (version == 1 ? " only (a store arc_v3 1.x published to: publish this run to a new store or "
+                                     "prefix, see CHANGELOG.md, 2.0)"
+                                   : ""));
   }
   if (Str(Field(doc, "kind", where), where + ".kind") != kind) Fail(where + " is not a " + kind + " document");
 }
@@ -95,60 +120,6 @@ ObjectRef ParseIndexRef(const Json& j, const ShardRecord& r, const std::string& 
   return ref;
 }
 
-OrderedJson RecordBody(const ShardRecord& r) {
-  OrderedJson tensors = OrderedJson::array();
-  for (const TensorChecksum& t : r.tensors) tensors.push_back({t.name, container::HexU64(t.xxh3)});
-  OrderedJson body = {{"step", r.step},
-          {"base_step", r.base_step == kNoStep ? OrderedJson(nullptr) : OrderedJson(r.base_step)},
-          {"shard", r.shard},
-          {"count", r.count},
-          {"file", r.file},
-          {"file_size", r.file_size},
-          {"delta", RefJson(r.delta)},
-          {"anchor", RefJson(r.anchor)},
-          {"tensors", tensors},
-          {"published_at", r.published_at}};
-  // Written only when present, so that records without one stay as protocol 1.0 wrote them.
-  if (r.index.present()) {
-    body["index"] = {{"key", r.index.key}, {"size", r.index.size}, {"xxh3", container::HexU64(r.index.xxh3)}};
-  }
-  return body;
-}
-
-const std::set<std::string> kRecordFields = {"step", "base_step", "shard", "count", "file", "file_size",
-                                             "delta", "anchor", "tensors", "published_at", "index"};
-
-ShardRecord ParseRecordBody(const Json& j, const std::string& where) {
-  ShardRecord r;
-  r.step = Step(Field(j, "step", where), where + ".step");
-  r.base_step = OptionalStep(Field(j, "base_step", where), where + ".base_step");
-  const uint64_t count = U64(Field(j, "count", where), where + ".count");
-  const uint64_t shard = U64(Field(j, "shard", where), where + ".shard");
-  if (count == 0 || count > kMaxShards || shard >= count) Fail(where + ": shard or count out of range");
-  r.count = static_cast<uint32_t>(count);
-  r.shard = static_cast<uint32_t>(shard);
-  if (r.base_step != kNoStep && r.base_step >= r.step) Fail(where + ".base_step is not before the step");
-  r.file = Str(Field(j, "file", where), where + ".file");
-  if (!PlainFileName(r.file)) Fail(where + ".file is not a plain file name");
-  r.file_size = U64(Field(j, "file_size", where), where + ".file_size");
-  r.delta = ParseRef(Field(j, "delta", where), r, "delta", where + ".delta");
-  r.anchor = ParseRef(Field(j, "anchor", where), r, "anchor", where + ".anchor");
-  if (r.delta.present() != (r.base_step != kNoStep)) Fail(where + " has a delta iff it has a base_step");
-  if (!r.delta.present() && !r.anchor.present()) Fail(where + " has neither a delta nor an anchor");
-  const Json& tensors = Field(j, "tensors", where);
-  if (!tensors.is_array()) Fail(where + ".tensors is not an array");
-  std::set<std::string> names;
-  for (const Json& t : tensors) {
-    if (!t.is_array() || t.size() != 2) Fail(where + ".tensors holds a non-pair");
-    TensorChecksum c{Str(t[0], where + ".tensors[].name"), Hex(t[1], where + ".tensors[].xxh3")};
-    if (c.name.empty() || !names.insert(c.name).second) Fail(where + ".tensors names '" + c.name + "' twice or empty");
-    r.tensors.push_back(std::move(c));
-  }
-  r.published_at = Time(Field(j, "published_at", where), where + ".published_at");
-  if (j.contains("index")) r.index = ParseIndexRef(j.at("index"), r, where + ".index");
-  return r;
-}
-
 template <class Parse>
 Status ParseDocument(const std::vector<uint8_t>& bytes, const std::string& where, const Parse& parse) {
   try {
@@ -171,57 +142,195 @@ std::string Digits(uint64_t value, int width) {
   std::snprintf(buf, sizeof(buf), "%0*" PRIu64, width, value);
   return buf;
 }
+// Two hex digits of XXH3(a, b as 8 bytes each, little-endian): a step's objects spread
+// evenly over 256 key prefixes (S3 scales request rates per prefix).
+std::string Spread(uint64_t a, uint64_t b) { return container::HexU64(container::CombineHashes({a, b})).substr(0, 2); }
+std::string StepDigits(uint64_t step) { return Digits(step, 12); }
+std::string Envelope(const char* kind, OrderedJson body) {
+  OrderedJson doc = {{"format", kProtocolName}, {"version", kProtocolVersion}, {"kind", kind}};
+  for (auto it = body.begin(); it != body.end(); ++it) doc[it.key()] = it.value();
+  return doc.dump(1) + "\n";
+}
+
+// A document read by the hash that names it: absent is kNotFound, other bytes kCorruptChunk.
+Status GetNamed(Store* store, const std::string& key, uint64_t xxh3, uint64_t size, std::vector<uint8_t>* bytes,
+                const std::string& named_by) {
+  Status s = store->Get(key, std::min(size, kMaxDocumentBytes), bytes, nullptr);
+  if (!s.ok()) return Status(s.code(), s.message() + " (named by " + named_by + ")");
+  if (bytes->size() != size || container::Hash(bytes->data(), bytes->size()) != xxh3) {
+    return Status(ErrorCode::kCorruptChunk, store->url() + "/" + key + " is not the object " + named_by +
+                                                " names (" + std::to_string(bytes->size()) + " bytes, XXH3 " +
+                                                container::HexU64(container::Hash(bytes->data(), bytes->size())) +
+                                                "; named: " + std::to_string(size) + " bytes, " +
+                                                container::HexU64(xxh3) + ")");
+  }
+  return Status::Ok();
+}
 
 }  // namespace
 
-std::string StepPrefix(uint64_t step) { return "steps/" + Digits(step, 12) + "/"; }
-std::string ManifestKey(uint64_t step) { return StepPrefix(step) + "manifest.json"; }
-std::string ShardRecordKey(uint64_t step, uint32_t shard, uint32_t count) {
-  return StepPrefix(step) + "shard-" + Digits(shard, 5) + "-of-" + Digits(count, 5) + ".json";
-}
-std::string PieceKey(uint64_t step, uint32_t shard, uint32_t count, const char* kind, uint64_t xxh3) {
-  return StepPrefix(step) + "shard-" + Digits(shard, 5) + "-of-" + Digits(count, 5) + "." + kind + "-" +
-         container::HexU64(xxh3) + ".a3d";
+bool ValidIncarnation(const std::string& name) {
+  if (name.empty() || name.size() > 64 || name == "." || name == "..") return false;
+  for (char c : name) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') return false;
+  }
+  return true;
 }
 
+std::string RootKey(uint64_t step) { return "steps/" + StepDigits(step) + ".json"; }
+std::string GroupIndexPrefix(uint64_t step, uint32_t count, const std::string& incarnation) {
+  return "groups/" + StepDigits(step) + "/" + Digits(count, 5) + "/" + incarnation + "/";
+}
+std::string GroupIndexKey(uint64_t step, uint32_t count, const std::string& incarnation, uint32_t group) {
+  return GroupIndexPrefix(step, count, incarnation) + Digits(group, 5) + ".json";
+}
+std::string GroupRecordPrefix(uint64_t step, uint32_t count, const std::string& incarnation, uint32_t group) {
+  return "r/" + Spread(step, (uint64_t{count} << 32) | group) + "/" + StepDigits(step) + "-" + Digits(count, 5) + "-" +
+         Digits(group, 5) + "/" + incarnation + "/";
+}
+std::string ShardRecordKey(uint64_t step, uint32_t shard, uint32_t count, const std::string& incarnation) {
+  return GroupRecordPrefix(step, count, incarnation, GroupOf(shard)) + Digits(shard, 5) + ".json";
+}
+namespace {
+std::string ObjectPrefix(uint64_t step, uint32_t shard, uint32_t count) {
+  return "o/" + Spread(step, (uint64_t{count} << 32) | shard) + "/" + StepDigits(step) + "-" + Digits(count, 5) + "-" +
+         Digits(shard, 5) + "/";
+}
+}  // namespace
+std::string PieceKey(uint64_t step, uint32_t shard, uint32_t count, const char* kind, uint64_t xxh3) {
+  return ObjectPrefix(step, shard, count) + kind + "-" + container::HexU64(xxh3) + ".a3d";
+}
 std::string IndexKey(uint64_t step, uint32_t shard, uint32_t count, uint64_t xxh3) {
-  return StepPrefix(step) + "shard-" + Digits(shard, 5) + "-of-" + Digits(count, 5) + ".index-" +
-         container::HexU64(xxh3) + ".json";
+  return ObjectPrefix(step, shard, count) + "index-" + container::HexU64(xxh3) + ".json";
+}
+std::string LayoutKey(uint64_t xxh3) {
+  const std::string hex = container::HexU64(xxh3);
+  return "l/" + hex.substr(0, 2) + "/" + hex + ".json";
 }
 
 uint64_t StepOfKey(const std::string& key) {
-  if (key.size() < 19 || key.compare(0, 6, "steps/") != 0 || key[18] != '/') return kNoStep;
+  size_t at = 0;
+  if (key.compare(0, 6, "steps/") == 0 && key.size() == 23 && key.compare(18, 5, ".json") == 0) {
+    at = 6;
+  } else if (key.compare(0, 7, "groups/") == 0 && key.size() > 20 && key[19] == '/') {
+    at = 7;
+  } else if ((key.compare(0, 2, "r/") == 0 || key.compare(0, 2, "o/") == 0) && key.size() > 18 && key[4] == '/' &&
+             key[17] == '-') {
+    at = 5;
+  } else {
+    return kNoStep;
+  }
   uint64_t step = 0;
-  for (size_t i = 6; i < 18; ++i) {
+  for (size_t i = at; i < at + 12; ++i) {
     if (key[i] < '0' || key[i] > '9') return kNoStep;
     step = step * 10 + static_cast<uint64_t>(key[i] - '0');
   }
   return step;
 }
 
-std::string RecordJson(const ShardRecord& record) {
-  OrderedJson doc = {{"format", kProtocolName}, {"version", kProtocolVersion}, {"kind", "shard"}};
-  const OrderedJson body = RecordBody(record);
-  for (auto it = body.begin(); it != body.end(); ++it) doc[it.key()] = it.value();
-  return doc.dump(1) + "\n";
+namespace {
+
+OrderedJson RecordBody(const ShardRecord& r) {
+  OrderedJson tensors = OrderedJson::array();
+  for (const TensorChecksum& t : r.tensors) tensors.push_back({t.name, container::HexU64(t.xxh3)});
+  OrderedJson body = {{"step", r.step},
+                      {"base_step", OptionalStepJson(r.base_step)},
+                      {"shard", r.shard},
+                      {"count", r.count},
+                      {"incarnation", r.incarnation},
+                      {"file", r.file},
+                      {"file_size", r.file_size},
+                      {"delta", RefJson(r.delta)},
+                      {"anchor", RefJson(r.anchor)},
+                      {"tensors", tensors},
+                      {"published_at", r.published_at}};
+  if (r.index.present()) {
+    body["index"] = {{"key", r.index.key}, {"size", r.index.size}, {"xxh3", container::HexU64(r.index.xxh3)}};
+  }
+  return body;
 }
 
-std::string ManifestJson(const StepManifest& m) {
+ShardRecord ParseRecordBody(const Json& j, const std::string& where) {
+  ShardRecord r;
+  r.step = Step(Field(j, "step", where), where + ".step");
+  r.base_step = OptionalStep(Field(j, "base_step", where), where + ".base_step");
+  r.count = Count(Field(j, "count", where), where + ".count");
+  const uint64_t shard = U64(Field(j, "shard", where), where + ".shard");
+  if (shard >= r.count) Fail(where + ".shard is not below its count");
+  r.shard = static_cast<uint32_t>(shard);
+  r.incarnation = Incarnation(Field(j, "incarnation", where), where + ".incarnation");
+  if (r.base_step != kNoStep && r.base_step >= r.step) Fail(where + ".base_step is not before the step");
+  r.file = Str(Field(j, "file", where), where + ".file");
+  if (!PlainFileName(r.file)) Fail(where + ".file is not a plain file name");
+  if (r.file == kIndexFileName) Fail(where + ".file is the index's name");
+  r.file_size = U64(Field(j, "file_size", where), where + ".file_size");
+  r.delta = ParseRef(Field(j, "delta", where), r, "delta", where + ".delta");
+  r.anchor = ParseRef(Field(j, "anchor", where), r, "anchor", where + ".anchor");
+  if (r.delta.present() != (r.base_step != kNoStep)) Fail(where + " has a delta iff it has a base_step");
+  if (!r.delta.present() && !r.anchor.present()) Fail(where + " has neither a delta nor an anchor");
+  const Json& tensors = Field(j, "tensors", where);
+  if (!tensors.is_array()) Fail(where + ".tensors is not an array");
+  std::set<std::string> names;
+  for (const Json& t : tensors) {
+    if (!t.is_array() || t.size() != 2) Fail(where + ".tensors holds a non-pair");
+    TensorChecksum c{Str(t[0], where + ".tensors[].name"), Hex(t[1], where + ".tensors[].xxh3")};
+    if (c.name.empty() || !names.insert(c.name).second) Fail(where + ".tensors names '" + c.name + "' twice or empty");
+    r.tensors.push_back(std::move(c));
+  }
+  r.published_at = Time(Field(j, "published_at", where), where + ".published_at");
+  if (j.contains("index")) r.index = ParseIndexRef(j.at("index"), r, where + ".index");
+  return r;
+}
+
+OrderedJson HashSize(uint64_t xxh3, uint64_t size) { return OrderedJson::array({container::HexU64(xxh3), size}); }
+std::pair<uint64_t, uint64_t> ParseHashSize(const Json& j, const std::string& where) {
+  if (!j.is_array() || j.size() != 2) Fail(where + " is not [xxh3, size]");
+  return {Hex(j[0], where + "[0]"), U64(j[1], where + "[1]")};
+}
+
+}  // namespace
+
+std::string RecordJson(const ShardRecord& record) { return Envelope("shard", RecordBody(record)); }
+
+std::string GroupIndexJson(const GroupIndex& g) {
+  OrderedJson records = OrderedJson::array();
+  for (const auto& r : g.records) records.push_back(HashSize(r.first, r.second));
+  return Envelope("group", {{"step", g.step},
+                            {"count", g.count},
+                            {"incarnation", g.incarnation},
+                            {"group", g.group},
+                            {"base_step", OptionalStepJson(g.base_step)},
+                            {"anchors", g.anchors},
+                            {"chain_bytes", g.chain_bytes},
+                            {"anchor_bytes", g.anchor_bytes},
+                            {"published_at", g.published_at},
+                            {"layout", HashSize(g.layout_xxh3, g.layout_size)},
+                            {"records", records}});
+}
+
+std::string LayoutJson(const Layout& layout) {
   OrderedJson shards = OrderedJson::array();
-  for (const ShardRecord& r : m.shards) shards.push_back(RecordBody(r));
-  OrderedJson doc = {{"format", kProtocolName},
-                     {"version", kProtocolVersion},
-                     {"kind", "step"},
-                     {"step", m.step},
-                     {"base_step", m.base_step == kNoStep ? OrderedJson(nullptr) : OrderedJson(m.base_step)},
-                     {"base_manifest_xxh3", m.base_manifest_xxh3 == 0 ? OrderedJson(nullptr)
-                                                                     : OrderedJson(container::HexU64(m.base_manifest_xxh3))},
-                     {"anchor_step", m.anchor_step},
-                     {"count", m.count},
-                     {"published_at", m.published_at},
-                     {"committed_at", m.committed_at},
-                     {"shards", shards}};
-  return doc.dump(1) + "\n";
+  for (const Layout::Shard& s : layout.shards) shards.push_back({{"file", s.file}, {"tensors", s.tensors}});
+  return Envelope("layout", {{"shards", shards}});
+}
+
+std::string RootJson(const StepManifest& m) {
+  OrderedJson groups = OrderedJson::array();
+  for (const StepManifest::Group& g : m.groups) {
+    groups.push_back({container::HexU64(g.xxh3), g.size, container::HexU64(g.layout_xxh3), g.layout_size});
+  }
+  return Envelope("step", {{"step", m.step},
+                           {"count", m.count},
+                           {"incarnation", m.incarnation},
+                           {"run", container::HexU64(m.run)},
+                           {"base_step", OptionalStepJson(m.base_step)},
+                           {"base_root_xxh3", OptionalHexJson(m.base_root_xxh3)},
+                           {"anchor_step", m.anchor_step},
+                           {"chain_bytes", m.chain_bytes},
+                           {"anchor_bytes", m.anchor_bytes},
+                           {"published_at", m.published_at},
+                           {"committed_at", m.committed_at},
+                           {"groups", groups}});
 }
 
 std::string LatestJson(uint64_t step) {
@@ -232,57 +341,119 @@ std::string LatestJson(uint64_t step) {
 Status ParseRecord(const std::vector<uint8_t>& bytes, const std::string& where, ShardRecord* record) {
   return ParseDocument(bytes, where, [&](const Json& doc) {
     CheckEnvelope(doc, "shard", where);
-    std::set<std::string> fields = kRecordFields;
-    fields.insert({"format", "version", "kind"});
-    CheckFields(doc, fields, where);
+    CheckFields(doc, {"format", "version", "kind", "step", "base_step", "shard", "count", "incarnation", "file",
+                      "file_size", "delta", "anchor", "tensors", "published_at", "index"},
+                where);
     *record = ParseRecordBody(doc, where);
   });
 }
 
-Status ParseManifest(const std::vector<uint8_t>& bytes, const std::string& where, StepManifest* manifest) {
+Status ParseGroupIndex(const std::vector<uint8_t>& bytes, const std::string& where, GroupIndex* group) {
+  return ParseDocument(bytes, where, [&](const Json& doc) {
+    CheckEnvelope(doc, "group", where);
+    CheckFields(doc, {"format", "version", "kind", "step", "count", "incarnation", "group", "base_step", "anchors",
+                      "chain_bytes", "anchor_bytes", "published_at", "layout", "records"},
+                where);
+    GroupIndex g;
+    g.step = Step(Field(doc, "step", where), where + ".step");
+    g.count = Count(Field(doc, "count", where), where + ".count");
+    g.incarnation = Incarnation(Field(doc, "incarnation", where), where + ".incarnation");
+    const uint64_t number = U64(Field(doc, "group", where), where + ".group");
+    if (number >= GroupCount(g.count)) Fail(where + ".group is not a group of `count` shards");
+    g.group = static_cast<uint32_t>(number);
+    g.base_step = OptionalStep(Field(doc, "base_step", where), where + ".base_step");
+    if (g.base_step != kNoStep && g.base_step >= g.step) Fail(where + ".base_step is not before the step");
+    g.anchors = Bool(Field(doc, "anchors", where), where + ".anchors");
+    if (g.base_step == kNoStep && !g.anchors) Fail(where + ": a group without deltas must be all anchors");
+    g.chain_bytes = U64(Field(doc, "chain_bytes", where), where + ".chain_bytes");
+    g.anchor_bytes = U64(Field(doc, "anchor_bytes", where), where + ".anchor_bytes");
+    if (!g.anchors && g.anchor_bytes != 0) Fail(where + ".anchor_bytes is not 0 though not every shard has an anchor");
+    g.published_at = Time(Field(doc, "published_at", where), where + ".published_at");
+    const auto layout = ParseHashSize(Field(doc, "layout", where), where + ".layout");
+    g.layout_xxh3 = layout.first;
+    g.layout_size = layout.second;
+    const Json& records = Field(doc, "records", where);
+    const uint32_t members = std::min(kFanIn, g.count - g.group * kFanIn);
+    if (!records.is_array() || records.size() != members) {
+      Fail(where + ".records does not list the group's " + std::to_string(members) + " shards");
+    }
+    for (size_t i = 0; i < records.size(); ++i) {
+      g.records.push_back(ParseHashSize(records[i], where + ".records[" + std::to_string(i) + "]"));
+    }
+    *group = std::move(g);
+  });
+}
+
+Status ParseLayout(const std::vector<uint8_t>& bytes, const std::string& where, Layout* layout) {
+  return ParseDocument(bytes, where, [&](const Json& doc) {
+    CheckEnvelope(doc, "layout", where);
+    CheckFields(doc, {"format", "version", "kind", "shards"}, where);
+    const Json& shards = Field(doc, "shards", where);
+    if (!shards.is_array() || shards.empty() || shards.size() > kFanIn) Fail(where + ".shards is not 1 to 32 shards");
+    Layout l;
+    for (size_t i = 0; i < shards.size(); ++i) {
+      const std::string at = where + ".shards[" + std::to_string(i) + "]";
+      CheckFields(shards[i], {"file", "tensors"}, at);
+      Layout::Shard s;
+      s.file = Str(Field(shards[i], "file", at), at + ".file");
+      if (!PlainFileName(s.file) || s.file == kIndexFileName) Fail(at + ".file is not a plain file name");
+      const Json& tensors = Field(shards[i], "tensors", at);
+      if (!tensors.is_array()) Fail(at + ".tensors is not an array");
+      std::set<std::string> names;
+      for (const Json& t : tensors) {
+        s.tensors.push_back(Str(t, at + ".tensors[]"));
+        if (s.tensors.back().empty() || !names.insert(s.tensors.back()).second) {
+          Fail(at + ".tensors names '" + s.tensors.back() + "' twice or empty");
+        }
+      }
+      l.shards.push_back(std::move(s));
+    }
+    *layout = std::move(l);
+  });
+}
+
+Status ParseRoot(const std::vector<uint8_t>& bytes, const std::string& where, StepManifest* root) {
   return ParseDocument(bytes, where, [&](const Json& doc) {
     CheckEnvelope(doc, "step", where);
-    CheckFields(doc, {"format", "version", "kind", "step", "base_step", "base_manifest_xxh3", "anchor_step",
-                      "count", "published_at", "committed_at", "shards"},
+    CheckFields(doc, {"format", "version", "kind", "step", "count", "incarnation", "run", "base_step",
+                      "base_root_xxh3", "anchor_step", "chain_bytes", "anchor_bytes", "published_at", "committed_at",
+                      "groups"},
                 where);
     StepManifest m;
     m.step = Step(Field(doc, "step", where), where + ".step");
+    m.count = Count(Field(doc, "count", where), where + ".count");
+    m.incarnation = Incarnation(Field(doc, "incarnation", where), where + ".incarnation");
+    m.run = Hex(Field(doc, "run", where), where + ".run");
     m.base_step = OptionalStep(Field(doc, "base_step", where), where + ".base_step");
-    const Json& base_hash = Field(doc, "base_manifest_xxh3", where);
+    if (m.base_step != kNoStep && m.base_step >= m.step) Fail(where + ".base_step is not before the step");
+    const Json& base_hash = Field(doc, "base_root_xxh3", where);
     if (!base_hash.is_null()) {
-      m.base_manifest_xxh3 = Hex(base_hash, where + ".base_manifest_xxh3");
-      if (m.base_step == kNoStep || m.base_manifest_xxh3 == 0) Fail(where + ".base_manifest_xxh3 without a base");
+      m.base_root_xxh3 = Hex(base_hash, where + ".base_root_xxh3");
+      if (m.base_step == kNoStep || m.base_root_xxh3 == 0) Fail(where + ".base_root_xxh3 without a base");
     }
     m.anchor_step = Step(Field(doc, "anchor_step", where), where + ".anchor_step");
-    const uint64_t count = U64(Field(doc, "count", where), where + ".count");
-    if (count == 0 || count > kMaxShards) Fail(where + ".count is out of range");
-    m.count = static_cast<uint32_t>(count);
+    if (m.anchor_step > m.step) Fail(where + ".anchor_step is after the step");
+    if (m.base_step == kNoStep && m.anchor_step != m.step) Fail(where + ": a step without a base must be all anchors");
+    if (!m.anchor() && m.base_root_xxh3 == 0) Fail(where + ".base_root_xxh3 is null though the step's deltas need it");
+    if (!m.anchor() && m.anchor_step > m.base_step) Fail(where + ".anchor_step is after its base step");
+    m.chain_bytes = U64(Field(doc, "chain_bytes", where), where + ".chain_bytes");
+    m.anchor_bytes = U64(Field(doc, "anchor_bytes", where), where + ".anchor_bytes");
+    if (m.anchor() != (m.anchor_bytes != 0)) {
+      Fail(where + ".anchor_bytes is 0 iff the step is not an anchor step (anchor_step = step)");
+    }
     m.published_at = Time(Field(doc, "published_at", where), where + ".published_at");
     m.committed_at = Time(Field(doc, "committed_at", where), where + ".committed_at");
-    const Json& shards = Field(doc, "shards", where);
-    if (!shards.is_array() || shards.size() != count) Fail(where + ".shards does not list `count` shards");
-    std::set<std::string> files;
-    bool all_anchors = true;
-    for (size_t i = 0; i < shards.size(); ++i) {
-      const std::string at = where + ".shards[" + std::to_string(i) + "]";
-      CheckFields(shards[i], kRecordFields, at);
-      ShardRecord r = ParseRecordBody(shards[i], at);
-      if (r.step != m.step || r.count != m.count || r.shard != i) Fail(at + " is not shard " + std::to_string(i) + " of this step");
-      if (r.delta.present() && r.base_step != m.base_step) Fail(at + ".base_step differs from the step's");
-      if (!files.insert(r.file).second) Fail(at + ".file '" + r.file + "' is published by two shards");
-      if (r.file == kIndexFileName) Fail(at + ".file is the index's name");
-      all_anchors = all_anchors && r.anchor.present();
-      m.shards.push_back(std::move(r));
+    const Json& groups = Field(doc, "groups", where);
+    if (!groups.is_array() || groups.size() != GroupCount(m.count)) {
+      Fail(where + ".groups does not list the " + std::to_string(GroupCount(m.count)) + " groups of `count` shards");
     }
-    if (m.base_step == kNoStep && !all_anchors) Fail(where + ": a step without a base must be all anchors");
-    if (m.base_step != kNoStep && !all_anchors && m.base_manifest_xxh3 == 0) {
-      Fail(where + ".base_manifest_xxh3 is null though the step's deltas need its base");
+    for (size_t i = 0; i < groups.size(); ++i) {
+      const std::string at = where + ".groups[" + std::to_string(i) + "]";
+      const Json& g = groups[i];
+      if (!g.is_array() || g.size() != 4) Fail(at + " is not [xxh3, size, layout_xxh3, layout_size]");
+      m.groups.push_back({Hex(g[0], at + "[0]"), U64(g[1], at + "[1]"), Hex(g[2], at + "[2]"), U64(g[3], at + "[3]")});
     }
-    if (m.base_step != kNoStep && m.base_step >= m.step) Fail(where + ".base_step is not before the step");
-    if (all_anchors != (m.anchor_step == m.step) || m.anchor_step > m.step) {
-      Fail(where + ".anchor_step does not match the shards' anchors");
-    }
-    *manifest = std::move(m);
+    *root = std::move(m);
   });
 }
 
@@ -300,25 +471,176 @@ bool SameContents(const ShardRecord& a, const ShardRecord& b) {
   return RecordJson(x) == RecordJson(y);
 }
 
-Status ReadManifest(Store* store, uint64_t step, StepManifest* manifest, std::vector<uint8_t>* bytes) {
+Status ReadRoot(Store* store, uint64_t step, StepManifest* root, std::vector<uint8_t>* bytes) {
   std::vector<uint8_t> data;
-  const std::string key = ManifestKey(step);
+  const std::string key = RootKey(step);
   Status s = store->Get(key, kMaxDocumentBytes, &data, nullptr);
   if (!s.ok()) {
     if (s.code() == ErrorCode::kNotFound) {
-      return Status(ErrorCode::kNotFound, "step " + std::to_string(step) + " does not exist in " +
-                                              store->url() + " (no " + key + ")");
+      return Status(ErrorCode::kNotFound, "step " + std::to_string(step) + " is not committed in " + store->url() +
+                                              " (no " + key + ")");
     }
     return s;
   }
-  s = ParseManifest(data, store->url() + "/" + key, manifest);
+  s = ParseRoot(data, store->url() + "/" + key, root);
   if (!s.ok()) return s;
-  if (manifest->step != step) {
-    return Status(ErrorCode::kCorruptHeader, store->url() + "/" + key + " describes step " +
-                                                 std::to_string(manifest->step));
+  if (root->step != step) {
+    return Status(ErrorCode::kCorruptHeader, store->url() + "/" + key + " describes step " + std::to_string(root->step));
   }
   if (bytes != nullptr) *bytes = std::move(data);
   return Status::Ok();
+}
+
+Status LoadShards(Store* store, StepManifest* m, const std::vector<bool>* want, LayoutCache* layouts,
+                  ReadCost* cost) {
+  const uint32_t groups = GroupCount(m->count);
+  const std::string root_url = store->url() + "/" + RootKey(m->step);
+  const auto wanted = [&](uint32_t k) { return want == nullptr || (k < want->size() && (*want)[k]); };
+  std::vector<bool> need_group(groups, false);
+  for (uint32_t k = 0; k < m->count; ++k) need_group[GroupOf(k)] = need_group[GroupOf(k)] || wanted(k);
+  std::mutex mutex;
+  Status first;
+  const auto fail = [&](const Status& s) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!s.ok() && first.ok()) first = s;
+  };
+  const auto count_read = [&](uint64_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex);
+    cost->requests += 1;
+    cost->bytes += bytes;
+  };
+  m->shards.assign(m->count, ShardRecord());
+  // Layouts (partial loads only): the file and tensor names of every shard.
+  LayoutCache local;
+  if (layouts == nullptr) layouts = &local;
+  if (want != nullptr) {
+    std::vector<uint32_t> missing;
+    for (uint32_t g = 0; g < groups; ++g) {
+      if (layouts->count(m->groups[g].layout_xxh3) == 0) missing.push_back(g);
+    }
+    std::vector<Layout> read(missing.size());
+    Status thrown = TryParallelFor(missing.size(), WorkerCount(16, missing.size()), [&](size_t i, size_t) {
+      const StepManifest::Group& g = m->groups[missing[i]];
+      const std::string key = LayoutKey(g.layout_xxh3);
+      std::vector<uint8_t> bytes;
+      Status s = GetNamed(store, key, g.layout_xxh3, g.layout_size, &bytes, root_url);
+      count_read(bytes.size());
+      if (s.ok()) s = ParseLayout(bytes, store->url() + "/" + key, &read[i]);
+      fail(s);
+    });
+    if (!thrown.ok()) return thrown;
+    if (!first.ok()) return first;
+    for (size_t i = 0; i < missing.size(); ++i) (*layouts)[m->groups[missing[i]].layout_xxh3] = std::move(read[i]);
+    for (uint32_t g = 0; g < groups; ++g) {
+      const Layout& layout = layouts->at(m->groups[g].layout_xxh3);
+      const uint32_t members = std::min(kFanIn, m->count - g * kFanIn);
+      if (layout.shards.size() != members) {
+        return Status(ErrorCode::kCorruptHeader, store->url() + "/" + LayoutKey(m->groups[g].layout_xxh3) +
+                                                     " lists " + std::to_string(layout.shards.size()) +
+                                                     " shards, not group " + std::to_string(g) + "'s " +
+                                                     std::to_string(members));
+      }
+      for (uint32_t i = 0; i < members; ++i) {
+        ShardRecord& r = m->shards[g * kFanIn + i];
+        r.step = m->step;
+        r.shard = g * kFanIn + i;
+        r.count = m->count;
+        r.incarnation = m->incarnation;
+        r.file = layout.shards[i].file;
+        for (const std::string& name : layout.shards[i].tensors) r.tensors.push_back({name, 0});
+        r.loaded = false;
+      }
+    }
+  }
+  // Group indexes, then the records they name.
+  std::vector<GroupIndex> index(groups);
+  std::vector<uint32_t> read_groups;
+  for (uint32_t g = 0; g < groups; ++g) {
+    if (need_group[g]) read_groups.push_back(g);
+  }
+  Status thrown = TryParallelFor(read_groups.size(), WorkerCount(16, read_groups.size()), [&](size_t i, size_t) {
+    const uint32_t g = read_groups[i];
+    const std::string key = GroupIndexKey(m->step, m->count, m->incarnation, g);
+    const std::string where = store->url() + "/" + key;
+    std::vector<uint8_t> bytes;
+    Status s = GetNamed(store, key, m->groups[g].xxh3, m->groups[g].size, &bytes, root_url);
+    count_read(bytes.size());
+    if (s.ok()) s = ParseGroupIndex(bytes, where, &index[g]);
+    if (s.ok()) {
+      const GroupIndex& gi = index[g];
+      if (gi.step != m->step || gi.count != m->count || gi.incarnation != m->incarnation || gi.group != g) {
+        s = Status(ErrorCode::kCorruptHeader, where + " is not group " + std::to_string(g) + " of this step");
+      } else if (gi.layout_xxh3 != m->groups[g].layout_xxh3 || gi.layout_size != m->groups[g].layout_size) {
+        s = Status(ErrorCode::kCorruptHeader, where + " names another layout than its root");
+      } else if (gi.base_step != kNoStep && gi.base_step != m->base_step && !gi.anchors) {
+        s = Status(ErrorCode::kCorruptHeader, where + ".base_step differs from the step's");
+      } else if (m->anchor() && !gi.anchors) {
+        s = Status(ErrorCode::kCorruptHeader, where + ": not every shard has an anchor in an anchor step");
+      }
+    }
+    fail(s);
+  });
+  if (!thrown.ok()) return thrown;
+  if (!first.ok()) return first;
+  if (want == nullptr) {
+    uint64_t chain = 0, anchor = 0;
+    bool anchors = true;
+    for (const GroupIndex& g : index) {
+      chain += g.chain_bytes;
+      anchor += g.anchor_bytes;
+      anchors = anchors && g.anchors;
+    }
+    if (chain != m->chain_bytes || (anchors ? anchor : 0) != m->anchor_bytes || anchors != m->anchor()) {
+      return Status(ErrorCode::kCorruptHeader, root_url + ": its sizes or anchors are not its groups'");
+    }
+  }
+  std::vector<uint32_t> read_shards;
+  for (uint32_t k = 0; k < m->count; ++k) {
+    if (wanted(k)) read_shards.push_back(k);
+  }
+  thrown = TryParallelFor(read_shards.size(), WorkerCount(16, read_shards.size()), [&](size_t i, size_t) {
+    const uint32_t k = read_shards[i];
+    const auto named = index[GroupOf(k)].records[k % kFanIn];
+    const std::string key = ShardRecordKey(m->step, k, m->count, m->incarnation);
+    const std::string where = store->url() + "/" + key;
+    std::vector<uint8_t> bytes;
+    Status s = GetNamed(store, key, named.first, named.second, &bytes,
+                        store->url() + "/" + GroupIndexKey(m->step, m->count, m->incarnation, GroupOf(k)));
+    count_read(bytes.size());
+    ShardRecord r;
+    if (s.ok()) s = ParseRecord(bytes, where, &r);
+    if (s.ok()) {
+      if (r.step != m->step || r.shard != k || r.count != m->count || r.incarnation != m->incarnation) {
+        s = Status(ErrorCode::kCorruptHeader, where + " is not shard " + std::to_string(k) + " of this step");
+      } else if (r.delta.present() && !m->anchor() && r.base_step != m->base_step) {
+        s = Status(ErrorCode::kCorruptHeader, where + ".base_step differs from the step's");
+      } else if (!r.anchor.present() && m->anchor()) {
+        s = Status(ErrorCode::kCorruptHeader, where + " has no anchor in an anchor step");
+      } else if (!m->shards[k].loaded) {  // read with its layout: they must agree
+        bool same = r.file == m->shards[k].file && r.tensors.size() == m->shards[k].tensors.size();
+        for (size_t t = 0; same && t < r.tensors.size(); ++t) same = r.tensors[t].name == m->shards[k].tensors[t].name;
+        if (!same) s = Status(ErrorCode::kCorruptHeader, where + " is not the file its layout names");
+      }
+    }
+    if (s.ok()) m->shards[k] = std::move(r);
+    fail(s);
+  });
+  if (!thrown.ok()) return thrown;
+  if (!first.ok()) return first;
+  std::set<std::string> files;
+  for (const ShardRecord& r : m->shards) {
+    if (!files.insert(r.file).second) {
+      return Status(ErrorCode::kCorruptHeader, root_url + ": two shards publish '" + r.file + "'");
+    }
+  }
+  return Status::Ok();
+}
+
+Status ReadManifest(Store* store, uint64_t step, StepManifest* manifest, std::vector<uint8_t>* bytes) {
+  Status s = ReadRoot(store, step, manifest, bytes);
+  if (!s.ok()) return s;
+  ReadCost cost;
+  return LoadShards(store, manifest, nullptr, nullptr, &cost);
 }
 
 Status ReadLatest(Store* store, uint64_t* step, std::string* etag) {
@@ -338,7 +660,7 @@ Status ReadLatest(Store* store, uint64_t* step, std::string* etag) {
 uint64_t ProbeLater(Store* store, uint64_t from, int probes) {
   for (int i = 0; i < probes && from < kMaxStep; ++i) {
     ObjectInfo info;
-    if (!store->Head(ManifestKey(from + 1), &info).ok()) break;
+    if (!store->Head(RootKey(from + 1), &info).ok()) break;
     ++from;
   }
   return from;

@@ -1,11 +1,13 @@
-// The sync protocol's objects and documents (src/FORMAT.md, Part 3): where a step's
-// pieces live in a store, the shard records and step manifests that describe them, and the
-// `latest` pointer. Parsers validate every field; a document that breaks a rule is
-// kCorruptHeader, naming the key.
+// The sync protocol's objects and documents (src/FORMAT.md, Part 3, version 2): where a
+// step's pieces live in a store, and the documents that describe them: shard records, the
+// group indexes and layouts a completion tree writes over them, the step root that commits
+// a step, and the `latest` pointer. Parsers validate every field; a document that breaks a
+// rule is kCorruptHeader, naming the key.
 #ifndef ARC_V3_SRC_SYNC_PROTOCOL_H_
 #define ARC_V3_SRC_SYNC_PROTOCOL_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -16,30 +18,47 @@ namespace arc_v3 {
 namespace sync {
 
 constexpr char kProtocolName[] = "arc_v3-sync";
-constexpr uint32_t kProtocolVersion = 1;
+constexpr uint32_t kProtocolVersion = 2;
 constexpr uint64_t kNoStep = UINT64_MAX;
 // Steps are numbered below 10^12 (12 digits in keys), shards below 10^5.
 constexpr uint64_t kMaxStep = 999999999999ull;
 constexpr uint32_t kMaxShards = 99999;
-// The most bytes a reader accepts for a record, manifest or pointer.
+// Shards complete a step in groups of this many: the last shard of a group writes its
+// group index, the last group the step root.
+constexpr uint32_t kFanIn = 32;
+// The most bytes a reader accepts for a document.
 constexpr uint64_t kMaxDocumentBytes = uint64_t{64} << 20;
+constexpr char kDefaultIncarnation[] = "0";
 
+inline uint32_t GroupOf(uint32_t shard) { return shard / kFanIn; }
+inline uint32_t GroupCount(uint32_t count) { return (count + kFanIn - 1) / kFanIn; }
+
+// Keys (Part 3, "Object layout"). HH: two hex digits that spread a step's objects over
+// 256 key prefixes.
 constexpr char kLatestKey[] = "latest";
-std::string StepPrefix(uint64_t step);  // "steps/000000000042/"
-std::string ManifestKey(uint64_t step);  // "steps/000000000042/manifest.json"
-// "steps/000000000042/shard-00001-of-00004.json"
-std::string ShardRecordKey(uint64_t step, uint32_t shard, uint32_t count);
-// "steps/000000000042/shard-00001-of-00004.delta-0123456789abcdef.a3d": named by the
-// object's XXH3, so an object never changes once written.
+std::string RootKey(uint64_t step);  // "steps/000000000042.json"
+// "groups/000000000042/00004/INC/": a step's group indexes of one incarnation.
+std::string GroupIndexPrefix(uint64_t step, uint32_t count, const std::string& incarnation);
+std::string GroupIndexKey(uint64_t step, uint32_t count, const std::string& incarnation, uint32_t group);
+// "r/HH/000000000042-00004-00000/INC/": a group's shard records of one incarnation.
+std::string GroupRecordPrefix(uint64_t step, uint32_t count, const std::string& incarnation, uint32_t group);
+std::string ShardRecordKey(uint64_t step, uint32_t shard, uint32_t count, const std::string& incarnation);
+// "o/HH/000000000042-00004-00001/delta-0123456789abcdef.a3d": named by the object's XXH3,
+// so an object never changes once written.
 std::string PieceKey(uint64_t step, uint32_t shard, uint32_t count, const char* kind, uint64_t xxh3);
-// "steps/000000000042/shard-00001-of-00004.index-0123456789abcdef.json": the shard's
+// "o/HH/000000000042-00004-00001/index-0123456789abcdef.json": the shard's
 // model.safetensors.index.json, named by its XXH3.
 std::string IndexKey(uint64_t step, uint32_t shard, uint32_t count, uint64_t xxh3);
+// "l/HH/0123456789abcdef.json": a group's layout, named by its XXH3 (shared by steps).
+std::string LayoutKey(uint64_t xxh3);
 constexpr char kIndexFileName[] = "model.safetensors.index.json";
-// The step a key under "steps/" belongs to, or kNoStep.
+// The step an object of a step belongs to (roots, group indexes, records, objects), or
+// kNoStep (latest, layouts, anything else).
 uint64_t StepOfKey(const std::string& key);
+// Whether `name` may name an incarnation: 1 to 64 of [A-Za-z0-9._-], not "." or "..".
+bool ValidIncarnation(const std::string& name);
 
-// One uploaded delta container (src/FORMAT.md, Part 2).
+// One uploaded object: a container (src/FORMAT.md, Part 2) or an index file.
 struct ObjectRef {
   std::string key;  // empty: absent
   uint64_t size = 0;
@@ -60,6 +79,7 @@ struct ShardRecord {
   uint64_t step = 0;
   uint64_t base_step = kNoStep;  // kNoStep: no delta
   uint32_t shard = 0, count = 1;
+  std::string incarnation = kDefaultIncarnation;  // of the trainer that published it
   std::string file;  // the published file's name
   uint64_t file_size = 0;
   ObjectRef delta, anchor;  // at least one present; delta iff base_step != kNoStep
@@ -68,51 +88,110 @@ struct ShardRecord {
   ObjectRef index;
   std::vector<TensorChecksum> tensors;  // in file order
   double published_at = 0;  // Unix time the shard started publishing (informative)
+  // In memory only: false when only the layout was read (file and tensor names, no
+  // checksums or objects): a partial pull reads no record of a shard it does not need.
+  bool loaded = true;
 };
 
-// A committed step: every shard's record, in shard order.
+// A group's shard files and tensor names, in shard order: what changes only when the
+// model's layout does, so followers read it once per layout.
+struct Layout {
+  struct Shard {
+    std::string file;
+    std::vector<std::string> tensors;
+  };
+  std::vector<Shard> shards;
+};
+
+// Written by the last shard of a group to complete: its records by hash, and what the
+// step root needs of them.
+struct GroupIndex {
+  uint64_t step = 0;
+  uint32_t count = 1, group = 0;
+  std::string incarnation = kDefaultIncarnation;
+  uint64_t base_step = kNoStep;  // of the group's deltas (kNoStep: none has one)
+  bool anchors = false;          // every shard has an anchor
+  uint64_t chain_bytes = 0;      // per shard its delta, else its anchor
+  uint64_t anchor_bytes = 0;     // the anchors' sizes
+  double published_at = 0;       // the earliest shard's
+  uint64_t layout_xxh3 = 0, layout_size = 0;
+  std::vector<std::pair<uint64_t, uint64_t>> records;  // [xxh3, size] per shard, in order
+};
+
+// A committed step. The root, as stored, names its group indexes; `shards` is filled in
+// by LoadShards: every record, or only a selection's (the others from their layouts).
 struct StepManifest {
   uint64_t step = 0;
-  uint64_t base_step = kNoStep;  // of every shard that has a delta
-  // XXH3 of the base step's manifest bytes (0: none; a step whose every shard has an
-  // anchor may be committed before its base): a region at the base step checks the link
-  // without reading the base's manifest again.
-  uint64_t base_manifest_xxh3 = 0;
-  uint64_t anchor_step = 0;      // the nearest step at or before this one on its chain
-                                 // whose every shard has an anchor
   uint32_t count = 1;
-  std::vector<ShardRecord> shards;
+  std::string incarnation = kDefaultIncarnation;  // whose records the step holds
+  uint64_t run = 0;  // fixed at the run's first step without a base, inherited after
+  uint64_t base_step = kNoStep;  // of every shard that has a delta
+  // XXH3 of the base step's root bytes (0: none; a step whose every shard has an anchor may
+  // be committed before its base): a region at the base step checks the link without
+  // reading the base's root again.
+  uint64_t base_root_xxh3 = 0;
+  uint64_t anchor_step = 0;  // the nearest step at or before this one on its chain
+                             // whose every shard has an anchor
+  uint64_t chain_bytes = 0, anchor_bytes = 0;  // summed over the groups
   double published_at = 0;  // the earliest shard's
   double committed_at = 0;
+  struct Group {
+    uint64_t xxh3 = 0, size = 0;  // of its group index
+    uint64_t layout_xxh3 = 0, layout_size = 0;
+  };
+  std::vector<Group> groups;
+  std::vector<ShardRecord> shards;  // empty until LoadShards
   bool anchor() const { return anchor_step == step; }
-  // The step's model.safetensors.index.json: the lowest shard's that carries one, or null.
+  // The step's model.safetensors.index.json: the lowest loaded shard's that carries one.
   const ObjectRef* index() const {
     for (const ShardRecord& r : shards) {
-      if (r.index.present()) return &r.index;
+      if (r.loaded && r.index.present()) return &r.index;
     }
     return nullptr;
   }
 };
 
 std::string RecordJson(const ShardRecord& record);
-std::string ManifestJson(const StepManifest& manifest);
+std::string GroupIndexJson(const GroupIndex& group);
+std::string LayoutJson(const Layout& layout);
+std::string RootJson(const StepManifest& root);  // the root's fields; `shards` unused
 std::string LatestJson(uint64_t step);
 // `where` names the document in errors (its URL).
 Status ParseRecord(const std::vector<uint8_t>& bytes, const std::string& where, ShardRecord* record);
-Status ParseManifest(const std::vector<uint8_t>& bytes, const std::string& where, StepManifest* manifest);
+Status ParseGroupIndex(const std::vector<uint8_t>& bytes, const std::string& where, GroupIndex* group);
+Status ParseLayout(const std::vector<uint8_t>& bytes, const std::string& where, Layout* layout);
+Status ParseRoot(const std::vector<uint8_t>& bytes, const std::string& where, StepManifest* root);
 Status ParseLatest(const std::vector<uint8_t>& bytes, const std::string& where, uint64_t* step);
 
 // Whether two records describe the same published bytes (published_at aside).
 bool SameContents(const ShardRecord& a, const ShardRecord& b);
 
-// Reads a step's manifest (kNotFound: the step does not exist) and checks it is the
-// step asked for.
+// Reads a step's root (kNotFound: the step is not committed) and checks it is the step
+// asked for; `bytes` gets its bytes (their XXH3 names the step in a region's state).
+Status ReadRoot(Store* store, uint64_t step, StepManifest* root, std::vector<uint8_t>* bytes);
+
+// Layouts by XXH3, read once: a follower keeps one across steps.
+using LayoutCache = std::map<uint64_t, Layout>;
+
+// What reading a step's documents cost.
+struct ReadCost {
+  uint64_t requests = 0, bytes = 0;
+};
+
+// Fills root->shards: with `want` null, every shard's record (group indexes, then records,
+// each checked against the hash that names it); else the layouts of all groups (from
+// `layouts` where cached) and the records of the shards `want` marks only.
+Status LoadShards(Store* store, StepManifest* root, const std::vector<bool>* want, LayoutCache* layouts,
+                  ReadCost* cost);
+
+// ReadRoot and LoadShards of every shard.
 Status ReadManifest(Store* store, uint64_t step, StepManifest* manifest, std::vector<uint8_t>* bytes);
-// Reads the `latest` pointer: kNotFound if nothing was committed yet.
+// Reads the `latest` pointer: kNotFound if nothing was committed yet; a store of another
+// protocol version is kUnsupportedVersion.
 Status ReadLatest(Store* store, uint64_t* step, std::string* etag);
-// The newest committed step from `from` on: `from` itself, or a later step whose manifest
+// The newest committed step from `from` on: `from` itself, or a later step whose root
 // exists (the pointer is a hint that a racing commit may leave one step behind; at most
-// `probes` manifests are looked for).
+// `probes` roots are looked for).
 uint64_t ProbeLater(Store* store, uint64_t from, int probes = 16);
 
 }  // namespace sync

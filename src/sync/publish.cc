@@ -215,18 +215,21 @@ std::string FileDifference(const ShardRecord& existing, const ShardRecord& recor
   return "";
 }
 
-Status Conflict(Store* store, const ShardRecord& record, const std::string& difference) {
-  return Status(ErrorCode::kAlreadyExists, "shard " + std::to_string(record.shard) + " of step " +
-                                               std::to_string(record.step) + " was already published with another file (" +
-                                               difference + "; " + store->url() + "/" +
-                                               ShardRecordKey(record.step, record.shard, record.count) +
-                                               "): a published step never changes");
+Status Conflict(Store* store, const ShardRecord& record, const std::string& difference, bool committed) {
+  return Status(ErrorCode::kAlreadyExists,
+                "shard " + std::to_string(record.shard) + " of step " + std::to_string(record.step) +
+                    " was already published with another file (" + difference + "; " + store->url() + "/" +
+                    (committed ? RootKey(record.step) : ShardRecordKey(record.step, record.shard, record.count,
+                                                                       record.incarnation)) +
+                    (committed ? "): a committed step never changes"
+                               : "): a restarted trainer publishes with a new incarnation (--incarnation), whose "
+                                 "records supersede this one's until the step is committed"));
 }
 
 // Writes the record once; a record already there (a racing retry of this same publish)
 // must say the same.
 Status PutRecord(Store* store, const ShardRecord& record, const std::string& json) {
-  const std::string key = ShardRecordKey(record.step, record.shard, record.count);
+  const std::string key = ShardRecordKey(record.step, record.shard, record.count, record.incarnation);
   Status s = store->Put(key, reinterpret_cast<const uint8_t*>(json.data()), json.size(), PutMode::kCreateOnly);
   if (s.code() != ErrorCode::kAlreadyExists) return s;
   std::vector<uint8_t> bytes;
@@ -236,7 +239,20 @@ Status PutRecord(Store* store, const ShardRecord& record, const std::string& jso
   s = ParseRecord(bytes, store->url() + "/" + key, &existing);
   if (!s.ok()) return s;
   const std::string difference = FileDifference(existing, record);
-  return difference.empty() ? Status::Ok() : Conflict(store, record, difference);
+  return difference.empty() ? Status::Ok() : Conflict(store, record, difference, false);
+}
+
+// The record of `shard` in a committed step: from the record key of the root's
+// incarnation, checked through its group index.
+Status CommittedRecord(Store* store, const StepManifest& root, uint32_t shard, ShardRecord* record) {
+  std::vector<bool> want(root.count, false);
+  want[shard] = true;
+  StepManifest m = root;
+  ReadCost cost;
+  Status s = LoadShards(store, &m, &want, nullptr, &cost);
+  if (!s.ok()) return s;
+  *record = std::move(m.shards[shard]);
+  return Status::Ok();
 }
 
 // Moves `latest` forward to `step` (never back). Racing committers of different steps may
@@ -254,93 +270,213 @@ Status AdvanceLatest(Store* store, uint64_t step) {
   return Status::Ok();
 }
 
-std::string ShardList(const std::vector<uint32_t>& shards, uint32_t count) {
+std::string Ranges(const std::vector<uint32_t>& items) {
   std::string text;
-  for (size_t i = 0; i < shards.size(); ++i) text += (i ? ", " : "") + std::to_string(shards[i]);
-  return "waiting for shard" + std::string(shards.size() > 1 ? "s " : " ") + text + " of " + std::to_string(count);
+  for (size_t i = 0; i < items.size();) {
+    size_t j = i;
+    while (j + 1 < items.size() && items[j + 1] == items[j] + 1) ++j;
+    text += (text.empty() ? "" : ", ") + std::to_string(items[i]) + (j > i ? "-" + std::to_string(items[j]) : "");
+    i = j + 1;
+  }
+  return text;
+}
+std::string Waiting(const std::vector<uint32_t>& shards, uint32_t count) {
+  return "waiting for shard" + std::string(shards.size() > 1 ? "s " : " ") + Ranges(shards) + " of " +
+         std::to_string(count);
 }
 
-Status CommitAt(Store* store, uint64_t step, uint32_t count, int depth, CommitResult* result) {
-  *result = CommitResult();
-  StepManifest existing;
-  Status s = ReadManifest(store, step, &existing, nullptr);
-  if (s.ok()) {
-    if (existing.count != count) {
-      return Status(ErrorCode::kInvalidArgument, "step " + std::to_string(step) + " was committed with " +
-                                                     std::to_string(existing.count) + " shards, not " +
-                                                     std::to_string(count));
+template <class Doc, class Parse>
+Status GetAll(Store* store, const std::vector<std::string>& keys, const Parse& parse, std::vector<Doc>* docs,
+              std::vector<uint64_t>* hashes, std::vector<uint64_t>* sizes, std::vector<Status>* statuses) {
+  docs->assign(keys.size(), Doc());
+  hashes->assign(keys.size(), 0);
+  sizes->assign(keys.size(), 0);
+  statuses->assign(keys.size(), Status::Ok());
+  return TryParallelFor(keys.size(), WorkerCount(16, keys.size()), [&](size_t i, size_t) {
+    std::vector<uint8_t> bytes;
+    Status s = store->Get(keys[i], kMaxDocumentBytes, &bytes, nullptr);
+    if (s.ok()) {
+      (*hashes)[i] = container::Hash(bytes.data(), bytes.size());
+      (*sizes)[i] = bytes.size();
+      s = parse(bytes, store->url() + "/" + keys[i], &(*docs)[i]);
     }
-    result->committed = true;
-    return AdvanceLatest(store, step);
-  }
-  if (s.code() != ErrorCode::kNotFound) return s;
+    (*statuses)[i] = s;
+  });
+}
 
-  // Which records exist, from one listing of the step (writers list; pullers never do): a
-  // shard that finds its step incomplete pays a request or a few, not a GET per shard, so
-  // that N shards commit a step in O(N) requests. Only a complete step's records are read.
+// Completes group `g` of a step: once every member's record of this incarnation is
+// listed, reads them and writes the group's layout and index. Racing completers write
+// the same bytes (the index holds nothing but what the records say).
+Status CompleteGroup(Store* store, uint64_t step, uint32_t count, const std::string& inc, uint32_t g, bool* done,
+                     std::string* pending) {
+  *done = false;
+  const uint32_t first = g * kFanIn, members = std::min(kFanIn, count - g * kFanIn);
+  std::vector<std::string> keys;
+  for (uint32_t i = 0; i < members; ++i) keys.push_back(ShardRecordKey(step, first + i, count, inc));
+  std::vector<uint32_t> missing;
   if (store->listable()) {
     std::vector<ObjectInfo> listed;
-    s = store->List(StepPrefix(step), &listed);
+    Status s = store->List(GroupRecordPrefix(step, count, inc, g), &listed);
     if (!s.ok()) return s;
-    std::set<std::string> keys;
-    for (const ObjectInfo& o : listed) keys.insert(o.key);
-    std::vector<uint32_t> unlisted;
-    for (uint32_t k = 0; k < count; ++k) {
-      if (keys.count(ShardRecordKey(step, k, count)) == 0) unlisted.push_back(k);
+    std::set<std::string> present;
+    for (const ObjectInfo& o : listed) present.insert(o.key);
+    for (uint32_t i = 0; i < members; ++i) {
+      if (present.count(keys[i]) == 0) missing.push_back(first + i);
     }
-    if (!unlisted.empty()) {
-      result->pending = ShardList(unlisted, count);
+    if (!missing.empty()) {
+      *pending = Waiting(missing, count);
       return Status::Ok();
     }
   }
-  std::vector<ShardRecord> records(count);
-  std::vector<Status> statuses(count);
-  ParallelFor(count, WorkerCount(8, count), [&](size_t k, size_t) {
-    const std::string key = ShardRecordKey(step, static_cast<uint32_t>(k), count);
-    std::vector<uint8_t> bytes;
-    statuses[k] = store->Get(key, kMaxDocumentBytes, &bytes, nullptr);
-    if (statuses[k].ok()) statuses[k] = ParseRecord(bytes, store->url() + "/" + key, &records[k]);
-  });
-  std::vector<uint32_t> missing;
-  for (uint32_t k = 0; k < count; ++k) {
-    if (statuses[k].code() == ErrorCode::kNotFound) {
-      missing.push_back(k);
-    } else if (!statuses[k].ok()) {
-      return statuses[k];
+  std::vector<ShardRecord> records;
+  std::vector<uint64_t> hashes, sizes;
+  std::vector<Status> statuses;
+  Status s = GetAll(store, keys, ParseRecord, &records, &hashes, &sizes, &statuses);
+  if (!s.ok()) return s;
+  for (uint32_t i = 0; i < members; ++i) {
+    if (statuses[i].code() == ErrorCode::kNotFound) {
+      missing.push_back(first + i);
+    } else if (!statuses[i].ok()) {
+      return statuses[i];
     }
   }
   if (!missing.empty()) {
-    result->pending = ShardList(missing, count);
+    *pending = Waiting(missing, count);
     return Status::Ok();
   }
+  GroupIndex index;
+  index.step = step;
+  index.count = count;
+  index.incarnation = inc;
+  index.group = g;
+  index.anchors = true;
+  index.published_at = records[0].published_at;
+  Layout layout;
+  for (uint32_t i = 0; i < members; ++i) {
+    const ShardRecord& r = records[i];
+    if (r.step != step || r.shard != first + i || r.count != count || r.incarnation != inc) {
+      return Status(ErrorCode::kCorruptHeader, store->url() + "/" + keys[i] + " is not shard " +
+                                                   std::to_string(first + i) + " of step " + std::to_string(step));
+    }
+    if (r.delta.present()) {
+      if (index.base_step != kNoStep && index.base_step != r.base_step) {
+        return Status(ErrorCode::kInvalidArgument, "the shards of step " + std::to_string(step) +
+                                                       " name different base steps (" +
+                                                       std::to_string(index.base_step) + " and " +
+                                                       std::to_string(r.base_step) + ")");
+      }
+      index.base_step = r.base_step;
+    }
+    index.anchors = index.anchors && r.anchor.present();
+    index.chain_bytes += r.delta.present() ? r.delta.size : r.anchor.size;
+    index.anchor_bytes += r.anchor.present() ? r.anchor.size : 0;
+    index.published_at = std::min(index.published_at, r.published_at);
+    index.records.emplace_back(hashes[i], sizes[i]);
+    layout.shards.push_back({r.file, {}});
+    for (const TensorChecksum& t : r.tensors) layout.shards.back().tensors.push_back(t.name);
+  }
+  if (!index.anchors) index.anchor_bytes = 0;
+  const std::string layout_json = LayoutJson(layout);
+  index.layout_xxh3 = container::Hash(layout_json.data(), layout_json.size());
+  index.layout_size = layout_json.size();
+  // Named by its XXH3: one already there is this one.
+  s = store->Put(LayoutKey(index.layout_xxh3), reinterpret_cast<const uint8_t*>(layout_json.data()),
+                 layout_json.size(), PutMode::kCreateOnly);
+  if (!s.ok() && s.code() != ErrorCode::kAlreadyExists) return s;
+  const std::string json = GroupIndexJson(index);
+  s = store->Put(GroupIndexKey(step, count, inc, g), reinterpret_cast<const uint8_t*>(json.data()), json.size(),
+                 PutMode::kCreateOnly);
+  if (!s.ok() && s.code() != ErrorCode::kAlreadyExists) return s;
+  *done = true;
+  return Status::Ok();
+}
 
+// Commits `step` of this incarnation once every group index is listed: reads them, links
+// the base step's root and writes the step root create-only (racing committers: one root).
+Status CommitTop(Store* store, uint64_t step, uint32_t count, const std::string& inc, int depth,
+                 CommitResult* result, bool* wrote) {
+  *result = CommitResult();
+  *wrote = false;
+  const uint32_t groups = GroupCount(count);
+  std::vector<std::string> keys;
+  for (uint32_t g = 0; g < groups; ++g) keys.push_back(GroupIndexKey(step, count, inc, g));
+  std::vector<uint32_t> missing;
+  const auto waiting = [&]() {
+    std::vector<uint32_t> shards;
+    for (uint32_t g : missing) {
+      for (uint32_t k = g * kFanIn; k < std::min(count, g * kFanIn + kFanIn); ++k) shards.push_back(k);
+    }
+    result->pending = Waiting(shards, count);
+  };
+  if (store->listable()) {
+    std::vector<ObjectInfo> listed;
+    Status s = store->List(GroupIndexPrefix(step, count, inc), &listed);
+    if (!s.ok()) return s;
+    std::set<std::string> present;
+    for (const ObjectInfo& o : listed) present.insert(o.key);
+    for (uint32_t g = 0; g < groups; ++g) {
+      if (present.count(keys[g]) == 0) missing.push_back(g);
+    }
+    if (!missing.empty()) {
+      waiting();
+      return Status::Ok();
+    }
+  }
+  std::vector<GroupIndex> index;
+  std::vector<uint64_t> hashes, sizes;
+  std::vector<Status> statuses;
+  Status s = GetAll(store, keys, ParseGroupIndex, &index, &hashes, &sizes, &statuses);
+  if (!s.ok()) return s;
+  for (uint32_t g = 0; g < groups; ++g) {
+    if (statuses[g].code() == ErrorCode::kNotFound) {
+      missing.push_back(g);
+    } else if (!statuses[g].ok()) {
+      return statuses[g];
+    }
+  }
+  if (!missing.empty()) {
+    waiting();
+    return Status::Ok();
+  }
   StepManifest m;
   m.step = step;
   m.count = count;
-  m.published_at = records[0].published_at;
-  bool all_anchors = true;
-  for (const ShardRecord& r : records) {
-    if (r.delta.present()) {
-      if (m.base_step != kNoStep && m.base_step != r.base_step) {
-        return Status(ErrorCode::kInvalidArgument,
-                      "the shards of step " + std::to_string(step) + " name different base steps (" +
-                          std::to_string(m.base_step) + " and " + std::to_string(r.base_step) + ")");
-      }
-      m.base_step = r.base_step;
+  m.incarnation = inc;
+  m.published_at = index[0].published_at;
+  bool anchors = true;
+  for (uint32_t g = 0; g < groups; ++g) {
+    const GroupIndex& gi = index[g];
+    if (gi.step != step || gi.count != count || gi.incarnation != inc || gi.group != g) {
+      return Status(ErrorCode::kCorruptHeader, store->url() + "/" + keys[g] + " is not group " + std::to_string(g) +
+                                                   " of step " + std::to_string(step));
     }
-    all_anchors = all_anchors && r.anchor.present();
-    m.published_at = std::min(m.published_at, r.published_at);
+    if (gi.base_step != kNoStep) {
+      if (m.base_step != kNoStep && m.base_step != gi.base_step) {
+        return Status(ErrorCode::kInvalidArgument, "the shards of step " + std::to_string(step) +
+                                                       " name different base steps (" + std::to_string(m.base_step) +
+                                                       " and " + std::to_string(gi.base_step) + ")");
+      }
+      m.base_step = gi.base_step;
+    }
+    anchors = anchors && gi.anchors;
+    m.chain_bytes += gi.chain_bytes;
+    m.anchor_bytes += gi.anchor_bytes;
+    m.published_at = std::min(m.published_at, gi.published_at);
+    m.groups.push_back({hashes[g], sizes[g], gi.layout_xxh3, gi.layout_size});
   }
+  if (!anchors) m.anchor_bytes = 0;
   m.anchor_step = step;
-  if (m.base_step != kNoStep && !all_anchors) {
-    // Its deltas need a committed base (an all-anchor step stands alone).
+  if (m.base_step != kNoStep) {
+    // Its deltas need a committed base; an all-anchor step stands alone, linked to its
+    // base (and of its run) when that is committed already.
     StepManifest base;
     std::vector<uint8_t> base_bytes;
-    s = ReadManifest(store, m.base_step, &base, &base_bytes);
-    if (s.code() == ErrorCode::kNotFound) {
+    s = ReadRoot(store, m.base_step, &base, &base_bytes);
+    if (s.code() == ErrorCode::kNotFound && !anchors) {
       CommitResult sub;
+      bool sub_wrote = false;
       if (depth < 16) {
-        s = CommitAt(store, m.base_step, count, depth + 1, &sub);
+        s = CommitTop(store, m.base_step, count, inc, depth + 1, &sub, &sub_wrote);
         if (!s.ok()) return s;
       } else {
         sub.pending = "too many uncommitted steps before it";
@@ -349,46 +485,88 @@ Status CommitAt(Store* store, uint64_t step, uint32_t count, int depth, CommitRe
         result->pending = "its base step " + std::to_string(m.base_step) + " is not committed: " + sub.pending;
         return Status::Ok();
       }
-      s = ReadManifest(store, m.base_step, &base, &base_bytes);
+      s = ReadRoot(store, m.base_step, &base, &base_bytes);
     }
-    if (!s.ok()) return s;
-    m.base_manifest_xxh3 = container::Hash(base_bytes.data(), base_bytes.size());
-    if (base.count != count) {
-      return Status(ErrorCode::kInvalidArgument, "step " + std::to_string(step) + " has " +
-                                                     std::to_string(count) + " shards, its base step " +
-                                                     std::to_string(m.base_step) + " " +
-                                                     std::to_string(base.count));
+    if (s.ok()) {
+      if (base.count != count) {
+        return Status(ErrorCode::kInvalidArgument, "step " + std::to_string(step) + " has " + std::to_string(count) +
+                                                       " shards, its base step " + std::to_string(m.base_step) + " " +
+                                                       std::to_string(base.count) +
+                                                       " (a new shard count starts with an anchor step)");
+      }
+      m.base_root_xxh3 = container::Hash(base_bytes.data(), base_bytes.size());
+      m.run = base.run;
+      if (!anchors) m.anchor_step = base.anchor_step;
+    } else if (s.code() != ErrorCode::kNotFound) {
+      return s;
+    } else {
+      m.base_step = kNoStep;  // an all-anchor step whose base is not committed starts a run
     }
-    m.anchor_step = base.anchor_step;
   }
-  m.shards = std::move(records);
+  if (m.run == 0) {
+    // A new run: named by the step and the group indexes that started it.
+    std::vector<uint64_t> parts = {step};
+    for (const auto& g : m.groups) parts.push_back(g.xxh3);
+    m.run = container::CombineHashes(parts);
+    if (m.run == 0) m.run = 1;
+  }
+  // The store must be of this protocol version before a root goes in (a 1.x store is refused).
+  uint64_t latest = 0;
+  s = ReadLatest(store, &latest, nullptr);
+  if (!s.ok() && s.code() != ErrorCode::kNotFound && s.code() != ErrorCode::kCorruptHeader) return s;
   m.committed_at = Now();
-  const std::string json = ManifestJson(m);
-  // Our own manifest must pass the rules every puller checks.
+  const std::string json = RootJson(m);
+  // Our own root must pass the rules every puller checks.
   StepManifest check;
-  s = ParseManifest(std::vector<uint8_t>(json.begin(), json.end()), ManifestKey(step), &check);
+  s = ParseRoot(std::vector<uint8_t>(json.begin(), json.end()), RootKey(step), &check);
   if (!s.ok()) return Status(ErrorCode::kInvalidArgument, "cannot commit step " + std::to_string(step) + ": " + s.message());
-  s = store->Put(ManifestKey(step), reinterpret_cast<const uint8_t*>(json.data()), json.size(),
-                 PutMode::kCreateOnly);
-  if (!s.ok() && s.code() != ErrorCode::kAlreadyExists) return s;  // exists: another shard won
+  s = store->Put(RootKey(step), reinterpret_cast<const uint8_t*>(json.data()), json.size(), PutMode::kCreateOnly);
+  if (!s.ok() && s.code() != ErrorCode::kAlreadyExists) return s;  // exists: another committer won
+  *wrote = s.ok();
   result->committed = true;
   return AdvanceLatest(store, step);
 }
 
-}  // namespace
-
-Status CommitStep(Store* store, uint64_t step, uint32_t count, CommitResult* result) {
-  Status s = CommitAt(store, step, count, 0, result);
-  if (!s.ok() || !result->committed) return s;
-  // A later step that waited for this one as its base (its shards finished first).
+// After the group of `shard`: the step, then later steps that waited for it as their base.
+Status CommitFrom(Store* store, uint64_t step, uint32_t shard, uint32_t count, const std::string& inc,
+                  CommitResult* result) {
+  *result = CommitResult();
+  bool done = false;
+  Status s = CompleteGroup(store, step, count, inc, GroupOf(shard), &done, &result->pending);
+  if (!s.ok() || !done) return s;
+  bool wrote = false;
+  s = CommitTop(store, step, count, inc, 0, result, &wrote);
+  if (!s.ok() || !wrote) return s;
   for (uint64_t next = step + 1; next <= kMaxStep && next <= step + 64; ++next) {
-    ObjectInfo info;
-    if (!store->Head(ShardRecordKey(next, 0, count), &info).ok()) break;
     CommitResult later;
-    s = CommitAt(store, next, count, 0, &later);
+    s = CommitTop(store, next, count, inc, 0, &later, &wrote);
     if (!s.ok() || !later.committed) break;
   }
   return Status::Ok();
+}
+
+}  // namespace
+
+Status CommitStep(Store* store, uint64_t step, uint32_t count, const std::string& incarnation, CommitResult* result) {
+  *result = CommitResult();
+  StepManifest root;
+  Status s = ReadRoot(store, step, &root, nullptr);
+  if (s.ok()) {
+    if (root.count != count) {
+      return Status(ErrorCode::kInvalidArgument, "step " + std::to_string(step) + " was committed with " +
+                                                     std::to_string(root.count) + " shards, not " +
+                                                     std::to_string(count));
+    }
+    result->committed = true;
+    return AdvanceLatest(store, step);
+  }
+  if (s.code() != ErrorCode::kNotFound) return s;
+  for (uint32_t g = 0; g < GroupCount(count); ++g) {
+    bool done = false;
+    s = CompleteGroup(store, step, count, incarnation, g, &done, &result->pending);
+    if (!s.ok() || !done) return s;
+  }
+  return CommitFrom(store, step, count - 1, count, incarnation, result);
 }
 
 Status PublishCheckpoints(Store* store, const PublishOptions& o, const container::Checkpoint& prev,
@@ -423,18 +601,40 @@ Status PublishCheckpoints(Store* store, const PublishOptions& o, const container
                                                    "and must have at most 255 bytes");
   }
 
+  if (!ValidIncarnation(o.incarnation)) {
+    return Status(ErrorCode::kInvalidArgument, "--incarnation needs 1 to 64 of [A-Za-z0-9._-]");
+  }
+  r.incarnation = o.incarnation;
+
+  // The base: the committed step's record of this shard, else (not committed yet) the one
+  // this incarnation published.
   ShardRecord base;
   if (base_step != kNoStep) {
-    const std::string key = ShardRecordKey(base_step, o.shard, o.count);
-    std::vector<uint8_t> bytes;
-    Status s = store->Get(key, kMaxDocumentBytes, &bytes, nullptr);
-    if (s.code() == ErrorCode::kNotFound) {
-      return Status(ErrorCode::kNotFound,
-                    "shard " + std::to_string(o.shard) + " of " + std::to_string(o.count) +
-                        " never published step " + std::to_string(base_step) + " to " + store->url() +
-                        ": publish an anchor (leave out --prev) or name the base with --base-step");
+    StepManifest base_root;
+    Status s = ReadRoot(store, base_step, &base_root, nullptr);
+    if (s.ok()) {
+      if (base_root.count != o.count) {
+        return Status(ErrorCode::kInvalidArgument, "step " + std::to_string(base_step) + " was committed with " +
+                                                       std::to_string(base_root.count) + " shards, not " +
+                                                       std::to_string(o.count) +
+                                                       " (a new shard count starts with an anchor: leave out --prev)");
+      }
+      // Committed by another start of the trainer: its record, through its group index.
+      if (base_root.incarnation != o.incarnation) s = CommittedRecord(store, base_root, o.shard, &base);
     }
-    if (s.ok()) s = ParseRecord(bytes, store->url() + "/" + key, &base);
+    if (s.code() == ErrorCode::kNotFound || (s.ok() && base.file.empty())) {
+      const std::string key = ShardRecordKey(base_step, o.shard, o.count, o.incarnation);
+      std::vector<uint8_t> bytes;
+      s = store->Get(key, kMaxDocumentBytes, &bytes, nullptr);
+      if (s.code() == ErrorCode::kNotFound) {
+        return Status(ErrorCode::kNotFound,
+                      "step " + std::to_string(base_step) + " is not committed in " + store->url() + " and shard " +
+                          std::to_string(o.shard) + " of " + std::to_string(o.count) + " (incarnation " +
+                          o.incarnation + ") never published it: publish an anchor (leave out --prev) or name a "
+                          "committed base with --base-step");
+      }
+      if (s.ok()) s = ParseRecord(bytes, store->url() + "/" + key, &base);
+    }
     if (!s.ok()) return s;
   }
 
@@ -493,17 +693,29 @@ Status PublishCheckpoints(Store* store, const PublishOptions& o, const container
   s = ParseRecord(std::vector<uint8_t>(record_json.begin(), record_json.end()), "the record", &check);
   if (!s.ok()) return Status(ErrorCode::kInvalidArgument, "cannot publish: " + s.message());
   // Published before: the same contents make this a no-op, other contents a conflict,
-  // found before any upload.
-  const std::string record_key = ShardRecordKey(r.step, r.shard, r.count);
-  std::vector<uint8_t> existing_bytes;
-  s = store->Get(record_key, kMaxDocumentBytes, &existing_bytes, nullptr);
-  bool published = false;
+  // found before any upload. A committed step is compared with its own record, whichever
+  // incarnation committed it; else this incarnation's record, if any.
+  bool published = false, committed = false;
+  ShardRecord existing;
+  StepManifest root;
+  s = ReadRoot(store, r.step, &root, nullptr);
   if (s.ok()) {
-    ShardRecord existing;
-    s = ParseRecord(existing_bytes, store->url() + "/" + record_key, &existing);
-    if (!s.ok()) return s;
+    if (root.count != r.count) {
+      return Status(ErrorCode::kInvalidArgument, "step " + std::to_string(r.step) + " was committed with " +
+                                                     std::to_string(root.count) + " shards, not " +
+                                                     std::to_string(r.count));
+    }
+    committed = true;
+    s = CommittedRecord(store, root, r.shard, &existing);
+  } else if (s.code() == ErrorCode::kNotFound) {
+    const std::string record_key = ShardRecordKey(r.step, r.shard, r.count, r.incarnation);
+    std::vector<uint8_t> existing_bytes;
+    s = store->Get(record_key, kMaxDocumentBytes, &existing_bytes, nullptr);
+    if (s.ok()) s = ParseRecord(existing_bytes, store->url() + "/" + record_key, &existing);
+  }
+  if (s.ok()) {
     const std::string difference = FileDifference(existing, r);
-    if (!difference.empty()) return Conflict(store, r, difference);
+    if (!difference.empty()) return Conflict(store, r, difference, committed);
     // The same file again: a no-op that keeps what was published first.
     published = true;
     report->already_published = true;
@@ -539,7 +751,12 @@ Status PublishCheckpoints(Store* store, const PublishOptions& o, const container
 
   const auto c = std::chrono::steady_clock::now();
   CommitResult commit;
-  s = CommitStep(store, o.step, o.count, &commit);
+  if (committed) {
+    commit.committed = true;
+    s = AdvanceLatest(store, o.step);
+  } else {
+    s = CommitFrom(store, o.step, o.shard, o.count, r.incarnation, &commit);
+  }
   if (!s.ok()) return s;
   report->commit_seconds = Since(c);
   report->committed = commit.committed;
@@ -547,6 +764,14 @@ Status PublishCheckpoints(Store* store, const PublishOptions& o, const container
   report->record = std::move(r);
   report->total_seconds = Since(start);
   return Status::Ok();
+}
+
+std::string DefaultIncarnation() {
+  const char* name = std::getenv("ARC_V3_INCARNATION");
+  if (name != nullptr && *name) return name;
+  const char* restarts = std::getenv("TORCHELASTIC_RESTART_COUNT");
+  if (restarts != nullptr && *restarts) return std::string("restart-") + restarts;
+  return kDefaultIncarnation;
 }
 
 Status Publish(Store* store, const PublishOptions& o, PublishReport* report) {

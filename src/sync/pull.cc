@@ -296,7 +296,7 @@ Status VerifyObject(const Fetched& f, Store* store) {
   if (!s.ok()) return s;
   const std::string name = store->url() + "/" + f.ref.key;
   if (file->size() != f.ref.size || container::Hash(file->data(), file->size()) != f.ref.xxh3) {
-    return Status(ErrorCode::kCorruptChunk, name + " does not match its step's manifest (corrupt or truncated)");
+    return Status(ErrorCode::kCorruptChunk, name + " does not match its record (corrupt or truncated)");
   }
   Reader reader;
   s = Reader::Open(std::move(file), &reader);
@@ -394,7 +394,7 @@ Status VerifyResults(const Hop& hop, const std::vector<Fetched>& fetched, const 
     const std::vector<TensorEntry>& tensors = reader.manifest().files[0].tensors;
     const auto differs = [&](const std::string& what) {
       return Status(ErrorCode::kCorruptHeader, "step " + std::to_string(hop.m.step) + " shard " +
-                                                   std::to_string(k) + ": the manifest's " + what);
+                                                   std::to_string(k) + ": the record's " + what);
     };
     if (tensors.size() != r.tensors.size()) return differs("tensor list differs from the delta's");
     safetensors::File file;
@@ -503,7 +503,7 @@ Status BuildJournal(Store* store, const std::string& dir, const DirState* old, c
       if (::stat(staged.c_str(), &st) != 0) return Status(ErrorCode::kInternal, staged + " is missing");
       if (static_cast<uint64_t>(st.st_size) != r.file_size) {
         return Status(ErrorCode::kCorruptHeader, "step " + std::to_string(final_hop.m.step) + " shard " +
-                                                     std::to_string(k) + ": the manifest's file size is not the result's");
+                                                     std::to_string(k) + ": the record's file size is not the result's");
       }
       shard.file.size = static_cast<uint64_t>(st.st_size);
       shard.file.mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
@@ -607,6 +607,9 @@ Status PullLocked(Store* store, const std::string& dir, const PullOptions& o, bo
   const bool usable = have_state && !o.reset && state.selection == select.sel && !avoid_dir;
   const RouteFrom from{state.step, state.manifest_xxh3, static_cast<uint32_t>(state.shards.size())};
   s = PlanRoute(store, usable ? &from : nullptr, std::move(target), &route, report);
+  LayoutCache layouts;
+  if (s.ok()) s = LoadRoute(store, partial ? &select : nullptr, &layouts, &route, report);
+  if (s.code() == ErrorCode::kNotFound && route.from_dir && !avoid_dir) return Retry(store, dir, o, report);
   if (!s.ok()) return s;
   report->route = route.name;
   if (o.hook) {
@@ -632,16 +635,8 @@ Status PullLocked(Store* store, const std::string& dir, const PullOptions& o, bo
   if (partial) {
     // A shard none of whose records on the route names a selected tensor needs no byte of
     // its objects (nor do its small tensors: a group is kept whole only for a selected
-    // member): a pull of a few shards' tensors reads only those shards' objects.
-    std::vector<bool> touched(route.hops.back().m.count, false);
-    for (const Hop& hop : route.hops) {
-      for (size_t k = 0; k < hop.m.count && k < touched.size(); ++k) {
-        for (const TensorChecksum& t : hop.m.shards[k].tensors) {
-          if (!touched[k] && std::regex_match(t.name, select.pattern)) touched[k] = true;
-        }
-      }
-    }
-    for (Fetched& f : fetched) f.skipped = !touched[f.shard];
+    // member): a pull of a few shards' tensors reads only those shards' records and objects.
+    for (Fetched& f : fetched) f.skipped = !route.touched[f.shard];
   }
   s = partial ? FetchPieces(store, o.store, UINT64_MAX, &select, &fetched, report)
               : FetchWhole(store, o, &fetched, report);

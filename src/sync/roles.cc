@@ -99,6 +99,7 @@ Status Publisher::Publish(uint64_t step, const std::vector<NamedTensor>& tensors
   o.shard = p.options.rank;
   o.count = p.options.world_size;
   o.anchor_every = p.options.anchor_every;
+  o.incarnation = p.options.incarnation.empty() ? sync::DefaultIncarnation() : p.options.incarnation;
   o.run.threads = p.options.threads;
   o.run.effort = p.options.effort;
   sync::PublishReport report;
@@ -140,11 +141,13 @@ struct Follower::Impl {
   sync::Select select;
   Allocator allocator;
   uint64_t step = kLatestStep;
-  uint64_t manifest_xxh3 = 0;
+  uint64_t manifest_xxh3 = 0;  // of the step's root
+  sync::LayoutCache layouts;   // kept across steps: a run's layout rarely changes
   std::vector<container::HeldTensors> shards;  // per shard
   std::vector<std::string> order;              // names in shard-then-file order
 
-  Status ApplyHop(const sync::Hop& hop, FollowResult* result, sync::PullReport* report);
+  Status ApplyHop(const sync::Hop& hop, const std::vector<bool>& touched, FollowResult* result,
+                  sync::PullReport* report);
 };
 
 Follower::Follower(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -200,12 +203,14 @@ std::vector<FollowedTensor> Follower::tensors() const {
 }
 
 // Fetches, decodes and verifies one step for every shard, then writes it.
-Status Follower::Impl::ApplyHop(const sync::Hop& hop, FollowResult* result, sync::PullReport* report) {
+Status Follower::Impl::ApplyHop(const sync::Hop& hop, const std::vector<bool>& touched, FollowResult* result,
+                                sync::PullReport* report) {
   const auto fetch = Clock::now();
   std::vector<sync::Fetched> fetched(hop.m.count);
   for (size_t k = 0; k < hop.m.count; ++k) {
     fetched[k].shard = k;
     fetched[k].ref = sync::RefOf(hop, k);
+    fetched[k].skipped = !touched[k];  // holds no selected tensor: nothing of it is read
   }
   Status s = sync::FetchPieces(store.get(), store_options, kPrefetchLimit, &select, &fetched, report);
   if (!s.ok()) return s;
@@ -215,6 +220,7 @@ Status Follower::Impl::ApplyHop(const sync::Hop& hop, FollowResult* result, sync
   const auto decode = Clock::now();
   std::vector<container::TensorApply> applies(hop.m.count);
   for (size_t k = 0; k < hop.m.count; ++k) {
+    if (fetched[k].skipped) continue;
     const sync::ShardRecord& r = hop.m.shards[k];
     const container::Reader& reader = fetched[k].reader;
     // The result checksums of the manifest are the container's (grouped tensors are
@@ -222,12 +228,12 @@ Status Follower::Impl::ApplyHop(const sync::Hop& hop, FollowResult* result, sync
     const auto& tensors = reader.manifest().files[0].tensors;
     if (tensors.size() != r.tensors.size()) {
       return Status(ErrorCode::kCorruptHeader, "step " + std::to_string(hop.m.step) + " shard " + std::to_string(k) +
-                                                   ": the manifest's tensor list differs from the delta's");
+                                                   ": the record's tensor list differs from the delta's");
     }
     for (size_t i = 0; i < tensors.size(); ++i) {
       if (tensors[i].name != r.tensors[i].name || (!tensors[i].grouped() && tensors[i].target_xxh3 != r.tensors[i].xxh3)) {
         return Status(ErrorCode::kCorruptHeader, "step " + std::to_string(hop.m.step) + " shard " +
-                                                     std::to_string(k) + ": the manifest's checksum of tensor '" +
+                                                     std::to_string(k) + ": the record's checksum of tensor '" +
                                                      tensors[i].name + "' is not its delta's");
       }
     }
@@ -255,6 +261,7 @@ Status Follower::Impl::ApplyHop(const sync::Hop& hop, FollowResult* result, sync
   uint64_t changed = 0, staged = 0;
   order.clear();
   for (size_t k = 0; k < hop.m.count; ++k) {
+    if (fetched[k].skipped) continue;
     changed += applies[k].changed_elements();
     staged += applies[k].staged_bytes();
     applies[k].Commit(&shards[k]);
@@ -290,10 +297,13 @@ Status Follower::Pull(uint64_t step, FollowResult* result) {
     const sync::RouteFrom from{f.step, f.manifest_xxh3, static_cast<uint32_t>(f.shards.size())};
     sync::Route route;
     s = sync::PlanRoute(f.store.get(), f.step == kLatestStep ? nullptr : &from, std::move(target), &route, &report);
+    if (s.ok()) {
+      s = sync::LoadRoute(f.store.get(), f.select.sel.partial() ? &f.select : nullptr, &f.layouts, &route, &report);
+    }
     if (!s.ok()) return s;
     result->route = route.name;
     for (const sync::Hop& hop : route.hops) {
-      s = f.ApplyHop(hop, result, &report);
+      s = f.ApplyHop(hop, route.touched, result, &report);
       if (!s.ok()) break;
     }
   }

@@ -35,16 +35,10 @@ const ObjectRef& RefOf(const Hop& hop, size_t shard) {
   return hop.anchor[shard] ? hop.m.shards[shard].anchor : hop.m.shards[shard].delta;
 }
 
-uint64_t ChainCost(const StepManifest& m) {
-  uint64_t bytes = 0;
-  for (const ShardRecord& r : m.shards) bytes += r.delta.present() ? r.delta.size : r.anchor.size;
-  return bytes;
-}
-uint64_t AnchorCost(const StepManifest& m) {
-  uint64_t bytes = 0;
-  for (const ShardRecord& r : m.shards) bytes += r.anchor.size;
-  return bytes;
-}
+// What a hop costs, from its root: per shard its delta (its anchor where it has none), or
+// at an anchor step every anchor.
+uint64_t ChainCost(const StepManifest& m) { return m.chain_bytes; }
+uint64_t AnchorCost(const StepManifest& m) { return m.anchor_bytes; }
 
 
 Status PlanRoute(Store* store, const RouteFrom* state, Hop target, Route* route, PullReport* report) {
@@ -64,9 +58,9 @@ Status PlanRoute(Store* store, const RouteFrom* state, Hop target, Route* route,
       state = nullptr;  // DIR's step is another store's: only the anchor route is left
     }
     if (cur.base_step == kNoStep) break;
-    // The manifest names its base's: a region at the base step needs no second look.
-    if (state != nullptr && cur.base_step == S && cur.base_manifest_xxh3 != 0) {
-      chain_ok = cur.base_manifest_xxh3 == state->manifest_xxh3 && cur.count == state->count;
+    // The root names its base's: a region at the base step needs no second look.
+    if (state != nullptr && cur.base_step == S && cur.base_root_xxh3 != 0) {
+      chain_ok = cur.base_root_xxh3 == state->manifest_xxh3 && cur.count == state->count;
       if (chain_ok) break;
       state = nullptr;
     }
@@ -78,7 +72,7 @@ Status PlanRoute(Store* store, const RouteFrom* state, Hop target, Route* route,
     }
     Hop prev;
     std::vector<uint8_t> bytes;
-    Status s = ReadManifest(store, cur.base_step, &prev.m, &bytes);
+    Status s = ReadRoot(store, cur.base_step, &prev.m, &bytes);
     report->requests += 1;
     report->fetched_bytes += bytes.size();
     if (s.code() == ErrorCode::kNotFound) break;  // pruned: only what is left can be used
@@ -110,16 +104,45 @@ Status PlanRoute(Store* store, const RouteFrom* state, Hop target, Route* route,
   const uint64_t first = route->from_dir ? S + 1 : A;
   for (auto it = back.rbegin(); it != back.rend(); ++it) {
     if (it->m.step < first) continue;
-    Hop hop = *it;
-    hop.anchor.resize(hop.m.count);
-    const bool start = !route->from_dir && hop.m.step == A;
-    for (size_t k = 0; k < hop.m.count; ++k) hop.anchor[k] = start || !hop.m.shards[k].delta.present();
-    route->hops.push_back(std::move(hop));
+    route->hops.push_back(*it);
   }
   const uint64_t N = route->hops.back().m.step;
+  route->anchor_step = A;
   route->name = route->from_dir ? "chain " + std::to_string(S) + " -> " + std::to_string(N)
                                 : "anchor " + std::to_string(A) + " -> " + std::to_string(N);
   return Status::Ok();
+}
+
+Status LoadRoute(Store* store, const Select* select, LayoutCache* layouts, Route* route, PullReport* report) {
+  const uint32_t count = route->hops.back().m.count;
+  ReadCost cost;
+  Status s;
+  route->touched.assign(count, true);
+  if (select != nullptr) {
+    // The layouts first (cached by hash: a run's layout rarely changes), then the records
+    // of the shards that hold a selected tensor at some hop.
+    const std::vector<bool> none(count, false);
+    std::fill(route->touched.begin(), route->touched.end(), false);
+    for (Hop& hop : route->hops) {
+      s = LoadShards(store, &hop.m, &none, layouts, &cost);
+      if (!s.ok()) break;
+      for (size_t k = 0; k < hop.m.count && k < count; ++k) {
+        for (const TensorChecksum& t : hop.m.shards[k].tensors) {
+          if (!route->touched[k] && std::regex_match(t.name, select->pattern)) route->touched[k] = true;
+        }
+      }
+    }
+  }
+  for (Hop& hop : route->hops) {
+    if (!s.ok()) break;
+    s = LoadShards(store, &hop.m, select != nullptr ? &route->touched : nullptr, layouts, &cost);
+    hop.anchor.assign(hop.m.count, true);
+    const bool start = !route->from_dir && hop.m.step == route->anchor_step;
+    for (size_t k = 0; k < hop.m.count; ++k) hop.anchor[k] = start || !hop.m.shards[k].delta.present();
+  }
+  report->requests += cost.requests;
+  report->fetched_bytes += cost.bytes;
+  return s;
 }
 
 namespace {
@@ -249,7 +272,7 @@ Status FetchPieces(Store* store, const StoreOptions& options, uint64_t prefetch_
   };
   const auto start = Clock::now();
   std::vector<RangeSource*> sources(fetched->size());
-  // The heads: container header and manifest, checked against the step's manifest.
+  // The heads: container header and manifest, checked against the shard's record.
   const Status thrown = TryParallelFor(fetched->size(), WorkerCount(std::max(1, options.connections), fetched->size()), [&](size_t i, size_t) {
     Fetched& f = (*fetched)[i];
     if (f.skipped) return;
@@ -257,7 +280,7 @@ Status FetchPieces(Store* store, const StoreOptions& options, uint64_t prefetch_
     Status s = GetGrowing(store, f.ref.key, 0, f.ref.head_size, &head);
     if (s.ok() && container::Hash(head.data(), head.size()) != f.ref.head_xxh3) {
       s = Status(ErrorCode::kCorruptChunk, store->url() + "/" + f.ref.key +
-                                               ": its header or manifest does not match its step's manifest");
+                                               ": its header or manifest does not match its record");
     }
     if (s.ok()) {
       auto source = std::make_unique<RangeSource>(f.ref.size, store, f.ref.key, report);
@@ -326,13 +349,19 @@ Status ReadTarget(Store* store, uint64_t step, Hop* target, PullReport* report) 
     report->requests += step - named + 1;
   }
   std::vector<uint8_t> bytes;
-  Status s = ReadManifest(store, step, &target->m, &bytes);
+  Status s = ReadRoot(store, step, &target->m, &bytes);
   report->requests += 1;
   report->fetched_bytes += bytes.size();
   if (s.code() == ErrorCode::kNotFound && latest) {
     return Status(ErrorCode::kNotFound, "the latest pointer of " + store->url() + " names step " +
-                                            std::to_string(step) + ", which is not committed (no manifest); " +
+                                            std::to_string(step) + ", which is not committed (no root); " +
                                             "nothing was changed");
+  }
+  if (s.code() == ErrorCode::kNotFound) {
+    // A store arc_v3 1.x published to has no roots, and a `latest` of version 1.
+    uint64_t ignored = 0;
+    const Status latest_status = ReadLatest(store, &ignored, nullptr);
+    if (latest_status.code() == ErrorCode::kUnsupportedVersion) return latest_status;
   }
   if (!s.ok()) return s;
   target->manifest_xxh3 = container::Hash(bytes.data(), bytes.size());

@@ -22,7 +22,7 @@ namespace sync {
 // Ranges of a partial pull closer than this are fetched as one request.
 constexpr uint64_t kMergeGap = uint64_t{256} << 10;
 
-// One step of a route: its manifest, and per shard whether its anchor is applied (else
+// One step of a route: its root (records loaded by LoadRoute), and per shard whether its anchor is applied (else
 // its delta, onto the shard's file of the hop before).
 struct Hop {
   StepManifest m;
@@ -35,7 +35,11 @@ struct Route {
   bool from_dir = false;  // starts from what the region holds
   std::vector<Hop> hops;  // ascending
   uint64_t bytes = 0;
+  uint64_t anchor_step = kNoStep;  // the target's
   std::string name;  // "chain S -> T" or "anchor A -> T"
+  // Per shard, whether its records were read (LoadRoute): every shard for a full pull, else
+  // those holding a selected tensor at some hop.
+  std::vector<bool> touched;
 };
 
 // What a region holds: a step, the XXH3 of its manifest bytes (which store's step) and
@@ -50,7 +54,13 @@ struct RouteFrom {
 // (null: none held), or the target's anchor and the deltas after it.
 Status PlanRoute(Store* store, const RouteFrom* from, Hop target, Route* route, PullReport* report);
 
-// Reads the manifest of `step` (kNoStep: the latest, probing past the pointer).
+struct Select;
+// Reads each hop's records the pull needs and sets per shard whether its anchor applies:
+// every record (select null), or the layouts and then the records of the shards holding a
+// tensor `select` matches at some hop; the others keep only their file and tensor names.
+Status LoadRoute(Store* store, const Select* select, LayoutCache* layouts, Route* route, PullReport* report);
+
+// Reads the root of `step` (kNoStep: the latest, probing past the pointer).
 Status ReadTarget(Store* store, uint64_t step, Hop* target, PullReport* report);
 
 // A container of which some byte ranges were fetched ahead; other reads go to the store

@@ -28,6 +28,10 @@ struct PublishOptions {
   std::string prev;  // its file of the base step; empty: publish an anchor only
   uint64_t base_step = kNoStep;  // the step `prev` is; kNoStep: step - 1
   uint32_t shard = 0, count = 1;
+  // Which start of the trainer publishes (1 to 64 of [A-Za-z0-9._-]): a trainer restarted
+  // mid-step publishes under a new one, whose records supersede the old ones' until the
+  // step is committed (a committed step never changes).
+  std::string incarnation = kDefaultIncarnation;
   // An anchor is also written when step % anchor_every == 0 (0: only without `prev`).
   uint64_t anchor_every = 10;
   // A sharded checkpoint's model.safetensors.index.json, carried to full pulls verbatim.
@@ -37,6 +41,10 @@ struct PublishOptions {
   std::string work_dir;  // where containers are written before upload ("": $TMPDIR or /tmp)
   container::RunOptions run;  // threads, effort
 };
+
+// The incarnation a publisher names when not told: $ARC_V3_INCARNATION, else
+// "restart-" + $TORCHELASTIC_RESTART_COUNT (torchrun), else "0".
+std::string DefaultIncarnation();
 
 struct PublishReport {
   ShardRecord record;
@@ -69,10 +77,12 @@ struct CommitResult {
   std::string pending;  // why not
 };
 
-// Commits `step` if every one of its `count` shards has a record and its base step is
-// committed (committing the base first when it can). Racing committers write one
-// manifest: the first wins, the others find it. Then moves `latest` forward.
-Status CommitStep(Store* store, uint64_t step, uint32_t count, CommitResult* result);
+// Commits `step` if every one of its `count` shards has a record of `incarnation` and its
+// base step is committed (committing the base first when it can): completes each group,
+// then writes the step root. Racing committers write one root: the first wins, the others
+// find it. Then moves `latest` forward.
+Status CommitStep(Store* store, uint64_t step, uint32_t count, const std::string& incarnation,
+                  CommitResult* result);
 
 struct PullOptions {
   uint64_t step = kNoStep;  // kNoStep: the latest
@@ -119,13 +129,14 @@ Status DirectoryStep(const std::string& dir, uint64_t* step);
 struct StepListing {
   uint64_t step = 0;
   bool committed = false;
-  StepManifest manifest;            // if committed
-  std::vector<ObjectInfo> objects;  // every object under the step's prefix
+  StepManifest manifest;            // if committed: its root (records not loaded)
+  std::vector<ObjectInfo> objects;  // every object of the step (root, groups, records, containers)
   uint64_t bytes = 0;               // their sizes
 };
 
-// Every step that has objects in the store, ascending (lists the store).
-Status ListSteps(Store* store, std::vector<StepListing>* steps);
+// Every step that has objects in the store, ascending (lists the store); with
+// `load_records`, each committed step's records too (else its root only).
+Status ListSteps(Store* store, std::vector<StepListing>* steps, bool load_records = true);
 
 struct PruneReport {
   uint64_t keep_from = kNoStep;  // steps before it were deleted (kNoStep: nothing to prune)
@@ -135,7 +146,7 @@ struct PruneReport {
 
 // Deletes every step before the oldest of the newest `keep_anchors` anchor steps, and
 // never the anchor before the newest one or anything after it (a puller that started
-// from it may still need its chain). Manifests go first, so no puller finds a step whose
+// from it may still need its chain). Roots go first, so no puller finds a step whose
 // pieces are gone. `dry_run` only reports.
 Status Prune(Store* store, uint32_t keep_anchors, bool dry_run, PruneReport* report);
 

@@ -262,7 +262,8 @@ TEST_CASE("sync: publishing checks its base and is idempotent") {
     // No base step published yet.
     Status s = Publish(store, Shard(run, 1, 0, true), &r);
     CHECK(s.code() == ErrorCode::kNotFound);
-    CHECK(s.message().find("never published step 0") != std::string::npos);
+    CHECK(s.message().find("step 0 is not committed") != std::string::npos);
+    CHECK(s.message().find("never published it") != std::string::npos);
     REQUIRE(Publish(store, Shard(run, 0, 0, false), &r).ok());
     CHECK(r.committed);
     CHECK(r.record.anchor.present());
@@ -461,7 +462,7 @@ TEST_CASE("sync: a region moves to another store's run: its step there is anothe
   }
 }
 
-TEST_CASE("sync: racing committers of one step write one manifest") {
+TEST_CASE("sync: racing committers of one step write one root") {
   TempDir tmp;
   for (Backend& b : test::Backends(tmp, "commit-race")) {
     INFO("store ", b.name);
@@ -477,7 +478,7 @@ TEST_CASE("sync: racing committers of one step write one manifest") {
       for (size_t i = 0; i < commits.size(); ++i) {
         committers.emplace_back([&, i] {
           CommitResult c;
-          while (!done && (commits[i] = CommitStep(store, step, 2, &c)).ok() && !c.committed) {
+          while (!done && (commits[i] = CommitStep(store, step, 2, kDefaultIncarnation, &c)).ok() && !c.committed) {
           }
         });
       }
@@ -485,11 +486,10 @@ TEST_CASE("sync: racing committers of one step write one manifest") {
       done = true;
       for (auto& t : committers) t.join();
       for (const Status& s : commits) CHECK(s.ok());
+      // One root, over the one group index every racer wrote the same bytes of.
       std::vector<ObjectInfo> objects;
-      REQUIRE(store->List(StepPrefix(step), &objects).ok());
-      int manifests = 0;
-      for (const ObjectInfo& o : objects) manifests += o.key == ManifestKey(step);
-      CHECK(manifests == 1);
+      REQUIRE(store->List(GroupIndexPrefix(step, 2, kDefaultIncarnation), &objects).ok());
+      CHECK(objects.size() == 1);
       StepManifest m;
       REQUIRE(ReadManifest(store, step, &m, nullptr).ok());
       CHECK(m.count == 2);
@@ -570,7 +570,11 @@ TEST_CASE("sync: N shards commit a step in O(N) requests; a pull of one shard's 
     REQUIRE(Pull(&store, tmp / ("region-" + b.name), PullOptions(), &r).ok());
     CheckHolds(tmp / ("region-" + b.name), run, 1);
     const uint64_t full_requests = store.total() - before, full_bytes = r.fetched_bytes;
-    CHECK(full_requests <= 2 * kShards + 50);
+    // Per step applied (here the anchor of step 0, then step 1's deltas): a record and an
+    // object per shard, a group index per 32 shards, the root.
+    INFO("full pull of ", r.steps.size(), " steps: ", full_requests, " requests");
+    CHECK(r.steps.size() == 2);
+    CHECK(full_requests <= r.steps.size() * (2 * kShards + 50));
     // The tensor of one shard: only that shard's objects are read (a head and its pieces
     // per step), besides `latest` and the two manifests.
     PullOptions one;
@@ -734,7 +738,7 @@ PullOptions At(uint64_t step) {
   return o;
 }
 
-TEST_CASE("sync faults: truncated and damaged pieces, damaged and missing manifests") {
+TEST_CASE("sync faults: truncated and damaged pieces; damaged roots, group indexes and records; a missing root") {
   FaultScene scene;
   for (size_t i = 0; i < scene.backends.size(); ++i) {
     INFO("store ", scene.backends[i].name);
@@ -769,27 +773,41 @@ TEST_CASE("sync faults: truncated and damaged pieces, damaged and missing manife
       std::vector<uint8_t> bad = good;
       bad[at] ^= 0x10;
       scene.Put(i, key, bad);
-      ExpectRefused(store, dir, At(3), ErrorCode::kCorruptChunk, "does not match its step's manifest");
+      ExpectRefused(store, dir, At(3), ErrorCode::kCorruptChunk, "does not match its record");
       ExpectRefused(store, slice, partial, ErrorCode::kCorruptChunk);
     }
     scene.Put(i, key, good);
 
-    // A manifest with a byte flipped: in its JSON, and in an object's checksum.
-    const std::vector<uint8_t> manifest = scene.Get(i, ManifestKey(3));
-    std::vector<uint8_t> bad = manifest;
+    // A root with a byte flipped: in its JSON, and in the hash naming a group index.
+    const std::vector<uint8_t> root = scene.Get(i, RootKey(3));
+    std::vector<uint8_t> bad = root;
     bad[0] = '[';
-    scene.Put(i, ManifestKey(3), bad);
-    ExpectRefused(store, dir, At(3), ErrorCode::kCorruptHeader, "manifest.json");
-    bad = manifest;
-    const std::string text(manifest.begin(), manifest.end());
-    const size_t at = text.find("\"xxh3\": \"") + 9;
-    bad[at] = bad[at] == '0' ? '1' : '0';
-    scene.Put(i, ManifestKey(3), bad);
-    ExpectRefused(store, dir, At(3), ErrorCode::kCorruptHeader, ".key is not");
-    // A missing manifest: the step does not exist.
-    REQUIRE(store->Delete(ManifestKey(3)).ok());
-    ExpectRefused(store, dir, At(3), ErrorCode::kNotFound, "step 3 does not exist");
-    scene.Put(i, ManifestKey(3), manifest);
+    scene.Put(i, RootKey(3), bad);
+    ExpectRefused(store, dir, At(3), ErrorCode::kCorruptHeader, RootKey(3).c_str());
+    bad = root;
+    const std::string text(root.begin(), root.end());
+    const size_t at = text.find("\"groups\": [") + 10;
+    const size_t hex = text.find('"', at) + 1;
+    bad[hex] = bad[hex] == '0' ? '1' : '0';
+    scene.Put(i, RootKey(3), bad);
+    ExpectRefused(store, dir, At(3), ErrorCode::kCorruptChunk, "is not the object");
+    scene.Put(i, RootKey(3), root);
+    // A group index and a record with a byte flipped: their hashes no longer match.
+    StepManifest m;
+    REQUIRE(ReadRoot(store, 3, &m, nullptr).ok());
+    for (const std::string& doc : {GroupIndexKey(3, 2, m.incarnation, 0), ShardRecordKey(3, 1, 2, m.incarnation)}) {
+      const std::vector<uint8_t> good_doc = scene.Get(i, doc);
+      bad = good_doc;
+      bad[bad.size() / 2] ^= 0x01;
+      scene.Put(i, doc, bad);
+      ExpectRefused(store, dir, At(3), ErrorCode::kCorruptChunk, doc.c_str());
+      ExpectRefused(store, slice, partial, ErrorCode::kCorruptChunk, doc.c_str());
+      scene.Put(i, doc, good_doc);
+    }
+    // A missing root: the step is not committed.
+    REQUIRE(store->Delete(RootKey(3)).ok());
+    ExpectRefused(store, dir, At(3), ErrorCode::kNotFound, "step 3 is not committed");
+    scene.Put(i, RootKey(3), root);
 
     // After all that, the regions still pull step 4 through the chain, bit for bit.
     partial.step = 4;
@@ -827,7 +845,7 @@ TEST_CASE("sync faults: a pointer naming an unfinished step, the store going awa
     REQUIRE(store->Put(kLatestKey, reinterpret_cast<const uint8_t*>(pointer.data()), pointer.size(),
                        PutMode::kOverwrite).ok());
     ExpectRefused(store, dir, PullOptions(), ErrorCode::kNotFound, "names step 5, which is not committed");
-    ExpectRefused(store, dir, At(5), ErrorCode::kNotFound, "step 5 does not exist");
+    ExpectRefused(store, dir, At(5), ErrorCode::kNotFound, "step 5 is not committed");
     // Shard 1 arrives: it commits the step and the region takes it.
     REQUIRE(Publish(store, Shard(run, 5, 1, true), &published).ok());
     CHECK(published.committed);

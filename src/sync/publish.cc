@@ -304,6 +304,12 @@ Status GetAll(Store* store, const std::vector<std::string>& keys, const Parse& p
   });
 }
 
+Status Superseded(Store* store, uint64_t step, const std::string& winner, const std::string& inc) {
+  return Status(ErrorCode::kAlreadyExists, "step " + std::to_string(step) + " was committed in " + store->url() +
+                                               " by incarnation " + winner + ": the records of incarnation " + inc +
+                                               " were superseded (a committed step never changes)");
+}
+
 // Completes group `g` of a step: once every member's record of this incarnation is
 // listed, reads them and writes the group's layout and index. Racing completers write
 // the same bytes (the index holds nothing but what the records say).
@@ -521,8 +527,14 @@ Status CommitTop(Store* store, uint64_t step, uint32_t count, const std::string&
   s = ParseRoot(std::vector<uint8_t>(json.begin(), json.end()), RootKey(step), &check);
   if (!s.ok()) return Status(ErrorCode::kInvalidArgument, "cannot commit step " + std::to_string(step) + ": " + s.message());
   s = store->Put(RootKey(step), reinterpret_cast<const uint8_t*>(json.data()), json.size(), PutMode::kCreateOnly);
-  if (!s.ok() && s.code() != ErrorCode::kAlreadyExists) return s;  // exists: another committer won
+  if (!s.ok() && s.code() != ErrorCode::kAlreadyExists) return s;
   *wrote = s.ok();
+  if (!*wrote) {  // another committer won: of this incarnation, or of another that superseded it
+    StepManifest winner;
+    s = ReadRoot(store, step, &winner, nullptr);
+    if (!s.ok()) return s;
+    if (winner.incarnation != inc) return Superseded(store, step, winner.incarnation, inc);
+  }
   result->committed = true;
   return AdvanceLatest(store, step);
 }

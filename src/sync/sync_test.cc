@@ -500,6 +500,101 @@ TEST_CASE("sync: racing committers of one step write one root") {
   }
 }
 
+TEST_CASE("sync: a trainer restarted mid-step publishes under a new incarnation; a step commits one "
+          "incarnation's records, never a mix; the shard count changes with an anchor step") {
+  TempDir tmp;
+  for (Backend& b : test::Backends(tmp, "incarnations")) {
+    INFO("store ", b.name);
+    Store* store = b.store.get();
+    TrainerRun run(tmp / ("trainer-" + b.name), {{{"a", {256, 64}}}, {{"b", {512, 64}}}}, 0.02, 17);
+    for (uint64_t step = 0; step < 2; ++step) {
+      if (step > 0) run.Advance();
+      run.Write(step);
+      PublishStep(store, run, step);
+    }
+    const std::string region = tmp / ("region-" + b.name);
+    PullReport pulled;
+    REQUIRE(PullStep(store, region, 1, &pulled).ok());
+    // The first start writes step 2 of shard 0, then dies; its step 2 of shard 1 survives
+    // on a slow node (a zombie that publishes later).
+    run.Advance();
+    run.Write(2);
+    PublishReport r;
+    REQUIRE(Publish(store, Shard(run, 2, 0, true), &r).ok());
+    CHECK(!r.committed);
+    const std::string zombie = tmp / ("zombie-" + b.name);
+    fs::create_directories(zombie);
+    fs::copy_file(run.Path(2, 1), zombie + "/" + TrainerRun::FileName(1, 2));
+    // The restarted trainer computes another step 2. Under the old incarnation it is
+    // refused, naming the way out; under a new one its records supersede the stale one.
+    run.Advance();
+    run.Write(2);
+    Status s = Publish(store, Shard(run, 2, 0, true), &r);
+    CHECK(s.code() == ErrorCode::kAlreadyExists);
+    CHECK(s.message().find("--incarnation") != std::string::npos);
+    for (size_t k = 0; k < 2; ++k) {
+      PublishOptions o = Shard(run, 2, k, true);
+      o.incarnation = "restart-1";
+      REQUIRE(Publish(store, o, &r).ok());
+      CHECK(r.committed == (k == 1));
+    }
+    StepManifest root;
+    REQUIRE(ReadManifest(store, 2, &root, nullptr).ok());
+    CHECK(root.incarnation == "restart-1");
+    for (const ShardRecord& record : root.shards) CHECK(record.incarnation == "restart-1");
+    // The zombie's shard 1 of the first start: the committed step never changes.
+    PublishOptions late = Shard(run, 2, 1, true);
+    late.next = zombie + "/" + TrainerRun::FileName(1, 2);
+    s = Publish(store, late, &r);
+    INFO("zombie: ", s.ToString());
+    CHECK(s.code() == ErrorCode::kAlreadyExists);
+    CHECK(s.message().find("a committed step never changes") != std::string::npos);
+    // Step 3 goes on from the restarted trainer's step 2; the region gets both, bit for bit.
+    run.Advance();
+    run.Write(3);
+    for (size_t k = 0; k < 2; ++k) {
+      PublishOptions o = Shard(run, 3, k, true);
+      o.incarnation = "restart-1";
+      REQUIRE(Publish(store, o, &r).ok());
+    }
+    REQUIRE(PullStep(store, region, 3, &pulled).ok());
+    CHECK(pulled.route == "chain 1 -> 3");
+    CheckHolds(region, run, 3);
+
+    // Three shards from step 4 on: an anchor step needs nothing more.
+    TrainerRun three(tmp / ("three-" + b.name), {{{"a", {256, 64}}}, {{"b", {128, 64}}}, {{"c", {64, 64}}}}, 0.02, 5);
+    three.Write(4);
+    for (size_t k = 0; k < 3; ++k) REQUIRE(Publish(store, Shard(three, 4, k, false), &r).ok());
+    CHECK(r.committed);
+    REQUIRE(Pull(store, region, PullOptions(), &pulled).ok());
+    CHECK(pulled.route == "anchor 4 -> 4");
+    CheckHolds(region, three, 4);
+  }
+}
+
+TEST_CASE("sync: a store arc_v3 1.x published to is refused, naming the versions") {
+  TempDir tmp;
+  for (Backend& b : test::Backends(tmp, "version-1")) {
+    INFO("store ", b.name);
+    Store* store = b.store.get();
+    const std::string v1 = "{\"format\":\"arc_v3-sync\",\"version\":1,\"kind\":\"latest\",\"step\":3}\n";
+    REQUIRE(store->Put(kLatestKey, reinterpret_cast<const uint8_t*>(v1.data()), v1.size(), PutMode::kOverwrite).ok());
+    PullReport pulled;
+    Status s = Pull(store, tmp / ("region-" + b.name), PullOptions(), &pulled);
+    CHECK(s.code() == ErrorCode::kUnsupportedVersion);
+    CHECK(s.message().find("sync protocol version 1; this build reads version 2") != std::string::npos);
+    CHECK(s.message().find("CHANGELOG") != std::string::npos);
+    CHECK(!fs::exists(tmp / ("region-" + b.name)));
+    TrainerRun run(tmp / ("trainer-" + b.name), {{{"a", {64, 64}}}}, 0.02, 3);
+    run.Write(4);
+    PublishReport r;
+    s = Publish(store, Shard(run, 4, 0, false), &r);
+    CHECK(s.code() == ErrorCode::kUnsupportedVersion);
+    StepManifest root;
+    CHECK(ReadRoot(store, 4, &root, nullptr).code() == ErrorCode::kNotFound);  // nothing committed
+  }
+}
+
 // A store that forwards to another and counts the requests it is asked for, by kind.
 class CountingStore : public Store {
  public:

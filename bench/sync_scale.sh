@@ -2,15 +2,19 @@
 # What one step of the sync protocol costs as the trainer's shard count N grows, counted on
 # the wire: every request radosgw serves is in its access log (method, key, status, bytes).
 # N trainer shards publish two steps (an anchor step, then a delta step at ~2% changed) as
-# separate `arc_v3 publish` processes; then one host pulls the delta step fully (from the
-# anchor step), one pulls the tensors of N/64 shards, one pulls 1/8 of every tensor's rows.
-# Per phase: requests (by method), bytes served, the largest share of requests under one
-# key prefix (S3 partitions request capacity by prefix), wall time, and the pulling
-# process's peak RSS. Writes OUT.{txt,json} (default bench_out/sync_scale).
+# separate `arc_v3 publish` processes. Three hosts each pull step 0, then step 1 (the
+# phase measured: what a host pays per step): one whole files, one the tensors of N/64
+# shards, one 1/8 of every tensor's rows. Per phase: requests (by method), bytes moved,
+# metadata bytes (documents: roots, group indexes, layouts, records, `latest`), the largest
+# share of requests under one key prefix (its first two components, e.g. `r/3f` or
+# `steps/000000000001`: S3 partitions request capacity by prefix), wall time, the
+# committers' latest commit time, and the pulling process's peak RSS. Writes
+# OUT.{txt,json} (default bench_out/sync_scale).
 # --check (CI) also asserts, per N, that every pulled tensor is bit-exact and the limits
-# the protocol holds today: publishing a step <= 12 N requests, a full pull <= 2 N + 50,
+# of sync protocol 2: publishing a step <= 12 N requests; per step, a full pull <= 2 N + 50,
 # a pull of N/64 shards' tensors <= 4 x those shards + 30 requests and <= 1/32 of the full
-# pull's bytes + 64 KiB; it ends with "N passed, N failed".
+# pull's bytes + 64 KiB; no key prefix with more than 1/8 of a publish's requests; it ends
+# with "N passed, N failed".
 #   bench/sync_scale.sh [--shards N[,N...]] [--tensors T] [--rows R] [--cols C] [--out OUT] [--check]
 set -euo pipefail
 PY=/usr/bin/python3  # Debian's, with numpy (a pyenv shim may come first on PATH)
@@ -60,7 +64,7 @@ cat > "$work/count.py" <<'EOF'
 import collections, json, re, sys, urllib.parse
 prefix = sys.argv[1]
 line_re = re.compile(r'beast: \S+ \S+ - \S+ \[[^\]]*\] "(\w+) (\S+) HTTP/[\d.]+" (\d+) (\d+|-)')
-methods, prefixes, total, served = collections.Counter(), collections.Counter(), 0, 0
+methods, prefixes, total, served, meta, lists = collections.Counter(), collections.Counter(), 0, 0, 0, 0
 for line in sys.stdin:
     m = line_re.search(line)
     if not m or prefix not in m.group(2):
@@ -71,13 +75,17 @@ for line in sys.stdin:
     else:  # a listing: ?list-type=2&prefix=PREFIX/steps/... names what it lists
         listed = urllib.parse.parse_qs(query).get("prefix", [""])[0]
         key = listed.split(prefix, 1)[1].lstrip("/") if prefix in listed else ""
+        lists += 1
     total += 1
     methods[method] += 1
-    served += int(m.group(4)) if m.group(4) != "-" else 0
-    # The key prefix S3 would partition on: everything up to the key's last '/'.
-    prefixes[key.rsplit("/", 1)[0] if "/" in key else ""] += 1
+    n = int(m.group(4)) if m.group(4) != "-" else 0
+    served += n
+    if method == "GET" and (key.endswith(".json") or key == "latest"):
+        meta += n
+    # The key prefix S3 would partition on: the key's first two components.
+    prefixes["/".join(key.split("/")[:2])] += 1
 top = prefixes.most_common(1)
-print(json.dumps({"requests": total, "methods": dict(methods), "bytes_served": served,
+print(json.dumps({"requests": total, "methods": dict(methods), "bytes_served": served, "meta_bytes": meta, "lists": lists,
                   "top_prefix": top[0][0] if top else None,
                   "top_prefix_share": (top[0][1] / total) if total else 0}))
 EOF
@@ -130,10 +138,12 @@ EOF
       exec "$1" publish "$4" --step "$2" --next "$3/$2/$f" $prev --shard "$k/$5" --anchor-every 0 --json -q \
         > "$3/publish-$2-$k.json"' _ "$A" "$step" "$data" "$store" "$n"
     secs=$("$PY" -c "print(($(date +%s%N) - $start) / 1e9)")
-    uploaded=$("$PY" -c '
+    sums=$("$PY" -c '
 import glob, json, sys
-print(sum(json.load(open(f))["uploaded_bytes"] for f in glob.glob(sys.argv[1])))' "$data/publish-$step-*.json")
-    echo "{\"shards\": $n, \"phase\": \"publish step $step\", \"seconds\": $secs, \"uploaded_bytes\": $uploaded, \"wire\": $(count "$from" "$prefix")}" >> "$results"
+r = [json.load(open(f)) for f in glob.glob(sys.argv[1])]
+print(json.dumps({"uploaded_bytes": sum(x["uploaded_bytes"] for x in r),
+                  "commit_seconds": max(x["seconds"]["commit"] for x in r)}))' "$data/publish-$step-*.json")
+    echo "{\"shards\": $n, \"phase\": \"publish step $step\", \"seconds\": $secs, \"publish\": $sums, \"wire\": $(count "$from" "$prefix")}" >> "$results"
   done
   sel=""
   for k in $(seq 0 $(( (n + 63) / 64 - 1 ))); do sel="$sel${sel:+|}$k"; done
@@ -143,6 +153,7 @@ print(sum(json.load(open(f))["uploaded_bytes"] for f in glob.glob(sys.argv[1])))
       tensors) args=(--tensors "layers\\.($sel)\\..*") ;;
       rows) args=(--rows "0:$((rows / 8))") ;;
     esac
+    "$A" pull "$store" "$work/region-$n-$phase" --step 0 --json "${args[@]}" > "$work/pull.json"
     from=$(lines)
     /usr/bin/time -f %M -o "$work/rss" "$A" pull "$store" "$work/region-$n-$phase" --step 1 --json "${args[@]}" \
       > "$work/pull.json"
@@ -186,16 +197,19 @@ while text[at:].strip():  # one JSON document per phase (the pull reports span l
     doc, at = decoder.raw_decode(text, at)
     rows.append(doc)
 out, commit, t, r, c = sys.argv[2], sys.argv[3], *sys.argv[4:]
-lines = [f"# bench/sync_scale.sh: commit {commit}; radosgw on loopback; {t} BF16 tensors of {r}x{c} per shard, ~2% changed",
-         f"{'shards':>6} {'phase':<16} {'requests':>9} {'GET':>8} {'PUT':>6} {'HEAD':>6} {'bytes up/down':>14} {'top prefix share':>17} {'seconds':>8} {'peak RSS':>9}"]
+lines = [f"# bench/sync_scale.sh: commit {commit}; radosgw on loopback; {t} BF16 tensors of {r}x{c} per shard, ~2% changed;",
+         "# pulls: step 1 onto a host holding step 0 (what a host pays per step); metadata: documents read",
+         f"{'shards':>6} {'phase':<16} {'requests':>9} {'GET':>8} {'PUT':>6} {'HEAD':>6} {'LIST':>6} {'bytes up/down':>14} "
+         f"{'metadata':>10} {'top prefix':>11} {'seconds':>8} {'commit s':>8} {'peak RSS':>9}"]
 for x in rows:
     w, m = x["wire"], x["wire"]["methods"]
     if x["phase"].startswith("publish"):
-        moved, secs, rss = x["uploaded_bytes"], x["seconds"], "-"
+        moved, secs, rss, commit_s = x["publish"]["uploaded_bytes"], x["seconds"], "-", f"{x['publish']['commit_seconds']:.2f}"
     else:
-        moved, secs, rss = x["report"]["fetched_bytes"], x["report"]["seconds"]["total"], f"{x['rss_kb'] / 1024:.0f} MB"
+        moved, secs, rss, commit_s = x["report"]["fetched_bytes"], x["report"]["seconds"]["total"], f"{x['rss_kb'] / 1024:.0f} MB", "-"
     lines.append(f"{x['shards']:>6} {x['phase']:<16} {w['requests']:>9} {m.get('GET', 0):>8} {m.get('PUT', 0):>6} "
-                 f"{m.get('HEAD', 0):>6} {moved:>14} {w['top_prefix_share']:>16.0%} {secs:>8.2f} {rss:>9}")
+                 f"{m.get('HEAD', 0):>6} {w.get('lists', 0):>6} {moved:>14} {w['meta_bytes']:>10} "
+                 f"{w['top_prefix_share']:>10.1%} {secs:>8.2f} {commit_s:>8} {rss:>9}")
 text = "\n".join(lines) + "\n"
 open(out + ".txt", "w").write(text)
 json.dump({"commit": commit, "results": rows}, open(out + ".json", "w"), indent=1)
@@ -215,8 +229,11 @@ def expect(ok, what):
 for n in sorted({x["shards"] for x in rows}):
     at = {x["phase"]: x for x in rows if x["shards"] == n}
     for step in (0, 1):
-        got = at[f"publish step {step}"]["wire"]["requests"]
+        wire = at[f"publish step {step}"]["wire"]
+        got = wire["requests"]
         expect(got <= 12 * n, f"{n} shards: publishing step {step} took {got} requests (<= 12 N = {12 * n})")
+        got = wire["top_prefix_share"]
+        expect(got <= 1 / 8, f"{n} shards: ... at most {got:.1%} of them under one key prefix (<= 1/8)")
     full = at["pull full"]
     got = full["wire"]["requests"]
     expect(got <= 2 * n + 50, f"{n} shards: a full pull took {got} requests (<= 2 N + 50 = {2 * n + 50})")

@@ -238,6 +238,8 @@ OrderedJson RecordBody(const ShardRecord& r) {
                       {"shard", r.shard},
                       {"count", r.count},
                       {"incarnation", r.incarnation},
+                      {"base_incarnation", r.base_incarnation.empty() ? OrderedJson(nullptr)
+                                                                      : OrderedJson(r.base_incarnation)},
                       {"file", r.file},
                       {"file_size", r.file_size},
                       {"delta", RefJson(r.delta)},
@@ -259,6 +261,9 @@ ShardRecord ParseRecordBody(const Json& j, const std::string& where) {
   if (shard >= r.count) Fail(where + ".shard is not below its count");
   r.shard = static_cast<uint32_t>(shard);
   r.incarnation = Incarnation(Field(j, "incarnation", where), where + ".incarnation");
+  const Json& base_incarnation = Field(j, "base_incarnation", where);
+  if (!base_incarnation.is_null()) r.base_incarnation = Incarnation(base_incarnation, where + ".base_incarnation");
+  if (r.base_incarnation.empty() != (r.base_step == kNoStep)) Fail(where + " has a base_incarnation iff a base_step");
   if (r.base_step != kNoStep && r.base_step >= r.step) Fail(where + ".base_step is not before the step");
   r.file = Str(Field(j, "file", where), where + ".file");
   if (!PlainFileName(r.file)) Fail(where + ".file is not a plain file name");
@@ -300,6 +305,8 @@ std::string GroupIndexJson(const GroupIndex& g) {
                             {"incarnation", g.incarnation},
                             {"group", g.group},
                             {"base_step", OptionalStepJson(g.base_step)},
+                            {"base_incarnation", g.base_incarnation.empty() ? OrderedJson(nullptr)
+                                                                            : OrderedJson(g.base_incarnation)},
                             {"anchors", g.anchors},
                             {"chain_bytes", g.chain_bytes},
                             {"anchor_bytes", g.anchor_bytes},
@@ -341,7 +348,7 @@ std::string LatestJson(uint64_t step) {
 Status ParseRecord(const std::vector<uint8_t>& bytes, const std::string& where, ShardRecord* record) {
   return ParseDocument(bytes, where, [&](const Json& doc) {
     CheckEnvelope(doc, "shard", where);
-    CheckFields(doc, {"format", "version", "kind", "step", "base_step", "shard", "count", "incarnation", "file",
+    CheckFields(doc, {"format", "version", "kind", "step", "base_step", "shard", "count", "incarnation", "base_incarnation", "file",
                       "file_size", "delta", "anchor", "tensors", "published_at", "index"},
                 where);
     *record = ParseRecordBody(doc, where);
@@ -351,7 +358,7 @@ Status ParseRecord(const std::vector<uint8_t>& bytes, const std::string& where, 
 Status ParseGroupIndex(const std::vector<uint8_t>& bytes, const std::string& where, GroupIndex* group) {
   return ParseDocument(bytes, where, [&](const Json& doc) {
     CheckEnvelope(doc, "group", where);
-    CheckFields(doc, {"format", "version", "kind", "step", "count", "incarnation", "group", "base_step", "anchors",
+    CheckFields(doc, {"format", "version", "kind", "step", "count", "incarnation", "group", "base_step", "base_incarnation", "anchors",
                       "chain_bytes", "anchor_bytes", "published_at", "layout", "records"},
                 where);
     GroupIndex g;
@@ -363,6 +370,9 @@ Status ParseGroupIndex(const std::vector<uint8_t>& bytes, const std::string& whe
     g.group = static_cast<uint32_t>(number);
     g.base_step = OptionalStep(Field(doc, "base_step", where), where + ".base_step");
     if (g.base_step != kNoStep && g.base_step >= g.step) Fail(where + ".base_step is not before the step");
+    const Json& base_incarnation = Field(doc, "base_incarnation", where);
+    if (!base_incarnation.is_null()) g.base_incarnation = Incarnation(base_incarnation, where + ".base_incarnation");
+    if (g.base_incarnation.empty() != (g.base_step == kNoStep)) Fail(where + " has a base_incarnation iff a base_step");
     g.anchors = Bool(Field(doc, "anchors", where), where + ".anchors");
     if (g.base_step == kNoStep && !g.anchors) Fail(where + ": a group without deltas must be all anchors");
     g.chain_bytes = U64(Field(doc, "chain_bytes", where), where + ".chain_bytes");
@@ -612,8 +622,9 @@ Status LoadShards(Store* store, StepManifest* m, const std::vector<bool>* want, 
     if (s.ok()) {
       if (r.step != m->step || r.shard != k || r.count != m->count || r.incarnation != m->incarnation) {
         s = Status(ErrorCode::kCorruptHeader, where + " is not shard " + std::to_string(k) + " of this step");
-      } else if (r.delta.present() && !m->anchor() && r.base_step != m->base_step) {
-        s = Status(ErrorCode::kCorruptHeader, where + ".base_step differs from the step's");
+      } else if (r.delta.present() && !m->anchor() &&
+                 (r.base_step != m->base_step || r.base_incarnation != index[GroupOf(k)].base_incarnation)) {
+        s = Status(ErrorCode::kCorruptHeader, where + ".base_step or base_incarnation differs from its group's");
       } else if (!r.anchor.present() && m->anchor()) {
         s = Status(ErrorCode::kCorruptHeader, where + " has no anchor in an anchor step");
       } else if (!m->shards[k].loaded) {  // read with its layout: they must agree

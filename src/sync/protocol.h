@@ -80,6 +80,9 @@ struct ShardRecord {
   uint64_t base_step = kNoStep;  // kNoStep: no delta
   uint32_t shard = 0, count = 1;
   std::string incarnation = kDefaultIncarnation;  // of the trainer that published it
+  // The incarnation whose record of base_step the delta was checked against ("": no
+  // delta): a step commits its deltas only onto the base that incarnation committed.
+  std::string base_incarnation;
   std::string file;  // the published file's name
   uint64_t file_size = 0;
   ObjectRef delta, anchor;  // at least one present; delta iff base_step != kNoStep
@@ -110,6 +113,7 @@ struct GroupIndex {
   uint32_t count = 1, group = 0;
   std::string incarnation = kDefaultIncarnation;
   uint64_t base_step = kNoStep;  // of the group's deltas (kNoStep: none has one)
+  std::string base_incarnation;  // of their base records ("" iff base_step is kNoStep)
   bool anchors = false;          // every shard has an anchor
   uint64_t chain_bytes = 0;      // per shard its delta, else its anchor
   uint64_t anchor_bytes = 0;     // the anchors' sizes

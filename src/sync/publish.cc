@@ -365,13 +365,15 @@ Status CompleteGroup(Store* store, uint64_t step, uint32_t count, const std::str
                                                    std::to_string(first + i) + " of step " + std::to_string(step));
     }
     if (r.delta.present()) {
-      if (index.base_step != kNoStep && index.base_step != r.base_step) {
-        return Status(ErrorCode::kInvalidArgument, "the shards of step " + std::to_string(step) +
-                                                       " name different base steps (" +
-                                                       std::to_string(index.base_step) + " and " +
-                                                       std::to_string(r.base_step) + ")");
+      if (index.base_step != kNoStep &&
+          (index.base_step != r.base_step || index.base_incarnation != r.base_incarnation)) {
+        return Status(ErrorCode::kInvalidArgument,
+                      "the shards of step " + std::to_string(step) + " name different bases (step " +
+                          std::to_string(index.base_step) + " of incarnation " + index.base_incarnation + ", step " +
+                          std::to_string(r.base_step) + " of incarnation " + r.base_incarnation + ")");
       }
       index.base_step = r.base_step;
+      index.base_incarnation = r.base_incarnation;
     }
     index.anchors = index.anchors && r.anchor.present();
     index.chain_bytes += r.delta.present() ? r.delta.size : r.anchor.size;
@@ -399,8 +401,8 @@ Status CompleteGroup(Store* store, uint64_t step, uint32_t count, const std::str
 
 // Commits `step` of this incarnation once every group index is listed: reads them, links
 // the base step's root and writes the step root create-only (racing committers: one root).
-Status CommitTop(Store* store, uint64_t step, uint32_t count, const std::string& inc, int depth,
-                 CommitResult* result, bool* wrote) {
+Status CommitTop(Store* store, uint64_t step, uint32_t count, const std::string& inc, const ShardRecord* ours,
+                 int depth, CommitResult* result, bool* wrote) {
   *result = CommitResult();
   *wrote = false;
   const uint32_t groups = GroupCount(count);
@@ -450,6 +452,7 @@ Status CommitTop(Store* store, uint64_t step, uint32_t count, const std::string&
   m.incarnation = inc;
   m.published_at = index[0].published_at;
   bool anchors = true;
+  std::string base_incarnation;
   for (uint32_t g = 0; g < groups; ++g) {
     const GroupIndex& gi = index[g];
     if (gi.step != step || gi.count != count || gi.incarnation != inc || gi.group != g) {
@@ -457,12 +460,14 @@ Status CommitTop(Store* store, uint64_t step, uint32_t count, const std::string&
                                                    " of step " + std::to_string(step));
     }
     if (gi.base_step != kNoStep) {
-      if (m.base_step != kNoStep && m.base_step != gi.base_step) {
-        return Status(ErrorCode::kInvalidArgument, "the shards of step " + std::to_string(step) +
-                                                       " name different base steps (" + std::to_string(m.base_step) +
-                                                       " and " + std::to_string(gi.base_step) + ")");
+      if (m.base_step != kNoStep && (m.base_step != gi.base_step || base_incarnation != gi.base_incarnation)) {
+        return Status(ErrorCode::kInvalidArgument,
+                      "the shards of step " + std::to_string(step) + " name different bases (step " +
+                          std::to_string(m.base_step) + " of incarnation " + base_incarnation + ", step " +
+                          std::to_string(gi.base_step) + " of incarnation " + gi.base_incarnation + ")");
       }
       m.base_step = gi.base_step;
+      base_incarnation = gi.base_incarnation;
     }
     anchors = anchors && gi.anchors;
     m.chain_bytes += gi.chain_bytes;
@@ -482,7 +487,7 @@ Status CommitTop(Store* store, uint64_t step, uint32_t count, const std::string&
       CommitResult sub;
       bool sub_wrote = false;
       if (depth < 16) {
-        s = CommitTop(store, m.base_step, count, inc, depth + 1, &sub, &sub_wrote);
+        s = CommitTop(store, m.base_step, count, base_incarnation, nullptr, depth + 1, &sub, &sub_wrote);
         if (!s.ok()) return s;
       } else {
         sub.pending = "too many uncommitted steps before it";
@@ -492,6 +497,16 @@ Status CommitTop(Store* store, uint64_t step, uint32_t count, const std::string&
         return Status::Ok();
       }
       s = ReadRoot(store, m.base_step, &base, &base_bytes);
+    }
+    if (s.ok() && base.incarnation != base_incarnation) {
+      // The shards continue another start's base step than the one committed: that start
+      // was superseded, and none of its later steps commits (anchors or not).
+      return Status(ErrorCode::kChecksumMismatch,
+                    "step " + std::to_string(step) + "'s shards continue step " + std::to_string(m.base_step) +
+                        " of incarnation " + base_incarnation + ", but incarnation " + base.incarnation +
+                        " committed that step (incarnation " + base_incarnation +
+                        " was superseded): publish step " + std::to_string(step) +
+                        " as an anchor (leave out --prev) to go on from these files");
     }
     if (s.ok()) {
       if (base.count != count) {
@@ -533,25 +548,34 @@ Status CommitTop(Store* store, uint64_t step, uint32_t count, const std::string&
     StepManifest winner;
     s = ReadRoot(store, step, &winner, nullptr);
     if (!s.ok()) return s;
-    if (winner.incarnation != inc) return Superseded(store, step, winner.incarnation, inc);
+    if (winner.incarnation != inc && ours != nullptr) {
+      // Another start committed the step: the same file for our shard is no conflict.
+      ShardRecord committed;
+      s = CommittedRecord(store, winner, ours->shard, &committed);
+      if (!s.ok()) return s;
+      if (!FileDifference(committed, *ours).empty()) return Superseded(store, step, winner.incarnation, inc);
+    }
   }
   result->committed = true;
   return AdvanceLatest(store, step);
 }
 
-// After the group of `shard`: the step, then later steps that waited for it as their base.
-Status CommitFrom(Store* store, uint64_t step, uint32_t shard, uint32_t count, const std::string& inc,
+// The step of `ours` once its group is complete, then later steps that waited for it as
+// their base (`ours` null: every group is complete).
+Status CommitFrom(Store* store, uint64_t step, uint32_t count, const std::string& inc, const ShardRecord* ours,
                   CommitResult* result) {
   *result = CommitResult();
-  bool done = false;
-  Status s = CompleteGroup(store, step, count, inc, GroupOf(shard), &done, &result->pending);
-  if (!s.ok() || !done) return s;
+  if (ours != nullptr) {
+    bool done = false;
+    Status s = CompleteGroup(store, step, count, inc, GroupOf(ours->shard), &done, &result->pending);
+    if (!s.ok() || !done) return s;
+  }
   bool wrote = false;
-  s = CommitTop(store, step, count, inc, 0, result, &wrote);
+  Status s = CommitTop(store, step, count, inc, ours, 0, result, &wrote);
   if (!s.ok() || !wrote) return s;
   for (uint64_t next = step + 1; next <= kMaxStep && next <= step + 64; ++next) {
     CommitResult later;
-    s = CommitTop(store, next, count, inc, 0, &later, &wrote);
+    s = CommitTop(store, next, count, inc, nullptr, 0, &later, &wrote);
     if (!s.ok() || !later.committed) break;
   }
   return Status::Ok();
@@ -578,7 +602,7 @@ Status CommitStep(Store* store, uint64_t step, uint32_t count, const std::string
     s = CompleteGroup(store, step, count, incarnation, g, &done, &result->pending);
     if (!s.ok() || !done) return s;
   }
-  return CommitFrom(store, step, count - 1, count, incarnation, result);
+  return CommitFrom(store, step, count, incarnation, nullptr, result);
 }
 
 Status PublishCheckpoints(Store* store, const PublishOptions& o, const container::Checkpoint& prev,
@@ -618,26 +642,19 @@ Status PublishCheckpoints(Store* store, const PublishOptions& o, const container
   }
   r.incarnation = o.incarnation;
 
-  // The base: the committed step's record of this shard, else (not committed yet) the one
-  // this incarnation published.
+  // The base: the record of this shard this incarnation published for the base step
+  // (committed or not; a committer checks that the base it links is that incarnation's),
+  // else the record of the committed base step, whichever incarnation committed it.
   ShardRecord base;
   if (base_step != kNoStep) {
-    StepManifest base_root;
-    Status s = ReadRoot(store, base_step, &base_root, nullptr);
+    const std::string key = ShardRecordKey(base_step, o.shard, o.count, o.incarnation);
+    std::vector<uint8_t> bytes;
+    Status s = store->Get(key, kMaxDocumentBytes, &bytes, nullptr);
     if (s.ok()) {
-      if (base_root.count != o.count) {
-        return Status(ErrorCode::kInvalidArgument, "step " + std::to_string(base_step) + " was committed with " +
-                                                       std::to_string(base_root.count) + " shards, not " +
-                                                       std::to_string(o.count) +
-                                                       " (a new shard count starts with an anchor: leave out --prev)");
-      }
-      // Committed by another start of the trainer: its record, through its group index.
-      if (base_root.incarnation != o.incarnation) s = CommittedRecord(store, base_root, o.shard, &base);
-    }
-    if (s.code() == ErrorCode::kNotFound || (s.ok() && base.file.empty())) {
-      const std::string key = ShardRecordKey(base_step, o.shard, o.count, o.incarnation);
-      std::vector<uint8_t> bytes;
-      s = store->Get(key, kMaxDocumentBytes, &bytes, nullptr);
+      s = ParseRecord(bytes, store->url() + "/" + key, &base);
+    } else if (s.code() == ErrorCode::kNotFound) {
+      StepManifest base_root;
+      s = ReadRoot(store, base_step, &base_root, nullptr);
       if (s.code() == ErrorCode::kNotFound) {
         return Status(ErrorCode::kNotFound,
                       "step " + std::to_string(base_step) + " is not committed in " + store->url() + " and shard " +
@@ -645,9 +662,16 @@ Status PublishCheckpoints(Store* store, const PublishOptions& o, const container
                           o.incarnation + ") never published it: publish an anchor (leave out --prev) or name a "
                           "committed base with --base-step");
       }
-      if (s.ok()) s = ParseRecord(bytes, store->url() + "/" + key, &base);
+      if (s.ok() && base_root.count != o.count) {
+        return Status(ErrorCode::kInvalidArgument, "step " + std::to_string(base_step) + " was committed with " +
+                                                       std::to_string(base_root.count) + " shards, not " +
+                                                       std::to_string(o.count) +
+                                                       " (a new shard count starts with an anchor: leave out --prev)");
+      }
+      if (s.ok()) s = CommittedRecord(store, base_root, o.shard, &base);
     }
     if (!s.ok()) return s;
+    r.base_incarnation = base.incarnation;
   }
 
   WorkDir work;
@@ -704,30 +728,19 @@ Status PublishCheckpoints(Store* store, const PublishOptions& o, const container
   ShardRecord check;
   s = ParseRecord(std::vector<uint8_t>(record_json.begin(), record_json.end()), "the record", &check);
   if (!s.ok()) return Status(ErrorCode::kInvalidArgument, "cannot publish: " + s.message());
-  // Published before: the same contents make this a no-op, other contents a conflict,
-  // found before any upload. A committed step is compared with its own record, whichever
-  // incarnation committed it; else this incarnation's record, if any.
-  bool published = false, committed = false;
-  ShardRecord existing;
-  StepManifest root;
-  s = ReadRoot(store, r.step, &root, nullptr);
+  // Published before by this incarnation: the same contents make this a no-op, other
+  // contents a conflict, found before any upload. (Another incarnation's committed step is
+  // found when the root is written: see CommitTop.)
+  bool published = false;
+  const std::string record_key = ShardRecordKey(r.step, r.shard, r.count, r.incarnation);
+  std::vector<uint8_t> existing_bytes;
+  s = store->Get(record_key, kMaxDocumentBytes, &existing_bytes, nullptr);
   if (s.ok()) {
-    if (root.count != r.count) {
-      return Status(ErrorCode::kInvalidArgument, "step " + std::to_string(r.step) + " was committed with " +
-                                                     std::to_string(root.count) + " shards, not " +
-                                                     std::to_string(r.count));
-    }
-    committed = true;
-    s = CommittedRecord(store, root, r.shard, &existing);
-  } else if (s.code() == ErrorCode::kNotFound) {
-    const std::string record_key = ShardRecordKey(r.step, r.shard, r.count, r.incarnation);
-    std::vector<uint8_t> existing_bytes;
-    s = store->Get(record_key, kMaxDocumentBytes, &existing_bytes, nullptr);
-    if (s.ok()) s = ParseRecord(existing_bytes, store->url() + "/" + record_key, &existing);
-  }
-  if (s.ok()) {
+    ShardRecord existing;
+    s = ParseRecord(existing_bytes, store->url() + "/" + record_key, &existing);
+    if (!s.ok()) return s;
     const std::string difference = FileDifference(existing, r);
-    if (!difference.empty()) return Conflict(store, r, difference, committed);
+    if (!difference.empty()) return Conflict(store, r, difference, false);
     // The same file again: a no-op that keeps what was published first.
     published = true;
     report->already_published = true;
@@ -763,12 +776,7 @@ Status PublishCheckpoints(Store* store, const PublishOptions& o, const container
 
   const auto c = std::chrono::steady_clock::now();
   CommitResult commit;
-  if (committed) {
-    commit.committed = true;
-    s = AdvanceLatest(store, o.step);
-  } else {
-    s = CommitFrom(store, o.step, o.shard, o.count, r.incarnation, &commit);
-  }
+  s = CommitFrom(store, r.step, r.count, r.incarnation, &r, &commit);
   if (!s.ok()) return s;
   report->commit_seconds = Since(c);
   report->committed = commit.committed;

@@ -524,7 +524,7 @@ TEST_CASE("sync: a trainer restarted mid-step publishes under a new incarnation;
     CHECK(!r.committed);
     const std::string zombie = tmp / ("zombie-" + b.name);
     fs::create_directories(zombie);
-    fs::copy_file(run.Path(2, 1), zombie + "/" + TrainerRun::FileName(1, 2));
+    for (size_t k = 0; k < 2; ++k) fs::copy_file(run.Path(2, k), zombie + "/" + TrainerRun::FileName(k, 2));
     // The restarted trainer computes another step 2. Under the old incarnation it is
     // refused, naming the way out; under a new one its records supersede the stale one.
     run.Advance();
@@ -549,6 +549,16 @@ TEST_CASE("sync: a trainer restarted mid-step publishes under a new incarnation;
     INFO("zombie: ", s.ToString());
     CHECK(s.code() == ErrorCode::kAlreadyExists);
     CHECK(s.message().find("a committed step never changes") != std::string::npos);
+    // The zombie goes on to step 3 from its own step 2: deltas against a base that is not
+    // the committed one never commit.
+    for (size_t k = 0; k < 2; ++k) {
+      PublishOptions on = Shard(run, 3, k, true);
+      on.prev = on.next = zombie + "/" + TrainerRun::FileName(k, 2);
+      s = Publish(store, on, &r);
+    }
+    INFO("zombie step 3: ", s.ToString());
+    CHECK(s.code() == ErrorCode::kChecksumMismatch);
+    CHECK(s.message().find("publish step 3 as an anchor") != std::string::npos);
     // Step 3 goes on from the restarted trainer's step 2; the region gets both, bit for bit.
     run.Advance();
     run.Write(3);

@@ -609,7 +609,8 @@ py::list DictsApply(const py::list& prev, const py::buffer& delta, const py::obj
 class PyPublisher {
  public:
   PyPublisher(const std::string& store, uint32_t rank, uint32_t world_size, uint64_t anchor_every, int effort,
-              int threads, const std::string& file_name, int retries, int connections) {
+              int threads, const std::string& file_name, int retries, int connections,
+              const std::string& incarnation) {
     arc_v3::PublisherOptions o;
     o.rank = rank;
     o.world_size = world_size;
@@ -617,6 +618,7 @@ class PyPublisher {
     o.effort = effort;
     o.threads = threads;
     o.file_name = file_name;
+    o.incarnation = incarnation;
     o.store = Settings(retries, connections);
     const arc_v3::Status status = arc_v3::Publisher::Open(store, o, &publisher_);
     if (!status.ok()) throw CodecError{status};
@@ -785,9 +787,11 @@ PYBIND11_MODULE(_arc_v3, m) {
         py::arg("threads"));
   m.def("dicts_apply", &DictsApply, py::arg("prev"), py::arg("delta"), py::arg("allocate"), py::arg("threads"));
   py::class_<PyPublisher>(m, "Publisher")
-      .def(py::init<const std::string&, uint32_t, uint32_t, uint64_t, int, int, const std::string&, int, int>(),
+      .def(py::init<const std::string&, uint32_t, uint32_t, uint64_t, int, int, const std::string&, int, int,
+                    const std::string&>(),
            py::arg("store"), py::arg("rank"), py::arg("world_size"), py::arg("anchor_every"), py::arg("effort"),
-           py::arg("threads"), py::arg("file_name"), py::arg("retries"), py::arg("connections"))
+           py::arg("threads"), py::arg("file_name"), py::arg("retries"), py::arg("connections"),
+           py::arg("incarnation"))
       .def("publish", &PyPublisher::Publish, py::arg("step"), py::arg("tensors"))
       .def_property_readonly("last_step", &PyPublisher::last_step)
       .def_property_readonly("held_bytes", &PyPublisher::held_bytes);

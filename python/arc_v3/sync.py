@@ -88,13 +88,17 @@ class Publisher:
             travel whole, so that a region that fell behind or starts fresh needs no chain.
         effort: codec effort 0..3; threads: 0 = all cores; file_name: the shard's file name
             in a region's directory (default ``model-RRRRR-of-NNNNN.safetensors``).
+        incarnation: which start of the trainer this is (default ``$ARC_V3_INCARNATION``,
+            else torchrun's ``restart-$TORCHELASTIC_RESTART_COUNT``, else ``"0"``): a trainer
+            restarted mid-step publishes under a new one, whose records supersede the old
+            ones' until the step is committed; every rank of one start must name the same.
     """
 
     def __init__(self, store, rank=0, world_size=1, *, anchor_every=10, effort=1, threads=0,
-                 file_name=None, retries=5, connections=8):
+                 file_name=None, retries=5, connections=8, incarnation=None):
         self._ext = _ext.Publisher(str(store), int(rank), int(world_size), int(anchor_every),
                                    int(effort), int(threads), file_name or "", int(retries),
-                                   int(connections))
+                                   int(connections), incarnation or "")
 
     def publish(self, step, state_dict):
         """Publishes ``state_dict`` (this rank's tensors) as ``step``; returns a dict with

@@ -134,9 +134,12 @@ FileRecord FileFromJson(const Json& j) {
 }
 
 DirState StateFromJson(const Json& j) {
+  // Version 1 (arc_v3 1.x) has the same fields; its manifest_xxh3 names no version-2 root,
+  // so such a directory moves to a version-2 store through an anchor.
+  const uint64_t version = j.at("version").get<uint64_t>();
   if (j.at("format").get<std::string>() != kProtocolName || j.at("kind").get<std::string>() != "directory" ||
-      j.at("version").get<uint64_t>() != kProtocolVersion) {
-    throw std::runtime_error("not a directory state of this version");
+      (version != 1 && version != kProtocolVersion)) {
+    throw std::runtime_error("not a directory state of version 1 or " + std::to_string(kProtocolVersion));
   }
   DirState s;
   s.store = j.at("store").get<std::string>();

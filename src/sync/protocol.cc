@@ -444,7 +444,8 @@ Status ParseRoot(const std::vector<uint8_t>& bytes, const std::string& where, St
     m.anchor_step = Step(Field(doc, "anchor_step", where), where + ".anchor_step");
     if (m.anchor_step > m.step) Fail(where + ".anchor_step is after the step");
     if (m.base_step == kNoStep && m.anchor_step != m.step) Fail(where + ": a step without a base must be all anchors");
-    if (!m.anchor() && m.base_root_xxh3 == 0) Fail(where + ".base_root_xxh3 is null though the step's deltas need it");
+    if ((m.base_step != kNoStep) != (m.base_root_xxh3 != 0)) Fail(where + " has a base_root_xxh3 iff a base_step");
+    if (m.run == 0) Fail(where + ".run is 0");
     if (!m.anchor() && m.anchor_step > m.base_step) Fail(where + ".anchor_step is after its base step");
     m.chain_bytes = U64(Field(doc, "chain_bytes", where), where + ".chain_bytes");
     m.anchor_bytes = U64(Field(doc, "anchor_bytes", where), where + ".anchor_bytes");
@@ -520,10 +521,8 @@ Status LoadShards(Store* store, StepManifest* m, const std::vector<bool>* want, 
     cost->bytes += bytes;
   };
   m->shards.assign(m->count, ShardRecord());
-  // Layouts (partial loads only): the file and tensor names of every shard.
-  LayoutCache local;
-  if (layouts == nullptr) layouts = &local;
-  if (want != nullptr) {
+  // Layouts (partial loads with a cache only): the file and tensor names of every shard.
+  if (want != nullptr && layouts != nullptr) {
     std::vector<uint32_t> missing;
     for (uint32_t g = 0; g < groups; ++g) {
       if (layouts->count(m->groups[g].layout_xxh3) == 0) missing.push_back(g);
@@ -640,7 +639,7 @@ Status LoadShards(Store* store, StepManifest* m, const std::vector<bool>* want, 
   if (!first.ok()) return first;
   std::set<std::string> files;
   for (const ShardRecord& r : m->shards) {
-    if (!files.insert(r.file).second) {
+    if (!r.file.empty() && !files.insert(r.file).second) {
       return Status(ErrorCode::kCorruptHeader, root_url + ": two shards publish '" + r.file + "'");
     }
   }

@@ -183,8 +183,9 @@ struct ReadCost {
 };
 
 // Fills root->shards: with `want` null, every shard's record (group indexes, then records,
-// each checked against the hash that names it); else the layouts of all groups (from
-// `layouts` where cached) and the records of the shards `want` marks only.
+// each checked against the hash that names it); else the records of the shards `want`
+// marks only, and, given `layouts`, every other shard's file and tensor names from the
+// layouts of all groups (read where not cached); without it the others stay empty.
 Status LoadShards(Store* store, StepManifest* root, const std::vector<bool>* want, LayoutCache* layouts,
                   ReadCost* cost);
 

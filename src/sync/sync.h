@@ -2,8 +2,9 @@
 //
 // Each trainer shard publishes its safetensors file for a step (Publish): a delta against
 // its file of the base step, an anchor (the file whole, compressed) every N steps, and a
-// record of what it uploaded. Whichever shard completes the step commits it: one
-// write-once manifest, then the `latest` pointer. Each region pulls a step into a
+// record of what it uploaded. Shards complete a step in groups of 32: the last of a
+// group writes the group's index, the last group the step's write-once root, then the
+// `latest` pointer (no coordinator; O(N) requests). Each region pulls a step into a
 // directory (Pull) by the cheapest verified path, and records the step only after a
 // verified apply. The trainer never talks to the fleet.
 #ifndef ARC_V3_SRC_SYNC_SYNC_H_

@@ -310,9 +310,30 @@ Status Superseded(Store* store, uint64_t step, const std::string& winner, const 
                                                " were superseded (a committed step never changes)");
 }
 
+// Of the shards that find a group (or a step) complete at once, one reads and writes its
+// index: the first to create the claim `key`; the others leave it to that one unless its
+// claim is older than kClaimStale seconds (it died), when they take over. Without claims
+// trainers that finish together would each read every record of their group: O(N x 32).
+constexpr double kClaimStale = 30;
+
+Status Claim(Store* store, const std::string& key, bool* mine) {
+  const std::string json = "{\"claimed_at\": " + std::to_string(Now()) + "}\n";
+  Status s = store->Put(key, reinterpret_cast<const uint8_t*>(json.data()), json.size(), PutMode::kCreateOnly);
+  *mine = s.ok();
+  if (s.code() != ErrorCode::kAlreadyExists) return s;
+  std::vector<uint8_t> bytes;
+  s = store->Get(key, 4096, &bytes, nullptr);
+  if (!s.ok()) return s.code() == ErrorCode::kNotFound ? Status::Ok() : s;
+  const nlohmann::json doc = nlohmann::json::parse(bytes.begin(), bytes.end(), nullptr, false);
+  const bool dated = doc.is_object() && doc.contains("claimed_at") && doc["claimed_at"].is_number();
+  *mine = !dated || Now() - doc["claimed_at"].get<double>() > kClaimStale;
+  return Status::Ok();
+}
+
 // Completes group `g` of a step: once every member's record of this incarnation is
 // listed, reads them and writes the group's layout and index. Racing completers write
-// the same bytes (the index holds nothing but what the records say).
+// the same bytes (the index holds nothing but what the records say), should a claim
+// go stale under a live completer.
 Status CompleteGroup(Store* store, uint64_t step, uint32_t count, const std::string& inc, uint32_t g, bool* done,
                      std::string* pending) {
   *done = false;
@@ -331,6 +352,20 @@ Status CompleteGroup(Store* store, uint64_t step, uint32_t count, const std::str
     }
     if (!missing.empty()) {
       *pending = Waiting(missing, count);
+      return Status::Ok();
+    }
+    ObjectInfo info;
+    s = store->Head(GroupIndexKey(step, count, inc, g), &info);
+    if (s.ok()) {
+      *done = true;
+      return Status::Ok();
+    }
+    if (s.code() != ErrorCode::kNotFound) return s;
+    bool mine = false;
+    s = Claim(store, GroupIndexKey(step, count, inc, g) + ".claim", &mine);
+    if (!s.ok()) return s;
+    if (!mine) {
+      *pending = "another shard of group " + std::to_string(g) + " is completing it";
       return Status::Ok();
     }
   }
@@ -399,6 +434,23 @@ Status CompleteGroup(Store* store, uint64_t step, uint32_t count, const std::str
   return Status::Ok();
 }
 
+// The step is committed by someone else: of this incarnation, or of another that superseded
+// it (then the same file for our shard is no conflict, another is).
+Status Committed(Store* store, uint64_t step, const std::string& inc, const ShardRecord* ours,
+                 CommitResult* result) {
+  StepManifest winner;
+  Status s = ReadRoot(store, step, &winner, nullptr);
+  if (!s.ok()) return s;
+  if (winner.incarnation != inc && ours != nullptr) {
+    ShardRecord committed;
+    s = CommittedRecord(store, winner, ours->shard, &committed);
+    if (!s.ok()) return s;
+    if (!FileDifference(committed, *ours).empty()) return Superseded(store, step, winner.incarnation, inc);
+  }
+  result->committed = true;
+  return AdvanceLatest(store, step);
+}
+
 // Commits `step` of this incarnation once every group index is listed: reads them, links
 // the base step's root and writes the step root create-only (racing committers: one root).
 Status CommitTop(Store* store, uint64_t step, uint32_t count, const std::string& inc, const ShardRecord* ours,
@@ -425,8 +477,32 @@ Status CommitTop(Store* store, uint64_t step, uint32_t count, const std::string&
     for (uint32_t g = 0; g < groups; ++g) {
       if (present.count(keys[g]) == 0) missing.push_back(g);
     }
+    if (!missing.empty() && depth > 0) {
+      // Committing a later step's base: finish its groups whose every record is there (a
+      // completer that died leaves a claim that goes stale).
+      std::vector<uint32_t> still;
+      for (uint32_t g : missing) {
+        bool done = false;
+        std::string why;
+        s = CompleteGroup(store, step, count, inc, g, &done, &why);
+        if (!s.ok()) return s;
+        if (!done) still.push_back(g);
+      }
+      missing = std::move(still);
+    }
     if (!missing.empty()) {
       waiting();
+      return Status::Ok();
+    }
+    ObjectInfo info;
+    s = store->Head(RootKey(step), &info);
+    if (s.ok()) return Committed(store, step, inc, ours, result);
+    if (s.code() != ErrorCode::kNotFound) return s;
+    bool mine = false;
+    s = Claim(store, GroupIndexPrefix(step, count, inc) + "root.claim", &mine);
+    if (!s.ok()) return s;
+    if (!mine) {
+      result->pending = "another shard is committing the step";
       return Status::Ok();
     }
   }
@@ -544,18 +620,7 @@ Status CommitTop(Store* store, uint64_t step, uint32_t count, const std::string&
   s = store->Put(RootKey(step), reinterpret_cast<const uint8_t*>(json.data()), json.size(), PutMode::kCreateOnly);
   if (!s.ok() && s.code() != ErrorCode::kAlreadyExists) return s;
   *wrote = s.ok();
-  if (!*wrote) {  // another committer won: of this incarnation, or of another that superseded it
-    StepManifest winner;
-    s = ReadRoot(store, step, &winner, nullptr);
-    if (!s.ok()) return s;
-    if (winner.incarnation != inc && ours != nullptr) {
-      // Another start committed the step: the same file for our shard is no conflict.
-      ShardRecord committed;
-      s = CommittedRecord(store, winner, ours->shard, &committed);
-      if (!s.ok()) return s;
-      if (!FileDifference(committed, *ours).empty()) return Superseded(store, step, winner.incarnation, inc);
-    }
-  }
+  if (!*wrote) return Committed(store, step, inc, ours, result);  // another committer won
   result->committed = true;
   return AdvanceLatest(store, step);
 }

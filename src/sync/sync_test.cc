@@ -11,10 +11,12 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <chrono>
 #include <fstream>
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include "src/sync/sync.h"
@@ -47,8 +49,9 @@ PublishOptions Shard(const TrainerRun& run, uint64_t step, size_t k, bool with_p
   return o;
 }
 
-// Publishes `step` of every shard at once, one thread per shard, as trainer ranks do.
-void PublishStep(Store* store, const TrainerRun& run, uint64_t step) {
+// Publishes `step` of every shard at once, one thread per shard, as trainer ranks do;
+// one of them commits it (unless other committers race them).
+void PublishStep(Store* store, const TrainerRun& run, uint64_t step, bool raced = false) {
   std::vector<Status> results(run.shards());
   std::vector<PublishReport> reports(run.shards());
   std::vector<std::thread> threads;
@@ -62,7 +65,7 @@ void PublishStep(Store* store, const TrainerRun& run, uint64_t step) {
     REQUIRE(results[k].ok());
     committed = committed || reports[k].committed;
   }
-  CHECK(committed);
+  CHECK((committed || raced));
 }
 
 // Every file under `dir` (the directory's state included), for "left exactly as it was".
@@ -482,14 +485,18 @@ TEST_CASE("sync: racing committers of one step write one root") {
           }
         });
       }
-      PublishStep(store, run, step);
+      PublishStep(store, run, step, /*raced=*/true);
       done = true;
       for (auto& t : committers) t.join();
       for (const Status& s : commits) CHECK(s.ok());
-      // One root, over the one group index every racer wrote the same bytes of.
+      // One root, over one group index, each written by the one racer that claimed it.
       std::vector<ObjectInfo> objects;
       REQUIRE(store->List(GroupIndexPrefix(step, 2, kDefaultIncarnation), &objects).ok());
-      CHECK(objects.size() == 1);
+      std::set<std::string> keys;
+      for (const ObjectInfo& o : objects) keys.insert(o.key);
+      const std::string group = GroupIndexKey(step, 2, kDefaultIncarnation, 0);
+      CHECK(keys == std::set<std::string>{group, group + ".claim",
+                                          GroupIndexPrefix(step, 2, kDefaultIncarnation) + "root.claim"});
       StepManifest m;
       REQUIRE(ReadManifest(store, step, &m, nullptr).ok());
       CHECK(m.count == 2);
@@ -602,6 +609,44 @@ TEST_CASE("sync: a store arc_v3 1.x published to is refused, naming the versions
     CHECK(s.code() == ErrorCode::kUnsupportedVersion);
     StepManifest root;
     CHECK(ReadRoot(store, 4, &root, nullptr).code() == ErrorCode::kNotFound);  // nothing committed
+  }
+}
+
+TEST_CASE("sync: a completer that dies leaves a claim; once it is stale, the next step's shards finish the step") {
+  TempDir tmp;
+  for (Backend& b : test::Backends(tmp, "claims")) {
+    INFO("store ", b.name);
+    Store* store = b.store.get();
+    TrainerRun run(tmp / ("trainer-" + b.name), {{{"a", {256, 64}}}, {{"b", {128, 64}}}}, 0.02, 23);
+    run.Write(0);
+    PublishStep(store, run, 0);
+    run.Advance();
+    run.Write(1);
+    // A shard of step 1 claimed its group and died before writing the group index.
+    const auto claim = [&](double at) {
+      const std::string json = "{\"claimed_at\": " + std::to_string(at) + "}\n";
+      REQUIRE(store->Put(GroupIndexKey(1, 2, kDefaultIncarnation, 0) + ".claim",
+                         reinterpret_cast<const uint8_t*>(json.data()), json.size(), PutMode::kOverwrite).ok());
+    };
+    const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    claim(now);
+    PublishReport r;
+    for (size_t k = 0; k < 2; ++k) REQUIRE(Publish(store, Shard(run, 1, k, true), &r).ok());
+    CHECK(!r.committed);
+    CHECK(r.pending == "another shard of group 0 is completing it");
+    // A minute later the claim is stale: step 2's last shard completes step 1 too.
+    claim(now - 60);
+    run.Advance();
+    run.Write(2);
+    for (size_t k = 0; k < 2; ++k) REQUIRE(Publish(store, Shard(run, 2, k, true), &r).ok());
+    CHECK(r.committed);
+    const std::string region = tmp / ("region-" + b.name);
+    PullReport pulled;
+    REQUIRE(PullStep(store, region, 1, &pulled).ok());
+    CheckHolds(region, run, 1);
+    REQUIRE(Pull(store, region, PullOptions(), &pulled).ok());
+    CHECK(pulled.route == "chain 1 -> 2");
+    CheckHolds(region, run, 2);
   }
 }
 

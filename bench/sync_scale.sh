@@ -13,8 +13,8 @@
 # --check (CI) also asserts, per N, that every pulled tensor is bit-exact and the limits
 # of sync protocol 2: publishing a step <= 12 N requests; per step, a full pull <= 2 N + 50,
 # a pull of N/64 shards' tensors <= 4 x those shards + 30 requests and <= 1/32 of the full
-# pull's bytes + 64 KiB; no key prefix with more than 1/8 of a publish's requests; it ends
-# with "N passed, N failed".
+# pull's bytes + 64 KiB; from 256 shards on, no key prefix with more than 1/8 of a
+# publish's requests; it ends with "N passed, N failed".
 #   bench/sync_scale.sh [--shards N[,N...]] [--tensors T] [--rows R] [--cols C] [--out OUT] [--check]
 set -euo pipefail
 PY=/usr/bin/python3  # Debian's, with numpy (a pyenv shim may come first on PATH)
@@ -232,8 +232,11 @@ for n in sorted({x["shards"] for x in rows}):
         wire = at[f"publish step {step}"]["wire"]
         got = wire["requests"]
         expect(got <= 12 * n, f"{n} shards: publishing step {step} took {got} requests (<= 12 N = {12 * n})")
-        got = wire["top_prefix_share"]
-        expect(got <= 1 / 8, f"{n} shards: ... at most {got:.1%} of them under one key prefix (<= 1/8)")
+        # A group's 32 records share the prefix its completer lists: below 256 shards
+        # (8 groups) one group's prefix is a large share of a small load by design.
+        if n >= 256:
+            got = wire["top_prefix_share"]
+            expect(got <= 1 / 8, f"{n} shards: ... at most {got:.1%} of them under one key prefix (<= 1/8)")
     full = at["pull full"]
     got = full["wire"]["requests"]
     expect(got <= 2 * n + 50, f"{n} shards: a full pull took {got} requests (<= 2 N + 50 = {2 * n + 50})")

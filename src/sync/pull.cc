@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -546,6 +547,50 @@ Status BuildJournal(Store* store, const std::string& dir, const DirState* old, c
 
 Status PullLocked(Store* store, const std::string& dir, const PullOptions& o, bool avoid_dir, PullReport* report);
 
+// The layouts a partial pull read stay in DIR/.arc_v3/layouts/XXH3.json for the next pull
+// (a run's layout rarely changes, so a host pays for them once): a file is used only if its
+// bytes hash to its name. Best effort: a cache that cannot be read or written is skipped.
+void LoadLayoutCache(const std::string& dir, LayoutCache* layouts) {
+  std::error_code ec;
+  for (auto it = fs::directory_iterator(fs::path(dir) / kStateDir / "layouts", ec);
+       !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.size() != 21 || name.compare(16, 5, ".json") != 0) continue;
+    std::ifstream in(it->path(), std::ios::binary);
+    const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const uint64_t xxh3 = container::Hash(bytes.data(), bytes.size());
+    Layout layout;
+    if (container::HexU64(xxh3) == name.substr(0, 16) && ParseLayout(bytes, it->path().string(), &layout).ok()) {
+      (*layouts)[xxh3] = std::move(layout);
+    }
+  }
+}
+
+void SaveLayoutCache(const std::string& dir, const LayoutCache& layouts, const StepManifest& step) {
+  std::error_code ec;
+  const fs::path folder = fs::path(dir) / kStateDir / "layouts";
+  fs::create_directories(folder, ec);
+  std::set<std::string> keep;
+  for (const StepManifest::Group& g : step.groups) {
+    const auto it = layouts.find(g.layout_xxh3);
+    if (it == layouts.end()) continue;
+    const std::string name = container::HexU64(g.layout_xxh3) + ".json";
+    keep.insert(name);
+    if (fs::exists(folder / name, ec)) continue;
+    const std::string json = LayoutJson(it->second);
+    if (container::Hash(json.data(), json.size()) != g.layout_xxh3) continue;
+    const fs::path tmp = folder / ("." + name + ".tmp");
+    {
+      std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+      out.write(json.data(), static_cast<std::streamsize>(json.size()));
+    }
+    fs::rename(tmp, folder / name, ec);
+  }
+  for (auto it = fs::directory_iterator(folder, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    if (keep.count(it->path().filename().string()) == 0) fs::remove(it->path(), ec);
+  }
+}
+
 // Pulls again by an anchor route; the report counts that pull alone.
 Status Retry(Store* store, const std::string& dir, const PullOptions& o, PullReport* report) {
   *report = PullReport();
@@ -608,6 +653,7 @@ Status PullLocked(Store* store, const std::string& dir, const PullOptions& o, bo
   const RouteFrom from{state.step, state.manifest_xxh3, static_cast<uint32_t>(state.shards.size())};
   s = PlanRoute(store, usable ? &from : nullptr, std::move(target), &route, report);
   LayoutCache layouts;
+  if (partial) LoadLayoutCache(dir, &layouts);
   if (s.ok()) s = LoadRoute(store, partial ? &select : nullptr, &layouts, &route, report);
   if (s.code() == ErrorCode::kNotFound && route.from_dir && !avoid_dir) return Retry(store, dir, o, report);
   if (!s.ok()) return s;
@@ -677,12 +723,14 @@ Status PullLocked(Store* store, const std::string& dir, const PullOptions& o, bo
   stage.HandOver();
   s = Commit(dir, journal, o.after_move);
   if (!s.ok()) return s;
+  if (partial) SaveLayoutCache(dir, layouts, route.hops.back().m);
   report->commit_seconds = Since(commit);
   report->total_seconds = Since(start);
   return Status::Ok();
 }
 
 }  // namespace
+
 
 Status Pull(Store* store, const std::string& dir, const PullOptions& options, PullReport* report) {
   *report = PullReport();

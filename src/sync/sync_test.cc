@@ -743,6 +743,21 @@ TEST_CASE("sync: N shards commit a step in O(N) requests; a pull of one shard's 
         CHECK(Rows(slice + "/" + TrainerRun::FileName(k, kShards), "w7", 0, 16) == Rows(run.Path(1, 7), "w7", 0, 16));
       }
     }
+    // The step's two layouts (one per group of 32 shards) stay with the region: the next
+    // step costs `latest`, its root, one group index, and the shard's record, head and piece.
+    size_t cached = 0;
+    for (const auto& e : fs::directory_iterator(slice + "/.arc_v3/layouts")) cached += e.is_regular_file();
+    CHECK(cached == 2);
+    run.Advance();
+    run.Write(2);
+    PublishReport published;
+    for (size_t k = 0; k < kShards; ++k) REQUIRE(Publish(&store, Shard(run, 2, k, true), &published).ok());
+    before = store.total();
+    REQUIRE(Pull(&store, slice, one, &r).ok());
+    INFO("next step: ", store.total() - before, " requests");
+    CHECK(r.route == "chain 1 -> 2");
+    CHECK(store.total() - before <= 7);  // and a HEAD for a later root
+    CHECK(Rows(slice + "/" + TrainerRun::FileName(7, kShards), "w7", 0, 16) == Rows(run.Path(2, 7), "w7", 0, 16));
   }
 }
 

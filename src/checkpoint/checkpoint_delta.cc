@@ -598,6 +598,7 @@ Status Encode(const Checkpoint& prev, const Checkpoint& next, const RunOptions& 
     bool tensor;  // counts towards progress
     FileEntry* file = nullptr;  // with `group`, instead of base, target and piece
     Group* group = nullptr;
+    uint64_t rows = 0;  // the piece's tensor's (0: not a tensor's piece)
   };
   const auto base_of = [&prev](const TensorEntry& t) { return prev.Find(t.name)->data; };
   const auto target_of = [&next](const TensorEntry& t) { return next.Find(t.name)->data; };
@@ -623,7 +624,8 @@ Status Encode(const Checkpoint& prev, const Checkpoint& next, const RunOptions& 
         const uint64_t offset = p.row_begin * t.row_bytes();
         const uint64_t bytes = PieceBytes(t, p);
         tasks.push_back({base ? base + offset : nullptr, target + offset, bytes,
-                         safetensors::DTypeSize(t.dtype), t.dtype == "BF16", &p, true});
+                         safetensors::DTypeSize(t.dtype), t.dtype == "BF16", &p, true, nullptr, nullptr,
+                         t.rows()});
         total += bytes;
       }
     }
@@ -682,9 +684,28 @@ Status Encode(const Checkpoint& prev, const Checkpoint& next, const RunOptions& 
   if (!thrown.ok()) return thrown;
   if (error.failed()) return error.status();
 
+  // The data section's order: the manifest's, or with row_order headers, fills and groups
+  // first, then the pieces by the fraction of their tensor's rows they start at (ties in
+  // manifest order), so that the pieces of rows [0, B) of every tensor are one range.
+  std::vector<size_t> order(tasks.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  if (options.row_order) {
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      const EncodeTask& x = tasks[a];
+      const EncodeTask& y = tasks[b];
+      if ((x.rows == 0) != (y.rows == 0)) return x.rows == 0;
+      if (x.rows == 0) return false;
+      return static_cast<unsigned __int128>(x.piece->row_begin) * y.rows <
+             static_cast<unsigned __int128>(y.piece->row_begin) * x.rows;
+    });
+    std::vector<std::vector<uint8_t>> sorted(order.size());
+    for (size_t i = 0; i < order.size(); ++i) sorted[i] = std::move((*outputs)[order[i]]);
+    outputs->swap(sorted);
+  }
   uint64_t offset = 0;
-  for (size_t i = 0; i < tasks.size(); ++i) {
-    (tasks[i].group != nullptr ? tasks[i].group->offset : tasks[i].piece->offset) = offset;
+  for (size_t i = 0; i < order.size(); ++i) {
+    const EncodeTask& task = tasks[order[i]];
+    (task.group != nullptr ? task.group->offset : task.piece->offset) = offset;
     offset += (*outputs)[i].size();
   }
   for (FileEntry& f : m.files) {

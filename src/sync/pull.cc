@@ -552,6 +552,7 @@ Status PullLocked(Store* store, const std::string& dir, const PullOptions& o, bo
 // bytes hash to its name. Best effort: a cache that cannot be read or written is skipped.
 void LoadLayoutCache(const std::string& dir, LayoutCache* layouts) {
   std::error_code ec;
+  std::vector<fs::path> damaged;
   for (auto it = fs::directory_iterator(fs::path(dir) / kStateDir / "layouts", ec);
        !ec && it != fs::directory_iterator(); it.increment(ec)) {
     const std::string name = it->path().filename().string();
@@ -562,8 +563,11 @@ void LoadLayoutCache(const std::string& dir, LayoutCache* layouts) {
     Layout layout;
     if (container::HexU64(xxh3) == name.substr(0, 16) && ParseLayout(bytes, it->path().string(), &layout).ok()) {
       (*layouts)[xxh3] = std::move(layout);
+    } else {
+      damaged.push_back(it->path());  // fetched again, and rewritten
     }
   }
+  for (const fs::path& path : damaged) fs::remove(path, ec);
 }
 
 void SaveLayoutCache(const std::string& dir, const LayoutCache& layouts, const StepManifest& step) {

@@ -393,6 +393,10 @@ run_store() {
   for s in 6 7 8; do publish_step "$S" "$s"; done
   expect_rc 0 "$CLI" prune "$S" --keep-anchors 1 --dry-run --json
   [ "$(tool get out.txt keep_from)" = 3 ] || fail "prune --dry-run: keep_from $(cat out.txt)"
+  expect_rc 0 "$CLI" prune "$S" --keep-anchors 1 --min-age 2h --dry-run --json  # all committed just now
+  [ "$(tool get out.txt keep_from)" = 0 ] || fail "prune --min-age 2h: keep_from $(cat out.txt)"
+  expect_rc 2 "$CLI" prune "$S" --min-age 2w
+  grep -q "wants a duration like 90s" err.txt || fail "--min-age 2w: $(cat err.txt)"
   expect_rc 0 "$CLI" log "$S" --json
   tool log out.txt 0 8 0 3 6 || fail "prune --dry-run deleted something"
   expect_rc 0 "$CLI" prune "$S" --keep-anchors 1 --json

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cinttypes>
+#include <cstdlib>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -168,6 +169,9 @@ SyncCommands::SyncCommands(CLI::App* app) {
       "there may still need that chain)");
   prune_->add_option("STORE", store_, "s3:// or directory store")->required();
   prune_->add_option("--keep-anchors", keep_anchors_, "K (at least 1; default 2)")->check(CLI::PositiveNumber);
+  prune_->add_option("--min-age", min_age_,
+                     "DURATION (90s, 15m, 2h, 1d; default 0): a step committed less than this ago\n"
+                     "keeps its chain back to its anchor (a slow region may still be fetching it)");
   prune_->add_flag("--dry-run", dry_run_, "Only say what would be deleted");
   common(prune_, false);
 }
@@ -392,10 +396,24 @@ int SyncCommands::Run() {
   }
 
   sync::PruneReport r;
-  s = sync::Prune(store.get(), keep_anchors_, dry_run_, &r);
+  // DURATION: a number of seconds, or of minutes, hours or days with m, h or d after it.
+  double min_age = -1;
+  {
+    char* end = nullptr;
+    const double value = std::strtod(min_age_.c_str(), &end);
+    const std::string unit = end != nullptr ? end : "";
+    const double scale = unit.empty() || unit == "s" ? 1 : unit == "m" ? 60 : unit == "h" ? 3600 : unit == "d" ? 86400 : -1;
+    if (end != min_age_.c_str() && value >= 0 && scale > 0) min_age = value * scale;
+  }
+  if (min_age < 0) {
+    std::fprintf(stderr, "arc_v3 prune: --min-age wants a duration like 90s, 15m, 2h or 1d, got '%s'\n",
+                 min_age_.c_str());
+    return kExitUsage;
+  }
+  s = sync::Prune(store.get(), keep_anchors_, dry_run_, &r, min_age);
   if (!s.ok()) return Fail(name, json_, s);
   if (json_) {
-    const Json j = {{"command", "prune"}, {"ok", true}, {"dry_run", dry_run_},
+    const Json j = {{"command", "prune"}, {"ok", true}, {"dry_run", dry_run_}, {"min_age_seconds", min_age},
                     {"keep_from", r.keep_from == sync::kNoStep ? Json(nullptr) : Json(r.keep_from)},
                     {"deleted_steps", r.deleted_steps}, {"deleted_objects", r.deleted_objects},
                     {"deleted_bytes", r.deleted_bytes}};

@@ -25,6 +25,7 @@ class SyncCommands {
   double interval_ = 2;
   int threads_ = 0, effort_ = 1, retries_ = 5, connections_ = 8, max_failures_ = 10;
   uint32_t keep_anchors_ = 2;
+  std::string min_age_ = "0";
   bool json_ = false, quiet_ = false, reset_ = false, dry_run_ = false, no_sync_ = false, force_ = false;
   bool no_index_ = false;
 };

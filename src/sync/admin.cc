@@ -1,5 +1,6 @@
 // Listing a store's steps and pruning old ones (see sync.h).
 #include <algorithm>
+#include <chrono>
 #include <map>
 
 #include "src/sync/sync.h"
@@ -41,7 +42,7 @@ Status ListSteps(Store* store, std::vector<StepListing>* steps, bool load_record
   return Status::Ok();
 }
 
-Status Prune(Store* store, uint32_t keep_anchors, bool dry_run, PruneReport* report) {
+Status Prune(Store* store, uint32_t keep_anchors, bool dry_run, PruneReport* report, double min_age_seconds) {
   *report = PruneReport();
   if (keep_anchors == 0) return Status(ErrorCode::kInvalidArgument, "--keep-anchors must be at least 1");
   std::vector<StepListing> steps;
@@ -60,6 +61,13 @@ Status Prune(Store* store, uint32_t keep_anchors, bool dry_run, PruneReport* rep
   // keeps that chain.
   for (const StepListing& l : steps) {
     if (l.committed && l.step >= report->keep_from) report->keep_from = std::min(report->keep_from, l.manifest.anchor_step);
+  }
+  // A step committed within min_age keeps its anchor's chain: a region may be walking it.
+  const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  for (const StepListing& l : steps) {
+    if (l.committed && now - l.manifest.committed_at < min_age_seconds) {
+      report->keep_from = std::min(report->keep_from, l.manifest.anchor_step);
+    }
   }
   std::vector<const StepListing*> doomed;
   for (const StepListing& l : steps) {

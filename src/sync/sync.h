@@ -148,8 +148,10 @@ struct PruneReport {
 // Deletes every step before the oldest of the newest `keep_anchors` anchor steps, and
 // never the anchor before the newest one or anything after it (a puller that started
 // from it may still need its chain). Roots go first, so no puller finds a step whose
-// pieces are gone. `dry_run` only reports.
-Status Prune(Store* store, uint32_t keep_anchors, bool dry_run, PruneReport* report);
+// pieces are gone. `dry_run` only reports. With `min_age_seconds`, a step committed less
+// than that long ago keeps everything back to its anchor step: a slow region may still be
+// fetching the route that step's root named when it started.
+Status Prune(Store* store, uint32_t keep_anchors, bool dry_run, PruneReport* report, double min_age_seconds = 0);
 
 }  // namespace sync
 }  // namespace arc_v3

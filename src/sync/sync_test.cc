@@ -210,6 +210,11 @@ TEST_CASE("sync: two trainer shards publish a run; regions take every step, miss
     // prune: keeping one anchor keeps the one before it too (steps 3..6); a region at a
     // pruned step comes back through an anchor.
     PruneReport pruned;
+    // Every step was committed within the hour: with --min-age 1h, the chain of each back
+    // to its anchor stays (step 0 on).
+    REQUIRE(Prune(store, 1, false, &pruned, 3600).ok());
+    CHECK(pruned.keep_from == 0);
+    CHECK(pruned.deleted_steps.empty());
     REQUIRE(Prune(store, 1, false, &pruned).ok());
     CHECK(pruned.keep_from == 3);
     CHECK(pruned.deleted_steps == std::vector<uint64_t>({0, 1, 2}));

@@ -40,6 +40,7 @@ Json PullJson(const sync::PullReport& r) {
           {"step", r.to_step},
           {"up_to_date", r.up_to_date},
           {"route", r.route},
+          {"rerouted", r.rerouted.empty() ? Json(nullptr) : Json(r.rerouted)},
           {"steps_applied", r.steps},
           {"fetched_bytes", r.fetched_bytes},
           {"fetched_objects", r.fetched_objects},
@@ -65,6 +66,7 @@ void PrintPull(const sync::PullReport& r) {
               r.to_step, r.route.c_str(), HumanBytes(r.fetched_bytes).c_str(), r.requests,
               HumanBytes(r.checkpoint_bytes).c_str(), r.total_seconds, r.fetch_seconds, r.verify_seconds,
               r.decode_seconds, r.write_seconds, r.commit_seconds);
+  if (!r.rerouted.empty()) std::printf("pull: rerouted: %s\n", r.rerouted.c_str());
 }
 
 }  // namespace
@@ -326,6 +328,7 @@ int SyncCommands::Run() {
                         "fetched %s by %s in %.3f s\n",
                         r.to_step, behind, lag, HumanBytes(r.fetched_bytes).c_str(), r.route.c_str(),
                         r.total_seconds);
+            if (!r.rerouted.empty()) std::printf("follow: rerouted: %s\n", r.rerouted.c_str());
             std::fflush(stdout);
           }
           warned = false;

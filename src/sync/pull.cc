@@ -545,7 +545,10 @@ Status BuildJournal(Store* store, const std::string& dir, const DirState* old, c
   return Status::Ok();
 }
 
-Status PullLocked(Store* store, const std::string& dir, const PullOptions& o, bool avoid_dir, PullReport* report);
+// Which route a retry must not take: DIR's chain (its objects vanished or are damaged, or
+// DIR's rows do not suffice) or the anchor's (its objects are damaged).
+enum class Avoid { kNone, kDir, kAnchor };
+Status PullLocked(Store* store, const std::string& dir, const PullOptions& o, Avoid avoid, PullReport* report);
 
 // The layouts a partial pull read stay in DIR/.arc_v3/layouts/XXH3.json for the next pull
 // (a run's layout rarely changes, so a host pays for them once): a file is used only if its
@@ -598,13 +601,33 @@ void SaveLayoutCache(const std::string& dir, const LayoutCache& layouts, const S
 // Pulls again by an anchor route; the report counts that pull alone.
 Status Retry(Store* store, const std::string& dir, const PullOptions& o, PullReport* report) {
   *report = PullReport();
-  return PullLocked(store, dir, o, true, report);
+  return PullLocked(store, dir, o, Avoid::kDir, report);
 }
 
-// `avoid_dir`: route from an anchor even where DIR's step is on the chain (a retry after
-// the chain's objects vanished, pruned, while this pull planned, or after DIR's rows did
-// not suffice for a partial pull's new selection of groups).
-Status PullLocked(Store* store, const std::string& dir, const PullOptions& o, bool avoid_dir, PullReport* report) {
+bool Damaged(ErrorCode code) {
+  return code == ErrorCode::kCorruptChunk || code == ErrorCode::kTruncated || code == ErrorCode::kCorruptHeader;
+}
+
+// A route met a damaged object or document: the pull takes the other route, if there is
+// one, and says so; else it fails with what it met.
+Status Reroute(Store* store, const std::string& dir, const PullOptions& o, const Route& route, const Status& met,
+               PullReport* report) {
+  PullReport other;
+  const Status s = PullLocked(store, dir, o, route.from_dir ? Avoid::kDir : Avoid::kAnchor, &other);
+  if (!s.ok()) {
+    return Status(met.code(), met.message() + " (on the route " + route.name + "; no other route: " + s.message() + ")");
+  }
+  *report = std::move(other);
+  report->rerouted = met.message() + ": took " + report->route + " instead of " + route.name;
+  return s;
+}
+
+// `avoid`: kDir routes from an anchor even where DIR's step is on the chain (a retry after
+// the chain's objects vanished, pruned, while this pull planned, were damaged, or after
+// DIR's rows did not suffice for a partial pull's new selection of groups); kAnchor takes
+// DIR's chain even where the anchor costs less (its objects were damaged).
+Status PullLocked(Store* store, const std::string& dir, const PullOptions& o, Avoid avoid, PullReport* report) {
+  const bool avoid_dir = avoid != Avoid::kNone;  // a retry does not retry again
   const auto start = Clock::now();
   Select select;
   select.sel.tensors = o.tensors;
@@ -653,13 +676,16 @@ Status PullLocked(Store* store, const std::string& dir, const PullOptions& o, bo
     }
   }
   Route route;
-  const bool usable = have_state && !o.reset && state.selection == select.sel && !avoid_dir;
-  const RouteFrom from{state.step, state.manifest_xxh3, static_cast<uint32_t>(state.shards.size())};
+  const bool usable = have_state && !o.reset && state.selection == select.sel && avoid != Avoid::kDir;
+  RouteFrom from{state.step, state.manifest_xxh3, static_cast<uint32_t>(state.shards.size())};
+  from.only_chain = avoid == Avoid::kAnchor;
+  if (from.only_chain && !usable) return Status(ErrorCode::kNotFound, "the directory holds no step on the chain");
   s = PlanRoute(store, usable ? &from : nullptr, std::move(target), &route, report);
   LayoutCache layouts;
   if (partial) LoadLayoutCache(dir, &layouts);
   if (s.ok()) s = LoadRoute(store, partial ? &select : nullptr, &layouts, &route, report);
   if (s.code() == ErrorCode::kNotFound && route.from_dir && !avoid_dir) return Retry(store, dir, o, report);
+  if (Damaged(s.code()) && !avoid_dir && !route.hops.empty()) return Reroute(store, dir, o, route, s, report);
   if (!s.ok()) return s;
   report->route = route.name;
   if (o.hook) {
@@ -691,6 +717,7 @@ Status PullLocked(Store* store, const std::string& dir, const PullOptions& o, bo
   s = partial ? FetchPieces(store, o.store, UINT64_MAX, &select, &fetched, report)
               : FetchWhole(store, o, &fetched, report);
   if (s.code() == ErrorCode::kNotFound && route.from_dir && !avoid_dir) return Retry(store, dir, o, report);
+  if (Damaged(s.code()) && !avoid_dir) return Reroute(store, dir, o, route, s, report);
   if (!s.ok()) return s;
   if (o.hook) {
     s = o.hook("fetched");
@@ -707,11 +734,13 @@ Status PullLocked(Store* store, const std::string& dir, const PullOptions& o, bo
   if (!s.ok() && partial && route.from_dir && !avoid_dir && s.code() == ErrorCode::kChecksumMismatch) {
     return Retry(store, dir, o, report);  // DIR's rows lack what this selection now needs
   }
+  if (Damaged(s.code()) && !avoid_dir) return Reroute(store, dir, o, route, s, report);
   if (!s.ok()) return s;
   if (!partial) {
     const auto verify = Clock::now();
     s = VerifyResults(route.hops.back(), fetched, object_of.back(), current);
     report->verify_seconds += Since(verify);
+    if (Damaged(s.code()) && !avoid_dir) return Reroute(store, dir, o, route, s, report);
     if (!s.ok()) return s;
   }
 
@@ -756,7 +785,7 @@ Status Pull(Store* store, const std::string& dir, const PullOptions& options, Pu
   DirLock lock;
   Status s = lock.Acquire(dir);
   if (!s.ok()) return s;  // another pull's: never clean up under it
-  s = PullLocked(store, dir, options, false, report);
+  s = PullLocked(store, dir, options, Avoid::kNone, report);
   // A first pull that failed leaves nothing behind: not the directory it made, nor the
   // lock and stage it made inside one that existed (removed while the lock is held).
   const fs::path state_dir = fs::path(dir) / kStateDir;

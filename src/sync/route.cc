@@ -43,6 +43,7 @@ uint64_t AnchorCost(const StepManifest& m) { return m.anchor_bytes; }
 
 Status PlanRoute(Store* store, const RouteFrom* state, Hop target, Route* route, PullReport* report) {
   const uint64_t S = state != nullptr ? state->step : kNoStep;  // stays set for the cost below
+  const bool only_chain = state != nullptr && state->only_chain;
   const uint64_t A = target.m.anchor_step;
   std::vector<Hop> back = {std::move(target)};
   bool chain_ok = false;
@@ -99,7 +100,11 @@ Status PlanRoute(Store* store, const RouteFrom* state, Hop target, Route* route,
                   "step " + std::to_string(back.front().m.step) + " cannot be rebuilt: the chain back to its anchor (step " +
                       std::to_string(A) + ") is gone from " + store->url() + " (pruned?)");
   }
-  route->from_dir = chain_cost <= anchor_cost;
+  if (only_chain && chain_cost == UINT64_MAX) {
+    return Status(ErrorCode::kNotFound, "the directory's step " + std::to_string(S) + " is not on the chain to step " +
+                                            std::to_string(back.front().m.step));
+  }
+  route->from_dir = chain_cost <= anchor_cost || only_chain;
   route->bytes = std::min(chain_cost, anchor_cost);
   const uint64_t first = route->from_dir ? S + 1 : A;
   for (auto it = back.rbegin(); it != back.rend(); ++it) {

@@ -46,8 +46,9 @@ struct Route {
 // its shard count.
 struct RouteFrom {
   uint64_t step = kNoStep;
-  uint64_t manifest_xxh3 = 0;
+  uint64_t manifest_xxh3 = 0;  // of its step's root
   uint32_t count = 0;
+  bool only_chain = false;  // the chain from it or nothing (kNotFound), whatever the anchor costs
 };
 
 // Walks the chain back from `target` and picks the cheaper of: the deltas after `from`

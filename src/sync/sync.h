@@ -111,6 +111,9 @@ struct PullReport {
   uint64_t to_step = kNoStep;
   bool up_to_date = false;  // DIR already held the step
   std::string route;        // e.g. "chain 11 -> 13" or "anchor 10 -> 13"
+  // Set when the cheaper route met a damaged object or document and the other was taken:
+  // what was met, and which route replaced which.
+  std::string rerouted;
   std::vector<uint64_t> steps;  // applied, in order
   uint64_t fetched_bytes = 0, fetched_objects = 0, requests = 0;
   uint64_t checkpoint_bytes = 0;  // of the files DIR holds now

@@ -990,9 +990,36 @@ TEST_CASE("sync faults: truncated and damaged pieces; damaged roots, group index
     REQUIRE(Pull(store, slice, partial, &r).ok());
     partial.step = 3;
 
+    // Step 3 is an anchor step: its anchors are the other route. Each damage below first
+    // meets both routes (refused, nothing changed), then the delta alone: a region at step
+    // 2 takes the anchor route instead, and says so.
+    const std::string anchor_key = scene.PieceKeyOf(i, 3, 1, true);
+    const std::vector<uint8_t> anchor = scene.Get(i, anchor_key);
+    int fresh = 0;
+    const auto rerouted = [&](const PullOptions& o) {
+      std::string other;
+      PullReport got;
+      if (o.tensors.empty()) {
+        other = scene.Region(i, "rerouted-" + std::to_string(fresh++));
+      } else {  // a slice at step 2
+        other = scene.tmp / ("rerouted-slice-" + std::to_string(fresh++) + scene.backends[i].name);
+        PullOptions two = o;
+        two.step = 2;
+        REQUIRE(Pull(store, other, two, &got).ok());
+      }
+      REQUIRE(Pull(store, other, o, &got).ok());
+      INFO("rerouted: ", got.rerouted);
+      CHECK(got.route == "anchor 3 -> 3");
+      CHECK((got.rerouted.find(key) != std::string::npos || got.rerouted.find("step 3, shard 1") != std::string::npos));
+      CHECK(got.rerouted.find("took anchor 3 -> 3 instead of chain 2 -> 3") != std::string::npos);
+      if (o.tensors.empty()) CheckHolds(other, *scene.runs[i], 3);
+    };
     // A truncated object.
     scene.Put(i, key, std::vector<uint8_t>(good.begin(), good.end() - 100));
+    scene.Put(i, anchor_key, std::vector<uint8_t>(anchor.begin(), anchor.end() - 100));
     ExpectRefused(store, dir, At(3), ErrorCode::kTruncated, key.c_str());
+    scene.Put(i, anchor_key, anchor);
+    rerouted(At(3));
     // A byte flipped in the container's header, then in lm_head's first piece: a full
     // pull checks the whole object, a partial one the head and each piece it reads.
     container::Reader reader;
@@ -1007,8 +1034,14 @@ TEST_CASE("sync faults: truncated and damaged pieces; damaged roots, group index
       std::vector<uint8_t> bad = good;
       bad[at] ^= 0x10;
       scene.Put(i, key, bad);
+      std::vector<uint8_t> bad_anchor = anchor;
+      bad_anchor[20] ^= 0x10;
+      scene.Put(i, anchor_key, bad_anchor);
       ExpectRefused(store, dir, At(3), ErrorCode::kCorruptChunk, "does not match its record");
       ExpectRefused(store, slice, partial, ErrorCode::kCorruptChunk);
+      scene.Put(i, anchor_key, anchor);
+      rerouted(At(3));
+      rerouted(partial);
     }
     scene.Put(i, key, good);
 

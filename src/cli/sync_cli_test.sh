@@ -410,7 +410,23 @@ run_store() {
   route_is "chain 5 -> 8"
   same_step "$W/A" 8
 
-  echo "PASS [$KIND]: follow ($lines lines), pulls, partial pulls (w1 rows: $part_fetched, norm.1: $part2_fetched of $all_objects bytes), log, exit codes, prune$([ "$is_s3" = 1 ] && echo ", awscli")"
+  # 9. follow routes around a damaged object, and says so: step 6's delta of shard 0
+  #    damaged (a directory store's objects are files), a region at step 5 follows to step
+  #    8 by anchor 6 instead of its chain.
+  if [ "$KIND" = dir ]; then
+    expect_rc 0 "$CLI" pull "$S" "$W/Around" --step 5
+    local d6
+    d6="$(find "$S/o" -path '*/000000000006-00002-00000/delta-*.a3d')"
+    [ -f "$d6" ] || fail "no delta of step 6 shard 0 in $S"
+    printf 'X' | dd of="$d6" bs=1 seek=100 conv=notrunc 2> /dev/null
+    timeout 60 "$CLI" follow "$S" "$W/Around" --interval 0.2 --until 8 --json > "$W/around.log" 2> "$W/around.err" ||
+      fail "follow around a damaged delta: $(cat "$W/around.err")"
+    grep -q '"rerouted":"[^"]*took anchor 6 -> 8 instead of chain 5 -> 8' "$W/around.log" ||
+      fail "follow did not say it routed around: $(cat "$W/around.log")"
+    same_step "$W/Around" 8 "follow around a damaged delta"
+  fi
+
+  echo "PASS [$KIND]: follow ($lines lines), pulls, partial pulls (w1 rows: $part_fetched, norm.1: $part2_fetched of $all_objects bytes), log, exit codes, prune$([ "$KIND" = dir ] && echo ", follow around a damaged delta")$([ "$is_s3" = 1 ] && echo ", awscli")"
 }
 
 # 7. A read-only http(s):// store: a short run published through S3 to the public bucket

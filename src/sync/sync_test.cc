@@ -257,6 +257,51 @@ TEST_CASE("sync: a region whose chain was pruned recovers through an anchor") {
   }
 }
 
+TEST_CASE("sync: prune racing a slow pull: the pull replans through an anchor; with --min-age the chain stays") {
+  TempDir tmp;
+  for (Backend& b : test::Backends(tmp, "prune-race")) {
+    INFO("store ", b.name);
+    Store* store = b.store.get();
+    TrainerRun run(tmp / ("trainer-" + b.name), {{{"w", {512, 64}}, {"n", {64}}}}, 0.01, 7);
+    const std::string slow = tmp / ("slow-" + b.name), kept = tmp / ("kept-" + b.name);
+    for (uint64_t step = 0; step <= 10; ++step) {  // anchors 0, 3, 6, 9
+      if (step > 0) run.Advance();
+      run.Write(step);
+      PublishStep(store, run, step);
+      if (step == 4) {
+        PullReport r;
+        REQUIRE(PullStep(store, slow, 4, &r).ok());
+        REQUIRE(PullStep(store, kept, 4, &r).ok());
+      }
+    }
+    // Both regions plan the chain 4 -> 10; a prune runs while they fetch.
+    PullOptions o;
+    double min_age = 0;
+    std::vector<uint64_t> deleted;  // by the prune during the first plan
+    int plans = 0;
+    o.hook = [&](const char* stage) {
+      if (std::string(stage) == "planned" && plans++ == 0) {
+        PruneReport pruned;
+        REQUIRE(Prune(store, 1, false, &pruned, min_age).ok());
+        deleted = pruned.deleted_steps;
+      }
+      return Status::Ok();
+    };
+    min_age = 3600;
+    PullReport r;
+    REQUIRE(Pull(store, kept, o, &r).ok());
+    CHECK(r.route == "chain 4 -> 10");
+    CHECK(deleted.empty());
+    CheckHolds(kept, run, 10);
+    min_age = 0;
+    plans = 0;
+    REQUIRE(Pull(store, slow, o, &r).ok());
+    CHECK(deleted == std::vector<uint64_t>({0, 1, 2, 3, 4, 5}));
+    CHECK(r.route == "anchor 9 -> 10");  // the chain's steps 5.. were gone: replanned
+    CheckHolds(slow, run, 10);
+  }
+}
+
 TEST_CASE("sync: publishing checks its base and is idempotent") {
   TempDir tmp;
   for (Backend& b : test::Backends(tmp, "publish")) {
@@ -593,6 +638,52 @@ TEST_CASE("sync: a trainer restarted mid-step publishes under a new incarnation;
     REQUIRE(Pull(store, region, PullOptions(), &pulled).ok());
     CHECK(pulled.route == "anchor 4 -> 4");
     CheckHolds(region, three, 4);
+  }
+}
+
+TEST_CASE("sync: a shard that dies before its record leaves its step uncommitted; the next step, published "
+          "against the last committed one, commits and regions skip the dead step") {
+  TempDir tmp;
+  for (Backend& b : test::Backends(tmp, "dead-shard")) {
+    INFO("store ", b.name);
+    Store* store = b.store.get();
+    TrainerRun run(tmp / ("trainer-" + b.name), {{{"a", {256, 64}}}, {{"b", {128, 64}}}}, 0.02, 31);
+    for (uint64_t step = 0; step < 2; ++step) {
+      if (step > 0) run.Advance();
+      run.Write(step);
+      PublishStep(store, run, step);
+    }
+    const std::string region = tmp / ("region-" + b.name);
+    PullReport pulled;
+    REQUIRE(PullStep(store, region, 1, &pulled).ok());
+    // Step 2: shard 1 dies before its record. The step stays uncommitted; pullers never see it.
+    run.Advance();
+    run.Write(2);
+    PublishReport r;
+    REQUIRE(Publish(store, Shard(run, 2, 0, true), &r).ok());
+    CHECK(r.pending == "waiting for shard 1 of 2");
+    // Step 3 goes on against step 1, the last committed one.
+    run.Advance();
+    run.Write(3);
+    for (size_t k = 0; k < 2; ++k) {
+      PublishOptions o = Shard(run, 3, k, true);
+      o.prev = run.Path(1, k);
+      o.base_step = 1;
+      REQUIRE(Publish(store, o, &r).ok());
+    }
+    CHECK(r.committed);
+    StepManifest root;
+    REQUIRE(ReadRoot(store, 3, &root, nullptr).ok());
+    CHECK(root.base_step == 1);
+    CHECK(ReadRoot(store, 2, &root, nullptr).code() == ErrorCode::kNotFound);
+    REQUIRE(Pull(store, region, PullOptions(), &pulled).ok());
+    CHECK(pulled.route == "chain 1 -> 3");
+    CHECK(pulled.steps == std::vector<uint64_t>({3}));
+    CheckHolds(region, run, 3);
+    std::vector<StepListing> steps;
+    REQUIRE(ListSteps(store, &steps).ok());
+    REQUIRE(steps.size() == 4);
+    CHECK(!steps[2].committed);
   }
 }
 

@@ -236,3 +236,26 @@ def test_follower_memory_is_the_model_plus_the_steps_changes(store):
           f"staged changes {m['staged']} B")
     assert m["held"] > model
     assert extra < 0.15 * model
+
+
+def test_a_restarted_trainer_publishes_under_a_new_incarnation(store):
+    """A start that dies mid-step leaves a record of it; the next start recomputes the step
+    under another incarnation: the committed step holds only the new start's tensors."""
+    g = torch.Generator().manual_seed(7)
+    ranks = [_rank_state(r, g) for r in range(2)]
+    first = [Publisher(store, rank=r, world_size=2, incarnation="start-1") for r in range(2)]
+    assert [p.publish(0, state)["committed"] for p, state in zip(first, ranks)][-1]
+    follower = Follower(store)
+    assert follower.pull() == 0
+    lost = {k: v.clone() for k, v in ranks[0].items()}
+    _step(lost, g)
+    assert first[0].publish(1, lost)["committed"] is False  # rank 1 dies before its step 1
+    for state in ranks:  # the restarted trainer's step 1: other values
+        _step(state, g)
+    second = [Publisher(store, rank=r, world_size=2, incarnation="start-2") for r in range(2)]
+    results = [p.publish(1, state) for p, state in zip(second, ranks)]
+    assert results[-1]["committed"]
+    assert follower.pull() == 1
+    _check(follower.state_dict, ranks)
+    with pytest.raises(arc_v3.ArcV3Error, match="incarnation"):
+        Publisher(store, rank=0, world_size=2, incarnation="no/slash").publish(2, ranks[0])

@@ -4,7 +4,8 @@
 #   1. bench/main_job.sh, exactly as the README writes it: its table, bench_out/arc_bench.
 #      {json,csv,png} and nothing else there, no work folder left in $TMPDIR;
 #   2. the scripts docs/ names: bench/sync_bench.sh, bench/sync_scale.sh (256 shards, its
-#      limits asserted: --check) and bench/cross_region.py (sync.md),
+#      limits asserted: --check), bench/scale_model.py, bench/pull_memory.sh and
+#      bench/cross_region.py (sync.md),
 #      arc_bench and `arc_v3 bench` (bench.md), python/bench/bench_binding.py
 #      (python/README.md), each on a small input (their defaults take tens of minutes) and
 #      checked for its output files.
@@ -45,6 +46,7 @@ expect() {
 }
 temp_leftovers() {
   ls -d "${TMPDIR:-/tmp}"/arc_v3_demo.* "${TMPDIR:-/tmp}"/arc_v3_sync_bench.* "${TMPDIR:-/tmp}"/arc_v3_sync_scale.* \
+    "${TMPDIR:-/tmp}"/arc_v3_pull_memory.* \
     2> /dev/null | sort
 }
 
@@ -75,6 +77,14 @@ expect sync_bench "[ \"\$(temp_leftovers)\" = \"$before\" ]" "work folders left:
 # with the limits the protocol holds asserted and every pulled tensor compared bit for bit.
 check sync_scale bench/sync_scale.sh --shards 256 --check --out bench_out/sync_scale_ci
 expect sync_scale "[ \"\$(temp_leftovers)\" = \"$before\" ]" "work folders left: $(temp_leftovers)"
+# ... the model built on the committed results, and a host's memory at two small sizes.
+if check scale_model /usr/bin/python3 bench/scale_model.py --out bench_out/scale_model_ci; then
+  expect scale_model "grep -q '^3. Trained -> served' bench_out/scale_model_ci.txt" "bench_out/scale_model_ci.txt"
+fi
+if check pull_memory bench/pull_memory.sh --params 2000000,4000000 --rows 64 --out bench_out/pull_memory_ci; then
+  expect pull_memory "[ \"\$(grep -c ' anchor 0 -> 0 ' bench_out/pull_memory_ci.txt)\" = 4 ]" "bench_out/pull_memory_ci.txt"
+fi
+expect pull_memory "[ \"\$(temp_leftovers)\" = \"$before\" ]" "work folders left: $(temp_leftovers)"
 if [ "$(id -u)" -eq 0 ] && command -v ip > /dev/null; then
   if check cross_region python3 bench/cross_region.py --params 2000000 --densities low --steps 3 --interval 1 \
       --regions fast:1000:20 --codecs arc_v3,full --out bench_out/cross_region_docs; then

@@ -26,6 +26,11 @@ namespace arc_v3 {
 namespace sync {
 namespace {
 
+// What a partial pull fetches ahead, in all: the rest of its pieces are read as they are
+// decoded, so that its memory does not grow with the checkpoint.
+constexpr uint64_t kPrefetchBudget = uint64_t{64} << 20;
+
+
 namespace fs = std::filesystem;
 using container::FileEntry;
 using container::Group;
@@ -714,7 +719,7 @@ Status PullLocked(Store* store, const std::string& dir, const PullOptions& o, Av
     // member): a pull of a few shards' tensors reads only those shards' records and objects.
     for (Fetched& f : fetched) f.skipped = !route.touched[f.shard];
   }
-  s = partial ? FetchPieces(store, o.store, UINT64_MAX, &select, &fetched, report)
+  s = partial ? FetchPieces(store, o.store, UINT64_MAX, &select, &fetched, report, kPrefetchBudget)
               : FetchWhole(store, o, &fetched, report);
   if (s.code() == ErrorCode::kNotFound && route.from_dir && !avoid_dir) return Retry(store, dir, o, report);
   if (Damaged(s.code()) && !avoid_dir) return Reroute(store, dir, o, route, s, report);

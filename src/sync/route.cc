@@ -268,7 +268,7 @@ const FileEntry& Fetched::file() const {
 }
 
 Status FetchPieces(Store* store, const StoreOptions& options, uint64_t prefetch_limit, Select* select,
-                   std::vector<Fetched>* fetched, PullReport* report) {
+                   std::vector<Fetched>* fetched, PullReport* report, uint64_t budget) {
   std::mutex mutex;
   Status first;
   const auto fail = [&](const Status& s) {
@@ -317,13 +317,16 @@ Status FetchPieces(Store* store, const StoreOptions& options, uint64_t prefetch_
     uint64_t offset, size;
   };
   std::vector<Range> ranges;
+  uint64_t held = 0;
   for (size_t i = 0; i < fetched->size(); ++i) {
     const Fetched& f = (*fetched)[i];
     if (f.skipped) continue;
     const auto needed = NeededRanges(f.reader, *select, select->keep_small[f.shard]);
     uint64_t bytes = 0;
     for (const auto& r : needed) bytes += r.second;
-    if (bytes > prefetch_limit) continue;  // read piece by piece as it is decoded
+    // Past either bound an object's pieces are read one by one as they are decoded.
+    if (bytes > prefetch_limit || bytes > budget - held) continue;
+    held += bytes;
     for (const auto& r : needed) ranges.push_back({i, r.first, r.second});
   }
   std::vector<std::vector<uint8_t>> data(ranges.size());

@@ -127,9 +127,11 @@ Status CheckLayout(const container::Reader& reader, const std::string& name);
 
 // Fetches each container's head (checked against its ObjectRef) and opens it, then the
 // pieces `select` needs (neighbours merged), ahead where an object needs at most
-// `prefetch_limit` bytes, else piece by piece when decoded (RangeSource).
+// `prefetch_limit` bytes and the objects fetched ahead so far at most `budget` in all, else
+// piece by piece when decoded (RangeSource): memory stays bounded by the budget and the
+// pieces being decoded, whatever the checkpoint.
 Status FetchPieces(Store* store, const StoreOptions& options, uint64_t prefetch_limit, Select* select,
-                   std::vector<Fetched>* fetched, PullReport* report);
+                   std::vector<Fetched>* fetched, PullReport* report, uint64_t budget = UINT64_MAX);
 
 }  // namespace sync
 }  // namespace arc_v3

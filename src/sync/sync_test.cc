@@ -559,6 +559,24 @@ TEST_CASE("sync: racing committers of one step write one root") {
   }
 }
 
+// Steps 0 and 1 of a two-shard run published, `region` holding step 1, and step 2 written
+// but published by shard 0 only (its report).
+PublishReport HalfAStep(Store* store, TrainerRun* run, const std::string& region) {
+  for (uint64_t step = 0; step < 2; ++step) {
+    if (step > 0) run->Advance();
+    run->Write(step);
+    PublishStep(store, *run, step);
+  }
+  PullReport pulled;
+  REQUIRE(PullStep(store, region, 1, &pulled).ok());
+  run->Advance();
+  run->Write(2);
+  PublishReport r;
+  REQUIRE(Publish(store, Shard(*run, 2, 0, true), &r).ok());
+  CHECK(r.pending == "waiting for shard 1 of 2");
+  return r;
+}
+
 TEST_CASE("sync: a trainer restarted mid-step publishes under a new incarnation; a step commits one "
           "incarnation's records, never a mix; the shard count changes with an anchor step") {
   TempDir tmp;
@@ -566,21 +584,11 @@ TEST_CASE("sync: a trainer restarted mid-step publishes under a new incarnation;
     INFO("store ", b.name);
     Store* store = b.store.get();
     TrainerRun run(tmp / ("trainer-" + b.name), {{{"a", {256, 64}}}, {{"b", {512, 64}}}}, 0.02, 17);
-    for (uint64_t step = 0; step < 2; ++step) {
-      if (step > 0) run.Advance();
-      run.Write(step);
-      PublishStep(store, run, step);
-    }
     const std::string region = tmp / ("region-" + b.name);
-    PullReport pulled;
-    REQUIRE(PullStep(store, region, 1, &pulled).ok());
     // The first start writes step 2 of shard 0, then dies; its step 2 of shard 1 survives
     // on a slow node (a zombie that publishes later).
-    run.Advance();
-    run.Write(2);
-    PublishReport r;
-    REQUIRE(Publish(store, Shard(run, 2, 0, true), &r).ok());
-    CHECK(!r.committed);
+    PublishReport r = HalfAStep(store, &run, region);
+    PullReport pulled;
     const std::string zombie = tmp / ("zombie-" + b.name);
     fs::create_directories(zombie);
     for (size_t k = 0; k < 2; ++k) fs::copy_file(run.Path(2, k), zombie + "/" + TrainerRun::FileName(k, 2));
@@ -648,20 +656,10 @@ TEST_CASE("sync: a shard that dies before its record leaves its step uncommitted
     INFO("store ", b.name);
     Store* store = b.store.get();
     TrainerRun run(tmp / ("trainer-" + b.name), {{{"a", {256, 64}}}, {{"b", {128, 64}}}}, 0.02, 31);
-    for (uint64_t step = 0; step < 2; ++step) {
-      if (step > 0) run.Advance();
-      run.Write(step);
-      PublishStep(store, run, step);
-    }
     const std::string region = tmp / ("region-" + b.name);
-    PullReport pulled;
-    REQUIRE(PullStep(store, region, 1, &pulled).ok());
     // Step 2: shard 1 dies before its record. The step stays uncommitted; pullers never see it.
-    run.Advance();
-    run.Write(2);
-    PublishReport r;
-    REQUIRE(Publish(store, Shard(run, 2, 0, true), &r).ok());
-    CHECK(r.pending == "waiting for shard 1 of 2");
+    PublishReport r = HalfAStep(store, &run, region);
+    PullReport pulled;
     // Step 3 goes on against step 1, the last committed one.
     run.Advance();
     run.Write(3);

@@ -30,7 +30,6 @@ namespace {
 // decoded, so that its memory does not grow with the checkpoint.
 constexpr uint64_t kPrefetchBudget = uint64_t{64} << 20;
 
-
 namespace fs = std::filesystem;
 using container::FileEntry;
 using container::Group;

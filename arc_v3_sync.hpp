@@ -112,6 +112,9 @@ struct FollowResult {
   uint64_t from_step = kLatestStep, step = kLatestStep;
   bool up_to_date = false;
   std::string route;           // "chain 11 -> 13" or "anchor 10 -> 13"
+  // Set when the cheaper route met a damaged object or document and the other route was
+  // taken: what was met, and which route replaced which.
+  std::string rerouted;
   std::vector<uint64_t> steps;  // applied, in order
   uint64_t fetched_bytes = 0, requests = 0;
   uint64_t changed_elements = 0, staged_bytes = 0;  // the largest step's staged changes

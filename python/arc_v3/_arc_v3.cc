@@ -707,6 +707,7 @@ class PyFollower {
     d["from_step"] = r.from_step == arc_v3::kLatestStep ? py::object(py::none()) : py::object(py::int_(r.from_step));
     d["up_to_date"] = r.up_to_date;
     d["route"] = r.route;
+    d["rerouted"] = r.rerouted.empty() ? py::object(py::none()) : py::object(py::str(r.rerouted));
     d["steps"] = r.steps;
     d["fetched_bytes"] = r.fetched_bytes;
     d["requests"] = r.requests;

@@ -608,10 +608,6 @@ Status Retry(Store* store, const std::string& dir, const PullOptions& o, PullRep
   return PullLocked(store, dir, o, Avoid::kDir, report);
 }
 
-bool Damaged(ErrorCode code) {
-  return code == ErrorCode::kCorruptChunk || code == ErrorCode::kTruncated || code == ErrorCode::kCorruptHeader;
-}
-
 // A route met a damaged object or document: the pull takes the other route, if there is
 // one, and says so; else it fails with what it met.
 Status Reroute(Store* store, const std::string& dir, const PullOptions& o, const Route& route, const Status& met,

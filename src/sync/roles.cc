@@ -294,17 +294,39 @@ Status Follower::Pull(uint64_t step, FollowResult* result) {
     result->up_to_date = true;
     result->route = "up to date";
   } else {
+    // Plans a route from `start` (null: none), then applies it hop by hop.
+    const auto go = [&](const sync::RouteFrom* start, sync::Hop to, sync::Route* route) {
+      Status st = sync::PlanRoute(f.store.get(), start, std::move(to), route, &report);
+      if (st.ok()) {
+        st = sync::LoadRoute(f.store.get(), f.select.sel.partial() ? &f.select : nullptr, &f.layouts, route, &report);
+      }
+      if (!st.ok()) return st;
+      result->route = route->name;
+      for (const sync::Hop& hop : route->hops) {
+        st = f.ApplyHop(hop, route->touched, result, &report);
+        if (!st.ok()) break;
+      }
+      return st;
+    };
     const sync::RouteFrom from{f.step, f.manifest_xxh3, static_cast<uint32_t>(f.shards.size())};
     sync::Route route;
-    s = sync::PlanRoute(f.store.get(), f.step == kLatestStep ? nullptr : &from, std::move(target), &route, &report);
-    if (s.ok()) {
-      s = sync::LoadRoute(f.store.get(), f.select.sel.partial() ? &f.select : nullptr, &f.layouts, &route, &report);
-    }
-    if (!s.ok()) return s;
-    result->route = route.name;
-    for (const sync::Hop& hop : route.hops) {
-      s = f.ApplyHop(hop, route.touched, result, &report);
-      if (!s.ok()) break;
+    s = go(f.step == kLatestStep ? nullptr : &from, target, &route);
+    if (sync::Damaged(s.code()) && !route.hops.empty()) {
+      // The other route around what was met: a chain's step by the anchor route, an
+      // anchor's by the chain from the step held now (whatever either costs).
+      sync::RouteFrom now{f.step, f.manifest_xxh3, static_cast<uint32_t>(f.shards.size())};
+      now.only_chain = true;
+      sync::Route other;
+      const Status again = route.from_dir ? go(nullptr, target, &other)
+                           : f.step != kLatestStep ? go(&now, target, &other)
+                                                   : Status(ErrorCode::kNotFound, "no step held");
+      if (again.ok()) {
+        result->rerouted = s.message() + ": took " + other.name + " instead of " + route.name;
+        s = again;
+      } else {
+        result->route = route.name;
+        s = Status(s.code(), s.message() + " (on the route " + route.name + "; no other route: " + again.message() + ")");
+      }
     }
   }
   result->fetched_bytes = report.fetched_bytes;

@@ -151,7 +151,7 @@ TEST_CASE("roles: ranks publish from memory; followers update in place, catch up
   }
 }
 
-TEST_CASE("roles: a follower refuses a corrupt piece and keeps its tensors") {
+TEST_CASE("roles: a follower refuses a corrupt piece and keeps its tensors, or routes around it where it can") {
   TempDir tmp;
   for (Backend& b : sync::test::Backends(tmp, "roles-faults")) {
     INFO("store ", b.name);
@@ -183,6 +183,24 @@ TEST_CASE("roles: a follower refuses a corrupt piece and keeps its tensors") {
     CHECK(std::memcmp(t.data, before.data(), before.size() * 2) == 0);
     REQUIRE(b.store->Put(m.shards[0].delta.key, bytes.data(), bytes.size(), sync::PutMode::kOverwrite).ok());
     REQUIRE(follower->Pull(kLatestStep, &pulled).ok());
+    CheckHolds(*follower, {rank});
+    // Step 10 carries an anchor too: a damaged delta there is routed around, and said so.
+    for (uint64_t step = 2; step <= 10; ++step) {
+      rank.Step(&rng);
+      REQUIRE(publisher->Publish(step, rank.Tensors(), &published).ok());
+      if (step == 8) REQUIRE(follower->Pull(kLatestStep, &pulled).ok());
+    }
+    REQUIRE(sync::ReadManifest(b.store.get(), 10, &m, nullptr).ok());
+    REQUIRE(m.anchor());
+    REQUIRE(b.store->Get(m.shards[0].delta.key, 1u << 30, &bytes, nullptr).ok());
+    bad = bytes;
+    bad[bad.size() - 10] ^= 1;
+    REQUIRE(b.store->Put(m.shards[0].delta.key, bad.data(), bad.size(), sync::PutMode::kOverwrite).ok());
+    REQUIRE(follower->Pull(kLatestStep, &pulled).ok());
+    INFO("rerouted: ", pulled.rerouted);
+    CHECK(pulled.route == "anchor 10 -> 10");
+    CHECK(pulled.rerouted.find("took anchor 10 -> 10 instead of chain 8 -> 10") != std::string::npos);
+    CHECK(follower->step() == 10);
     CheckHolds(*follower, {rank});
   }
 }

@@ -55,6 +55,11 @@ struct RouteFrom {
 // (null: none held), or the target's anchor and the deltas after it.
 Status PlanRoute(Store* store, const RouteFrom* from, Hop target, Route* route, PullReport* report);
 
+// An error that a damaged document or object of a route gives: the other route may do.
+inline bool Damaged(ErrorCode code) {
+  return code == ErrorCode::kCorruptChunk || code == ErrorCode::kTruncated || code == ErrorCode::kCorruptHeader;
+}
+
 struct Select;
 // Reads each hop's records the pull needs and sets per shard whether its anchor applies:
 // every record (select null), or the layouts and then the records of the shards holding a

@@ -170,6 +170,8 @@ elif cmd == "log":  # LOG_JSON FIRST LAST ANCHOR...: steps FIRST..LAST, committe
         check(s["base_step"] == (None if s["step"] == 0 else s["step"] - 1), "step %d: base_step" % s["step"])
         check(all((x["anchor_bytes"] is not None) == is_anchor for x in s["shards"]), "anchor objects of step %d" % s["step"])
         check(s["anchor_step"] == max(a for a in [0, 3, 6] if a <= s["step"]), "step %d: anchor_step" % s["step"])
+        check(s["incarnation"] == "0", "step %d: incarnation %s" % (s["step"], s["incarnation"]))
+        check(s["run"] == steps[0]["run"] and len(s["run"]) == 16, "step %d: run %s" % (s["step"], s["run"]))
 elif cmd == "route_bytes":  # LOG_JSON ANCHOR LAST [SHARD]: bytes of the anchor's and later deltas' objects
     steps = {s["step"]: s for s in load(args[0])}
     a, n = int(args[1]), int(args[2])

@@ -56,6 +56,12 @@ Json PullJson(const sync::PullReport& r) {
           {"committed_at", r.committed_at}};
 }
 
+std::string Hex16(uint64_t value) {
+  char text[17];
+  std::snprintf(text, sizeof(text), "%016" PRIx64, value);
+  return text;
+}
+
 void PrintPull(const sync::PullReport& r) {
   if (r.up_to_date) {
     std::printf("pull: already at step %" PRIu64 " (%s)\n", r.to_step, HumanBytes(r.checkpoint_bytes).c_str());
@@ -381,6 +387,8 @@ int SyncCommands::Run() {
                        {"base_step", !l.committed || l.manifest.base_step == sync::kNoStep ? Json(nullptr)
                                                                                           : Json(l.manifest.base_step)},
                        {"anchor_step", l.committed ? Json(l.manifest.anchor_step) : Json(nullptr)},
+                       {"incarnation", l.committed ? Json(l.manifest.incarnation) : Json(nullptr)},
+                       {"run", l.committed ? Json(Hex16(l.manifest.run)) : Json(nullptr)},
                        {"objects", l.objects.size()}, {"bytes", l.bytes}, {"shards", shards},
                        {"published_at", l.committed ? Json(l.manifest.published_at) : Json(nullptr)},
                        {"committed_at", l.committed ? Json(l.manifest.committed_at) : Json(nullptr)}});

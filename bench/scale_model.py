@@ -94,8 +94,6 @@ def main():
     big = [n for n in ns if n >= 256] or ns
     pub_a, pub_b = fit(big, [m[n]["publish step 1"]["wire"]["requests"] for n in big])
     meta_a, meta_b = fit(big, [m[n]["pull full"]["wire"]["meta_bytes"] for n in big])  # bytes per shard
-    head_a, _ = fit(big, [m[n]["pull full"]["report"]["fetched_bytes"] - m[n]["pull full"]["wire"]["meta_bytes"]
-                          for n in big])
     n64 = 64
     per_tensor_meta = (m64[n64]["pull full"]["wire"]["meta_bytes"] - m[n64]["pull full"]["wire"]["meta_bytes"]) / n64 / 60
     per_tensor_all = (m64[n64]["pull full"]["report"]["fetched_bytes"] -
@@ -125,7 +123,8 @@ def main():
               f"{per_tensor_all - per_tensor_meta:.0f} B to its container head, measured at 64 shards):",
               f"{'per step':<46} {'protocol 2':>16} {'protocol 1':>22}",
               f"{'publish and commit: requests':<46} {ext['publish_requests']:>16,.0f} {ext['v1_publish_requests']:>22,}",
-              f"{'  largest share of one key prefix':<46} {scale_top(m, ns):>16} {'100% (steps/N/)':>22}",
+              f"{'  largest share of one key prefix':<46} {m[max(ns)]['publish step 1']['wire']['top_prefix_share']:>16.1%} "
+              f"{'100% (steps/N/)':>22}",
               f"{'full pull: requests per host':<46} {ext['full_pull_requests']:>16,} {N + 2:>22,}",
               f"{'  documents per host':<46} {human(ext['full_pull_metadata_bytes']):>16} "
               f"{human(ext['v1_manifest_bytes']) + ' (> 64 MiB cap)':>22}",
@@ -183,10 +182,6 @@ def main():
         json.dump({"measured": measured, "extrapolated": ext, "assumptions": A, "projections": projections}, f, indent=1)
     chart(args.out, measured)
     print(text, end="")
-
-
-def scale_top(m, ns):
-    return f"{m[max(ns)]['publish step 1']['wire']['top_prefix_share']:.1%}"
 
 
 def chart(out, measured):

@@ -476,12 +476,6 @@ Status ParseLatest(const std::vector<uint8_t>& bytes, const std::string& where, 
   });
 }
 
-bool SameContents(const ShardRecord& a, const ShardRecord& b) {
-  ShardRecord x = a, y = b;
-  x.published_at = y.published_at = 0;
-  return RecordJson(x) == RecordJson(y);
-}
-
 Status ReadRoot(Store* store, uint64_t step, StepManifest* root, std::vector<uint8_t>* bytes) {
   std::vector<uint8_t> data;
   const std::string key = RootKey(step);

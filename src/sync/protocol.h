@@ -167,9 +167,6 @@ Status ParseLayout(const std::vector<uint8_t>& bytes, const std::string& where, 
 Status ParseRoot(const std::vector<uint8_t>& bytes, const std::string& where, StepManifest* root);
 Status ParseLatest(const std::vector<uint8_t>& bytes, const std::string& where, uint64_t* step);
 
-// Whether two records describe the same published bytes (published_at aside).
-bool SameContents(const ShardRecord& a, const ShardRecord& b);
-
 // Reads a step's root (kNotFound: the step is not committed) and checks it is the step
 // asked for; `bytes` gets its bytes (their XXH3 names the step in a region's state).
 Status ReadRoot(Store* store, uint64_t step, StepManifest* root, std::vector<uint8_t>* bytes);

@@ -614,11 +614,9 @@ Status Reroute(Store* store, const std::string& dir, const PullOptions& o, const
                PullReport* report) {
   PullReport other;
   const Status s = PullLocked(store, dir, o, route.from_dir ? Avoid::kDir : Avoid::kAnchor, &other);
-  if (!s.ok()) {
-    return Status(met.code(), met.message() + " (on the route " + route.name + "; no other route: " + s.message() + ")");
-  }
+  if (!s.ok()) return NoOtherRoute(met, route.name, s);
   *report = std::move(other);
-  report->rerouted = met.message() + ": took " + report->route + " instead of " + route.name;
+  report->rerouted = ReroutedNote(met, report->route, route.name);
   return s;
 }
 

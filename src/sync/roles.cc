@@ -294,9 +294,9 @@ Status Follower::Pull(uint64_t step, FollowResult* result) {
     result->up_to_date = true;
     result->route = "up to date";
   } else {
-    // Plans a route from `start` (null: none), then applies it hop by hop.
-    const auto go = [&](const sync::RouteFrom* start, sync::Hop to, sync::Route* route) {
-      Status st = sync::PlanRoute(f.store.get(), start, std::move(to), route, &report);
+    // Plans a route from `held` (null: nothing held), then applies it hop by hop.
+    const auto go = [&](const sync::RouteFrom* held, sync::Hop to, sync::Route* route) {
+      Status st = sync::PlanRoute(f.store.get(), held, std::move(to), route, &report);
       if (st.ok()) {
         st = sync::LoadRoute(f.store.get(), f.select.sel.partial() ? &f.select : nullptr, &f.layouts, route, &report);
       }
@@ -321,11 +321,11 @@ Status Follower::Pull(uint64_t step, FollowResult* result) {
                            : f.step != kLatestStep ? go(&now, target, &other)
                                                    : Status(ErrorCode::kNotFound, "no step held");
       if (again.ok()) {
-        result->rerouted = s.message() + ": took " + other.name + " instead of " + route.name;
+        result->rerouted = sync::ReroutedNote(s, other.name, route.name);
         s = again;
       } else {
         result->route = route.name;
-        s = Status(s.code(), s.message() + " (on the route " + route.name + "; no other route: " + again.message() + ")");
+        s = sync::NoOtherRoute(s, route.name, again);
       }
     }
   }

@@ -60,6 +60,15 @@ inline bool Damaged(ErrorCode code) {
   return code == ErrorCode::kCorruptChunk || code == ErrorCode::kTruncated || code == ErrorCode::kCorruptHeader;
 }
 
+// What a pull or follower reports after routing around what it `met`: the note when the
+// other route, `taken`, worked; the error when it did not (`again`: why).
+inline std::string ReroutedNote(const Status& met, const std::string& taken, const std::string& instead) {
+  return met.message() + ": took " + taken + " instead of " + instead;
+}
+inline Status NoOtherRoute(const Status& met, const std::string& route, const Status& again) {
+  return Status(met.code(), met.message() + " (on the route " + route + "; no other route: " + again.message() + ")");
+}
+
 struct Select;
 // Reads each hop's records the pull needs and sets per shard whether its anchor applies:
 // every record (select null), or the layouts and then the records of the shards holding a

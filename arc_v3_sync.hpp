@@ -92,6 +92,10 @@ struct FollowerOptions {
   std::string tensors;
   uint64_t row_begin = 0, row_end = UINT64_MAX;
   int threads = 0;
+  // The compressed bytes fetched ahead of decoding, per batch of shards: a step holds two
+  // batches at once (one being decoded, the next arriving). A shard needing more is read
+  // piece by piece as it is decoded.
+  uint64_t fetch_ahead_bytes = uint64_t{64} << 20;
   StoreSettings store;
 };
 
@@ -117,16 +121,21 @@ struct FollowResult {
   std::string rerouted;
   std::vector<uint64_t> steps;  // applied, in order
   uint64_t fetched_bytes = 0, requests = 0;
-  uint64_t changed_elements = 0, staged_bytes = 0;  // the largest step's staged changes
+  // Of the largest step: its changed elements, and its undo record (the old values it
+  // kept until every shard was verified).
+  uint64_t changed_elements = 0, undo_bytes = 0;
   double fetch_seconds = 0, decode_seconds = 0, commit_seconds = 0, total_seconds = 0;
   double published_at = 0, committed_at = 0;  // of the step pulled (Unix seconds)
 };
 
 // A rollout engine's follower: holds the tensors of the step it pulled last and updates
-// them in place. Each step of a pull is fetched, decoded and verified whole before any
-// tensor changes (its changes staged: a few bytes per changed value, plus one piece per
-// thread), then written; a long route commits step by step, so on an error the tensors
-// hold the last step that was complete. Not thread-safe.
+// them in place. A step is all or nothing: each piece is verified before it is written, and
+// the old values it replaces stay in an undo record (a few bytes per changed value) until
+// every shard is done, so an error puts them back. Pieces are fetched ahead in batches of
+// at most 64 MiB while the last batch is decoded: a step holds two such batches, a piece
+// per thread and the undo record, never a second copy of the model. A long route commits
+// step by step, so on an error the tensors hold the last step that was complete. The
+// tensors must not be read during Pull. Not thread-safe.
 class Follower {
  public:
   // Memory for a tensor the follower holds anew (first pull, added or reshaped tensors):

@@ -712,7 +712,7 @@ class PyFollower {
     d["fetched_bytes"] = r.fetched_bytes;
     d["requests"] = r.requests;
     d["changed_elements"] = r.changed_elements;
-    d["staged_bytes"] = r.staged_bytes;
+    d["undo_bytes"] = r.undo_bytes;
     d["published_at"] = r.published_at;
     d["committed_at"] = r.committed_at;
     d["seconds"] = py::dict(py::arg("fetch") = r.fetch_seconds, py::arg("decode") = r.decode_seconds,

@@ -35,7 +35,7 @@ Status TensorApply::Plan(const Reader* reader, size_t file, const HeldTensors& h
   targets_.clear();
   by_name_.clear();
   tasks_.clear();
-  changes_.clear();
+  undo_.clear();
   changed_ = 0;
   const FileEntry& f = reader->manifest().files[file];
   // The held rows of a tensor of the container's dtype and shape, or null.
@@ -107,13 +107,49 @@ Status TensorApply::Plan(const Reader* reader, size_t file, const HeldTensors& h
   return Status::Ok();
 }
 
+namespace {
+
+// Appends to `undo` the old value of every element of `held` (`count` of `element` bytes)
+// that differs from `decoded`, then writes `decoded` over `held`. Throws only before
+// anything is written. Returns the number of changed elements.
+uint64_t WriteKeepingOld(const uint8_t* decoded, uint8_t* held, uint64_t count, size_t element,
+                         std::vector<uint8_t>* undo) {
+  uint64_t changed = 0, gap = 0;
+  const uint64_t bytes = count * element;
+  // Whole 8-byte words first (unchanged words are the common case).
+  const uint64_t per_word = element <= 8 && 8 % element == 0 ? 8 / element : 1;
+  for (uint64_t e = 0; e < count;) {
+    if (per_word > 1 && e % per_word == 0 && e + per_word <= count &&
+        std::memcmp(decoded + e * element, held + e * element, 8) == 0) {
+      e += per_word;
+      gap += per_word;
+      continue;
+    }
+    if (std::memcmp(decoded + e * element, held + e * element, element) != 0) {
+      for (; gap >= 0x80; gap >>= 7) undo->push_back(static_cast<uint8_t>(gap | 0x80));
+      undo->push_back(static_cast<uint8_t>(gap));
+      undo->insert(undo->end(), held + e * element, held + (e + 1) * element);
+      gap = 0;
+      ++changed;
+    } else {
+      ++gap;
+    }
+    ++e;
+  }
+  std::memcpy(held, decoded, bytes);
+  return changed;
+}
+
+}  // namespace
+
 Status TensorApply::Decode(int threads) {
   const auto start = std::chrono::steady_clock::now();
   const FileEntry& f = reader_->manifest().files[file_];
   const size_t workers = WorkerCount(threads, tasks_.size());
   std::vector<std::vector<uint8_t>> scratch(workers), buffers(workers);
   std::vector<std::vector<uint16_t>> group_buffers(workers);
-  std::vector<Changes> changes(tasks_.size());
+  std::vector<std::vector<Undo>> undo(tasks_.size());  // per task
+  std::vector<uint64_t> changed(tasks_.size(), 0);
   std::mutex mutex;
   Status first;
   size_t first_task = SIZE_MAX;
@@ -124,14 +160,15 @@ Status TensorApply::Decode(int threads) {
       first = s;
     }
   };
-  // Keeps the elements of `decoded` (`count` of `element` bytes) that differ from `held`.
-  const auto stage = [](const uint8_t* decoded, const uint8_t* held, uint64_t count, size_t element,
-                        uint64_t start_element, Changes* c) {
-    for (uint64_t e = 0; e < count; ++e) {
-      if (std::memcmp(decoded + e * element, held + e * element, element) == 0) continue;
-      c->positions.push_back(start_element + e);
-      c->values.insert(c->values.end(), decoded + e * element, decoded + (e + 1) * element);
-    }
+  // Writes `decoded` over rows of an in-place target from element `at`, keeping the old values.
+  const auto write_in_place = [&](size_t i, size_t target, const uint8_t* decoded, uint64_t bytes, uint64_t at,
+                                  size_t element) {
+    const Target& t = targets_[target];
+    undo[i].emplace_back();
+    Undo& u = undo[i].back();
+    u.target = target;
+    u.first = at / element;
+    changed[i] += WriteKeepingOld(decoded, t.held.data + at, bytes / element, element, &u.record);
   };
   const Status thrown = TryParallelFor(tasks_.size(), workers, [&](size_t i, size_t w) {
     {
@@ -159,6 +196,7 @@ Status TensorApply::Decode(int threads) {
       if (!s.ok()) {
         return fail(i, Status(s.code(), "group of tensor '" + f.tensors[task.group->members[0]].name + "': " + s.message()));
       }
+      // Every member decoded and verified: now written.
       const uint8_t* at = reinterpret_cast<const uint8_t*>(group_buffers[w].data());
       for (size_t k = 0; k < bases.size(); at += f.tensors[task.group->members[k]].bytes(), ++k) {
         const TensorEntry& m = f.tensors[task.group->members[k]];
@@ -166,11 +204,7 @@ Status TensorApply::Decode(int threads) {
         if (kept == by_name_.end()) continue;  // a member decoded for its group only
         const Target& t = targets_[kept->second];
         if (t.in_place) {
-          Changes c;
-          c.target = kept->second;
-          stage(at, t.held.data, m.bytes() / 2, 2, 0, &c);
-          std::lock_guard<std::mutex> lock(mutex);  // a group stages several targets
-          changes_.push_back(std::move(c));
+          write_in_place(i, kept->second, at, m.bytes(), 0, 2);
         } else {
           std::memcpy(t.held.data, at, m.bytes());
         }
@@ -199,34 +233,53 @@ Status TensorApply::Decode(int threads) {
       }
       return fail(i, Status(s.code(), "tensor '" + e.name + "': " + s.message()));
     }
-    if (t.in_place) {
-      changes[i].target = task.target;
-      stage(out, t.held.data + at, bytes / element, element, at / element, &changes[i]);
-    }
+    if (t.in_place) write_in_place(i, task.target, out, bytes, at, element);
   });
-  if (!thrown.ok()) return thrown;
-  decode_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (!first.ok()) {
-    changes_.clear();
-    return first;
+  undo_.clear();
+  for (std::vector<Undo>& u : undo) {
+    for (Undo& one : u) undo_.push_back(std::move(one));
   }
-  for (Changes& c : changes) {
-    if (!c.positions.empty()) changes_.push_back(std::move(c));
+  decode_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (!thrown.ok() || !first.ok()) {
+    Rollback();
+    return thrown.ok() ? first : thrown;
   }
   changed_ = 0;
-  for (const Changes& c : changes_) changed_ += c.positions.size();
+  for (uint64_t c : changed) changed_ += c;
   return Status::Ok();
 }
 
-void TensorApply::Commit(HeldTensors* held) {
-  for (const Changes& c : changes_) {
-    const Target& t = targets_[c.target];
+void TensorApply::Restore(const std::vector<Undo>& undo) const {
+  for (const Undo& u : undo) {
+    const Target& t = targets_[u.target];
     const size_t element = safetensors::DTypeSize(t.tensor->dtype);
-    for (size_t k = 0; k < c.positions.size(); ++k) {
-      std::memcpy(t.held.data + c.positions[k] * element, c.values.data() + k * element, element);
+    uint64_t e = u.first;
+    for (size_t k = 0; k < u.record.size();) {
+      uint64_t gap = 0;
+      for (int shift = 0;; shift += 7) {
+        const uint8_t b = u.record[k++];
+        gap |= uint64_t{b & 0x7fu} << shift;
+        if ((b & 0x80) == 0) break;
+      }
+      e += gap;
+      std::memcpy(t.held.data + e * element, u.record.data() + k, element);
+      k += element;
+      ++e;
     }
   }
-  changes_.clear();
+}
+
+void TensorApply::Rollback() {
+  Restore(undo_);
+  undo_.clear();
+  targets_.clear();  // new memory is released with its owner
+  by_name_.clear();
+  tasks_.clear();
+  changed_ = 0;
+}
+
+void TensorApply::Commit(HeldTensors* held) {
+  undo_.clear();
   HeldTensors next;
   for (Target& t : targets_) next[t.tensor->name] = std::move(t.held);
   *held = std::move(next);
@@ -235,9 +288,9 @@ void TensorApply::Commit(HeldTensors* held) {
   tasks_.clear();
 }
 
-uint64_t TensorApply::staged_bytes() const {
+uint64_t TensorApply::undo_bytes() const {
   uint64_t bytes = 0;
-  for (const Changes& c : changes_) bytes += c.positions.size() * sizeof(uint64_t) + c.values.size();
+  for (const Undo& u : undo_) bytes += u.record.size();
   return bytes;
 }
 

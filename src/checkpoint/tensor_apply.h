@@ -1,8 +1,8 @@
 // Applying a delta container to tensors held in memory (a rollout engine's weights, a
-// state dict), staged: every piece is decoded and verified before any tensor changes.
-// Tensors updated in place keep only their changed elements aside until Commit, so an
-// apply holds the tensors, the staged changes (a few bytes per changed value) and one
-// decoded piece per thread, never a second copy of the model.
+// state dict), all or nothing: each piece is decoded and verified before it is written,
+// and tensors updated in place keep an undo record of the values they changed until
+// Commit or Rollback. An apply holds the tensors, the undo record (a few bytes per changed
+// value) and one decoded piece per thread, never a second copy of the model.
 #ifndef ARC_V3_SRC_CHECKPOINT_TENSOR_APPLY_H_
 #define ARC_V3_SRC_CHECKPOINT_TENSOR_APPLY_H_
 
@@ -44,18 +44,21 @@ class TensorApply {
   // tensor whose base rows are not held.
   Status Plan(const Reader* reader, size_t file, const HeldTensors& held, const RowsWanted& wanted,
               const Allocate& allocate, bool in_place);
-  // Reads, decodes and verifies every piece and group the plan needs (several threads):
-  // new memory is written, in-place tensors' changes are staged. The held tensors do not
-  // change. An error leaves them as they were.
+  // Reads, decodes and verifies every piece and group the plan needs (several threads),
+  // writing each verified piece: into new memory, or over the held rows in place, whose
+  // old values go to the undo record. An error restores the held tensors before it
+  // returns. Nothing may read or write the held tensors until Commit or Rollback.
   Status Decode(int threads);
   // How errors name the held tensors (default "the held tensors").
   void set_base_name(std::string name) { base_name_ = std::move(name); }
-  // The held tensors after the container: staged changes written in place, new memory
-  // in, tensors the container does not keep gone. Call only after Decode succeeded.
+  // The held tensors after the container: the in-place updates kept, new memory in,
+  // tensors the container does not keep gone. Call only after Decode succeeded.
   void Commit(HeldTensors* held);
+  // After a successful Decode instead of Commit: the held tensors as they were before it.
+  void Rollback();
 
   uint64_t changed_elements() const { return changed_; }
-  uint64_t staged_bytes() const;  // what the staged changes hold
+  uint64_t undo_bytes() const;  // what the undo record holds
   double decode_seconds() const { return decode_seconds_; }
 
  private:
@@ -65,11 +68,15 @@ class TensorApply {
     const uint8_t* base = nullptr;  // the base rows [held.row_begin, ...) for a delta tensor
     bool in_place = false;
   };
-  struct Changes {  // of one in-place task: element indices within the rows, new values
+  // The old values of the elements one task changed in place, from element `first` of
+  // the target's rows: per changed element the LEB128 count of unchanged ones before it,
+  // then its old bytes.
+  struct Undo {
     size_t target = 0;
-    std::vector<uint64_t> positions;
-    std::vector<uint8_t> values;
+    uint64_t first = 0;
+    std::vector<uint8_t> record;
   };
+  void Restore(const std::vector<Undo>& undo) const;
   struct Task {
     const Piece* piece = nullptr;  // of targets_[target].tensor
     const Group* group = nullptr;
@@ -82,7 +89,7 @@ class TensorApply {
   std::map<std::string, size_t> by_name_;
   std::map<std::string, const uint8_t*> member_base_;  // of the groups' members
   std::vector<Task> tasks_;
-  std::vector<Changes> changes_;
+  std::vector<Undo> undo_;
   uint64_t changed_ = 0;
   double decode_seconds_ = 0;
   std::string base_name_ = "the held tensors";

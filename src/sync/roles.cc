@@ -4,11 +4,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <future>
 #include <map>
+#include <system_error>
 
 #include "arc_v3_sync.hpp"
 #include "src/checkpoint/checkpoint_delta.h"
 #include "src/checkpoint/tensor_apply.h"
+#include "src/parallel.h"
 #include "src/sync/route.h"
 #include "src/sync/sync.h"
 
@@ -17,10 +20,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double Since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
-
-// Containers whose needed pieces take more than this are read piece by piece as they are
-// decoded (anchors), so that a follower holds one piece per thread of them.
-constexpr uint64_t kPrefetchLimit = uint64_t{64} << 20;
 
 sync::StoreOptions Settings(const StoreSettings& s) {
   sync::StoreOptions o;
@@ -202,7 +201,10 @@ std::vector<FollowedTensor> Follower::tensors() const {
   return out;
 }
 
-// Fetches, decodes and verifies one step for every shard, then writes it.
+// Applies one step to every shard, all or nothing. The shards' pieces are fetched ahead in
+// batches of at most options.fetch_ahead_bytes, the next batch while the last one is decoded; each
+// verified piece is written in place, the old values kept in the shard's undo record until
+// every shard is done (Rollback on any error).
 Status Follower::Impl::ApplyHop(const sync::Hop& hop, const std::vector<bool>& touched, FollowResult* result,
                                 sync::PullReport* report) {
   const auto fetch = Clock::now();
@@ -212,20 +214,14 @@ Status Follower::Impl::ApplyHop(const sync::Hop& hop, const std::vector<bool>& t
     fetched[k].ref = sync::RefOf(hop, k);
     fetched[k].skipped = !touched[k];  // holds no selected tensor: nothing of it is read
   }
-  Status s = sync::FetchPieces(store.get(), store_options, kPrefetchLimit, &select, &fetched, report);
+  Status s = sync::FetchHeads(store.get(), store_options, &select, &fetched, report);
   if (!s.ok()) return s;
-  result->fetch_seconds += Since(fetch);
-  if (shards.size() != hop.m.count) shards.assign(hop.m.count, {});
-  // Plan and decode every shard before any tensor changes.
-  const auto decode = Clock::now();
-  std::vector<container::TensorApply> applies(hop.m.count);
   for (size_t k = 0; k < hop.m.count; ++k) {
     if (fetched[k].skipped) continue;
     const sync::ShardRecord& r = hop.m.shards[k];
-    const container::Reader& reader = fetched[k].reader;
-    // The result checksums of the manifest are the container's (grouped tensors are
+    // The result checksums of the record are the container's (grouped tensors are
     // checked by their group's checksum as they are decoded).
-    const auto& tensors = reader.manifest().files[0].tensors;
+    const auto& tensors = fetched[k].reader.manifest().files[0].tensors;
     if (tensors.size() != r.tensors.size()) {
       return Status(ErrorCode::kCorruptHeader, "step " + std::to_string(hop.m.step) + " shard " + std::to_string(k) +
                                                    ": the record's tensor list differs from the delta's");
@@ -237,40 +233,108 @@ Status Follower::Impl::ApplyHop(const sync::Hop& hop, const std::vector<bool>& t
                                                      tensors[i].name + "' is not its delta's");
       }
     }
-    const bool keep_small = k < select.keep_small.size() && select.keep_small[k];
-    const auto wanted = [&](const container::TensorEntry& t) {
-      const sync::Need need = sync::Needed(t, select, keep_small);
-      return std::make_pair(need.begin, need.end);
-    };
-    const auto allocate = [&](const container::TensorEntry& t, uint64_t begin, uint64_t end,
-                              container::HeldTensor* held) {
-      void* data = nullptr;
-      Status a = allocator(t.name, t.dtype, t.shape, begin, end, (end - begin) * t.row_bytes(), &data, &held->owner);
-      held->data = static_cast<uint8_t*>(data);
-      return a;
-    };
-    s = applies[k].Plan(&reader, 0, shards[k], wanted, allocate, /*in_place=*/true);
-    if (s.ok()) s = applies[k].Decode(options.threads);
-    if (!s.ok()) {
-      return Status(s.code(), "step " + std::to_string(hop.m.step) + ", shard " + std::to_string(k) + " (" + r.file +
-                                  "): " + s.message());
-    }
   }
-  result->decode_seconds += Since(decode);
+  // Batches of shards in order, each needing at most `ahead` bytes (a shard needing more is
+  // a batch of its own, read piece by piece as it is decoded).
+  const uint64_t ahead_bytes = options.fetch_ahead_bytes;
+  std::vector<std::vector<size_t>> batches;
+  uint64_t in_batch = 0;
+  for (size_t k = 0; k < hop.m.count; ++k) {
+    if (fetched[k].skipped) continue;
+    const uint64_t bytes = sync::NeededBytes(fetched[k], select);
+    if (batches.empty() || bytes > ahead_bytes - std::min(in_batch, ahead_bytes)) {
+      batches.emplace_back();
+      in_batch = 0;
+    }
+    batches.back().push_back(k);
+    in_batch += bytes;
+  }
+  result->fetch_seconds += Since(fetch);
+  // A changed shard count starts from nothing held (the anchor route).
+  const bool same_count = shards.size() == hop.m.count;
+  const container::HeldTensors none;
+  std::vector<container::TensorApply> applies(hop.m.count);
+  std::vector<size_t> applied;
+  const auto undo = [&] {
+    for (size_t k : applied) applies[k].Rollback();
+  };
+  const auto fetch_batch = [&](size_t j, sync::PullReport* counted) {
+    return StatusOrCaught([&] {
+      return sync::FetchRanges(store.get(), store_options, ahead_bytes, ahead_bytes, select, batches[j], &fetched,
+                               counted);
+    });
+  };
+  double decode_seconds = 0;
+  std::future<Status> ahead;
+  sync::PullReport ahead_report;
+  for (size_t j = 0; j < batches.size() && s.ok(); ++j) {
+    if (j == 0) {
+      s = fetch_batch(0, report);
+    } else {
+      s = ahead.get();
+      report->requests += ahead_report.requests;
+      report->fetched_bytes += ahead_report.fetched_bytes;
+      result->fetch_seconds += ahead_report.fetch_seconds;
+    }
+    if (!s.ok()) break;
+    if (j + 1 < batches.size()) {
+      ahead_report = sync::PullReport();
+      try {
+        ahead = std::async(std::launch::async, fetch_batch, j + 1, &ahead_report);
+      } catch (const std::system_error&) {
+        ahead = std::async(std::launch::deferred, fetch_batch, j + 1, &ahead_report);
+      }
+    }
+    const auto decode = Clock::now();
+    for (size_t k : batches[j]) {
+      const container::Reader& reader = fetched[k].reader;
+      const bool keep_small = k < select.keep_small.size() && select.keep_small[k];
+      const auto wanted = [&](const container::TensorEntry& t) {
+        const sync::Need need = sync::Needed(t, select, keep_small);
+        return std::make_pair(need.begin, need.end);
+      };
+      const auto allocate = [&](const container::TensorEntry& t, uint64_t begin, uint64_t end,
+                                container::HeldTensor* held) {
+        void* data = nullptr;
+        Status a = allocator(t.name, t.dtype, t.shape, begin, end, (end - begin) * t.row_bytes(), &data, &held->owner);
+        held->data = static_cast<uint8_t*>(data);
+        return a;
+      };
+      s = applies[k].Plan(&reader, 0, same_count ? shards[k] : none, wanted, allocate, /*in_place=*/true);
+      if (s.ok()) s = applies[k].Decode(options.threads);
+      if (!s.ok()) {
+        s = Status(s.code(), "step " + std::to_string(hop.m.step) + ", shard " + std::to_string(k) + " (" +
+                                 hop.m.shards[k].file + "): " + s.message());
+        break;
+      }
+      applied.push_back(k);
+      fetched[k].source->Release();  // its pieces are written: only the undo record stays
+    }
+    decode_seconds += Since(decode);
+  }
+  if (ahead.valid()) ahead.wait();
+  result->decode_seconds += decode_seconds;
+  if (!s.ok()) {
+    undo();
+    return s;
+  }
   const auto commit = Clock::now();
-  uint64_t changed = 0, staged = 0;
+  uint64_t changed = 0, undo_bytes = 0;
+  std::vector<container::HeldTensors> next(hop.m.count);
+  if (same_count) next.swap(shards);
   order.clear();
   for (size_t k = 0; k < hop.m.count; ++k) {
     if (fetched[k].skipped) continue;
     changed += applies[k].changed_elements();
-    staged += applies[k].staged_bytes();
-    applies[k].Commit(&shards[k]);
+    undo_bytes += applies[k].undo_bytes();
+    applies[k].Commit(&next[k]);
     for (const auto& t : fetched[k].reader.manifest().files[0].tensors) {
-      if (shards[k].count(t.name) != 0) order.push_back(t.name);
+      if (next[k].count(t.name) != 0) order.push_back(t.name);
     }
   }
+  shards.swap(next);
   result->changed_elements = std::max(result->changed_elements, changed);
-  result->staged_bytes = std::max(result->staged_bytes, staged);
+  result->undo_bytes = std::max(result->undo_bytes, undo_bytes);
   step = hop.m.step;
   manifest_xxh3 = hop.manifest_xxh3;
   result->commit_seconds += Since(commit);

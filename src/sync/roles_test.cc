@@ -125,9 +125,10 @@ TEST_CASE("roles: ranks publish from memory; followers update in place, catch up
       if (step > 0) {
         CHECK(pulled.route == "chain " + std::to_string(step - 1) + " -> " + std::to_string(step));
         CHECK(now == pointers);
-        // Staged: a few bytes per changed value, far below the model.
+        // The undo record: a BF16 value and the LEB128 gap before it (under 2^21 within a
+        // piece) per changed value, far below the model.
         CHECK(pulled.changed_elements > 0);
-        CHECK(pulled.staged_bytes <= 12 * pulled.changed_elements);
+        CHECK(pulled.undo_bytes <= 5 * pulled.changed_elements);
       }
       pointers = now;
       if (step == 2 || step == 6) {
@@ -202,6 +203,65 @@ TEST_CASE("roles: a follower refuses a corrupt piece and keeps its tensors, or r
     CHECK(pulled.rerouted.find("took anchor 10 -> 10 instead of chain 8 -> 10") != std::string::npos);
     CHECK(follower->step() == 10);
     CheckHolds(*follower, {rank});
+  }
+}
+
+TEST_CASE("roles: a step whose second shard is damaged changes no tensor of the first, fetched ahead or not") {
+  TempDir tmp;
+  for (Backend& b : sync::test::Backends(tmp, "roles-undo")) {
+    INFO("store ", b.name);
+    std::vector<Rank> ranks = {Rank(0, 5), Rank(1, 6)};
+    std::vector<std::unique_ptr<Publisher>> publishers(2);
+    for (uint32_t r = 0; r < 2; ++r) {
+      PublisherOptions o;
+      o.rank = r;
+      o.world_size = 2;
+      REQUIRE(Publisher::Open(b.url, o, &publishers[r]).ok());
+    }
+    std::mt19937 rng(2);
+    const auto publish = [&](uint64_t step) {
+      for (uint32_t r = 0; r < 2; ++r) {
+        PublishResult result;
+        REQUIRE(publishers[r]->Publish(step, ranks[r].Tensors(), &result).ok());
+      }
+    };
+    publish(0);
+    // Batches of one shard, each read piece by piece (nothing fits the bound), and the default.
+    std::vector<std::unique_ptr<Follower>> followers(2);
+    for (size_t i = 0; i < 2; ++i) {
+      FollowerOptions o;
+      o.threads = 2;
+      if (i == 0) o.fetch_ahead_bytes = 1;
+      REQUIRE(Follower::Open(b.url, o, &followers[i]).ok());
+      FollowResult pulled;
+      REQUIRE(followers[i]->Pull(kLatestStep, &pulled).ok());
+    }
+    const std::vector<Rank> before = ranks;
+    for (Rank& r : ranks) r.Step(&rng);
+    publish(1);
+    sync::StepManifest m;
+    REQUIRE(sync::ReadManifest(b.store.get(), 1, &m, nullptr).ok());
+    std::vector<uint8_t> bytes;
+    REQUIRE(b.store->Get(m.shards[1].delta.key, 1u << 30, &bytes, nullptr).ok());
+    std::vector<uint8_t> bad = bytes;
+    bad[bad.size() - 10] ^= 1;
+    REQUIRE(b.store->Put(m.shards[1].delta.key, bad.data(), bad.size(), sync::PutMode::kOverwrite).ok());
+    for (size_t i = 0; i < 2; ++i) {
+      INFO("follower ", i);
+      FollowResult pulled;
+      const Status s = followers[i]->Pull(kLatestStep, &pulled);
+      CHECK(s.code() == ErrorCode::kCorruptChunk);
+      CHECK(s.message().find("shard 1") != std::string::npos);
+      CHECK(followers[i]->step() == 0);
+      CheckHolds(*followers[i], before);  // shard 0's pieces were written, then undone
+    }
+    REQUIRE(b.store->Put(m.shards[1].delta.key, bytes.data(), bytes.size(), sync::PutMode::kOverwrite).ok());
+    for (size_t i = 0; i < 2; ++i) {
+      FollowResult pulled;
+      REQUIRE(followers[i]->Pull(kLatestStep, &pulled).ok());
+      CHECK(pulled.route == "chain 0 -> 1");
+      CheckHolds(*followers[i], ranks);
+    }
   }
 }
 

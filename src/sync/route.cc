@@ -176,6 +176,10 @@ RangeSource::RangeSource(uint64_t size, Store* store, std::string key, PullRepor
 
 void RangeSource::Add(uint64_t offset, std::vector<uint8_t> bytes) { ranges_[offset] = std::move(bytes); }
 
+void RangeSource::Release() {
+  std::map<uint64_t, std::vector<uint8_t>>().swap(ranges_);
+}
+
 Status RangeSource::Read(uint64_t offset, uint64_t size, std::vector<uint8_t>* scratch, const uint8_t** data) const {
   auto it = ranges_.upper_bound(offset);
   if (it != ranges_.begin()) {
@@ -193,7 +197,8 @@ Status RangeSource::Read(uint64_t offset, uint64_t size, std::vector<uint8_t>* s
   Status s = GetGrowing(store_, key_, offset, size, scratch);
   if (!s.ok()) return s;
   if (report_ != nullptr) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    static std::mutex mutex;  // several sources may count into one report
+    std::lock_guard<std::mutex> lock(mutex);
     report_->requests += 1;
     report_->fetched_bytes += size;
   }
@@ -267,16 +272,11 @@ const FileEntry& Fetched::file() const {
   return skipped ? kNoTensors : reader.manifest().files[0];
 }
 
-Status FetchPieces(Store* store, const StoreOptions& options, uint64_t prefetch_limit, Select* select,
-                   std::vector<Fetched>* fetched, PullReport* report, uint64_t budget) {
+Status FetchHeads(Store* store, const StoreOptions& options, Select* select, std::vector<Fetched>* fetched,
+                  PullReport* report) {
   std::mutex mutex;
   Status first;
-  const auto fail = [&](const Status& s) {
-    std::lock_guard<std::mutex> lock(mutex);
-    if (!s.ok() && first.ok()) first = s;
-  };
   const auto start = Clock::now();
-  std::vector<RangeSource*> sources(fetched->size());
   // The heads: container header and manifest, checked against the shard's record.
   const Status thrown = TryParallelFor(fetched->size(), WorkerCount(std::max(1, options.connections), fetched->size()), [&](size_t i, size_t) {
     Fetched& f = (*fetched)[i];
@@ -290,17 +290,15 @@ Status FetchPieces(Store* store, const StoreOptions& options, uint64_t prefetch_
     if (s.ok()) {
       auto source = std::make_unique<RangeSource>(f.ref.size, store, f.ref.key, report);
       source->Add(0, std::move(head));
-      sources[i] = source.get();
+      f.source = source.get();
       s = Reader::Open(std::move(source), &f.reader);
       if (s.ok()) s = CheckLayout(f.reader, store->url() + "/" + f.ref.key);
       if (!s.ok()) s = Status(s.code(), store->url() + "/" + f.ref.key + ": " + s.message());
     }
-    {
-      std::lock_guard<std::mutex> lock(mutex);
-      report->requests += 1;
-      report->fetched_bytes += f.ref.head_size;
-    }
-    fail(s);
+    std::lock_guard<std::mutex> lock(mutex);
+    report->requests += 1;
+    report->fetched_bytes += f.ref.head_size;
+    if (!s.ok() && first.ok()) first = s;
   });
   if (!thrown.ok()) return thrown;
   if (!first.ok()) return first;
@@ -311,6 +309,22 @@ Status FetchPieces(Store* store, const StoreOptions& options, uint64_t prefetch_
       if (Groupable(t) && std::regex_match(t.name, select->pattern)) select->keep_small[f.shard] = true;
     }
   }
+  for (const Fetched& f : *fetched) report->fetched_objects += !f.skipped;
+  report->fetch_seconds += Since(start);
+  return Status::Ok();
+}
+
+uint64_t NeededBytes(const Fetched& f, const Select& select) {
+  if (f.skipped) return 0;
+  uint64_t bytes = 0;
+  for (const auto& r : NeededRanges(f.reader, select, select.keep_small[f.shard])) bytes += r.second;
+  return bytes;
+}
+
+Status FetchRanges(Store* store, const StoreOptions& options, uint64_t prefetch_limit, uint64_t budget,
+                   const Select& select, const std::vector<size_t>& objects, std::vector<Fetched>* fetched,
+                   PullReport* report) {
+  const auto start = Clock::now();
   // The pieces the selection needs, neighbours merged.
   struct Range {
     size_t object;
@@ -318,10 +332,10 @@ Status FetchPieces(Store* store, const StoreOptions& options, uint64_t prefetch_
   };
   std::vector<Range> ranges;
   uint64_t held = 0;
-  for (size_t i = 0; i < fetched->size(); ++i) {
+  for (size_t i : objects) {
     const Fetched& f = (*fetched)[i];
     if (f.skipped) continue;
-    const auto needed = NeededRanges(f.reader, *select, select->keep_small[f.shard]);
+    const auto needed = NeededRanges(f.reader, select, select.keep_small[f.shard]);
     uint64_t bytes = 0;
     for (const auto& r : needed) bytes += r.second;
     // Past either bound an object's pieces are read one by one as they are decoded.
@@ -330,19 +344,31 @@ Status FetchPieces(Store* store, const StoreOptions& options, uint64_t prefetch_
     for (const auto& r : needed) ranges.push_back({i, r.first, r.second});
   }
   std::vector<std::vector<uint8_t>> data(ranges.size());
-  const Status fetch_thrown = TryParallelFor(ranges.size(), WorkerCount(std::max(1, options.connections), ranges.size()), [&](size_t i, size_t) {
-    fail(GetGrowing(store, (*fetched)[ranges[i].object].ref.key, ranges[i].offset, ranges[i].size, &data[i]));
+  std::mutex mutex;
+  Status first;
+  const Status thrown = TryParallelFor(ranges.size(), WorkerCount(std::max(1, options.connections), ranges.size()), [&](size_t i, size_t) {
+    const Status s = GetGrowing(store, (*fetched)[ranges[i].object].ref.key, ranges[i].offset, ranges[i].size, &data[i]);
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!s.ok() && first.ok()) first = s;
   });
-  if (!fetch_thrown.ok()) return fetch_thrown;
+  if (!thrown.ok()) return thrown;
   if (!first.ok()) return first;
   for (size_t i = 0; i < ranges.size(); ++i) {
     report->fetched_bytes += ranges[i].size;
-    sources[ranges[i].object]->Add(ranges[i].offset, std::move(data[i]));
+    (*fetched)[ranges[i].object].source->Add(ranges[i].offset, std::move(data[i]));
   }
   report->requests += ranges.size();
-  for (const Fetched& f : *fetched) report->fetched_objects += !f.skipped;
   report->fetch_seconds += Since(start);
   return Status::Ok();
+}
+
+Status FetchPieces(Store* store, const StoreOptions& options, uint64_t prefetch_limit, Select* select,
+                   std::vector<Fetched>* fetched, PullReport* report, uint64_t budget) {
+  Status s = FetchHeads(store, options, select, fetched, report);
+  if (!s.ok()) return s;
+  std::vector<size_t> all(fetched->size());
+  for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+  return FetchRanges(store, options, prefetch_limit, budget, *select, all, fetched, report);
 }
 
 

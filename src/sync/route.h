@@ -85,6 +85,8 @@ class RangeSource : public container::ByteSource {
   RangeSource(uint64_t size, Store* store, std::string key, PullReport* report);
   uint64_t size() const override { return size_; }
   void Add(uint64_t offset, std::vector<uint8_t> bytes);
+  // Drops every range fetched ahead: later reads fetch what they need.
+  void Release();
   Status Read(uint64_t offset, uint64_t size, std::vector<uint8_t>* scratch, const uint8_t** data) const override;
 
  private:
@@ -92,7 +94,6 @@ class RangeSource : public container::ByteSource {
   Store* store_;
   std::string key_;
   PullReport* report_;
-  mutable std::mutex mutex_;
   std::map<uint64_t, std::vector<uint8_t>> ranges_;
 };
 
@@ -128,6 +129,7 @@ struct Fetched {
   ObjectRef ref;
   std::string path;  // full pulls: the downloaded object
   container::Reader reader;  // partial pulls: over the fetched ranges (a RangeSource)
+  RangeSource* source = nullptr;  // the reader's
   // Partial pulls: its shard's records on the route name no selected tensor, so nothing of
   // it is read (no head, no reader): its sidecar and file hold no tensor.
   bool skipped = false;
@@ -139,11 +141,20 @@ struct Fetched {
 Status CheckLayout(const container::Reader& reader, const std::string& name);
 
 
-// Fetches each container's head (checked against its ObjectRef) and opens it, then the
-// pieces `select` needs (neighbours merged), ahead where an object needs at most
-// `prefetch_limit` bytes and the objects fetched ahead so far at most `budget` in all, else
-// piece by piece when decoded (RangeSource): memory stays bounded by the budget and the
-// pieces being decoded, whatever the checkpoint.
+// Fetches each container's head (checked against its ObjectRef) and opens its reader;
+// then marks the shards whose small tensors a selected group needs (Select::keep_small).
+Status FetchHeads(Store* store, const StoreOptions& options, Select* select, std::vector<Fetched>* fetched,
+                  PullReport* report);
+// The bytes of one opened container that `select` needs.
+uint64_t NeededBytes(const Fetched& f, const Select& select);
+// Fetches ahead the pieces `select` needs of the opened containers `objects` (neighbours
+// merged), where an object needs at most `prefetch_limit` bytes and those fetched ahead so
+// far at most `budget` in all; the others are read piece by piece when decoded
+// (RangeSource): memory stays bounded by the budget and the pieces being decoded.
+Status FetchRanges(Store* store, const StoreOptions& options, uint64_t prefetch_limit, uint64_t budget,
+                   const Select& select, const std::vector<size_t>& objects, std::vector<Fetched>* fetched,
+                   PullReport* report);
+// FetchHeads, then FetchRanges of every object.
 Status FetchPieces(Store* store, const StoreOptions& options, uint64_t prefetch_limit, Select* select,
                    std::vector<Fetched>* fetched, PullReport* report, uint64_t budget = UINT64_MAX);
 

@@ -4,7 +4,8 @@
 #   1. bench/main_job.sh, exactly as the README writes it: its table, bench_out/arc_bench.
 #      {json,csv,png} and nothing else there, no work folder left in $TMPDIR;
 #   2. the scripts docs/ names: bench/sync_bench.sh, bench/sync_scale.sh (256 shards, its
-#      limits asserted: --check), bench/scale_model.py, bench/pull_memory.sh and
+#      limits asserted: --check), bench/scale_model.py, bench/pull_memory.sh,
+#      bench/follow_memory.sh and
 #      bench/cross_region.py (sync.md),
 #      arc_bench and `arc_v3 bench` (bench.md), python/bench/bench_binding.py
 #      (python/README.md), each on a small input (their defaults take tens of minutes) and
@@ -46,7 +47,7 @@ expect() {
 }
 temp_leftovers() {
   ls -d "${TMPDIR:-/tmp}"/arc_v3_demo.* "${TMPDIR:-/tmp}"/arc_v3_sync_bench.* "${TMPDIR:-/tmp}"/arc_v3_sync_scale.* \
-    "${TMPDIR:-/tmp}"/arc_v3_pull_memory.* \
+    "${TMPDIR:-/tmp}"/arc_v3_pull_memory.* "${TMPDIR:-/tmp}"/arc_v3_follow_memory.* \
     2> /dev/null | sort
 }
 
@@ -85,6 +86,10 @@ if check pull_memory bench/pull_memory.sh --params 2000000,4000000 --rows 64 --o
   expect pull_memory "[ \"\$(grep -c ' anchor 0 -> 0 ' bench_out/pull_memory_ci.txt)\" = 4 ]" "bench_out/pull_memory_ci.txt"
 fi
 expect pull_memory "[ \"\$(temp_leftovers)\" = \"$before\" ]" "work folders left: $(temp_leftovers)"
+if check follow_memory bench/follow_memory.sh --params 2000000,4000000 --out bench_out/follow_memory_ci; then
+  expect follow_memory "[ \"\$(grep -c ' mid ' bench_out/follow_memory_ci.txt)\" = 2 ]" "bench_out/follow_memory_ci.txt"
+fi
+expect follow_memory "[ \"\$(temp_leftovers)\" = \"$before\" ]" "work folders left: $(temp_leftovers)"
 if [ "$(id -u)" -eq 0 ] && command -v ip > /dev/null; then
   if check cross_region python3 bench/cross_region.py --params 2000000 --densities low --steps 3 --interval 1 \
       --regions fast:1000:20 --codecs arc_v3,full --out bench_out/cross_region_docs; then

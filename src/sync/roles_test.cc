@@ -77,19 +77,38 @@ void CheckHolds(const Follower& f, const std::vector<Rank>& ranks, uint64_t begi
   }
 }
 
+// Flips a bit near the end of shard `shard`'s delta object of `step`; returns the object's
+// key and its bytes before.
+std::pair<std::string, std::vector<uint8_t>> DamageDelta(sync::Store* store, uint64_t step, size_t shard) {
+  sync::StepManifest m;
+  REQUIRE(sync::ReadManifest(store, step, &m, nullptr).ok());
+  std::vector<uint8_t> bytes;
+  REQUIRE(store->Get(m.shards[shard].delta.key, 1u << 30, &bytes, nullptr).ok());
+  std::vector<uint8_t> bad = bytes;
+  bad[bad.size() - 10] ^= 1;
+  REQUIRE(store->Put(m.shards[shard].delta.key, bad.data(), bad.size(), sync::PutMode::kOverwrite).ok());
+  return {m.shards[shard].delta.key, bytes};
+}
+
+// A publisher per rank of a world of `ranks`.
+std::vector<std::unique_ptr<Publisher>> Publishers(const std::string& url, uint32_t ranks, uint64_t anchor_every) {
+  std::vector<std::unique_ptr<Publisher>> publishers(ranks);
+  for (uint32_t r = 0; r < ranks; ++r) {
+    PublisherOptions o;
+    o.rank = r;
+    o.world_size = ranks;
+    o.anchor_every = anchor_every;
+    REQUIRE(Publisher::Open(url, o, &publishers[r]).ok());
+  }
+  return publishers;
+}
+
 TEST_CASE("roles: ranks publish from memory; followers update in place, catch up, or hold a slice") {
   TempDir tmp;
   for (Backend& b : sync::test::Backends(tmp, "roles")) {
     INFO("store ", b.name);
     std::vector<Rank> ranks = {Rank(0, 1), Rank(1, 2)};
-    std::vector<std::unique_ptr<Publisher>> publishers(2);
-    for (uint32_t r = 0; r < 2; ++r) {
-      PublisherOptions o;
-      o.rank = r;
-      o.world_size = 2;
-      o.anchor_every = 4;
-      REQUIRE(Publisher::Open(b.url, o, &publishers[r]).ok());
-    }
+    std::vector<std::unique_ptr<Publisher>> publishers = Publishers(b.url, 2, 4);
     std::unique_ptr<Follower> every, late, slice;
     REQUIRE(Follower::Open(b.url, {}, &every).ok());
     REQUIRE(Follower::Open(b.url, {}, &late).ok());
@@ -170,19 +189,13 @@ TEST_CASE("roles: a follower refuses a corrupt piece and keeps its tensors, or r
     rank.Step(&rng);
     REQUIRE(publisher->Publish(1, rank.Tensors(), &published).ok());
     // Damage the step's delta object in the store.
-    sync::StepManifest m;
-    REQUIRE(sync::ReadManifest(b.store.get(), 1, &m, nullptr).ok());
-    std::vector<uint8_t> bytes;
-    REQUIRE(b.store->Get(m.shards[0].delta.key, 1u << 30, &bytes, nullptr).ok());
-    std::vector<uint8_t> bad = bytes;
-    bad[bad.size() - 10] ^= 1;
-    REQUIRE(b.store->Put(m.shards[0].delta.key, bad.data(), bad.size(), sync::PutMode::kOverwrite).ok());
+    const auto [key, bytes] = DamageDelta(b.store.get(), 1, 0);
     const Status s = follower->Pull(kLatestStep, &pulled);
     CHECK(s.code() == ErrorCode::kCorruptChunk);
     CHECK(follower->step() == 0);
     const FollowedTensor t = follower->tensors()[0];
     CHECK(std::memcmp(t.data, before.data(), before.size() * 2) == 0);
-    REQUIRE(b.store->Put(m.shards[0].delta.key, bytes.data(), bytes.size(), sync::PutMode::kOverwrite).ok());
+    REQUIRE(b.store->Put(key, bytes.data(), bytes.size(), sync::PutMode::kOverwrite).ok());
     REQUIRE(follower->Pull(kLatestStep, &pulled).ok());
     CheckHolds(*follower, {rank});
     // Step 10 carries an anchor too: a damaged delta there is routed around, and said so.
@@ -191,12 +204,10 @@ TEST_CASE("roles: a follower refuses a corrupt piece and keeps its tensors, or r
       REQUIRE(publisher->Publish(step, rank.Tensors(), &published).ok());
       if (step == 8) REQUIRE(follower->Pull(kLatestStep, &pulled).ok());
     }
+    sync::StepManifest m;
     REQUIRE(sync::ReadManifest(b.store.get(), 10, &m, nullptr).ok());
     REQUIRE(m.anchor());
-    REQUIRE(b.store->Get(m.shards[0].delta.key, 1u << 30, &bytes, nullptr).ok());
-    bad = bytes;
-    bad[bad.size() - 10] ^= 1;
-    REQUIRE(b.store->Put(m.shards[0].delta.key, bad.data(), bad.size(), sync::PutMode::kOverwrite).ok());
+    DamageDelta(b.store.get(), 10, 0);
     REQUIRE(follower->Pull(kLatestStep, &pulled).ok());
     INFO("rerouted: ", pulled.rerouted);
     CHECK(pulled.route == "anchor 10 -> 10");
@@ -211,13 +222,7 @@ TEST_CASE("roles: a step whose second shard is damaged changes no tensor of the 
   for (Backend& b : sync::test::Backends(tmp, "roles-undo")) {
     INFO("store ", b.name);
     std::vector<Rank> ranks = {Rank(0, 5), Rank(1, 6)};
-    std::vector<std::unique_ptr<Publisher>> publishers(2);
-    for (uint32_t r = 0; r < 2; ++r) {
-      PublisherOptions o;
-      o.rank = r;
-      o.world_size = 2;
-      REQUIRE(Publisher::Open(b.url, o, &publishers[r]).ok());
-    }
+    std::vector<std::unique_ptr<Publisher>> publishers = Publishers(b.url, 2, 10);
     std::mt19937 rng(2);
     const auto publish = [&](uint64_t step) {
       for (uint32_t r = 0; r < 2; ++r) {
@@ -239,13 +244,7 @@ TEST_CASE("roles: a step whose second shard is damaged changes no tensor of the 
     const std::vector<Rank> before = ranks;
     for (Rank& r : ranks) r.Step(&rng);
     publish(1);
-    sync::StepManifest m;
-    REQUIRE(sync::ReadManifest(b.store.get(), 1, &m, nullptr).ok());
-    std::vector<uint8_t> bytes;
-    REQUIRE(b.store->Get(m.shards[1].delta.key, 1u << 30, &bytes, nullptr).ok());
-    std::vector<uint8_t> bad = bytes;
-    bad[bad.size() - 10] ^= 1;
-    REQUIRE(b.store->Put(m.shards[1].delta.key, bad.data(), bad.size(), sync::PutMode::kOverwrite).ok());
+    const auto [key, bytes] = DamageDelta(b.store.get(), 1, 1);
     for (size_t i = 0; i < 2; ++i) {
       INFO("follower ", i);
       FollowResult pulled;
@@ -255,7 +254,7 @@ TEST_CASE("roles: a step whose second shard is damaged changes no tensor of the 
       CHECK(followers[i]->step() == 0);
       CheckHolds(*followers[i], before);  // shard 0's pieces were written, then undone
     }
-    REQUIRE(b.store->Put(m.shards[1].delta.key, bytes.data(), bytes.size(), sync::PutMode::kOverwrite).ok());
+    REQUIRE(b.store->Put(key, bytes.data(), bytes.size(), sync::PutMode::kOverwrite).ok());
     for (size_t i = 0; i < 2; ++i) {
       FollowResult pulled;
       REQUIRE(followers[i]->Pull(kLatestStep, &pulled).ok());

@@ -74,7 +74,10 @@ enum class ErrorCode : uint16_t {
   kAlreadyExists = 17,     // a write-once object exists with other contents
   kUnavailable = 18,       // the store cannot be reached or keeps failing (after retries)
   kPermissionDenied = 19,  // the store refused the credentials or the request
-  kMaxCode = 20            // sentinel: never returned, may grow
+  // A signed step that fails its trust rules: unsigned, signed by an untrusted key, a
+  // digest that differs, another run, or older than the step held.
+  kUntrusted = 20,
+  kMaxCode = 21            // sentinel: never returned, may grow
 };
 
 // Stable name of an error code, e.g. "checksum_mismatch".

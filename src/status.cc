@@ -40,6 +40,7 @@ const char* ErrorName(ErrorCode code) {
     case ErrorCode::kAlreadyExists: return "already_exists";
     case ErrorCode::kUnavailable: return "unavailable";
     case ErrorCode::kPermissionDenied: return "permission_denied";
+    case ErrorCode::kUntrusted: return "untrusted";
     case ErrorCode::kMaxCode: break;
   }
   return "unknown_error";

@@ -53,6 +53,10 @@ struct PublisherOptions {
   // Which start of the trainer this is ("": $ARC_V3_INCARNATION, else torchrun's restart
   // count, else "0"): after a restart mid-step, the new records supersede the old ones.
   std::string incarnation;
+  // A PEM Ed25519 private key file ("": steps are not signed): the rank signs its record,
+  // and signs the group index or step root it completes after checking the records it
+  // read are signed by the same key (every rank of a run holds it).
+  std::string sign_key;
   StoreSettings store;
 };
 
@@ -96,6 +100,11 @@ struct FollowerOptions {
   // batches at once (one being decoded, the next arriving). A shard needing more is read
   // piece by piece as it is decoded.
   uint64_t fetch_ahead_bytes = uint64_t{64} << 20;
+  // PEM public key files of the trainers to trust (several: a key rotated mid-run). With
+  // any, Pull takes only steps signed by one of them whose every document and byte has
+  // its signed SHA-256, never an older step than the one held nor another run (found
+  // before any byte is decoded; kUntrusted). None: steps are not authenticated.
+  std::vector<std::string> trusted_keys;
   StoreSettings store;
 };
 
@@ -152,7 +161,7 @@ class Follower {
   void set_allocator(Allocator allocator);
   // Makes the tensors step `step` (kLatestStep: the newest) by the cheapest route.
   // Errors: kNotFound (no such step), kChecksumMismatch (wrong base), kCorrupt*,
-  // kUnavailable / kPermissionDenied (the store).
+  // kUnavailable / kPermissionDenied (the store), kUntrusted (trusted_keys refuse it).
   Status Pull(uint64_t step, FollowResult* result);
   uint64_t step() const;  // kLatestStep before the first pull
   // The tensors held, by shard then file order. Pointers stay valid across pulls unless

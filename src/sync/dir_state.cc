@@ -100,6 +100,7 @@ OrderedJson StateToJson(const DirState& s) {
                        {"store", s.store},        {"step", s.step},                {"manifest_xxh3", container::HexU64(s.manifest_xxh3)},
                        {"selection", selection},  {"shards", shards}};
   if (s.index) state["index"] = true;
+  if (s.run != 0) state["run"] = container::HexU64(s.run);
   return state;
 }
 
@@ -145,6 +146,7 @@ DirState StateFromJson(const Json& j) {
   s.store = j.at("store").get<std::string>();
   s.step = j.at("step").get<uint64_t>();
   s.manifest_xxh3 = ParseHex(j.at("manifest_xxh3").get<std::string>());
+  if (j.contains("run")) s.run = ParseHex(j.at("run").get<std::string>());
   const Json& sel = j.at("selection");
   if (!sel.is_null()) {
     s.selection.tensors = sel.at("tensors").get<std::string>();

@@ -47,6 +47,7 @@ struct DirState {
   std::string store;
   uint64_t step = kNoStep;
   uint64_t manifest_xxh3 = 0;  // of the step's manifest bytes: which store's step it is
+  uint64_t run = 0;  // the step's run (0: not recorded, a state written before 2.0)
   Selection selection;
   std::vector<ShardState> shards;  // in shard order
   bool index = false;  // DIR/model.safetensors.index.json is the step's (written by the pull)

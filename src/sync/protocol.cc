@@ -80,19 +80,47 @@ void CheckEnvelope(const Json& doc, const char* kind, const std::string& where) 
   if (Str(Field(doc, "kind", where), where + ".kind") != kind) Fail(where + " is not a " + kind + " document");
 }
 
-OrderedJson RefJson(const ObjectRef& ref) {
-  if (!ref.present()) return nullptr;
-  return {{"key", ref.key},
-          {"size", ref.size},
-          {"xxh3", container::HexU64(ref.xxh3)},
-          {"head_size", ref.head_size},
-          {"head_xxh3", container::HexU64(ref.head_xxh3)}};
+// A SHA-256 in hex (64 lowercase digits).
+std::string Sha(const Json& value, const std::string& where) {
+  const std::string hex = Str(value, where);
+  Digest ignored;
+  if (!ParseDigestHex(hex, &ignored)) Fail(where + " is not 64 lowercase hex digits");
+  return hex;
 }
 
-ObjectRef ParseRef(const Json& j, const ShardRecord& r, const char* kind, const std::string& where) {
+OrderedJson RefJson(const ObjectRef& ref, bool with_digests) {
+  if (!ref.present()) return nullptr;
+  OrderedJson j = {{"key", ref.key},
+                   {"size", ref.size},
+                   {"xxh3", container::HexU64(ref.xxh3)},
+                   {"head_size", ref.head_size},
+                   {"head_xxh3", container::HexU64(ref.head_xxh3)}};
+  if (with_digests) {
+    j["sha256"] = ref.sha256;
+    j["head_sha256"] = ref.head_sha256;
+    j["sums"] = {{"size", ref.sums_size}, {"sha256", ref.sums_sha256}};
+  }
+  return j;
+}
+
+// `signed_doc`: the record is signed, and its references carry SHA-256 digests.
+ObjectRef ParseRef(const Json& j, const ShardRecord& r, const char* kind, const std::string& where, bool signed_doc) {
   ObjectRef ref;
   if (j.is_null()) return ref;
-  CheckFields(j, {"key", "size", "xxh3", "head_size", "head_xxh3"}, where);
+  if (signed_doc) {
+    CheckFields(j, {"key", "size", "xxh3", "head_size", "head_xxh3", "sha256", "head_sha256", "sums"}, where);
+    ref.sha256 = Sha(Field(j, "sha256", where), where + ".sha256");
+    ref.head_sha256 = Sha(Field(j, "head_sha256", where), where + ".head_sha256");
+    const Json& sums = Field(j, "sums", where);
+    CheckFields(sums, {"size", "sha256"}, where + ".sums");
+    ref.sums_size = U64(Field(sums, "size", where + ".sums"), where + ".sums.size");
+    ref.sums_sha256 = Sha(Field(sums, "sha256", where + ".sums"), where + ".sums.sha256");
+    if (ref.sums_size % 32 != 0 || ref.sums_size > kMaxDocumentBytes) {
+      Fail(where + ".sums.size is not a multiple of 32 up to " + std::to_string(kMaxDocumentBytes));
+    }
+  } else {
+    CheckFields(j, {"key", "size", "xxh3", "head_size", "head_xxh3"}, where);
+  }
   ref.key = Str(Field(j, "key", where), where + ".key");
   ref.size = U64(Field(j, "size", where), where + ".size");
   ref.xxh3 = Hex(Field(j, "xxh3", where), where + ".xxh3");
@@ -107,9 +135,14 @@ ObjectRef ParseRef(const Json& j, const ShardRecord& r, const char* kind, const 
   return ref;
 }
 
-ObjectRef ParseIndexRef(const Json& j, const ShardRecord& r, const std::string& where) {
-  CheckFields(j, {"key", "size", "xxh3"}, where);
+ObjectRef ParseIndexRef(const Json& j, const ShardRecord& r, const std::string& where, bool signed_doc) {
   ObjectRef ref;
+  if (signed_doc) {
+    CheckFields(j, {"key", "size", "xxh3", "sha256"}, where);
+    ref.sha256 = Sha(Field(j, "sha256", where), where + ".sha256");
+  } else {
+    CheckFields(j, {"key", "size", "xxh3"}, where);
+  }
   ref.key = Str(Field(j, "key", where), where + ".key");
   ref.size = U64(Field(j, "size", where), where + ".size");
   ref.xxh3 = Hex(Field(j, "xxh3", where), where + ".xxh3");
@@ -120,11 +153,25 @@ ObjectRef ParseIndexRef(const Json& j, const ShardRecord& r, const std::string& 
   return ref;
 }
 
+// Parses a document stored plain or in a DSSE envelope of kSignedType: parse(doc, signatures).
 template <class Parse>
 Status ParseDocument(const std::vector<uint8_t>& bytes, const std::string& where, const Parse& parse) {
   try {
+    const std::string text(bytes.begin(), bytes.end());
+    if (LooksLikeEnvelope(text)) {
+      auto envelope = std::make_shared<Envelope>();
+      Status s = ParseEnvelope(text, where, envelope.get());
+      if (!s.ok()) return s;
+      if (envelope->type != kSignedType) {
+        return Status(ErrorCode::kCorruptHeader, where + " is an envelope of '" + envelope->type + "', not of " +
+                                                     kSignedType);
+      }
+      const Json doc = Json::parse(envelope->payload);
+      parse(doc, Signatures(std::move(envelope)));
+      return Status::Ok();
+    }
     const Json doc = Json::parse(bytes.begin(), bytes.end());
-    parse(doc);
+    parse(doc, Signatures());
     return Status::Ok();
   } catch (const strict_json::Error& e) {
     return Status(ErrorCode::kCorruptHeader, e.what);
@@ -146,17 +193,22 @@ std::string Digits(uint64_t value, int width) {
 // evenly over 256 key prefixes (S3 scales request rates per prefix).
 std::string Spread(uint64_t a, uint64_t b) { return container::HexU64(container::CombineHashes({a, b})).substr(0, 2); }
 std::string StepDigits(uint64_t step) { return Digits(step, 12); }
-std::string Envelope(const char* kind, OrderedJson body) {
+std::string Document(const char* kind, OrderedJson body) {
   OrderedJson doc = {{"format", kProtocolName}, {"version", kProtocolVersion}, {"kind", kind}};
   for (auto it = body.begin(); it != body.end(); ++it) doc[it.key()] = it.value();
   return doc.dump(1) + "\n";
 }
 
-// A document read by the hash that names it: absent is kNotFound, other bytes kCorruptChunk.
-Status GetNamed(Store* store, const std::string& key, uint64_t xxh3, uint64_t size, std::vector<uint8_t>* bytes,
-                const std::string& named_by) {
+// A document read by the hashes that name it (`sha256` "": not named by one): absent is
+// kNotFound, other bytes kCorruptChunk.
+Status GetNamed(Store* store, const std::string& key, uint64_t xxh3, uint64_t size, const std::string& sha256,
+                std::vector<uint8_t>* bytes, const std::string& named_by) {
   Status s = store->Get(key, std::min(size, kMaxDocumentBytes), bytes, nullptr);
   if (!s.ok()) return Status(s.code(), s.message() + " (named by " + named_by + ")");
+  if (!sha256.empty() && bytes->size() == size && DigestHex(Sha256(bytes->data(), bytes->size())) != sha256) {
+    return Status(ErrorCode::kUntrusted, store->url() + "/" + key + " is not the object " + named_by +
+                                             " names (its SHA-256 differs)");
+  }
   if (bytes->size() != size || container::Hash(bytes->data(), bytes->size()) != xxh3) {
     return Status(ErrorCode::kCorruptChunk, store->url() + "/" + key + " is not the object " + named_by +
                                                 " names (" + std::to_string(bytes->size()) + " bytes, XXH3 " +
@@ -230,7 +282,7 @@ uint64_t StepOfKey(const std::string& key) {
 
 namespace {
 
-OrderedJson RecordBody(const ShardRecord& r) {
+OrderedJson RecordBody(const ShardRecord& r, bool with_digests) {
   OrderedJson tensors = OrderedJson::array();
   for (const TensorChecksum& t : r.tensors) tensors.push_back({t.name, container::HexU64(t.xxh3)});
   OrderedJson body = {{"step", r.step},
@@ -242,17 +294,18 @@ OrderedJson RecordBody(const ShardRecord& r) {
                                                                       : OrderedJson(r.base_incarnation)},
                       {"file", r.file},
                       {"file_size", r.file_size},
-                      {"delta", RefJson(r.delta)},
-                      {"anchor", RefJson(r.anchor)},
+                      {"delta", RefJson(r.delta, with_digests)},
+                      {"anchor", RefJson(r.anchor, with_digests)},
                       {"tensors", tensors},
                       {"published_at", r.published_at}};
   if (r.index.present()) {
     body["index"] = {{"key", r.index.key}, {"size", r.index.size}, {"xxh3", container::HexU64(r.index.xxh3)}};
+    if (with_digests) body["index"]["sha256"] = r.index.sha256;
   }
   return body;
 }
 
-ShardRecord ParseRecordBody(const Json& j, const std::string& where) {
+ShardRecord ParseRecordBody(const Json& j, const std::string& where, bool signed_doc) {
   ShardRecord r;
   r.step = Step(Field(j, "step", where), where + ".step");
   r.base_step = OptionalStep(Field(j, "base_step", where), where + ".base_step");
@@ -269,8 +322,8 @@ ShardRecord ParseRecordBody(const Json& j, const std::string& where) {
   if (!PlainFileName(r.file)) Fail(where + ".file is not a plain file name");
   if (r.file == kIndexFileName) Fail(where + ".file is the index's name");
   r.file_size = U64(Field(j, "file_size", where), where + ".file_size");
-  r.delta = ParseRef(Field(j, "delta", where), r, "delta", where + ".delta");
-  r.anchor = ParseRef(Field(j, "anchor", where), r, "anchor", where + ".anchor");
+  r.delta = ParseRef(Field(j, "delta", where), r, "delta", where + ".delta", signed_doc);
+  r.anchor = ParseRef(Field(j, "anchor", where), r, "anchor", where + ".anchor", signed_doc);
   if (r.delta.present() != (r.base_step != kNoStep)) Fail(where + " has a delta iff it has a base_step");
   if (!r.delta.present() && !r.anchor.present()) Fail(where + " has neither a delta nor an anchor");
   const Json& tensors = Field(j, "tensors", where);
@@ -283,24 +336,69 @@ ShardRecord ParseRecordBody(const Json& j, const std::string& where) {
     r.tensors.push_back(std::move(c));
   }
   r.published_at = Time(Field(j, "published_at", where), where + ".published_at");
-  if (j.contains("index")) r.index = ParseIndexRef(j.at("index"), r, where + ".index");
+  if (j.contains("index")) r.index = ParseIndexRef(j.at("index"), r, where + ".index", signed_doc);
   return r;
 }
 
-OrderedJson HashSize(uint64_t xxh3, uint64_t size) { return OrderedJson::array({container::HexU64(xxh3), size}); }
-std::pair<uint64_t, uint64_t> ParseHashSize(const Json& j, const std::string& where) {
-  if (!j.is_array() || j.size() != 2) Fail(where + " is not [xxh3, size]");
+// A named document's [xxh3, size], and in a signed document [xxh3, size, sha256].
+OrderedJson HashSize(uint64_t xxh3, uint64_t size, const std::string* sha256) {
+  OrderedJson j = OrderedJson::array({container::HexU64(xxh3), size});
+  if (sha256 != nullptr) j.push_back(*sha256);
+  return j;
+}
+std::pair<uint64_t, uint64_t> ParseHashSize(const Json& j, const std::string& where, std::string* sha256) {
+  if (sha256 == nullptr && (!j.is_array() || j.size() != 2)) Fail(where + " is not [xxh3, size]");
+  if (sha256 != nullptr) {
+    if (!j.is_array() || j.size() != 3) Fail(where + " is not [xxh3, size, sha256]");
+    *sha256 = Sha(j[2], where + "[2]");
+  }
   return {Hex(j[0], where + "[0]"), U64(j[1], where + "[1]")};
+}
+
+// The document's bytes, in a DSSE envelope signed by `key` if given.
+std::string Seal(std::string doc, const SigningKey* key) {
+  if (key == nullptr) return doc;
+  std::string envelope;
+  const Status s = SignEnvelope(*key, kSignedType, doc, &envelope);
+  if (!s.ok()) throw std::runtime_error(s.message());  // Ed25519 signing does not fail on a loaded key
+  return envelope;
 }
 
 }  // namespace
 
-std::string RecordJson(const ShardRecord& record) { return Envelope("shard", RecordBody(record)); }
+std::string SumsKey(const std::string& key) {
+  const size_t dot = key.rfind('.');
+  return key.substr(0, dot) + ".sha256";
+}
 
-std::string GroupIndexJson(const GroupIndex& g) {
+std::vector<std::pair<uint64_t, uint64_t>> StoredRanges(const container::Manifest& manifest) {
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  const auto add = [&](uint64_t offset, uint64_t size) {
+    if (size > 0) ranges.emplace_back(offset, size);
+  };
+  for (const container::FileEntry& f : manifest.files) {
+    add(f.header.offset, f.header.size);
+    if (!f.fills.empty()) add(f.fill.offset, f.fill.size);
+    for (const container::TensorEntry& t : f.tensors) {
+      if (t.grouped()) continue;
+      for (const container::Piece& p : t.pieces) add(p.offset, p.size);
+    }
+    for (const container::Group& g : f.groups) add(g.offset, g.size);
+  }
+  std::sort(ranges.begin(), ranges.end());
+  return ranges;
+}
+
+std::string RecordJson(const ShardRecord& record, const SigningKey* key) {
+  return Seal(Document("shard", RecordBody(record, key != nullptr)), key);
+}
+
+std::string GroupIndexJson(const GroupIndex& g, const SigningKey* key) {
   OrderedJson records = OrderedJson::array();
-  for (const auto& r : g.records) records.push_back(HashSize(r.first, r.second));
-  return Envelope("group", {{"step", g.step},
+  for (size_t i = 0; i < g.records.size(); ++i) {
+    records.push_back(HashSize(g.records[i].first, g.records[i].second, key != nullptr ? &g.record_sha256.at(i) : nullptr));
+  }
+  return Seal(Document("group", {{"step", g.step},
                             {"count", g.count},
                             {"incarnation", g.incarnation},
                             {"group", g.group},
@@ -311,22 +409,28 @@ std::string GroupIndexJson(const GroupIndex& g) {
                             {"chain_bytes", g.chain_bytes},
                             {"anchor_bytes", g.anchor_bytes},
                             {"published_at", g.published_at},
-                            {"layout", HashSize(g.layout_xxh3, g.layout_size)},
-                            {"records", records}});
+                            {"layout", HashSize(g.layout_xxh3, g.layout_size, key != nullptr ? &g.layout_sha256 : nullptr)},
+                            {"records", records}}),
+              key);
 }
 
 std::string LayoutJson(const Layout& layout) {
   OrderedJson shards = OrderedJson::array();
   for (const Layout::Shard& s : layout.shards) shards.push_back({{"file", s.file}, {"tensors", s.tensors}});
-  return Envelope("layout", {{"shards", shards}});
+  return Document("layout", {{"shards", shards}});
 }
 
-std::string RootJson(const StepManifest& m) {
+std::string RootJson(const StepManifest& m, const SigningKey* key) {
   OrderedJson groups = OrderedJson::array();
   for (const StepManifest::Group& g : m.groups) {
-    groups.push_back({container::HexU64(g.xxh3), g.size, container::HexU64(g.layout_xxh3), g.layout_size});
+    if (key != nullptr) {
+      groups.push_back({container::HexU64(g.xxh3), g.size, g.sha256, container::HexU64(g.layout_xxh3), g.layout_size,
+                        g.layout_sha256});
+    } else {
+      groups.push_back({container::HexU64(g.xxh3), g.size, container::HexU64(g.layout_xxh3), g.layout_size});
+    }
   }
-  return Envelope("step", {{"step", m.step},
+  OrderedJson body = {{"step", m.step},
                            {"count", m.count},
                            {"incarnation", m.incarnation},
                            {"run", container::HexU64(m.run)},
@@ -337,7 +441,17 @@ std::string RootJson(const StepManifest& m) {
                            {"anchor_bytes", m.anchor_bytes},
                            {"published_at", m.published_at},
                            {"committed_at", m.committed_at},
-                           {"groups", groups}});
+                           {"groups", groups}};
+  if (key != nullptr) {
+    body["base_root_sha256"] = m.base_root_sha256.empty() ? OrderedJson(nullptr) : OrderedJson(m.base_root_sha256);
+  }
+  return Seal(Document("step", std::move(body)), key);
+}
+
+Status VerifySigned(const Signatures& signatures, const std::vector<PublicKey>& trusted, const std::string& where,
+                    std::string* keyid) {
+  if (signatures == nullptr) return Status(ErrorCode::kUntrusted, where + " is not signed");
+  return VerifyEnvelope(*signatures, kSignedType, trusted, where, keyid);
 }
 
 std::string LatestJson(uint64_t step) {
@@ -346,17 +460,18 @@ std::string LatestJson(uint64_t step) {
 }
 
 Status ParseRecord(const std::vector<uint8_t>& bytes, const std::string& where, ShardRecord* record) {
-  return ParseDocument(bytes, where, [&](const Json& doc) {
+  return ParseDocument(bytes, where, [&](const Json& doc, Signatures signatures) {
     CheckEnvelope(doc, "shard", where);
     CheckFields(doc, {"format", "version", "kind", "step", "base_step", "shard", "count", "incarnation", "base_incarnation", "file",
                       "file_size", "delta", "anchor", "tensors", "published_at", "index"},
                 where);
-    *record = ParseRecordBody(doc, where);
+    *record = ParseRecordBody(doc, where, signatures != nullptr);
+    record->signatures = std::move(signatures);
   });
 }
 
 Status ParseGroupIndex(const std::vector<uint8_t>& bytes, const std::string& where, GroupIndex* group) {
-  return ParseDocument(bytes, where, [&](const Json& doc) {
+  return ParseDocument(bytes, where, [&](const Json& doc, Signatures signatures) {
     CheckEnvelope(doc, "group", where);
     CheckFields(doc, {"format", "version", "kind", "step", "count", "incarnation", "group", "base_step", "base_incarnation", "anchors",
                       "chain_bytes", "anchor_bytes", "published_at", "layout", "records"},
@@ -379,7 +494,8 @@ Status ParseGroupIndex(const std::vector<uint8_t>& bytes, const std::string& whe
     g.anchor_bytes = U64(Field(doc, "anchor_bytes", where), where + ".anchor_bytes");
     if (!g.anchors && g.anchor_bytes != 0) Fail(where + ".anchor_bytes is not 0 though not every shard has an anchor");
     g.published_at = Time(Field(doc, "published_at", where), where + ".published_at");
-    const auto layout = ParseHashSize(Field(doc, "layout", where), where + ".layout");
+    const bool signed_doc = signatures != nullptr;
+    const auto layout = ParseHashSize(Field(doc, "layout", where), where + ".layout", signed_doc ? &g.layout_sha256 : nullptr);
     g.layout_xxh3 = layout.first;
     g.layout_size = layout.second;
     const Json& records = Field(doc, "records", where);
@@ -388,14 +504,19 @@ Status ParseGroupIndex(const std::vector<uint8_t>& bytes, const std::string& whe
       Fail(where + ".records does not list the group's " + std::to_string(members) + " shards");
     }
     for (size_t i = 0; i < records.size(); ++i) {
-      g.records.push_back(ParseHashSize(records[i], where + ".records[" + std::to_string(i) + "]"));
+      std::string sha256;
+      g.records.push_back(
+          ParseHashSize(records[i], where + ".records[" + std::to_string(i) + "]", signed_doc ? &sha256 : nullptr));
+      if (signed_doc) g.record_sha256.push_back(std::move(sha256));
     }
+    g.signatures = std::move(signatures);
     *group = std::move(g);
   });
 }
 
 Status ParseLayout(const std::vector<uint8_t>& bytes, const std::string& where, Layout* layout) {
-  return ParseDocument(bytes, where, [&](const Json& doc) {
+  return ParseDocument(bytes, where, [&](const Json& doc, const Signatures& signatures) {
+    if (signatures != nullptr) Fail(where + " is signed: layouts never are");
     CheckEnvelope(doc, "layout", where);
     CheckFields(doc, {"format", "version", "kind", "shards"}, where);
     const Json& shards = Field(doc, "shards", where);
@@ -423,12 +544,14 @@ Status ParseLayout(const std::vector<uint8_t>& bytes, const std::string& where, 
 }
 
 Status ParseRoot(const std::vector<uint8_t>& bytes, const std::string& where, StepManifest* root) {
-  return ParseDocument(bytes, where, [&](const Json& doc) {
+  return ParseDocument(bytes, where, [&](const Json& doc, Signatures signatures) {
     CheckEnvelope(doc, "step", where);
-    CheckFields(doc, {"format", "version", "kind", "step", "count", "incarnation", "run", "base_step",
-                      "base_root_xxh3", "anchor_step", "chain_bytes", "anchor_bytes", "published_at", "committed_at",
-                      "groups"},
-                where);
+    const bool signed_doc = signatures != nullptr;
+    std::set<std::string> fields = {"format", "version", "kind", "step", "count", "incarnation", "run", "base_step",
+                                    "base_root_xxh3", "anchor_step", "chain_bytes", "anchor_bytes", "published_at",
+                                    "committed_at", "groups"};
+    if (signed_doc) fields.insert("base_root_sha256");
+    CheckFields(doc, fields, where);
     StepManifest m;
     m.step = Step(Field(doc, "step", where), where + ".step");
     m.count = Count(Field(doc, "count", where), where + ".count");
@@ -444,6 +567,11 @@ Status ParseRoot(const std::vector<uint8_t>& bytes, const std::string& where, St
     m.anchor_step = Step(Field(doc, "anchor_step", where), where + ".anchor_step");
     if (m.anchor_step > m.step) Fail(where + ".anchor_step is after the step");
     if (m.base_step == kNoStep && m.anchor_step != m.step) Fail(where + ": a step without a base must be all anchors");
+    if (signed_doc) {
+      const Json& base_sha = Field(doc, "base_root_sha256", where);
+      if (!base_sha.is_null()) m.base_root_sha256 = Sha(base_sha, where + ".base_root_sha256");
+      if (m.base_root_sha256.empty() != (m.base_step == kNoStep)) Fail(where + " has a base_root_sha256 iff a base_step");
+    }
     if ((m.base_step != kNoStep) != (m.base_root_xxh3 != 0)) Fail(where + " has a base_root_xxh3 iff a base_step");
     if (m.run == 0) Fail(where + ".run is 0");
     if (!m.anchor() && m.anchor_step > m.base_step) Fail(where + ".anchor_step is after its base step");
@@ -461,15 +589,23 @@ Status ParseRoot(const std::vector<uint8_t>& bytes, const std::string& where, St
     for (size_t i = 0; i < groups.size(); ++i) {
       const std::string at = where + ".groups[" + std::to_string(i) + "]";
       const Json& g = groups[i];
-      if (!g.is_array() || g.size() != 4) Fail(at + " is not [xxh3, size, layout_xxh3, layout_size]");
-      m.groups.push_back({Hex(g[0], at + "[0]"), U64(g[1], at + "[1]"), Hex(g[2], at + "[2]"), U64(g[3], at + "[3]")});
+      if (signed_doc) {
+        if (!g.is_array() || g.size() != 6) Fail(at + " is not [xxh3, size, sha256, layout_xxh3, layout_size, layout_sha256]");
+        m.groups.push_back({Hex(g[0], at + "[0]"), U64(g[1], at + "[1]"), Hex(g[3], at + "[3]"), U64(g[4], at + "[4]"),
+                            Sha(g[2], at + "[2]"), Sha(g[5], at + "[5]")});
+      } else {
+        if (!g.is_array() || g.size() != 4) Fail(at + " is not [xxh3, size, layout_xxh3, layout_size]");
+        m.groups.push_back({Hex(g[0], at + "[0]"), U64(g[1], at + "[1]"), Hex(g[2], at + "[2]"), U64(g[3], at + "[3]")});
+      }
     }
+    m.signatures = std::move(signatures);
     *root = std::move(m);
   });
 }
 
 Status ParseLatest(const std::vector<uint8_t>& bytes, const std::string& where, uint64_t* step) {
-  return ParseDocument(bytes, where, [&](const Json& doc) {
+  return ParseDocument(bytes, where, [&](const Json& doc, const Signatures& signatures) {
+    if (signatures != nullptr) Fail(where + " is signed: the latest pointer never is");
     CheckEnvelope(doc, "latest", where);
     CheckFields(doc, {"format", "version", "kind", "step"}, where);
     *step = Step(Field(doc, "step", where), where + ".step");
@@ -526,7 +662,7 @@ Status LoadShards(Store* store, StepManifest* m, const std::vector<bool>* want, 
       const StepManifest::Group& g = m->groups[missing[i]];
       const std::string key = LayoutKey(g.layout_xxh3);
       std::vector<uint8_t> bytes;
-      Status s = GetNamed(store, key, g.layout_xxh3, g.layout_size, &bytes, root_url);
+      Status s = GetNamed(store, key, g.layout_xxh3, g.layout_size, g.layout_sha256, &bytes, root_url);
       count_read(bytes.size());
       if (s.ok()) s = ParseLayout(bytes, store->url() + "/" + key, &read[i]);
       fail(s);
@@ -566,14 +702,15 @@ Status LoadShards(Store* store, StepManifest* m, const std::vector<bool>* want, 
     const std::string key = GroupIndexKey(m->step, m->count, m->incarnation, g);
     const std::string where = store->url() + "/" + key;
     std::vector<uint8_t> bytes;
-    Status s = GetNamed(store, key, m->groups[g].xxh3, m->groups[g].size, &bytes, root_url);
+    Status s = GetNamed(store, key, m->groups[g].xxh3, m->groups[g].size, m->groups[g].sha256, &bytes, root_url);
     count_read(bytes.size());
     if (s.ok()) s = ParseGroupIndex(bytes, where, &index[g]);
     if (s.ok()) {
       const GroupIndex& gi = index[g];
       if (gi.step != m->step || gi.count != m->count || gi.incarnation != m->incarnation || gi.group != g) {
         s = Status(ErrorCode::kCorruptHeader, where + " is not group " + std::to_string(g) + " of this step");
-      } else if (gi.layout_xxh3 != m->groups[g].layout_xxh3 || gi.layout_size != m->groups[g].layout_size) {
+      } else if (gi.layout_xxh3 != m->groups[g].layout_xxh3 || gi.layout_size != m->groups[g].layout_size ||
+                 gi.layout_sha256 != m->groups[g].layout_sha256) {
         s = Status(ErrorCode::kCorruptHeader, where + " names another layout than its root");
       } else if (gi.base_step != kNoStep && gi.base_step != m->base_step && !gi.anchors) {
         s = Status(ErrorCode::kCorruptHeader, where + ".base_step differs from the step's");
@@ -603,11 +740,13 @@ Status LoadShards(Store* store, StepManifest* m, const std::vector<bool>* want, 
   }
   thrown = TryParallelFor(read_shards.size(), WorkerCount(16, read_shards.size()), [&](size_t i, size_t) {
     const uint32_t k = read_shards[i];
-    const auto named = index[GroupOf(k)].records[k % kFanIn];
+    const GroupIndex& group = index[GroupOf(k)];
+    const auto named = group.records[k % kFanIn];
     const std::string key = ShardRecordKey(m->step, k, m->count, m->incarnation);
     const std::string where = store->url() + "/" + key;
     std::vector<uint8_t> bytes;
-    Status s = GetNamed(store, key, named.first, named.second, &bytes,
+    Status s = GetNamed(store, key, named.first, named.second,
+                        group.record_sha256.empty() ? std::string() : group.record_sha256[k % kFanIn], &bytes,
                         store->url() + "/" + GroupIndexKey(m->step, m->count, m->incarnation, GroupOf(k)));
     count_read(bytes.size());
     ShardRecord r;

@@ -12,9 +12,13 @@
 #include <vector>
 
 #include "arc_v3.hpp"
+#include "src/sync/signing.h"
 #include "src/sync/store.h"
 
 namespace arc_v3 {
+namespace container {
+struct Manifest;
+}  // namespace container
 namespace sync {
 
 constexpr char kProtocolName[] = "arc_v3-sync";
@@ -29,6 +33,11 @@ constexpr uint32_t kFanIn = 32;
 // The most bytes a reader accepts for a document.
 constexpr uint64_t kMaxDocumentBytes = uint64_t{64} << 20;
 constexpr char kDefaultIncarnation[] = "0";
+// The DSSE payload type of a signed document (Part 3, "Signed steps").
+constexpr char kSignedType[] = "application/vnd.arc-v3.sync+json";
+
+// A document stored as a DSSE envelope (signed), or plain (null).
+using Signatures = std::shared_ptr<const Envelope>;
 
 inline uint32_t GroupOf(uint32_t shard) { return shard / kFanIn; }
 inline uint32_t GroupCount(uint32_t count) { return (count + kFanIn - 1) / kFanIn; }
@@ -65,8 +74,18 @@ struct ObjectRef {
   uint64_t xxh3 = 0;       // of all `size` bytes
   uint64_t head_size = 0;  // the container's header and manifest: bytes [0, head_size)
   uint64_t head_xxh3 = 0;  // of those bytes; the manifest in turn checks every piece
+  // Signed records only (else empty), SHA-256 in hex: of all bytes, of the head, and of
+  // the object's piece digests (SumsKey: a SHA-256 per data-section range, in order).
+  std::string sha256, head_sha256, sums_sha256;
+  uint64_t sums_size = 0;
   bool present() const { return !key.empty(); }
 };
+// "o/.../delta-H16.sha256": the piece digests of the container at `key`.
+std::string SumsKey(const std::string& key);
+// The ranges of a container's data section whose digests its sums object lists, in order:
+// every non-empty piece (files' headers and fills, ungrouped tensors' pieces) and group,
+// as (offset from the data section's start, size), by offset.
+std::vector<std::pair<uint64_t, uint64_t>> StoredRanges(const container::Manifest& manifest);
 
 struct TensorChecksum {
   std::string name;
@@ -94,6 +113,7 @@ struct ShardRecord {
   // In memory only: false when only the layout was read (file and tensor names, no
   // checksums or objects): a partial pull reads no record of a shard it does not need.
   bool loaded = true;
+  Signatures signatures;  // as read: the envelope the record was stored in, if signed
 };
 
 // A group's shard files and tensor names, in shard order: what changes only when the
@@ -120,6 +140,10 @@ struct GroupIndex {
   double published_at = 0;       // the earliest shard's
   uint64_t layout_xxh3 = 0, layout_size = 0;
   std::vector<std::pair<uint64_t, uint64_t>> records;  // [xxh3, size] per shard, in order
+  // Signed group indexes only (else empty): the SHA-256 (hex) of the layout and of each record.
+  std::string layout_sha256;
+  std::vector<std::string> record_sha256;
+  Signatures signatures;
 };
 
 // A committed step. The root, as stored, names its group indexes; `shards` is filled in
@@ -142,9 +166,13 @@ struct StepManifest {
   struct Group {
     uint64_t xxh3 = 0, size = 0;  // of its group index
     uint64_t layout_xxh3 = 0, layout_size = 0;
+    std::string sha256, layout_sha256;  // signed roots only
   };
   std::vector<Group> groups;
   std::vector<ShardRecord> shards;  // empty until LoadShards
+  // Signed roots only: the SHA-256 (hex) of the base root's bytes ("" without a base).
+  std::string base_root_sha256;
+  Signatures signatures;  // the envelope the root was stored in, if signed
   bool anchor() const { return anchor_step == step; }
   // The step's model.safetensors.index.json: the lowest loaded shard's that carries one.
   const ObjectRef* index() const {
@@ -155,10 +183,17 @@ struct StepManifest {
   }
 };
 
-std::string RecordJson(const ShardRecord& record);
-std::string GroupIndexJson(const GroupIndex& group);
+// The documents' bytes; with `key`, a signed document: the fields only signed documents
+// have (SHA-256 digests) in a DSSE envelope signed by `key`.
+std::string RecordJson(const ShardRecord& record, const SigningKey* key = nullptr);
+std::string GroupIndexJson(const GroupIndex& group, const SigningKey* key = nullptr);
 std::string LayoutJson(const Layout& layout);
-std::string RootJson(const StepManifest& root);  // the root's fields; `shards` unused
+// The root's fields; `shards` unused.
+std::string RootJson(const StepManifest& root, const SigningKey* key = nullptr);
+// The id of the first of `trusted` that signed the document (kUntrusted: unsigned, or by
+// no trusted key), naming it `where`.
+Status VerifySigned(const Signatures& signatures, const std::vector<PublicKey>& trusted, const std::string& where,
+                    std::string* keyid);
 std::string LatestJson(uint64_t step);
 // `where` names the document in errors (its URL).
 Status ParseRecord(const std::vector<uint8_t>& bytes, const std::string& where, ShardRecord* record);

@@ -62,10 +62,42 @@ struct Built {
   std::string path;  // "" when in memory
   Reader reader;
   ObjectRef ref;
+  std::string sums;  // signed records: its piece digests (SumsKey)
 };
 
+// What a publisher signs with, and whose signatures its completers take.
+struct Signer {
+  std::unique_ptr<SigningKey> key;  // null: nothing is signed
+  std::vector<PublicKey> trusted;   // the key's public half, and PublishOptions::trust
+  const SigningKey* get() const { return key.get(); }
+};
+
+Status LoadSigner(const std::string& sign_key, const std::vector<std::string>& trust, Signer* signer) {
+  if (sign_key.empty()) return Status::Ok();
+  signer->key = std::make_unique<SigningKey>();
+  Status s = SigningKey::Load(sign_key, signer->key.get());
+  if (!s.ok()) return s;
+  signer->trusted.push_back(signer->key->public_key());
+  for (const std::string& path : trust) {
+    PublicKey key;
+    s = PublicKey::Load(path, &key);
+    if (!s.ok()) return s;
+    signer->trusted.push_back(std::move(key));
+  }
+  return Status::Ok();
+}
+
+// A document a signing completer read must be signed by a trusted key.
+Status CheckSigned(const Signer& signer, const Signatures& signatures, const std::string& where) {
+  if (signer.get() == nullptr) return Status::Ok();
+  std::string keyid;
+  const Status s = VerifySigned(signatures, signer.trusted, where, &keyid);
+  if (s.ok()) return s;
+  return Status(s.code(), s.message() + ": a signing publisher completes no step from documents it cannot trust");
+}
+
 Status Describe(std::unique_ptr<container::ByteSource> source, uint64_t step, uint32_t shard, uint32_t count,
-                const char* kind, Built* built) {
+                const char* kind, bool digests, Built* built) {
   const uint8_t* all = nullptr;
   std::vector<uint8_t> scratch;
   Status s = source->Read(0, source->size(), &scratch, &all);
@@ -78,7 +110,23 @@ Status Describe(std::unique_ptr<container::ByteSource> source, uint64_t step, ui
     return Status(ErrorCode::kInternal, std::string(kind) + " container: a shard's container holds one file");
   }
   const uint64_t head = built->reader.data_start();
-  built->ref = {PieceKey(step, shard, count, kind, xxh3), size, xxh3, head, container::Hash(all, head)};
+  built->ref = ObjectRef();
+  built->ref.key = PieceKey(step, shard, count, kind, xxh3);
+  built->ref.size = size;
+  built->ref.xxh3 = xxh3;
+  built->ref.head_size = head;
+  built->ref.head_xxh3 = container::Hash(all, head);
+  if (digests) {
+    built->ref.sha256 = DigestHex(Sha256(all, size));
+    built->ref.head_sha256 = DigestHex(Sha256(all, head));
+    built->sums.clear();
+    for (const auto& range : StoredRanges(built->reader.manifest())) {
+      const Digest d = Sha256(all + head + range.first, range.second);
+      built->sums.append(reinterpret_cast<const char*>(d.data()), d.size());
+    }
+    built->ref.sums_size = built->sums.size();
+    built->ref.sums_sha256 = DigestHex(Sha256(built->sums));
+  }
   return Status::Ok();
 }
 
@@ -170,6 +218,13 @@ Status Upload(Store* store, const Built& built) {
     s = store->Put(built.ref.key, bytes.data(), bytes.size(), PutMode::kCreateOnly);
   } else {
     s = store->PutFile(built.ref.key, built.path, PutMode::kCreateOnly);
+  }
+  if ((s.ok() || s.code() == ErrorCode::kAlreadyExists) && !built.sums.empty()) {
+    // Derived from the object, under its key: one already there is this one (an unsigned
+    // publish of the same object wrote none).
+    Status sums = store->Put(SumsKey(built.ref.key), reinterpret_cast<const uint8_t*>(built.sums.data()),
+                             built.sums.size(), PutMode::kCreateOnly);
+    if (!sums.ok() && sums.code() != ErrorCode::kAlreadyExists) return sums;
   }
   if (s.code() != ErrorCode::kAlreadyExists) return s;
   // Named by its XXH3: an object already there is this one, unless it was cut short.
@@ -287,10 +342,12 @@ std::string Waiting(const std::vector<uint32_t>& shards, uint32_t count) {
 
 template <class Doc, class Parse>
 Status GetAll(Store* store, const std::vector<std::string>& keys, const Parse& parse, std::vector<Doc>* docs,
-              std::vector<uint64_t>* hashes, std::vector<uint64_t>* sizes, std::vector<Status>* statuses) {
+              std::vector<uint64_t>* hashes, std::vector<uint64_t>* sizes, std::vector<std::string>* shas,
+              std::vector<Status>* statuses) {
   docs->assign(keys.size(), Doc());
   hashes->assign(keys.size(), 0);
   sizes->assign(keys.size(), 0);
+  shas->assign(keys.size(), std::string());
   statuses->assign(keys.size(), Status::Ok());
   return TryParallelFor(keys.size(), WorkerCount(16, keys.size()), [&](size_t i, size_t) {
     std::vector<uint8_t> bytes;
@@ -298,6 +355,7 @@ Status GetAll(Store* store, const std::vector<std::string>& keys, const Parse& p
     if (s.ok()) {
       (*hashes)[i] = container::Hash(bytes.data(), bytes.size());
       (*sizes)[i] = bytes.size();
+      (*shas)[i] = DigestHex(Sha256(bytes.data(), bytes.size()));
       s = parse(bytes, store->url() + "/" + keys[i], &(*docs)[i]);
     }
     (*statuses)[i] = s;
@@ -336,7 +394,7 @@ Status Claim(Store* store, const std::string& key, bool* mine) {
 // the same bytes (the index holds nothing but what the records say), should a claim
 // go stale under a live completer.
 Status CompleteGroup(Store* store, uint64_t step, uint32_t count, const std::string& inc, uint32_t g, bool* done,
-                     std::string* pending) {
+                     std::string* pending, const Signer& signer) {
   *done = false;
   const uint32_t first = g * kFanIn, members = std::min(kFanIn, count - g * kFanIn);
   std::vector<std::string> keys;
@@ -372,8 +430,9 @@ Status CompleteGroup(Store* store, uint64_t step, uint32_t count, const std::str
   }
   std::vector<ShardRecord> records;
   std::vector<uint64_t> hashes, sizes;
+  std::vector<std::string> shas;
   std::vector<Status> statuses;
-  Status s = GetAll(store, keys, ParseRecord, &records, &hashes, &sizes, &statuses);
+  Status s = GetAll(store, keys, ParseRecord, &records, &hashes, &sizes, &shas, &statuses);
   if (!s.ok()) return s;
   for (uint32_t i = 0; i < members; ++i) {
     if (statuses[i].code() == ErrorCode::kNotFound) {
@@ -400,6 +459,8 @@ Status CompleteGroup(Store* store, uint64_t step, uint32_t count, const std::str
       return Status(ErrorCode::kCorruptHeader, store->url() + "/" + keys[i] + " is not shard " +
                                                    std::to_string(first + i) + " of step " + std::to_string(step));
     }
+    s = CheckSigned(signer, r.signatures, store->url() + "/" + keys[i]);
+    if (!s.ok()) return s;
     if (r.delta.present()) {
       if (index.base_step != kNoStep &&
           (index.base_step != r.base_step || index.base_incarnation != r.base_incarnation)) {
@@ -416,6 +477,7 @@ Status CompleteGroup(Store* store, uint64_t step, uint32_t count, const std::str
     index.anchor_bytes += r.anchor.present() ? r.anchor.size : 0;
     index.published_at = std::min(index.published_at, r.published_at);
     index.records.emplace_back(hashes[i], sizes[i]);
+    index.record_sha256.push_back(shas[i]);
     layout.shards.push_back({r.file, {}});
     for (const TensorChecksum& t : r.tensors) layout.shards.back().tensors.push_back(t.name);
   }
@@ -423,11 +485,12 @@ Status CompleteGroup(Store* store, uint64_t step, uint32_t count, const std::str
   const std::string layout_json = LayoutJson(layout);
   index.layout_xxh3 = container::Hash(layout_json.data(), layout_json.size());
   index.layout_size = layout_json.size();
+  index.layout_sha256 = DigestHex(Sha256(layout_json));
   // Named by its XXH3: one already there is this one.
   s = store->Put(LayoutKey(index.layout_xxh3), reinterpret_cast<const uint8_t*>(layout_json.data()),
                  layout_json.size(), PutMode::kCreateOnly);
   if (!s.ok() && s.code() != ErrorCode::kAlreadyExists) return s;
-  const std::string json = GroupIndexJson(index);
+  const std::string json = GroupIndexJson(index, signer.get());
   s = store->Put(GroupIndexKey(step, count, inc, g), reinterpret_cast<const uint8_t*>(json.data()), json.size(),
                  PutMode::kCreateOnly);
   if (!s.ok() && s.code() != ErrorCode::kAlreadyExists) return s;
@@ -460,7 +523,7 @@ Status Committed(Store* store, uint64_t step, const std::string& inc, const Shar
 // Commits `step` of this incarnation once every group index is listed: reads them, links
 // the base step's root and writes the step root create-only (racing committers: one root).
 Status CommitTop(Store* store, uint64_t step, uint32_t count, const std::string& inc, const ShardRecord* ours,
-                 int depth, CommitResult* result, bool* wrote) {
+                 int depth, const Signer& signer, CommitResult* result, bool* wrote) {
   *result = CommitResult();
   *wrote = false;
   // A claim this call took is released when it stops short of the root (its base is not
@@ -501,7 +564,7 @@ Status CommitTop(Store* store, uint64_t step, uint32_t count, const std::string&
       for (uint32_t g : missing) {
         bool done = false;
         std::string why;
-        s = CompleteGroup(store, step, count, inc, g, &done, &why);
+        s = CompleteGroup(store, step, count, inc, g, &done, &why, signer);
         if (!s.ok()) return s;
         if (!done) still.push_back(g);
       }
@@ -526,8 +589,9 @@ Status CommitTop(Store* store, uint64_t step, uint32_t count, const std::string&
   }
   std::vector<GroupIndex> index;
   std::vector<uint64_t> hashes, sizes;
+  std::vector<std::string> shas;
   std::vector<Status> statuses;
-  Status s = GetAll(store, keys, ParseGroupIndex, &index, &hashes, &sizes, &statuses);
+  Status s = GetAll(store, keys, ParseGroupIndex, &index, &hashes, &sizes, &shas, &statuses);
   if (!s.ok()) return s;
   for (uint32_t g = 0; g < groups; ++g) {
     if (statuses[g].code() == ErrorCode::kNotFound) {
@@ -553,6 +617,8 @@ Status CommitTop(Store* store, uint64_t step, uint32_t count, const std::string&
       return Status(ErrorCode::kCorruptHeader, store->url() + "/" + keys[g] + " is not group " + std::to_string(g) +
                                                    " of step " + std::to_string(step));
     }
+    s = CheckSigned(signer, gi.signatures, store->url() + "/" + keys[g]);
+    if (!s.ok()) return s;
     if (gi.base_step != kNoStep) {
       if (m.base_step != kNoStep && (m.base_step != gi.base_step || base_incarnation != gi.base_incarnation)) {
         return Status(ErrorCode::kInvalidArgument,
@@ -567,7 +633,7 @@ Status CommitTop(Store* store, uint64_t step, uint32_t count, const std::string&
     m.chain_bytes += gi.chain_bytes;
     m.anchor_bytes += gi.anchor_bytes;
     m.published_at = std::min(m.published_at, gi.published_at);
-    m.groups.push_back({hashes[g], sizes[g], gi.layout_xxh3, gi.layout_size});
+    m.groups.push_back({hashes[g], sizes[g], gi.layout_xxh3, gi.layout_size, shas[g], gi.layout_sha256});
   }
   if (!anchors) m.anchor_bytes = 0;
   m.anchor_step = step;
@@ -581,7 +647,7 @@ Status CommitTop(Store* store, uint64_t step, uint32_t count, const std::string&
       CommitResult sub;
       bool sub_wrote = false;
       if (depth < 16) {
-        s = CommitTop(store, m.base_step, count, base_incarnation, nullptr, depth + 1, &sub, &sub_wrote);
+        s = CommitTop(store, m.base_step, count, base_incarnation, nullptr, depth + 1, signer, &sub, &sub_wrote);
         if (!s.ok()) return s;
       } else {
         sub.pending = "too many uncommitted steps before it";
@@ -610,6 +676,7 @@ Status CommitTop(Store* store, uint64_t step, uint32_t count, const std::string&
                                                        " (a new shard count starts with an anchor step)");
       }
       m.base_root_xxh3 = container::Hash(base_bytes.data(), base_bytes.size());
+      m.base_root_sha256 = DigestHex(Sha256(base_bytes.data(), base_bytes.size()));
       m.run = base.run;
       if (!anchors) m.anchor_step = base.anchor_step;
     } else if (s.code() != ErrorCode::kNotFound) {
@@ -630,7 +697,7 @@ Status CommitTop(Store* store, uint64_t step, uint32_t count, const std::string&
   s = ReadLatest(store, &latest, nullptr);
   if (!s.ok() && s.code() != ErrorCode::kNotFound && s.code() != ErrorCode::kCorruptHeader) return s;
   m.committed_at = Now();
-  const std::string json = RootJson(m);
+  const std::string json = RootJson(m, signer.get());
   // Our own root must pass the rules every puller checks.
   StepManifest check;
   s = ParseRoot(std::vector<uint8_t>(json.begin(), json.end()), RootKey(step), &check);
@@ -646,19 +713,19 @@ Status CommitTop(Store* store, uint64_t step, uint32_t count, const std::string&
 // The step of `ours` once its group is complete, then later steps that waited for it as
 // their base (`ours` null: every group is complete).
 Status CommitFrom(Store* store, uint64_t step, uint32_t count, const std::string& inc, const ShardRecord* ours,
-                  CommitResult* result) {
+                  const Signer& signer, CommitResult* result) {
   *result = CommitResult();
   if (ours != nullptr) {
     bool done = false;
-    Status s = CompleteGroup(store, step, count, inc, GroupOf(ours->shard), &done, &result->pending);
+    Status s = CompleteGroup(store, step, count, inc, GroupOf(ours->shard), &done, &result->pending, signer);
     if (!s.ok() || !done) return s;
   }
   bool wrote = false;
-  Status s = CommitTop(store, step, count, inc, ours, 0, result, &wrote);
+  Status s = CommitTop(store, step, count, inc, ours, 0, signer, result, &wrote);
   if (!s.ok() || !wrote) return s;
   for (uint64_t next = step + 1; next <= kMaxStep && next <= step + 64; ++next) {
     CommitResult later;
-    s = CommitTop(store, next, count, inc, nullptr, 0, &later, &wrote);
+    s = CommitTop(store, next, count, inc, nullptr, 0, signer, &later, &wrote);
     if (!s.ok() || !later.committed) break;
   }
   return Status::Ok();
@@ -666,10 +733,14 @@ Status CommitFrom(Store* store, uint64_t step, uint32_t count, const std::string
 
 }  // namespace
 
-Status CommitStep(Store* store, uint64_t step, uint32_t count, const std::string& incarnation, CommitResult* result) {
+Status CommitStep(Store* store, uint64_t step, uint32_t count, const std::string& incarnation, CommitResult* result,
+                  const std::string& sign_key) {
   *result = CommitResult();
+  Signer signer;
+  Status s = LoadSigner(sign_key, {}, &signer);
+  if (!s.ok()) return s;
   StepManifest root;
-  Status s = ReadRoot(store, step, &root, nullptr);
+  s = ReadRoot(store, step, &root, nullptr);
   if (s.ok()) {
     if (root.count != count) {
       return Status(ErrorCode::kInvalidArgument, "step " + std::to_string(step) + " was committed with " +
@@ -682,10 +753,10 @@ Status CommitStep(Store* store, uint64_t step, uint32_t count, const std::string
   if (s.code() != ErrorCode::kNotFound) return s;
   for (uint32_t g = 0; g < GroupCount(count); ++g) {
     bool done = false;
-    s = CompleteGroup(store, step, count, incarnation, g, &done, &result->pending);
+    s = CompleteGroup(store, step, count, incarnation, g, &done, &result->pending, signer);
     if (!s.ok() || !done) return s;
   }
-  return CommitFrom(store, step, count, incarnation, nullptr, result);
+  return CommitFrom(store, step, count, incarnation, nullptr, signer, result);
 }
 
 Status PublishCheckpoints(Store* store, const PublishOptions& o, const container::Checkpoint& prev,
@@ -724,6 +795,9 @@ Status PublishCheckpoints(Store* store, const PublishOptions& o, const container
     return Status(ErrorCode::kInvalidArgument, "--incarnation needs 1 to 64 of [A-Za-z0-9._-]");
   }
   r.incarnation = o.incarnation;
+  Signer signer;
+  Status loaded = LoadSigner(o.sign_key, o.trust, &signer);
+  if (!loaded.ok()) return loaded;
 
   // The base: the record of this shard this incarnation published for the base step
   // (committed or not; a committer checks that the base it links is that incarnation's),
@@ -787,7 +861,7 @@ Status PublishCheckpoints(Store* store, const PublishOptions& o, const container
     if (!s.ok()) return s;
     report->encode_seconds += Since(t);
     const auto h = std::chrono::steady_clock::now();
-    s = Describe(std::move(source), o.step, o.shard, o.count, kind, &built.back());
+    s = Describe(std::move(source), o.step, o.shard, o.count, kind, signer.get() != nullptr, &built.back());
     if (!s.ok()) return s;
     report->hash_seconds += Since(h);
     (delta ? r.delta : r.anchor) = built.back().ref;
@@ -804,11 +878,12 @@ Status PublishCheckpoints(Store* store, const PublishOptions& o, const container
     r.index.key = IndexKey(r.step, r.shard, r.count, xxh3);
     r.index.size = index.size();
     r.index.xxh3 = xxh3;
+    if (signer.get() != nullptr) r.index.sha256 = DigestHex(Sha256(index.data(), index.size()));
   }
   report->hash_seconds += Since(h);
 
   // What pullers will check, checked before anything is uploaded.
-  const std::string record_json = RecordJson(r);
+  const std::string record_json = RecordJson(r, signer.get());
   ShardRecord check;
   s = ParseRecord(std::vector<uint8_t>(record_json.begin(), record_json.end()), "the record", &check);
   if (!s.ok()) return Status(ErrorCode::kInvalidArgument, "cannot publish: " + s.message());
@@ -860,7 +935,7 @@ Status PublishCheckpoints(Store* store, const PublishOptions& o, const container
 
   const auto c = std::chrono::steady_clock::now();
   CommitResult commit;
-  s = CommitFrom(store, r.step, r.count, r.incarnation, &r, &commit);
+  s = CommitFrom(store, r.step, r.count, r.incarnation, &r, signer, &commit);
   if (!s.ok()) return s;
   report->commit_seconds = Since(c);
   report->committed = commit.committed;

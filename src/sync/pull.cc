@@ -295,11 +295,16 @@ Status ExportSelection(const safetensors::File& rows_file, const Held& held, con
   return out.Close(true);
 }
 
-Status VerifyObject(const Fetched& f, Store* store) {
+Status VerifyObject(const Fetched& f, Store* store, const Trust& trust) {
   std::unique_ptr<container::MappedFile> file;
   Status s = container::MappedFile::Open(f.path, &file);
   if (!s.ok()) return s;
   const std::string name = store->url() + "/" + f.ref.key;
+  if (trust.on() && (f.ref.sha256.empty() || file->size() != f.ref.size ||
+                     DigestHex(Sha256(file->data(), file->size())) != f.ref.sha256)) {
+    return Status(ErrorCode::kUntrusted, name + (f.ref.sha256.empty() ? ": its record names no SHA-256"
+                                                                       : " differs from its record's SHA-256"));
+  }
   if (file->size() != f.ref.size || container::Hash(file->data(), file->size()) != f.ref.xxh3) {
     return Status(ErrorCode::kCorruptChunk, name + " does not match its record (corrupt or truncated)");
   }
@@ -309,7 +314,8 @@ Status VerifyObject(const Fetched& f, Store* store) {
   return s.ok() ? s : Status(s.code(), name + ": " + s.message());
 }
 
-Status FetchWhole(Store* store, const PullOptions& o, std::vector<Fetched>* fetched, PullReport* report) {
+Status FetchWhole(Store* store, const PullOptions& o, const Trust& trust, std::vector<Fetched>* fetched,
+                  PullReport* report) {
   std::mutex mutex;
   Status first;
   const auto start = Clock::now();
@@ -326,7 +332,7 @@ Status FetchWhole(Store* store, const PullOptions& o, std::vector<Fetched>* fetc
   if (!first.ok()) return first;
   const auto verify = Clock::now();
   const Status verify_thrown = TryParallelFor(fetched->size(), WorkerCount(o.run.threads, fetched->size()), [&](size_t i, size_t) {
-    Status s = VerifyObject((*fetched)[i], store);
+    Status s = VerifyObject((*fetched)[i], store, trust);
     std::lock_guard<std::mutex> lock(mutex);
     if (!s.ok() && first.ok()) first = s;
   });
@@ -481,6 +487,7 @@ Status BuildJournal(Store* store, const std::string& dir, const DirState* old, c
   journal->state.store = store->url();
   journal->state.step = final_hop.m.step;
   journal->state.manifest_xxh3 = final_hop.manifest_xxh3;
+  journal->state.run = final_hop.m.run;
   journal->state.selection = select.sel;
   std::set<std::string> names;
   for (size_t k = 0; k < final_hop.m.count; ++k) {
@@ -654,10 +661,27 @@ Status PullLocked(Store* store, const std::string& dir, const PullOptions& o, Av
     return Status(s.code(), s.message() + " (pull --reset rebuilds it from an anchor)");
   }
 
+  Trust trust;
+  s = LoadTrust(o.trust, &trust);
+  if (!s.ok()) return s;
   Hop target;
-  s = ReadTarget(store, o.step, &target, report);
+  s = ReadTarget(store, o.step, &target, report, trust);
   if (!s.ok()) return s;
   const uint64_t step = target.m.step;
+  if (trust.on() && have_state && !o.reset) {
+    // A signed step is still refused where it would take DIR back, or to another run.
+    if (step < state.step) {
+      return Status(ErrorCode::kUntrusted, "step " + std::to_string(step) + " is older than step " +
+                                               std::to_string(state.step) + ", which " + dir +
+                                               " holds: a trusting region never goes back (--reset to rebuild it)");
+    }
+    if (state.run != 0 && target.m.run != state.run) {
+      return Status(ErrorCode::kUntrusted, "step " + std::to_string(step) + " is of run " +
+                                               container::HexU64(target.m.run) + ", not of run " +
+                                               container::HexU64(state.run) + " that " + dir +
+                                               " holds (--reset to take the new run)");
+    }
+  }
 
   // DIR's own files must be what it records before anything is applied onto them.
   if (have_state && !o.reset) {
@@ -678,7 +702,7 @@ Status PullLocked(Store* store, const std::string& dir, const PullOptions& o, Av
   RouteFrom from{state.step, state.manifest_xxh3, static_cast<uint32_t>(state.shards.size())};
   from.only_chain = avoid == Avoid::kAnchor;
   if (from.only_chain && !usable) return Status(ErrorCode::kNotFound, "the directory holds no step on the chain");
-  s = PlanRoute(store, usable ? &from : nullptr, std::move(target), &route, report);
+  s = PlanRoute(store, usable ? &from : nullptr, std::move(target), &route, report, trust);
   LayoutCache layouts;
   if (partial) LoadLayoutCache(dir, &layouts);
   if (s.ok()) s = LoadRoute(store, partial ? &select : nullptr, &layouts, &route, report);
@@ -712,8 +736,8 @@ Status PullLocked(Store* store, const std::string& dir, const PullOptions& o, Av
     // member): a pull of a few shards' tensors reads only those shards' records and objects.
     for (Fetched& f : fetched) f.skipped = !route.touched[f.shard];
   }
-  s = partial ? FetchPieces(store, o.store, UINT64_MAX, &select, &fetched, report, kPrefetchBudget)
-              : FetchWhole(store, o, &fetched, report);
+  s = partial ? FetchPieces(store, o.store, UINT64_MAX, &select, &fetched, report, kPrefetchBudget, trust)
+              : FetchWhole(store, o, trust, &fetched, report);
   if (s.code() == ErrorCode::kNotFound && route.from_dir && !avoid_dir) return Retry(store, dir, o, report);
   if (Damaged(s.code()) && !avoid_dir) return Reroute(store, dir, o, route, s, report);
   if (!s.ok()) return s;

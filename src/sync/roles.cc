@@ -99,6 +99,7 @@ Status Publisher::Publish(uint64_t step, const std::vector<NamedTensor>& tensors
   o.count = p.options.world_size;
   o.anchor_every = p.options.anchor_every;
   o.incarnation = p.options.incarnation.empty() ? sync::DefaultIncarnation() : p.options.incarnation;
+  o.sign_key = p.options.sign_key;
   o.run.threads = p.options.threads;
   o.run.effort = p.options.effort;
   sync::PublishReport report;
@@ -141,6 +142,8 @@ struct Follower::Impl {
   Allocator allocator;
   uint64_t step = kLatestStep;
   uint64_t manifest_xxh3 = 0;  // of the step's root
+  uint64_t run = 0;            // of the step
+  sync::Trust trust;
   sync::LayoutCache layouts;   // kept across steps: a run's layout rarely changes
   std::vector<container::HeldTensors> shards;  // per shard
   std::vector<std::string> order;              // names in shard-then-file order
@@ -159,6 +162,8 @@ Status Follower::Open(const std::string& store_url, const FollowerOptions& optio
   Status s = sync::OpenStore(store_url, impl->store_options, &impl->store);
   if (!s.ok()) return s;
   impl->options = options;
+  s = sync::LoadTrust(options.trusted_keys, &impl->trust);
+  if (!s.ok()) return s;
   impl->select.sel.tensors = options.tensors;
   impl->select.sel.row_begin = options.row_begin;
   impl->select.sel.row_end = options.row_end;
@@ -214,7 +219,7 @@ Status Follower::Impl::ApplyHop(const sync::Hop& hop, const std::vector<bool>& t
     fetched[k].ref = sync::RefOf(hop, k);
     fetched[k].skipped = !touched[k];  // holds no selected tensor: nothing of it is read
   }
-  Status s = sync::FetchHeads(store.get(), store_options, &select, &fetched, report);
+  Status s = sync::FetchHeads(store.get(), store_options, &select, &fetched, report, trust);
   if (!s.ok()) return s;
   for (size_t k = 0; k < hop.m.count; ++k) {
     if (fetched[k].skipped) continue;
@@ -337,6 +342,7 @@ Status Follower::Impl::ApplyHop(const sync::Hop& hop, const std::vector<bool>& t
   result->undo_bytes = std::max(result->undo_bytes, undo_bytes);
   step = hop.m.step;
   manifest_xxh3 = hop.manifest_xxh3;
+  run = hop.m.run;
   result->commit_seconds += Since(commit);
   result->steps.push_back(hop.m.step);
   return Status::Ok();
@@ -349,8 +355,19 @@ Status Follower::Pull(uint64_t step, FollowResult* result) {
   result->from_step = f.step;
   sync::PullReport report;
   sync::Hop target;
-  Status s = sync::ReadTarget(f.store.get(), step == kLatestStep ? sync::kNoStep : step, &target, &report);
+  Status s = sync::ReadTarget(f.store.get(), step == kLatestStep ? sync::kNoStep : step, &target, &report, f.trust);
   if (!s.ok()) return s;
+  if (f.trust.on() && f.step != kLatestStep) {
+    // Signed or not, a trusting follower never goes back, nor to another run.
+    if (target.m.step < f.step) {
+      return Status(ErrorCode::kUntrusted, "step " + std::to_string(target.m.step) + " is older than step " +
+                                               std::to_string(f.step) + ", which the follower holds");
+    }
+    if (target.m.run != f.run) {
+      return Status(ErrorCode::kUntrusted, "step " + std::to_string(target.m.step) + " is of another run than " +
+                                               "the follower's step " + std::to_string(f.step));
+    }
+  }
   result->step = target.m.step;
   result->published_at = target.m.published_at;
   result->committed_at = target.m.committed_at;
@@ -360,7 +377,7 @@ Status Follower::Pull(uint64_t step, FollowResult* result) {
   } else {
     // Plans a route from `held` (null: nothing held), then applies it hop by hop.
     const auto go = [&](const sync::RouteFrom* held, sync::Hop to, sync::Route* route) {
-      Status st = sync::PlanRoute(f.store.get(), held, std::move(to), route, &report);
+      Status st = sync::PlanRoute(f.store.get(), held, std::move(to), route, &report, f.trust);
       if (st.ok()) {
         st = sync::LoadRoute(f.store.get(), f.select.sel.partial() ? &f.select : nullptr, &f.layouts, route, &report);
       }

@@ -31,6 +31,25 @@ Status CheckLayout(const Reader& reader, const std::string& name) {
 
 
 
+Status LoadTrust(const std::vector<std::string>& paths, Trust* trust) {
+  trust->keys.clear();
+  for (const std::string& path : paths) {
+    PublicKey key;
+    Status s = PublicKey::Load(path, &key);
+    if (!s.ok()) return s;
+    trust->keys.push_back(std::move(key));
+  }
+  return Status::Ok();
+}
+
+Status CheckTrusted(const Trust& trust, const StepManifest& root, const std::string& where) {
+  if (!trust.on()) return Status::Ok();
+  std::string keyid;
+  Status s = VerifySigned(root.signatures, trust.keys, where, &keyid);
+  if (!s.ok()) return Status(s.code(), "step " + std::to_string(root.step) + ": " + s.message());
+  return s;
+}
+
 const ObjectRef& RefOf(const Hop& hop, size_t shard) {
   return hop.anchor[shard] ? hop.m.shards[shard].anchor : hop.m.shards[shard].delta;
 }
@@ -41,7 +60,8 @@ uint64_t ChainCost(const StepManifest& m) { return m.chain_bytes; }
 uint64_t AnchorCost(const StepManifest& m) { return m.anchor_bytes; }
 
 
-Status PlanRoute(Store* store, const RouteFrom* state, Hop target, Route* route, PullReport* report) {
+Status PlanRoute(Store* store, const RouteFrom* state, Hop target, Route* route, PullReport* report,
+                 const Trust& trust) {
   const uint64_t S = state != nullptr ? state->step : kNoStep;  // stays set for the cost below
   const bool only_chain = state != nullptr && state->only_chain;
   const uint64_t A = target.m.anchor_step;
@@ -79,6 +99,14 @@ Status PlanRoute(Store* store, const RouteFrom* state, Hop target, Route* route,
     if (s.code() == ErrorCode::kNotFound) break;  // pruned: only what is left can be used
     if (!s.ok()) return s;
     prev.manifest_xxh3 = container::Hash(bytes.data(), bytes.size());
+    if (trust.on()) {
+      s = CheckTrusted(trust, prev.m, store->url() + "/" + RootKey(prev.m.step));
+      if (s.ok() && DigestHex(Sha256(bytes.data(), bytes.size())) != cur.base_root_sha256) {
+        s = Status(ErrorCode::kUntrusted, store->url() + "/" + RootKey(prev.m.step) + " is not the base root step " +
+                                              std::to_string(cur.step) + " names (its SHA-256 differs)");
+      }
+      if (!s.ok()) return s;
+    }
     back.push_back(std::move(prev));
   }
   const StepManifest* anchor = anchor_index != SIZE_MAX ? &back[anchor_index].m : nullptr;
@@ -180,6 +208,20 @@ void RangeSource::Release() {
   std::map<uint64_t, std::vector<uint8_t>>().swap(ranges_);
 }
 
+Status RangeSource::Check(uint64_t offset, uint64_t size, const uint8_t* data) const {
+  if (digests_.empty() || size == 0) return Status::Ok();
+  const auto it = digests_.find(offset);
+  if (it == digests_.end() || it->second.first != size) {
+    return Status(ErrorCode::kUntrusted, key_ + ": bytes " + std::to_string(offset) + "+" + std::to_string(size) +
+                                             " are no range its signed digests name");
+  }
+  if (Sha256(data, size) != it->second.second) {
+    return Status(ErrorCode::kUntrusted, key_ + ": bytes " + std::to_string(offset) + "+" + std::to_string(size) +
+                                             " differ from their signed SHA-256");
+  }
+  return Status::Ok();
+}
+
 Status RangeSource::Read(uint64_t offset, uint64_t size, std::vector<uint8_t>* scratch, const uint8_t** data) const {
   auto it = ranges_.upper_bound(offset);
   if (it != ranges_.begin()) {
@@ -187,7 +229,7 @@ Status RangeSource::Read(uint64_t offset, uint64_t size, std::vector<uint8_t>* s
     if (offset >= it->first && offset - it->first <= it->second.size() &&
         size <= it->second.size() - (offset - it->first)) {
       *data = it->second.data() + (offset - it->first);
-      return Status::Ok();
+      return Check(offset, size, *data);
     }
   }
   if (store_ == nullptr || offset > size_ || size > size_ - offset) {
@@ -195,6 +237,8 @@ Status RangeSource::Read(uint64_t offset, uint64_t size, std::vector<uint8_t>* s
                                             " of a partially fetched container were not fetched");
   }
   Status s = GetGrowing(store_, key_, offset, size, scratch);
+  if (!s.ok()) return s;
+  s = Check(offset, size, scratch->data());
   if (!s.ok()) return s;
   if (report_ != nullptr) {
     static std::mutex mutex;  // several sources may count into one report
@@ -273,7 +317,7 @@ const FileEntry& Fetched::file() const {
 }
 
 Status FetchHeads(Store* store, const StoreOptions& options, Select* select, std::vector<Fetched>* fetched,
-                  PullReport* report) {
+                  PullReport* report, const Trust& trust) {
   std::mutex mutex;
   Status first;
   const auto start = Clock::now();
@@ -283,21 +327,51 @@ Status FetchHeads(Store* store, const StoreOptions& options, Select* select, std
     if (f.skipped) return;
     std::vector<uint8_t> head;
     Status s = GetGrowing(store, f.ref.key, 0, f.ref.head_size, &head);
+    const std::string name = store->url() + "/" + f.ref.key;
+    if (s.ok() && trust.on() && f.ref.head_sha256.empty()) {
+      s = Status(ErrorCode::kUntrusted, name + ": its record names no SHA-256 (not a signed record)");
+    }
+    if (s.ok() && !f.ref.head_sha256.empty() && DigestHex(Sha256(head.data(), head.size())) != f.ref.head_sha256) {
+      s = Status(ErrorCode::kUntrusted, name + ": its header or manifest differs from its record's SHA-256");
+    }
     if (s.ok() && container::Hash(head.data(), head.size()) != f.ref.head_xxh3) {
-      s = Status(ErrorCode::kCorruptChunk, store->url() + "/" + f.ref.key +
-                                               ": its header or manifest does not match its record");
+      s = Status(ErrorCode::kCorruptChunk, name + ": its header or manifest does not match its record");
+    }
+    std::vector<uint8_t> sums;
+    if (s.ok() && trust.on()) {
+      // The digest of every range of its data section, itself named by the record.
+      s = store->Get(SumsKey(f.ref.key), std::min(f.ref.sums_size, kMaxDocumentBytes), &sums, nullptr);
+      if (s.ok() && (sums.size() != f.ref.sums_size || DigestHex(Sha256(sums.data(), sums.size())) != f.ref.sums_sha256)) {
+        s = Status(ErrorCode::kUntrusted, store->url() + "/" + SumsKey(f.ref.key) +
+                                              " differs from its record's SHA-256");
+      }
     }
     if (s.ok()) {
       auto source = std::make_unique<RangeSource>(f.ref.size, store, f.ref.key, report);
+      const uint64_t head_size = head.size();
       source->Add(0, std::move(head));
       f.source = source.get();
       s = Reader::Open(std::move(source), &f.reader);
-      if (s.ok()) s = CheckLayout(f.reader, store->url() + "/" + f.ref.key);
-      if (!s.ok()) s = Status(s.code(), store->url() + "/" + f.ref.key + ": " + s.message());
+      if (s.ok()) s = CheckLayout(f.reader, name);
+      if (s.ok() && trust.on()) {
+        const auto ranges = StoredRanges(f.reader.manifest());
+        if (ranges.size() * 32 != sums.size()) {
+          s = Status(ErrorCode::kUntrusted, name + ": its signed piece digests do not list its pieces");
+        } else {
+          std::map<uint64_t, std::pair<uint64_t, Digest>> digests;
+          for (size_t r = 0; r < ranges.size(); ++r) {
+            Digest d;
+            std::copy(sums.begin() + 32 * r, sums.begin() + 32 * (r + 1), d.begin());
+            digests[head_size + ranges[r].first] = {ranges[r].second, d};
+          }
+          f.source->SetDigests(std::move(digests));
+        }
+      }
+      if (!s.ok()) s = Status(s.code(), name + ": " + s.message());
     }
     std::lock_guard<std::mutex> lock(mutex);
-    report->requests += 1;
-    report->fetched_bytes += f.ref.head_size;
+    report->requests += 1 + (trust.on() ? 1 : 0);
+    report->fetched_bytes += f.ref.head_size + sums.size();
     if (!s.ok() && first.ok()) first = s;
   });
   if (!thrown.ok()) return thrown;
@@ -363,8 +437,8 @@ Status FetchRanges(Store* store, const StoreOptions& options, uint64_t prefetch_
 }
 
 Status FetchPieces(Store* store, const StoreOptions& options, uint64_t prefetch_limit, Select* select,
-                   std::vector<Fetched>* fetched, PullReport* report, uint64_t budget) {
-  Status s = FetchHeads(store, options, select, fetched, report);
+                   std::vector<Fetched>* fetched, PullReport* report, uint64_t budget, const Trust& trust) {
+  Status s = FetchHeads(store, options, select, fetched, report, trust);
   if (!s.ok()) return s;
   std::vector<size_t> all(fetched->size());
   for (size_t i = 0; i < all.size(); ++i) all[i] = i;
@@ -372,7 +446,7 @@ Status FetchPieces(Store* store, const StoreOptions& options, uint64_t prefetch_
 }
 
 
-Status ReadTarget(Store* store, uint64_t step, Hop* target, PullReport* report) {
+Status ReadTarget(Store* store, uint64_t step, Hop* target, PullReport* report, const Trust& trust) {
   const bool latest = step == kNoStep;
   if (latest) {
     Status s = ReadLatest(store, &step, nullptr);
@@ -397,6 +471,8 @@ Status ReadTarget(Store* store, uint64_t step, Hop* target, PullReport* report) 
     const Status latest_status = ReadLatest(store, &ignored, nullptr);
     if (latest_status.code() == ErrorCode::kUnsupportedVersion) return latest_status;
   }
+  if (!s.ok()) return s;
+  s = CheckTrusted(trust, target->m, store->url() + "/" + RootKey(step));
   if (!s.ok()) return s;
   target->manifest_xxh3 = container::Hash(bytes.data(), bytes.size());
   report->to_step = step;

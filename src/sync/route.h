@@ -19,6 +19,18 @@
 namespace arc_v3 {
 namespace sync {
 
+// What a reader trusts (Part 3, "Signed steps"): no key, and steps are taken
+// unauthenticated; else every root on a route must be signed by one of `keys`, and every
+// document and byte it names must have the SHA-256 the signed documents give.
+struct Trust {
+  std::vector<PublicKey> keys;
+  bool on() const { return !keys.empty(); }
+};
+// Loads PEM public keys (kInvalidArgument naming a file that is not one).
+Status LoadTrust(const std::vector<std::string>& paths, Trust* trust);
+// Under trust: the root of `hop` signed by a trusted key (kUntrusted otherwise).
+Status CheckTrusted(const Trust& trust, const StepManifest& root, const std::string& where);
+
 // Ranges of a partial pull closer than this are fetched as one request.
 constexpr uint64_t kMergeGap = uint64_t{256} << 10;
 
@@ -53,7 +65,9 @@ struct RouteFrom {
 
 // Walks the chain back from `target` and picks the cheaper of: the deltas after `from`
 // (null: none held), or the target's anchor and the deltas after it.
-Status PlanRoute(Store* store, const RouteFrom* from, Hop target, Route* route, PullReport* report);
+// Under trust every root read on the way must be signed and link to the next by SHA-256.
+Status PlanRoute(Store* store, const RouteFrom* from, Hop target, Route* route, PullReport* report,
+                 const Trust& trust = Trust());
 
 // An error that a damaged document or object of a route gives: the other route may do.
 inline bool Damaged(ErrorCode code) {
@@ -76,7 +90,7 @@ struct Select;
 Status LoadRoute(Store* store, const Select* select, LayoutCache* layouts, Route* route, PullReport* report);
 
 // Reads the root of `step` (kNoStep: the latest, probing past the pointer).
-Status ReadTarget(Store* store, uint64_t step, Hop* target, PullReport* report);
+Status ReadTarget(Store* store, uint64_t step, Hop* target, PullReport* report, const Trust& trust = Trust());
 
 // A container of which some byte ranges were fetched ahead; other reads go to the store
 // (counted in `report`), or fail (kInternal) without one.
@@ -85,6 +99,9 @@ class RangeSource : public container::ByteSource {
   RangeSource(uint64_t size, Store* store, std::string key, PullReport* report);
   uint64_t size() const override { return size_; }
   void Add(uint64_t offset, std::vector<uint8_t> bytes);
+  // From now on every read of a data range must be one these name, of this SHA-256
+  // (offset -> size, digest; kUntrusted otherwise).
+  void SetDigests(std::map<uint64_t, std::pair<uint64_t, Digest>> digests) { digests_ = std::move(digests); }
   // Drops every range fetched ahead: later reads fetch what they need.
   void Release();
   Status Read(uint64_t offset, uint64_t size, std::vector<uint8_t>* scratch, const uint8_t** data) const override;
@@ -95,6 +112,8 @@ class RangeSource : public container::ByteSource {
   std::string key_;
   PullReport* report_;
   std::map<uint64_t, std::vector<uint8_t>> ranges_;
+  std::map<uint64_t, std::pair<uint64_t, Digest>> digests_;
+  Status Check(uint64_t offset, uint64_t size, const uint8_t* data) const;
 };
 
 // A pull's selection of tensors and rows, compiled.
@@ -143,8 +162,10 @@ Status CheckLayout(const container::Reader& reader, const std::string& name);
 
 // Fetches each container's head (checked against its ObjectRef) and opens its reader;
 // then marks the shards whose small tensors a selected group needs (Select::keep_small).
+// Under trust, each container's head must have its record's SHA-256, and its pieces are
+// read only against its sums object's digests (RangeSource::SetDigests).
 Status FetchHeads(Store* store, const StoreOptions& options, Select* select, std::vector<Fetched>* fetched,
-                  PullReport* report);
+                  PullReport* report, const Trust& trust = Trust());
 // The bytes of one opened container that `select` needs.
 uint64_t NeededBytes(const Fetched& f, const Select& select);
 // Fetches ahead the pieces `select` needs of the opened containers `objects` (neighbours
@@ -156,7 +177,8 @@ Status FetchRanges(Store* store, const StoreOptions& options, uint64_t prefetch_
                    PullReport* report);
 // FetchHeads, then FetchRanges of every object.
 Status FetchPieces(Store* store, const StoreOptions& options, uint64_t prefetch_limit, Select* select,
-                   std::vector<Fetched>* fetched, PullReport* report, uint64_t budget = UINT64_MAX);
+                   std::vector<Fetched>* fetched, PullReport* report, uint64_t budget = UINT64_MAX,
+                   const Trust& trust = Trust());
 
 }  // namespace sync
 }  // namespace arc_v3

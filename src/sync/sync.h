@@ -41,6 +41,11 @@ struct PublishOptions {
   bool no_index = false;  // carry none
   std::string work_dir;  // where containers are written before upload ("": $TMPDIR or /tmp)
   container::RunOptions run;  // threads, effort
+  // A PEM Ed25519 private key ("": none): the shard signs its record, and a completer
+  // signs the group indexes and the root it writes, after checking that the records (and
+  // group indexes) it read are signed by this key or one of `trust` (Part 3, "Signed steps").
+  std::string sign_key;
+  std::vector<std::string> trust;  // PEM public keys whose signed records a completer takes too
 };
 
 // The incarnation a publisher names when not told: $ARC_V3_INCARNATION, else
@@ -82,8 +87,9 @@ struct CommitResult {
 // base step is committed (committing the base first when it can): completes each group,
 // then writes the step root. Racing committers write one root: the first wins, the others
 // find it. Then moves `latest` forward.
+// `sign_key`: as PublishOptions::sign_key.
 Status CommitStep(Store* store, uint64_t step, uint32_t count, const std::string& incarnation,
-                  CommitResult* result);
+                  CommitResult* result, const std::string& sign_key = "");
 
 struct PullOptions {
   uint64_t step = kNoStep;  // kNoStep: the latest
@@ -96,6 +102,11 @@ struct PullOptions {
   // Take a DIR that holds files but was never pulled into (kAlreadyExists otherwise):
   // files of the step's names are replaced, others left alone.
   bool force = false;
+  // PEM public keys of the trainers a region trusts (Part 3, "Signed steps"); none: steps
+  // are taken unauthenticated. With keys, a step that is unsigned, signed by another key,
+  // differs from a signed digest, is older than DIR's or of another run is kUntrusted,
+  // found before anything is decoded (older and other-run steps are taken with `reset`).
+  std::vector<std::string> trust;
   container::RunOptions run;
   StoreOptions store;
   // Test hooks. `hook` is called at "planned" (the route is chosen, nothing fetched),

@@ -198,6 +198,14 @@ elif cmd == "record":  # RECORD KEY SIZE: a shard record naming object KEY of SI
     found = [r[kind] for kind in ("delta", "anchor") if r.get(kind) and r[kind]["key"] == args[1]]
     check(found, "the record does not name " + args[1])
     check(found[0]["size"] == int(args[2]), "the record says %d bytes, the object has %s" % (found[0]["size"], args[2]))
+elif cmd == "unsign":  # ROOT_ENVELOPE OUT: a signed root made a valid unsigned one, as an attacker would
+    import base64
+    e = load(args[0])
+    check(set(e) == {"payload", "payloadType", "signatures"}, "not a DSSE envelope: " + args[0])
+    root = json.loads(base64.b64decode(e["payload"]))
+    root.pop("base_root_sha256")
+    root["groups"] = [[g[0], g[1], g[3], g[4]] for g in root["groups"]]
+    open(args[1], "w").write(json.dumps(root) + "\n")
 else:
     sys.exit("unknown command " + cmd)
 EOF
@@ -431,6 +439,73 @@ run_store() {
   echo "PASS [$KIND]: follow ($lines lines), pulls, partial pulls (w1 rows: $part_fetched, norm.1: $part2_fetched of $all_objects bytes), log, exit codes, prune$([ "$KIND" = dir ] && echo ", follow around a damaged delta")$([ "$is_s3" = 1 ] && echo ", awscli")"
 }
 
+# run_signed KIND STORE: the README's three commands with keys (keygen, publish
+# --sign-key, pull/follow --trust), log --verify, and an attacker with the bucket's
+# credentials (arc_v3 itself, and awscli or plain files) that a trusting region refuses.
+run_signed() {
+  KIND="$1-signed"
+  local S="$2" W="$T/$1-signed" get put
+  mkdir -p "$W"
+  expect_rc 0 "$CLI" keygen "$W/trainer.key"
+  grep -q "key id [0-9a-f]\{64\}" out.txt || fail "keygen: $(cat out.txt)"
+  [ "$(stat -c %a "$W/trainer.key")" = 600 ] || fail "the private key is not mode 0600"
+  expect_rc 7 "$CLI" keygen "$W/trainer.key"
+  expect_rc 0 "$CLI" keygen "$W/evil.key" --json
+  # Shard 0 names its key on the command line, shard 1 through the environment.
+  local step k
+  for step in 0 1 2; do
+    for k in 0 1; do
+      local prev=() key=(--sign-key "$W/trainer.key")
+      [ "$step" -gt 0 ] && prev=(--prev "data/step$((step - 1))/${FILES[$k]}")
+      [ "$k" = 1 ] && key=()
+      ARC_V3_SIGN_KEY="$W/trainer.key" expect_rc 0 "$CLI" publish "$S" --step "$step" \
+        --next "data/step$step/${FILES[$k]}" "${prev[@]}" --shard "$k/2" "${key[@]}" -q
+    done
+  done
+  expect_rc 0 "$CLI" pull "$S" "$W/R" --step 1 --trust "$W/trainer.key.pub"
+  same_step "$W/R" 1 "trusting pull"
+  expect_rc 0 timeout 60 "$CLI" follow "$S" "$W/R" --interval 0.2 --until 2 --trust "$W/trainer.key.pub" -q
+  same_step "$W/R" 2 "trusting follow"
+  ! grep -q "not authenticated" err.txt || fail "a trusting follow says steps are not authenticated"
+  expect_rc 0 timeout 60 "$CLI" follow "$S" "$W/Plain" --interval 0.2 --until 2 -q
+  grep -q "steps are not authenticated" err.txt || fail "follow without --trust says nothing: $(cat err.txt)"
+  expect_rc 0 "$CLI" log "$S" --verify --trust "$W/trainer.key.pub"
+  [ "$(grep -c ' verified (key ' out.txt)" = 3 ] || fail "log --verify: $(cat out.txt)"
+  expect_rc 8 "$CLI" log "$S" --verify --trust "$W/evil.key.pub"
+  grep -q "NOT verified" out.txt || fail "log --verify with another key: $(cat out.txt)"
+  # The attacker publishes its own step 3 (signed by its key, then unsigned): refused,
+  # exit 8, DIR unchanged.
+  local before
+  before="$(cd "$W/R" && find . -type f ! -name lock -exec sha256sum {} + | sort)"
+  for k in 0 1; do
+    expect_rc 0 "$CLI" publish "$S" --step 3 --next "data/step3/${FILES[$k]}" --shard "$k/2" \
+      --incarnation evil --sign-key "$W/evil.key" -q
+  done
+  expect_rc 8 "$CLI" pull "$S" "$W/R" --trust "$W/trainer.key.pub" --json
+  [ "$(tool get out.txt error)" = untrusted ] || fail "pull of the attacker's step: $(cat out.txt)"
+  [ "$(cd "$W/R" && find . -type f ! -name lock -exec sha256sum {} + | sort)" = "$before" ] ||
+    fail "a refused pull changed DIR"
+  # ... and the trainer's step 2 rewritten as an unsigned root of the same contents, by
+  # another client: a new trusting region refuses it (exit 8, nothing left), an
+  # untrusting one takes it.
+  if [ "$1" = s3 ]; then
+    [ -x "$AWS" ] || { echo "SKIP: no $AWS: the signed store's awscli attack"; return; }
+    get=("$AWS" --endpoint-url "$AWS_ENDPOINT_URL" s3 cp --quiet "$S/steps/000000000002.json")
+    put=("$AWS" --endpoint-url "$AWS_ENDPOINT_URL" s3 cp --quiet "$W/plain.json" "$S/steps/000000000002.json")
+  else
+    get=(cp "$S/steps/000000000002.json")
+    put=(cp "$W/plain.json" "$S/steps/000000000002.json")
+  fi
+  "${get[@]}" "$W/root2.json" || fail "reading the root of step 2"
+  tool unsign "$W/root2.json" "$W/plain.json"
+  "${put[@]}" || fail "rewriting the root of step 2"
+  expect_rc 8 "$CLI" pull "$S" "$W/New" --step 2 --trust "$W/trainer.key.pub"
+  grep -q "not signed" err.txt || fail "an unsigned root: $(cat err.txt)"
+  [ ! -e "$W/New" ] || fail "a refused first pull left $W/New"
+  expect_rc 0 "$CLI" pull "$S" "$W/Unauthenticated" --step 2
+  echo "PASS [$KIND]: keygen, signed publish, trusting pull and follow, log --verify, the attacker's steps refused"
+}
+
 # 7. A read-only http(s):// store: a short run published through S3 to the public bucket
 #    is followed and pulled over plain HTTP without credentials. An anonymous reader gets
 #    HTTP 403 for a key that does not exist (it may not list the bucket): the follower,
@@ -485,6 +560,7 @@ fi
 expect_rc 6 "$CLI" pull "$T/dirstore" "$T/nothing"
 grep -q "store directory '.*dirstore' does not exist" err.txt || fail "a missing store: $(cat err.txt)"
 run_store dir "$T/dirstore"
+run_signed dir "$T/signed-dirstore"
 
 if [ -z "${ARC_V3_TEST_S3:-}" ]; then
   echo "SKIP: no S3 server (ARC_V3_TEST_S3 unset)"
@@ -492,6 +568,8 @@ else
   PREFIX="$ARC_V3_TEST_S3/cli-test-$$-$RANDOM"
   S3_PREFIXES+=("$PREFIX")
   run_store s3 "$PREFIX"
+  run_signed s3 "$PREFIX-signed"
+  S3_PREFIXES+=("$PREFIX-signed")
   if [ -n "${ARC_V3_TEST_PUBLIC_S3:-}" ] && [ -n "${ARC_V3_TEST_PUBLIC_HTTP:-}" ]; then
     run_http
   elif [ "$REQUIRE_S3" = 1 ]; then

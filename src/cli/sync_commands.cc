@@ -123,6 +123,13 @@ SyncCommands::SyncCommands(CLI::App* app) {
   publish_->add_flag("--no-index", no_index_, "Carry no index file");
   publish_->add_option("--work-dir", work_dir_, "Where containers are written before upload (default $TMPDIR)");
   publish_->add_option("-e,--effort", effort_, "arc_v3 codec effort 0..3 (default 1)")->check(CLI::Range(0, 3));
+  publish_->add_option("--sign-key", sign_key_,
+                        "Sign the step with this Ed25519 private key (`arc_v3 keygen`; default\n"
+                        "$ARC_V3_SIGN_KEY): every shard of the run holds it")
+      ->envname("ARC_V3_SIGN_KEY");
+  publish_->add_option("--trust", trust_,
+                       "A completer also takes records signed by this public key (a key rotated\n"
+                       "mid-step; repeatable)");
   publish_->add_option("--format", format_,
                        "Payload format of BF16 deltas: arc_v3 (default) or arc_v3_published (ARCv3 as\n"
                        "published: XOR fields and a zstd/lz4 race; smaller tensors are not grouped)")
@@ -147,6 +154,11 @@ SyncCommands::SyncCommands(CLI::App* app) {
                   "Pull into a DIR that holds other files (refused otherwise): files of the\n"
                   "step's names are replaced, others left alone");
   pull_->add_flag("--no-sync", no_sync_, "Skip fsync (benchmarks only: not crash-safe)");
+  pull_->add_option("--trust", trust_,
+                    "Take only steps signed by this public key (repeatable: a rotation), every byte\n"
+                    "checked against its signed SHA-256, never an older step or another run than DIR's\n"
+                    "(--reset takes them); else exit 8, DIR unchanged")
+      ->envname("ARC_V3_TRUST");
   common(pull_, true);
 
   follow_ = app->add_subcommand(
@@ -162,13 +174,27 @@ SyncCommands::SyncCommands(CLI::App* app) {
   follow_->add_option("--rows", rows_, "As pull --rows");
   follow_->add_flag("--no-sync", no_sync_, "Skip fsync (benchmarks only: not crash-safe)");
   follow_->add_flag("-f,--force", force_, "As pull --force");
+  follow_->add_option("--trust", trust_, "As pull --trust (without it, steps are not authenticated)")
+      ->envname("ARC_V3_TRUST");
   follow_->add_option("--max-failures", max_failures_, "Give up after this many failed polls in a row (default 10)")
       ->check(CLI::PositiveNumber);
   common(follow_, true);
 
   log_ = app->add_subcommand("log", "The store's steps: base, anchors, bytes per step and shard");
   log_->add_option("STORE", store_, "s3:// or directory store (http(s):// cannot list)")->required();
+  log_->add_flag("--verify", verify_,
+                 "Say of each committed step whether it verifies against --trust: its root's\n"
+                 "signature and the SHA-256 of every document it names (exit 8 if one does not)");
+  log_->add_option("--trust", trust_, "A trusted public key (repeatable)")->envname("ARC_V3_TRUST");
   common(log_, false);
+
+  keygen_ = app->add_subcommand(
+      "keygen",
+      "Write a new Ed25519 key pair for signed steps: KEY (the private key, mode 0600, for\n"
+      "publish --sign-key) and KEY.pub (for pull/follow --trust). PEM files, as `openssl\n"
+      "genpkey -algorithm ed25519` writes; neither may exist.");
+  keygen_->add_option("KEY", key_path_, "The private key's path")->required();
+  keygen_->add_flag("--json", json_, "Print a JSON summary on stdout instead of text");
 
   prune_ = app->add_subcommand(
       "prune",
@@ -185,7 +211,8 @@ SyncCommands::SyncCommands(CLI::App* app) {
 }
 
 bool SyncCommands::parsed() const {
-  return publish_->parsed() || pull_->parsed() || follow_->parsed() || log_->parsed() || prune_->parsed();
+  return publish_->parsed() || pull_->parsed() || follow_->parsed() || log_->parsed() || prune_->parsed() ||
+         keygen_->parsed();
 }
 
 int SyncCommands::Run() {
@@ -193,7 +220,22 @@ int SyncCommands::Run() {
                      : pull_->parsed()  ? "pull"
                      : follow_->parsed() ? "follow"
                      : log_->parsed()   ? "log"
+                     : keygen_->parsed() ? "keygen"
                                         : "prune";
+  if (keygen_->parsed()) {
+    std::string id;
+    const Status s = sync::GenerateKey(key_path_, &id);
+    if (!s.ok()) return Fail(name, json_, s);
+    if (json_) {
+      std::cout << Json{{"command", "keygen"}, {"ok", true}, {"private_key", key_path_},
+                        {"public_key", key_path_ + ".pub"}, {"key_id", id}}.dump(2)
+                << std::endl;
+    } else {
+      std::printf("keygen: wrote %s (private: keep it with the trainer) and %s.pub (for --trust); key id %s\n",
+                  key_path_.c_str(), key_path_.c_str(), id.c_str());
+    }
+    return kExitOk;
+  }
   sync::StoreOptions store_options;
   store_options.attempts = retries_;
   store_options.connections = connections_;
@@ -229,6 +271,8 @@ int SyncCommands::Run() {
     o.work_dir = work_dir_;
     o.run = run;
     o.run.format = format_ == "arc_v3_published" ? Format::kArcV3 : Format::kDefault;
+    o.sign_key = sign_key_;
+    o.trust = trust_;
     sync::PublishReport r;
     s = sync::Publish(store.get(), o, &r);
     if (!s.ok()) return Fail(name, json_, s);
@@ -276,6 +320,7 @@ int SyncCommands::Run() {
   }
 
   pull.force = force_;
+  pull.trust = trust_;
   if (pull_->parsed()) {
     pull.step = step_;
     pull.reset = reset_;
@@ -296,6 +341,10 @@ int SyncCommands::Run() {
     sync::DirectoryStep(dir_, &held);
     int failures = 0;
     bool warned = false;
+    if (trust_.empty()) {
+      std::fprintf(stderr, "arc_v3 follow: steps are not authenticated (no --trust): whoever can write to %s "
+                           "chooses what %s holds\n", store_.c_str(), dir_.c_str());
+    }
     for (;;) {
       if (until_ != UINT64_MAX && held != sync::kNoStep && held >= until_) return kExitOk;
       std::vector<uint8_t> bytes;
@@ -357,6 +406,31 @@ int SyncCommands::Run() {
       if (until_ != UINT64_MAX && held != sync::kNoStep && held >= until_) return kExitOk;
       std::this_thread::sleep_for(std::chrono::duration<double>(interval_));
     }
+  }
+
+  if (log_->parsed() && verify_) {
+    std::vector<sync::StepVerdict> verdicts;
+    s = sync::VerifySteps(store.get(), trust_, &verdicts);
+    if (!s.ok()) return Fail(name, json_, s);
+    bool all = true;
+    Json list = Json::array();
+    for (const sync::StepVerdict& v : verdicts) {
+      all = all && v.status.ok();
+      if (json_) {
+        list.push_back({{"step", v.step}, {"verified", v.status.ok()},
+                        {"key_id", v.status.ok() ? Json(v.keyid) : Json(nullptr)},
+                        {"error", v.status.ok() ? Json(nullptr) : Json(ErrorName(v.status.code()))},
+                        {"message", v.status.ok() ? Json(nullptr) : Json(v.status.message())}});
+      } else if (!quiet_) {
+        if (v.status.ok()) {
+          std::printf("%12" PRIu64 " verified (key %s)\n", v.step, v.keyid.c_str());
+        } else {
+          std::printf("%12" PRIu64 " NOT verified: %s\n", v.step, v.status.ToString().c_str());
+        }
+      }
+    }
+    if (json_) std::cout << list.dump(2) << std::endl;
+    return all ? kExitOk : ExitCodeFor(Status(ErrorCode::kUntrusted, ""));
   }
 
   if (log_->parsed()) {

@@ -1,4 +1,4 @@
-// The arc_v3 command's sync subcommands (publish, pull, follow, log, prune) over the sync
+// The arc_v3 command's sync subcommands (publish, pull, follow, log, prune, keygen) over the sync
 // layer of src/sync/.
 #ifndef ARC_V3_SRC_CLI_SYNC_COMMANDS_H_
 #define ARC_V3_SRC_CLI_SYNC_COMMANDS_H_
@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace arc_v3 {
 
@@ -19,7 +20,7 @@ class SyncCommands {
   int Run();
 
  private:
-  CLI::App *publish_, *pull_, *follow_, *log_, *prune_;
+  CLI::App *publish_, *pull_, *follow_, *log_, *prune_, *keygen_;
   std::string store_, dir_, next_, prev_, shard_ = "0/1", incarnation_, work_dir_, tensors_, rows_, format_ = "arc_v3", index_;
   uint64_t step_ = UINT64_MAX, base_step_ = UINT64_MAX, anchor_every_ = 10, until_ = UINT64_MAX;
   double interval_ = 2;
@@ -27,7 +28,9 @@ class SyncCommands {
   uint32_t keep_anchors_ = 2;
   std::string min_age_ = "0";
   bool json_ = false, quiet_ = false, reset_ = false, dry_run_ = false, no_sync_ = false, force_ = false;
-  bool no_index_ = false;
+  bool no_index_ = false, verify_ = false;
+  std::string sign_key_, key_path_;
+  std::vector<std::string> trust_;
 };
 
 }  // namespace arc_v3

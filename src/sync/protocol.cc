@@ -710,7 +710,7 @@ Status LoadShards(Store* store, StepManifest* m, const std::vector<bool>* want, 
       if (gi.step != m->step || gi.count != m->count || gi.incarnation != m->incarnation || gi.group != g) {
         s = Status(ErrorCode::kCorruptHeader, where + " is not group " + std::to_string(g) + " of this step");
       } else if (gi.layout_xxh3 != m->groups[g].layout_xxh3 || gi.layout_size != m->groups[g].layout_size ||
-                 gi.layout_sha256 != m->groups[g].layout_sha256) {
+                 (!m->groups[g].layout_sha256.empty() && gi.layout_sha256 != m->groups[g].layout_sha256)) {
         s = Status(ErrorCode::kCorruptHeader, where + " names another layout than its root");
       } else if (gi.base_step != kNoStep && gi.base_step != m->base_step && !gi.anchors) {
         s = Status(ErrorCode::kCorruptHeader, where + ".base_step differs from the step's");

@@ -153,6 +153,23 @@ struct StepListing {
 // `load_records`, each committed step's records too (else its root only).
 Status ListSteps(Store* store, std::vector<StepListing>* steps, bool load_records = true);
 
+// What `log --verify` says of a committed step: verified (by the key `keyid`), or why not.
+struct StepVerdict {
+  uint64_t step = 0;
+  Status status;
+  std::string keyid;
+};
+// Checks every committed step's documents as a trusting region would (Part 3, "Signed
+// steps"): its root signed by one of `trust` (PEM public key files), its group indexes,
+// layouts and records of their signed SHA-256, each record naming its objects by SHA-256,
+// and its link to its base root. Objects are not downloaded (a pull checks them). An
+// error naming a key file is returned; a step that fails is a verdict.
+Status VerifySteps(Store* store, const std::vector<std::string>& trust, std::vector<StepVerdict>* verdicts);
+
+// Writes a new Ed25519 key pair: `path` (private, mode 0600) and `path`.pub (neither may
+// exist: kAlreadyExists); `key_id` gets the id signatures name.
+Status GenerateKey(const std::string& path, std::string* key_id);
+
 struct PruneReport {
   uint64_t keep_from = kNoStep;  // steps before it were deleted (kNoStep: nothing to prune)
   std::vector<uint64_t> deleted_steps;

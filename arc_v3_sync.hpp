@@ -174,6 +174,12 @@ class Follower {
   std::unique_ptr<Impl> impl_;
 };
 
+// Writes a new Ed25519 key pair for signed steps: `path`, the private key (mode 0600, for
+// PublisherOptions::sign_key) and `path`.pub (for FollowerOptions::trusted_keys), PEM files
+// as `openssl genpkey -algorithm ed25519` writes. Neither may exist (kAlreadyExists).
+// `key_id` gets the id signatures name.
+Status GenerateSigningKey(const std::string& path, std::string* key_id);
+
 }  // namespace arc_v3
 
 #endif  // ARC_V3_SYNC_HPP_5820417396

@@ -610,7 +610,7 @@ class PyPublisher {
  public:
   PyPublisher(const std::string& store, uint32_t rank, uint32_t world_size, uint64_t anchor_every, int effort,
               int threads, const std::string& file_name, int retries, int connections,
-              const std::string& incarnation) {
+              const std::string& incarnation, const std::string& sign_key) {
     arc_v3::PublisherOptions o;
     o.rank = rank;
     o.world_size = world_size;
@@ -619,6 +619,7 @@ class PyPublisher {
     o.threads = threads;
     o.file_name = file_name;
     o.incarnation = incarnation;
+    o.sign_key = sign_key;
     o.store = Settings(retries, connections);
     const arc_v3::Status status = arc_v3::Publisher::Open(store, o, &publisher_);
     if (!status.ok()) throw CodecError{status};
@@ -660,9 +661,10 @@ class PyPublisher {
 class PyFollower {
  public:
   PyFollower(const std::string& store, const std::string& tensors, uint64_t row_begin, uint64_t row_end, int threads,
-             int retries, int connections, py::object allocate)
+             int retries, int connections, const std::vector<std::string>& trusted_keys, py::object allocate)
       : allocate_(std::move(allocate)) {
     arc_v3::FollowerOptions o;
+    o.trusted_keys = trusted_keys;
     o.tensors = tensors;
     o.row_begin = row_begin;
     o.row_end = row_end;
@@ -787,19 +789,29 @@ PYBIND11_MODULE(_arc_v3, m) {
   m.def("dicts_diff", &DictsDiff, py::arg("prev"), py::arg("next"), py::arg("format"), py::arg("effort"),
         py::arg("threads"));
   m.def("dicts_apply", &DictsApply, py::arg("prev"), py::arg("delta"), py::arg("allocate"), py::arg("threads"));
+  m.def(
+      "keygen",
+      [](const std::string& path) {
+        std::string id;
+        const arc_v3::Status status = arc_v3::GenerateSigningKey(path, &id);
+        if (!status.ok()) throw CodecError{status};
+        return id;
+      },
+      py::arg("path"));
   py::class_<PyPublisher>(m, "Publisher")
       .def(py::init<const std::string&, uint32_t, uint32_t, uint64_t, int, int, const std::string&, int, int,
-                    const std::string&>(),
+                    const std::string&, const std::string&>(),
            py::arg("store"), py::arg("rank"), py::arg("world_size"), py::arg("anchor_every"), py::arg("effort"),
            py::arg("threads"), py::arg("file_name"), py::arg("retries"), py::arg("connections"),
-           py::arg("incarnation"))
+           py::arg("incarnation"), py::arg("sign_key"))
       .def("publish", &PyPublisher::Publish, py::arg("step"), py::arg("tensors"))
       .def_property_readonly("last_step", &PyPublisher::last_step)
       .def_property_readonly("held_bytes", &PyPublisher::held_bytes);
   py::class_<PyFollower>(m, "Follower")
-      .def(py::init<const std::string&, const std::string&, uint64_t, uint64_t, int, int, int, py::object>(),
+      .def(py::init<const std::string&, const std::string&, uint64_t, uint64_t, int, int, int,
+                    const std::vector<std::string>&, py::object>(),
            py::arg("store"), py::arg("tensors"), py::arg("row_begin"), py::arg("row_end"), py::arg("threads"),
-           py::arg("retries"), py::arg("connections"), py::arg("allocate"))
+           py::arg("retries"), py::arg("connections"), py::arg("trusted_keys"), py::arg("allocate"))
       .def("pull", &PyFollower::Pull, py::arg("step"))
       .def_property_readonly("step", &PyFollower::step)
       .def("tensors", &PyFollower::tensors);

@@ -28,13 +28,14 @@ applied the step's changes (about 10 bytes per changed value) and one decoded pi
 most 2^21 values) per thread; an anchor is read piece by piece.
 """
 
+import os
 import sys
 
 import numpy as np
 
 from arc_v3 import _arc_v3 as _ext
 
-__all__ = ["Follower", "Publisher"]
+__all__ = ["Follower", "Publisher", "keygen"]
 
 # safetensors dtype <-> torch dtype name / numpy dtype.
 _TORCH = {"BF16": "bfloat16", "F16": "float16", "F32": "float32", "F64": "float64", "I8": "int8",
@@ -77,6 +78,14 @@ def _entry(name, value):
     raise TypeError(f"{name!r} is a {type(value).__name__}, not a torch.Tensor or numpy array")
 
 
+def keygen(path):
+    """Writes a new Ed25519 key pair for signed steps: ``path`` (the private key, mode 0600,
+    for ``Publisher(sign_key=)``) and ``path + ".pub"`` (for ``Follower(trusted_keys=)``),
+    PEM files as ``openssl genpkey -algorithm ed25519`` writes; neither may exist. Returns
+    the key id that signatures name."""
+    return _ext.keygen(str(path))
+
+
 class Publisher:
     """A trainer rank's publisher: ``publish(step, state_dict)`` after each step.
 
@@ -92,13 +101,18 @@ class Publisher:
             else torchrun's ``restart-$TORCHELASTIC_RESTART_COUNT``, else ``"0"``): a trainer
             restarted mid-step publishes under a new one, whose records supersede the old
             ones' until the step is committed; every rank of one start must name the same.
+        sign_key: a PEM Ed25519 private key file (``arc_v3 keygen``; default
+            ``$ARC_V3_SIGN_KEY``, else none): the rank signs its record, and the group index or
+            step it completes once the records it read are signed by the same key.
     """
 
     def __init__(self, store, rank=0, world_size=1, *, anchor_every=10, effort=1, threads=0,
-                 file_name=None, retries=5, connections=8, incarnation=None):
+                 file_name=None, retries=5, connections=8, incarnation=None, sign_key=None):
+        if sign_key is None:
+            sign_key = os.environ.get("ARC_V3_SIGN_KEY", "")
         self._ext = _ext.Publisher(str(store), int(rank), int(world_size), int(anchor_every),
                                    int(effort), int(threads), file_name or "", int(retries),
-                                   int(connections), incarnation or "")
+                                   int(connections), incarnation or "", str(sign_key))
 
     def publish(self, step, state_dict):
         """Publishes ``state_dict`` (this rank's tensors) as ``step``; returns a dict with
@@ -130,10 +144,14 @@ class Follower:
             write into them in place (a full pull), or copy the slices into them (with
             ``rows``).
         torch: build torch tensors (default: if torch is imported), else NumPy arrays.
+        trusted_keys: PEM public key files (several: a key rotated mid-run). With any, ``pull``
+            takes only steps signed by one of them, every byte checked against its signed
+            SHA-256, never an older step or another run than the one held (``ArcV3Error``
+            ``untrusted``, before any byte is decoded). None: steps are not authenticated.
     """
 
     def __init__(self, store, *, tensors=None, rows=None, into=None, threads=0, retries=5,
-                 connections=8, torch=None):
+                 connections=8, torch=None, trusted_keys=None):
         begin, end = (0, None) if rows is None else rows
         self._rows = None if rows is None else (int(begin or 0), None if end is None else int(end))
         self._into = into
@@ -144,7 +162,8 @@ class Follower:
         self._state = {}
         self._ext = _ext.Follower(str(store), tensors or "", int(begin or 0),
                                   2**64 - 1 if end is None else int(end), int(threads),
-                                  int(retries), int(connections), self._allocate)
+                                  int(retries), int(connections),
+                                  [str(k) for k in (trusted_keys or [])], self._allocate)
         self.last_result = None
 
     def _allocate(self, name, dtype, shape, row_begin, row_end):

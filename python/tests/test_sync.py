@@ -259,3 +259,47 @@ def test_a_restarted_trainer_publishes_under_a_new_incarnation(store):
     _check(follower.state_dict, ranks)
     with pytest.raises(arc_v3.ArcV3Error, match="incarnation"):
         Publisher(store, rank=0, world_size=2, incarnation="no/slash").publish(2, ranks[0])
+
+
+def test_signed_steps_a_trusting_follower_takes_only_its_trainers_steps(store, tmp_path):
+    """Ranks sign with one key (arc_v3.sync.keygen, or openssl's own files); a follower
+    trusting it follows, one trusting another key or none that is signed refuses, and
+    nothing it holds changes."""
+    key = str(tmp_path / "trainer.key")
+    key_id = arc_v3.sync.keygen(key)
+    assert len(key_id) == 64 and os.stat(key).st_mode & 0o777 == 0o600
+    with pytest.raises(arc_v3.ArcV3Error, match="already_exists|exists"):
+        arc_v3.sync.keygen(key)
+    other = str(tmp_path / "other.key")
+    subprocess.run(["openssl", "genpkey", "-algorithm", "ed25519", "-out", other], check=True)
+    subprocess.run(["openssl", "pkey", "-in", other, "-pubout", "-out", other + ".pub"], check=True)
+    g = torch.Generator().manual_seed(11)
+    ranks = [_rank_state(r, g) for r in range(2)]
+    publishers = [Publisher(store, rank=r, world_size=2, sign_key=key) for r in range(2)]
+    trusting = Follower(store, trusted_keys=[other + ".pub", key + ".pub"])  # a rotation
+    wrong = Follower(store, trusted_keys=[other + ".pub"])
+    for step in range(3):
+        if step:
+            for state in ranks:
+                _step(state, g)
+        assert [p.publish(step, state) for p, state in zip(publishers, ranks)][-1]["committed"]
+        assert trusting.pull() == step
+        _check(trusting.state_dict, ranks)
+    with pytest.raises(arc_v3.ArcV3Error) as refused:
+        wrong.pull()
+    assert refused.value.name == "untrusted"
+    # Steps signed by the other key (openssl's file) under a new start: refused, the
+    # follower keeps step 2.
+    held = {k: v.clone() for k, v in trusting.state_dict.items()}
+    for state in ranks:
+        _step(state, g)
+    evil = [Publisher(store, rank=r, world_size=2, sign_key=other, incarnation="evil") for r in range(2)]
+    assert [p.publish(3, state) for p, state in zip(evil, ranks)][-1]["committed"]
+    only_trainer = Follower(store, trusted_keys=[key + ".pub"])
+    assert only_trainer.pull(2) == 2
+    with pytest.raises(arc_v3.ArcV3Error) as refused:
+        only_trainer.pull()
+    assert refused.value.name == "untrusted"
+    assert only_trainer.step == 2
+    for name, value in only_trainer.state_dict.items():
+        assert torch.equal(value, held[name])

@@ -416,4 +416,6 @@ Status Follower::Pull(uint64_t step, FollowResult* result) {
   return s;
 }
 
+Status GenerateSigningKey(const std::string& path, std::string* key_id) { return sync::GenerateKey(path, key_id); }
+
 }  // namespace arc_v3

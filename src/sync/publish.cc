@@ -919,7 +919,10 @@ Status PublishCheckpoints(Store* store, const PublishOptions& o, const container
     for (const Status& up : uploads) {
       if (!up.ok()) return up;
     }
-    for (const Built& b : built) report->uploaded_bytes += b.ref.size;
+    for (const Built& b : built) {
+      report->uploaded_bytes += b.ref.size + b.sums.size();
+      report->uploaded_objects += b.sums.empty() ? 0 : 1;
+    }
     if (r.index.present()) {  // named by its XXH3: one already there is this one
       s = store->Put(r.index.key, index.data(), index.size(), PutMode::kCreateOnly);
       if (!s.ok() && s.code() != ErrorCode::kAlreadyExists) return s;

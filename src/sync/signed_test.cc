@@ -21,6 +21,8 @@ namespace {
 
 using test::Backend;
 using test::TempDir;
+using test::CheckHolds;
+using test::Snapshot;
 using test::TrainerRun;
 namespace fs = std::filesystem;
 
@@ -62,17 +64,6 @@ void PublishStep(Store* store, const TrainerRun& run, uint64_t step, const std::
   }
 }
 
-std::map<std::string, std::vector<uint8_t>> Snapshot(const std::string& dir) {
-  std::map<std::string, std::vector<uint8_t>> files;
-  std::error_code ec;
-  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator(); ++it) {
-    if (it->is_regular_file() && it->path().filename() != "lock") {
-      files[fs::relative(it->path(), dir).string()] = test::ReadBytes(it->path().string());
-    }
-  }
-  return files;
-}
-
 Status PullTrusting(Store* store, const std::string& dir, uint64_t step, const std::vector<std::string>& trust,
                     PullReport* report, const std::string& rows = "") {
   PullOptions o;
@@ -85,16 +76,6 @@ Status PullTrusting(Store* store, const std::string& dir, uint64_t step, const s
     o.row_end = 100;
   }
   return Pull(store, dir, o, report);
-}
-
-void CheckHolds(const std::string& dir, const TrainerRun& run, uint64_t step) {
-  for (size_t k = 0; k < run.shards(); ++k) {
-    INFO(dir, " shard ", k, " of step ", step);
-    CHECK(test::ReadBytes(dir + "/" + TrainerRun::FileName(k, run.shards())) == test::ReadBytes(run.Path(step, k)));
-  }
-  uint64_t held = kNoStep;
-  REQUIRE(DirectoryStep(dir, &held).ok());
-  CHECK(held == step);
 }
 
 std::vector<uint8_t> Get(Store* store, const std::string& key) {

@@ -28,6 +28,8 @@ namespace {
 
 using test::Backend;
 using test::TempDir;
+using test::CheckHolds;
+using test::Snapshot;
 using test::TrainerRun;
 namespace fs = std::filesystem;
 
@@ -66,32 +68,6 @@ void PublishStep(Store* store, const TrainerRun& run, uint64_t step, bool raced 
     committed = committed || reports[k].committed;
   }
   CHECK((committed || raced));
-}
-
-// Every file under `dir` (the directory's state included), for "left exactly as it was".
-std::map<std::string, std::vector<uint8_t>> Snapshot(const std::string& dir) {
-  std::map<std::string, std::vector<uint8_t>> files;
-  std::error_code ec;
-  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator(); ++it) {
-    if (it->is_regular_file() && it->path().filename() != "lock") {
-      files[fs::relative(it->path(), dir).string()] = test::ReadBytes(it->path().string());
-    }
-  }
-  return files;
-}
-
-// Whether `dir` holds `step` of the run, byte for byte, and nothing else but its state.
-void CheckHolds(const std::string& dir, const TrainerRun& run, uint64_t step) {
-  for (size_t k = 0; k < run.shards(); ++k) {
-    INFO(dir, " shard ", k, " of step ", step);
-    CHECK(test::ReadBytes(dir + "/" + TrainerRun::FileName(k, run.shards())) == test::ReadBytes(run.Path(step, k)));
-  }
-  uint64_t held = kNoStep;
-  REQUIRE(DirectoryStep(dir, &held).ok());
-  CHECK(held == step);
-  size_t files = 0;
-  for (const auto& e : fs::directory_iterator(dir)) files += e.is_regular_file();
-  CHECK(files == run.shards());
 }
 
 Status PullStep(Store* store, const std::string& dir, uint64_t step, PullReport* report,

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -20,6 +21,7 @@
 #include <doctest/doctest.h>
 #include "src/safetensors.h"
 #include "src/sync/store.h"
+#include "src/sync/sync.h"
 
 namespace arc_v3 {
 namespace sync {
@@ -211,6 +213,32 @@ class TrainerRun {
   std::mt19937_64 rng_;
   std::vector<std::vector<std::vector<uint16_t>>> weights_;  // [shard][tensor]
 };
+
+// Every file under `dir` (the directory's state included), for "left exactly as it was".
+inline std::map<std::string, std::vector<uint8_t>> Snapshot(const std::string& dir) {
+  std::map<std::string, std::vector<uint8_t>> files;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator(); ++it) {
+    if (it->is_regular_file() && it->path().filename() != "lock") {
+      files[fs::relative(it->path(), dir).string()] = ReadBytes(it->path().string());
+    }
+  }
+  return files;
+}
+
+// Whether `dir` holds `step` of the run, byte for byte, and nothing else but its state.
+inline void CheckHolds(const std::string& dir, const TrainerRun& run, uint64_t step) {
+  for (size_t k = 0; k < run.shards(); ++k) {
+    INFO(dir, " shard ", k, " of step ", step);
+    CHECK(ReadBytes(dir + "/" + TrainerRun::FileName(k, run.shards())) == ReadBytes(run.Path(step, k)));
+  }
+  uint64_t held = kNoStep;
+  REQUIRE(DirectoryStep(dir, &held).ok());
+  CHECK(held == step);
+  size_t files = 0;
+  for (const auto& e : fs::directory_iterator(dir)) files += e.is_regular_file();
+  CHECK(files == run.shards());
+}
 
 }  // namespace test
 }  // namespace sync

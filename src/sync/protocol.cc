@@ -200,12 +200,14 @@ std::string Document(const char* kind, OrderedJson body) {
 }
 
 // A document read by the hashes that name it (`sha256` "": not named by one): absent is
-// kNotFound, other bytes kCorruptChunk.
+// kNotFound, other bytes kCorruptChunk, or kUntrusted where only the SHA-256 differs (or,
+// `trusting`, it differs at all).
 Status GetNamed(Store* store, const std::string& key, uint64_t xxh3, uint64_t size, const std::string& sha256,
-                std::vector<uint8_t>* bytes, const std::string& named_by) {
+                bool trusting, std::vector<uint8_t>* bytes, const std::string& named_by) {
   Status s = store->Get(key, std::min(size, kMaxDocumentBytes), bytes, nullptr);
   if (!s.ok()) return Status(s.code(), s.message() + " (named by " + named_by + ")");
-  if (!sha256.empty() && bytes->size() == size && DigestHex(Sha256(bytes->data(), bytes->size())) != sha256) {
+  const bool sha_differs = !sha256.empty() && DigestHex(Sha256(bytes->data(), bytes->size())) != sha256;
+  if (sha_differs && trusting) {
     return Status(ErrorCode::kUntrusted, store->url() + "/" + key + " is not the object " + named_by +
                                              " names (its SHA-256 differs)");
   }
@@ -215,6 +217,10 @@ Status GetNamed(Store* store, const std::string& key, uint64_t xxh3, uint64_t si
                                                 container::HexU64(container::Hash(bytes->data(), bytes->size())) +
                                                 "; named: " + std::to_string(size) + " bytes, " +
                                                 container::HexU64(xxh3) + ")");
+  }
+  if (sha_differs) {
+    return Status(ErrorCode::kUntrusted, store->url() + "/" + key + " is not the object " + named_by +
+                                             " names (its SHA-256 differs)");
   }
   return Status::Ok();
 }
@@ -633,7 +639,7 @@ Status ReadRoot(Store* store, uint64_t step, StepManifest* root, std::vector<uin
 }
 
 Status LoadShards(Store* store, StepManifest* m, const std::vector<bool>* want, LayoutCache* layouts,
-                  ReadCost* cost) {
+                  ReadCost* cost, bool trusting) {
   const uint32_t groups = GroupCount(m->count);
   const std::string root_url = store->url() + "/" + RootKey(m->step);
   const auto wanted = [&](uint32_t k) { return want == nullptr || (k < want->size() && (*want)[k]); };
@@ -662,7 +668,7 @@ Status LoadShards(Store* store, StepManifest* m, const std::vector<bool>* want, 
       const StepManifest::Group& g = m->groups[missing[i]];
       const std::string key = LayoutKey(g.layout_xxh3);
       std::vector<uint8_t> bytes;
-      Status s = GetNamed(store, key, g.layout_xxh3, g.layout_size, g.layout_sha256, &bytes, root_url);
+      Status s = GetNamed(store, key, g.layout_xxh3, g.layout_size, g.layout_sha256, trusting, &bytes, root_url);
       count_read(bytes.size());
       if (s.ok()) s = ParseLayout(bytes, store->url() + "/" + key, &read[i]);
       fail(s);
@@ -702,7 +708,8 @@ Status LoadShards(Store* store, StepManifest* m, const std::vector<bool>* want, 
     const std::string key = GroupIndexKey(m->step, m->count, m->incarnation, g);
     const std::string where = store->url() + "/" + key;
     std::vector<uint8_t> bytes;
-    Status s = GetNamed(store, key, m->groups[g].xxh3, m->groups[g].size, m->groups[g].sha256, &bytes, root_url);
+    Status s = GetNamed(store, key, m->groups[g].xxh3, m->groups[g].size, m->groups[g].sha256, trusting, &bytes,
+                        root_url);
     count_read(bytes.size());
     if (s.ok()) s = ParseGroupIndex(bytes, where, &index[g]);
     if (s.ok()) {
@@ -746,7 +753,8 @@ Status LoadShards(Store* store, StepManifest* m, const std::vector<bool>* want, 
     const std::string where = store->url() + "/" + key;
     std::vector<uint8_t> bytes;
     Status s = GetNamed(store, key, named.first, named.second,
-                        group.record_sha256.empty() ? std::string() : group.record_sha256[k % kFanIn], &bytes,
+                        group.record_sha256.empty() ? std::string() : group.record_sha256[k % kFanIn], trusting,
+                        &bytes,
                         store->url() + "/" + GroupIndexKey(m->step, m->count, m->incarnation, GroupOf(k)));
     count_read(bytes.size());
     ShardRecord r;

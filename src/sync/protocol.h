@@ -218,8 +218,11 @@ struct ReadCost {
 // each checked against the hash that names it); else the records of the shards `want`
 // marks only, and, given `layouts`, every other shard's file and tensor names from the
 // layouts of all groups (read where not cached); without it the others stay empty.
+// `trusting`: a reader with trusted keys, for whom a document whose SHA-256 differs from
+// the one naming it is kUntrusted before its XXH3 is looked at (else XXH3 first: damage
+// is kCorruptChunk, which another route may avoid).
 Status LoadShards(Store* store, StepManifest* root, const std::vector<bool>* want, LayoutCache* layouts,
-                  ReadCost* cost);
+                  ReadCost* cost, bool trusting = false);
 
 // ReadRoot and LoadShards of every shard.
 Status ReadManifest(Store* store, uint64_t step, StepManifest* manifest, std::vector<uint8_t>* bytes);

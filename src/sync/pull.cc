@@ -300,8 +300,8 @@ Status VerifyObject(const Fetched& f, Store* store, const Trust& trust) {
   Status s = container::MappedFile::Open(f.path, &file);
   if (!s.ok()) return s;
   const std::string name = store->url() + "/" + f.ref.key;
-  if (trust.on() && (f.ref.sha256.empty() || file->size() != f.ref.size ||
-                     DigestHex(Sha256(file->data(), file->size())) != f.ref.sha256)) {
+  // Trusting, the SHA-256 decides before the XXH3 (whose mismatch another route may avoid).
+  if (trust.on() && (f.ref.sha256.empty() || DigestHex(Sha256(file->data(), file->size())) != f.ref.sha256)) {
     return Status(ErrorCode::kUntrusted, name + (f.ref.sha256.empty() ? ": its record names no SHA-256"
                                                                        : " differs from its record's SHA-256"));
   }
@@ -705,7 +705,7 @@ Status PullLocked(Store* store, const std::string& dir, const PullOptions& o, Av
   s = PlanRoute(store, usable ? &from : nullptr, std::move(target), &route, report, trust);
   LayoutCache layouts;
   if (partial) LoadLayoutCache(dir, &layouts);
-  if (s.ok()) s = LoadRoute(store, partial ? &select : nullptr, &layouts, &route, report);
+  if (s.ok()) s = LoadRoute(store, partial ? &select : nullptr, &layouts, &route, report, trust);
   if (s.code() == ErrorCode::kNotFound && route.from_dir && !avoid_dir) return Retry(store, dir, o, report);
   if (Damaged(s.code()) && !avoid_dir && !route.hops.empty()) return Reroute(store, dir, o, route, s, report);
   if (!s.ok()) return s;

@@ -379,7 +379,8 @@ Status Follower::Pull(uint64_t step, FollowResult* result) {
     const auto go = [&](const sync::RouteFrom* held, sync::Hop to, sync::Route* route) {
       Status st = sync::PlanRoute(f.store.get(), held, std::move(to), route, &report, f.trust);
       if (st.ok()) {
-        st = sync::LoadRoute(f.store.get(), f.select.sel.partial() ? &f.select : nullptr, &f.layouts, route, &report);
+        st = sync::LoadRoute(f.store.get(), f.select.sel.partial() ? &f.select : nullptr, &f.layouts, route, &report,
+                             f.trust);
       }
       if (!st.ok()) return st;
       result->route = route->name;

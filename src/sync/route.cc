@@ -146,7 +146,8 @@ Status PlanRoute(Store* store, const RouteFrom* state, Hop target, Route* route,
   return Status::Ok();
 }
 
-Status LoadRoute(Store* store, const Select* select, LayoutCache* layouts, Route* route, PullReport* report) {
+Status LoadRoute(Store* store, const Select* select, LayoutCache* layouts, Route* route, PullReport* report,
+                 const Trust& trust) {
   const uint32_t count = route->hops.back().m.count;
   ReadCost cost;
   Status s;
@@ -157,7 +158,7 @@ Status LoadRoute(Store* store, const Select* select, LayoutCache* layouts, Route
     const std::vector<bool> none(count, false);
     std::fill(route->touched.begin(), route->touched.end(), false);
     for (Hop& hop : route->hops) {
-      s = LoadShards(store, &hop.m, &none, layouts, &cost);
+      s = LoadShards(store, &hop.m, &none, layouts, &cost, trust.on());
       if (!s.ok()) break;
       for (size_t k = 0; k < hop.m.count && k < count; ++k) {
         for (const TensorChecksum& t : hop.m.shards[k].tensors) {
@@ -168,7 +169,7 @@ Status LoadRoute(Store* store, const Select* select, LayoutCache* layouts, Route
   }
   for (Hop& hop : route->hops) {
     if (!s.ok()) break;
-    s = LoadShards(store, &hop.m, select != nullptr ? &route->touched : nullptr, layouts, &cost);
+    s = LoadShards(store, &hop.m, select != nullptr ? &route->touched : nullptr, layouts, &cost, trust.on());
     hop.anchor.assign(hop.m.count, true);
     const bool start = !route->from_dir && hop.m.step == route->anchor_step;
     for (size_t k = 0; k < hop.m.count; ++k) hop.anchor[k] = start || !hop.m.shards[k].delta.present();
@@ -331,11 +332,18 @@ Status FetchHeads(Store* store, const StoreOptions& options, Select* select, std
     if (s.ok() && trust.on() && f.ref.head_sha256.empty()) {
       s = Status(ErrorCode::kUntrusted, name + ": its record names no SHA-256 (not a signed record)");
     }
-    if (s.ok() && !f.ref.head_sha256.empty() && DigestHex(Sha256(head.data(), head.size())) != f.ref.head_sha256) {
+    // Trusting, the SHA-256 decides first; else damage fails the XXH3 (corrupt: another
+    // route may do), and only bytes made to pass it fail the SHA-256.
+    const bool sha_differs = s.ok() && !f.ref.head_sha256.empty() &&
+                             DigestHex(Sha256(head.data(), head.size())) != f.ref.head_sha256;
+    if (sha_differs && trust.on()) {
       s = Status(ErrorCode::kUntrusted, name + ": its header or manifest differs from its record's SHA-256");
     }
     if (s.ok() && container::Hash(head.data(), head.size()) != f.ref.head_xxh3) {
       s = Status(ErrorCode::kCorruptChunk, name + ": its header or manifest does not match its record");
+    }
+    if (s.ok() && sha_differs) {
+      s = Status(ErrorCode::kUntrusted, name + ": its header or manifest differs from its record's SHA-256");
     }
     std::vector<uint8_t> sums;
     if (s.ok() && trust.on()) {

@@ -87,7 +87,8 @@ struct Select;
 // Reads each hop's records the pull needs and sets per shard whether its anchor applies:
 // every record (select null), or the layouts and then the records of the shards holding a
 // tensor `select` matches at some hop; the others keep only their file and tensor names.
-Status LoadRoute(Store* store, const Select* select, LayoutCache* layouts, Route* route, PullReport* report);
+Status LoadRoute(Store* store, const Select* select, LayoutCache* layouts, Route* route, PullReport* report,
+                 const Trust& trust = Trust());
 
 // Reads the root of `step` (kNoStep: the latest, probing past the pointer).
 Status ReadTarget(Store* store, uint64_t step, Hop* target, PullReport* report, const Trust& trust = Trust());

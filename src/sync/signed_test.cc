@@ -188,6 +188,10 @@ TEST_CASE("signed steps: a trusting region takes its trainer's signed steps only
       s = PullTrusting(store, slice, 3, {pub}, &r, "rows");
       CHECK(s.code() == ErrorCode::kUntrusted);
       CHECK(Snapshot(slice) == before_slice);
+      if (!root) {
+        // Without trust, the group index fails its root's XXH3: damage, as any reader sees it.
+        CHECK(PullTrusting(store, tmp / ("plain-" + b.name), 3, {}, &r).code() == ErrorCode::kCorruptChunk);
+      }
       Put(store, record3, honest_record);
       Put(store, group3, honest_group);
       Put(store, root3, honest_root);

@@ -191,16 +191,20 @@ Status DirLock::Acquire(const std::string& dir) {
 
 std::string StateJson(const DirState& state) { return StateToJson(state).dump(1) + "\n"; }
 
+Status ParseState(const std::string& text, const std::string& where, DirState* state) {
+  try {
+    *state = StateFromJson(Json::parse(text));
+  } catch (const std::exception& e) {
+    return Status(ErrorCode::kCorruptHeader, where + " is damaged (" + e.what() + ")");
+  }
+  return Status::Ok();
+}
+
 Status ReadState(const std::string& dir, DirState* state) {
   std::string text;
   Status s = ReadText(StatePath(dir, kStateFile), &text);
   if (!s.ok()) return Status(ErrorCode::kNotFound, dir + " holds no pulled step");
-  try {
-    *state = StateFromJson(Json::parse(text));
-  } catch (const std::exception& e) {
-    return Status(ErrorCode::kCorruptHeader, StatePath(dir, kStateFile) + " is damaged (" + e.what() + ")");
-  }
-  return Status::Ok();
+  return ParseState(text, StatePath(dir, kStateFile), state);
 }
 
 Status WriteState(const std::string& dir, const DirState& state) {
@@ -285,12 +289,30 @@ Status RunJournal(const std::string& dir, const Journal& j,
 
 }  // namespace
 
-Status Commit(const std::string& dir, const Journal& journal,
-              const std::function<void(size_t moved)>& after_move) {
+std::string JournalJson(const Journal& journal) {
   OrderedJson moves = OrderedJson::array();
   for (const auto& m : journal.moves) moves.push_back({m.first, m.second});
   const OrderedJson doc = {{"moves", moves}, {"removes", journal.removes}, {"state", StateToJson(journal.state)}};
-  Status s = WriteDurably(StatePath(dir, kJournalFile), doc.dump(1) + "\n");
+  return doc.dump(1) + "\n";
+}
+
+Status ParseJournal(const std::string& text, const std::string& where, Journal* journal) {
+  Journal j;
+  try {
+    const Json doc = Json::parse(text);
+    for (const Json& m : doc.at("moves")) j.moves.emplace_back(InsidePath(m.at(0)), InsidePath(m.at(1)));
+    for (const Json& r : doc.at("removes")) j.removes.push_back(InsidePath(r));
+    j.state = StateFromJson(doc.at("state"));
+  } catch (const std::exception& e) {
+    return Status(ErrorCode::kCorruptHeader, where + " is damaged (" + e.what() + ")");
+  }
+  *journal = std::move(j);
+  return Status::Ok();
+}
+
+Status Commit(const std::string& dir, const Journal& journal,
+              const std::function<void(size_t moved)>& after_move) {
+  Status s = WriteDurably(StatePath(dir, kJournalFile), JournalJson(journal));
   if (!s.ok()) return s;
   return RunJournal(dir, journal, after_move);
 }
@@ -307,14 +329,8 @@ Status RecoverJournal(const std::string& dir) {
   std::string text;
   if (!ReadText(StatePath(dir, kJournalFile), &text).ok()) return Status::Ok();
   Journal j;
-  try {
-    const Json doc = Json::parse(text);
-    for (const Json& m : doc.at("moves")) j.moves.emplace_back(InsidePath(m.at(0)), InsidePath(m.at(1)));
-    for (const Json& r : doc.at("removes")) j.removes.push_back(InsidePath(r));
-    j.state = StateFromJson(doc.at("state"));
-  } catch (const std::exception& e) {
-    return Status(ErrorCode::kCorruptHeader, StatePath(dir, kJournalFile) + " is damaged (" + e.what() + ")");
-  }
+  const Status s = ParseJournal(text, StatePath(dir, kJournalFile), &j);
+  if (!s.ok()) return s;
   return RunJournal(dir, j, nullptr);
 }
 

@@ -70,6 +70,8 @@ Status ReadState(const std::string& dir, DirState* state);
 // Replaces DIR's state atomically (temporary file, fsync, rename, fsync).
 Status WriteState(const std::string& dir, const DirState& state);
 std::string StateJson(const DirState& state);
+// state.json's text (kCorruptHeader naming `where` if it breaks a rule).
+Status ParseState(const std::string& text, const std::string& where, DirState* state);
 
 // The size, modification time and tensor checksums of DIR/path.
 Status RecordFile(const std::string& dir, const std::string& path, FileRecord* record);
@@ -85,6 +87,9 @@ struct Journal {
   DirState state;
 };
 
+// commit.json's text, and back (kCorruptHeader naming `where`).
+std::string JournalJson(const Journal& journal);
+Status ParseJournal(const std::string& text, const std::string& where, Journal* journal);
 // Writes the journal, then carries it out; `after_move` (may be empty) is called after
 // each rename, for tests.
 Status Commit(const std::string& dir, const Journal& journal,

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Builds the libFuzzer targets of tests/fuzz/ with clang (ASan + UBSan + libFuzzer) into
 # $ARC_V3_FUZZ_OUT (default /tmp/arc_v3_fuzz): fuzz_decode, fuzz_roundtrip, fuzz_kernels,
-# fuzz_container, and make_seeds (the seed-corpus writer).
+# fuzz_container, fuzz_documents, and make_seeds (the seed-corpus writer).
 #   tests/fuzz/build.sh            build
 #   tests/fuzz/build.sh --seeds    build, then write fresh seed corpora to $OUT/seeds/
 #   ARC_V3_FUZZ_FAST=1 tests/fuzz/build.sh   throughput build for long campaigns: -O2,
@@ -11,7 +11,7 @@
 #                                  a corpus the full build grew), into /tmp/arc_v3_fuzz_fast
 #                                  unless ARC_V3_FUZZ_OUT is set
 # Needs: clang, libclang-rt-14-dev, libhwy-dev, libzstd-dev, liblz4-dev, libxxhash-dev,
-# nlohmann-json3-dev. Run a target: tests/fuzz/run.sh TARGET [libFuzzer flags].
+# nlohmann-json3-dev, libcurl4-openssl-dev, libpugixml-dev, libssl-dev. Run a target: tests/fuzz/run.sh TARGET [libFuzzer flags].
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 if [[ -n "${ARC_V3_FUZZ_FAST:-}" ]]; then
@@ -30,11 +30,12 @@ mkdir -p "$OUT/obj"
 DEFINES=(-DHWY_COMPILE_ALL_ATTAINABLE -DHWY_BROKEN_EMU128=0 -DHWY_DISABLED_TARGETS=HWY_SSSE3
          -DHWY_WANT_AVX3_DL)
 FLAGS=(-std=c++17 -g -fno-omit-frame-pointer -I. "${DEFINES[@]}" "${SANITIZE[@]}")
-LIBS=(-lhwy -lzstd -llz4 -lxxhash -pthread)
+LIBS=(-lhwy -lzstd -llz4 -lxxhash -lcurl -lpugixml -lcrypto -pthread)
 
 LIB_SRCS=(src/checksum.cc src/status.cc src/entropy.cc src/encoder.cc src/decoder.cc
           src/kernels.cc src/ref_kernels.cc src/model_coder.cc src/rans_coder.cc src/session.cc src/safetensors.cc
-          src/checkpoint/container.cc src/checkpoint/checkpoint_delta.cc)
+          src/checkpoint/container.cc src/checkpoint/checkpoint_delta.cc src/checkpoint/tensor_apply.cc
+          $(ls src/sync/*.cc | grep -v _test.cc))
 OBJS=()
 pids=()
 for src in "${LIB_SRCS[@]}"; do
@@ -50,7 +51,7 @@ for src in "${LIB_SRCS[@]}"; do
 done
 for pid in "${pids[@]}"; do wait "$pid"; done
 
-for target in decode roundtrip kernels container; do
+for target in decode roundtrip kernels container documents region_state; do
   "$CXX" "${FLAGS[@]}" -fsanitize=fuzzer "tests/fuzz/fuzz_$target.cc" "${OBJS[@]}" "${LIBS[@]}" \
     -o "$OUT/fuzz_$target"
   echo "built $OUT/fuzz_$target"

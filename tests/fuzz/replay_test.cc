@@ -19,6 +19,8 @@ int FuzzDecode(const uint8_t* data, size_t size);
 int FuzzRoundTrip(const uint8_t* data, size_t size);
 int FuzzKernels(const uint8_t* data, size_t size);
 int FuzzContainer(const uint8_t* data, size_t size);
+int FuzzDocuments(const uint8_t* data, size_t size);
+int FuzzRegionState(const uint8_t* data, size_t size);
 
 namespace {
 
@@ -47,6 +49,8 @@ TEST_CASE("fuzz corpus: decode") { CHECK(Replay("decode", FuzzDecode) >= 10); }
 TEST_CASE("fuzz corpus: roundtrip") { CHECK(Replay("roundtrip", FuzzRoundTrip) >= 10); }
 TEST_CASE("fuzz corpus: kernels") { CHECK(Replay("kernels", FuzzKernels) >= 5); }
 TEST_CASE("fuzz corpus: container") { CHECK(Replay("container", FuzzContainer) >= 2); }
+TEST_CASE("fuzz corpus: documents") { CHECK(Replay("documents", FuzzDocuments) >= 20); }
+TEST_CASE("fuzz corpus: region_state") { CHECK(Replay("region_state", FuzzRegionState) >= 4); }
 
 }  // namespace
 }  // namespace fuzz

@@ -202,8 +202,9 @@ Status ListCheckpointFiles(const std::string& path, std::vector<std::string>* fi
     for (const auto& shard : json["weight_map"]) {
       if (!shard.is_string()) return Status(ErrorCode::kCorruptHeader, index.string() + ": bad weight_map");
       const std::string name = shard.get<std::string>();
-      if (name.find('/') != std::string::npos || name == "..") {
-        return Status(ErrorCode::kCorruptHeader, index.string() + ": shard outside the directory");
+      if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos ||
+          name.find('\0') != std::string::npos) {
+        return Status(ErrorCode::kCorruptHeader, index.string() + ": shard '" + name + "' is no file of the directory");
       }
       shards.insert(name);
     }

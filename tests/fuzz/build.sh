@@ -51,7 +51,7 @@ for src in "${LIB_SRCS[@]}"; do
 done
 for pid in "${pids[@]}"; do wait "$pid"; done
 
-for target in decode roundtrip kernels container documents region_state; do
+for target in decode roundtrip kernels container documents region_state safetensors; do
   "$CXX" "${FLAGS[@]}" -fsanitize=fuzzer "tests/fuzz/fuzz_$target.cc" "${OBJS[@]}" "${LIBS[@]}" \
     -o "$OUT/fuzz_$target"
   echo "built $OUT/fuzz_$target"

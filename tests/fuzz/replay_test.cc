@@ -21,6 +21,7 @@ int FuzzKernels(const uint8_t* data, size_t size);
 int FuzzContainer(const uint8_t* data, size_t size);
 int FuzzDocuments(const uint8_t* data, size_t size);
 int FuzzRegionState(const uint8_t* data, size_t size);
+int FuzzSafetensors(const uint8_t* data, size_t size);
 
 namespace {
 
@@ -51,6 +52,7 @@ TEST_CASE("fuzz corpus: kernels") { CHECK(Replay("kernels", FuzzKernels) >= 5); 
 TEST_CASE("fuzz corpus: container") { CHECK(Replay("container", FuzzContainer) >= 2); }
 TEST_CASE("fuzz corpus: documents") { CHECK(Replay("documents", FuzzDocuments) >= 20); }
 TEST_CASE("fuzz corpus: region_state") { CHECK(Replay("region_state", FuzzRegionState) >= 4); }
+TEST_CASE("fuzz corpus: safetensors") { CHECK(Replay("safetensors", FuzzSafetensors) >= 4); }
 
 }  // namespace
 }  // namespace fuzz

@@ -104,6 +104,17 @@ OrderedJson StateToJson(const DirState& s) {
   return state;
 }
 
+// Integers as the state writes them; anything else (a float, a negative size) is damage,
+// not a value to convert.
+uint64_t U64(const Json& j) {
+  if (!j.is_number_unsigned()) throw std::runtime_error("not an unsigned integer: " + j.dump());
+  return j.get<uint64_t>();
+}
+int64_t I64(const Json& j) {
+  if (!j.is_number_integer()) throw std::runtime_error("not an integer: " + j.dump());
+  return j.get<int64_t>();
+}
+
 uint64_t ParseHex(const std::string& text) {
   if (text.size() != 16) throw std::runtime_error("not 16 hex digits");
   uint64_t v = 0;
@@ -128,8 +139,8 @@ std::string InsidePath(const Json& j) {
 FileRecord FileFromJson(const Json& j) {
   FileRecord f;
   f.path = InsidePath(j.at("path"));
-  f.size = j.at("size").get<uint64_t>();
-  f.mtime_ns = j.at("mtime_ns").get<int64_t>();
+  f.size = U64(j.at("size"));
+  f.mtime_ns = I64(j.at("mtime_ns"));
   for (const Json& t : j.at("tensors")) f.tensors.push_back({t.at(0).get<std::string>(), ParseHex(t.at(1).get<std::string>())});
   return f;
 }
@@ -137,22 +148,22 @@ FileRecord FileFromJson(const Json& j) {
 DirState StateFromJson(const Json& j) {
   // Version 1 (arc_v3 1.x) has the same fields; its manifest_xxh3 names no version-2 root,
   // so such a directory moves to a version-2 store through an anchor.
-  const uint64_t version = j.at("version").get<uint64_t>();
+  const uint64_t version = U64(j.at("version"));
   if (j.at("format").get<std::string>() != kProtocolName || j.at("kind").get<std::string>() != "directory" ||
       (version != 1 && version != kProtocolVersion)) {
     throw std::runtime_error("not a directory state of version 1 or " + std::to_string(kProtocolVersion));
   }
   DirState s;
   s.store = j.at("store").get<std::string>();
-  s.step = j.at("step").get<uint64_t>();
+  s.step = U64(j.at("step"));
   s.manifest_xxh3 = ParseHex(j.at("manifest_xxh3").get<std::string>());
   if (j.contains("run")) s.run = ParseHex(j.at("run").get<std::string>());
   const Json& sel = j.at("selection");
   if (!sel.is_null()) {
     s.selection.tensors = sel.at("tensors").get<std::string>();
-    s.selection.row_begin = sel.at("rows").at(0).get<uint64_t>();
+    s.selection.row_begin = U64(sel.at("rows").at(0));
     const Json& end = sel.at("rows").at(1);
-    s.selection.row_end = end.is_null() ? UINT64_MAX : end.get<uint64_t>();
+    s.selection.row_end = end.is_null() ? UINT64_MAX : U64(end);
     if (s.selection.tensors.empty()) throw std::runtime_error("empty selection");
   }
   for (const Json& sh : j.at("shards")) {

@@ -19,6 +19,7 @@
 #include <set>
 #include <thread>
 
+#include "src/sync/dir_state.h"
 #include "src/sync/sync.h"
 #include "src/sync/sync_test_util.h"
 
@@ -1324,6 +1325,44 @@ TEST_CASE("sync faults: a pull that fails or dies while committing leaves all ol
     CHECK(r.up_to_date);  // the journal's commit was finished first
     CHECK(!fs::exists(dir + "/.arc_v3/commit.json"));
     CheckHolds(dir, run, 4);
+  }
+}
+
+
+TEST_CASE("sync: a region's state or journal with a number of another kind is damage, never converted") {
+  // Found by fuzz_region_state: a size of 2.2e53 went through an unchecked float-to-integer
+  // conversion (undefined behaviour).
+  DirState state;
+  state.store = "s3://b/run";
+  state.step = 3;
+  state.manifest_xxh3 = 0x1234;
+  ShardState shard;
+  shard.name = "model.safetensors";
+  shard.file.path = "model.safetensors";
+  shard.file.size = 10;
+  state.shards.push_back(shard);
+  const std::string good = StateJson(state);
+  DirState parsed;
+  REQUIRE(ParseState(good, "state.json", &parsed).ok());
+  CHECK(StateJson(parsed) == good);
+  for (const auto& bad : std::vector<std::pair<std::string, std::string>>{
+           {"\"size\": 10", "\"size\": 2.22222e+53"},
+           {"\"size\": 10", "\"size\": -10"},
+           {"\"step\": 3", "\"step\": 3.5"},
+           {"\"mtime_ns\": 0", "\"mtime_ns\": 1e30"}}) {
+    std::string text = good;
+    const size_t at = text.find(bad.first);
+    REQUIRE(at != std::string::npos);
+    text.replace(at, bad.first.size(), bad.second);
+    INFO(bad.second);
+    CHECK(ParseState(text, "state.json", &parsed).code() == ErrorCode::kCorruptHeader);
+    Journal journal;
+    journal.state = state;
+    std::string j = JournalJson(journal);
+    const size_t jat = j.find(bad.first);
+    REQUIRE(jat != std::string::npos);
+    j.replace(jat, bad.first.size(), bad.second);
+    CHECK(ParseJournal(j, "commit.json", &journal).code() == ErrorCode::kCorruptHeader);
   }
 }
 

@@ -601,7 +601,8 @@ Status ParseRoot(const std::vector<uint8_t>& bytes, const std::string& where, St
                             Sha(g[2], at + "[2]"), Sha(g[5], at + "[5]")});
       } else {
         if (!g.is_array() || g.size() != 4) Fail(at + " is not [xxh3, size, layout_xxh3, layout_size]");
-        m.groups.push_back({Hex(g[0], at + "[0]"), U64(g[1], at + "[1]"), Hex(g[2], at + "[2]"), U64(g[3], at + "[3]")});
+        m.groups.push_back({Hex(g[0], at + "[0]"), U64(g[1], at + "[1]"), Hex(g[2], at + "[2]"), U64(g[3], at + "[3]"),
+                            std::string(), std::string()});
       }
     }
     m.signatures = std::move(signatures);

@@ -25,15 +25,21 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A directory of this process's own, made once.
+// A directory of this process's own, made once and removed at exit.
+const std::string* scratch_dir = nullptr;
+void RemoveScratch() {
+  std::error_code ec;
+  if (scratch_dir != nullptr) fs::remove_all(*scratch_dir, ec);
+}
 const std::string& Scratch() {
-  static const std::string* dir = [] {
+  if (scratch_dir == nullptr) {
     const char* tmp = std::getenv("TMPDIR");
     std::string pattern = std::string(tmp != nullptr && *tmp ? tmp : "/tmp") + "/arc_v3_fuzz_st.XXXXXX";
     if (mkdtemp(&pattern[0]) == nullptr) std::abort();
-    return new std::string(pattern);
-  }();
-  return *dir;
+    scratch_dir = new std::string(pattern);
+    std::atexit(RemoveScratch);
+  }
+  return *scratch_dir;
 }
 
 void Write(const std::string& path, const uint8_t* data, size_t size) {

@@ -668,19 +668,10 @@ Status PullLocked(Store* store, const std::string& dir, const PullOptions& o, Av
   s = ReadTarget(store, o.step, &target, report, trust);
   if (!s.ok()) return s;
   const uint64_t step = target.m.step;
-  if (trust.on() && have_state && !o.reset) {
+  if (have_state && !o.reset) {
     // A signed step is still refused where it would take DIR back, or to another run.
-    if (step < state.step) {
-      return Status(ErrorCode::kUntrusted, "step " + std::to_string(step) + " is older than step " +
-                                               std::to_string(state.step) + ", which " + dir +
-                                               " holds: a trusting region never goes back (--reset to rebuild it)");
-    }
-    if (state.run != 0 && target.m.run != state.run) {
-      return Status(ErrorCode::kUntrusted, "step " + std::to_string(step) + " is of run " +
-                                               container::HexU64(target.m.run) + ", not of run " +
-                                               container::HexU64(state.run) + " that " + dir +
-                                               " holds (--reset to take the new run)");
-    }
+    s = CheckProgress(trust, state.step, state.run, target.m, dir, " (--reset takes it)");
+    if (!s.ok()) return s;
   }
 
   // DIR's own files must be what it records before anything is applied onto them.

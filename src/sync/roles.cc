@@ -357,17 +357,9 @@ Status Follower::Pull(uint64_t step, FollowResult* result) {
   sync::Hop target;
   Status s = sync::ReadTarget(f.store.get(), step == kLatestStep ? sync::kNoStep : step, &target, &report, f.trust);
   if (!s.ok()) return s;
-  if (f.trust.on() && f.step != kLatestStep) {
-    // Signed or not, a trusting follower never goes back, nor to another run.
-    if (target.m.step < f.step) {
-      return Status(ErrorCode::kUntrusted, "step " + std::to_string(target.m.step) + " is older than step " +
-                                               std::to_string(f.step) + ", which the follower holds");
-    }
-    if (target.m.run != f.run) {
-      return Status(ErrorCode::kUntrusted, "step " + std::to_string(target.m.step) + " is of another run than " +
-                                               "the follower's step " + std::to_string(f.step));
-    }
-  }
+  s = sync::CheckProgress(f.trust, f.step == kLatestStep ? sync::kNoStep : f.step, f.run, target.m, "the follower",
+                          "");
+  if (!s.ok()) return s;
   result->step = target.m.step;
   result->published_at = target.m.published_at;
   result->committed_at = target.m.committed_at;

@@ -2,7 +2,7 @@
 // itself (CURLOPT_AWS_SIGV4); this file builds canonical URLs (keys and query parameters
 // percent-encoded, parameters sorted by name, as SigV4 wants them and as libcurl 7.88
 // signs them verbatim), retries what may pass on a second try and names the key in every
-// error. S3 answers are parsed with pugixml.
+// error. What it reads of the answers is parsed in s3_answers.cc.
 #include <curl/curl.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -14,11 +14,11 @@
 #include <cstring>
 #include <map>
 #include <mutex>
-#include <pugixml.hpp>
 #include <random>
 #include <thread>
 
 #include "src/parallel.h"
+#include "src/sync/s3_answers.h"
 #include "src/sync/store.h"
 
 namespace arc_v3 {
@@ -75,11 +75,11 @@ struct Request {
 
 struct Response {
   long status = 0;
-  std::string etag;
-  uint64_t content_length = UINT64_MAX;
+  AnswerHeaders headers;
   std::string error_body;  // the first 64 KB of a >= 300 answer
   uint64_t received = 0;   // body bytes kept
   bool overflow = false;   // more body than the request allows
+  bool wrong_range = false;  // a 206 answer whose Content-Range is not the one asked for
 };
 
 // State of one transfer, for libcurl's callbacks.
@@ -93,23 +93,8 @@ struct Transfer {
 
 size_t OnHeader(char* data, size_t size, size_t count, void* user) {
   Transfer* t = static_cast<Transfer*>(user);
-  const size_t n = size * count;
-  std::string line(data, n);
-  while (!line.empty() && (line.back() == '\r' || line.back() == '\n')) line.pop_back();
-  if (line.compare(0, 5, "HTTP/") == 0) {  // a new answer (after 100-continue or a redirect)
-    t->response->etag.clear();
-    t->response->content_length = UINT64_MAX;
-    return n;
-  }
-  const size_t colon = line.find(':');
-  if (colon == std::string::npos) return n;
-  std::string name = line.substr(0, colon);
-  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
-  std::string value = line.substr(colon + 1);
-  value.erase(0, value.find_first_not_of(' '));
-  if (name == "etag") t->response->etag = value;
-  if (name == "content-length") t->response->content_length = std::strtoull(value.c_str(), nullptr, 10);
-  return n;
+  ParseHeaderLine(data, size * count, &t->response->headers);
+  return size * count;
 }
 
 size_t OnBody(char* data, size_t size, size_t count, void* user) {
@@ -127,6 +112,10 @@ size_t OnBody(char* data, size_t size, size_t count, void* user) {
   const uint8_t* bytes = reinterpret_cast<const uint8_t*>(data);
   uint64_t length = n;
   if (q->out != nullptr) {
+    if (q->range && status == 206 && t->seen == 0 && !RangeMatches(r->headers, q->range_offset, q->out_size)) {
+      r->wrong_range = true;
+      return 0;
+    }
     // A server that ignores Range answers 200 with the whole object: skip to the range.
     const uint64_t skip = (q->range && status == 200) ? q->range_offset : 0;
     const uint64_t begin = t->seen, end = t->seen + n;
@@ -198,16 +187,18 @@ bool Retryable(CURLcode code) {
   }
 }
 
-// "Code: Message" of an S3 error document, or "" if the body is not one.
-std::string S3Error(const std::string& body) {
-  pugi::xml_document doc;
-  if (body.empty() || !doc.load_buffer(body.data(), body.size())) return "";
-  const pugi::xml_node error = doc.child("Error");
-  if (!error) return "";
-  std::string text = error.child_value("Code");
-  const std::string message = error.child_value("Message");
-  if (!message.empty()) text += (text.empty() ? "" : ": ") + message;
-  return text;
+std::string S3Error(const std::string& body) { return S3ErrorText(body.data(), body.size()); }
+
+// `text` as XML character data.
+std::string XmlText(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '&') out += "&amp;";
+    else if (c == '<') out += "&lt;";
+    else if (c == '>') out += "&gt;";
+    else out += c;
+  }
+  return out;
 }
 
 // HTTP over a pool of libcurl handles (kept for their open connections), with retries.
@@ -247,6 +238,8 @@ class HttpClient {
         if (!(s >= 500 || s == 429 || s == 409)) return Status::Ok();
         const std::string detail = S3Error(response->error_body);
         last = "HTTP " + std::to_string(s) + (detail.empty() ? "" : " (" + detail + ")");
+      } else if (code == CURLE_WRITE_ERROR && response->wrong_range) {
+        last = "a 206 answer with another Content-Range than the range asked for";
       } else if (code == CURLE_WRITE_ERROR && response->overflow) {
         return Status(ErrorCode::kCorruptHeader,
                       what + ": the answer is longer than expected (" +
@@ -399,7 +392,10 @@ class CurlStore : public Store {
     s = client_.Perform(q, &r, Name(key));
     if (!s.ok()) return s;
     if (!Success(r.status)) return Fail(r, Name(key), "HEAD", ForbiddenIsMissing());
-    *info = {key, r.content_length == UINT64_MAX ? 0 : r.content_length, r.etag};
+    if (r.headers.content_length == UINT64_MAX) {
+      return Status(ErrorCode::kUnavailable, Name(key) + ": HEAD answered without a well-formed Content-Length");
+    }
+    *info = {key, r.headers.content_length, r.headers.etag};
     return Status::Ok();
   }
 
@@ -420,7 +416,7 @@ class CurlStore : public Store {
     if (!*changed) return Status::Ok();
     if (!Success(r.status)) return Fail(r, Name(key), "GET", ForbiddenIsMissing());
     *data = std::move(body);
-    if (info != nullptr) *info = {key, data->size(), r.etag};
+    if (info != nullptr) *info = {key, data->size(), r.headers.etag};
     return Status::Ok();
   }
 
@@ -519,20 +515,12 @@ class S3Store : public CurlStore {
       Status s = client_.Perform(q, &r, url_);
       if (!s.ok()) return s;
       if (!Success(r.status)) return Fail(r, url_ + " (listing '" + prefix + "')", "GET");
-      pugi::xml_document doc;
-      if (!doc.load_buffer(body.data(), body.size())) {
-        return Status(ErrorCode::kUnavailable, url_ + ": the listing is not XML");
-      }
-      const pugi::xml_node result = doc.child("ListBucketResult");
-      for (pugi::xml_node c : result.children("Contents")) {
-        std::string key = c.child_value("Key");
-        if (!prefix_.empty()) key = key.substr(std::min(key.size(), prefix_.size() + 1));
-        if (!ValidKey(key)) continue;  // not an object of ours
-        objects->push_back({key, std::strtoull(c.child_value("Size"), nullptr, 10), c.child_value("ETag")});
-      }
-      if (std::string(result.child_value("IsTruncated")) != "true") break;
-      token = result.child_value("NextContinuationToken");
-      if (token.empty()) return Status(ErrorCode::kUnavailable, url_ + ": a truncated listing without a token");
+      ListingPage page;
+      s = ParseListing(reinterpret_cast<const char*>(body.data()), body.size(), prefix_, url_, &page);
+      if (!s.ok()) return s;
+      objects->insert(objects->end(), page.objects.begin(), page.objects.end());
+      if (!page.truncated) break;
+      token = page.next_token;
     }
     std::sort(objects->begin(), objects->end(),
               [](const ObjectInfo& a, const ObjectInfo& b) { return a.key < b.key; });
@@ -575,9 +563,9 @@ class S3Store : public CurlStore {
     return Status::Ok();
   }
 
-  // One POST / DELETE of the multipart protocol; the answer's XML into *doc.
+  // One POST / DELETE of the multipart protocol; the answer's body into *answer_out.
   Status Call(const char* method, const std::string& url, const std::string& body, const std::string& key,
-              pugi::xml_document* doc) {
+              std::string* answer_out) {
     Request q;
     q.method = method;
     q.url = url;
@@ -593,9 +581,7 @@ class S3Store : public CurlStore {
     // CompleteMultipartUpload may fail after a 200, with an Error document.
     const std::string detail = S3Error(std::string(answer.begin(), answer.end()));
     if (!detail.empty()) return Status(ErrorCode::kUnavailable, Name(key) + ": " + method + ": " + detail);
-    if (doc != nullptr && !doc->load_buffer(answer.data(), answer.size())) {
-      return Status(ErrorCode::kUnavailable, Name(key) + ": " + method + ": the answer is not XML");
-    }
+    if (answer_out != nullptr) answer_out->assign(answer.begin(), answer.end());
     return Status::Ok();
   }
 
@@ -606,11 +592,12 @@ class S3Store : public CurlStore {
       if (s.ok()) return Status(ErrorCode::kAlreadyExists, Name(key) + ": already exists");
       if (s.code() != ErrorCode::kNotFound) return s;
     }
-    pugi::xml_document doc;
-    Status s = Call("POST", Url(key) + Query({{"uploads", ""}}), "", key, &doc);
+    std::string initiated;
+    Status s = Call("POST", Url(key) + Query({{"uploads", ""}}), "", key, &initiated);
     if (!s.ok()) return s;
-    const std::string upload_id = doc.child("InitiateMultipartUploadResult").child_value("UploadId");
-    if (upload_id.empty()) return Status(ErrorCode::kUnavailable, Name(key) + ": no UploadId in the answer");
+    std::string upload_id;
+    s = ParseUploadId(initiated.data(), initiated.size(), Name(key), &upload_id);
+    if (!s.ok()) return s;
     const uint64_t part = options_.part_bytes;
     const size_t parts = static_cast<size_t>((size + part - 1) / part);
     std::vector<std::string> etags(parts);
@@ -632,15 +619,15 @@ class S3Store : public CurlStore {
       Response r;
       Status st = client_.Perform(q, &r, Name(key));
       if (st.ok() && !Success(r.status)) st = Fail(r, Name(key), "PUT part");
-      if (st.ok() && r.etag.empty()) st = Status(ErrorCode::kUnavailable, Name(key) + ": a part without an ETag");
+      if (st.ok() && r.headers.etag.empty()) st = Status(ErrorCode::kUnavailable, Name(key) + ": a part without an ETag");
       std::lock_guard<std::mutex> lock(mutex);
       if (!st.ok() && s.ok()) s = st;
-      etags[i] = r.etag;
+      etags[i] = r.headers.etag;
     });
     if (s.ok()) {
       std::string body = "<CompleteMultipartUpload>";
       for (size_t i = 0; i < parts; ++i) {
-        body += "<Part><PartNumber>" + std::to_string(i + 1) + "</PartNumber><ETag>" + etags[i] + "</ETag></Part>";
+        body += "<Part><PartNumber>" + std::to_string(i + 1) + "</PartNumber><ETag>" + XmlText(etags[i]) + "</ETag></Part>";
       }
       body += "</CompleteMultipartUpload>";
       s = Call("POST", Url(key) + Query({{"uploadId", upload_id}}), body, key, nullptr);

@@ -1,15 +1,21 @@
 // The stores, each against a real backend: a directory, and radosgw (Ceph's S3 gateway,
 // booted by tests/run_tests.sh) for s3:// and for the read-only http:// store.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <cstring>
 #include <fstream>
 #include <mutex>
 #include <optional>
 #include <thread>
 
+#include "src/sync/s3_answers.h"
 #include "src/sync/store.h"
 #include "src/sync/sync_test_util.h"
 
@@ -217,6 +223,123 @@ TEST_CASE("stores: a store that is gone fails with unavailable after its retries
     CHECK(s.message().find("3 times") != std::string::npos);
     CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
   }
+}
+
+// An HTTP server on loopback that gives every request the same answer (a server, proxy or
+// CDN that misbehaves), closing the connection after it.
+class FixedAnswerServer {
+ public:
+  explicit FixedAnswerServer(std::string answer) : answer_(std::move(answer)) {
+    listener_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(bind(listener_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+    REQUIRE(listen(listener_, 16) == 0);
+    socklen_t len = sizeof(addr);
+    getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::thread([this] {
+      for (;;) {
+        const int client = accept(listener_, nullptr, nullptr);
+        if (client < 0) return;
+        char request[8192];
+        std::string head;
+        while (head.find("\r\n\r\n") == std::string::npos) {
+          const ssize_t n = read(client, request, sizeof(request));
+          if (n <= 0) break;
+          head.append(request, static_cast<size_t>(n));
+        }
+        (void)!send(client, answer_.data(), answer_.size(), MSG_NOSIGNAL);
+        shutdown(client, SHUT_RDWR);
+        close(client);
+      }
+    });
+  }
+  ~FixedAnswerServer() {
+    shutdown(listener_, SHUT_RDWR);
+    close(listener_);
+    thread_.join();
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  std::string answer_;
+  int listener_ = -1, port_ = 0;
+  std::thread thread_;
+};
+
+TEST_CASE("stores: an answer other than the one asked for is refused, not taken") {
+  StoreOptions options = test::FastRetries();
+  std::unique_ptr<Store> store;
+  {
+    // A 206 of another range than asked for (a proxy that merges or shifts ranges).
+    FixedAnswerServer server(
+        "HTTP/1.1 206 Partial Content\r\nContent-Range: bytes 0-9/100\r\nContent-Length: 10\r\n"
+        "Connection: close\r\n\r\n0123456789");
+    REQUIRE(NewHttpStore(server.url(), options, &store).ok());
+    std::vector<uint8_t> out(10, 0xEE);
+    const Status s = store->GetRange("steps/x", 50, 10, out.data());
+    CHECK(s.code() == ErrorCode::kUnavailable);
+    CHECK(s.message().find("Content-Range") != std::string::npos);
+    CHECK(out == std::vector<uint8_t>(10, 0xEE));
+    // The same answer is the right one for bytes 0-9.
+    CHECK(store->GetRange("steps/x", 0, 10, out.data()).ok());
+    CHECK(std::string(out.begin(), out.end()) == "0123456789");
+  }
+  {
+    // A HEAD answer without a size.
+    FixedAnswerServer server("HTTP/1.1 200 OK\r\nETag: \"a\"\r\nConnection: close\r\n\r\n");
+    REQUIRE(NewHttpStore(server.url(), options, &store).ok());
+    ObjectInfo info;
+    const Status s = store->Head("latest", &info);
+    CHECK(s.code() == ErrorCode::kUnavailable);
+    CHECK(s.message().find("Content-Length") != std::string::npos);
+  }
+}
+
+TEST_CASE("stores: S3 answers as radosgw writes them, and what is refused of them") {
+  // Captured from radosgw (tests/fuzz/corpus/s3_answers holds the same answers whole).
+  const std::string listing =
+      "<?xml version=\"1.0\" encoding=\"UTF-8\"?><ListBucketResult xmlns=\"http://s3.amazonaws.com/doc/"
+      "2006-03-01/\"><Name>arc-v3-test</Name><Prefix>seed/runs/a</Prefix><MaxKeys>1</MaxKeys><IsTruncated>"
+      "true</IsTruncated><Contents><Key>seed/runs/a/latest</Key><ETag>&quot;0ab63eb8&quot;</ETag><Size>12"
+      "</Size></Contents><Contents><Key>seed/runs/ab/latest</Key><Size>1</Size></Contents>"
+      "<NextContinuationToken>seed/runs/a/latest</NextContinuationToken></ListBucketResult>";
+  ListingPage page;
+  REQUIRE(ParseListing(listing.data(), listing.size(), "seed/runs/a", "s3://b", &page).ok());
+  REQUIRE(page.objects.size() == 1);  // seed/runs/ab/ is another prefix's
+  CHECK(page.objects[0].key == "latest");
+  CHECK(page.objects[0].size == 12);
+  CHECK(page.objects[0].etag == "\"0ab63eb8\"");
+  CHECK(page.truncated);
+  CHECK(page.next_token == "seed/runs/a/latest");
+  const std::string bad_size = "<ListBucketResult><Contents><Key>k</Key><Size>12x</Size></Contents></ListBucketResult>";
+  CHECK(ParseListing(bad_size.data(), bad_size.size(), "", "s3://b", &page).code() == ErrorCode::kUnavailable);
+  const std::string no_token = "<ListBucketResult><IsTruncated>true</IsTruncated></ListBucketResult>";
+  CHECK(ParseListing(no_token.data(), no_token.size(), "", "s3://b", &page).code() == ErrorCode::kUnavailable);
+  const std::string error = "<Error><Code>NoSuchKey</Code><Message>gone</Message></Error>";
+  CHECK(S3ErrorText(error.data(), error.size()) == "NoSuchKey: gone");
+  CHECK(S3ErrorText("<Error", 6).empty());
+
+  AnswerHeaders h;
+  for (const char* line : {"HTTP/1.1 206 Partial Content\r\n", "Content-Range: bytes 4990-4999/5000\r\n",
+                           "ETag: \"70ea\"\r\n", "Content-Length: 10\r\n"}) {
+    ParseHeaderLine(line, std::strlen(line), &h);
+  }
+  CHECK(h.etag == "\"70ea\"");
+  CHECK(h.content_length == 10);
+  CHECK(RangeMatches(h, 4990, 111));  // to the object's end
+  CHECK(!RangeMatches(h, 4990, 5));   // longer than asked for
+  CHECK(!RangeMatches(h, 4980, 20));  // elsewhere
+  for (const char* line : {"Content-Length: 12 34\r\n", "Content-Range: bytes 9-3/5000\r\n", "ETag: \"a\x01\"\r\n"}) {
+    ParseHeaderLine(line, std::strlen(line), &h);
+  }
+  CHECK(h.content_length == UINT64_MAX);
+  CHECK(h.range_malformed);
+  CHECK(h.etag.empty());
+  ParseHeaderLine("HTTP/1.1 200 OK", 15, &h);  // a new answer forgets the last one's fields
+  CHECK(!h.has_range);
 }
 
 TEST_CASE("stores: wrong credentials are permission_denied, naming the key") {

@@ -1,7 +1,8 @@
 #!/bin/bash
 # Builds the libFuzzer targets of tests/fuzz/ with clang (ASan + UBSan + libFuzzer) into
 # $ARC_V3_FUZZ_OUT (default /tmp/arc_v3_fuzz): fuzz_decode, fuzz_roundtrip, fuzz_kernels,
-# fuzz_container, fuzz_documents, and make_seeds (the seed-corpus writer).
+# fuzz_container, fuzz_documents, fuzz_region_state, fuzz_safetensors, fuzz_s3_answers,
+# fuzz_store_faults, and make_seeds (the seed-corpus writer).
 #   tests/fuzz/build.sh            build
 #   tests/fuzz/build.sh --seeds    build, then write fresh seed corpora to $OUT/seeds/
 #   ARC_V3_FUZZ_FAST=1 tests/fuzz/build.sh   throughput build for long campaigns: -O2,
@@ -51,7 +52,7 @@ for src in "${LIB_SRCS[@]}"; do
 done
 for pid in "${pids[@]}"; do wait "$pid"; done
 
-for target in decode roundtrip kernels container documents region_state safetensors; do
+for target in decode roundtrip kernels container documents region_state safetensors s3_answers store_faults; do
   "$CXX" "${FLAGS[@]}" -fsanitize=fuzzer "tests/fuzz/fuzz_$target.cc" "${OBJS[@]}" "${LIBS[@]}" \
     -o "$OUT/fuzz_$target"
   echo "built $OUT/fuzz_$target"

@@ -22,6 +22,8 @@ int FuzzContainer(const uint8_t* data, size_t size);
 int FuzzDocuments(const uint8_t* data, size_t size);
 int FuzzRegionState(const uint8_t* data, size_t size);
 int FuzzSafetensors(const uint8_t* data, size_t size);
+int FuzzS3Answers(const uint8_t* data, size_t size);
+int FuzzStoreFaults(const uint8_t* data, size_t size);
 
 namespace {
 
@@ -53,6 +55,8 @@ TEST_CASE("fuzz corpus: container") { CHECK(Replay("container", FuzzContainer) >
 TEST_CASE("fuzz corpus: documents") { CHECK(Replay("documents", FuzzDocuments) >= 20); }
 TEST_CASE("fuzz corpus: region_state") { CHECK(Replay("region_state", FuzzRegionState) >= 4); }
 TEST_CASE("fuzz corpus: safetensors") { CHECK(Replay("safetensors", FuzzSafetensors) >= 4); }
+TEST_CASE("fuzz corpus: s3_answers") { CHECK(Replay("s3_answers", FuzzS3Answers) >= 4); }
+TEST_CASE("fuzz corpus: store_faults") { CHECK(Replay("store_faults", FuzzStoreFaults) >= 8); }
 
 }  // namespace
 }  // namespace fuzz

@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <mutex>
 #include <random>
 
@@ -291,8 +292,44 @@ std::unique_ptr<Store> NewDirectoryStore(const std::string& root, const std::str
   return std::make_unique<DirectoryStore>(root, url);
 }
 
+namespace {
+
+std::mutex& SchemesMutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+std::map<std::string, StoreOpener>& Schemes() {
+  static std::map<std::string, StoreOpener> schemes;
+  return schemes;
+}
+
+}  // namespace
+
+Status RegisterStoreScheme(const std::string& scheme, StoreOpener opener) {
+  bool valid = !scheme.empty() && scheme[0] >= 'a' && scheme[0] <= 'z';
+  for (char c : scheme) {
+    valid = valid && ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '+' || c == '.' || c == '-');
+  }
+  if (!valid || scheme == "s3" || scheme == "http" || scheme == "https" || scheme == "file") {
+    return Status(ErrorCode::kInvalidArgument, "cannot register store scheme '" + scheme + "'");
+  }
+  std::lock_guard<std::mutex> lock(SchemesMutex());
+  Schemes()[scheme] = std::move(opener);
+  return Status::Ok();
+}
+
 Status OpenStore(const std::string& url, const StoreOptions& options, std::unique_ptr<Store>* store) {
   const auto has_prefix = [&](const char* p) { return url.compare(0, std::strlen(p), p) == 0; };
+  const size_t scheme_end = url.find("://");
+  if (scheme_end != std::string::npos) {
+    StoreOpener opener;
+    {
+      std::lock_guard<std::mutex> lock(SchemesMutex());
+      const auto it = Schemes().find(url.substr(0, scheme_end));
+      if (it != Schemes().end()) opener = it->second;
+    }
+    if (opener) return opener(url, options, store);
+  }
   if (has_prefix("s3://")) {
     const std::string rest = url.substr(5);
     const size_t slash = rest.find('/');

@@ -10,6 +10,7 @@
 #define ARC_V3_SRC_SYNC_STORE_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -99,6 +100,15 @@ class Store {
 // must exist unless options.create. Errors: kInvalidArgument (malformed URL, a path that
 // is not a directory or cannot be created), kNotFound (no such directory).
 Status OpenStore(const std::string& url, const StoreOptions& options, std::unique_ptr<Store>* store);
+
+// Stores the library does not build in (another backend, a test's fault-injecting store):
+// once registered, OpenStore hands every URL starting with `scheme` + "://" to `opener`,
+// and so does everything that opens a store by URL (Follower::Open, the CLI). Registering
+// a scheme again replaces its opener. kInvalidArgument for a built-in scheme (s3, http,
+// https, file) or a name that is not [a-z][a-z0-9+.-]*. Thread-safe.
+using StoreOpener = std::function<Status(const std::string& url, const StoreOptions& options,
+                                         std::unique_ptr<Store>* store)>;
+Status RegisterStoreScheme(const std::string& scheme, StoreOpener opener);
 
 // Whether `key` is a well-formed key (see the top of this file).
 bool ValidKey(const std::string& key);

@@ -393,6 +393,28 @@ TEST_CASE("stores: a read-only http store reads what was published to the bucket
   CHECK(web->List("", &list).code() == ErrorCode::kInvalidArgument);
 }
 
+TEST_CASE("stores: a registered scheme opens its own stores by URL") {
+  TempDir tmp;
+  std::string opened;
+  REQUIRE(RegisterStoreScheme("arc-test+mem", [&](const std::string& url, const StoreOptions&,
+                                                  std::unique_ptr<Store>* store) {
+            opened = url;
+            *store = NewDirectoryStore(tmp.path(), url);
+            return Status::Ok();
+          }).ok());
+  std::unique_ptr<Store> store;
+  REQUIRE(OpenStore("arc-test+mem://somewhere", StoreOptions(), &store).ok());
+  CHECK(opened == "arc-test+mem://somewhere");
+  const std::vector<uint8_t> bytes = Bytes("hello");
+  REQUIRE(store->Put("k", bytes.data(), bytes.size(), PutMode::kOverwrite).ok());
+  CHECK(test::ReadBytes(tmp / "k") == bytes);
+  // Built-in schemes and malformed names cannot be registered; unknown schemes stay errors.
+  for (const char* scheme : {"s3", "http", "https", "file", "", "9p", "a/b", "A"}) {
+    CHECK(RegisterStoreScheme(scheme, nullptr).code() == ErrorCode::kInvalidArgument);
+  }
+  CHECK(OpenStore("arc-test+none://x", StoreOptions(), &store).code() == ErrorCode::kInvalidArgument);
+}
+
 TEST_CASE("stores: URLs") {
   std::unique_ptr<Store> store;
   const StoreOptions o;

@@ -1,15 +1,18 @@
-// Fuzz target: a region's pull (sync::Pull, src/sync/sync.h) from a store whose answers the
-// fuzzer spoils. The store holds a real run written by the project's publisher once per
-// process (2 shards, steps 1 to 4, anchors at 1 and 3; unsigned and signed), kept in memory
-// with the versions each object had after every step. Input: one byte choosing the run, the
-// region's start (empty, at step 1, at step 2), the step asked for and `reset`; then one
-// byte per store call: pass, fail (unavailable, or not found), corrupt a byte, truncate,
-// answer with an older version of the object (an eventually consistent store, a stale
-// cache) or with the previous call's answer (answers reordered or duplicated). Delays are not
-// modelled: a pull has no deadline but the store's own timeouts.
+// Fuzz target: a region's pull from a store whose answers the fuzzer spoils, into a
+// directory (sync::Pull, src/sync/sync.h) or into memory (arc_v3::Follower). The store
+// holds a real run written by the project's publisher once per process (2 shards, steps 1
+// to 4, anchors at 1 and 3; unsigned and signed), kept in memory with the versions each
+// object had after every step, and is opened by URL (fault://, RegisterStoreScheme).
+// Input: one byte choosing the run, the region's start (empty, at step 1, at step 2), the
+// step asked for, `reset` and the reader; then one or two bytes per store call: pass, fail
+// (unavailable, or not found), corrupt a byte, truncate, answer with an older version of
+// the object (an eventually consistent store, a stale cache) or with the previous call's
+// answer (answers reordered or duplicated). Delays are not modelled: a pull has no
+// deadline but the store's own timeouts.
 // Promises checked: no crash; a pull that succeeds holds a published step byte for byte
-// (the one asked for), recorded as the directory's step; a pull that fails says why and
-// leaves the region directory exactly as it was.
+// (the one asked for), recorded as the region's step; a directory pull that fails says why
+// and leaves the directory exactly as it was; a Follower that fails holds the last step it
+// completed, byte for byte (the step it held, or one on the way).
 #include <stdlib.h>
 
 #include <cstdint>
@@ -23,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "arc_v3_sync.hpp"
 #include "src/safetensors.h"
 #include "src/sync/sync.h"
 #include "tests/fuzz/fuzz_common.h"
@@ -86,12 +90,27 @@ std::vector<uint8_t> ShardBytes(uint32_t shard, uint64_t step) {
   return bytes;
 }
 
-// An object store in memory: the run's objects as they were after step 1..kSteps, served
-// through a script of faults taken from the fuzzer's bytes, one byte per call.
+// The fault script of one execution, shared by every store opened during it. Unarmed, the
+// stores answer truly (to bring a Follower to its start).
+struct Faults {
+  const std::vector<Objects>* versions = nullptr;
+  const uint8_t* script = nullptr;
+  size_t size = 0, at = 0;
+  bool armed = false;
+  std::vector<uint8_t> previous;
+  std::mutex mutex;
+
+  uint8_t Next() {
+    std::lock_guard<std::mutex> lock(mutex);
+    return armed && at < size ? script[at++] : 0;
+  }
+};
+Faults current;
+
+// An object store in memory over `current`: the run's objects as they were after step
+// 1..kSteps, served through the script, one or two bytes per call.
 class FaultStore : public sync::Store {
  public:
-  FaultStore(const std::vector<Objects>* versions, const uint8_t* script, size_t size)
-      : versions_(versions), script_(script), size_(size) {}
   const std::string& url() const override { return url_; }
   bool writable() const override { return false; }
   bool listable() const override { return true; }
@@ -127,10 +146,11 @@ class FaultStore : public sync::Store {
   }
   Status List(const std::string& prefix, std::vector<sync::ObjectInfo>* objects) override {
     objects->clear();
-    const uint8_t op = Next();
+    const uint8_t op = current.Next();
     if (op >= 128 && op < 160) return Status(ErrorCode::kUnavailable, "listing: injected failure");
     // A stale listing: the objects of an older version.
-    const Objects& from = (op >= 224) ? (*versions_)[op % versions_->size()] : versions_->back();
+    const std::vector<Objects>& versions = *current.versions;
+    const Objects& from = (op >= 224) ? versions[op % versions.size()] : versions.back();
     for (const auto& o : from) {
       if (o.first.compare(0, prefix.size(), prefix) == 0) objects->push_back({o.first, o.second.size(), Tag(o.second)});
     }
@@ -146,26 +166,23 @@ class FaultStore : public sync::Store {
            std::to_string(bytes.size());
   }
   Status ReadOnly() const { return Status(ErrorCode::kInvalidArgument, "the fault store is read-only"); }
-  uint8_t Next() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return at_ < size_ ? script_[at_++] : 0;
-  }
 
   // The answer to a read of `key`: its latest bytes, spoiled as the next script byte says.
   Status Answer(const std::string& key, std::vector<uint8_t>* bytes) {
-    const uint8_t op = Next();
-    const uint8_t arg = Next();
-    const Objects& latest = versions_->back();
+    const uint8_t op = current.Next();
+    const uint8_t arg = op >= 128 ? current.Next() : 0;
+    const std::vector<Objects>& versions = *current.versions;
+    const Objects& latest = versions.back();
     auto it = latest.find(key);
     if (op >= 128 && op < 144) return Status(ErrorCode::kUnavailable, key + ": injected failure");
     if (op >= 144 && op < 160) return Status(ErrorCode::kNotFound, key + ": injected not found");
     if (op >= 224 && op < 240) {  // an older version (or none yet)
-      const Objects& old = (*versions_)[arg % versions_->size()];
+      const Objects& old = versions[arg % versions.size()];
       it = old.find(key);
       if (it == old.end()) return Status(ErrorCode::kNotFound, key + ": not found (stale)");
     } else if (op >= 240) {  // the previous answer again
-      std::lock_guard<std::mutex> lock(mutex_);
-      *bytes = previous_;
+      std::lock_guard<std::mutex> lock(current.mutex);
+      *bytes = current.previous;
       return Status::Ok();
     } else if (it == latest.end()) {
       return Status(ErrorCode::kNotFound, key + ": not found");
@@ -173,18 +190,12 @@ class FaultStore : public sync::Store {
     *bytes = it->second;
     if (op >= 160 && op < 192 && !bytes->empty()) (*bytes)[(arg * 131u + op) % bytes->size()] ^= 1u << (op & 7);
     if (op >= 192 && op < 224) bytes->resize(bytes->size() * arg / 256);
-    std::lock_guard<std::mutex> lock(mutex_);
-    previous_ = *bytes;
+    std::lock_guard<std::mutex> lock(current.mutex);
+    current.previous = *bytes;
     return Status::Ok();
   }
 
   const std::string url_ = "fault://run";
-  const std::vector<Objects>* versions_;
-  const uint8_t* script_;
-  const size_t size_;
-  size_t at_ = 0;
-  std::mutex mutex_;
-  std::vector<uint8_t> previous_;
 };
 
 Objects ReadAll(sync::Store* store) {
@@ -244,6 +255,12 @@ World& GetWorld() {
   }
   std::string key_id;
   FUZZ_CHECK(sync::GenerateKey(root + "/key", &key_id).ok(), "cannot make a key");
+  const Status registered = sync::RegisterStoreScheme(
+      "fault", [](const std::string&, const sync::StoreOptions&, std::unique_ptr<sync::Store>* store) {
+        *store = std::make_unique<FaultStore>();
+        return Status::Ok();
+      });
+  FUZZ_CHECK(registered.ok(), "cannot register fault://");
   for (int r = 0; r < 2; ++r) {
     Run& run = world->runs[r];
     const std::string dir = root + "/store" + std::to_string(r);
@@ -296,30 +313,86 @@ std::map<std::string, std::vector<uint8_t>> Snapshot(const std::string& dir) {
   return files;
 }
 
-}  // namespace
+// Whether the follower holds `step` of the run, byte for byte, and nothing else.
+void CheckFollower(const World& w, const Follower& follower, uint64_t step) {
+  const std::vector<FollowedTensor> tensors = follower.tensors();
+  if (step == kLatestStep) {
+    FUZZ_CHECK(tensors.empty(), "a follower that holds no step holds tensors");
+    return;
+  }
+  size_t expected = 0;
+  for (uint32_t k = 0; k < kShards; ++k) {
+    const std::string path = w.root + "/train/" + std::to_string(step) + "/" + ShardFile(k);
+    safetensors::File file;
+    FUZZ_CHECK(safetensors::File::Open(path, &file).ok(), "cannot open a step's file");
+    for (const safetensors::TensorInfo& t : file.tensors()) {
+      ++expected;
+      bool found = false;
+      for (const FollowedTensor& h : tensors) {
+        if (h.shard != k || h.name != t.name) continue;
+        found = true;
+        FUZZ_CHECK(h.dtype == t.dtype && h.shape == t.shape, "a held tensor of another kind");
+        FUZZ_CHECK(std::memcmp(h.data, file.data(t), t.size()) == 0, "a held tensor differs from the step");
+      }
+      FUZZ_CHECK(found, "a tensor of the step is not held");
+    }
+  }
+  FUZZ_CHECK(tensors.size() == expected, "the follower holds tensors the step has not");
+}
 
-int FuzzStoreFaults(const uint8_t* data, size_t size) {
-  if (size < 1) return 0;
-  World& w = GetWorld();
-  const uint8_t choice = data[0];
-  const Run& run = w.runs[choice & 1];
-  const std::string& start = run.regions[(choice >> 1) % run.regions.size()];
-  static const uint64_t kAsk[] = {sync::kNoStep, 2, 3, 4};
+void FuzzFollower(const World& w, const Run& run, uint64_t start, uint64_t ask, const uint8_t* data, size_t size) {
+  FollowerOptions options;
+  options.trusted_keys = run.trust;
+  options.threads = 1;
+  options.fetch_ahead_bytes = (data[0] & 0x80) ? 1 : (uint64_t{64} << 20);  // piece by piece, or all at once
+  std::unique_ptr<Follower> follower;
+  FUZZ_CHECK(Follower::Open("fault://run", options, &follower).ok(), "cannot open the follower");
+  if (start != kLatestStep) {
+    FollowResult result;
+    const Status s = follower->Pull(start, &result);
+    FUZZ_CHECK(s.ok(), s.message().c_str());
+  }
+  current.armed = true;
+  current.script = data + 1;
+  current.size = size - 1;
+  FollowResult result;
+  const Status s = follower->Pull(ask, &result);
+  current.armed = false;
+  if (!s.ok()) {
+    FUZZ_CHECK(!s.message().empty(), "an error without a message");
+    const uint64_t held = follower->step();
+    FUZZ_CHECK(held == start || (held != kLatestStep && held <= kSteps && (start == kLatestStep || held > start)),
+               "a failed pull left the follower at a step it never reached");
+    CheckFollower(w, *follower, held);
+    return;
+  }
+  FUZZ_CHECK(result.step >= 1 && result.step <= kSteps, "a pull ended at a step never published");
+  FUZZ_CHECK(ask == kLatestStep || result.step == ask, "a pull ended at another step");
+  FUZZ_CHECK(follower->step() == result.step, "the follower records another step");
+  CheckFollower(w, *follower, result.step);
+}
+
+void FuzzDirectory(const World& w, const Run& run, const std::string& start, uint64_t ask, bool reset,
+                   const uint8_t* data, size_t size) {
   sync::PullOptions options;
-  options.step = kAsk[(choice >> 3) & 3];
-  options.reset = (choice & 0x20) != 0;
+  options.step = ask;
+  options.reset = reset;
   options.trust = run.trust;
   options.run.threads = 1;
   options.store.connections = 1;
-
   const std::string dir = w.root + "/work";
   std::error_code ec;
   fs::remove_all(dir, ec);
   CopyDir(start, dir);
   const auto before = Snapshot(dir);
-  FaultStore store(&run.versions, data + 1, size - 1);
+  std::unique_ptr<sync::Store> store;
+  FUZZ_CHECK(sync::OpenStore("fault://run", options.store, &store).ok(), "cannot open the store");
+  current.armed = true;
+  current.script = data + 1;
+  current.size = size - 1;
   sync::PullReport report;
-  const Status s = sync::Pull(&store, dir, options, &report);
+  const Status s = sync::Pull(store.get(), dir, options, &report);
+  current.armed = false;
   if (!s.ok()) {
     FUZZ_CHECK(!s.message().empty(), "an error without a message");
     const auto after = Snapshot(dir);
@@ -333,14 +406,38 @@ int FuzzStoreFaults(const uint8_t* data, size_t size) {
       }
     }
     FUZZ_CHECK(after == before, "a failed pull changed the region's directory");
-    return 0;
+    return;
   }
   FUZZ_CHECK(report.to_step >= 1 && report.to_step <= kSteps, "a pull ended at a step never published");
-  FUZZ_CHECK(options.step == sync::kNoStep || report.to_step == options.step, "a pull ended at another step");
+  FUZZ_CHECK(ask == sync::kNoStep || report.to_step == ask, "a pull ended at another step");
   uint64_t held = sync::kNoStep;
   FUZZ_CHECK(sync::DirectoryStep(dir, &held).ok() && held == report.to_step, "the directory records another step");
   for (uint32_t k = 0; k < kShards; ++k) {
     FUZZ_CHECK(ReadFile(dir + "/" + ShardFile(k)) == w.files[report.to_step][k], "a pulled file differs from the step");
+  }
+}
+
+}  // namespace
+
+// The first byte: bit 0 the run (signed), bits 1-2 the start (empty, step 1, step 2),
+// bits 3-4 the step asked for (latest, 2, 3, 4), bit 5 `reset` (directory) or bit 7
+// fetching piece by piece (Follower), bit 6 the reader (directory, Follower).
+int FuzzStoreFaults(const uint8_t* data, size_t size) {
+  if (size < 1) return 0;
+  World& w = GetWorld();
+  const uint8_t choice = data[0];
+  const Run& run = w.runs[choice & 1];
+  const size_t start = ((choice >> 1) & 3) % run.regions.size();
+  static const uint64_t kAsk[] = {kLatestStep, 2, 3, 4};
+  const uint64_t ask = kAsk[(choice >> 3) & 3];
+  current.versions = &run.versions;
+  current.at = 0;
+  current.armed = false;
+  current.previous.clear();
+  if (choice & 0x40) {
+    FuzzFollower(w, run, start == 0 ? kLatestStep : start, ask, data, size);
+  } else {
+    FuzzDirectory(w, run, run.regions[start], ask, (choice & 0x20) != 0, data, size);
   }
   return 0;
 }

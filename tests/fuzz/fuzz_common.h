@@ -65,7 +65,7 @@ inline std::vector<uint16_t> MakeBase(size_t n) {
 
 // The step a primed session has decoded before it meets the fuzz input (fuzz_decode.cc,
 // make_seeds.cc): from this base to MakeBase(n), so that a payload continuing that step
-// (format 9) is decoded against the fixed base with the step's history and carried
+// is decoded against the fixed base with the step's history and carried
 // models. Every 29th element differs in its lowest mantissa bit: sparse enough that the
 // step's chunks are modelled.
 inline std::vector<uint16_t> MakePrimingBase(size_t n) {

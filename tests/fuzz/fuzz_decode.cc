@@ -4,7 +4,7 @@
 // succeeds exactly when delta_decompress fails only on the checksum), and the result does
 // not depend on the thread count. Session payloads: delta_decompress refuses them, and a
 // fresh arc_v3::Session and one primed with a step that ends on the base (so that payloads
-// continuing it, format 9, reach their chunks) decode them (a group: DecompressTensors)
+// continuing it reach their chunks) decode them (a group: DecompressTensors)
 // with the same promises, their state unchanged on error. Groups of tensors: see
 // FuzzTensorsDecode.
 #include <algorithm>
@@ -98,7 +98,7 @@ int FuzzSessionDecode(const std::vector<uint16_t>& src, const PayloadInfo& info,
   const size_t n = src.size();
   const Status plain = delta_decompress(src.data(), n, data, size, checksum, out->data(), n, 1);
   FUZZ_CHECK(!plain.ok(), "delta_decompress accepted a session payload");
-  // A session over a group of tensors (format 6) decodes through DecompressTensors.
+  // A session over a group of tensors decodes through DecompressTensors.
   const bool group = (data[5] & 2) != 0;
   Options options;
   options.threads = 1;
@@ -106,7 +106,7 @@ int FuzzSessionDecode(const std::vector<uint16_t>& src, const PayloadInfo& info,
   Session fresh(options);
   CheckSessionDecode(&fresh, src, group, TensorList(info), data, size, checksum, out);
   // A session one step further, which ended on the fixed base: a payload that continues
-  // that step (format 9) decodes with its history, carried models and, for a group, its
+  // that step decodes with its history, carried models and, for a group, its
   // tensor list.
   Session primed(options);
   PrimeReceiver(n, group, &primed);

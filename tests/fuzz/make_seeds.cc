@@ -1,11 +1,9 @@
 // Writes the seed corpora of the fuzz targets (run by build.sh --seeds):
-//   decode/     payloads of both formats, several densities, efforts and chunk sizes,
-//               groups of tensors (format 10), column signs (format 10; as every
-//               modelled chunk now, in frames of format 11, most with capped rates, the
-//               fixed base holding zeros and denormals), and session
-//               payloads (first steps, and steps that continue fuzz_common.h's priming
-//               step, format 9),
-//               against the fixed base of fuzz_common.h;
+//   decode/     payloads of both versions (1 and 16), several densities, efforts and
+//               chunk sizes: XOR-stream, modelled and rANS chunks, groups of tensors,
+//               column signs, and session payloads (first steps, and steps that
+//               continue fuzz_common.h's priming step), against the fixed base of
+//               fuzz_common.h;
 //   roundtrip/  option + edit-list inputs of fuzz_roundtrip.cc;
 //   kernels/    control byte + XOR masks of fuzz_kernels.cc;
 //   container/  the manifest of a real delta container made by container::Diff.
@@ -22,6 +20,7 @@
 #include "arc_v3.hpp"
 #include "src/checkpoint/checkpoint_delta.h"
 #include "src/checkpoint/container.h"
+#include "src/format.h"
 #include "src/model_coder.h"
 #include "tests/fuzz/fuzz_common.h"
 
@@ -65,7 +64,7 @@ void DecodeSeeds(const std::string& dir) {
         }
       }
       if (n >= 4096 && density > 0.5) {
-        // Chunks of 4096 with thousands of changes: rANS chunks (format 4 on).
+        // Chunks of 4096 with thousands of changes: rANS chunks.
         Options options;
         options.chunk_elements = 4096;
         options.threads = 1;
@@ -74,7 +73,7 @@ void DecodeSeeds(const std::string& dir) {
         Write(dir + "/seed_" + std::to_string(index++), delta.bytes);
       }
       if (n > 0) {
-        // Groups of tensors (format 6): the same elements split in three, one empty.
+        // Groups of tensors: the same elements split in three, one empty.
         const std::vector<TensorDelta> tensors =
             GroupViews<TensorDelta>(n, src.data(), dst.data());
         const Options options = SeedOptions();
@@ -97,8 +96,7 @@ void DecodeSeeds(const std::string& dir) {
         Write(dir + "/session_" + std::to_string(index++), delta.bytes);
       }
       if (n == 5000 && density < 0.01) {
-        // Column signs (format 10, in a format-11 frame as every modelled chunk): 4096
-        // elements as rows of 128 whose changes (10%) share
+        // Column signs: 4096 elements as rows of 128 whose changes (10%) share
         // their column's direction 9 times in 10, in one modelled chunk.
         std::vector<uint16_t> rows = src;
         std::vector<int> column_up(128);
@@ -114,12 +112,12 @@ void DecodeSeeds(const std::string& dir) {
         FUZZ_CHECK(delta_compress(src.data(), rows.data(), 4096, &delta, options).ok(),
                    "compress columns");
         const size_t layout_at = 4 + 1 + 1 + 2 + 1 + 1;  // magic version flags count log mode
-        FUZZ_CHECK(delta.bytes[4] == 11 && delta.bytes[layout_at - 1] == 2 &&
+        FUZZ_CHECK(delta.bytes[4] == kFormatVersion && delta.bytes[layout_at - 1] == kChunkModelled &&
                        (delta.bytes[layout_at] & 0x40) != 0,
-                   "column signs: one modelled chunk, format 11");
+                   "column signs: one modelled chunk");
         Write(dir + "/columns_" + std::to_string(index++), delta.bytes);
       }
-      // Steps that continue the priming step (format 9), one tensor and a group: they
+      // Steps that continue the priming step, one tensor and a group: they
       // decode on fuzz_decode's primed sessions, chunks from its carried models.
       for (const bool group : {false, true}) {
         Session sender(SeedOptions());

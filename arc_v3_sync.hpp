@@ -137,6 +137,32 @@ struct FollowResult {
   double published_at = 0, committed_at = 0;  // of the step pulled (Unix seconds)
 };
 
+// How a follow loop polls: Follower::Follow here, `arc_v3 follow` over a directory.
+struct FollowOptions {
+  double interval_seconds = 2;  // between polls of the store's `latest` pointer
+  uint64_t until = kLatestStep;  // return once this step or a later one is held (kLatestStep: never)
+  int max_failures = 10;  // polls failing in a row (the store unavailable) before giving up
+  // Called between polls (every 0.1 s at most); true stops the loop (it returns Ok). For a
+  // caller that must react to a signal while the loop waits.
+  std::function<bool()> stop_requested;
+};
+
+// What a follow loop reports as it goes.
+struct FollowEvent {
+  enum class Kind {
+    kPulled,    // a newer step is held: `step`, `steps_behind`, `lag_seconds`
+    kWaiting,   // nothing to pull yet (no store, nothing committed, a step named but not
+                // yet readable): `message`; said once per wait
+    kRetrying,  // a poll failed and will be tried again: `message`, `failures` in a row
+  };
+  Kind kind = Kind::kPulled;
+  uint64_t step = kLatestStep;
+  uint64_t steps_behind = 0;  // of the step held before (0 for a first pull)
+  double lag_seconds = 0;     // from the step's publish to its pull's end
+  std::string message;
+  int failures = 0;
+};
+
 // A rollout engine's follower: holds the tensors of the step it pulled last and updates
 // them in place. A step is all or nothing: each piece is verified before it is written, and
 // the old values it replaces stay in an undo record (a few bytes per changed value) until
@@ -163,6 +189,14 @@ class Follower {
   // Errors: kNotFound (no such step), kChecksumMismatch (wrong base), kCorrupt*,
   // kUnavailable / kPermissionDenied (the store), kUntrusted (trusted_keys refuse it).
   Status Pull(uint64_t step, FollowResult* result);
+  // Pulls each step newer than the one held as it is committed, until options.until or
+  // until `on_event` (may be empty) returns false for an event it is told: `pulled` is the
+  // pull's result for a kPulled event, else null. Polls cost one conditional GET (and,
+  // while the pointer stands still, one HEAD for the step after it, which a racing commit
+  // may have left it behind). Errors: Pull's, or kUnavailable after max_failures polls
+  // failed in a row; on an error the tensors hold the last step pulled.
+  Status Follow(const FollowOptions& options,
+                const std::function<bool(const FollowEvent& event, const FollowResult* pulled)>& on_event);
   uint64_t step() const;  // kLatestStep before the first pull
   // The tensors held, by shard then file order. Pointers stay valid across pulls unless
   // a tensor is added, reshaped or dropped by a step.

@@ -704,6 +704,51 @@ class PyFollower {
       status = follower_->Pull(target, &r);
     }
     if (!status.ok()) throw CodecError{status};
+    return ResultDict(r);
+  }
+  // Follower::Follow. `on_event(kind, result, message, failures)`: kind "pulled" (result:
+  // as pull's, with steps_behind and lag_seconds), "waiting" or "retrying" (result None);
+  // a false return stops. A signal (Ctrl-C) ends the wait between polls with its exception.
+  void Follow(double interval, py::object until, int max_failures, py::object on_event) {
+    arc_v3::FollowOptions o;
+    o.interval_seconds = interval;
+    o.until = until.is_none() ? arc_v3::kLatestStep : until.cast<uint64_t>();
+    o.max_failures = max_failures;
+    std::unique_ptr<py::error_already_set> error;
+    o.stop_requested = [&error] {
+      py::gil_scoped_acquire gil;
+      if (PyErr_CheckSignals() == 0) return false;
+      error = std::make_unique<py::error_already_set>();
+      return true;
+    };
+    arc_v3::Status status;
+    {
+      py::gil_scoped_release release;
+      status = follower_->Follow(o, [&](const arc_v3::FollowEvent& e, const arc_v3::FollowResult* r) {
+        py::gil_scoped_acquire gil;
+        try {
+          py::object result = py::none();
+          if (r != nullptr) {
+            py::dict d = ResultDict(*r);
+            d["steps_behind"] = e.steps_behind;
+            d["lag_seconds"] = e.lag_seconds;
+            result = d;
+          }
+          const char* kind = e.kind == arc_v3::FollowEvent::Kind::kPulled    ? "pulled"
+                             : e.kind == arc_v3::FollowEvent::Kind::kWaiting ? "waiting"
+                                                                             : "retrying";
+          const py::object keep = on_event(kind, result, e.message, e.failures);
+          return keep.is_none() || py::bool_(keep).cast<bool>();
+        } catch (py::error_already_set& err) {
+          error = std::make_unique<py::error_already_set>(std::move(err));
+          return false;
+        }
+      });
+    }
+    if (error) throw std::move(*error);
+    if (!status.ok()) throw CodecError{status};
+  }
+  static py::dict ResultDict(const arc_v3::FollowResult& r) {
     py::dict d;
     d["step"] = r.step;
     d["from_step"] = r.from_step == arc_v3::kLatestStep ? py::object(py::none()) : py::object(py::int_(r.from_step));
@@ -813,6 +858,8 @@ PYBIND11_MODULE(_arc_v3, m) {
            py::arg("store"), py::arg("tensors"), py::arg("row_begin"), py::arg("row_end"), py::arg("threads"),
            py::arg("retries"), py::arg("connections"), py::arg("trusted_keys"), py::arg("allocate"))
       .def("pull", &PyFollower::Pull, py::arg("step"))
+      .def("follow", &PyFollower::Follow, py::arg("interval"), py::arg("until"), py::arg("max_failures"),
+           py::arg("on_event"))
       .def_property_readonly("step", &PyFollower::step)
       .def("tensors", &PyFollower::tensors);
   m.def("_time_direct", &TimeDirect, py::arg("src"), py::arg("dst"), py::arg("format"),

@@ -207,6 +207,33 @@ class Follower:
             self._refresh()  # a long route that failed half-way holds the last complete step
         return self.last_result["step"]
 
+    def follow(self, *, interval=2.0, until=None, max_failures=10, on_step=None, on_wait=None):
+        """Pulls each newer step as it is committed, in the loop ``arc_v3 follow`` runs: a
+        conditional poll of the store's ``latest`` pointer every ``interval`` seconds; a
+        store or step not there yet is waited for; a store failing ``max_failures`` polls
+        in a row raises ``ArcV3Error`` (``unavailable``).
+
+        Returns the step held once it is ``until`` or later, or when ``on_step(step, result)``
+        (called after each pull, ``state_dict`` already updated; ``result`` as
+        ``last_result`` plus ``steps_behind`` and ``lag_seconds``) returns False.
+        ``on_wait(kind, message)`` hears of waits (``"waiting"``) and retried polls
+        (``"retrying"``). Ctrl-C ends the wait between polls with ``KeyboardInterrupt``."""
+
+        def on_event(kind, result, message, failures):
+            if kind != "pulled":
+                if on_wait is not None:
+                    on_wait(kind, message)
+                return True
+            self.last_result = result
+            self._refresh()
+            return on_step is None or on_step(result["step"], result) is not False
+
+        try:
+            self._ext.follow(float(interval), None if until is None else int(until), int(max_failures), on_event)
+        finally:
+            self._refresh()
+        return self.step
+
     def _refresh(self):
         held = {}
         for name, _dtype, shape, row_begin, row_end in self._ext.tensors():

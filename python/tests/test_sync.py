@@ -103,6 +103,52 @@ def test_publish_from_memory_follow_in_place_and_catch_up(store):
     assert publishers[0].last_step == 6
 
 
+def test_follow_waits_for_the_first_step_then_pulls_each_as_committed(store):
+    import threading
+
+    g = torch.Generator().manual_seed(3)
+    ranks = [_rank_state(r, g) for r in range(2)]
+    publishers = [Publisher(store, rank=r, world_size=2, anchor_every=4) for r in range(2)]
+    published = {}  # step -> the ranks' tensors as published
+    follower = Follower(store)
+    seen, waits, errors = [], [], []
+
+    def on_step(step, result):
+        try:
+            _check(follower.state_dict, published[step])
+            assert result["steps_behind"] >= (1 if seen else 0) and result["lag_seconds"] >= 0
+        except Exception as e:  # noqa: BLE001 - reported by the main thread
+            errors.append(e)
+        seen.append(step)
+
+    thread = threading.Thread(target=lambda: follower.follow(interval=0.05, until=3, on_step=on_step,
+                                                             on_wait=lambda kind, message: waits.append(kind)))
+    thread.start()
+    try:
+        for step in range(4):
+            if step:
+                for state in ranks:
+                    _step(state, g)
+            else:
+                import time
+                time.sleep(0.3)  # the follower starts before anything is committed
+            published[step] = [{k: v.clone() for k, v in state.items()} for state in ranks]
+            for p, state in zip(publishers, ranks):
+                p.publish(step, state)
+    finally:
+        thread.join(60)
+    assert not thread.is_alive()
+    assert not errors, errors
+    assert "waiting" in waits
+    assert seen and seen == sorted(seen) and seen[-1] == 3
+    assert follower.step == 3
+    _check(follower.state_dict, ranks)
+    # on_step returning False stops at once; until a step already held returns at once.
+    again = Follower(store)
+    assert again.follow(interval=0.05, on_step=lambda step, result: False) == 3
+    assert again.follow(until=2) == 3
+
+
 def test_follower_into_the_callers_tensors_and_slices(store):
     g = torch.Generator().manual_seed(2)
     state = _rank_state(0, g)

@@ -2,14 +2,12 @@
 // their text and JSON reports.
 #include "src/cli/sync_commands.h"
 
-#include <chrono>
 #include <cinttypes>
 #include <cstdlib>
 #include <cstdio>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <thread>
 
 #include "src/cli/cli_common.h"
 #include "src/sync/sync.h"
@@ -18,10 +16,6 @@ namespace arc_v3 {
 namespace {
 
 using Json = nlohmann::ordered_json;
-
-double UnixNow() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 int Fail(const char* command, bool json, const Status& s) {
   std::fprintf(stderr, "arc_v3 %s: error: %s\n", command, s.ToString().c_str());
@@ -242,7 +236,8 @@ int SyncCommands::Run() {
   store_options.create = publish_->parsed();  // a directory store's first publish makes it
   std::unique_ptr<sync::Store> store;
   Status s = sync::OpenStore(store_, store_options, &store);
-  // A follower may start before the trainer's first publish makes a directory store.
+  // A follower may start before the trainer's first publish makes a directory store
+  // (sync::Follow opens the store itself, and waits for it).
   const bool wait_for_store = follow_->parsed() && s.code() == ErrorCode::kNotFound;
   if (!s.ok() && !wait_for_store) return Fail(name, json_, s);
   container::RunOptions run;
@@ -336,76 +331,37 @@ int SyncCommands::Run() {
   }
 
   if (follow_->parsed()) {
-    std::string etag;
-    uint64_t latest = sync::kNoStep, held = sync::kNoStep;
-    sync::DirectoryStep(dir_, &held);
-    int failures = 0;
-    bool warned = false;
     if (trust_.empty()) {
       std::fprintf(stderr, "arc_v3 follow: steps are not authenticated (no --trust): whoever can write to %s "
                            "chooses what %s holds\n", store_.c_str(), dir_.c_str());
     }
-    for (;;) {
-      if (until_ != UINT64_MAX && held != sync::kNoStep && held >= until_) return kExitOk;
-      std::vector<uint8_t> bytes;
-      sync::ObjectInfo info;
-      bool changed = false;
-      if (store == nullptr) s = sync::OpenStore(store_, store_options, &store);
-      if (s.ok()) s = store->GetIfChanged(sync::kLatestKey, etag, sync::kMaxDocumentBytes, &bytes, &info, &changed);
-      if (s.ok() && changed) {
-        s = sync::ParseLatest(bytes, store_ + "/" + sync::kLatestKey, &latest);
-        if (s.ok()) etag = info.etag;
+    FollowOptions follow;
+    follow.interval_seconds = interval_;
+    follow.until = until_;
+    follow.max_failures = max_failures_;
+    s = sync::Follow(store_, dir_, pull, follow, [&](const FollowEvent& e, const sync::PullReport* r) {
+      if (e.kind == FollowEvent::Kind::kWaiting) {
+        std::fprintf(stderr, "arc_v3 follow: waiting: %s\n", e.message.c_str());
+      } else if (e.kind == FollowEvent::Kind::kRetrying) {
+        std::fprintf(stderr, "arc_v3 follow: retrying (%d of %d): %s\n", e.failures, max_failures_, e.message.c_str());
+      } else if (json_) {
+        Json j = PullJson(*r);
+        j["command"] = "follow";
+        j["steps_behind"] = e.steps_behind;
+        j["lag_seconds"] = e.lag_seconds;
+        std::cout << j.dump() << std::endl;
+      } else if (!quiet_) {
+        std::printf("follow: step %" PRIu64 " (%" PRIu64 " behind before), lag %.3f s since published, "
+                    "fetched %s by %s in %.3f s\n",
+                    e.step, e.steps_behind, e.lag_seconds, HumanBytes(r->fetched_bytes).c_str(), r->route.c_str(),
+                    r->total_seconds);
+        if (!r->rerouted.empty()) std::printf("follow: rerouted: %s\n", r->rerouted.c_str());
+        std::fflush(stdout);
       }
-      if (s.code() == ErrorCode::kNotFound) {  // nothing committed yet (or not readable)
-        if (!warned) std::fprintf(stderr, "arc_v3 follow: waiting: %s\n", s.message().c_str());
-        warned = true;
-        s = Status::Ok();
-      }
-      // The pointer may lag a racing commit: while it stands still, a committed step after
-      // it counts too (one HEAD per poll, off the path of a new step).
-      if (s.ok() && !changed && latest != sync::kNoStep) latest = sync::ProbeLater(store.get(), latest);
-      if (s.ok() && latest != sync::kNoStep && (held == sync::kNoStep || latest > held)) {
-        pull.step = latest;
-        sync::PullReport r;
-        s = sync::Pull(store.get(), dir_, pull, &r);
-        if (s.ok()) {
-          const uint64_t behind = held == sync::kNoStep ? 0 : latest - held;
-          held = r.to_step;
-          const double lag = UnixNow() - r.published_at;
-          if (json_) {
-            Json j = PullJson(r);
-            j["command"] = "follow";
-            j["steps_behind"] = behind;
-            j["lag_seconds"] = lag;
-            std::cout << j.dump() << std::endl;
-          } else if (!quiet_) {
-            std::printf("follow: step %" PRIu64 " (%" PRIu64 " behind before), lag %.3f s since published, "
-                        "fetched %s by %s in %.3f s\n",
-                        r.to_step, behind, lag, HumanBytes(r.fetched_bytes).c_str(), r.route.c_str(),
-                        r.total_seconds);
-            if (!r.rerouted.empty()) std::printf("follow: rerouted: %s\n", r.rerouted.c_str());
-            std::fflush(stdout);
-          }
-          warned = false;
-        } else if (s.code() == ErrorCode::kNotFound && !warned) {
-          // The pointer names a step that is not committed: wait for it.
-          std::fprintf(stderr, "arc_v3 follow: waiting: %s\n", s.message().c_str());
-          warned = true;
-          s = Status::Ok();
-        } else if (s.code() == ErrorCode::kNotFound) {
-          s = Status::Ok();
-        }
-      }
-      if (s.ok()) {
-        failures = 0;
-      } else if (s.code() == ErrorCode::kUnavailable && ++failures < max_failures_) {
-        std::fprintf(stderr, "arc_v3 follow: retrying (%d of %d): %s\n", failures, max_failures_, s.ToString().c_str());
-      } else {
-        return Fail(name, json_, s);
-      }
-      if (until_ != UINT64_MAX && held != sync::kNoStep && held >= until_) return kExitOk;
-      std::this_thread::sleep_for(std::chrono::duration<double>(interval_));
-    }
+      return true;
+    });
+    if (!s.ok()) return Fail(name, json_, s);
+    return kExitOk;
   }
 
   if (log_->parsed() && verify_) {

@@ -12,6 +12,7 @@
 #include "src/checkpoint/checkpoint_delta.h"
 #include "src/checkpoint/tensor_apply.h"
 #include "src/parallel.h"
+#include "src/sync/follow.h"
 #include "src/sync/route.h"
 #include "src/sync/sync.h"
 
@@ -407,6 +408,25 @@ Status Follower::Pull(uint64_t step, FollowResult* result) {
   result->requests = report.requests;
   result->total_seconds = Since(start);
   return s;
+}
+
+Status Follower::Follow(const FollowOptions& options,
+                        const std::function<bool(const FollowEvent& event, const FollowResult* pulled)>& on_event) {
+  const auto open = [this](sync::Store** store) {
+    *store = impl_->store.get();
+    return Status::Ok();
+  };
+  const auto pull_step = [&](sync::Store*, uint64_t step, FollowEvent* event, bool* stop) {
+    FollowResult result;
+    const Status s = Pull(step, &result);
+    if (!s.ok()) return s;
+    event->step = result.step;
+    event->lag_seconds = sync::UnixSeconds() - result.published_at;
+    *stop = on_event && !on_event(*event, &result);
+    return Status::Ok();
+  };
+  const auto note = [&](const FollowEvent& event) { return !on_event || on_event(event, nullptr); };
+  return sync::FollowLatest(open, impl_->step, options, pull_step, note);
 }
 
 Status GenerateSigningKey(const std::string& path, std::string* key_id) { return sync::GenerateKey(path, key_id); }

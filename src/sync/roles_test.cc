@@ -2,8 +2,11 @@
 // memory, followers updating their tensors in place, late and partial followers.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <random>
 #include <thread>
 
@@ -169,6 +172,107 @@ TEST_CASE("roles: ranks publish from memory; followers update in place, catch up
     CHECK(publishers[0]->Publish(6, ranks[0].Tensors(), &result).code() == ErrorCode::kInvalidArgument);
     CHECK(publishers[0]->held_bytes() == (12000 * 256 + 256 + 1024 * 256) * 2);
   }
+}
+
+TEST_CASE("roles: Follow waits for the first step, pulls each newer one as it is committed, and stops when told") {
+  TempDir tmp;
+  for (Backend& b : sync::test::Backends(tmp, "roles-follow")) {
+    INFO("store ", b.name);
+    std::vector<Rank> ranks = {Rank(0, 7), Rank(1, 8)};
+    std::vector<std::unique_ptr<Publisher>> publishers = Publishers(b.url, 2, 4);
+    std::unique_ptr<Follower> follower;
+    REQUIRE(Follower::Open(b.url, {}, &follower).ok());
+    std::map<uint64_t, std::vector<Rank>> published;  // step -> the ranks as published
+    std::mutex mutex;
+    std::vector<uint64_t> pulled;
+    std::vector<FollowEvent::Kind> kinds;
+    bool held_as_published = true;
+    FollowOptions options;
+    options.interval_seconds = 0.05;
+    options.until = 4;
+    Status followed;
+    std::thread thread([&] {
+      followed = follower->Follow(options, [&](const FollowEvent& e, const FollowResult* r) {
+        std::lock_guard<std::mutex> lock(mutex);
+        kinds.push_back(e.kind);
+        if (e.kind != FollowEvent::Kind::kPulled) return true;
+        // Between pulls the tensors are the step's, as its ranks published them.
+        for (const Rank& rank : published.at(e.step)) {
+          for (const FollowedTensor& t : follower->tensors()) {
+            for (size_t i = 0; i < rank.names.size(); ++i) {
+              if (t.name == rank.names[i]) {
+                held_as_published = held_as_published &&
+                                    std::memcmp(t.data, rank.values[i].data(), rank.values[i].size() * 2) == 0;
+              }
+            }
+          }
+        }
+        held_as_published = held_as_published && r != nullptr && r->step == e.step && e.lag_seconds >= 0 &&
+                            (pulled.empty() ? e.steps_behind == 0 : e.steps_behind == e.step - pulled.back());
+        pulled.push_back(e.step);
+        return true;
+      });
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // it starts before any step
+    std::mt19937 rng(9);
+    for (uint64_t step = 0; step <= 4; ++step) {
+      if (step > 0) {
+        for (Rank& r : ranks) r.Step(&rng);
+      }
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        published[step] = ranks;
+      }
+      PublishResult result;
+      for (size_t r = 0; r < 2; ++r) REQUIRE(publishers[r]->Publish(step, ranks[r].Tensors(), &result).ok());
+    }
+    thread.join();
+    REQUIRE(followed.ok());
+    CHECK(held_as_published);
+    REQUIRE(!pulled.empty());
+    CHECK(std::is_sorted(pulled.begin(), pulled.end()));
+    CHECK(pulled.back() == 4);
+    CHECK(follower->step() == 4);
+    CHECK(std::count(kinds.begin(), kinds.end(), FollowEvent::Kind::kWaiting) == 1);
+    CheckHolds(*follower, ranks);
+    // A callback that says stop ends the loop after its first event; until a step held
+    // returns at once; a stop request ends the wait between polls.
+    std::unique_ptr<Follower> other;
+    REQUIRE(Follower::Open(b.url, {}, &other).ok());
+    int events = 0;
+    REQUIRE(other->Follow({}, [&](const FollowEvent&, const FollowResult*) { return ++events > 1; }).ok());
+    CHECK(events == 1);
+    CHECK(other->step() == 4);
+    FollowOptions held;
+    held.until = 3;
+    CHECK(other->Follow(held, nullptr).ok());
+    FollowOptions asked;
+    asked.interval_seconds = 3600;
+    asked.stop_requested = [] { return true; };
+    const auto start = std::chrono::steady_clock::now();
+    CHECK(other->Follow(asked, nullptr).ok());
+    CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(60));
+  }
+}
+
+TEST_CASE("roles: Follow gives up on a store that keeps failing, after max_failures polls") {
+  TempDir tmp;
+  sync::test::fs::create_directories(tmp / "gone");
+  std::unique_ptr<Follower> follower;
+  FollowerOptions fo;
+  fo.store.retries = 1;
+  REQUIRE(Follower::Open(tmp / "gone", fo, &follower).ok());
+  sync::test::fs::remove_all(tmp / "gone");
+  FollowOptions options;
+  options.interval_seconds = 0.01;
+  options.max_failures = 3;
+  int retries = 0;
+  const Status s = follower->Follow(options, [&](const FollowEvent& e, const FollowResult*) {
+    retries += e.kind == FollowEvent::Kind::kRetrying;
+    return true;
+  });
+  CHECK(s.code() == ErrorCode::kUnavailable);
+  CHECK(retries == 2);
 }
 
 TEST_CASE("roles: a follower refuses a corrupt piece and keeps its tensors, or routes around it where it can") {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "arc_v3.hpp"
+#include "arc_v3_sync.hpp"
 #include "src/checkpoint/checkpoint_delta.h"
 #include "src/sync/protocol.h"
 #include "src/sync/store.h"
@@ -137,6 +138,15 @@ struct PullReport {
 // exactly as it was. A DIR whose files are not the step it records is refused
 // (kChecksumMismatch) unless options.reset.
 Status Pull(Store* store, const std::string& dir, const PullOptions& options, PullReport* report);
+
+// Keeps `dir` at the newest committed step of the store `store_url` names: Pull (with
+// `pull`, its step ignored) for each step newer than the one held, in the loop of
+// Follower::Follow (arc_v3_sync.hpp), which also says how it polls, waits and gives up. A
+// directory store that does not exist yet is waited for. `on_event` (may be empty) is told
+// every event, with the pull's report for a kPulled one; false ends the loop.
+Status Follow(const std::string& store_url, const std::string& dir, const PullOptions& pull,
+              const FollowOptions& options,
+              const std::function<bool(const FollowEvent& event, const PullReport* pulled)>& on_event);
 
 // The step a directory holds, from its recorded state (kNotFound: none).
 Status DirectoryStep(const std::string& dir, uint64_t* step);

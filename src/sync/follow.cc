@@ -1,0 +1,134 @@
+#include "src/sync/follow.h"
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "src/sync/protocol.h"
+#include "src/sync/sync.h"
+
+namespace arc_v3 {
+namespace sync {
+
+double UnixSeconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+namespace {
+
+// Sleeps `seconds` in slices of at most 0.1 s; true if a stop was asked for meanwhile.
+bool Wait(double seconds, const FollowOptions& options) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point end =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  for (;;) {
+    if (options.stop_requested && options.stop_requested()) return true;
+    const Clock::time_point now = Clock::now();
+    if (now >= end) return false;
+    const Clock::duration slice = std::chrono::milliseconds(100);
+    std::this_thread::sleep_for(std::min(end - now, slice));
+  }
+}
+
+}  // namespace
+
+Status FollowLatest(const std::function<Status(Store** store)>& open, uint64_t held, const FollowOptions& options,
+                    const std::function<Status(Store* store, uint64_t step, FollowEvent* event, bool* stop)>& pull,
+                    const std::function<bool(const FollowEvent& event)>& note) {
+  const auto reached = [&] { return options.until != kLatestStep && held != kLatestStep && held >= options.until; };
+  std::string etag;
+  uint64_t latest = kNoStep;
+  int failures = 0;
+  bool waiting = false;  // a kWaiting event was given for the current wait
+  const auto wait = [&](const Status& why) {
+    if (waiting) return true;
+    waiting = true;
+    FollowEvent e;
+    e.kind = FollowEvent::Kind::kWaiting;
+    e.message = why.message();
+    return !note || note(e);
+  };
+  for (;;) {
+    if (reached()) return Status::Ok();
+    Store* store = nullptr;
+    bool changed = false;
+    Status s = open(&store);
+    if (s.ok()) {
+      std::vector<uint8_t> bytes;
+      ObjectInfo info;
+      s = store->GetIfChanged(kLatestKey, etag, kMaxDocumentBytes, &bytes, &info, &changed);
+      if (s.ok() && changed) {
+        s = ParseLatest(bytes, store->url() + "/" + kLatestKey, &latest);
+        if (s.ok()) etag = info.etag;
+      }
+    }
+    if (s.code() == ErrorCode::kNotFound) {  // no store yet, or nothing committed (or not readable)
+      if (!wait(s)) return Status::Ok();
+      s = Status::Ok();
+    }
+    // The pointer may lag a racing commit: while it stands still, a committed step after
+    // it counts too.
+    if (s.ok() && !changed && latest != kNoStep) latest = ProbeLater(store, latest);
+    if (s.ok() && latest != kNoStep && (held == kLatestStep || latest > held)) {
+      FollowEvent e;
+      e.kind = FollowEvent::Kind::kPulled;
+      e.steps_behind = held == kLatestStep ? 0 : latest - held;
+      bool stop = false;
+      s = pull(store, latest, &e, &stop);
+      if (s.ok()) {
+        held = e.step;
+        waiting = false;
+        if (stop) return Status::Ok();
+      } else if (s.code() == ErrorCode::kNotFound) {  // named by the pointer, not committed yet
+        if (!wait(s)) return Status::Ok();
+        s = Status::Ok();
+      }
+    }
+    if (s.ok()) {
+      failures = 0;
+    } else if (s.code() == ErrorCode::kUnavailable && ++failures < std::max(1, options.max_failures)) {
+      FollowEvent e;
+      e.kind = FollowEvent::Kind::kRetrying;
+      e.message = s.ToString();
+      e.failures = failures;
+      if (note && !note(e)) return Status::Ok();
+    } else {
+      return s;
+    }
+    if (reached()) return Status::Ok();
+    if (Wait(options.interval_seconds, options)) return Status::Ok();
+  }
+}
+
+Status Follow(const std::string& store_url, const std::string& dir, const PullOptions& pull,
+              const FollowOptions& options,
+              const std::function<bool(const FollowEvent& event, const PullReport* pulled)>& on_event) {
+  uint64_t held = kNoStep;
+  DirectoryStep(dir, &held);  // none yet: kNoStep
+  std::unique_ptr<Store> store;
+  const auto open = [&](Store** out) {
+    if (store == nullptr) {
+      const Status s = OpenStore(store_url, pull.store, &store);
+      if (!s.ok()) return s;
+    }
+    *out = store.get();
+    return Status::Ok();
+  };
+  const auto pull_step = [&](Store* from, uint64_t step, FollowEvent* event, bool* stop) {
+    PullOptions o = pull;
+    o.step = step;
+    PullReport report;
+    const Status s = Pull(from, dir, o, &report);
+    if (!s.ok()) return s;
+    event->step = report.to_step;
+    event->lag_seconds = UnixSeconds() - report.published_at;
+    *stop = on_event && !on_event(*event, &report);
+    return Status::Ok();
+  };
+  const auto note = [&](const FollowEvent& event) { return !on_event || on_event(event, nullptr); };
+  return FollowLatest(open, held, options, pull_step, note);
+}
+
+}  // namespace sync
+}  // namespace arc_v3

@@ -1,0 +1,31 @@
+// The loop every follower shares (Follower::Follow, sync::Follow, `arc_v3 follow`): poll the
+// store's `latest` pointer, pull each newer step, wait for a store or step that is not
+// there yet, retry a store that fails. Internal to src/sync.
+#ifndef ARC_V3_SRC_SYNC_FOLLOW_H_
+#define ARC_V3_SRC_SYNC_FOLLOW_H_
+
+#include <cstdint>
+#include <functional>
+
+#include "arc_v3_sync.hpp"
+#include "src/sync/store.h"
+
+namespace arc_v3 {
+namespace sync {
+
+// `open` gives the store, opening it if needed (kNotFound: not there yet, waited for);
+// `held` is the step held at the start (kLatestStep: none). `pull(store, step, event,
+// stop)` pulls `step`, a committed step newer than the one held: it fills event->step and
+// event->lag_seconds and reports the event to its caller itself, setting *stop to end the
+// loop. `note` is told kWaiting and kRetrying events; false ends the loop.
+Status FollowLatest(const std::function<Status(Store** store)>& open, uint64_t held, const FollowOptions& options,
+                    const std::function<Status(Store* store, uint64_t step, FollowEvent* event, bool* stop)>& pull,
+                    const std::function<bool(const FollowEvent& event)>& note);
+
+// Seconds since the Unix epoch, as records' published_at.
+double UnixSeconds();
+
+}  // namespace sync
+}  // namespace arc_v3
+
+#endif  // ARC_V3_SRC_SYNC_FOLLOW_H_

@@ -210,26 +210,7 @@ bool SyncCommands::parsed() const {
 }
 
 int SyncCommands::Run() {
-  const char* name = publish_->parsed() ? "publish"
-                     : pull_->parsed()  ? "pull"
-                     : follow_->parsed() ? "follow"
-                     : log_->parsed()   ? "log"
-                     : keygen_->parsed() ? "keygen"
-                                        : "prune";
-  if (keygen_->parsed()) {
-    std::string id;
-    const Status s = sync::GenerateKey(key_path_, &id);
-    if (!s.ok()) return Fail(name, json_, s);
-    if (json_) {
-      std::cout << Json{{"command", "keygen"}, {"ok", true}, {"private_key", key_path_},
-                        {"public_key", key_path_ + ".pub"}, {"key_id", id}}.dump(2)
-                << std::endl;
-    } else {
-      std::printf("keygen: wrote %s (private: keep it with the trainer) and %s.pub (for --trust); key id %s\n",
-                  key_path_.c_str(), key_path_.c_str(), id.c_str());
-    }
-    return kExitOk;
-  }
+  if (keygen_->parsed()) return RunKeygen();
   sync::StoreOptions store_options;
   store_options.attempts = retries_;
   store_options.connections = connections_;
@@ -239,203 +220,234 @@ int SyncCommands::Run() {
   // A follower may start before the trainer's first publish makes a directory store
   // (sync::Follow opens the store itself, and waits for it).
   const bool wait_for_store = follow_->parsed() && s.code() == ErrorCode::kNotFound;
-  if (!s.ok() && !wait_for_store) return Fail(name, json_, s);
+  if (!s.ok() && !wait_for_store) return Fail(Name(), json_, s);
   container::RunOptions run;
   run.threads = threads_;
   run.effort = effort_;
   run.sync = !no_sync_;
 
-  if (publish_->parsed()) {
-    sync::PublishOptions o;
-    unsigned k = 0, count = 0;
-    char tail = 0;
-    if (std::sscanf(shard_.c_str(), "%u/%u%c", &k, &count, &tail) != 2 || count == 0 || k >= count) {
-      std::fprintf(stderr, "arc_v3 publish: --shard wants K/COUNT with K < COUNT, got '%s'\n", shard_.c_str());
-      return kExitUsage;
-    }
-    o.step = step_;
-    o.next = next_;
-    o.prev = prev_;
-    o.base_step = base_step_;
-    o.shard = k;
-    o.count = count;
-    o.anchor_every = anchor_every_;
-    o.incarnation = incarnation_.empty() ? sync::DefaultIncarnation() : incarnation_;
-    o.index = index_;
-    o.no_index = no_index_;
-    o.work_dir = work_dir_;
-    o.run = run;
-    o.run.format = format_ == "arc_v3_published" ? Format::kArcV3 : Format::kDefault;
-    o.sign_key = sign_key_;
-    o.trust = trust_;
-    sync::PublishReport r;
-    s = sync::Publish(store.get(), o, &r);
-    if (!s.ok()) return Fail(name, json_, s);
-    const auto ref = [](const sync::ObjectRef& object) {
-      return object.present() ? Json{{"key", object.key}, {"bytes", object.size}} : Json(nullptr);
-    };
-    if (json_) {
-      const Json j = {{"command", "publish"}, {"ok", true}, {"step", r.record.step},
-                      {"shard", r.record.shard}, {"count", r.record.count}, {"file", r.record.file},
-                      {"file_bytes", r.record.file_size}, {"delta", ref(r.record.delta)},
-                      {"anchor", ref(r.record.anchor)}, {"uploaded_bytes", r.uploaded_bytes},
-                      {"uploaded_objects", r.uploaded_objects}, {"committed", r.committed},
-                      {"pending", r.pending}, {"already_published", r.already_published},
-                      {"index", ref(r.record.index)},
-                      {"seconds", {{"encode", r.encode_seconds}, {"hash", r.hash_seconds},
-                                   {"upload", r.upload_seconds}, {"commit", r.commit_seconds},
-                                   {"total", r.total_seconds}}}};
-      std::cout << j.dump(2) << std::endl;
-    } else if (!quiet_ && r.already_published) {
-      std::printf("publish: step %" PRIu64 " shard %u/%u (%s): already published, nothing uploaded%s%s; %s\n",
-                  r.record.step, r.record.shard, r.record.count, r.record.file.c_str(),
-                  r.note.empty() ? "" : " (", r.note.empty() ? "" : (r.note + ")").c_str(),
-                  r.committed ? "step committed" : ("not committed yet: " + r.pending).c_str());
-    } else if (!quiet_) {
-      std::printf("publish: step %" PRIu64 " shard %u/%u (%s, %s): delta %s, anchor %s; uploaded %s in %.3f s "
-                  "(encode %.3f, hash %.3f, upload %.3f, commit %.3f); %s\n",
-                  r.record.step, r.record.shard, r.record.count, r.record.file.c_str(),
-                  HumanBytes(r.record.file_size).c_str(),
-                  r.record.delta.present() ? HumanBytes(r.record.delta.size).c_str() : "-",
-                  r.record.anchor.present() ? HumanBytes(r.record.anchor.size).c_str() : "-",
-                  HumanBytes(r.uploaded_bytes).c_str(), r.total_seconds, r.encode_seconds, r.hash_seconds,
-                  r.upload_seconds, r.commit_seconds,
-                  r.committed ? "step committed" : ("not committed yet: " + r.pending).c_str());
-    }
-    return kExitOk;
-  }
-
+  if (publish_->parsed()) return RunPublish(store.get(), run);
   sync::PullOptions pull;
   pull.run = run;
   pull.store = store_options;
   pull.tensors = tensors_;
   if (!rows_.empty() && !ParseRows(rows_, &pull.row_begin, &pull.row_end)) {
-    std::fprintf(stderr, "arc_v3 %s: --rows wants A:B with A <= B, got '%s'\n", name, rows_.c_str());
+    std::fprintf(stderr, "arc_v3 %s: --rows wants A:B with A <= B, got '%s'\n", Name(), rows_.c_str());
     return kExitUsage;
   }
-
   pull.force = force_;
   pull.trust = trust_;
-  if (pull_->parsed()) {
-    pull.step = step_;
-    pull.reset = reset_;
-    sync::PullReport r;
-    s = sync::Pull(store.get(), dir_, pull, &r);
-    if (!s.ok()) return Fail(name, json_, s);
-    if (json_) {
-      std::cout << PullJson(r).dump(2) << std::endl;
+  if (pull_->parsed()) return RunPull(store.get(), pull);
+  if (follow_->parsed()) return RunFollow(pull);
+  if (log_->parsed()) return verify_ ? RunVerify(store.get()) : RunLog(store.get());
+  return RunPrune(store.get());
+}
+
+const char* SyncCommands::Name() const {
+  return publish_->parsed()  ? "publish"
+         : pull_->parsed()   ? "pull"
+         : follow_->parsed() ? "follow"
+         : log_->parsed()    ? "log"
+         : keygen_->parsed() ? "keygen"
+                             : "prune";
+}
+
+int SyncCommands::RunKeygen() {
+  std::string id;
+  const Status s = sync::GenerateKey(key_path_, &id);
+  if (!s.ok()) return Fail(Name(), json_, s);
+  if (json_) {
+    std::cout << Json{{"command", "keygen"}, {"ok", true}, {"private_key", key_path_},
+                      {"public_key", key_path_ + ".pub"}, {"key_id", id}}.dump(2)
+              << std::endl;
+  } else {
+    std::printf("keygen: wrote %s (private: keep it with the trainer) and %s.pub (for --trust); key id %s\n",
+                key_path_.c_str(), key_path_.c_str(), id.c_str());
+  }
+  return kExitOk;
+}
+
+int SyncCommands::RunPublish(sync::Store* store, const container::RunOptions& run) {
+  sync::PublishOptions o;
+  unsigned k = 0, count = 0;
+  char tail = 0;
+  if (std::sscanf(shard_.c_str(), "%u/%u%c", &k, &count, &tail) != 2 || count == 0 || k >= count) {
+    std::fprintf(stderr, "arc_v3 publish: --shard wants K/COUNT with K < COUNT, got '%s'\n", shard_.c_str());
+    return kExitUsage;
+  }
+  o.step = step_;
+  o.next = next_;
+  o.prev = prev_;
+  o.base_step = base_step_;
+  o.shard = k;
+  o.count = count;
+  o.anchor_every = anchor_every_;
+  o.incarnation = incarnation_.empty() ? sync::DefaultIncarnation() : incarnation_;
+  o.index = index_;
+  o.no_index = no_index_;
+  o.work_dir = work_dir_;
+  o.run = run;
+  o.run.format = format_ == "arc_v3_published" ? Format::kArcV3 : Format::kDefault;
+  o.sign_key = sign_key_;
+  o.trust = trust_;
+  sync::PublishReport r;
+  const Status s = sync::Publish(store, o, &r);
+  if (!s.ok()) return Fail(Name(), json_, s);
+  const auto ref = [](const sync::ObjectRef& object) {
+    return object.present() ? Json{{"key", object.key}, {"bytes", object.size}} : Json(nullptr);
+  };
+  if (json_) {
+    const Json j = {{"command", "publish"}, {"ok", true}, {"step", r.record.step},
+                    {"shard", r.record.shard}, {"count", r.record.count}, {"file", r.record.file},
+                    {"file_bytes", r.record.file_size}, {"delta", ref(r.record.delta)},
+                    {"anchor", ref(r.record.anchor)}, {"uploaded_bytes", r.uploaded_bytes},
+                    {"uploaded_objects", r.uploaded_objects}, {"committed", r.committed},
+                    {"pending", r.pending}, {"already_published", r.already_published},
+                    {"index", ref(r.record.index)},
+                    {"seconds", {{"encode", r.encode_seconds}, {"hash", r.hash_seconds},
+                                 {"upload", r.upload_seconds}, {"commit", r.commit_seconds},
+                                 {"total", r.total_seconds}}}};
+    std::cout << j.dump(2) << std::endl;
+  } else if (!quiet_ && r.already_published) {
+    std::printf("publish: step %" PRIu64 " shard %u/%u (%s): already published, nothing uploaded%s%s; %s\n",
+                r.record.step, r.record.shard, r.record.count, r.record.file.c_str(),
+                r.note.empty() ? "" : " (", r.note.empty() ? "" : (r.note + ")").c_str(),
+                r.committed ? "step committed" : ("not committed yet: " + r.pending).c_str());
+  } else if (!quiet_) {
+    std::printf("publish: step %" PRIu64 " shard %u/%u (%s, %s): delta %s, anchor %s; uploaded %s in %.3f s "
+                "(encode %.3f, hash %.3f, upload %.3f, commit %.3f); %s\n",
+                r.record.step, r.record.shard, r.record.count, r.record.file.c_str(),
+                HumanBytes(r.record.file_size).c_str(),
+                r.record.delta.present() ? HumanBytes(r.record.delta.size).c_str() : "-",
+                r.record.anchor.present() ? HumanBytes(r.record.anchor.size).c_str() : "-",
+                HumanBytes(r.uploaded_bytes).c_str(), r.total_seconds, r.encode_seconds, r.hash_seconds,
+                r.upload_seconds, r.commit_seconds,
+                r.committed ? "step committed" : ("not committed yet: " + r.pending).c_str());
+  }
+  return kExitOk;
+}
+
+int SyncCommands::RunPull(sync::Store* store, sync::PullOptions pull) {
+  pull.step = step_;
+  pull.reset = reset_;
+  sync::PullReport r;
+  const Status s = sync::Pull(store, dir_, pull, &r);
+  if (!s.ok()) return Fail(Name(), json_, s);
+  if (json_) {
+    std::cout << PullJson(r).dump(2) << std::endl;
+  } else if (!quiet_) {
+    PrintPull(r);
+  }
+  return kExitOk;
+}
+
+int SyncCommands::RunFollow(const sync::PullOptions& pull) {
+  if (trust_.empty()) {
+    std::fprintf(stderr, "arc_v3 follow: steps are not authenticated (no --trust): whoever can write to %s "
+                         "chooses what %s holds\n", store_.c_str(), dir_.c_str());
+  }
+  FollowOptions follow;
+  follow.interval_seconds = interval_;
+  follow.until = until_;
+  follow.max_failures = max_failures_;
+  const Status s = sync::Follow(store_, dir_, pull, follow, [&](const FollowEvent& e, const sync::PullReport* r) {
+    if (e.kind == FollowEvent::Kind::kWaiting) {
+      std::fprintf(stderr, "arc_v3 follow: waiting: %s\n", e.message.c_str());
+    } else if (e.kind == FollowEvent::Kind::kRetrying) {
+      std::fprintf(stderr, "arc_v3 follow: retrying (%d of %d): %s\n", e.failures, max_failures_, e.message.c_str());
+    } else if (json_) {
+      Json j = PullJson(*r);
+      j["command"] = "follow";
+      j["steps_behind"] = e.steps_behind;
+      j["lag_seconds"] = e.lag_seconds;
+      std::cout << j.dump() << std::endl;
     } else if (!quiet_) {
-      PrintPull(r);
+      std::printf("follow: step %" PRIu64 " (%" PRIu64 " behind before), lag %.3f s since published, "
+                  "fetched %s by %s in %.3f s\n",
+                  e.step, e.steps_behind, e.lag_seconds, HumanBytes(r->fetched_bytes).c_str(), r->route.c_str(),
+                  r->total_seconds);
+      if (!r->rerouted.empty()) std::printf("follow: rerouted: %s\n", r->rerouted.c_str());
+      std::fflush(stdout);
     }
-    return kExitOk;
-  }
+    return true;
+  });
+  if (!s.ok()) return Fail(Name(), json_, s);
+  return kExitOk;
+}
 
-  if (follow_->parsed()) {
-    if (trust_.empty()) {
-      std::fprintf(stderr, "arc_v3 follow: steps are not authenticated (no --trust): whoever can write to %s "
-                           "chooses what %s holds\n", store_.c_str(), dir_.c_str());
-    }
-    FollowOptions follow;
-    follow.interval_seconds = interval_;
-    follow.until = until_;
-    follow.max_failures = max_failures_;
-    s = sync::Follow(store_, dir_, pull, follow, [&](const FollowEvent& e, const sync::PullReport* r) {
-      if (e.kind == FollowEvent::Kind::kWaiting) {
-        std::fprintf(stderr, "arc_v3 follow: waiting: %s\n", e.message.c_str());
-      } else if (e.kind == FollowEvent::Kind::kRetrying) {
-        std::fprintf(stderr, "arc_v3 follow: retrying (%d of %d): %s\n", e.failures, max_failures_, e.message.c_str());
-      } else if (json_) {
-        Json j = PullJson(*r);
-        j["command"] = "follow";
-        j["steps_behind"] = e.steps_behind;
-        j["lag_seconds"] = e.lag_seconds;
-        std::cout << j.dump() << std::endl;
-      } else if (!quiet_) {
-        std::printf("follow: step %" PRIu64 " (%" PRIu64 " behind before), lag %.3f s since published, "
-                    "fetched %s by %s in %.3f s\n",
-                    e.step, e.steps_behind, e.lag_seconds, HumanBytes(r->fetched_bytes).c_str(), r->route.c_str(),
-                    r->total_seconds);
-        if (!r->rerouted.empty()) std::printf("follow: rerouted: %s\n", r->rerouted.c_str());
-        std::fflush(stdout);
+int SyncCommands::RunVerify(sync::Store* store) {
+  std::vector<sync::StepVerdict> verdicts;
+  const Status s = sync::VerifySteps(store, trust_, &verdicts);
+  if (!s.ok()) return Fail(Name(), json_, s);
+  bool all = true;
+  Json list = Json::array();
+  for (const sync::StepVerdict& v : verdicts) {
+    all = all && v.status.ok();
+    if (json_) {
+      list.push_back({{"step", v.step}, {"verified", v.status.ok()},
+                      {"key_id", v.status.ok() ? Json(v.keyid) : Json(nullptr)},
+                      {"error", v.status.ok() ? Json(nullptr) : Json(ErrorName(v.status.code()))},
+                      {"message", v.status.ok() ? Json(nullptr) : Json(v.status.message())}});
+    } else if (!quiet_) {
+      if (v.status.ok()) {
+        std::printf("%12" PRIu64 " verified (key %s)\n", v.step, v.keyid.c_str());
+      } else {
+        std::printf("%12" PRIu64 " NOT verified: %s\n", v.step, v.status.ToString().c_str());
       }
-      return true;
-    });
-    if (!s.ok()) return Fail(name, json_, s);
-    return kExitOk;
+    }
   }
+  if (json_) std::cout << list.dump(2) << std::endl;
+  return all ? kExitOk : ExitCodeFor(Status(ErrorCode::kUntrusted, ""));
+}
 
-  if (log_->parsed() && verify_) {
-    std::vector<sync::StepVerdict> verdicts;
-    s = sync::VerifySteps(store.get(), trust_, &verdicts);
-    if (!s.ok()) return Fail(name, json_, s);
-    bool all = true;
-    Json list = Json::array();
-    for (const sync::StepVerdict& v : verdicts) {
-      all = all && v.status.ok();
-      if (json_) {
-        list.push_back({{"step", v.step}, {"verified", v.status.ok()},
-                        {"key_id", v.status.ok() ? Json(v.keyid) : Json(nullptr)},
-                        {"error", v.status.ok() ? Json(nullptr) : Json(ErrorName(v.status.code()))},
-                        {"message", v.status.ok() ? Json(nullptr) : Json(v.status.message())}});
-      } else if (!quiet_) {
-        if (v.status.ok()) {
-          std::printf("%12" PRIu64 " verified (key %s)\n", v.step, v.keyid.c_str());
-        } else {
-          std::printf("%12" PRIu64 " NOT verified: %s\n", v.step, v.status.ToString().c_str());
-        }
-      }
-    }
-    if (json_) std::cout << list.dump(2) << std::endl;
-    return all ? kExitOk : ExitCodeFor(Status(ErrorCode::kUntrusted, ""));
+int SyncCommands::RunLog(sync::Store* store) {
+  std::vector<sync::StepListing> steps;
+  const Status s = sync::ListSteps(store, &steps, json_);
+  if (!s.ok()) return Fail(Name(), json_, s);
+  Json all = Json::array();
+  if (!json_ && !quiet_) {
+    std::printf("%12s %12s %7s %9s %6s %12s %12s %10s\n", "step", "base", "anchor", "committed", "shards",
+                "delta", "anchor", "objects");
   }
-
-  if (log_->parsed()) {
-    std::vector<sync::StepListing> steps;
-    s = sync::ListSteps(store.get(), &steps, json_);
-    if (!s.ok()) return Fail(name, json_, s);
-    Json all = Json::array();
-    if (!json_ && !quiet_) {
-      std::printf("%12s %12s %7s %9s %6s %12s %12s %10s\n", "step", "base", "anchor", "committed", "shards",
-                  "delta", "anchor", "objects");
+  for (const sync::StepListing& l : steps) {
+    uint64_t delta = 0, anchor = 0;
+    Json shards = Json::array();
+    if (l.manifest.shards.empty()) {  // the root alone: its summed sizes
+      delta = l.manifest.chain_bytes;
+      anchor = l.manifest.anchor_bytes;
     }
-    for (const sync::StepListing& l : steps) {
-      uint64_t delta = 0, anchor = 0;
-      Json shards = Json::array();
-      if (l.manifest.shards.empty()) {  // the root alone: its summed sizes
-        delta = l.manifest.chain_bytes;
-        anchor = l.manifest.anchor_bytes;
-      }
-      for (const sync::ShardRecord& r : l.manifest.shards) {
-        delta += r.delta.size;
-        anchor += r.anchor.size;
-        shards.push_back({{"shard", r.shard}, {"file", r.file}, {"file_bytes", r.file_size},
-                          {"delta_bytes", r.delta.present() ? Json(r.delta.size) : Json(nullptr)},
-                          {"anchor_bytes", r.anchor.present() ? Json(r.anchor.size) : Json(nullptr)}});
-      }
-      if (json_) {
-        all.push_back({{"step", l.step}, {"committed", l.committed},
-                       {"base_step", !l.committed || l.manifest.base_step == sync::kNoStep ? Json(nullptr)
-                                                                                          : Json(l.manifest.base_step)},
-                       {"anchor_step", l.committed ? Json(l.manifest.anchor_step) : Json(nullptr)},
-                       {"incarnation", l.committed ? Json(l.manifest.incarnation) : Json(nullptr)},
-                       {"run", l.committed ? Json(Hex16(l.manifest.run)) : Json(nullptr)},
-                       {"objects", l.objects.size()}, {"bytes", l.bytes}, {"shards", shards},
-                       {"published_at", l.committed ? Json(l.manifest.published_at) : Json(nullptr)},
-                       {"committed_at", l.committed ? Json(l.manifest.committed_at) : Json(nullptr)}});
-      } else if (!quiet_) {
-        const std::string base = l.committed && l.manifest.base_step != sync::kNoStep
-                                     ? std::to_string(l.manifest.base_step) : "-";
-        std::printf("%12" PRIu64 " %12s %7s %9s %6s %12s %12s %10zu\n", l.step, base.c_str(),
-                    l.committed && l.manifest.anchor() ? "yes" : "", l.committed ? "yes" : "no",
-                    l.committed ? std::to_string(l.manifest.count).c_str() : "?",
-                    l.committed ? HumanBytes(delta).c_str() : "-", l.committed && anchor ? HumanBytes(anchor).c_str() : "-",
-                    l.objects.size());
-      }
+    for (const sync::ShardRecord& r : l.manifest.shards) {
+      delta += r.delta.size;
+      anchor += r.anchor.size;
+      shards.push_back({{"shard", r.shard}, {"file", r.file}, {"file_bytes", r.file_size},
+                        {"delta_bytes", r.delta.present() ? Json(r.delta.size) : Json(nullptr)},
+                        {"anchor_bytes", r.anchor.present() ? Json(r.anchor.size) : Json(nullptr)}});
     }
-    if (json_) std::cout << all.dump(2) << std::endl;
-    return kExitOk;
+    if (json_) {
+      all.push_back({{"step", l.step}, {"committed", l.committed},
+                     {"base_step", !l.committed || l.manifest.base_step == sync::kNoStep ? Json(nullptr)
+                                                                                        : Json(l.manifest.base_step)},
+                     {"anchor_step", l.committed ? Json(l.manifest.anchor_step) : Json(nullptr)},
+                     {"incarnation", l.committed ? Json(l.manifest.incarnation) : Json(nullptr)},
+                     {"run", l.committed ? Json(Hex16(l.manifest.run)) : Json(nullptr)},
+                     {"objects", l.objects.size()}, {"bytes", l.bytes}, {"shards", shards},
+                     {"published_at", l.committed ? Json(l.manifest.published_at) : Json(nullptr)},
+                     {"committed_at", l.committed ? Json(l.manifest.committed_at) : Json(nullptr)}});
+    } else if (!quiet_) {
+      const std::string base = l.committed && l.manifest.base_step != sync::kNoStep
+                                   ? std::to_string(l.manifest.base_step) : "-";
+      std::printf("%12" PRIu64 " %12s %7s %9s %6s %12s %12s %10zu\n", l.step, base.c_str(),
+                  l.committed && l.manifest.anchor() ? "yes" : "", l.committed ? "yes" : "no",
+                  l.committed ? std::to_string(l.manifest.count).c_str() : "?",
+                  l.committed ? HumanBytes(delta).c_str() : "-", l.committed && anchor ? HumanBytes(anchor).c_str() : "-",
+                  l.objects.size());
+    }
   }
+  if (json_) std::cout << all.dump(2) << std::endl;
+  return kExitOk;
+}
 
+int SyncCommands::RunPrune(sync::Store* store) {
   sync::PruneReport r;
   // DURATION: a number of seconds, or of minutes, hours or days with m, h or d after it.
   double min_age = -1;
@@ -451,8 +463,8 @@ int SyncCommands::Run() {
                  min_age_.c_str());
     return kExitUsage;
   }
-  s = sync::Prune(store.get(), keep_anchors_, dry_run_, &r, min_age);
-  if (!s.ok()) return Fail(name, json_, s);
+  const Status s = sync::Prune(store, keep_anchors_, dry_run_, &r, min_age);
+  if (!s.ok()) return Fail(Name(), json_, s);
   if (json_) {
     const Json j = {{"command", "prune"}, {"ok", true}, {"dry_run", dry_run_}, {"min_age_seconds", min_age},
                     {"keep_from", r.keep_from == sync::kNoStep ? Json(nullptr) : Json(r.keep_from)},

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "src/sync/sync.h"
+
 namespace arc_v3 {
 
 class SyncCommands {
@@ -20,6 +22,15 @@ class SyncCommands {
   int Run();
 
  private:
+  const char* Name() const;  // the chosen subcommand's
+  int RunKeygen();
+  int RunPublish(sync::Store* store, const container::RunOptions& run);
+  int RunPull(sync::Store* store, sync::PullOptions pull);
+  int RunFollow(const sync::PullOptions& pull);
+  int RunVerify(sync::Store* store);
+  int RunLog(sync::Store* store);
+  int RunPrune(sync::Store* store);
+
   CLI::App *publish_, *pull_, *follow_, *log_, *prune_, *keygen_;
   std::string store_, dir_, next_, prev_, shard_ = "0/1", incarnation_, work_dir_, tensors_, rows_, format_ = "arc_v3", index_;
   uint64_t step_ = UINT64_MAX, base_step_ = UINT64_MAX, anchor_every_ = 10, until_ = UINT64_MAX;

@@ -17,12 +17,12 @@
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
-#include <set>
 #include <thread>
 #include <vector>
 
 #include "arc_v3.hpp"
 #include "src/checkpoint/checkpoint_delta.h"
+#include "src/checkpoint/inspect.h"
 #include "src/cli/cli_common.h"
 #include "src/cli/sync_commands.h"
 #include "src/parallel.h"
@@ -151,171 +151,21 @@ int Report(const char* command, const Common& c, const Status& s, const RunRepor
 
 
 // Per-tensor statistics for `inspect`.
-struct TensorStats {
-  uint64_t elements = 0, bytes = 0, stored = 0, changed = 0, high = 0;
-  bool has_high = false;
-  bool counts_known = true;  // false: modelled chunks not counted (no base given)
-  uint64_t chunk_modes[5] = {0, 0, 0, 0, 0};
-  std::set<std::string> coders;
-  int64_t group = -1;  // its group's number in `inspect` (counted over all files), or -1
-};
-
-// Which chunk coders an arc_v3 payload chose: "arc_v3:rans+modelled".
-std::string ArcV3Coders(const uint64_t chunk_modes[5]) {
-  static const char* const kModes[5] = {"unchanged", "xor", "modelled", "rans", "rans_history"};
-  std::string modes;
-  for (int k = 1; k < 5; ++k) {
-    if (chunk_modes[k] > 0) modes += (modes.empty() ? "" : "+") + std::string(kModes[k]);
-  }
-  return std::string(container::CoderName(container::Coder::kArcV3)) + ":" +
-         (modes.empty() ? std::string(kModes[0]) : modes);
-}
-
 Json ChunkModesJson(const uint64_t chunk_modes[5]) {
   return {{"unchanged", chunk_modes[0]}, {"xor_streams", chunk_modes[1]},
           {"modelled", chunk_modes[2]}, {"rans", chunk_modes[3]},
           {"rans_history", chunk_modes[4]}};
 }
 
-// Per-group statistics for `inspect`: a group's bytes are not split among its members.
-struct GroupStats {
-  const container::FileEntry* file = nullptr;
-  const container::Group* group = nullptr;
-  PayloadStats payload;
-  bool counted = false;  // members' changes counted (the base was given)
-  Status error;
-};
-
 int Inspect(const std::string& path, const std::string& base_path, const Common& c) {
-  std::unique_ptr<container::MappedFile> file;
-  Status s = container::MappedFile::Open(path, &file);
-  container::Reader reader;
-  if (s.ok()) s = container::Reader::Open(std::move(file), &reader);
+  container::Inspection inspection;
+  const Status s = container::Inspect(path, base_path, c.threads, &inspection);
   if (!s.ok()) {
-    std::fprintf(stderr, "arc_v3 inspect: error: %s: %s\n", path.c_str(), s.ToString().c_str());
+    std::fprintf(stderr, "arc_v3 inspect: error: %s\n", s.ToString().c_str());
     return ExitCodeFor(s);
   }
+  const container::Reader& reader = inspection.reader;
   const container::Manifest& m = reader.manifest();
-  // With the base, context-modelled chunks can be decoded and their changes counted.
-  container::Checkpoint base;
-  if (!base_path.empty()) {
-    s = container::Checkpoint::Open(base_path, &base);
-    if (!s.ok()) {
-      std::fprintf(stderr, "arc_v3 inspect: error: %s\n", s.ToString().c_str());
-      return ExitCodeFor(s);
-    }
-  }
-  std::vector<const container::TensorEntry*> tensors;
-  std::vector<std::pair<size_t, const container::Piece*>> pieces;
-  for (const auto& f : m.files) {
-    for (const auto& t : f.tensors) {
-      for (const auto& p : t.pieces) pieces.emplace_back(tensors.size(), &p);
-      tensors.push_back(&t);
-    }
-  }
-  std::vector<TensorStats> stats(tensors.size());
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    const size_t es = safetensors::DTypeSize(tensors[i]->dtype);
-    stats[i].bytes = tensors[i]->bytes();
-    stats[i].elements = es ? stats[i].bytes / es : 0;
-  }
-  // Groups: the payload's chunk coders, and with the base each member's changes, counted
-  // on the decoded group.
-  std::vector<GroupStats> groups;
-  std::map<const container::TensorEntry*, size_t> tensor_index;
-  for (size_t i = 0; i < tensors.size(); ++i) tensor_index[tensors[i]] = i;
-  for (const auto& f : m.files) {
-    for (const auto& g : f.groups) {
-      for (size_t member : g.members) stats[tensor_index[&f.tensors[member]]].group = groups.size();
-      groups.push_back({&f, &g, {}, false, Status::Ok()});
-    }
-  }
-  ParallelFor(groups.size(), WorkerCount(c.threads, groups.size()), [&](size_t i, size_t) {
-    GroupStats& gs = groups[i];
-    std::vector<uint8_t> scratch;
-    const uint8_t* bytes = nullptr;
-    gs.error = reader.ReadGroup(*gs.group, &scratch, &bytes);
-    if (gs.error.ok()) gs.error = delta_stats(bytes, gs.group->size, &gs.payload);
-    if (!gs.error.ok() || base_path.empty()) return;
-    std::vector<uint16_t> decoded;
-    gs.error = container::ApplyGroup(base, reader, *gs.file, *gs.group, &decoded, "");
-    if (!gs.error.ok()) return;
-    const uint16_t* next = decoded.data();
-    for (size_t member : gs.group->members) {
-      const container::TensorEntry& t = gs.file->tensors[member];
-      const uint8_t* prev = base.Find(t.name)->data;  // ApplyGroup found it
-      TensorStats& st = stats[tensor_index[&t]];
-      for (uint64_t e = 0; e < st.elements; ++e, ++next) {
-        uint16_t old_bits;
-        std::memcpy(&old_bits, prev + 2 * e, 2);  // base tensors may be unaligned
-        const uint16_t flipped = static_cast<uint16_t>(old_bits ^ *next);
-        st.changed += flipped != 0;
-        st.high += (flipped & 0xFF80) != 0;  // sign or exponent field
-      }
-    }
-    gs.counted = true;
-  });
-  for (size_t i = 0; i < groups.size(); ++i) {
-    if (!groups[i].error.ok()) {
-      const auto& first = groups[i].file->tensors[groups[i].group->members[0]];
-      std::fprintf(stderr, "arc_v3 inspect: error: group %zu (tensor '%s' ...): %s\n", i,
-                   first.name.c_str(), groups[i].error.ToString().c_str());
-      return ExitCodeFor(groups[i].error);
-    }
-    for (size_t member : groups[i].group->members) {
-      TensorStats& st = stats[tensor_index[&groups[i].file->tensors[member]]];
-      st.has_high = true;
-      st.counts_known = groups[i].counted;
-      std::copy(groups[i].payload.chunk_modes, groups[i].payload.chunk_modes + 5, st.chunk_modes);
-      st.coders.insert(container::CoderName(container::Coder::kArcV3));
-    }
-  }
-  std::vector<PayloadStats> payload(pieces.size());
-  std::vector<Status> errors(pieces.size());
-  ParallelFor(pieces.size(), WorkerCount(c.threads, pieces.size()), [&](size_t i, size_t) {
-    const container::Piece& p = *pieces[i].second;
-    if (p.coder != container::Coder::kArcV3) return;
-    std::vector<uint8_t> scratch;
-    const uint8_t* bytes = nullptr;
-    errors[i] = reader.ReadPiece(p, &scratch, &bytes);
-    if (!errors[i].ok()) return;
-    const container::TensorEntry& t = *tensors[pieces[i].first];
-    const container::TensorView* info = base_path.empty() ? nullptr : base.Find(t.name);
-    if (info == nullptr || info->dtype != t.dtype || info->shape != t.shape) {
-      errors[i] = delta_stats(bytes, p.size, &payload[i]);
-      return;
-    }
-    const uint64_t row_bytes = t.row_bytes();
-    const size_t n = (p.row_end - p.row_begin) * row_bytes;
-    std::vector<uint16_t> rows(n / 2);  // aligned copy of the base rows
-    std::memcpy(rows.data(), info->data + p.row_begin * row_bytes, n);
-    if (container::Hash(rows.data(), n) != p.base_xxh3) {
-      errors[i] = Status(ErrorCode::kChecksumMismatch, "wrong base: rows " + std::to_string(p.row_begin) +
-                                                           ":" + std::to_string(p.row_end) + " differ");
-      return;
-    }
-    errors[i] = delta_stats(rows.data(), rows.size(), bytes, p.size, &payload[i]);
-  });
-  for (size_t i = 0; i < pieces.size(); ++i) {
-    if (!errors[i].ok()) {
-      std::fprintf(stderr, "arc_v3 inspect: error: tensor '%s': %s\n",
-                   tensors[pieces[i].first]->name.c_str(), errors[i].ToString().c_str());
-      return ExitCodeFor(errors[i]);
-    }
-    TensorStats& t = stats[pieces[i].first];
-    const container::Piece& p = *pieces[i].second;
-    t.stored += p.size;
-    t.coders.insert(container::CoderName(p.coder));
-    if (p.coder == container::Coder::kArcV3) {
-      t.changed += payload[i].changed;
-      t.high += payload[i].exponent_or_sign;
-      t.has_high = true;
-      t.counts_known = t.counts_known && payload[i].counts_known;
-      for (int k = 0; k < 5; ++k) t.chunk_modes[k] += payload[i].chunk_modes[k];
-    } else {
-      t.changed += p.changed;
-    }
-  }
   uint64_t total_bytes = 0, total_stored = 0, total_elements = 0, total_changed = 0;
   bool all_known = true;
   std::map<std::string, uint64_t> kinds;
@@ -324,16 +174,15 @@ int Inspect(const std::string& path, const std::string& base_path, const Common&
     std::printf("%-44s %-6s %-16s %-8s %8s %9s %-22s %12s %8s\n", "tensor", "dtype", "shape", "kind",
                 "density", "exp/sign", "coder", "bytes", "% size");
   }
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    const container::TensorEntry& t = *tensors[i];
-    const TensorStats& st = stats[i];
+  for (const container::TensorInspection& st : inspection.tensors) {
+    const container::TensorEntry& t = *st.entry;
     std::string shape = "[", coders;
     for (size_t d = 0; d < t.shape.size(); ++d) shape += (d ? "," : "") + std::to_string(t.shape[d]);
     shape += "]";
     for (const auto& cn : st.coders) {
       coders += (coders.empty() ? "" : "+");
       coders += cn == container::CoderName(container::Coder::kArcV3) && st.has_high
-                    ? ArcV3Coders(st.chunk_modes)
+                    ? container::ArcV3CoderNames(st.chunk_modes)
                     : cn;
     }
     if (coders.empty()) coders = "-";
@@ -381,12 +230,11 @@ int Inspect(const std::string& path, const std::string& base_path, const Common&
     }
   }
   Json jgroups = Json::array();
-  for (size_t i = 0; i < groups.size(); ++i) {
-    const GroupStats& gs = groups[i];
+  for (size_t i = 0; i < inspection.groups.size(); ++i) {
+    const container::GroupInspection& gs = inspection.groups[i];
     total_stored += gs.group->size;
-    uint64_t changed = 0;
-    for (size_t member : gs.group->members) changed += stats[tensor_index[&gs.file->tensors[member]]].changed;
-    const std::string coder = ArcV3Coders(gs.payload.chunk_modes);
+    const uint64_t changed = gs.changed;
+    const std::string coder = container::ArcV3CoderNames(gs.payload.chunk_modes);
     if (c.json) {
       Json jg = {{"group", i}, {"file", gs.file->name}, {"tensors", gs.group->members.size()},
                  {"elements", gs.group->elements}, {"coders", {coder}}, {"delta_bytes", gs.group->size}};
@@ -419,7 +267,7 @@ int Inspect(const std::string& path, const std::string& base_path, const Common&
     std::cout << j.dump(2) << "\n";
     return kExitOk;
   }
-  std::printf("\ntotal: %zu file(s), %zu tensors (", m.files.size(), tensors.size());
+  std::printf("\ntotal: %zu file(s), %zu tensors (", m.files.size(), inspection.tensors.size());
   bool first = true;
   for (const auto& k : kinds) {
     std::printf("%s%" PRIu64 " %s", first ? "" : ", ", k.second, k.first.c_str());

@@ -73,7 +73,7 @@ def _codec_build_inputs():
     seen = set()
 
     def visit(label):
-        if label in seen:
+        if label in seen or label.startswith("@"):  # an external repository: system headers
             return
         seen.add(label)
         pkg, name = label[2:].split(":")

@@ -230,15 +230,7 @@ TEST_CASE("stores: a store that is gone fails with unavailable after its retries
 class FixedAnswerServer {
  public:
   explicit FixedAnswerServer(std::string answer) : answer_(std::move(answer)) {
-    listener_ = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(bind(listener_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-    REQUIRE(listen(listener_, 16) == 0);
-    socklen_t len = sizeof(addr);
-    getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &len);
-    port_ = ntohs(addr.sin_port);
+    listener_ = test::ListenOnLoopback(16, &port_);
     thread_ = std::thread([this] {
       for (;;) {
         const int client = accept(listener_, nullptr, nullptr);

@@ -905,15 +905,7 @@ TEST_CASE("sync: a row slice reads each shard object in a few ranges: publishers
 class Relay {
  public:
   explicit Relay(int target_port) : target_port_(target_port) {
-    listener_ = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(bind(listener_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-    REQUIRE(listen(listener_, 64) == 0);
-    socklen_t len = sizeof(addr);
-    getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &len);
-    port_ = ntohs(addr.sin_port);
+    listener_ = test::ListenOnLoopback(64, &port_);
     accept_ = std::thread([this] { Accept(); });
   }
   ~Relay() {

@@ -4,6 +4,9 @@
 #ifndef ARC_V3_SRC_SYNC_SYNC_TEST_UTIL_H_
 #define ARC_V3_SRC_SYNC_SYNC_TEST_UTIL_H_
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -28,6 +31,20 @@ namespace sync {
 namespace test {
 
 namespace fs = std::filesystem;
+
+// A TCP socket listening on 127.0.0.1 at a free port (for servers a test plays itself).
+inline int ListenOnLoopback(int backlog, int* port) {
+  const int listener = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  REQUIRE(listen(listener, backlog) == 0);
+  socklen_t len = sizeof(addr);
+  getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len);
+  *port = ntohs(addr.sin_port);
+  return listener;
+}
 
 inline std::string Env(const char* name) {
   const char* v = std::getenv(name);

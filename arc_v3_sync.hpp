@@ -169,7 +169,8 @@ struct FollowEvent {
 // every shard is done, so an error puts them back. Pieces are fetched ahead in batches of
 // at most 64 MiB while the last batch is decoded: a step holds two such batches, a piece
 // per thread and the undo record, never a second copy of the model. A long route commits
-// step by step, so on an error the tensors hold the last step that was complete. The
+// step by step, so on an error the tensors hold the last step that was complete: on an
+// anchor route that can be older than the step held before (step() says which). The
 // tensors must not be read during Pull. Not thread-safe.
 class Follower {
  public:

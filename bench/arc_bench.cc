@@ -39,9 +39,9 @@
 #include "bench/generator.h"
 #include "bench/timing.h"
 #include "hwy/targets.h"
-#include "src/kernels.h"
-#include "src/parallel.h"
-#include "src/xxh3.h"
+#include "src/codec/kernels.h"
+#include "src/common/parallel.h"
+#include "src/common/xxh3.h"
 
 namespace arc_v3 {
 namespace bench {

@@ -351,7 +351,7 @@ def main():
         sys.exit("cross_region.py needs root (network namespaces, tc)")
 
     run([os.path.join(ROOT, "third_party", "install_deps.sh")])
-    run(["bazel", "build", "//src/cli:arc_v3_cli", "//bench:arc_bench"], cwd=ROOT, stderr=subprocess.DEVNULL)
+    run(["bazel", "build", "//tools/cli:arc_v3_cli", "//bench:arc_bench"], cwd=ROOT, stderr=subprocess.DEVNULL)
     global CLI, BENCH
     bin_dir = run(["bazel", "info", "bazel-bin"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     CLI = os.path.join(bin_dir, "src", "cli", "arc_v3_cli")

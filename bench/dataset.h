@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "arc_v3.hpp"
-#include "src/safetensors.h"
+#include "src/checkpoint/safetensors.h"
 
 namespace arc_v3 {
 namespace bench {

@@ -24,8 +24,8 @@ while [ $# -gt 0 ]; do
 done
 
 third_party/install_deps.sh
-bazel build //bench:arc_bench //bench:follow_memory //src/cli:arc_v3_cli >/dev/null
-A="$PWD/bazel-bin/src/cli/arc_v3_cli"
+bazel build //bench:arc_bench //bench:follow_memory //tools/cli:arc_v3_cli >/dev/null
+A="$PWD/bazel-bin/tools/cli/arc_v3_cli"
 work=$(mktemp -d "${TMPDIR:-/tmp}/arc_v3_follow_memory.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$(dirname "$out")"

@@ -8,7 +8,7 @@
 #include <utility>
 
 #include "bench/bf16.h"
-#include "src/parallel.h"
+#include "src/common/parallel.h"
 
 namespace arc_v3 {
 namespace bench {

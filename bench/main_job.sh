@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 third_party/install_deps.sh
-bazel build //bench:arc_bench //src/cli:arc_v3_cli
+bazel build //bench:arc_bench //tools/cli:arc_v3_cli
 # The product first: a trainer publishing a short run, regions following it.
 bench/sync_demo.sh
 mkdir -p bench_out

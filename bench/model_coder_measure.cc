@@ -24,10 +24,10 @@
 #include <nlohmann/json.hpp>
 
 #include "arc_v3.hpp"
-#include "src/kernels.h"
-#include "src/model_coder.h"
-#include "src/rans_coder.h"
-#include "src/safetensors.h"
+#include "src/codec/kernels.h"
+#include "src/codec/model_coder.h"
+#include "src/codec/rans_coder.h"
+#include "src/checkpoint/safetensors.h"
 
 namespace {
 

@@ -22,8 +22,8 @@ while [ $# -gt 0 ]; do
 done
 
 third_party/install_deps.sh
-bazel build //bench:arc_bench //bench:signing_primitives //src/cli:arc_v3_cli >/dev/null
-A="$PWD/bazel-bin/src/cli/arc_v3_cli"
+bazel build //bench:arc_bench //bench:signing_primitives //tools/cli:arc_v3_cli >/dev/null
+A="$PWD/bazel-bin/tools/cli/arc_v3_cli"
 work=$(mktemp -d "${TMPDIR:-/tmp}/arc_v3_signing_cost.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$(dirname "$out")"

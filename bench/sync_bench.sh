@@ -26,8 +26,8 @@ while [ $# -gt 0 ]; do
 done
 
 third_party/install_deps.sh
-bazel build //bench:arc_bench //src/cli:arc_v3_cli >/dev/null
-A="$PWD/bazel-bin/src/cli/arc_v3_cli"
+bazel build //bench:arc_bench //tools/cli:arc_v3_cli >/dev/null
+A="$PWD/bazel-bin/tools/cli/arc_v3_cli"
 work=$(mktemp -d "${TMPDIR:-/tmp}/arc_v3_sync_bench.XXXXXX")
 rgw="$work/rgw"
 cleanup() { tests/s3/radosgw.sh stop "$rgw" >/dev/null 2>&1 || true; rm -rf "$work"; }

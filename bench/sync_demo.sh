@@ -15,7 +15,7 @@ while [ $# -gt 0 ]; do
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
-A="$PWD/bazel-bin/src/cli/arc_v3_cli"
+A="$PWD/bazel-bin/tools/cli/arc_v3_cli"
 work=$(mktemp -d "${TMPDIR:-/tmp}/arc_v3_demo.XXXXXX")
 pids=()
 # Stops the followers still running (none once they are waited for) and removes the work

@@ -39,8 +39,8 @@ while [ $# -gt 0 ]; do
 done
 
 third_party/install_deps.sh
-bazel build //src/cli:arc_v3_cli >/dev/null
-A="$PWD/bazel-bin/src/cli/arc_v3_cli"
+bazel build //tools/cli:arc_v3_cli >/dev/null
+A="$PWD/bazel-bin/tools/cli/arc_v3_cli"
 work=$(mktemp -d "${TMPDIR:-/tmp}/arc_v3_sync_scale.XXXXXX")
 rgw="$work/rgw"
 cleanup() { tests/s3/radosgw.sh stop "$rgw" >/dev/null 2>&1 || true; rm -rf "$work"; }

@@ -2,14 +2,12 @@
 
     /usr/bin/python3 -m pip install --no-build-isolation --break-system-packages ./python
 
-The C++ sources, defines and link libraries are read from the Bazel files (src/BUILD,
-src/checkpoint/BUILD, src/build_defs.bzl, third_party/BUILD), so this build compiles exactly what
-//src:codec and //src/checkpoint:container (the checkpoint delta container, used by the
-state-dict helpers) do and never goes stale when files are added there. Starlark BUILD files are (for what
-they use) Python syntax; they are evaluated with stand-ins for the Bazel functions.
+The C++ sources are every .cc of the library's layer folders (src/codec, src/checkpoint,
+src/sync): the files //:arc_v3 and //:arc_v3_sync build, so a file added there is built
+here too. Highway's target policy and the warnings are plain lists below, the same as
+src/common/build_defs.bzl's (single_include/amalgamate.py --check compares them).
 """
 
-import glob
 import os
 import re
 import time
@@ -19,86 +17,20 @@ from setuptools.command.build_ext import build_ext
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)  # the workspace root: includes are root-relative
-# The codec, the checkpoint delta container (with safetensors, zstd, xxhash) and the
-# sync roles (with libcurl, pugixml).
-TARGETS = ("//src:codec", "//src/checkpoint:container", "//src/sync:roles")
+
+# The codec, the checkpoint layer (safetensors, the delta container) and the sync layer.
+LAYERS = ("src/codec", "src/checkpoint", "src/sync")
+# HWY_POLICY_DEFINES and ARC_V3_COPTS of src/common/build_defs.bzl.
+HWY_POLICY_DEFINES = ["HWY_COMPILE_ALL_ATTAINABLE", "HWY_BROKEN_EMU128=0",
+                      "HWY_DISABLED_TARGETS=HWY_SSSE3", "HWY_WANT_AVX3_DL"]
+ARC_V3_COPTS = ["-Wall", "-Wextra", "-Wshadow", "-Wvla"]
+# What the layers link (third_party/BUILD).
+LIBRARIES = ["hwy", "zstd", "lz4", "xxhash", "curl", "crypto", "pugixml"]
 
 
-def _eval_bzl(path, scope):
-    """Runs a .bzl/BUILD file with `scope` as globals; returns the globals."""
-    with open(path, encoding="utf-8") as f:
-        code = compile(f.read(), path, "exec")
-    exec(code, scope)  # noqa: S102 - our own build files
-    return scope
-
-
-def _read_package(package):
-    """{target name: cc_library/cc_binary kwargs} of //package."""
-    targets = {}
-
-    def rule(**kwargs):
-        targets[kwargs["name"]] = kwargs
-
-    def load(label, *symbols, **aliases):
-        assert label.startswith("//") and ":" in label, label
-        pkg, name = label[2:].split(":")
-        scope = _eval_bzl(os.path.join(ROOT, pkg, name), {})
-        for symbol in symbols:
-            scope_globals[symbol] = scope[symbol]
-        for alias, symbol in aliases.items():
-            scope_globals[alias] = scope[symbol]
-
-    def bzl_glob(include, exclude=(), **_):
-        base = os.path.join(ROOT, package)
-        found = {os.path.relpath(p, base) for pattern in include
-                 for p in glob.glob(os.path.join(base, pattern), recursive=True)}
-        return sorted(found - set(bzl_glob(exclude) if exclude else ()))
-
-    def ignore(*_, **__):
-        return None
-
-    scope_globals = {
-        "load": load, "package": ignore, "exports_files": ignore, "glob": bzl_glob,
-        "cc_library": rule, "cc_binary": rule, "cc_test": ignore, "sh_test": ignore,
-        "sh_binary": ignore, "filegroup": ignore, "genrule": ignore, "test_suite": ignore,
-    }
-    _eval_bzl(os.path.join(ROOT, package, "BUILD"), scope_globals)
-    return targets, scope_globals
-
-
-def _codec_build_inputs():
-    """(sources, defines, copts, libraries) of TARGETS and their transitive deps."""
-    packages = {}
-    sources, defines, copts, libraries = [], [], [], []
-    seen = set()
-
-    def visit(label):
-        if label in seen or label.startswith("@"):  # an external repository: system headers
-            return
-        seen.add(label)
-        pkg, name = label[2:].split(":")
-        if pkg not in packages:
-            packages[pkg] = _read_package(pkg)[0]
-        target = packages[pkg][name]
-        for src in target.get("srcs", []):
-            path = os.path.join(pkg, src)
-            if path.endswith((".cc", ".cpp")) and path not in sources:
-                sources.append(path)
-        for define in target.get("local_defines", []) + target.get("defines", []):
-            if define not in defines:
-                defines.append(define)
-        for copt in target.get("copts", []):
-            if copt not in copts:
-                copts.append(copt)
-        for opt in target.get("linkopts", []):
-            if opt.startswith("-l") and opt[2:] not in libraries:
-                libraries.append(opt[2:])
-        for dep in target.get("deps", []):
-            visit(f"//{pkg}{dep}" if dep.startswith(":") else dep)
-
-    for target in TARGETS:
-        visit(target)
-    return sources, defines, copts, libraries
+def _layer_files(suffixes):
+    return sorted(os.path.join(layer, name) for layer in LAYERS + ("src/common",)
+                  for name in os.listdir(os.path.join(ROOT, layer)) if name.endswith(suffixes))
 
 
 class BuildExt(build_ext):
@@ -129,32 +61,24 @@ def _progress(line):
 
 
 def _extension():
-    sources, defines, copts, libraries = _codec_build_inputs()
-    macros = []
-    for define in defines:
-        key, _, value = define.partition("=")
-        macros.append((key, value or None))
+    macros = [tuple(d.split("=", 1)) if "=" in d else (d, None) for d in HWY_POLICY_DEFINES]
     macros.append(("NDEBUG", None))  # as Bazel's -c opt
     return Extension(
         "arc_v3._arc_v3",
         # Relative to python/, so that object files stay inside python/build.
         sources=[os.path.relpath(os.path.join(HERE, "arc_v3", "_arc_v3.cc"), HERE)] +
-                [os.path.relpath(os.path.join(ROOT, s), HERE) for s in sources],
+                [os.path.relpath(os.path.join(ROOT, s), HERE) for s in _layer_files(".cc")],
         # pybind11's headers come from /usr/include (Debian's pybind11-dev), a system
         # directory, so that -Wshadow & co. stay quiet about them.
         include_dirs=[ROOT],
         define_macros=macros,
-        libraries=libraries,
-        # Any change to a header or to the build description rebuilds (setuptools only
-        # compares sources and these against the .so).
-        depends=sorted(glob.glob(os.path.join(ROOT, "src", "*.h")) +
-                       glob.glob(os.path.join(ROOT, "src", "checkpoint", "*.h")) +
-                glob.glob(os.path.join(ROOT, "src", "sync", "*.h"))) + [
-            os.path.join(ROOT, path) for path in (
-                "arc_v3.hpp", "arc_v3_sync.hpp", "src/BUILD", "src/checkpoint/BUILD", "src/sync/BUILD", "src/build_defs.bzl",
-                "third_party/BUILD", "python/setup.py")],
+        libraries=LIBRARIES,
+        # Any change to a header rebuilds (setuptools only compares sources and these
+        # against the .so).
+        depends=[os.path.join(ROOT, path) for path in
+                 _layer_files((".h", ".hpp")) + ["arc_v3.hpp", "arc_v3_sync.hpp", "python/setup.py"]],
         language="c++",
-        extra_compile_args=["-std=c++17", "-O2", "-g0", "-fvisibility=hidden"] + copts,
+        extra_compile_args=["-std=c++17", "-O2", "-g0", "-fvisibility=hidden"] + ARC_V3_COPTS,
         extra_link_args=["-g0"],
     )
 

@@ -6,16 +6,18 @@
     python3 single_include/amalgamate.py --list     # the files it merges, and what it leaves out
 
 single_include/arc_v3.hpp is the public header arc_v3.hpp followed by the implementation:
-every file of the Bazel target //:arc_v3 (read from BUILD and src/BUILD, so the list follows
-the build), compiled where one translation unit defines ARC_V3_IMPLEMENTATION.
+every file of the Bazel target //:arc_v3 (read from the BUILD files, so the list follows
+the build: src/codec/ and what it uses of src/common/), compiled where one translation unit defines ARC_V3_IMPLEMENTATION.
 single_include/arc_v3.cc is that translation unit (xxhash.c's form).
 
 src/ stays the maintained code; this script only concatenates it, and fails instead of
 guessing:
-- a file under src/ that is neither in //:arc_v3 nor excluded below (with a reason);
+- a file under src/ that is neither in //:arc_v3 nor excluded below (with a reason): the
+  codec and common folders whole, the checkpoint and sync folders not at all;
 - an #include "..." of a file outside //:arc_v3 (or of an unknown Highway header);
 - a third-party dependency other than hwy, zstd, lz4, xxhash (users link those four);
-- CMakeLists.txt's arc_v3 library built from other sources than //:arc_v3;
+- CMakeLists.txt's arc_v3 library built from other sources than //:arc_v3, or CMake or
+  python/setup.py with another Highway policy than src/common/build_defs.bzl;
 - two .cc files that define the same namespace-scope name (they share one translation
   unit here: a helper of one file would clash with, or silently overload, the other's)
   or the same macro;
@@ -32,6 +34,7 @@ include path: users need no -I. ARC_V3_HWY_FOREACH_TARGET selects foreach_target
 """
 
 import argparse
+import ast
 import difflib
 import os
 import re
@@ -48,12 +51,11 @@ PUBLIC_HEADER = "arc_v3.hpp"
 # Files under src/ that are not in the header, on purpose. A directory ends with "/".
 EXCLUDED = {
     "src/BUILD": "build file",
-    "src/build_defs.bzl": "build settings (the Highway policy is read from it)",
-    "src/FORMAT.md": "the format specification",
-    "src/safetensors.cc": "checkpoint files (//src:safetensors): the CLI and bench read them",
-    "src/safetensors.h": "checkpoint files (//src:safetensors)",
-    "src/checkpoint/": "the checkpoint container (//src/checkpoint), not the codec",
-    "src/cli/": "the arc_v3 command-line tool",
+    "src/FORMAT.md": "the index of the specifications",
+    "src/codec/BUILD": "build file",
+    "src/common/BUILD": "build file",
+    "src/common/build_defs.bzl": "build settings (the Highway policy is read from it)",
+    "src/checkpoint/": "the checkpoint layer (//src/checkpoint), not the codec",
     "src/sync/": "the sync layer (object stores over libcurl), not the codec",
 }
 
@@ -203,11 +205,18 @@ def check_tree(build):
 
 
 def check_cmake(build):
-    """CMakeLists.txt builds the arc_v3 library from the same sources."""
-    match = re.search(r"add_library\(arc_v3\s+([^)]*)\)", read("CMakeLists.txt"))
+    """CMakeLists.txt builds the arc_v3 library from the same sources: every .cc of src/codec/."""
+    text = read("CMakeLists.txt")
+    match = re.search(r"file\(GLOB ARC_V3_CODEC_SRCS CONFIGURE_DEPENDS (\S+)\)\s*"
+                      r"add_library\(arc_v3 \$\{ARC_V3_CODEC_SRCS\}\)", text)
     if not match:
-        raise GeneratorError("CMakeLists.txt: no add_library(arc_v3 ...)")
-    cmake = sorted(s for s in match.group(1).split() if s.endswith(".cc"))
+        raise GeneratorError("CMakeLists.txt: no add_library(arc_v3 ${ARC_V3_CODEC_SRCS}) "
+                             "after its file(GLOB ...)")
+    folder, pattern = os.path.split(match.group(1))
+    if pattern != "*.cc":
+        raise GeneratorError("CMakeLists.txt: arc_v3 globs %s, not <folder>/*.cc" % match.group(1))
+    cmake = sorted(os.path.join(folder, n) for n in os.listdir(os.path.join(ROOT, folder))
+                   if n.endswith(".cc"))
     if cmake != sorted(build.sources):
         raise GeneratorError("CMakeLists.txt builds arc_v3 from %s, Bazel's %s from %s" %
                              (cmake, TOP_TARGET, sorted(build.sources)))
@@ -558,7 +567,7 @@ def header_text(build, cc_macros):
         'header: it sets Highway\'s target policy first (a .cc file of its own is simplest)"',
         "#else",
         "",
-        "// Highway's target policy (src/build_defs.bzl, HWY_POLICY_DEFINES, with its reasons).",
+        "// Highway's target policy (src/common/build_defs.bzl, HWY_POLICY_DEFINES, with its reasons).",
     ]
     out += policy_defines(build.local_defines)
     out += [
@@ -625,10 +634,25 @@ def cc_text():
 """.format(generator=GENERATOR)
 
 
+def check_policy_copies():
+    """The builds that do not read Bazel files carry the same Highway policy and warnings."""
+    scope = {}
+    exec(compile(read("src/common/build_defs.bzl"), "build_defs.bzl", "exec"), scope)  # noqa: S102
+    cmake = re.search(r"set\(ARC_V3_HWY_DEFINES\s+([^)]*)\)", read("CMakeLists.txt"))
+    if not cmake or cmake.group(1).split() != scope["HWY_POLICY_DEFINES"]:
+        raise GeneratorError("CMakeLists.txt's ARC_V3_HWY_DEFINES differ from HWY_POLICY_DEFINES")
+    setup = read("python/setup.py")
+    for name in ("HWY_POLICY_DEFINES", "ARC_V3_COPTS"):
+        match = re.search(r"^%s = (\[[^]]*\])" % name, setup, re.M)
+        if not match or ast.literal_eval(match.group(1)) != scope[name]:
+            raise GeneratorError("python/setup.py's %s differ from build_defs.bzl's" % name)
+
+
 def generate():
     build = Build()
     check_tree(build)
     check_cmake(build)
+    check_policy_copies()
     cc_macros = check_collisions(build.sources)
     return build, {"arc_v3.hpp": header_text(build, cc_macros), "arc_v3.cc": cc_text()}
 

@@ -360,7 +360,7 @@ const char* ActiveTarget();
 #error "arc_v3.hpp: include arc_v3.hpp with ARC_V3_IMPLEMENTATION before any Highway header: it sets Highway's target policy first (a .cc file of its own is simplest)"
 #else
 
-// Highway's target policy (src/build_defs.bzl, HWY_POLICY_DEFINES, with its reasons).
+// Highway's target policy (src/common/build_defs.bzl, HWY_POLICY_DEFINES, with its reasons).
 #ifndef HWY_COMPILE_ALL_ATTAINABLE
 #define HWY_COMPILE_ALL_ATTAINABLE
 #endif
@@ -575,26 +575,26 @@ const char* ActiveTarget();
 #define ARC_V3_HWY_SELF_ "arc_v3.hpp"
 #endif
 
-// ---- src/kernels.cc ---------------------------------------------------------------------
+// ---- src/codec/kernels.cc ---------------------------------------------------------------
 // Highway implementations of the kernels in kernels.h, compiled once per SIMD target and
 // dispatched at runtime. Each must match its ref:: twin byte for byte; vectors only speed
 // up the loops, they never change the result. Tails shorter than a vector run the
 // reference code on the remaining elements (Highway 1.0.3 has no LoadN/StoreN).
 #include <cstring>
 
-// ---- src/kernels.h ----------------------------------------------------------------------
+// ---- src/codec/kernels.h ----------------------------------------------------------------
 // Kernels of the arc_v3 codec: the dense, data-parallel steps of encoding and decoding.
 //
 // Every kernel exists three times under one name: ref::Foo (plain C++ in
 // ref_kernels.cc, the definition), HWY_NAMESPACE::Foo (Highway, in kernels.cc) and
 // arc_v3::Foo (this header: runtime dispatch to the best target the CPU supports).
 // Outputs are byte-identical across targets; tests check every compiled target against
-// ref:: (tests/kernels_test.cc).
+// ref:: (tests/codec/kernels_test.cc).
 //
 // BF16 bit layout (uint16_t):  s eeeeeeee mmmmmmm
 //                              15 14    7 6     0
-#ifndef ARC_V3_SRC_KERNELS_H_
-#define ARC_V3_SRC_KERNELS_H_
+#ifndef ARC_V3_SRC_CODEC_KERNELS_H_
+#define ARC_V3_SRC_CODEC_KERNELS_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -788,8 +788,8 @@ size_t EncodeRansElements(const uint16_t* src, const uint16_t* dst, size_t count
 
 }  // namespace arc_v3
 
-#endif  // ARC_V3_SRC_KERNELS_H_
-// ---- src/kernels.cc (continued) ---------------------------------------------------------
+#endif  // ARC_V3_SRC_CODEC_KERNELS_H_
+// ---- src/codec/kernels.cc (continued) ---------------------------------------------------
 
 // The target loop of hwy/foreach_target.h, unrolled: the per-target code of this file
 // (ARC_V3_HWY_PASS_ == 1, at the end of this header) once per SIMD target.
@@ -1035,7 +1035,7 @@ const char* DispatchedTargetName() {
 
 }  // namespace arc_v3
 #endif  // HWY_ONCE
-// ---- src/ref_kernels.cc -----------------------------------------------------------------
+// ---- src/codec/ref_kernels.cc -----------------------------------------------------------
 // Reference kernels: plain C++, the definition every SIMD target must match byte for
 // byte. Also used for the tails that are shorter than a vector.
 #include <algorithm>
@@ -1224,7 +1224,7 @@ size_t EncodeRansElements(const uint16_t* src, const uint16_t* dst, size_t count
 
 }  // namespace ref
 }  // namespace arc_v3
-// ---- src/model_coder.cc -----------------------------------------------------------------
+// ---- src/codec/model_coder.cc -----------------------------------------------------------
 // Context-modelled chunk coder (see model_coder.h for the model in short).
 //
 // Chunk bytes (a chunk without changes is 0 bytes):
@@ -1247,7 +1247,7 @@ size_t EncodeRansElements(const uint16_t* src, const uint16_t* dst, size_t count
 //            bytes (the decoder reads zeros past the end); it never ends in a 0 byte.
 // Encoder and decoder run the same templated walk (CodeChunk), so the contexts cannot
 // drift apart.
-// ---- src/model_coder.h ------------------------------------------------------------------
+// ---- src/codec/model_coder.h ------------------------------------------------------------
 // Context-modelled coding of one chunk of a BF16 delta: the change positions and
 // the changed values are coded with an adaptive binary range coder whose probabilities
 // come from what the decoder already holds, the previous weights `src`.
@@ -1284,17 +1284,17 @@ size_t EncodeRansElements(const uint16_t* src, const uint16_t* dst, size_t count
 //   context of its age and rate log, and the bisection skips it (rate 1): its chance to
 //   change again does not follow its exponent.
 // - Integer arithmetic only: the bytes do not depend on the compiler, target or machine.
-#ifndef ARC_V3_SRC_MODEL_CODER_H_
-#define ARC_V3_SRC_MODEL_CODER_H_
+#ifndef ARC_V3_SRC_CODEC_MODEL_CODER_H_
+#define ARC_V3_SRC_CODEC_MODEL_CODER_H_
 
 #include <memory>
 #include <vector>
 
-// ---- src/format.h -----------------------------------------------------------------------
+// ---- src/codec/format.h -----------------------------------------------------------------
 // Constants and byte-level helpers of the payload format (src/FORMAT.md). Shared by the
 // encoder and the decoder; neither depends on the other.
-#ifndef ARC_V3_SRC_FORMAT_H_
-#define ARC_V3_SRC_FORMAT_H_
+#ifndef ARC_V3_SRC_CODEC_FORMAT_H_
+#define ARC_V3_SRC_CODEC_FORMAT_H_
 
 
 namespace arc_v3 {
@@ -1423,8 +1423,8 @@ class ByteReader {
 
 }  // namespace arc_v3
 
-#endif  // ARC_V3_SRC_FORMAT_H_
-// ---- src/model_coder.h (continued) ------------------------------------------------------
+#endif  // ARC_V3_SRC_CODEC_FORMAT_H_
+// ---- src/codec/model_coder.h (continued) ------------------------------------------------
 
 namespace arc_v3 {
 
@@ -1469,7 +1469,7 @@ struct CarriedModel {
 constexpr size_t kMaxModelledChunk = size_t{1} << 24;
 
 // MonotoneKey / FromMonotoneKey (the monotone integer order of BF16 bit patterns) live in
-// src/kernels.h, beside the history kernel that uses them too.
+// src/codec/kernels.h, beside the history kernel that uses them too.
 
 // Session history (optional): one byte per element that sender and receiver both keep
 // across the steps of a session, so that the coder can use what changed before (an
@@ -1478,7 +1478,7 @@ constexpr size_t kMaxModelledChunk = size_t{1} << 24;
 // change (0: none recorded, 1: the previous step, ..., 7: seven or more steps ago);
 // bit 3: that change went up (in MonotoneKey order); bits 4-7: unused (ignored).
 // A new session starts from all zeros; after each step both sides call AdvanceHistory
-// (a kernel, src/kernels.h, with the constants kHistoryAgeMask and kHistoryUp, and
+// (a kernel, src/codec/kernels.h, with the constants kHistoryAgeMask and kHistoryUp, and
 // IsRecent for ages 1-2) with the step's src and dst.
 
 // Appends the modelled coding of one chunk (len <= kMaxModelledChunk elements) to out.
@@ -1527,8 +1527,8 @@ Status DecodeChunkModelled(const uint16_t* src, size_t len, const uint8_t* bytes
 
 }  // namespace arc_v3
 
-#endif  // ARC_V3_SRC_MODEL_CODER_H_
-// ---- src/model_coder.cc (continued) -----------------------------------------------------
+#endif  // ARC_V3_SRC_CODEC_MODEL_CODER_H_
+// ---- src/codec/model_coder.cc (continued) -----------------------------------------------
 
 #include <string>
 
@@ -2602,16 +2602,16 @@ Status DecodeChunkModelled(const uint16_t* src, size_t len, const uint8_t* bytes
 }
 
 }  // namespace arc_v3
-// ---- src/checksum.cc --------------------------------------------------------------------
+// ---- src/codec/checksum.cc --------------------------------------------------------------
 // The payload checksum: XXH3-64 (seed 0) of the BF16 values' little-endian bytes; and the
 // check of a frame's tensor list.
 #include <new>
 
-// ---- src/codec_internal.h ---------------------------------------------------------------
+// ---- src/codec/codec_internal.h ---------------------------------------------------------
 // The frame encoder and decoder behind the public calls, with the session parameters the
 // stateless API does not expose. Shared by encoder.cc, decoder.cc and session.cc.
-#ifndef ARC_V3_SRC_CODEC_INTERNAL_H_
-#define ARC_V3_SRC_CODEC_INTERNAL_H_
+#ifndef ARC_V3_SRC_CODEC_CODEC_INTERNAL_H_
+#define ARC_V3_SRC_CODEC_CODEC_INTERNAL_H_
 
 
 
@@ -2791,16 +2791,16 @@ uint32_t TensorListCheck(const std::vector<uint64_t>& counts);
 
 }  // namespace arc_v3
 
-#endif  // ARC_V3_SRC_CODEC_INTERNAL_H_
-// ---- src/checksum.cc (continued) --------------------------------------------------------
-// ---- src/xxh3.h -------------------------------------------------------------------------
+#endif  // ARC_V3_SRC_CODEC_CODEC_INTERNAL_H_
+// ---- src/codec/checksum.cc (continued) --------------------------------------------------
+// ---- src/common/xxh3.h ------------------------------------------------------------------
 // XXH3 for the codec's checksums. On x86-64 the calls go to libxxhash's runtime dispatch
 // (xxh_x86dispatch: AVX2 or AVX-512 where the CPU has them) instead of the SSE2 code the
 // library is compiled for: the same hashes, about twice as fast when streamed tile by
 // tile. Define ARC_V3_NO_XXH_DISPATCH for
 // a libxxhash built without the dispatcher (CMake checks this itself).
-#ifndef ARC_V3_SRC_XXH3_H_
-#define ARC_V3_SRC_XXH3_H_
+#ifndef ARC_V3_SRC_COMMON_XXH3_H_
+#define ARC_V3_SRC_COMMON_XXH3_H_
 
 #include <xxhash.h>
 
@@ -2809,8 +2809,8 @@ uint32_t TensorListCheck(const std::vector<uint64_t>& counts);
 #include <xxh_x86dispatch.h>  // redefines XXH3_64bits and XXH3_64bits_update
 #endif
 
-#endif  // ARC_V3_SRC_XXH3_H_
-// ---- src/checksum.cc (continued) --------------------------------------------------------
+#endif  // ARC_V3_SRC_COMMON_XXH3_H_
+// ---- src/codec/checksum.cc (continued) --------------------------------------------------
 
 namespace arc_v3 {
 
@@ -2842,7 +2842,7 @@ uint64_t ChecksumStream::Digest() const {
 }
 
 }  // namespace arc_v3
-// ---- src/status.cc ----------------------------------------------------------------------
+// ---- src/codec/status.cc ----------------------------------------------------------------
 // Error names, Status formatting and version queries.
 
 namespace arc_v3 {
@@ -2896,14 +2896,14 @@ std::string Status::ToString() const {
 const char* ActiveTarget() { return DispatchedTargetName(); }
 
 }  // namespace arc_v3
-// ---- src/entropy.cc ---------------------------------------------------------------------
+// ---- src/codec/entropy.cc ---------------------------------------------------------------
 // The compressor race (see entropy.h).
-// ---- src/entropy.h ----------------------------------------------------------------------
+// ---- src/codec/entropy.h ----------------------------------------------------------------
 // The general-purpose compressor race of the ARCv3 scheme: each stream is offered to
 // stored, lz4/lz4hc and zstd (several levels) and the smallest result is kept. This is
 // the only part of the library that includes zstd.h / lz4.h.
-#ifndef ARC_V3_SRC_ENTROPY_H_
-#define ARC_V3_SRC_ENTROPY_H_
+#ifndef ARC_V3_SRC_CODEC_ENTROPY_H_
+#define ARC_V3_SRC_CODEC_ENTROPY_H_
 
 
 
@@ -2957,8 +2957,8 @@ class StreamDecompressor {
 
 }  // namespace arc_v3
 
-#endif  // ARC_V3_SRC_ENTROPY_H_
-// ---- src/entropy.cc (continued) ---------------------------------------------------------
+#endif  // ARC_V3_SRC_CODEC_ENTROPY_H_
+// ---- src/codec/entropy.cc (continued) ---------------------------------------------------
 
 
 #ifndef ZSTD_STATIC_LINKING_ONLY
@@ -3107,7 +3107,7 @@ Status StreamDecompressor::Decode(uint8_t codec, const uint8_t* in, size_t in_si
 }
 
 }  // namespace arc_v3
-// ---- src/rans_coder.cc ------------------------------------------------------------------
+// ---- src/codec/rans_coder.cc ------------------------------------------------------------
 // rANS chunk coder (see rans_coder.h; the bytes are specified in FORMAT.md, "rANS chunk").
 //
 // Chunk bytes (after the frame's Chunk_Mode byte):
@@ -3129,7 +3129,7 @@ Status StreamDecompressor::Decode(uint8_t codec, const uint8_t* in, size_t in_si
 // stream, so the decoder gets those 16 units back from where its states end (they would
 // be 32 bytes of padding otherwise); the escape encoder starts at 2^16.
 // About 90% of changes are +-1: the vectorised element stream decodes them completely.
-// ---- src/rans_coder.h -------------------------------------------------------------------
+// ---- src/codec/rans_coder.h -------------------------------------------------------------
 // rANS chunk coder: the same knowledge as the modelled coder
 // (model_coder.h) — an element's chance to change halves with each step up of its
 // exponent, and most changes are +-1 in monotone key order — but with probabilities
@@ -3146,8 +3146,8 @@ Status StreamDecompressor::Decode(uint8_t codec, const uint8_t* in, size_t in_si
 //
 // Layer: chunk coder, below the frame format, like model_coder.h. Integer arithmetic
 // only: the bytes do not depend on the compiler, target or machine.
-#ifndef ARC_V3_SRC_RANS_CODER_H_
-#define ARC_V3_SRC_RANS_CODER_H_
+#ifndef ARC_V3_SRC_CODEC_RANS_CODER_H_
+#define ARC_V3_SRC_CODEC_RANS_CODER_H_
 
 
 
@@ -3210,8 +3210,8 @@ Status DecodeChunkRans(const uint16_t* src, size_t len, const uint8_t* bytes, si
 
 }  // namespace arc_v3
 
-#endif  // ARC_V3_SRC_RANS_CODER_H_
-// ---- src/rans_coder.cc (continued) ------------------------------------------------------
+#endif  // ARC_V3_SRC_CODEC_RANS_CODER_H_
+// ---- src/codec/rans_coder.cc (continued) ------------------------------------------------
 
 #include <limits>
 
@@ -3343,7 +3343,7 @@ struct RansModel {
 // Costs for the encoder's choices, in 2^-16 bits, integer only (so every machine makes
 // the same choices and writes the same bytes).
 
-// Log2Q16 (src/kernels.h) gives the logarithms.
+// Log2Q16 (src/codec/kernels.h) gives the logarithms.
 
 // -log2(p / 2^16) in Q16 for p in [1, 2^16), from a table built on first use.
 uint32_t CostOf(uint32_t p) {
@@ -3986,7 +3986,7 @@ Status DecodeChunkRans(const uint16_t* src, size_t len, const uint8_t* bytes, si
 }
 
 }  // namespace arc_v3
-// ---- src/decoder.cc ---------------------------------------------------------------------
+// ---- src/codec/decoder.cc ---------------------------------------------------------------
 // delta_decompress, delta_inspect and delta_stats: the decoder of src/FORMAT.md.
 //
 // Three phases, so that `out` is written only once the result is known to be right:
@@ -3998,11 +3998,11 @@ Status DecodeChunkRans(const uint16_t* src, size_t len, const uint8_t* bytes, si
 
 #include <atomic>
 
-// ---- src/parallel.h ---------------------------------------------------------------------
+// ---- src/common/parallel.h --------------------------------------------------------------
 // A minimal fork-join loop over independent tasks (chunks). Threads are started per
 // call: chunks are large (1M elements by default), so the start-up cost is negligible.
-#ifndef ARC_V3_SRC_PARALLEL_H_
-#define ARC_V3_SRC_PARALLEL_H_
+#ifndef ARC_V3_SRC_COMMON_PARALLEL_H_
+#define ARC_V3_SRC_COMMON_PARALLEL_H_
 
 #include <exception>
 #include <mutex>
@@ -4083,8 +4083,8 @@ Status TryParallelFor(size_t num_tasks, size_t num_workers, const Func& func) {
 
 }  // namespace arc_v3
 
-#endif  // ARC_V3_SRC_PARALLEL_H_
-// ---- src/decoder.cc (continued) ---------------------------------------------------------
+#endif  // ARC_V3_SRC_COMMON_PARALLEL_H_
+// ---- src/codec/decoder.cc (continued) ---------------------------------------------------
 
 namespace arc_v3 {
 namespace {
@@ -4883,7 +4883,7 @@ Status delta_stats(const uint16_t* src, size_t count, const uint8_t* bytes, size
 }
 
 }  // namespace arc_v3
-// ---- src/encoder.cc ---------------------------------------------------------------------
+// ---- src/codec/encoder.cc ---------------------------------------------------------------
 // delta_compress (src/FORMAT.md).
 //
 // Format::kArcV3 (format version 1), the scheme as published. Per chunk: XOR + classify
@@ -5344,7 +5344,7 @@ Status delta_compress(const std::vector<uint16_t>& src, const std::vector<uint16
 }
 
 }  // namespace arc_v3
-// ---- src/session.cc ---------------------------------------------------------------------
+// ---- src/codec/session.cc ---------------------------------------------------------------
 // arc_v3::Session: stateless frames plus the per-element history both sides keep
 // (model_coder.h), and the identity of that history, which every session payload names.
 
@@ -5587,7 +5587,7 @@ Status Session::DecompressTensors(const TensorOut* tensors, size_t tensor_count,
 
 #else  // ARC_V3_HWY_PASS_: included by itself, once per SIMD target (HWY_TARGET)
 #if ARC_V3_HWY_PASS_ == 1
-// ---- src/kernels.cc (per-target code, HWY_TARGET) ---------------------------------------
+// ---- src/codec/kernels.cc (per-target code, HWY_TARGET) ---------------------------------
 #include "hwy/highway.h"
 
 HWY_BEFORE_NAMESPACE();

@@ -111,7 +111,7 @@ fi
 gen="$logs/gen"
 if check bench_generate bazel-bin/bench/arc_bench --params 2000000 --deltas 1 --regimes low \
     --save-generated "$gen" --generate-only; then
-  check arc_v3_bench bazel-bin/src/cli/arc_v3_cli bench "$gen/gen_low/step_000.safetensors" \
+  check arc_v3_bench bazel-bin/tools/cli/arc_v3_cli bench "$gen/gen_low/step_000.safetensors" \
     "$gen/gen_low/step_001.safetensors" -T 2 --scaling --no-sync -r 2 &&
     expect arc_v3_bench "grep -q 'rebuilt checkpoint identical' '$logs/arc_v3_bench.log'" "the rebuild is not identical"
   check arc_bench_dir bazel-bin/bench/arc_bench --dir "$gen/gen_low" --quick --no-session

@@ -14,7 +14,7 @@
 #include <string>
 
 #include "hwy/targets.h"
-#include "src/kernels.h"
+#include "src/codec/kernels.h"
 
 namespace arc_v3 {
 namespace test {

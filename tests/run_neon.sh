@@ -40,13 +40,13 @@ if (( ${#need[@]} > 0 )); then
   apt-get -o DPkg::Lock::Timeout=600 install -y -qq "${need[@]}"
 fi
 
-# Same Highway policy as src/build_defs.bzl (HWY_POLICY_DEFINES).
+# Same Highway policy as src/common/build_defs.bzl (HWY_POLICY_DEFINES).
 FLAGS=(-std=c++17 -O2 -I. -Wall -Wextra -DHWY_COMPILE_ALL_ATTAINABLE -DHWY_BROKEN_EMU128=0
        -DHWY_DISABLED_TARGETS=HWY_SSSE3 -DHWY_WANT_AVX3_DL)
 LIBS=(-lhwy -lzstd -llz4 -lxxhash -pthread -Wl,-rpath,/usr/lib/aarch64-linux-gnu)
-LIB_SRCS=(src/checksum.cc src/status.cc src/entropy.cc src/encoder.cc src/decoder.cc
-          src/kernels.cc src/ref_kernels.cc src/model_coder.cc src/rans_coder.cc src/session.cc
-          src/safetensors.cc
+LIB_SRCS=(src/codec/checksum.cc src/codec/status.cc src/codec/entropy.cc src/codec/encoder.cc src/codec/decoder.cc
+          src/codec/kernels.cc src/codec/ref_kernels.cc src/codec/model_coder.cc src/codec/rans_coder.cc src/codec/session.cc
+          src/checkpoint/safetensors.cc
           bench/generator.cc bench/dataset.cc tests/doctest_main.cc)
 # kernels_test: every kernel on every Arm target vs its reference; encode_golden_test:
 # the Arm encoder reproduces the x86 payloads byte for byte on every Arm target; the
@@ -67,17 +67,17 @@ compile() {  # src obj
 }
 OBJS=()
 pids=()
-for src in "${LIB_SRCS[@]}" "${TESTS[@]/#/tests/}"; do
+for src in "${LIB_SRCS[@]}" "${TESTS[@]/#/tests/codec/}"; do
   [[ "$src" == *.cc ]] || src="$src.cc"
   obj="$BUILD/obj/$(echo "$src" | tr / _).o"
-  [[ "$src" == tests/*_test.cc ]] || OBJS+=("$obj")
+  [[ "$src" == tests/codec/*_test.cc ]] || OBJS+=("$obj")
   compile "$src" "$obj" &
   pids+=($!)
   if (( ${#pids[@]} >= 2 )); then wait "${pids[0]}"; pids=("${pids[@]:1}"); fi
 done
 for pid in "${pids[@]}"; do wait "$pid"; done
 for t in "${TESTS[@]}"; do
-  "$CXX" "$BUILD/obj/tests_$t.cc.o" "${OBJS[@]}" "${LIBS[@]}" -o "$BUILD/$t"
+  "$CXX" "$BUILD/obj/tests_codec_$t.cc.o" "${OBJS[@]}" "${LIBS[@]}" -o "$BUILD/$t"
 done
 echo "built ${TESTS[*]} for aarch64 in $BUILD"
 

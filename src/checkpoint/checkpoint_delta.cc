@@ -16,7 +16,7 @@
 #include <regex>
 #include <set>
 
-#include "src/parallel.h"
+#include "src/common/parallel.h"
 
 namespace arc_v3 {
 namespace container {

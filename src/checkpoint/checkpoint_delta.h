@@ -15,7 +15,7 @@
 
 #include "arc_v3.hpp"
 #include "src/checkpoint/container.h"
-#include "src/safetensors.h"
+#include "src/checkpoint/safetensors.h"
 
 namespace arc_v3 {
 namespace container {

@@ -14,9 +14,9 @@
 #include <set>
 
 #include "src/checkpoint/strict_json.h"
-#include "src/codec_internal.h"
-#include "src/safetensors.h"
-#include "src/xxh3.h"
+#include "src/codec/codec_internal.h"
+#include "src/checkpoint/safetensors.h"
+#include "src/common/xxh3.h"
 
 namespace arc_v3 {
 namespace container {

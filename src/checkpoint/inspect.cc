@@ -7,8 +7,8 @@
 #include <utility>
 
 #include "src/checkpoint/checkpoint_delta.h"
-#include "src/parallel.h"
-#include "src/safetensors.h"
+#include "src/common/parallel.h"
+#include "src/checkpoint/safetensors.h"
 
 namespace arc_v3 {
 namespace container {

@@ -14,7 +14,7 @@
 #include <sstream>
 
 #include "src/checkpoint/checkpoint_delta.h"
-#include "src/safetensors.h"
+#include "src/checkpoint/safetensors.h"
 
 namespace arc_v3 {
 namespace sync {

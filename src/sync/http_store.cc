@@ -17,7 +17,7 @@
 #include <random>
 #include <thread>
 
-#include "src/parallel.h"
+#include "src/common/parallel.h"
 #include "src/sync/s3_answers.h"
 #include "src/sync/store.h"
 

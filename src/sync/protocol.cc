@@ -11,7 +11,7 @@
 
 #include "src/checkpoint/container.h"
 #include "src/checkpoint/strict_json.h"
-#include "src/parallel.h"
+#include "src/common/parallel.h"
 
 namespace arc_v3 {
 namespace sync {

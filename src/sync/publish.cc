@@ -12,8 +12,8 @@
 #include <set>
 #include <thread>
 
-#include "src/parallel.h"
-#include "src/safetensors.h"
+#include "src/common/parallel.h"
+#include "src/checkpoint/safetensors.h"
 #include "src/sync/sync.h"
 
 namespace arc_v3 {

@@ -16,8 +16,8 @@
 #include <regex>
 #include <set>
 
-#include "src/parallel.h"
-#include "src/safetensors.h"
+#include "src/common/parallel.h"
+#include "src/checkpoint/safetensors.h"
 #include "src/sync/dir_state.h"
 #include "src/sync/route.h"
 #include "src/sync/sync.h"

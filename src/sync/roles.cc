@@ -11,7 +11,7 @@
 #include "arc_v3_sync.hpp"
 #include "src/checkpoint/checkpoint_delta.h"
 #include "src/checkpoint/tensor_apply.h"
-#include "src/parallel.h"
+#include "src/common/parallel.h"
 #include "src/sync/follow.h"
 #include "src/sync/route.h"
 #include "src/sync/sync.h"

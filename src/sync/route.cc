@@ -5,7 +5,7 @@
 #include <chrono>
 #include <set>
 
-#include "src/parallel.h"
+#include "src/common/parallel.h"
 
 namespace arc_v3 {
 namespace sync {

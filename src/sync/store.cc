@@ -15,7 +15,7 @@
 #include <mutex>
 #include <random>
 
-#include "src/parallel.h"
+#include "src/common/parallel.h"
 
 namespace arc_v3 {
 namespace sync {

@@ -26,17 +26,15 @@ fi
 CXX="${CXX:-clang++}"
 mkdir -p "$OUT/obj"
 
-# The Highway target policy of src/build_defs.bzl (HWY_POLICY_DEFINES): every attainable
+# The Highway target policy of src/common/build_defs.bzl (HWY_POLICY_DEFINES): every attainable
 # target is compiled, so the fuzzers compare all of them.
 DEFINES=(-DHWY_COMPILE_ALL_ATTAINABLE -DHWY_BROKEN_EMU128=0 -DHWY_DISABLED_TARGETS=HWY_SSSE3
          -DHWY_WANT_AVX3_DL)
 FLAGS=(-std=c++17 -g -fno-omit-frame-pointer -I. "${DEFINES[@]}" "${SANITIZE[@]}")
 LIBS=(-lhwy -lzstd -llz4 -lxxhash -lcurl -lpugixml -lcrypto -pthread)
 
-LIB_SRCS=(src/checksum.cc src/status.cc src/entropy.cc src/encoder.cc src/decoder.cc
-          src/kernels.cc src/ref_kernels.cc src/model_coder.cc src/rans_coder.cc src/session.cc src/safetensors.cc
-          src/checkpoint/container.cc src/checkpoint/checkpoint_delta.cc src/checkpoint/tensor_apply.cc
-          $(ls src/sync/*.cc | grep -v _test.cc))
+# The library: every source of its layer folders.
+LIB_SRCS=(src/codec/*.cc src/checkpoint/*.cc src/sync/*.cc)
 OBJS=()
 pids=()
 for src in "${LIB_SRCS[@]}"; do

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "src/checkpoint/container.h"
-#include "src/safetensors.h"
+#include "src/checkpoint/safetensors.h"
 #include "tests/fuzz/fuzz_common.h"
 
 namespace arc_v3 {

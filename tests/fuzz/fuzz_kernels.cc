@@ -1,5 +1,5 @@
 // Fuzz target: every SIMD kernel on every compiled target against its reference
-// (src/ref_kernels.cc), byte for byte, on fuzzer-chosen data, lengths and misalignments.
+// (src/codec/ref_kernels.cc), byte for byte, on fuzzer-chosen data, lengths and misalignments.
 // Outputs live in exactly-sized heap blocks so that ASan sees any write past them.
 #include <algorithm>
 #include <cstdint>
@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "hwy/targets.h"
-#include "src/kernels.h"
+#include "src/codec/kernels.h"
 #include "tests/fuzz/fuzz_common.h"
 
 namespace arc_v3 {

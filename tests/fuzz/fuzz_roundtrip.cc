@@ -15,7 +15,7 @@
 
 #include "arc_v3.hpp"
 #include "hwy/targets.h"
-#include "src/model_coder.h"
+#include "src/codec/model_coder.h"
 #include "tests/fuzz/fuzz_common.h"
 
 namespace arc_v3 {

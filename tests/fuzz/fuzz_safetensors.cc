@@ -1,5 +1,5 @@
 // Fuzz target: the user's checkpoint files as the CLI and the sync layer open them
-// (src/safetensors.h): a safetensors file's header, and a sharded checkpoint's
+// (src/checkpoint/safetensors.h): a safetensors file's header, and a sharded checkpoint's
 // model.safetensors.index.json. Input: one byte choosing which, then the file's bytes,
 // written to a scratch directory (the parser maps files).
 // Promises checked: no crash or out-of-bounds access; a refusal is an error with a
@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "src/safetensors.h"
+#include "src/checkpoint/safetensors.h"
 #include "tests/fuzz/fuzz_common.h"
 
 namespace arc_v3 {

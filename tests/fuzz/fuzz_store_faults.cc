@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "arc_v3_sync.hpp"
-#include "src/safetensors.h"
+#include "src/checkpoint/safetensors.h"
 #include "src/sync/sync.h"
 #include "tests/fuzz/fuzz_common.h"
 

@@ -20,8 +20,8 @@
 #include "arc_v3.hpp"
 #include "src/checkpoint/checkpoint_delta.h"
 #include "src/checkpoint/container.h"
-#include "src/format.h"
-#include "src/model_coder.h"
+#include "src/codec/format.h"
+#include "src/codec/model_coder.h"
 #include "tests/fuzz/fuzz_common.h"
 
 namespace arc_v3 {

@@ -46,7 +46,7 @@
 
 #include "bench/bf16.h"
 #include "bench/generator.h"
-#include "src/xxh3.h"
+#include "src/common/xxh3.h"
 
 namespace arc_v3 {
 namespace bench {

@@ -1,0 +1,648 @@
+// arc_v3: the command-line tool for checkpoint deltas. A trainer runs `diff` once per
+// step; every receiver runs `apply` (or a partial apply of the tensors it serves).
+// Argument parsing is CLI11, JSON output nlohmann::json; all the work is in
+// checkpoint_delta.h.
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cinttypes>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <thread>
+#include <vector>
+
+#include "arc_v3.hpp"
+#include "src/checkpoint/checkpoint_delta.h"
+#include "src/checkpoint/inspect.h"
+#include "tools/cli/cli_common.h"
+#include "tools/cli/sync_commands.h"
+#include "src/common/parallel.h"
+
+namespace arc_v3 {
+namespace {
+
+namespace fs = std::filesystem;
+using container::RunOptions;
+using container::RunReport;
+using Json = nlohmann::ordered_json;
+
+// A progress bar on stderr, drawn only when stderr is a terminal.
+class Progress {
+ public:
+  Progress(bool enabled, const char* label) : enabled_(enabled && isatty(2)), label_(label) {
+    if (enabled_) thread_ = std::thread([this] { Run(); });
+  }
+  ~Progress() { Stop(); }
+  void Stop() {
+    if (!enabled_) return;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+    enabled_ = false;
+    std::fprintf(stderr, "\r\033[K");
+  }
+  std::atomic<uint64_t> done{0}, total{0};
+
+ private:
+  void Run() {
+    const auto start = std::chrono::steady_clock::now();
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!cv_.wait_for(lock, std::chrono::milliseconds(200), [this] { return stop_; })) {
+      const uint64_t d = done, t = total;
+      if (t == 0) continue;
+      const double frac = std::min(1.0, static_cast<double>(d) / t);
+      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      const int width = 30, filled = static_cast<int>(frac * width);
+      std::fprintf(stderr, "\r%s [%s%s] %3.0f%% %s/s\033[K", label_, std::string(filled, '#').c_str(),
+                   std::string(width - filled, ' ').c_str(), 100 * frac,
+                   HumanBytes(secs > 0 ? d / secs : 0).c_str());
+      std::fflush(stderr);
+    }
+  }
+  bool enabled_;
+  const char* label_;
+  std::thread thread_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+};
+
+struct Common {
+  int threads = 0;
+  int effort = 1;
+  bool json = false;
+  bool quiet = false;
+  bool no_sync = false;
+  bool no_group = false;
+  bool force = false;
+};
+
+void AddCommon(CLI::App* cmd, Common* c) {
+  cmd->add_option("-T,--threads", c->threads, "Worker threads (default 0 = all cores)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--json", c->json, "Print a JSON summary on stdout instead of text");
+  cmd->add_flag("-q,--quiet", c->quiet, "No progress bar and no text summary");
+}
+
+RunOptions MakeOptions(const Common& c, Progress* progress) {
+  RunOptions o;
+  o.threads = c.threads;
+  o.effort = c.effort;
+  o.sync = !c.no_sync;
+  o.group = !c.no_group;
+  o.overwrite = c.force;
+  o.progress_done = &progress->done;
+  o.progress_total = &progress->total;
+  return o;
+}
+
+double Seconds(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+int Report(const char* command, const Common& c, const Status& s, const RunReport& r, double secs) {
+  if (!s.ok()) {
+    std::fprintf(stderr, "arc_v3 %s: error: %s\n", command, s.ToString().c_str());
+    if (c.json) {
+      Json j = {{"command", command}, {"ok", false}, {"error", ErrorName(s.code())},
+                {"message", s.message()}, {"exit_code", ExitCodeFor(s)}};
+      std::cout << j.dump(2) << "\n";
+    }
+    return ExitCodeFor(s);
+  }
+  if (c.json) {
+    Json j = {{"command", command},
+              {"ok", true},
+              {"files", r.files},
+              {"tensors", r.tensors},
+              {"pieces", r.pieces},
+              {"checkpoint_bytes", r.target_bytes},
+              {"delta_bytes", r.delta_bytes},
+              {"seconds", secs},
+              {"checkpoint_gb_per_s", secs > 0 ? r.target_bytes / secs / 1e9 : 0.0},
+              {"written", r.written}};
+    std::cout << j.dump(2) << "\n";
+  } else if (!c.quiet && std::strcmp(command, "apply (partial)") == 0) {
+    // The output holds some tensors or rows: the delta is not a share of it.
+    std::printf("%s: %" PRIu64 " tensors, %s written, read from a delta of %s, %.2f s\n", command,
+                r.tensors, HumanBytes(r.target_bytes).c_str(), HumanBytes(r.delta_bytes).c_str(), secs);
+  } else if (!c.quiet) {
+    std::printf("%s: %" PRIu64 " file(s), %" PRIu64 " tensors, checkpoint %s, delta %s (%.3f%%), "
+                "%.2f s, %.2f GB/s\n",
+                command, r.files, r.tensors, HumanBytes(r.target_bytes).c_str(),
+                HumanBytes(r.delta_bytes).c_str(),
+                r.target_bytes ? 100.0 * r.delta_bytes / r.target_bytes : 0.0, secs,
+                secs > 0 ? r.target_bytes / secs / 1e9 : 0.0);
+  }
+  return kExitOk;
+}
+
+
+// Per-tensor statistics for `inspect`.
+Json ChunkModesJson(const uint64_t chunk_modes[5]) {
+  return {{"unchanged", chunk_modes[0]}, {"xor_streams", chunk_modes[1]},
+          {"modelled", chunk_modes[2]}, {"rans", chunk_modes[3]},
+          {"rans_history", chunk_modes[4]}};
+}
+
+int Inspect(const std::string& path, const std::string& base_path, const Common& c) {
+  container::Inspection inspection;
+  const Status s = container::Inspect(path, base_path, c.threads, &inspection);
+  if (!s.ok()) {
+    std::fprintf(stderr, "arc_v3 inspect: error: %s\n", s.ToString().c_str());
+    return ExitCodeFor(s);
+  }
+  const container::Reader& reader = inspection.reader;
+  const container::Manifest& m = reader.manifest();
+  uint64_t total_bytes = 0, total_stored = 0, total_elements = 0, total_changed = 0;
+  bool all_known = true;
+  std::map<std::string, uint64_t> kinds;
+  Json jtensors = Json::array();
+  if (!c.json) {
+    std::printf("%-44s %-6s %-16s %-8s %8s %9s %-22s %12s %8s\n", "tensor", "dtype", "shape", "kind",
+                "density", "exp/sign", "coder", "bytes", "% size");
+  }
+  for (const container::TensorInspection& st : inspection.tensors) {
+    const container::TensorEntry& t = *st.entry;
+    std::string shape = "[", coders;
+    for (size_t d = 0; d < t.shape.size(); ++d) shape += (d ? "," : "") + std::to_string(t.shape[d]);
+    shape += "]";
+    for (const auto& cn : st.coders) {
+      coders += (coders.empty() ? "" : "+");
+      coders += cn == container::CoderName(container::Coder::kArcV3) && st.has_high
+                    ? container::ArcV3CoderNames(st.chunk_modes)
+                    : cn;
+    }
+    if (coders.empty()) coders = "-";
+    const bool whole = t.kind != container::TensorKind::kDelta;
+    const double density = st.elements ? static_cast<double>(st.changed) / st.elements : 0;
+    const double high = st.changed ? static_cast<double>(st.high) / st.changed : 0;
+    total_bytes += st.bytes;
+    total_stored += st.stored;
+    total_elements += st.elements;
+    total_changed += whole ? 0 : st.changed;
+    all_known = all_known && st.counts_known;
+    ++kinds[container::TensorKindName(t.kind)];
+    if (c.json) {
+      Json jt = {{"name", t.name}, {"dtype", t.dtype}, {"shape", t.shape},
+                 {"kind", container::TensorKindName(t.kind)}, {"pieces", t.pieces.size()},
+                 {"coders", st.coders}, {"bytes", st.bytes}};
+      // A grouped tensor's delta bytes are its group's, listed under "groups".
+      if (st.group >= 0) {
+        jt["group"] = st.group;
+      } else {
+        jt["delta_bytes"] = st.stored;
+      }
+      if (st.has_high && st.group < 0) jt["arc_v3_chunks"] = ChunkModesJson(st.chunk_modes);
+      if (!whole && st.counts_known) {
+        jt["changed"] = st.changed;
+        jt["density"] = density;
+        if (st.has_high) jt["exponent_or_sign_share"] = high;
+      }
+      jtensors.push_back(jt);
+    } else {
+      char dens[16] = "-", hi[16] = "-";
+      if (!whole && !st.counts_known) std::snprintf(dens, sizeof(dens), "?");
+      if (!whole && st.counts_known) std::snprintf(dens, sizeof(dens), "%.3f%%", 100 * density);
+      if (!whole && st.counts_known && st.has_high) std::snprintf(hi, sizeof(hi), "%.2f%%", 100 * high);
+      char stored[32], share[16] = "-";
+      if (st.group >= 0) {
+        std::snprintf(stored, sizeof(stored), "group %" PRId64, st.group);
+      } else {
+        std::snprintf(stored, sizeof(stored), "%" PRIu64, st.stored);
+        std::snprintf(share, sizeof(share), "%.3f%%", st.bytes ? 100.0 * st.stored / st.bytes : 0.0);
+      }
+      std::printf("%-44s %-6s %-16s %-8s %8s %9s %-22s %12s %8s\n", t.name.c_str(), t.dtype.c_str(),
+                  shape.c_str(), container::TensorKindName(t.kind), dens, hi, coders.c_str(), stored,
+                  share);
+    }
+  }
+  Json jgroups = Json::array();
+  for (size_t i = 0; i < inspection.groups.size(); ++i) {
+    const container::GroupInspection& gs = inspection.groups[i];
+    total_stored += gs.group->size;
+    const uint64_t changed = gs.changed;
+    const std::string coder = container::ArcV3CoderNames(gs.payload.chunk_modes);
+    if (c.json) {
+      Json jg = {{"group", i}, {"file", gs.file->name}, {"tensors", gs.group->members.size()},
+                 {"elements", gs.group->elements}, {"coders", {coder}}, {"delta_bytes", gs.group->size}};
+      jg["arc_v3_chunks"] = ChunkModesJson(gs.payload.chunk_modes);
+      if (gs.counted) jg["changed"] = changed;
+      jgroups.push_back(jg);
+      continue;
+    }
+    if (i == 0) std::printf("\n%-7s %-32s %8s %12s %9s %-22s %12s %8s\n", "group", "file", "tensors",
+                            "elements", "density", "coder", "bytes", "% size");
+    char dens[16] = "?";
+    if (gs.counted) {
+      std::snprintf(dens, sizeof(dens), "%.3f%%",
+                    gs.group->elements ? 100.0 * changed / gs.group->elements : 0.0);
+    }
+    std::printf("%-7zu %-32s %8zu %12" PRIu64 " %9s %-22s %12" PRIu64 " %7.3f%%\n", i,
+                gs.file->name.c_str(), gs.group->members.size(), gs.group->elements, dens,
+                coder.c_str(), gs.group->size,
+                gs.group->elements ? 100.0 * gs.group->size / (2 * gs.group->elements) : 0.0);
+  }
+  if (c.json) {
+    Json j = {{"command", "inspect"}, {"ok", true}, {"layout", m.directory ? "directory" : "file"},
+              {"files", m.files.size()}, {"tensors", jtensors}, {"groups", jgroups},
+              {"tensor_bytes", total_bytes},
+              {"tensor_delta_bytes", total_stored}, {"delta_file_bytes", reader.source().size()},
+              {"manifest_bytes", reader.manifest_size()},
+              {"container_version", reader.version()},
+              {"changed", all_known ? Json(total_changed) : Json(nullptr)},
+              {"removed_tensors", m.removed_tensors}, {"removed_files", m.removed_files}};
+    std::cout << j.dump(2) << "\n";
+    return kExitOk;
+  }
+  std::printf("\ntotal: %zu file(s), %zu tensors (", m.files.size(), inspection.tensors.size());
+  bool first = true;
+  for (const auto& k : kinds) {
+    std::printf("%s%" PRIu64 " %s", first ? "" : ", ", k.second, k.first.c_str());
+    first = false;
+  }
+  std::printf("), %zu removed\n", m.removed_tensors.size());
+  char density[32] = "? (pass --base PREV to count)";
+  if (all_known) {
+    std::snprintf(density, sizeof(density), "%.4f%%",
+                  total_elements ? 100.0 * total_changed / total_elements : 0.0);
+  }
+  std::printf("tensor data %s, density of deltas %s, delta file %s (%.4f%% of tensor data; "
+              "manifest %s; container version %u)\n",
+              HumanBytes(total_bytes).c_str(), density,
+              HumanBytes(reader.source().size()).c_str(),
+              total_bytes ? 100.0 * reader.source().size() / total_bytes : 0.0,
+              HumanBytes(reader.manifest_size()).c_str(), static_cast<unsigned>(reader.version()));
+  for (const auto& name : m.removed_files) std::printf("removed file: %s\n", name.c_str());
+  for (const auto& name : m.removed_tensors) std::printf("removed tensor: %s\n", name.c_str());
+  return kExitOk;
+}
+
+// Byte-compares two checkpoints (files or directories with the same file names).
+bool SameCheckpoint(const std::string& a, const std::string& b, std::string* why) {
+  std::vector<std::pair<std::string, std::string>> pairs;
+  std::error_code ec;
+  if (fs::is_directory(a, ec)) {
+    for (const auto& e : fs::directory_iterator(a, ec)) {
+      if (e.is_regular_file()) pairs.emplace_back(e.path().string(), (fs::path(b) / e.path().filename()).string());
+    }
+  } else {
+    pairs.emplace_back(a, b);
+  }
+  for (const auto& p : pairs) {
+    std::unique_ptr<container::MappedFile> x, y;
+    if (!container::MappedFile::Open(p.first, &x).ok() || !container::MappedFile::Open(p.second, &y).ok() ||
+        x->size() != y->size() || (x->size() && std::memcmp(x->data(), y->data(), x->size()) != 0)) {
+      *why = p.first + " differs from " + p.second;
+      return false;
+    }
+  }
+  return true;
+}
+
+// Diff and apply times of one thread count, in seconds.
+struct BenchTimes {
+  size_t threads = 0;
+  std::vector<double> diff, apply;
+};
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+double Best(const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); }
+
+// Times diff and apply `repeats` times at the requested thread count and, with `scaling`,
+// at one thread too. The thread counts alternate run by run so that a shared machine's
+// drift hits them alike; medians are reported, and their ratio is the speed-up.
+int Bench(const std::string& prev, const std::string& next, const Common& c, int repeats,
+          bool scaling) {
+  std::vector<BenchTimes> times(scaling ? 2 : 1);
+  times.back().threads = WorkerCount(c.threads, 1 << 20);
+  if (scaling) {
+    times[0].threads = 1;
+    if (times[1].threads < 2) {
+      std::fprintf(stderr, "arc_v3 bench: --scaling needs -T 2 or more (or a machine with 2+ cores)\n");
+      return kExitUsage;
+    }
+  }
+  std::error_code ec;
+  const fs::path dir = fs::temp_directory_path() / ("arc_v3_bench_" + std::to_string(getpid()));
+  fs::create_directories(dir, ec);
+  const std::string delta = (dir / "delta.a3d").string();
+  const std::string out = (dir / (fs::is_directory(next, ec) ? "next" : "next.safetensors")).string();
+  Status s;
+  RunReport r;
+  for (int i = 0; i < repeats && s.ok(); ++i) {
+    for (BenchTimes& t : times) {
+      RunOptions o;
+      o.threads = t.threads;
+      o.effort = c.effort;
+      o.sync = !c.no_sync;
+      o.group = !c.no_group;
+      auto t0 = std::chrono::steady_clock::now();
+      s = container::Diff(prev, next, delta, o, &r);
+      t.diff.push_back(Seconds(t0));
+      if (!s.ok()) break;
+      // The last run's output goes first, untimed: replaced during the apply, its dirty
+      // pages would be written back or waited for inside the timing, run after run.
+      fs::remove_all(out, ec);
+      t0 = std::chrono::steady_clock::now();
+      s = container::Apply(prev, delta, out, o, &r);
+      t.apply.push_back(Seconds(t0));
+      if (!s.ok()) break;
+    }
+  }
+  std::string why;
+  const bool same = s.ok() && SameCheckpoint(next, out, &why);
+  fs::remove_all(dir, ec);
+  if (!s.ok()) {
+    std::fprintf(stderr, "arc_v3 bench: error: %s\n", s.ToString().c_str());
+    return ExitCodeFor(s);
+  }
+  const double gb = r.target_bytes / 1e9;
+  const BenchTimes& all = times.back();
+  const double diff_speedup = Median(times[0].diff) / Median(all.diff);
+  const double apply_speedup = Median(times[0].apply) / Median(all.apply);
+  if (c.json) {
+    const auto timing = [gb](const BenchTimes& t) {
+      return Json{{"threads", t.threads},
+                  {"diff_seconds", Median(t.diff)},    {"apply_seconds", Median(t.apply)},
+                  {"diff_gb_per_s", gb / Median(t.diff)}, {"apply_gb_per_s", gb / Median(t.apply)},
+                  {"diff_best_seconds", Best(t.diff)}, {"apply_best_seconds", Best(t.apply)}};
+    };
+    Json j = timing(all);
+    j.update({{"command", "bench"}, {"ok", same}, {"repeats", repeats},
+              {"checkpoint_bytes", r.target_bytes}, {"delta_bytes", r.delta_bytes},
+              {"fsync", !c.no_sync}, {"identical", same}});
+    if (scaling) {
+      j["one_thread"] = timing(times[0]);
+      j["diff_speedup"] = diff_speedup;
+      j["apply_speedup"] = apply_speedup;
+    }
+    std::cout << j.dump(2) << "\n";
+  } else {
+    std::printf("bench (fsync %s, median of %d%s): checkpoint %s, delta %s (%.3f%%)\n",
+                c.no_sync ? "off" : "on", repeats, scaling ? ", thread counts alternating" : "",
+                HumanBytes(r.target_bytes).c_str(), HumanBytes(r.delta_bytes).c_str(),
+                100.0 * r.delta_bytes / r.target_bytes);
+    for (auto t = times.rbegin(); t != times.rend(); ++t) {
+      std::printf("  %2zu thread%s  diff %6.3f s %5.2f GB/s (best %.3f s)  "
+                  "apply %6.3f s %5.2f GB/s (best %.3f s)\n",
+                  t->threads, t->threads == 1 ? " " : "s", Median(t->diff), gb / Median(t->diff),
+                  Best(t->diff), Median(t->apply), gb / Median(t->apply), Best(t->apply));
+    }
+    if (scaling) {
+      std::printf("  speed-up 1 -> %zu threads: diff %.2fx, apply %.2fx\n", all.threads,
+                  diff_speedup, apply_speedup);
+    }
+    std::printf("  rebuilt checkpoint %s\n", same ? "identical" : ("DIFFERS: " + why).c_str());
+  }
+  return same ? kExitOk : kExitError;
+}
+
+// Edits (insert, delete, substitute, swap two neighbours) that turn `a` into `b`.
+size_t EditDistance(const std::string& a, const std::string& b) {
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    for (size_t j = 1; j <= b.size(); ++j) {
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] != b[j - 1])});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+      }
+    }
+  }
+  return d[a.size()][b.size()];
+}
+
+// The candidate nearest to `word` if it is near enough to be a typo of it, else "".
+std::string Nearest(const std::string& word, const std::vector<std::string>& candidates) {
+  std::string best;
+  size_t best_distance = std::max<size_t>(2, word.size() / 3) + 1;
+  for (const std::string& c : candidates) {
+    const size_t d = EditDistance(word, c);
+    const bool prefix = word.size() >= 3 && c.compare(0, word.size(), word) == 0;
+    if (d < best_distance || (prefix && best.empty())) {
+      best = c;
+      best_distance = prefix ? 0 : d;
+    }
+  }
+  return best;
+}
+
+// Catches a mistyped subcommand or long option before CLI11 does (it would report a
+// missing subcommand or a missing required option instead) and suggests the nearest.
+// Returns true if it reported one.
+bool ReportTypo(const CLI::App& app, int argc, char** argv) {
+  if (argc < 2 || argv[1][0] == '-') return false;
+  const std::string command = argv[1];
+  std::vector<std::string> names;
+  const CLI::App* sub = nullptr;
+  for (const CLI::App* s : app.get_subcommands([](const CLI::App*) { return true; })) {
+    names.push_back(s->get_name());
+    if (s->get_name() == command) sub = s;
+  }
+  if (sub == nullptr) {
+    const std::string near = Nearest(command, names);
+    std::string all;
+    for (const std::string& n : names) all += " " + n;
+    std::fprintf(stderr, "arc_v3: '%s' is not a command.%s\nCommands:%s (arc_v3 --help)\n", command.c_str(),
+                 near.empty() ? "" : (" Did you mean '" + near + "'?").c_str(), all.c_str());
+    return true;
+  }
+  std::vector<std::string> flags = {"--help"};
+  for (const CLI::Option* o : sub->get_options()) {
+    for (const std::string& l : o->get_lnames()) flags.push_back("--" + l);
+  }
+  for (int i = 2; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--") break;
+    if (arg.size() < 3 || arg.compare(0, 2, "--") != 0) continue;
+    const std::string flag = arg.substr(0, arg.find('='));
+    if (std::find(flags.begin(), flags.end(), flag) != flags.end()) continue;
+    const std::string near = Nearest(flag, flags);
+    std::fprintf(stderr, "arc_v3 %s: unknown option '%s'.%s\nRun 'arc_v3 %s --help' for its options.\n",
+                 command.c_str(), flag.c_str(), near.empty() ? "" : (" Did you mean '" + near + "'?").c_str(),
+                 command.c_str());
+    return true;
+  }
+  return false;
+}
+
+int Main(int argc, char** argv) {
+  CLI::App app(
+      "arc_v3 " + std::string(VersionString()) +
+      ": lossless deltas between safetensors checkpoints (BF16 weights through the arc_v3\n"
+      "codec, every other dtype through XOR + zstd), for shipping RL weight updates.\n\n"
+      "  trainer:   arc_v3 diff  step_100/ step_101/ -o step_101.a3d\n"
+      "  receiver:  arc_v3 apply step_100/ step_101.a3d -o step_101/     (or --in-place)\n"
+      "  partial:   arc_v3 apply step_100/ step_101.a3d --tensors 'layers\\.3\\..*' --rows 0:1024 -o part.safetensors\n\n"
+      "Through an object store (each trainer shard publishes, each region pulls):\n"
+      "  trainer:   arc_v3 publish s3://bucket/run --step 101 --next shard0.safetensors --prev old0.safetensors --shard 0/2\n"
+      "  region:    arc_v3 follow s3://bucket/run /models/run   (or pull once)\n\n"
+      "PREV/NEXT are single .safetensors files or sharded checkpoint directories\n"
+      "(model.safetensors.index.json is carried along). Outputs are written to a temporary\n"
+      "file beside the target, fsynced and renamed: an error or a kill never leaves a\n"
+      "half-written file under a final name; an output that exists is replaced only with\n"
+      "-f/--force (pull: a directory of other files only with --force). Run\n"
+      "`arc_v3 COMMAND --help` for details.",
+      "arc_v3");
+  app.footer(kExitCodesHelp);
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string(VersionString()));
+
+  Common common;
+  std::string prev, next, delta, out, tensors_regex = ".*", rows;
+  bool in_place = false;
+  int repeats = 5;
+  bool scaling = false;
+
+  CLI::App* diff = app.add_subcommand("diff", "Write the delta from checkpoint PREV to NEXT");
+  diff->add_option("PREV", prev, "Base checkpoint (.safetensors file or directory)")->required();
+  diff->add_option("NEXT", next, "New checkpoint, same kind as PREV")->required();
+  diff->add_option("-o,--output", delta, "Delta file to write (e.g. step_101.a3d)")->required();
+  AddCommon(diff, &common);
+  diff->add_option("-e,--effort", common.effort,
+                   "arc_v3 codec effort 0..3 for BF16 tensors (default 1; higher may be smaller and slower)")
+      ->check(CLI::Range(0, 3));
+  diff->add_flag("-f,--force", common.force, "Replace OUTPUT if it exists (refused otherwise)");
+  diff->add_flag("--no-group", common.no_group,
+                 "Give every BF16 tensor its own payloads: a version-1 delta file, which arc_v3 "
+                 "tools older than container version 2 can read (small tensors cost more)");
+
+  CLI::App* apply = app.add_subcommand(
+      "apply",
+      "Rebuild NEXT from PREV and a delta (refuses a wrong PREV, naming the tensor; all or nothing)");
+  apply->add_option("PREV", prev, "Base checkpoint the delta was made from")->required();
+  apply->add_option("DELTA", delta, "Delta file written by `arc_v3 diff`")->required();
+  CLI::Option* out_opt = apply->add_option(
+      "-o,--output", out,
+      "Where NEXT goes: a file (or a directory to put it in) for single-file deltas, a\n"
+      "directory (created if needed) for sharded ones. With --tensors/--rows: a new\n"
+      ".safetensors file holding just the selected tensors/rows");
+  CLI::Option* in_place_opt =
+      apply->add_flag("--in-place", in_place, "Replace PREV by NEXT (new files are written aside first)");
+  out_opt->excludes(in_place_opt);
+  CLI::Option* tensors_opt = apply->add_option(
+      "--tensors", tensors_regex,
+      "Partial apply: only tensors whose whole name matches this regex (ECMAScript)");
+  CLI::Option* rows_opt = apply->add_option(
+      "--rows", rows, "Partial apply: only rows A:B of the first dimension (A: or :B allowed)");
+  tensors_opt->excludes(in_place_opt);
+  rows_opt->excludes(in_place_opt);
+  apply->add_flag("-f,--force", common.force,
+                  "Replace output files that exist (refused otherwise; --in-place always replaces)");
+  AddCommon(apply, &common);
+  apply->add_flag("--no-sync", common.no_sync, "Skip fsync (benchmarks only: not crash-safe)");
+
+  CLI::App* verify = app.add_subcommand(
+      "verify", "Check that PREV is the base of DELTA and that DELTA is intact; writes nothing");
+  verify->add_option("PREV", prev, "Base checkpoint")->required();
+  verify->add_option("DELTA", delta, "Delta file")->required();
+  AddCommon(verify, &common);
+
+  CLI::App* inspect = app.add_subcommand(
+      "inspect", "Per tensor: dtype, shape, kind, density, exponent/sign share, coder, bytes");
+  inspect->add_option("DELTA", delta, "Delta file")->required();
+  inspect->add_option("-b,--base", prev,
+                      "Base checkpoint: lets context-modelled chunks be decoded so that their\n"
+                      "changes are counted (density is '?' for them otherwise)");
+  AddCommon(inspect, &common);
+
+  CLI::App* bench = app.add_subcommand(
+      "bench",
+      "Time diff + apply of PREV -> NEXT end to end (temp files under $TMPDIR) and check the\n"
+      "rebuilt checkpoint byte for byte. Codec-level benchmarks: bazel run //bench:arc_bench");
+  bench->add_option("PREV", prev, "Base checkpoint")->required();
+  bench->add_option("NEXT", next, "New checkpoint")->required();
+  bench->add_option("-r,--repeats", repeats, "Runs (default 5); medians are reported")->check(CLI::PositiveNumber);
+  AddCommon(bench, &common);
+  bench->add_option("-e,--effort", common.effort, "arc_v3 effort 0..3 (default 1)")->check(CLI::Range(0, 3));
+  bench->add_flag("--no-sync", common.no_sync, "Skip fsync (measures CPU work, not the disk)");
+  bench->add_flag("--no-group", common.no_group, "As diff --no-group (version-1 delta)");
+  bench->add_flag("--scaling", scaling,
+                  "Also time 1 thread, alternating with -T, and print the speed-up");
+
+  SyncCommands sync_commands(&app);
+
+  if (ReportTypo(app, argc, argv)) return kExitUsage;
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? kExitOk : kExitUsage;
+  }
+  if (sync_commands.parsed()) return sync_commands.Run();
+
+  Progress progress(!common.quiet, app.get_subcommands()[0]->get_name().c_str());
+  const auto start = std::chrono::steady_clock::now();
+  RunReport report;
+  Status s;
+  const char* name = "";
+  if (diff->parsed()) {
+    name = "diff";
+    s = container::Diff(prev, next, delta, MakeOptions(common, &progress), &report);
+  } else if (apply->parsed()) {
+    const bool partial = tensors_opt->count() > 0 || rows_opt->count() > 0;
+    if (!in_place && out.empty()) {
+      progress.Stop();
+      std::fprintf(stderr, "arc_v3 apply: give -o OUTPUT or --in-place\n");
+      return kExitUsage;
+    }
+    uint64_t row_begin = 0, row_end = UINT64_MAX;
+    if (!rows.empty() && !ParseRows(rows, &row_begin, &row_end)) {
+      progress.Stop();
+      std::fprintf(stderr, "arc_v3 apply: --rows wants A:B with A <= B, got '%s'\n", rows.c_str());
+      return kExitUsage;
+    }
+    name = partial ? "apply (partial)" : "apply";
+    if (partial) {
+      s = container::ApplyPartial(prev, delta, tensors_regex, row_begin, row_end, out,
+                                  MakeOptions(common, &progress), &report);
+    } else {
+      s = container::Apply(prev, delta, in_place ? prev : out, MakeOptions(common, &progress), &report);
+    }
+  } else if (verify->parsed()) {
+    name = "verify";
+    s = container::Verify(prev, delta, MakeOptions(common, &progress), &report);
+  } else if (inspect->parsed()) {
+    progress.Stop();
+    return Inspect(delta, prev, common);
+  } else if (bench->parsed()) {
+    progress.Stop();
+    return Bench(prev, next, common, repeats, scaling);
+  }
+  const double secs = Seconds(start);
+  progress.Stop();
+  return Report(name, common, s, report, secs);
+}
+
+}  // namespace
+}  // namespace arc_v3
+
+int main(int argc, char** argv) {
+  int rc = arc_v3::kExitError;
+  const arc_v3::Status s = arc_v3::StatusOrCaught([&] {
+    rc = arc_v3::Main(argc, argv);
+    return arc_v3::Status::Ok();
+  });
+  if (s.ok()) return rc;
+  std::fprintf(stderr, "arc_v3: error: %s\n", s.ToString().c_str());
+  return arc_v3::ExitCodeFor(s);
+}

@@ -1,0 +1,486 @@
+// The sync subcommands (see sync_commands.h): argument checks, calls into src/sync/, and
+// their text and JSON reports.
+#include "tools/cli/sync_commands.h"
+
+#include <cinttypes>
+#include <cstdlib>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "tools/cli/cli_common.h"
+#include "src/sync/sync.h"
+
+namespace arc_v3 {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+int Fail(const char* command, bool json, const Status& s) {
+  std::fprintf(stderr, "arc_v3 %s: error: %s\n", command, s.ToString().c_str());
+  if (json) {
+    const Json j = {{"command", command}, {"ok", false}, {"error", ErrorName(s.code())},
+                    {"message", s.message()}, {"exit_code", ExitCodeFor(s)}};
+    std::cout << j.dump() << std::endl;
+  }
+  return ExitCodeFor(s);
+}
+
+Json PullJson(const sync::PullReport& r) {
+  return {{"command", "pull"},
+          {"ok", true},
+          {"from_step", r.from_step == sync::kNoStep ? Json(nullptr) : Json(r.from_step)},
+          {"step", r.to_step},
+          {"up_to_date", r.up_to_date},
+          {"route", r.route},
+          {"rerouted", r.rerouted.empty() ? Json(nullptr) : Json(r.rerouted)},
+          {"steps_applied", r.steps},
+          {"fetched_bytes", r.fetched_bytes},
+          {"fetched_objects", r.fetched_objects},
+          {"requests", r.requests},
+          {"checkpoint_bytes", r.checkpoint_bytes},
+          {"seconds", {{"fetch", r.fetch_seconds},
+                       {"verify", r.verify_seconds},
+                       {"decode", r.decode_seconds},
+                       {"write", r.write_seconds},
+                       {"commit", r.commit_seconds},
+                       {"total", r.total_seconds}}},
+          {"published_at", r.published_at},
+          {"committed_at", r.committed_at}};
+}
+
+std::string Hex16(uint64_t value) {
+  char text[17];
+  std::snprintf(text, sizeof(text), "%016" PRIx64, value);
+  return text;
+}
+
+void PrintPull(const sync::PullReport& r) {
+  if (r.up_to_date) {
+    std::printf("pull: already at step %" PRIu64 " (%s)\n", r.to_step, HumanBytes(r.checkpoint_bytes).c_str());
+    return;
+  }
+  std::printf("pull: step %" PRIu64 " by %s: fetched %s in %" PRIu64 " requests, checkpoint %s, %.3f s "
+              "(fetch %.3f, verify %.3f, decode %.3f, write %.3f, commit %.3f)\n",
+              r.to_step, r.route.c_str(), HumanBytes(r.fetched_bytes).c_str(), r.requests,
+              HumanBytes(r.checkpoint_bytes).c_str(), r.total_seconds, r.fetch_seconds, r.verify_seconds,
+              r.decode_seconds, r.write_seconds, r.commit_seconds);
+  if (!r.rerouted.empty()) std::printf("pull: rerouted: %s\n", r.rerouted.c_str());
+}
+
+}  // namespace
+
+SyncCommands::SyncCommands(CLI::App* app) {
+  const auto common = [this](CLI::App* cmd, bool threads) {
+    cmd->add_flag("--json", json_, "Print a JSON summary on stdout instead of text");
+    cmd->add_flag("-q,--quiet", quiet_, "No text summary");
+    cmd->add_option("--retries", retries_,
+                    "Tries of a store request that timed out or got a 5xx answer (default 5)")
+        ->check(CLI::Range(1, 100));
+    cmd->add_option("--connections", connections_, "Parallel transfers per object (default 8)")
+        ->check(CLI::Range(1, 256));
+    if (threads) {
+      cmd->add_option("-T,--threads", threads_, "Worker threads (default 0 = all cores)")->check(CLI::NonNegativeNumber);
+    }
+  };
+  const char* store_help =
+      "Where the steps live: a directory (or file://DIR), s3://BUCKET/PREFIX (AWS_ENDPOINT_URL,\n"
+      "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION), or a read-only\n"
+      "http(s):// URL in front of the bucket (pull, follow)";
+
+  publish_ = app->add_subcommand(
+      "publish",
+      "A trainer shard publishes its safetensors file for step N: the delta against --prev\n"
+      "(and an anchor every --anchor-every steps), or an anchor alone without --prev. The\n"
+      "shard that completes the step commits it. A directory store is created if missing.\n"
+      "Publishing the same file (name, base step, tensors) again is a no-op that keeps what\n"
+      "was published first, whatever --anchor-every, --effort or --format say now; another\n"
+      "file for a published shard and step is refused (exit 7), naming what differs.");
+  publish_->add_option("STORE", store_, store_help)->required();
+  publish_->add_option("--step", step_, "The step's number")->required();
+  publish_->add_option("--next", next_, "This shard's .safetensors file of the step")->required()->check(CLI::ExistingFile);
+  publish_->add_option("--prev", prev_, "This shard's file of the base step (omit: an anchor only)")->check(CLI::ExistingFile);
+  publish_->add_option("--base-step", base_step_, "The step --prev is (default N-1)");
+  publish_->add_option("--shard", shard_, "K/COUNT: this is shard K of COUNT (default 0/1)");
+  publish_->add_option("--incarnation", incarnation_,
+                       "Which start of the trainer publishes (default: $ARC_V3_INCARNATION, else\n"
+                       "torchrun's restart count, else 0): a trainer restarted mid-step publishes\n"
+                       "under a new one, whose records supersede the old ones' until the step commits");
+  publish_->add_option("--anchor-every", anchor_every_,
+                       "Also write an anchor when N is a multiple of this (default 10; 0: never,\n"
+                       "but for a step without --prev)");
+  publish_->add_option("--index", index_,
+                       "The sharded checkpoint's index to carry to full pulls (default: the\n"
+                       "model.safetensors.index.json beside --next, if it names --next's file)")
+      ->check(CLI::ExistingFile);
+  publish_->add_flag("--no-index", no_index_, "Carry no index file");
+  publish_->add_option("--work-dir", work_dir_, "Where containers are written before upload (default $TMPDIR)");
+  publish_->add_option("-e,--effort", effort_, "arc_v3 codec effort 0..3 (default 1)")->check(CLI::Range(0, 3));
+  publish_->add_option("--sign-key", sign_key_,
+                        "Sign the step with this Ed25519 private key (`arc_v3 keygen`; default\n"
+                        "$ARC_V3_SIGN_KEY): every shard of the run holds it")
+      ->envname("ARC_V3_SIGN_KEY");
+  publish_->add_option("--trust", trust_,
+                       "A completer also takes records signed by this public key (a key rotated\n"
+                       "mid-step; repeatable)");
+  publish_->add_option("--format", format_,
+                       "Payload format of BF16 deltas: arc_v3 (default) or arc_v3_published (ARCv3 as\n"
+                       "published: XOR fields and a zstd/lz4 race; smaller tensors are not grouped)")
+      ->check(CLI::IsMember({"arc_v3", "arc_v3_published"}));
+  common(publish_, true);
+
+  pull_ = app->add_subcommand(
+      "pull",
+      "Make DIR hold step N (default: the latest) as the published shard files, bit for bit,\n"
+      "by the cheapest verified route: the deltas after DIR's step, or the nearest anchor and\n"
+      "the deltas after it. DIR records its step only after a verified apply; on any error it\n"
+      "is left as it was. A DIR whose files are not the step it records is refused.");
+  pull_->add_option("STORE", store_, store_help)->required();
+  pull_->add_option("DIR", dir_, "The region's checkpoint directory (created if needed)")->required();
+  pull_->add_option("--step", step_, "The step to hold (default: the latest)");
+  pull_->add_option("--tensors", tensors_,
+                    "Partial pull: only tensors whose whole name matches this regex (ECMAScript);\n"
+                    "fetches only their pieces (and the small tensors a group may need)");
+  pull_->add_option("--rows", rows_, "Partial pull: rows A:B of the first dimension (A: or :B allowed)");
+  pull_->add_flag("--reset", reset_, "Ignore what DIR holds and rebuild it from the nearest anchor");
+  pull_->add_flag("-f,--force", force_,
+                  "Pull into a DIR that holds other files (refused otherwise): files of the\n"
+                  "step's names are replaced, others left alone");
+  pull_->add_flag("--no-sync", no_sync_, "Skip fsync (benchmarks only: not crash-safe)");
+  pull_->add_option("--trust", trust_,
+                    "Take only steps signed by this public key (repeatable: a rotation), every byte\n"
+                    "checked against its signed SHA-256, never an older step or another run than DIR's\n"
+                    "(--reset takes them); else exit 8, DIR unchanged")
+      ->envname("ARC_V3_TRUST");
+  common(pull_, true);
+
+  follow_ = app->add_subcommand(
+      "follow",
+      "Keep DIR in step with the store: poll its `latest` pointer (conditional requests), pull\n"
+      "each new step and print its lag and bytes. Exits non-zero on an error it cannot recover\n"
+      "from; retries an unreachable store --max-failures times in a row.");
+  follow_->add_option("STORE", store_, store_help)->required();
+  follow_->add_option("DIR", dir_, "The region's checkpoint directory")->required();
+  follow_->add_option("--interval", interval_, "Seconds between polls (default 2)")->check(CLI::PositiveNumber);
+  follow_->add_option("--until", until_, "Exit once DIR holds this step or a later one");
+  follow_->add_option("--tensors", tensors_, "As pull --tensors");
+  follow_->add_option("--rows", rows_, "As pull --rows");
+  follow_->add_flag("--no-sync", no_sync_, "Skip fsync (benchmarks only: not crash-safe)");
+  follow_->add_flag("-f,--force", force_, "As pull --force");
+  follow_->add_option("--trust", trust_, "As pull --trust (without it, steps are not authenticated)")
+      ->envname("ARC_V3_TRUST");
+  follow_->add_option("--max-failures", max_failures_, "Give up after this many failed polls in a row (default 10)")
+      ->check(CLI::PositiveNumber);
+  common(follow_, true);
+
+  log_ = app->add_subcommand("log", "The store's steps: base, anchors, bytes per step and shard");
+  log_->add_option("STORE", store_, "s3:// or directory store (http(s):// cannot list)")->required();
+  log_->add_flag("--verify", verify_,
+                 "Say of each committed step whether it verifies against --trust: its root's\n"
+                 "signature and the SHA-256 of every document it names (exit 8 if one does not)");
+  log_->add_option("--trust", trust_, "A trusted public key (repeatable)")->envname("ARC_V3_TRUST");
+  common(log_, false);
+
+  keygen_ = app->add_subcommand(
+      "keygen",
+      "Write a new Ed25519 key pair for signed steps: KEY (the private key, mode 0600, for\n"
+      "publish --sign-key) and KEY.pub (for pull/follow --trust). PEM files, as `openssl\n"
+      "genpkey -algorithm ed25519` writes; neither may exist.");
+  keygen_->add_option("KEY", key_path_, "The private key's path")->required();
+  keygen_->add_flag("--json", json_, "Print a JSON summary on stdout instead of text");
+
+  prune_ = app->add_subcommand(
+      "prune",
+      "Delete old steps: keep the newest K anchors and every step after the oldest of them,\n"
+      "and never the anchor before the newest one or anything after it (a region that began\n"
+      "there may still need that chain)");
+  prune_->add_option("STORE", store_, "s3:// or directory store")->required();
+  prune_->add_option("--keep-anchors", keep_anchors_, "K (at least 1; default 2)")->check(CLI::PositiveNumber);
+  prune_->add_option("--min-age", min_age_,
+                     "DURATION (90s, 15m, 2h, 1d; default 0): a step committed less than this ago\n"
+                     "keeps its chain back to its anchor (a slow region may still be fetching it)");
+  prune_->add_flag("--dry-run", dry_run_, "Only say what would be deleted");
+  common(prune_, false);
+}
+
+bool SyncCommands::parsed() const {
+  return publish_->parsed() || pull_->parsed() || follow_->parsed() || log_->parsed() || prune_->parsed() ||
+         keygen_->parsed();
+}
+
+int SyncCommands::Run() {
+  if (keygen_->parsed()) return RunKeygen();
+  sync::StoreOptions store_options;
+  store_options.attempts = retries_;
+  store_options.connections = connections_;
+  store_options.create = publish_->parsed();  // a directory store's first publish makes it
+  std::unique_ptr<sync::Store> store;
+  Status s = sync::OpenStore(store_, store_options, &store);
+  // A follower may start before the trainer's first publish makes a directory store
+  // (sync::Follow opens the store itself, and waits for it).
+  const bool wait_for_store = follow_->parsed() && s.code() == ErrorCode::kNotFound;
+  if (!s.ok() && !wait_for_store) return Fail(Name(), json_, s);
+  container::RunOptions run;
+  run.threads = threads_;
+  run.effort = effort_;
+  run.sync = !no_sync_;
+
+  if (publish_->parsed()) return RunPublish(store.get(), run);
+  sync::PullOptions pull;
+  pull.run = run;
+  pull.store = store_options;
+  pull.tensors = tensors_;
+  if (!rows_.empty() && !ParseRows(rows_, &pull.row_begin, &pull.row_end)) {
+    std::fprintf(stderr, "arc_v3 %s: --rows wants A:B with A <= B, got '%s'\n", Name(), rows_.c_str());
+    return kExitUsage;
+  }
+  pull.force = force_;
+  pull.trust = trust_;
+  if (pull_->parsed()) return RunPull(store.get(), pull);
+  if (follow_->parsed()) return RunFollow(pull);
+  if (log_->parsed()) return verify_ ? RunVerify(store.get()) : RunLog(store.get());
+  return RunPrune(store.get());
+}
+
+const char* SyncCommands::Name() const {
+  return publish_->parsed()  ? "publish"
+         : pull_->parsed()   ? "pull"
+         : follow_->parsed() ? "follow"
+         : log_->parsed()    ? "log"
+         : keygen_->parsed() ? "keygen"
+                             : "prune";
+}
+
+int SyncCommands::RunKeygen() {
+  std::string id;
+  const Status s = sync::GenerateKey(key_path_, &id);
+  if (!s.ok()) return Fail(Name(), json_, s);
+  if (json_) {
+    std::cout << Json{{"command", "keygen"}, {"ok", true}, {"private_key", key_path_},
+                      {"public_key", key_path_ + ".pub"}, {"key_id", id}}.dump(2)
+              << std::endl;
+  } else {
+    std::printf("keygen: wrote %s (private: keep it with the trainer) and %s.pub (for --trust); key id %s\n",
+                key_path_.c_str(), key_path_.c_str(), id.c_str());
+  }
+  return kExitOk;
+}
+
+int SyncCommands::RunPublish(sync::Store* store, const container::RunOptions& run) {
+  sync::PublishOptions o;
+  unsigned k = 0, count = 0;
+  char tail = 0;
+  if (std::sscanf(shard_.c_str(), "%u/%u%c", &k, &count, &tail) != 2 || count == 0 || k >= count) {
+    std::fprintf(stderr, "arc_v3 publish: --shard wants K/COUNT with K < COUNT, got '%s'\n", shard_.c_str());
+    return kExitUsage;
+  }
+  o.step = step_;
+  o.next = next_;
+  o.prev = prev_;
+  o.base_step = base_step_;
+  o.shard = k;
+  o.count = count;
+  o.anchor_every = anchor_every_;
+  o.incarnation = incarnation_.empty() ? sync::DefaultIncarnation() : incarnation_;
+  o.index = index_;
+  o.no_index = no_index_;
+  o.work_dir = work_dir_;
+  o.run = run;
+  o.run.format = format_ == "arc_v3_published" ? Format::kArcV3 : Format::kDefault;
+  o.sign_key = sign_key_;
+  o.trust = trust_;
+  sync::PublishReport r;
+  const Status s = sync::Publish(store, o, &r);
+  if (!s.ok()) return Fail(Name(), json_, s);
+  const auto ref = [](const sync::ObjectRef& object) {
+    return object.present() ? Json{{"key", object.key}, {"bytes", object.size}} : Json(nullptr);
+  };
+  if (json_) {
+    const Json j = {{"command", "publish"}, {"ok", true}, {"step", r.record.step},
+                    {"shard", r.record.shard}, {"count", r.record.count}, {"file", r.record.file},
+                    {"file_bytes", r.record.file_size}, {"delta", ref(r.record.delta)},
+                    {"anchor", ref(r.record.anchor)}, {"uploaded_bytes", r.uploaded_bytes},
+                    {"uploaded_objects", r.uploaded_objects}, {"committed", r.committed},
+                    {"pending", r.pending}, {"already_published", r.already_published},
+                    {"index", ref(r.record.index)},
+                    {"seconds", {{"encode", r.encode_seconds}, {"hash", r.hash_seconds},
+                                 {"upload", r.upload_seconds}, {"commit", r.commit_seconds},
+                                 {"total", r.total_seconds}}}};
+    std::cout << j.dump(2) << std::endl;
+  } else if (!quiet_ && r.already_published) {
+    std::printf("publish: step %" PRIu64 " shard %u/%u (%s): already published, nothing uploaded%s%s; %s\n",
+                r.record.step, r.record.shard, r.record.count, r.record.file.c_str(),
+                r.note.empty() ? "" : " (", r.note.empty() ? "" : (r.note + ")").c_str(),
+                r.committed ? "step committed" : ("not committed yet: " + r.pending).c_str());
+  } else if (!quiet_) {
+    std::printf("publish: step %" PRIu64 " shard %u/%u (%s, %s): delta %s, anchor %s; uploaded %s in %.3f s "
+                "(encode %.3f, hash %.3f, upload %.3f, commit %.3f); %s\n",
+                r.record.step, r.record.shard, r.record.count, r.record.file.c_str(),
+                HumanBytes(r.record.file_size).c_str(),
+                r.record.delta.present() ? HumanBytes(r.record.delta.size).c_str() : "-",
+                r.record.anchor.present() ? HumanBytes(r.record.anchor.size).c_str() : "-",
+                HumanBytes(r.uploaded_bytes).c_str(), r.total_seconds, r.encode_seconds, r.hash_seconds,
+                r.upload_seconds, r.commit_seconds,
+                r.committed ? "step committed" : ("not committed yet: " + r.pending).c_str());
+  }
+  return kExitOk;
+}
+
+int SyncCommands::RunPull(sync::Store* store, sync::PullOptions pull) {
+  pull.step = step_;
+  pull.reset = reset_;
+  sync::PullReport r;
+  const Status s = sync::Pull(store, dir_, pull, &r);
+  if (!s.ok()) return Fail(Name(), json_, s);
+  if (json_) {
+    std::cout << PullJson(r).dump(2) << std::endl;
+  } else if (!quiet_) {
+    PrintPull(r);
+  }
+  return kExitOk;
+}
+
+int SyncCommands::RunFollow(const sync::PullOptions& pull) {
+  if (trust_.empty()) {
+    std::fprintf(stderr, "arc_v3 follow: steps are not authenticated (no --trust): whoever can write to %s "
+                         "chooses what %s holds\n", store_.c_str(), dir_.c_str());
+  }
+  FollowOptions follow;
+  follow.interval_seconds = interval_;
+  follow.until = until_;
+  follow.max_failures = max_failures_;
+  const Status s = sync::Follow(store_, dir_, pull, follow, [&](const FollowEvent& e, const sync::PullReport* r) {
+    if (e.kind == FollowEvent::Kind::kWaiting) {
+      std::fprintf(stderr, "arc_v3 follow: waiting: %s\n", e.message.c_str());
+    } else if (e.kind == FollowEvent::Kind::kRetrying) {
+      std::fprintf(stderr, "arc_v3 follow: retrying (%d of %d): %s\n", e.failures, max_failures_, e.message.c_str());
+    } else if (json_) {
+      Json j = PullJson(*r);
+      j["command"] = "follow";
+      j["steps_behind"] = e.steps_behind;
+      j["lag_seconds"] = e.lag_seconds;
+      std::cout << j.dump() << std::endl;
+    } else if (!quiet_) {
+      std::printf("follow: step %" PRIu64 " (%" PRIu64 " behind before), lag %.3f s since published, "
+                  "fetched %s by %s in %.3f s\n",
+                  e.step, e.steps_behind, e.lag_seconds, HumanBytes(r->fetched_bytes).c_str(), r->route.c_str(),
+                  r->total_seconds);
+      if (!r->rerouted.empty()) std::printf("follow: rerouted: %s\n", r->rerouted.c_str());
+      std::fflush(stdout);
+    }
+    return true;
+  });
+  if (!s.ok()) return Fail(Name(), json_, s);
+  return kExitOk;
+}
+
+int SyncCommands::RunVerify(sync::Store* store) {
+  std::vector<sync::StepVerdict> verdicts;
+  const Status s = sync::VerifySteps(store, trust_, &verdicts);
+  if (!s.ok()) return Fail(Name(), json_, s);
+  bool all = true;
+  Json list = Json::array();
+  for (const sync::StepVerdict& v : verdicts) {
+    all = all && v.status.ok();
+    if (json_) {
+      list.push_back({{"step", v.step}, {"verified", v.status.ok()},
+                      {"key_id", v.status.ok() ? Json(v.keyid) : Json(nullptr)},
+                      {"error", v.status.ok() ? Json(nullptr) : Json(ErrorName(v.status.code()))},
+                      {"message", v.status.ok() ? Json(nullptr) : Json(v.status.message())}});
+    } else if (!quiet_) {
+      if (v.status.ok()) {
+        std::printf("%12" PRIu64 " verified (key %s)\n", v.step, v.keyid.c_str());
+      } else {
+        std::printf("%12" PRIu64 " NOT verified: %s\n", v.step, v.status.ToString().c_str());
+      }
+    }
+  }
+  if (json_) std::cout << list.dump(2) << std::endl;
+  return all ? kExitOk : ExitCodeFor(Status(ErrorCode::kUntrusted, ""));
+}
+
+int SyncCommands::RunLog(sync::Store* store) {
+  std::vector<sync::StepListing> steps;
+  const Status s = sync::ListSteps(store, &steps, json_);
+  if (!s.ok()) return Fail(Name(), json_, s);
+  Json all = Json::array();
+  if (!json_ && !quiet_) {
+    std::printf("%12s %12s %7s %9s %6s %12s %12s %10s\n", "step", "base", "anchor", "committed", "shards",
+                "delta", "anchor", "objects");
+  }
+  for (const sync::StepListing& l : steps) {
+    uint64_t delta = 0, anchor = 0;
+    Json shards = Json::array();
+    if (l.manifest.shards.empty()) {  // the root alone: its summed sizes
+      delta = l.manifest.chain_bytes;
+      anchor = l.manifest.anchor_bytes;
+    }
+    for (const sync::ShardRecord& r : l.manifest.shards) {
+      delta += r.delta.size;
+      anchor += r.anchor.size;
+      shards.push_back({{"shard", r.shard}, {"file", r.file}, {"file_bytes", r.file_size},
+                        {"delta_bytes", r.delta.present() ? Json(r.delta.size) : Json(nullptr)},
+                        {"anchor_bytes", r.anchor.present() ? Json(r.anchor.size) : Json(nullptr)}});
+    }
+    if (json_) {
+      all.push_back({{"step", l.step}, {"committed", l.committed},
+                     {"base_step", !l.committed || l.manifest.base_step == sync::kNoStep ? Json(nullptr)
+                                                                                        : Json(l.manifest.base_step)},
+                     {"anchor_step", l.committed ? Json(l.manifest.anchor_step) : Json(nullptr)},
+                     {"incarnation", l.committed ? Json(l.manifest.incarnation) : Json(nullptr)},
+                     {"run", l.committed ? Json(Hex16(l.manifest.run)) : Json(nullptr)},
+                     {"objects", l.objects.size()}, {"bytes", l.bytes}, {"shards", shards},
+                     {"published_at", l.committed ? Json(l.manifest.published_at) : Json(nullptr)},
+                     {"committed_at", l.committed ? Json(l.manifest.committed_at) : Json(nullptr)}});
+    } else if (!quiet_) {
+      const std::string base = l.committed && l.manifest.base_step != sync::kNoStep
+                                   ? std::to_string(l.manifest.base_step) : "-";
+      std::printf("%12" PRIu64 " %12s %7s %9s %6s %12s %12s %10zu\n", l.step, base.c_str(),
+                  l.committed && l.manifest.anchor() ? "yes" : "", l.committed ? "yes" : "no",
+                  l.committed ? std::to_string(l.manifest.count).c_str() : "?",
+                  l.committed ? HumanBytes(delta).c_str() : "-", l.committed && anchor ? HumanBytes(anchor).c_str() : "-",
+                  l.objects.size());
+    }
+  }
+  if (json_) std::cout << all.dump(2) << std::endl;
+  return kExitOk;
+}
+
+int SyncCommands::RunPrune(sync::Store* store) {
+  sync::PruneReport r;
+  // DURATION: a number of seconds, or of minutes, hours or days with m, h or d after it.
+  double min_age = -1;
+  {
+    char* end = nullptr;
+    const double value = std::strtod(min_age_.c_str(), &end);
+    const std::string unit = end != nullptr ? end : "";
+    const double scale = unit.empty() || unit == "s" ? 1 : unit == "m" ? 60 : unit == "h" ? 3600 : unit == "d" ? 86400 : -1;
+    if (end != min_age_.c_str() && value >= 0 && scale > 0) min_age = value * scale;
+  }
+  if (min_age < 0) {
+    std::fprintf(stderr, "arc_v3 prune: --min-age wants a duration like 90s, 15m, 2h or 1d, got '%s'\n",
+                 min_age_.c_str());
+    return kExitUsage;
+  }
+  const Status s = sync::Prune(store, keep_anchors_, dry_run_, &r, min_age);
+  if (!s.ok()) return Fail(Name(), json_, s);
+  if (json_) {
+    const Json j = {{"command", "prune"}, {"ok", true}, {"dry_run", dry_run_}, {"min_age_seconds", min_age},
+                    {"keep_from", r.keep_from == sync::kNoStep ? Json(nullptr) : Json(r.keep_from)},
+                    {"deleted_steps", r.deleted_steps}, {"deleted_objects", r.deleted_objects},
+                    {"deleted_bytes", r.deleted_bytes}};
+    std::cout << j.dump(2) << std::endl;
+  } else if (!quiet_) {
+    if (r.keep_from == sync::kNoStep) {
+      std::printf("prune: nothing to delete (fewer than the anchors to keep)\n");
+    } else {
+      std::printf("prune: %s %zu steps before step %" PRIu64 " (%" PRIu64 " objects, %s)\n",
+                  dry_run_ ? "would delete" : "deleted", r.deleted_steps.size(), r.keep_from, r.deleted_objects,
+                  HumanBytes(r.deleted_bytes).c_str());
+    }
+  }
+  return kExitOk;
+}
+
+}  // namespace arc_v3

@@ -1,0 +1,49 @@
+// The arc_v3 command's sync subcommands (publish, pull, follow, log, prune, keygen) over the sync
+// layer of src/sync/.
+#ifndef ARC_V3_TOOLS_CLI_SYNC_COMMANDS_H_
+#define ARC_V3_TOOLS_CLI_SYNC_COMMANDS_H_
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "src/sync/sync.h"
+
+namespace arc_v3 {
+
+class SyncCommands {
+ public:
+  // Adds the subcommands to `app`.
+  explicit SyncCommands(CLI::App* app);
+  // Whether the command line chose one of them (after parsing).
+  bool parsed() const;
+  // Runs the chosen one; returns the process's exit code.
+  int Run();
+
+ private:
+  const char* Name() const;  // the chosen subcommand's
+  int RunKeygen();
+  int RunPublish(sync::Store* store, const container::RunOptions& run);
+  int RunPull(sync::Store* store, sync::PullOptions pull);
+  int RunFollow(const sync::PullOptions& pull);
+  int RunVerify(sync::Store* store);
+  int RunLog(sync::Store* store);
+  int RunPrune(sync::Store* store);
+
+  CLI::App *publish_, *pull_, *follow_, *log_, *prune_, *keygen_;
+  std::string store_, dir_, next_, prev_, shard_ = "0/1", incarnation_, work_dir_, tensors_, rows_, format_ = "arc_v3", index_;
+  uint64_t step_ = UINT64_MAX, base_step_ = UINT64_MAX, anchor_every_ = 10, until_ = UINT64_MAX;
+  double interval_ = 2;
+  int threads_ = 0, effort_ = 1, retries_ = 5, connections_ = 8, max_failures_ = 10;
+  uint32_t keep_anchors_ = 2;
+  std::string min_age_ = "0";
+  bool json_ = false, quiet_ = false, reset_ = false, dry_run_ = false, no_sync_ = false, force_ = false;
+  bool no_index_ = false, verify_ = false;
+  std::string sign_key_, key_path_;
+  std::vector<std::string> trust_;
+};
+
+}  // namespace arc_v3
+
+#endif  // ARC_V3_TOOLS_CLI_SYNC_COMMANDS_H_

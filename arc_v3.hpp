@@ -13,7 +13,7 @@
 //                                delta.checksum, restored);
 //
 // `prev`, `next` and `restored` are BF16 bit patterns (uint16_t, host order = little
-// endian). The payload format is specified in src/FORMAT.md.
+// endian). The payload format is specified in src/codec/FORMAT.md.
 //
 // Guarantees:
 // - Lossless: every bit pattern round-trips (NaN payloads, +-Inf, denormals, -0).
@@ -47,7 +47,7 @@ uint32_t VersionNumber();
 // "1.0.0".
 const char* VersionString();
 // The payload format version this library writes by default (Format::kDefault) and reads
-// (src/FORMAT.md): 16. It also writes and reads version 1, ARCv3 as published.
+// (src/codec/FORMAT.md): 16. It also writes and reads version 1, ARCv3 as published.
 uint32_t FormatVersion();
 
 //------------------------------------------------------------------------------
@@ -107,7 +107,7 @@ class Status {
 // Payload formats this library writes; it reads both. Both are frozen: a payload written
 // by any 1.x library decodes with every later one.
 enum class Format : uint8_t {
-  kDefault = 0,  // format version 16 (src/FORMAT.md): the smallest payloads
+  kDefault = 0,  // format version 16 (src/codec/FORMAT.md): the smallest payloads
   kArcV3 = 1,    // format version 1, ARCv3 as published: XOR fields, 7-bit mantissas
 };
 

@@ -1,5 +1,5 @@
 // arc_v3 sync: a trainer publishes its weights step by step to an object store, and
-// rollout engines follow it, from and into tensors in memory (src/FORMAT.md, Part 3).
+// rollout engines follow it, from and into tensors in memory (src/sync/PROTOCOL.md).
 //
 //   // each trainer rank, after each optimizer step:
 //   std::unique_ptr<arc_v3::Publisher> publisher;

@@ -53,6 +53,7 @@ EXCLUDED = {
     "src/BUILD": "build file",
     "src/FORMAT.md": "the index of the specifications",
     "src/codec/BUILD": "build file",
+    "src/codec/FORMAT.md": "the payload format specification",
     "src/common/BUILD": "build file",
     "src/common/build_defs.bzl": "build settings (the Highway policy is read from it)",
     "src/checkpoint/": "the checkpoint layer (//src/checkpoint), not the codec",

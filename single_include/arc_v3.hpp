@@ -51,7 +51,7 @@
 //                                delta.checksum, restored);
 //
 // `prev`, `next` and `restored` are BF16 bit patterns (uint16_t, host order = little
-// endian). The payload format is specified in src/FORMAT.md.
+// endian). The payload format is specified in src/codec/FORMAT.md.
 //
 // Guarantees:
 // - Lossless: every bit pattern round-trips (NaN payloads, +-Inf, denormals, -0).
@@ -85,7 +85,7 @@ uint32_t VersionNumber();
 // "1.0.0".
 const char* VersionString();
 // The payload format version this library writes by default (Format::kDefault) and reads
-// (src/FORMAT.md): 16. It also writes and reads version 1, ARCv3 as published.
+// (src/codec/FORMAT.md): 16. It also writes and reads version 1, ARCv3 as published.
 uint32_t FormatVersion();
 
 //------------------------------------------------------------------------------
@@ -145,7 +145,7 @@ class Status {
 // Payload formats this library writes; it reads both. Both are frozen: a payload written
 // by any 1.x library decodes with every later one.
 enum class Format : uint8_t {
-  kDefault = 0,  // format version 16 (src/FORMAT.md): the smallest payloads
+  kDefault = 0,  // format version 16 (src/codec/FORMAT.md): the smallest payloads
   kArcV3 = 1,    // format version 1, ARCv3 as published: XOR fields, 7-bit mantissas
 };
 
@@ -712,7 +712,7 @@ size_t RecentPositions(const uint8_t* history, size_t count, uint32_t* positions
 void AdvanceHistory(const uint16_t* src, const uint16_t* dst, size_t count, uint8_t* history);
 
 // Interleaved rANS decoding of the element symbols of an rANS chunk (rans_coder.h,
-// FORMAT.md "rANS chunk"). kRansLanes coder states; element i of src (i < count) is coded
+// src/codec/FORMAT.md "rANS chunk"). kRansLanes coder states; element i of src (i < count) is coded
 // by state i % kRansLanes. With its class c = clamp(e - class_base, 0, kRansClasses - 1),
 // e the exponent field of src[i], p = probs[c], a = splits[c] & 0xFFFF and
 // b = splits[c] >> 16 (1 <= a < b < p <= 65535), a state x in [2^16, 2^32) decodes
@@ -1291,7 +1291,7 @@ size_t EncodeRansElements(const uint16_t* src, const uint16_t* dst, size_t count
 #include <vector>
 
 // ---- src/codec/format.h -----------------------------------------------------------------
-// Constants and byte-level helpers of the payload format (src/FORMAT.md). Shared by the
+// Constants and byte-level helpers of the payload format (src/codec/FORMAT.md). Shared by the
 // encoder and the decoder; neither depends on the other.
 #ifndef ARC_V3_SRC_CODEC_FORMAT_H_
 #define ARC_V3_SRC_CODEC_FORMAT_H_
@@ -2617,7 +2617,7 @@ Status DecodeChunkModelled(const uint16_t* src, size_t len, const uint8_t* bytes
 
 namespace arc_v3 {
 
-// What a session payload promises (FORMAT.md "Sessions").
+// What a session payload promises (src/codec/FORMAT.md "Sessions").
 struct SessionFrame {
   uint64_t base_checksum = 0;  // XXH3-64 of src
   uint64_t history_id = 0;     // identity of the history the payload was coded with
@@ -2925,7 +2925,7 @@ class StreamCompressor {
   StreamCompressor(const StreamCompressor&) = delete;
   StreamCompressor& operator=(const StreamCompressor&) = delete;
 
-  // Appends one stream record (FORMAT.md "Stream"): codec id, raw size, stored size if
+  // Appends one stream record (src/codec/FORMAT.md "Stream"): codec id, raw size, stored size if
   // compressed, then the bytes of whichever entrant was smallest. Returns the codec id.
   // false only when memory runs out.
   bool AppendStream(const uint8_t* raw, size_t size, const RaceEntrants& entrants,
@@ -3108,7 +3108,7 @@ Status StreamDecompressor::Decode(uint8_t codec, const uint8_t* in, size_t in_si
 
 }  // namespace arc_v3
 // ---- src/codec/rans_coder.cc ------------------------------------------------------------
-// rANS chunk coder (see rans_coder.h; the bytes are specified in FORMAT.md, "rANS chunk").
+// rANS chunk coder (see rans_coder.h; the bytes are specified in src/codec/FORMAT.md, "rANS chunk").
 //
 // Chunk bytes (after the frame's Chunk_Mode byte):
 //   Class_Base    1 byte   e0: element i is in class clamp(exponent(src[i]) - e0, 0, 15)
@@ -3987,7 +3987,7 @@ Status DecodeChunkRans(const uint16_t* src, size_t len, const uint8_t* bytes, si
 
 }  // namespace arc_v3
 // ---- src/codec/decoder.cc ---------------------------------------------------------------
-// delta_decompress, delta_inspect and delta_stats: the decoder of src/FORMAT.md.
+// delta_decompress, delta_inspect and delta_stats: the decoder of src/codec/FORMAT.md.
 //
 // Three phases, so that `out` is written only once the result is known to be right:
 //  1. parse and validate the frame, then decode every chunk (in parallel) into its list
@@ -4316,7 +4316,7 @@ class ChunkDecoder {
   }
 
  private:
-  // The XOR-stream chunk body (FORMAT.md "XOR-stream chunk"): Changed_Count, then the
+  // The XOR-stream chunk body (src/codec/FORMAT.md "XOR-stream chunk"): Changed_Count, then the
   // streams.
   Status DecodeXorStreams(ByteReader* chunk, size_t chunk_len, bool allow_empty,
                           ChunkChanges* changes, ChunkStats* stats) {
@@ -4884,7 +4884,7 @@ Status delta_stats(const uint16_t* src, size_t count, const uint8_t* bytes, size
 
 }  // namespace arc_v3
 // ---- src/codec/encoder.cc ---------------------------------------------------------------
-// delta_compress (src/FORMAT.md).
+// delta_compress (src/codec/FORMAT.md).
 //
 // Format::kArcV3 (format version 1), the scheme as published. Per chunk: XOR + classify
 // (ClassifyChanges), compact the changed elements (CompactChanges), then build three
@@ -4969,10 +4969,10 @@ void BuildHighRecords(const uint16_t* xors, size_t n, std::vector<uint8_t>* raw)
 
 // Density above which a bitmap is chosen without trying gaps (effort < 2): beyond 1/8 a
 // raw bitmap costs less than a byte per change, which LZ4 (no entropy stage) cannot beat
-// with byte-sized gaps. See FORMAT.md "Choosing the position mode".
+// with byte-sized gaps. See src/codec/FORMAT.md "Choosing the position mode" (measurements: docs/format_notes.md, "Payload format, Choosing the position mode").
 constexpr double kBitmapDensity = 1.0 / 8;
 
-// Appends the XOR-stream chunk body (FORMAT.md "XOR-stream chunk") for a chunk with
+// Appends the XOR-stream chunk body (src/codec/FORMAT.md "XOR-stream chunk") for a chunk with
 // changes.
 void EncodeXorStreams(const uint16_t* src, const uint16_t* dst, size_t chunk_len,
                       const ChangeCounts& counts, const RaceEntrants& entrants, int effort,

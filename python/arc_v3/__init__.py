@@ -45,7 +45,7 @@ __all__ = [
 ]
 
 __version__ = _ext.VERSION
-# Payload format version the library writes and reads (src/FORMAT.md).
+# Payload format version the library writes and reads (src/codec/FORMAT.md).
 FORMAT_VERSION = _ext.FORMAT_VERSION
 # SIMD target the kernels dispatch to on this machine, e.g. "AVX3".
 ACTIVE_TARGET = _ext.ACTIVE_TARGET

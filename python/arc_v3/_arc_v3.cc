@@ -71,7 +71,7 @@ U16View ViewU16(const py::buffer& buffer, const char* what, bool writable) {
 // stateless payload holds the checksum of its result, not of its base: the library
 // reports a wrong base as kChecksumMismatch when the result is hashed, or, first, as
 // kCorruptChunk when a modelled or rANS chunk, which predicts from the base, derails
-// (FORMAT.md, "Errors"). Both are checksum_mismatch here, with the library's own error in
+// (src/codec/FORMAT.md, "Errors"). Both are checksum_mismatch here, with the library's own error in
 // the message. Errors the payload's bytes show without the base keep their code:
 // truncated, bad_magic, unsupported_version, reserved_bits_set, corrupt_header,
 // codec_failure (a zstd/LZ4 stream of XOR fields, which do not depend on the base), and
@@ -358,7 +358,7 @@ uint64_t Xxh3(const py::buffer& buffer) {
   return XXH3_64bits(b.ptr, size);
 }
 
-// The checkpoint delta container (src/FORMAT.md, Part 2) on safetensors files, for the
+// The checkpoint delta container (src/checkpoint/FORMAT.md) on safetensors files, for the
 // state-dict helpers (arc_v3/_dicts.py), which write the files into a private temporary
 // directory. Outputs are not fsynced: those files are deleted right after the call.
 

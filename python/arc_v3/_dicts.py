@@ -1,6 +1,6 @@
 """State-dict helpers: one bytes object for a whole model update.
 
-The bytes are the CLI's checkpoint delta container (src/FORMAT.md, Part 2; magic b"A3DC"):
+The bytes are the CLI's checkpoint delta container (src/checkpoint/FORMAT.md; magic b"A3DC"):
 the delta between the two dicts as single safetensors files (tensors in the dict's order,
 back to back, under the header safetensors' own writer would give them), so the CLI reads
 them too (`arc_v3 apply`, `arc_v3 verify`, `arc_v3 inspect`) with such a file as PREV.
@@ -85,7 +85,7 @@ def delta_compress_dicts(prev_state_dict, next_state_dict, *, compression_format
     decoded dict has next's keys, in order).
 
     Returns:
-        bytes: a checkpoint delta container (src/FORMAT.md, Part 2; starts with b"A3DC"),
+        bytes: a checkpoint delta container (src/checkpoint/FORMAT.md; starts with b"A3DC"),
         as `arc_v3 diff` would write for the two dicts saved as safetensors files.
 
     Raises:

@@ -1,6 +1,6 @@
 """Cross-region sync from and into memory: a trainer's ranks publish their tensors to an
 object store after each optimizer step; rollout engines follow the store and update their
-tensors in place (src/FORMAT.md, Part 3: the same protocol as ``arc_v3 publish`` /
+tensors in place (src/sync/PROTOCOL.md: the same protocol as ``arc_v3 publish`` /
 ``arc_v3 pull``, so both sides mix freely with the command line).
 
     # each trainer rank (its FSDP/TP slice: whatever tensors it holds)

@@ -82,7 +82,7 @@ def test_round_trip_any_dtypes():
 def test_bytes_are_the_checkpoint_delta_container():
     prev, nxt = make_state_dicts()
     delta = delta_compress_dicts(prev, nxt)
-    # FORMAT.md Part 2 header: magic, version 2 (it has a group), flags 0, then M and D
+    # src/checkpoint/FORMAT.md "Header": magic, version 2 (it has a group), flags 0, then M and D
     # with 40 + M + D the whole size.
     magic, version, flags, manifest_size, _, data_size, _ = struct.unpack_from(
         "<4sHHQQQQ", delta)

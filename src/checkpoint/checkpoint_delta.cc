@@ -295,7 +295,7 @@ Status CheckBaseRows(const TensorEntry& t, const Piece& p, const uint8_t* base_r
 
 // Puts the file's BF16 delta tensors that `worth_grouping` picks (small ones with few
 // changes: WorthGrouping) into groups of at most kPieceElements elements, in file order
-// (FORMAT.md, Part 2: groups).
+// (src/checkpoint/FORMAT.md, "Group (version 2)").
 void AssignGroups(FileEntry* f, const std::function<bool(const TensorEntry&)>& worth_grouping) {
   for (size_t i = 0; i < f->tensors.size(); ++i) {
     TensorEntry& t = f->tensors[i];

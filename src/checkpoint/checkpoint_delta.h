@@ -117,8 +117,8 @@ struct RunReport {
 };
 
 // A tensor's checksum as containers record it (the target_xxh3 of an ungrouped tensor):
-// XXH3 over the XXH3s of its row blocks of about kPieceElements elements (FORMAT.md,
-// Part 2). `data` holds t.bytes() bytes.
+// XXH3 over the XXH3s of its row blocks of about kPieceElements elements (src/checkpoint/FORMAT.md,
+// "Tensor"). `data` holds t.bytes() bytes.
 uint64_t TensorChecksum(const TensorEntry& t, const uint8_t* data);
 
 // Writes the delta from checkpoint `prev` to `next` (both files or both directories).

@@ -1,4 +1,4 @@
-// The checkpoint delta container (see container.h and src/FORMAT.md (Part 2)).
+// The checkpoint delta container (see container.h and src/checkpoint/FORMAT.md).
 #include "src/checkpoint/container.h"
 
 #include <fcntl.h>

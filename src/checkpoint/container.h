@@ -1,4 +1,4 @@
-// The checkpoint delta container (src/FORMAT.md (Part 2)): a checksummed JSON manifest that
+// The checkpoint delta container (src/checkpoint/FORMAT.md): a checksummed JSON manifest that
 // lists, per tensor, the independently decodable pieces (row blocks) of a delta between
 // two safetensors checkpoints, followed by the pieces' bytes. This layer parses and
 // validates containers and codes single pieces; checkpoint_delta.h builds the diff /
@@ -110,7 +110,7 @@ struct TensorEntry {
   std::vector<uint64_t> shape;
   TensorKind kind = TensorKind::kDelta;
   uint64_t data_offset = 0;  // within the target file's data section
-  // Over the pieces' checksums (FORMAT.md, Part 2). A grouped tensor has no pieces: its
+  // Over the pieces' checksums (src/checkpoint/FORMAT.md, "Tensor"). A grouped tensor has no pieces: its
   // base_xxh3 is that of its base bytes, and its group's target_xxh3 covers its target.
   uint64_t base_xxh3 = 0, target_xxh3 = 0;
   std::vector<Piece> pieces;

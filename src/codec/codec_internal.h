@@ -14,7 +14,7 @@
 
 namespace arc_v3 {
 
-// What a session payload promises (FORMAT.md "Sessions").
+// What a session payload promises (src/codec/FORMAT.md "Sessions").
 struct SessionFrame {
   uint64_t base_checksum = 0;  // XXH3-64 of src
   uint64_t history_id = 0;     // identity of the history the payload was coded with

@@ -1,4 +1,4 @@
-// delta_decompress, delta_inspect and delta_stats: the decoder of src/FORMAT.md.
+// delta_decompress, delta_inspect and delta_stats: the decoder of src/codec/FORMAT.md.
 //
 // Three phases, so that `out` is written only once the result is known to be right:
 //  1. parse and validate the frame, then decode every chunk (in parallel) into its list
@@ -254,7 +254,7 @@ class ChunkDecoder {
   }
 
  private:
-  // The XOR-stream chunk body (FORMAT.md "XOR-stream chunk"): Changed_Count, then the
+  // The XOR-stream chunk body (src/codec/FORMAT.md "XOR-stream chunk"): Changed_Count, then the
   // streams.
   Status DecodeXorStreams(ByteReader* chunk, size_t chunk_len, bool allow_empty,
                           ChunkChanges* changes, ChunkStats* stats) {

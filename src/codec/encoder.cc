@@ -1,4 +1,4 @@
-// delta_compress (src/FORMAT.md).
+// delta_compress (src/codec/FORMAT.md).
 //
 // Format::kArcV3 (format version 1), the scheme as published. Per chunk: XOR + classify
 // (ClassifyChanges), compact the changed elements (CompactChanges), then build three
@@ -97,10 +97,10 @@ void BuildHighRecords(const uint16_t* xors, size_t n, std::vector<uint8_t>* raw)
 
 // Density above which a bitmap is chosen without trying gaps (effort < 2): beyond 1/8 a
 // raw bitmap costs less than a byte per change, which LZ4 (no entropy stage) cannot beat
-// with byte-sized gaps. See FORMAT.md "Choosing the position mode".
+// with byte-sized gaps. See src/codec/FORMAT.md "Choosing the position mode" (measurements: docs/format_notes.md, "Payload format, Choosing the position mode").
 constexpr double kBitmapDensity = 1.0 / 8;
 
-// Appends the XOR-stream chunk body (FORMAT.md "XOR-stream chunk") for a chunk with
+// Appends the XOR-stream chunk body (src/codec/FORMAT.md "XOR-stream chunk") for a chunk with
 // changes.
 void EncodeXorStreams(const uint16_t* src, const uint16_t* dst, size_t chunk_len,
                       const ChangeCounts& counts, const RaceEntrants& entrants, int effort,

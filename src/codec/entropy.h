@@ -28,7 +28,7 @@ class StreamCompressor {
   StreamCompressor(const StreamCompressor&) = delete;
   StreamCompressor& operator=(const StreamCompressor&) = delete;
 
-  // Appends one stream record (FORMAT.md "Stream"): codec id, raw size, stored size if
+  // Appends one stream record (src/codec/FORMAT.md "Stream"): codec id, raw size, stored size if
   // compressed, then the bytes of whichever entrant was smallest. Returns the codec id.
   // false only when memory runs out.
   bool AppendStream(const uint8_t* raw, size_t size, const RaceEntrants& entrants,

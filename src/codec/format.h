@@ -1,4 +1,4 @@
-// Constants and byte-level helpers of the payload format (src/FORMAT.md). Shared by the
+// Constants and byte-level helpers of the payload format (src/codec/FORMAT.md). Shared by the
 // encoder and the decoder; neither depends on the other.
 #ifndef ARC_V3_SRC_CODEC_FORMAT_H_
 #define ARC_V3_SRC_CODEC_FORMAT_H_

@@ -127,7 +127,7 @@ size_t RecentPositions(const uint8_t* history, size_t count, uint32_t* positions
 void AdvanceHistory(const uint16_t* src, const uint16_t* dst, size_t count, uint8_t* history);
 
 // Interleaved rANS decoding of the element symbols of an rANS chunk (rans_coder.h,
-// FORMAT.md "rANS chunk"). kRansLanes coder states; element i of src (i < count) is coded
+// src/codec/FORMAT.md "rANS chunk"). kRansLanes coder states; element i of src (i < count) is coded
 // by state i % kRansLanes. With its class c = clamp(e - class_base, 0, kRansClasses - 1),
 // e the exponent field of src[i], p = probs[c], a = splits[c] & 0xFFFF and
 // b = splits[c] >> 16 (1 <= a < b < p <= 65535), a state x in [2^16, 2^32) decodes

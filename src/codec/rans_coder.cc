@@ -1,4 +1,4 @@
-// rANS chunk coder (see rans_coder.h; the bytes are specified in FORMAT.md, "rANS chunk").
+// rANS chunk coder (see rans_coder.h; the bytes are specified in src/codec/FORMAT.md, "rANS chunk").
 //
 // Chunk bytes (after the frame's Chunk_Mode byte):
 //   Class_Base    1 byte   e0: element i is in class clamp(exponent(src[i]) - e0, 0, 15)

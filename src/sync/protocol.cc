@@ -1,4 +1,4 @@
-// The sync protocol's keys and documents (see protocol.h and src/FORMAT.md, Part 3).
+// The sync protocol's keys and documents (see protocol.h and src/sync/PROTOCOL.md).
 #include "src/sync/protocol.h"
 
 #include <algorithm>

@@ -1,4 +1,4 @@
-// The sync protocol's objects and documents (src/FORMAT.md, Part 3, version 2): where a
+// The sync protocol's objects and documents (src/sync/PROTOCOL.md, version 2): where a
 // step's pieces live in a store, and the documents that describe them: shard records, the
 // group indexes and layouts a completion tree writes over them, the step root that commits
 // a step, and the `latest` pointer. Parsers validate every field; a document that breaks a
@@ -67,7 +67,7 @@ uint64_t StepOfKey(const std::string& key);
 // Whether `name` may name an incarnation: 1 to 64 of [A-Za-z0-9._-], not "." or "..".
 bool ValidIncarnation(const std::string& name);
 
-// One uploaded object: a container (src/FORMAT.md, Part 2) or an index file.
+// One uploaded object: a container (src/checkpoint/FORMAT.md) or an index file.
 struct ObjectRef {
   std::string key;  // empty: absent
   uint64_t size = 0;

@@ -1,4 +1,4 @@
-// Cross-region sync through an object store (src/FORMAT.md, Part 3).
+// Cross-region sync through an object store (src/sync/PROTOCOL.md).
 //
 // Each trainer shard publishes its safetensors file for a step (Publish): a delta against
 // its file of the base step, an anchor (the file whole, compressed) every N steps, and a

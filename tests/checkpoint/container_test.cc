@@ -279,7 +279,7 @@ TEST_CASE("BF16 pieces are arc_v3 payloads in the requested format; both decode"
     CHECK(piece.coder == Coder::kArcV3);
     PayloadInfo info;
     REQUIRE_OK(delta_inspect(stored.data(), stored.size(), &info));
-    // Format::kArcV3 is ARCv3 as published: payload format version 1 (FORMAT.md Part 1).
+    // Format::kArcV3 is ARCv3 as published: payload format version 1 (src/codec/FORMAT.md).
     CHECK((info.format_version == 1) == (format == Format::kArcV3));
     std::vector<uint8_t> out(base.bytes.size());
     REQUIRE_OK(DecodePiece(piece, stored.data(), base.bytes.data(), out.size(), 2, out.data()));

@@ -370,7 +370,7 @@ run_store() {
       local A=("$AWS" --endpoint-url "$AWS_ENDPOINT_URL")
       "${A[@]}" s3 ls --recursive "$S/" > "$W/ls.txt" 2> err.txt || fail "aws s3 ls: $(cat err.txt)"
       # Protocol 2's layout: the root, a group index, records and objects spread over
-      # two-hex-digit prefixes (src/FORMAT.md, Part 3).
+      # two-hex-digit prefixes (src/sync/PROTOCOL.md, "Object layout").
       local key
       for key in latest 'steps/000000000005\.json' 'groups/000000000005/00002/0/00000\.json' \
                  'r/[0-9a-f][0-9a-f]/000000000005-00002-00000/0/0000[01]\.json'; do

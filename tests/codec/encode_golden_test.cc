@@ -1,5 +1,5 @@
 // The encoder's bytes are part of the promise: the same (src, dst, options) give the same
-// payload on every machine, compiler and SIMD target (FORMAT.md). This test re-encodes
+// payload on every machine, compiler and SIMD target (src/codec/FORMAT.md). This test re-encodes
 // the golden tensors (tests/golden/ENCODE.txt lists the options that made each committed
 // NAME.arc3, on x86) on every compiled target and compares byte for byte; run on Arm by
 // tests/run_neon.sh, it checks NEON/SVE/SVE2 against the x86 bytes.

@@ -1,5 +1,5 @@
 // delta_compress_tensors / delta_decompress_tensors: several tensors in one payload
-// (format version 6, FORMAT.md "Frame_Header").
+// (format version 6, src/codec/FORMAT.md "Frame_Header").
 #include <doctest/doctest.h>
 
 #include <algorithm>

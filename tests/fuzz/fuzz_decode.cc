@@ -188,7 +188,7 @@ int FuzzDecode(const uint8_t* data, size_t size) {
   // cannot produce unless it decodes to exactly this sentinel fill.
   const uint64_t checksum = 0x0123456789ABCDEFull;
 
-  // FORMAT.md Frame_Header: byte 5 holds the flags, bit 0 = Session (version 2).
+  // src/codec/FORMAT.md Frame_Header: byte 5 holds the flags, bit 0 = Session (version 2).
   const bool session = info.format_version >= 2 && (data[5] & 1) != 0;
   PayloadStats stats;
   const Status stats_status = delta_stats(src.data(), n, data, size, &stats);
@@ -213,7 +213,7 @@ int FuzzDecode(const uint8_t* data, size_t size) {
 
   std::vector<uint16_t> out(n + 1, 0xBEEF);
   if (session) return FuzzSessionDecode(src, info, data, size, checksum, &out);
-  // FORMAT.md Frame_Header: Flags bit 1 = several tensors (version 6).
+  // src/codec/FORMAT.md Frame_Header: Flags bit 1 = several tensors (version 6).
   if (info.format_version >= 6 && (data[5] & 2) != 0) {
     return FuzzTensorsDecode(src, info, data, size, checksum, stats_status.ok(), &out);
   }

@@ -1,5 +1,5 @@
 // Fuzz target: the sync protocol's documents as a region reads them from a store it does
-// not control (src/sync/protocol.h; src/FORMAT.md, Part 3): step roots, group indexes,
+// not control (src/sync/protocol.h; src/sync/PROTOCOL.md): step roots, group indexes,
 // shard records, layouts, the `latest` pointer, each plain or in a DSSE envelope, and the
 // envelope parser itself (src/sync/signing.h). Input: one byte choosing the kind, then the
 // document's bytes.

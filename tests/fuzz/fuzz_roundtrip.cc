@@ -1,7 +1,7 @@
 // Fuzz target: round trips of fuzzer-built (src, dst) pairs through every format, effort
 // and chunk size. Promises checked: decoding gives dst exactly (out of place and in
 // place), compressing twice and with another thread count gives the same bytes, and the
-// bytes are the same on every SIMD target compiled in (FORMAT.md: the payload does not
+// bytes are the same on every SIMD target compiled in (src/codec/FORMAT.md, "Conventions": the payload does not
 // depend on the target).
 //
 // Input: an options byte, a data-mode byte, a length, then data:

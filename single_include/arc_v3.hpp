@@ -4085,15 +4085,26 @@ Status TryParallelFor(size_t num_tasks, size_t num_workers, const Func& func) {
 
 #endif  // ARC_V3_SRC_COMMON_PARALLEL_H_
 // ---- src/codec/decoder.cc (continued) ---------------------------------------------------
+// ---- src/common/status_macros.h ---------------------------------------------------------
+// ARC_V3_RETURN_IF_ERROR: the one way the library passes an error up. Internal to the
+// library (users of arc_v3.hpp get no macros from it).
+#ifndef ARC_V3_SRC_COMMON_STATUS_MACROS_H_
+#define ARC_V3_SRC_COMMON_STATUS_MACROS_H_
+
+
+// Evaluates `expr` (an arc_v3::Status) once and returns it from the enclosing function
+// unless it is ok.
+#define ARC_V3_RETURN_IF_ERROR(expr)                \
+  do {                                              \
+    ::arc_v3::Status arc_v3_status_ = (expr);       \
+    if (!arc_v3_status_.ok()) return arc_v3_status_; \
+  } while (0)
+
+#endif  // ARC_V3_SRC_COMMON_STATUS_MACROS_H_
+// ---- src/codec/decoder.cc (continued) ---------------------------------------------------
 
 namespace arc_v3 {
 namespace {
-
-#define ARC_V3_RETURN_IF_ERROR(expr)  \
-  do {                                \
-    Status status_ = (expr);          \
-    if (!status_.ok()) return status_; \
-  } while (0)
 
 struct FrameHeader {
   int version = 0;
@@ -5579,7 +5590,6 @@ Status Session::DecompressTensors(const TensorOut* tensors, size_t tensor_count,
 
 // Macros of the .cc files above, which user code after them need not see.
 #undef ARC_V3_RANS_INLINE
-#undef ARC_V3_RETURN_IF_ERROR
 #undef ARC_V3_HWY_SELF_
 
 #endif  // misuse

@@ -23,15 +23,10 @@
 #include "src/codec/model_coder.h"
 #include "src/codec/rans_coder.h"
 #include "src/common/parallel.h"
+#include "src/common/status_macros.h"
 
 namespace arc_v3 {
 namespace {
-
-#define ARC_V3_RETURN_IF_ERROR(expr)  \
-  do {                                \
-    Status status_ = (expr);          \
-    if (!status_.ok()) return status_; \
-  } while (0)
 
 struct FrameHeader {
   int version = 0;

@@ -51,7 +51,10 @@ const char* VersionString();
 uint32_t FormatVersion();
 
 //------------------------------------------------------------------------------
-// Errors. Values are stable: never renumbered, only appended.
+// Errors: one enum that every layer shares (the codec, arc_v3_checkpoint.hpp and
+// arc_v3_sync.hpp), so that a Status passes up the layers unchanged and a caller handles one
+// set of codes. Each code is listed with the layers that return it. Values are stable:
+// never renumbered, only appended.
 enum class ErrorCode : uint16_t {
   kOk = 0,
   kInvalidArgument = 1,    // null pointer with a nonzero count, bad option value
@@ -69,7 +72,8 @@ enum class ErrorCode : uint16_t {
   kInternal = 13,          // a bug; please report
   kWrongBase = 14,         // a session payload was made from another base than src
   kHistoryMismatch = 15,   // session payload vs. stateless call, or sessions out of step
-  // Object stores and the sync protocol (src/sync/), beside the codec's own codes.
+  // The sync layer's (arc_v3_sync.hpp: object stores and the protocol); the codes above
+  // are every layer's.
   kNotFound = 16,          // no such object, step or file
   kAlreadyExists = 17,     // a write-once object exists with other contents
   kUnavailable = 18,       // the store cannot be reached or keeps failing (after retries)

@@ -89,7 +89,10 @@ const char* VersionString();
 uint32_t FormatVersion();
 
 //------------------------------------------------------------------------------
-// Errors. Values are stable: never renumbered, only appended.
+// Errors: one enum that every layer shares (the codec, arc_v3_checkpoint.hpp and
+// arc_v3_sync.hpp), so that a Status passes up the layers unchanged and a caller handles one
+// set of codes. Each code is listed with the layers that return it. Values are stable:
+// never renumbered, only appended.
 enum class ErrorCode : uint16_t {
   kOk = 0,
   kInvalidArgument = 1,    // null pointer with a nonzero count, bad option value
@@ -107,7 +110,8 @@ enum class ErrorCode : uint16_t {
   kInternal = 13,          // a bug; please report
   kWrongBase = 14,         // a session payload was made from another base than src
   kHistoryMismatch = 15,   // session payload vs. stateless call, or sessions out of step
-  // Object stores and the sync protocol (src/sync/), beside the codec's own codes.
+  // The sync layer's (arc_v3_sync.hpp: object stores and the protocol); the codes above
+  // are every layer's.
   kNotFound = 16,          // no such object, step or file
   kAlreadyExists = 17,     // a write-once object exists with other contents
   kUnavailable = 18,       // the store cannot be reached or keeps failing (after retries)
@@ -1473,8 +1477,8 @@ constexpr size_t kMaxModelledChunk = size_t{1} << 24;
 
 // Session history (optional): one byte per element that sender and receiver both keep
 // across the steps of a session, so that the coder can use what changed before (an
-// element that changed in the previous step changes again 15-30% of the time instead of
-// 0.2-6%, almost always in the same direction). Bits 0-2: age of the element's last
+// element that changed in the previous step is several times likelier to change again,
+// almost always in the same direction). Bits 0-2: age of the element's last
 // change (0: none recorded, 1: the previous step, ..., 7: seven or more steps ago);
 // bit 3: that change went up (in MonotoneKey order); bits 4-7: unused (ignored).
 // A new session starts from all zeros; after each step both sides call AdvanceHistory
@@ -1561,8 +1565,8 @@ inline int HistoryClass(uint8_t history) {
 }
 
 // Recent elements (IsRecent in kernels.h): those whose last change was
-// 1 or 2 steps ago. On the corpus such an element changes again with about 1% chance
-// whatever its exponent, except the tiny weights, which change again ~90% of the time: no
+// 1 or 2 steps ago. On the corpus such an element changes again with a small chance
+// whatever its exponent, except the tiny weights, which change again most of the time: no
 // rate proportional to 2^-exponent expresses that, so they are coded first, one decision
 // each in the context of their age and rate log, and the bisection gives them rate 1
 // (kRecentBoost, the boost of history classes 1 and 2) and skips them. Ages 1-2 only: at
@@ -1674,13 +1678,13 @@ constexpr int kTrustedSplitSeen = 126;
 constexpr int kValueSeen = 2, kValueShift = 7;
 // Value priors from L (Layout bit 4). The sign is a fair coin whatever the exponent: it
 // starts at 1/2 as if 30 signs had been seen (adapting by 1/32, not 1/2, at first)
-// instead of paying to learn 1/2 in every context. In a session the direction of the last change predicts it (~94% the
-// same direction), with a prior of about 6% for the other one.
+// instead of paying to learn 1/2 in every context. In a session the direction of the last
+// change predicts it (most changes keep it), with a prior of about 6% for the other one.
 constexpr int kSignSeen = 30;
 constexpr uint16_t kSignAgainstHint = 4000;
 constexpr int kSignHintSeen = 4;
-// A recent element changes again with the chance its rate promises, but at least ~1% (the
-// corpus' rate for most exponents); few observations teach the rest.
+// A recent element changes again with the chance its rate promises, but at least 655 / 2^16
+// (about the corpus' rate for most exponents); few observations teach the rest.
 constexpr uint16_t kRecentPrior = 655;
 
 // ---------------------------------------------------------------------------------------
@@ -1823,7 +1827,7 @@ struct Model {
     }
     for (int a = 0; a < kRateLogs; ++a) {
       for (int j = 0; j < kUnaryBits; ++j) {
-        // Without value priors: |d| = 1 for ~90% of changes, each further class rarer.
+        // Without value priors: |d| = 1 for most changes, each further class rarer.
         // With them: an element whose expected change count x = 2^(a - L/4) is large
         // moves by more than one ULP; P(class > j | class >= j) = x / 2^j / (1 + x / 2^j)
         // follows the corpus' measured curve to within about half an octave.
@@ -1866,8 +1870,8 @@ namespace {
 using model_coder::Model;
 
 // Column signs (Layout bit 6): within a weight matrix the updates of one column (an input
-// feature) share their sign more often than chance (on the corpus' OCR model a sign costs
-// ~0.89 bits in the context of its column's earlier signs, instead of 1). With period P,
+// feature) share their sign more often than chance (a sign costs less than a bit in the
+// context of its column's earlier signs: docs/format_notes.md). With period P,
 // the row length, element i of the chunk is in column i mod P; each column keeps a counter
 // of its changes' signs so far in the chunk (+1 for each negative, -1 for each positive,
 // clamped to [-2, 2]), and a change in a column whose counter is not 0 codes its sign in
@@ -2249,8 +2253,8 @@ uint64_t ContextCost(uint64_t a, uint64_t b) {
 uint32_t ChooseSignPeriod(const uint16_t* src, const uint16_t* dst,
                           const std::vector<uint32_t>& changed, const uint8_t* history,
                           const std::vector<uint32_t>& candidates) {
-  // Below ~256 changes even the corpus' coherence (~0.1 bits a sign) saves less than the
-  // margin: not worth the estimate.
+  // Below this many changes even the corpus' column coherence saves less than the margin:
+  // not worth the estimate.
   constexpr size_t kMinChanges = 256;
   if (candidates.empty() || changed.size() < kMinChanges) return 0;
   std::vector<uint8_t> signs(changed.size());  // bit 0: negative; bits 1-2: history hint
@@ -2310,8 +2314,8 @@ uint32_t ChooseSignPeriod(const uint16_t* src, const uint16_t* dst,
 
 // The cap the encoder gives a chunk's rates (kModelRateCap) unless the chunk is very
 // sparse: on the corpus elements of rate 2^23 and above (weights below 2^-16) change in
-// about half the steps, whatever their rate; capping there saved ~0.7% of the OCR runs'
-// grouped payloads, and the ratio changes little between caps of 22 and 25.
+// about half the steps, whatever their rate, so capping their rates saves payload; the
+// ratio changes little between neighbouring caps (docs/format_notes.md).
 constexpr int kDefaultRateCap = 24;
 constexpr size_t kRateWindow = 4096;  // elements whose group sums GroupRateSums writes at once
 
@@ -2344,6 +2348,101 @@ int SumRates(const uint16_t* src, size_t len, int rate_cap, size_t step, uint64_
   }
   return largest;
 }
+
+// The Rate_Cap of a chunk with `total` changes, its rate sums in *all_rates and (not null)
+// step_sums as SumRates writes them.
+int ChooseRateCap(const uint16_t* src, size_t len, uint64_t total, size_t step,
+                  uint64_t* step_sums, uint64_t* all_rates) {
+  int rate_cap = kDefaultRateCap;
+  const int largest = SumRates(src, len, rate_cap, step, step_sums, all_rates);
+  if (largest <= rate_cap) return kMaxRateLog;  // the cap changes no rate: left out
+  // An element at rate 2^(L/4) changes about once a step. In a chunk so sparse that this
+  // level is near the default cap, the cap moves to two octaves above it.
+  const int level = (Log2Q4(*all_rates) - Log2Q4(total)) / 4;
+  if (level + 2 > rate_cap) {
+    rate_cap = level + 2 >= largest ? kMaxRateLog : level + 2;
+    SumRates(src, len, rate_cap, step, step_sums, all_rates);
+  }
+  return rate_cap;
+}
+
+// Changes and rate sums per history class (all in class 0 without history). The changes
+// of classes 1 and 2 stay uncounted: only classes 0 and 3 set the boost.
+struct HistoryTallies {
+  uint64_t changes[kHistoryClasses];
+  uint64_t rate_sums[kHistoryClasses];
+  uint64_t recent_elements = 0;
+  std::vector<uint32_t> bisected;  // with a history: the changes left to the bisection
+};
+
+// Fills `t` (which holds the chunk's totals in class 0) from a session history.
+void TallyHistoryClasses(const uint16_t* src, const uint8_t* history, size_t len, int rate_cap,
+                         const std::vector<uint32_t>& changed, HistoryTallies& t) {
+  const uint64_t all_rates = t.rate_sums[0];
+  // Elements with a recorded change are a minority: skip the others 8 at a time.
+  constexpr uint64_t kAges = 0x0101010101010101ull * kHistoryAgeMask;
+  size_t i = 0;
+  while (i < len) {
+    uint64_t word = 0;
+    if (i + 8 <= len) std::memcpy(&word, history + i, 8);
+    if (i + 8 <= len && (word & kAges) == 0) {
+      i += 8;
+    } else {
+      t.rate_sums[HistoryClass(history[i])] += CappedRate(src[i], rate_cap);
+      t.recent_elements += IsRecent(history[i]);
+      ++i;
+    }
+  }
+  t.rate_sums[0] = all_rates - t.rate_sums[1] - t.rate_sums[2] - t.rate_sums[3];
+  t.changes[0] = 0;
+  t.bisected.reserve(changed.size());
+  for (const uint32_t position : changed) {
+    if (IsRecent(history[position])) continue;
+    ++t.changes[HistoryClass(history[position])];
+    t.bisected.push_back(position);
+  }
+}
+
+// L, the chunk's rate prior (see the top of this file), for the changes the bisection
+// codes: with a history, those not recent, and the recent elements at rate 1 each.
+int RatePriorOf(const HistoryTallies& t, uint8_t boost, bool with_history, uint64_t total) {
+  // Only the prior uses this sum: saturate rather than overflow.
+  const uint64_t limit = uint64_t{1} << 60;
+  uint64_t rate_sum =
+      t.rate_sums[0] + (t.rate_sums[3] >= (limit >> boost) ? limit : t.rate_sums[3] << boost);
+  if (with_history) rate_sum += t.recent_elements;  // never 0 in all
+  const uint64_t bisected_total = with_history ? t.bisected.size() : total;
+  // rate_sum >= len >= changes, so L >= 0 up to the Log2Q4 rounding; <= 4 * 62.
+  return std::min(
+      std::max(Log2Q4(rate_sum) - Log2Q4(std::max<uint64_t>(bisected_total, 1)), 0), 255);
+}
+
+// The chunk header's fields (see the top of this file).
+struct ModelledHeader {
+  int log2_block;
+  bool with_history;
+  bool carried;
+  uint32_t sign_period;  // 0: no column signs
+  int rate_cap;          // kMaxRateLog: uncapped
+  int rate_prior;        // L
+  uint8_t boost;
+
+  void AppendTo(std::vector<uint8_t>* out) const {
+    out->push_back(static_cast<uint8_t>((log2_block - kMinModelBlockLog) |
+                                        (with_history ? kModelHistory : 0) |
+                                        (carried ? kModelCarried : 0) |
+                                        (sign_period != 0 ? kModelColumnSigns : 0) |
+                                        (rate_cap < kMaxRateLog ? kModelRateCap : 0) |
+                                        kModelValuePriors));
+    out->push_back(static_cast<uint8_t>(rate_prior));
+    if (with_history) out->push_back(boost);
+    if (sign_period != 0) {
+      out->push_back(static_cast<uint8_t>(sign_period));
+      out->push_back(static_cast<uint8_t>(sign_period >> 8));
+    }
+    if (rate_cap < kMaxRateLog) out->push_back(static_cast<uint8_t>(rate_cap));
+  }
+};
 
 // log2_block < 0: chosen from the density. Bytes: see the top of this file.
 Status EncodeChunk(const uint16_t* src, const uint16_t* dst, size_t len, int log2_block,
@@ -2379,95 +2478,36 @@ Status EncodeChunk(const uint16_t* src, const uint16_t* dst, size_t len, int log
   }
   uint64_t* const step_sums = keep_block_sums ? block_sums.data() : nullptr;
   uint64_t all_rates = 0;
-  int rate_cap = kDefaultRateCap;
-  const int largest = SumRates(src, len, rate_cap, step, step_sums, &all_rates);
-  if (largest <= rate_cap) {
-    rate_cap = kMaxRateLog;  // the cap changes no rate: left out
-  } else {
-    // An element at rate 2^(L/4) changes about once a step. In a chunk so sparse that this
-    // level is near the default cap, the cap moves to two octaves above it.
-    const int level = (Log2Q4(all_rates) - Log2Q4(total)) / 4;
-    if (level + 2 > rate_cap) {
-      rate_cap = level + 2 >= largest ? kMaxRateLog : level + 2;
-      SumRates(src, len, rate_cap, step, step_sums, &all_rates);
-    }
-  }
-  // Changes and rate sums per history class (all in class 0 without history). The changes
-  // of classes 1 and 2 stay uncounted: only classes 0 and 3 set the boost.
-  uint64_t changes[kHistoryClasses] = {total, 0, 0, 0};
-  uint64_t rate_sums[kHistoryClasses] = {all_rates, 0, 0, 0};
-  uint64_t recent_elements = 0;
-  std::vector<uint32_t> bisected;  // with a history: the changes left to the bisection
-  if (history != nullptr) {
-    // Elements with a recorded change are a minority: skip the others 8 at a time.
-    constexpr uint64_t kAges = 0x0101010101010101ull * kHistoryAgeMask;
-    size_t i = 0;
-    while (i < len) {
-      uint64_t word = 0;
-      if (i + 8 <= len) std::memcpy(&word, history + i, 8);
-      if (i + 8 <= len && (word & kAges) == 0) {
-        i += 8;
-      } else {
-        rate_sums[HistoryClass(history[i])] += CappedRate(src[i], rate_cap);
-        recent_elements += IsRecent(history[i]);
-        ++i;
-      }
-    }
-    rate_sums[0] = all_rates - rate_sums[1] - rate_sums[2] - rate_sums[3];
-    changes[0] = 0;
-    bisected.reserve(total);
-    for (const uint32_t position : changed) {
-      if (IsRecent(history[position])) continue;
-      ++changes[HistoryClass(history[position])];
-      bisected.push_back(position);
-    }
-  }
+  const int rate_cap = ChooseRateCap(src, len, total, step, step_sums, &all_rates);
+  HistoryTallies tallies = {{total, 0, 0, 0}, {all_rates, 0, 0, 0}};
+  if (history != nullptr) TallyHistoryClasses(src, history, len, rate_cap, changed, tallies);
   // A history without recorded changes (a session's first step) is not worth its bytes.
-  if ((rate_sums[1] | rate_sums[2] | rate_sums[3]) == 0) history = nullptr;
+  if ((tallies.rate_sums[1] | tallies.rate_sums[2] | tallies.rate_sums[3]) == 0) {
+    history = nullptr;
+  }
   // With a history the recent elements (classes 1 and 2) are coded first (CodeRecent), and
   // the bisection codes the rest: class 0 and class 3 with its boost.
-  const uint8_t boost = history != nullptr ? EstimateBoost(changes[3], rate_sums[3], changes[0],
-                                                           rate_sums[0])
-                                           : 0;
-  const int8_t boosts[kHistoryClasses] = {0, kRecentBoost, kRecentBoost,
-                                          static_cast<int8_t>(boost)};
-  // Only the prior below uses this sum: saturate rather than overflow.
-  const uint64_t limit = uint64_t{1} << 60;
-  uint64_t rate_sum =
-      rate_sums[0] + (rate_sums[3] >= (limit >> boost) ? limit : rate_sums[3] << boost);
-  if (history != nullptr) {
-    if (choose_block) log2_block = ChooseBlockLog(bisected.size(), len);
-    rate_sum += recent_elements;  // rate 1 each in the bisection (never 0 in all)
-  }
-  const uint64_t bisected_total = history != nullptr ? bisected.size() : total;
-  // rate_sum >= len >= changes, so L >= 0 up to the Log2Q4 rounding; <= 4 * 62.
-  const int L = std::min(
-      std::max(Log2Q4(rate_sum) - Log2Q4(std::max<uint64_t>(bisected_total, 1)), 0), 255);
-  const uint32_t sign_period =
-      sign_periods != nullptr ? ChooseSignPeriod(src, dst, changed, history, *sign_periods) : 0;
-  out->push_back(static_cast<uint8_t>((log2_block - kMinModelBlockLog) |
-                                      (history != nullptr ? kModelHistory : 0) |
-                                      (carried.start != nullptr ? kModelCarried : 0) |
-                                      (sign_period != 0 ? kModelColumnSigns : 0) |
-                                      (rate_cap < kMaxRateLog ? kModelRateCap : 0) |
-                                      kModelValuePriors));
-  out->push_back(static_cast<uint8_t>(L));
-  if (history != nullptr) out->push_back(boost);
-  if (sign_period != 0) {
-    out->push_back(static_cast<uint8_t>(sign_period));
-    out->push_back(static_cast<uint8_t>(sign_period >> 8));
-  }
-  if (rate_cap < kMaxRateLog) out->push_back(static_cast<uint8_t>(rate_cap));
-  EncoderIo io(src, dst, history != nullptr ? &bisected : &changed, out);
+  const uint8_t boost =
+      history != nullptr ? EstimateBoost(tallies.changes[3], tallies.rate_sums[3],
+                                         tallies.changes[0], tallies.rate_sums[0])
+                         : 0;
+  if (history != nullptr && choose_block) log2_block = ChooseBlockLog(tallies.bisected.size(), len);
+  const ModelledHeader header = {
+      log2_block, history != nullptr, carried.start != nullptr,
+      sign_periods != nullptr ? ChooseSignPeriod(src, dst, changed, history, *sign_periods) : 0,
+      rate_cap, RatePriorOf(tallies, boost, history != nullptr, total), boost};
+  header.AppendTo(out);
+  EncoderIo io(src, dst, history != nullptr ? &tallies.bisected : &changed, out);
   if (history == nullptr) {
     PlainRates rates(src, len, rate_cap);
-    CodeChunk(src, rates, len, log2_block, L, /*value_priors=*/true,
-              sign_period, carried, &io,
-              keep_block_sums ? block_sums.data() : nullptr);
+    CodeChunk(src, rates, len, log2_block, header.rate_prior, /*value_priors=*/true,
+              header.sign_period, carried, &io, step_sums);
   } else {
+    const int8_t boosts[kHistoryClasses] = {0, kRecentBoost, kRecentBoost,
+                                            static_cast<int8_t>(boost)};
     HistoryRates rates(src, history, len, boosts, rate_cap);
-    CodeChunk(src, rates, len, log2_block, L, /*value_priors=*/true,
-              sign_period, carried, &io, /*block_sums=*/nullptr, history);
+    CodeChunk(src, rates, len, log2_block, header.rate_prior, /*value_priors=*/true,
+              header.sign_period, carried, &io, /*block_sums=*/nullptr, history);
   }
   io.Finish();
   return Status::Ok();
@@ -2981,7 +3021,7 @@ RaceEntrants EntrantsForEffort(int effort) {
       e.lz4 = true;
       e.zstd_levels[0] = 3;
       break;
-    case 2:  // zstd -19 would gain ~1% for ~100x the time (bench, ARCv3 format)
+    case 2:  // zstd -19 would gain little for far more time (docs/format_notes.md)
       e.lz4 = true;
       e.zstd_levels[0] = 3;
       e.zstd_levels[1] = 9;
@@ -3128,7 +3168,7 @@ Status StreamDecompressor::Decode(uint8_t codec, const uint8_t* in, size_t in_si
 // renormalisation. The element encoder starts state l at 2^16 + unit l of the escape
 // stream, so the decoder gets those 16 units back from where its states end (they would
 // be 32 bytes of padding otherwise); the escape encoder starts at 2^16.
-// About 90% of changes are +-1: the vectorised element stream decodes them completely.
+// Most changes are +-1: the vectorised element stream decodes them completely.
 // ---- src/codec/rans_coder.h -------------------------------------------------------------
 // rANS chunk coder: the same knowledge as the modelled coder
 // (model_coder.h) — an element's chance to change halves with each step up of its
@@ -3136,12 +3176,12 @@ Status StreamDecompressor::Decode(uint8_t codec, const uint8_t* in, size_t in_si
 // fitted once per chunk and sent in its header, so that nothing adapts and both sides
 // run 16 interleaved rANS states on vectors (the DecodeRansChanges and EncodeRansElements
 // kernels): one symbol per element (unchanged, +1, -1, escape); only escapes (|d| >= 2,
-// ~10% of changes) go through a scalar stream.
+// a minority of changes) go through a scalar stream.
 //
-// Where it pays: dense chunks, where the adaptive coder's serial binary decisions (~13 per
-// change at 2% density) are slow to decode; this one costs ~90 header bytes
-// (probabilities and coder states, a third of them carrying escape data) and codes within
-// about 1% of the modelled coder's size there. The frame encoder picks it for dense chunks
+// Where it pays: dense chunks, where the adaptive coder's serial binary decisions (a dozen
+// or more per change) are slow to decode; this one costs about 90 header bytes
+// (probabilities and coder states, a third of them carrying escape data) and codes about as
+// small as the modelled coder there. The frame encoder picks it for dense chunks
 // (encoder.cc, PreferRans).
 //
 // Layer: chunk coder, below the frame format, like model_coder.h. Integer arithmetic
@@ -3215,6 +3255,23 @@ Status DecodeChunkRans(const uint16_t* src, size_t len, const uint8_t* bytes, si
 
 #include <limits>
 
+// ---- src/common/status_macros.h ---------------------------------------------------------
+// ARC_V3_RETURN_IF_ERROR: the one way the library passes an error up. Internal to the
+// library (users of arc_v3.hpp get no macros from it).
+#ifndef ARC_V3_SRC_COMMON_STATUS_MACROS_H_
+#define ARC_V3_SRC_COMMON_STATUS_MACROS_H_
+
+
+// Evaluates `expr` (an arc_v3::Status) once and returns it from the enclosing function
+// unless it is ok.
+#define ARC_V3_RETURN_IF_ERROR(expr)                \
+  do {                                              \
+    ::arc_v3::Status arc_v3_status_ = (expr);       \
+    if (!arc_v3_status_.ok()) return arc_v3_status_; \
+  } while (0)
+
+#endif  // ARC_V3_SRC_COMMON_STATUS_MACROS_H_
+// ---- src/codec/rans_coder.cc (continued) ------------------------------------------------
 
 namespace arc_v3 {
 namespace {
@@ -3230,7 +3287,7 @@ constexpr size_t kHeaderBytes = 1 + kClasses + 4 + 2;
 constexpr size_t kHistoryHeaderBytes = kHeaderBytes + 4 * kClasses;
 constexpr size_t kElementStateBytes = 4 * kRansLanes;
 constexpr size_t kEscapeStateBytes = 4 * kEscapeLanes;
-// Version 5: units of the escape stream carried by the element states' ends.
+// Units of the escape stream carried by the element states' ends.
 constexpr size_t kLaneUnits = kRansLanes;
 constexpr uint8_t kOctaveSlope = 16;  // one octave per exponent step
 // The slopes the encoder tries (the decoder takes any byte).
@@ -3466,8 +3523,8 @@ const LogisticCosts& Logistic() {
 // cheaply. The cost is convex in (V, S) (a logistic regression, t = V - S z), and nearly
 // separable written as t = W - S (z - center) about the decisions' mean z: a scan of W
 // at S = 16 (one octave per exponent step), then a pattern search on (W, S) with halving
-// steps. Real runs lie between 1 and 2 octaves per exponent step (a fixed 16 costs 1-2%
-// of the payload at 2-8% density).
+// steps. Real runs lie between 1 and 2 octaves per exponent step, so a fixed slope would
+// cost payload (docs/format_notes.md).
 struct ValueCurve {
   uint16_t log;
   uint8_t slope;
@@ -3629,7 +3686,7 @@ inline ValueCode ValueCodeOf(uint16_t prev, uint16_t next) {
 // rANS decoding of the escape stream (the element stream is the DecodeRansChanges
 // kernel's).
 // Inlined into the decoding loop, so that the states stay in registers (GCC does not
-// inline Decode on its own: it calls it with the state in memory, ~2x slower).
+// inline Decode on its own: it calls it with the state in memory, which is much slower).
 #define ARC_V3_RANS_INLINE inline __attribute__((always_inline))
 
 class EscapeDecoder {
@@ -3693,6 +3750,286 @@ Status Corrupt(const char* what) {
   return Status(ErrorCode::kCorruptChunk, std::string("rANS chunk: ") + what);
 }
 
+// ---------------------------------------------------------------------------------------
+// EncodeChunkRans's steps.
+
+// What the encoder counts over a chunk to fit its model.
+struct RansTallies {
+  // Elements and changes by history class (0 without a history) and exponent.
+  uint64_t all[kRansHistoryClasses][256] = {};
+  uint64_t changed[kRansHistoryClasses][256] = {};
+  // +-1 steps by history class, direction (0 up, 1 down) and exponent; with a history only.
+  uint64_t steps[kRansHistoryClasses][2][256] = {};
+  // The value decisions "|d| >= 2^(j+1) given |d| >= 2^j" by z = e + j: [0] for j = 0
+  // (every change makes one), [1] for j >= 1.
+  uint64_t ones[2][kValueZ] = {};
+  uint64_t zeros[2][kValueZ] = {};
+  // The positions of the escapes (|d| >= 2), ascending.
+  std::vector<uint32_t> escape_positions;
+};
+
+// Tallies the changes at `positions` (and, with a history, changes and steps by history
+// class; without one, `changed` from the value decisions). The elements are TallyElements'.
+void TallyRansChanges(const uint16_t* src, const uint16_t* dst, const uint32_t* positions,
+                      size_t changes, const uint8_t* history, RansTallies& t) {
+  t.escape_positions.reserve(changes / 8);
+  for (size_t r = 0; r < changes; ++r) {
+    const uint32_t pos = positions[r];
+    const int e = ExponentOf(src[pos]);
+    const ValueCode code = ValueCodeOf(src[pos], dst[pos]);
+    ++(code.cls > 0 ? t.ones : t.zeros)[0][e];
+    if (history != nullptr) {
+      // Indexed, not branched on: the direction is a coin flip to a branch predictor.
+      const int h = RansHistoryClass(history[pos]);
+      ++t.changed[h][e];
+      t.steps[h][code.negative][e] += code.cls == 0;
+    }
+    if (code.cls == 0) continue;
+    t.escape_positions.push_back(pos);
+    for (int j = 1; j <= std::min(code.cls, kUnaryDecisions - 1); ++j) {
+      ++(code.cls > j ? t.ones : t.zeros)[1][e + j];
+    }
+  }
+  if (history == nullptr) {
+    for (int e = 0; e < 256; ++e) t.changed[0][e] = t.ones[0][e] + t.zeros[0][e];
+  }
+}
+
+// History_Up_Q (history classes 1 and 2, kClasses bytes each) for the classes of
+// `class_base`. Returns the cost of all +-1 steps' directions: about a bit each for the
+// steps of history class 0, the Up_Q codings' for the others.
+uint64_t ChooseRansUpQ(const RansTallies& t, int class_base, uint8_t* up_q) {
+  uint64_t cost = 0;
+  uint64_t steps_without_history = 0;
+  for (int e = 0; e < 256; ++e) steps_without_history += t.steps[0][0][e] + t.steps[0][1][e];
+  cost += steps_without_history << 16;
+  for (int h = 1; h < kRansHistoryClasses; ++h) {
+    uint64_t class_ups[kClasses] = {}, class_downs[kClasses] = {};
+    for (int e = 0; e < 256; ++e) {
+      const int c = std::min(std::max(e - class_base, 0), kClasses - 1);
+      class_ups[c] += t.steps[h][0][e];
+      class_downs[c] += t.steps[h][1][e];
+    }
+    for (int c = 0; c < kClasses; ++c) {
+      up_q[(h - 1) * kClasses + c] = BestUpQ(class_ups[c], class_downs[c], &cost);
+    }
+  }
+  return cost;
+}
+
+// The header bytes that a history adds: History_Change_Q, then History_Up_Q.
+constexpr size_t kRansHistoryQBytes = 4 * kClasses;
+
+// Class_Base and Change_Q, and with a history its kRansHistoryQBytes (history_q). The
+// history pays for its header bytes, or the chunk is coded without it.
+// Returns whether the chunk is coded with the history.
+bool ChooseRansPositions(const RansTallies& t, bool with_history, uint8_t* class_base,
+                         uint8_t* change_q, uint8_t* history_q) {
+  uint64_t cost = ChoosePositionModel(t.all, t.changed, with_history ? kRansHistoryClasses : 1,
+                                      class_base, change_q);
+  if (!with_history) return false;
+  std::memcpy(history_q, change_q + kClasses, 2 * kClasses);
+  cost += ChooseRansUpQ(t, *class_base, history_q + 2 * kClasses);
+  uint64_t all_plain[1][256] = {}, changed_plain[1][256] = {};
+  uint64_t all_steps = 0;
+  for (int h = 0; h < kRansHistoryClasses; ++h) {
+    for (int e = 0; e < 256; ++e) {
+      all_plain[0][e] += t.all[h][e];
+      changed_plain[0][e] += t.changed[h][e];
+      all_steps += t.steps[h][0][e] + t.steps[h][1][e];
+    }
+  }
+  uint8_t plain_base = 0;
+  uint8_t plain_q[kClasses];
+  const uint64_t plain_cost =
+      ChoosePositionModel(all_plain, changed_plain, 1, &plain_base, plain_q) + (all_steps << 16);
+  if (cost + ((8 * kRansHistoryQBytes) << 16) < plain_cost) return true;
+  *class_base = plain_base;
+  std::memcpy(change_q, plain_q, kClasses);
+  return false;
+}
+
+// The escape stream in decoding order, as u16 units: the states (low half first), then
+// the words (the reverse of their coding order). The k-th escape goes on state
+// k % kEscapeLanes: the log2 class, then the low bits and the sign as one uniform symbol
+// (decoded in that order).
+void EncodeRansEscapes(const uint16_t* src, const uint16_t* dst, const RansModel& model,
+                       const std::vector<uint32_t>& escape_positions,
+                       std::vector<uint16_t>* escape_units) {
+  std::vector<uint16_t> escape_words;
+  uint32_t escape_states[kEscapeLanes] = {kRansLow, kRansLow};
+  EncSymbol symbols[kClasses][kEscapeClasses + 1];
+  for (int c = 0; c < kClasses; ++c) {
+    for (int j = 1; j <= kEscapeClasses; ++j) {
+      const uint32_t* start = model.escape_start[c];
+      symbols[c][j] = MakeSymbol(start[j], start[j + 1] - start[j]);
+    }
+  }
+  RansEncoder coder(&escape_words);
+  for (size_t k = escape_positions.size(); k-- > 0;) {
+    const uint32_t pos = escape_positions[k];
+    const ValueCode code = ValueCodeOf(src[pos], dst[pos]);
+    uint32_t* x = &escape_states[k % kEscapeLanes];
+    coder.PutUniform(x, (code.low_bits << 1) | code.negative, code.cls + 1);
+    coder.Put(x, symbols[model.ClassOf(src[pos])][code.cls]);
+  }
+  escape_units->reserve(2 * kEscapeLanes + escape_words.size());
+  for (const uint32_t state : escape_states) {
+    escape_units->push_back(static_cast<uint16_t>(state));
+    escape_units->push_back(static_cast<uint16_t>(state >> 16));
+  }
+  escape_units->insert(escape_units->end(), escape_words.rbegin(), escape_words.rend());
+}
+
+// Class_Base, Change_Q, Value_Log, Value_Slope and (history_q not null) the history's bytes.
+void AppendRansHeader(uint8_t class_base, const uint8_t* change_q, const uint16_t* value_log,
+                      const uint8_t* value_slope, const uint8_t* history_q,
+                      std::vector<uint8_t>* out) {
+  out->push_back(class_base);
+  out->insert(out->end(), change_q, change_q + kClasses);
+  for (int k = 0; k < 2; ++k) {
+    out->push_back(static_cast<uint8_t>(value_log[k]));
+    out->push_back(static_cast<uint8_t>(value_log[k] >> 8));
+  }
+  out->insert(out->end(), value_slope, value_slope + 2);
+  if (history_q != nullptr) out->insert(out->end(), history_q, history_q + kRansHistoryQBytes);
+}
+
+// ---------------------------------------------------------------------------------------
+// DecodeChunkRans's steps.
+
+// The parts of a chunk's bytes after its header.
+struct RansChunkStreams {
+  uint64_t element_words;
+  const uint8_t* element_stream;  // kElementStateBytes of states, then the words
+  const uint8_t* escape_tail;     // the escape units past the element states' ends
+  size_t tail_bytes;
+};
+
+// Reads the header (kHistoryHeaderBytes with a history, kHeaderBytes without) and the
+// element word count, and checks that the streams fit the bytes.
+Status ParseRansChunk(const uint8_t* bytes, size_t size, bool with_history,
+                      const uint8_t** header, RansChunkStreams* streams) {
+  ByteReader reader(bytes, size);
+  if (!reader.ReadSpan(with_history ? kHistoryHeaderBytes : kHeaderBytes, header)) {
+    return Status(ErrorCode::kTruncated, "rANS chunk: header truncated");
+  }
+  if (!reader.ReadVarint(&streams->element_words)) {
+    return reader.remaining() == 0 ? Status(ErrorCode::kTruncated, "rANS chunk: header truncated")
+                                   : Corrupt("bad word count");
+  }
+  const size_t rest = reader.remaining();
+  if (rest < kElementStateBytes || streams->element_words > (rest - kElementStateBytes) / 2) {
+    return Status(ErrorCode::kTruncated, "rANS chunk: streams truncated");
+  }
+  streams->element_stream = reader.current();
+  streams->escape_tail =
+      streams->element_stream + kElementStateBytes + 2 * streams->element_words;
+  streams->tail_bytes = static_cast<size_t>(bytes + size - streams->escape_tail);
+  if (streams->tail_bytes % 2 != 0) return Corrupt("odd escape stream");
+  return Status::Ok();
+}
+
+// The model a header (ParseRansChunk) describes.
+RansModel RansModelOfHeader(const uint8_t* header, bool with_history) {
+  const uint16_t value_log[2] = {
+      static_cast<uint16_t>(header[1 + kClasses] | (header[2 + kClasses] << 8)),
+      static_cast<uint16_t>(header[3 + kClasses] | (header[4 + kClasses] << 8))};
+  const uint8_t value_slope[2] = {header[5 + kClasses], header[6 + kClasses]};
+  return RansModel(header[0], header + 1, value_log, value_slope,
+                   with_history ? header + kHeaderBytes : nullptr);
+}
+
+// An escape found in the element stream, its XOR still 0.
+struct RansEscapeAt {
+  uint32_t index;  // in the outputs
+  uint16_t prev;   // src there
+};
+
+// The outputs of DecodeChunkRans, and the escapes still to decode.
+struct RansDecodeOutput {
+  std::vector<uint32_t>* positions;
+  std::vector<uint16_t>* xors;
+  std::vector<RansEscapeAt> escapes;
+};
+
+// Decodes the element stream from `states` (left where the stream ends), in slices of
+// the chunk (a multiple of kRansLanes, so each element keeps its state) through small
+// buffers: the outputs grow by the changes only. Escapes are noted with their src value
+// while the slice is in cache. Returns the words used, or kRansWordsExhausted.
+size_t DecodeRansSlices(const uint16_t* src, size_t len, const uint8_t* history,
+                        const RansModel& model, const RansChunkStreams& streams,
+                        uint32_t* states, RansDecodeOutput& out) {
+  constexpr size_t kSlice = 4096;
+  uint32_t found_positions[kSlice + kRansLanes], found_xors[kSlice + kRansLanes];
+  RansEscapeAt found_escapes[kSlice + kRansLanes + 1];
+  size_t words_used = 0;
+  for (size_t begin = 0; begin < len; begin += kSlice) {
+    const size_t count = std::min(kSlice, len - begin);
+    const size_t n = DecodeRansChanges(src + begin, count, model.class_base, model.change,
+                                       model.splits, states,
+                                       streams.element_stream + kElementStateBytes,
+                                       streams.element_words, &words_used, found_positions,
+                                       found_xors, history != nullptr ? history + begin : nullptr);
+    if (n == kRansWordsExhausted) return kRansWordsExhausted;
+    const size_t old_size = out.positions->size();
+    out.positions->resize(old_size + n);
+    out.xors->resize(old_size + n);
+    uint32_t* position_out = out.positions->data() + old_size;
+    uint16_t* xor_out = out.xors->data() + old_size;
+    size_t slice_escapes = 0;
+    for (size_t k = 0; k < n; ++k) {
+      position_out[k] = static_cast<uint32_t>(begin) + found_positions[k];
+      xor_out[k] = static_cast<uint16_t>(found_xors[k]);
+      // Written for every change, kept for escapes: no branch to mispredict.
+      found_escapes[slice_escapes] = {static_cast<uint32_t>(old_size + k),
+                                      src[begin + found_positions[k]]};
+      slice_escapes += found_xors[k] == 0;
+    }
+    out.escapes.insert(out.escapes.end(), found_escapes, found_escapes + slice_escapes);
+  }
+  return words_used;
+}
+
+// Decodes the escape stream into the XORs of out.escapes. It takes its first units from
+// the element states' ends (each in [2^16, 2^17)), then the tail.
+// Returns nullptr, or what is wrong with the streams.
+const char* DecodeRansEscapes(const RansModel& model, const RansChunkStreams& streams,
+                              const uint32_t* states, RansDecodeOutput& out) {
+  std::vector<uint8_t> joined(2 * kLaneUnits + streams.tail_bytes);
+  for (size_t s = 0; s < kRansLanes; ++s) {
+    if ((states[s] >> 16) != 1) return "inconsistent streams";
+    joined[2 * s] = static_cast<uint8_t>(states[s]);
+    joined[2 * s + 1] = static_cast<uint8_t>(states[s] >> 8);
+  }
+  if (streams.tail_bytes > 0) {
+    std::memcpy(joined.data() + 2 * kLaneUnits, streams.escape_tail, streams.tail_bytes);
+  }
+  const uint8_t* escape_stream = joined.data();
+  const size_t escape_bytes = joined.size();
+  uint32_t escape_state = LoadU32(escape_stream), other_escape_state = LoadU32(escape_stream + 4);
+  if (escape_state < kRansLow || other_escape_state < kRansLow) return "bad coder state";
+  const size_t escape_words = (escape_bytes - kEscapeStateBytes) / 2;
+  EscapeDecoder escapes(model, escape_stream + kEscapeStateBytes, escape_words);
+  uint16_t* xor_out = out.xors->data();
+  for (const RansEscapeAt& escape : out.escapes) {
+    // The escapes alternate between the two states.
+    xor_out[escape.index] = escapes.Decode(escape_state, escape.prev);
+    std::swap(escape_state, other_escape_state);
+  }
+  // Every word read; a stream shorter than the lane units leaves the rest of them zero
+  // (and no tail).
+  bool all_read = escapes.AllRead();
+  if (streams.tail_bytes == 0 && !escapes.Failed()) {
+    const uint8_t* unread = escape_stream + kEscapeStateBytes + 2 * escapes.WordsRead();
+    all_read = std::all_of(unread, escape_stream + escape_bytes, [](uint8_t b) { return b == 0; });
+  }
+  if (!all_read || escape_state != kRansLow || other_escape_state != kRansLow) {
+    return "inconsistent streams";
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 Status EncodeChunkRans(const uint16_t* src, const uint16_t* dst, size_t len,
@@ -3702,129 +4039,36 @@ Status EncodeChunkRans(const uint16_t* src, const uint16_t* dst, size_t len,
   if (out == nullptr || src == nullptr || dst == nullptr || positions == nullptr) {
     return Status(ErrorCode::kInvalidArgument, "EncodeChunkRans: null pointer");
   }
-  if (len > kMaxRansChunk) return Status(ErrorCode::kInvalidArgument, "EncodeChunkRans: chunk too large");
+  if (len > kMaxRansChunk) {
+    return Status(ErrorCode::kInvalidArgument, "EncodeChunkRans: chunk too large");
+  }
   if (changes == 0) return Status(ErrorCode::kInvalidArgument, "EncodeChunkRans: no changes");
 
-  // Tallies: elements and changes by history class and exponent; value decisions by z;
-  // with a history, the +-1 steps by direction.
-  const int histories = history != nullptr ? kRansHistoryClasses : 1;
-  uint64_t all[kRansHistoryClasses][256] = {}, changed[kRansHistoryClasses][256] = {};
-  // +-1 steps by history class, direction (0 up, 1 down) and exponent; with a history only.
-  uint64_t steps[kRansHistoryClasses][2][256] = {};
+  RansTallies tallies;
   if (history != nullptr) {
-    TallyElements<true>(src, len, history, all);
+    TallyElements<true>(src, len, history, tallies.all);
   } else {
-    TallyElements<false>(src, len, nullptr, all);
+    TallyElements<false>(src, len, nullptr, tallies.all);
   }
-  // The positions of the escapes (|d| >= 2), and the value decisions "|d| >= 2^(j+1)
-  // given |d| >= 2^j" by z = e + j: every change makes the one of j = 0.
-  std::vector<uint32_t> escape_positions;
-  escape_positions.reserve(changes / 8);
-  uint64_t ones[2][kValueZ] = {}, zeros[2][kValueZ] = {};
-  for (size_t r = 0; r < changes; ++r) {
-    const uint32_t pos = positions[r];
-    const int e = ExponentOf(src[pos]);
-    const ValueCode code = ValueCodeOf(src[pos], dst[pos]);
-    ++(code.cls > 0 ? ones : zeros)[0][e];
-    if (history != nullptr) {
-      // Indexed, not branched on: the direction is a coin flip to a branch predictor.
-      const int h = RansHistoryClass(history[pos]);
-      ++changed[h][e];
-      steps[h][code.negative][e] += code.cls == 0;
-    }
-    if (code.cls == 0) continue;
-    escape_positions.push_back(pos);
-    for (int j = 1; j <= std::min(code.cls, kUnaryDecisions - 1); ++j) {
-      ++(code.cls > j ? ones : zeros)[1][e + j];
-    }
-  }
-
-  if (history == nullptr) {
-    for (int e = 0; e < 256; ++e) changed[0][e] = ones[0][e] + zeros[0][e];
-  }
-
+  TallyRansChanges(src, dst, positions, changes, history, tallies);
   uint8_t class_base = 0;
   uint8_t change_q[kRansTables];
-  uint64_t cost = ChoosePositionModel(all, changed, histories, &class_base, change_q);
-  // With a history: History_Change_Q (classes 1 and 2), then History_Up_Q.
-  uint8_t history_q[4 * kClasses];
-  if (history != nullptr) {
-    std::memcpy(history_q, change_q + kClasses, 2 * kClasses);
-    uint64_t steps_without_history = 0;  // +-1 steps of class 0: about a bit each
-    for (int e = 0; e < 256; ++e) steps_without_history += steps[0][0][e] + steps[0][1][e];
-    cost += steps_without_history << 16;
-    for (int h = 1; h < kRansHistoryClasses; ++h) {
-      uint64_t class_ups[kClasses] = {}, class_downs[kClasses] = {};
-      for (int e = 0; e < 256; ++e) {
-        const int c = std::min(std::max(e - class_base, 0), kClasses - 1);
-        class_ups[c] += steps[h][0][e];
-        class_downs[c] += steps[h][1][e];
-      }
-      for (int c = 0; c < kClasses; ++c) {
-        history_q[2 * kClasses + (h - 1) * kClasses + c] =
-            BestUpQ(class_ups[c], class_downs[c], &cost);
-      }
-    }
-    // The history pays for its 64 header bytes, or the chunk is coded without it.
-    uint64_t all_plain[1][256] = {}, changed_plain[1][256] = {};
-    uint64_t all_steps = 0;
-    for (int h = 0; h < kRansHistoryClasses; ++h) {
-      for (int e = 0; e < 256; ++e) {
-        all_plain[0][e] += all[h][e];
-        changed_plain[0][e] += changed[h][e];
-        all_steps += steps[h][0][e] + steps[h][1][e];
-      }
-    }
-    uint8_t plain_base = 0;
-    uint8_t plain_q[kClasses];
-    const uint64_t plain_cost =
-        ChoosePositionModel(all_plain, changed_plain, 1, &plain_base, plain_q) + (all_steps << 16);
-    if (cost + ((8 * sizeof(history_q)) << 16) >= plain_cost) {
-      history = nullptr;
-      class_base = plain_base;
-      std::memcpy(change_q, plain_q, kClasses);
-    }
+  uint8_t history_q[kRansHistoryQBytes];
+  if (!ChooseRansPositions(tallies, history != nullptr, &class_base, change_q, history_q)) {
+    history = nullptr;
   }
   if (coded_with_history != nullptr) *coded_with_history = history != nullptr;
-  const ValueCurve curves[2] = {ChooseValueCurve(ones[0], zeros[0]),
-                                ChooseValueCurve(ones[1], zeros[1])};
+  const ValueCurve curves[2] = {ChooseValueCurve(tallies.ones[0], tallies.zeros[0]),
+                                ChooseValueCurve(tallies.ones[1], tallies.zeros[1])};
   const uint16_t value_log[2] = {curves[0].log, curves[1].log};
   const uint8_t value_slope[2] = {curves[0].slope, curves[1].slope};
   const RansModel model(class_base, change_q, value_log, value_slope,
                         history != nullptr ? history_q : nullptr);
 
-  // Escapes first (their first units start the element states): the k-th escape on
-  // state k % kEscapeLanes; the log2 class, then the low bits and the sign as one
-  // uniform symbol (decoded in that order).
-  std::vector<uint16_t> escape_words;
-  uint32_t escape_states[kEscapeLanes] = {kRansLow, kRansLow};
-  {
-    EncSymbol symbols[kClasses][kEscapeClasses + 1];
-    for (int c = 0; c < kClasses; ++c) {
-      for (int j = 1; j <= kEscapeClasses; ++j) {
-        const uint32_t* start = model.escape_start[c];
-        symbols[c][j] = MakeSymbol(start[j], start[j + 1] - start[j]);
-      }
-    }
-    RansEncoder coder(&escape_words);
-    for (size_t k = escape_positions.size(); k-- > 0;) {
-      const uint32_t pos = escape_positions[k];
-      const ValueCode code = ValueCodeOf(src[pos], dst[pos]);
-      uint32_t* x = &escape_states[k % kEscapeLanes];
-      coder.PutUniform(x, (code.low_bits << 1) | code.negative, code.cls + 1);
-      coder.Put(x, symbols[model.ClassOf(src[pos])][code.cls]);
-    }
-  }
-  // The escape stream in decoding order, as u16 units: the states (low half first), then
-  // the words (the reverse of their coding order). Its first kLaneUnits units (zeros past
-  // its end) start the element states.
+  // Escapes first: their first kLaneUnits units (zeros past its end) start the element
+  // states.
   std::vector<uint16_t> escape_units;
-  escape_units.reserve(2 * kEscapeLanes + escape_words.size());
-  for (const uint32_t state : escape_states) {
-    escape_units.push_back(static_cast<uint16_t>(state));
-    escape_units.push_back(static_cast<uint16_t>(state >> 16));
-  }
-  escape_units.insert(escape_units.end(), escape_words.rbegin(), escape_words.rend());
+  EncodeRansEscapes(src, dst, model, tallies.escape_positions, &escape_units);
 
   // Elements, last to first, element i on state i % kRansLanes (a kernel: every element
   // is coded).
@@ -3837,14 +4081,8 @@ Status EncodeChunkRans(const uint16_t* src, const uint16_t* dst, size_t len,
   const size_t element_words = EncodeRansElements(src, dst, len, class_base, model.change,
                                                   model.splits, element_states, pushed, history);
 
-  out->push_back(class_base);
-  out->insert(out->end(), change_q, change_q + kClasses);
-  for (const uint16_t v : value_log) {
-    out->push_back(static_cast<uint8_t>(v));
-    out->push_back(static_cast<uint8_t>(v >> 8));
-  }
-  out->insert(out->end(), value_slope, value_slope + 2);
-  if (history != nullptr) out->insert(out->end(), history_q, history_q + sizeof(history_q));
+  AppendRansHeader(class_base, change_q, value_log, value_slope,
+                   history != nullptr ? history_q : nullptr, out);
   PutVarint(element_words, out);
   AppendStream(element_states, kRansLanes, pushed, element_words, out);
   for (size_t u = kLaneUnits; u < escape_units.size(); ++u) {
@@ -3866,44 +4104,21 @@ Status DecodeChunkRans(const uint16_t* src, size_t len, const uint8_t* bytes, si
   }
   positions->clear();
   xors->clear();
-  ByteReader reader(bytes, size);
   const uint8_t* header;
-  const size_t header_bytes = history != nullptr ? kHistoryHeaderBytes : kHeaderBytes;
-  if (!reader.ReadSpan(header_bytes, &header)) {
-    return Status(ErrorCode::kTruncated, "rANS chunk: header truncated");
-  }
-  const uint8_t class_base = header[0];
-  const uint8_t* change_q = header + 1;
-  const uint16_t value_log[2] = {
-      static_cast<uint16_t>(header[1 + kClasses] | (header[2 + kClasses] << 8)),
-      static_cast<uint16_t>(header[3 + kClasses] | (header[4 + kClasses] << 8))};
-  const uint8_t value_slope[2] = {header[5 + kClasses], header[6 + kClasses]};
-  uint64_t element_words;
-  if (!reader.ReadVarint(&element_words)) {
-    return reader.remaining() == 0 ? Status(ErrorCode::kTruncated, "rANS chunk: header truncated")
-                                   : Corrupt("bad word count");
-  }
-  const size_t rest = reader.remaining();
-  if (rest < kElementStateBytes || element_words > (rest - kElementStateBytes) / 2) {
-    return Status(ErrorCode::kTruncated, "rANS chunk: streams truncated");
-  }
-  const uint8_t* element_stream = reader.current();
-  const uint8_t* escape_tail = element_stream + kElementStateBytes + 2 * element_words;
-  const size_t tail_bytes = static_cast<size_t>(bytes + size - escape_tail);
-  if (tail_bytes % 2 != 0) return Corrupt("odd escape stream");
+  RansChunkStreams streams;
+  ARC_V3_RETURN_IF_ERROR(ParseRansChunk(bytes, size, history != nullptr, &header, &streams));
   if (len == 0) return Corrupt("changes in 0 elements");
 
-  const RansModel model(class_base, change_q, value_log, value_slope,
-                        history != nullptr ? header + kHeaderBytes : nullptr);
+  const RansModel model = RansModelOfHeader(header, history != nullptr);
   uint32_t states[kRansLanes];
   for (size_t s = 0; s < kRansLanes; ++s) {
-    states[s] = LoadU32(element_stream + 4 * s);
+    states[s] = LoadU32(streams.element_stream + 4 * s);
     if (states[s] < kRansLow) return Corrupt("bad coder state");
   }
 
-  // About 4 changes per word of the element stream at 2-10% density: room for them up
-  // front saves regrowing the outputs.
-  const size_t expected = std::min<uint64_t>(len, element_words * 4);
+  // Up to 4 changes per word of the element stream (about that many at the densities rANS
+  // is chosen for): room for them up front saves regrowing the outputs.
+  const size_t expected = std::min<uint64_t>(len, streams.element_words * 4);
   positions->reserve(expected);
   xors->reserve(expected);
   const auto fail = [&](const char* what) {
@@ -3911,77 +4126,15 @@ Status DecodeChunkRans(const uint16_t* src, size_t len, const uint8_t* bytes, si
     xors->clear();
     return Corrupt(what);
   };
-  // Elements, in slices of the chunk (a multiple of kRansLanes, so each element keeps
-  // its state) through small buffers: the outputs grow by the changes only. Escapes
-  // (XOR 0 so far) are noted with their src value while the slice is in cache: they
-  // decode after the last element.
-  constexpr size_t kSlice = 4096;
-  uint32_t found_positions[kSlice + kRansLanes], found_xors[kSlice + kRansLanes];
-  struct EscapeAt {
-    uint32_t index;  // in the outputs
-    uint16_t prev;   // src there
-  };
-  EscapeAt found_escapes[kSlice + kRansLanes + 1];
-  std::vector<EscapeAt> escape_list;
-  escape_list.reserve(expected / 8);
-  size_t words_used = 0;
-  for (size_t begin = 0; begin < len; begin += kSlice) {
-    const size_t count = std::min(kSlice, len - begin);
-    const size_t n = DecodeRansChanges(src + begin, count, class_base, model.change,
-                                       model.splits, states,
-                                       element_stream + kElementStateBytes, element_words,
-                                       &words_used, found_positions, found_xors,
-                                       history != nullptr ? history + begin : nullptr);
-    if (n == kRansWordsExhausted) return fail("element stream exhausted");
-    const size_t old_size = positions->size();
-    positions->resize(old_size + n);
-    xors->resize(old_size + n);
-    uint32_t* position_out = positions->data() + old_size;
-    uint16_t* xor_out = xors->data() + old_size;
-    size_t slice_escapes = 0;
-    for (size_t k = 0; k < n; ++k) {
-      position_out[k] = static_cast<uint32_t>(begin) + found_positions[k];
-      xor_out[k] = static_cast<uint16_t>(found_xors[k]);
-      // Written for every change, kept for escapes: no branch to mispredict.
-      found_escapes[slice_escapes] = {static_cast<uint32_t>(old_size + k),
-                                      src[begin + found_positions[k]]};
-      slice_escapes += found_xors[k] == 0;
-    }
-    escape_list.insert(escape_list.end(), found_escapes, found_escapes + slice_escapes);
-  }
-  if (positions->empty() || words_used != element_words) return fail("inconsistent streams");
-
-  // The escape stream takes its first units from the element states' ends (each in
-  // [2^16, 2^17)), then the tail.
-  std::vector<uint8_t> joined(2 * kLaneUnits + tail_bytes);
-  for (size_t s = 0; s < kRansLanes; ++s) {
-    if ((states[s] >> 16) != 1) return fail("inconsistent streams");
-    joined[2 * s] = static_cast<uint8_t>(states[s]);
-    joined[2 * s + 1] = static_cast<uint8_t>(states[s] >> 8);
-  }
-  if (tail_bytes > 0) std::memcpy(joined.data() + 2 * kLaneUnits, escape_tail, tail_bytes);
-  const uint8_t* escape_stream = joined.data();
-  const size_t escape_bytes = joined.size();
-  uint32_t escape_state = LoadU32(escape_stream), other_escape_state = LoadU32(escape_stream + 4);
-  if (escape_state < kRansLow || other_escape_state < kRansLow) return fail("bad coder state");
-  const size_t escape_words = (escape_bytes - kEscapeStateBytes) / 2;
-  EscapeDecoder escapes(model, escape_stream + kEscapeStateBytes, escape_words);
-  uint16_t* xor_out = xors->data();
-  for (const EscapeAt& escape : escape_list) {
-    // The escapes alternate between the two states.
-    xor_out[escape.index] = escapes.Decode(escape_state, escape.prev);
-    std::swap(escape_state, other_escape_state);
-  }
-  // Every word read; a stream shorter than the lane units leaves the rest of them zero
-  // (and no tail).
-  bool all_read = escapes.AllRead();
-  if (tail_bytes == 0 && !escapes.Failed()) {
-    const uint8_t* unread = escape_stream + kEscapeStateBytes + 2 * escapes.WordsRead();
-    all_read = std::all_of(unread, escape_stream + escape_bytes, [](uint8_t b) { return b == 0; });
-  }
-  if (!all_read || escape_state != kRansLow || other_escape_state != kRansLow) {
+  RansDecodeOutput decoded{positions, xors, {}};
+  decoded.escapes.reserve(expected / 8);
+  const size_t words_used = DecodeRansSlices(src, len, history, model, streams, states, decoded);
+  if (words_used == kRansWordsExhausted) return fail("element stream exhausted");
+  if (positions->empty() || words_used != streams.element_words) {
     return fail("inconsistent streams");
   }
+  const char* error = DecodeRansEscapes(model, streams, states, decoded);
+  if (error != nullptr) return fail(error);
   return Status::Ok();
 }
 
@@ -4085,23 +4238,6 @@ Status TryParallelFor(size_t num_tasks, size_t num_workers, const Func& func) {
 
 #endif  // ARC_V3_SRC_COMMON_PARALLEL_H_
 // ---- src/codec/decoder.cc (continued) ---------------------------------------------------
-// ---- src/common/status_macros.h ---------------------------------------------------------
-// ARC_V3_RETURN_IF_ERROR: the one way the library passes an error up. Internal to the
-// library (users of arc_v3.hpp get no macros from it).
-#ifndef ARC_V3_SRC_COMMON_STATUS_MACROS_H_
-#define ARC_V3_SRC_COMMON_STATUS_MACROS_H_
-
-
-// Evaluates `expr` (an arc_v3::Status) once and returns it from the enclosing function
-// unless it is ok.
-#define ARC_V3_RETURN_IF_ERROR(expr)                \
-  do {                                              \
-    ::arc_v3::Status arc_v3_status_ = (expr);       \
-    if (!arc_v3_status_.ok()) return arc_v3_status_; \
-  } while (0)
-
-#endif  // ARC_V3_SRC_COMMON_STATUS_MACROS_H_
-// ---- src/codec/decoder.cc (continued) ---------------------------------------------------
 
 namespace arc_v3 {
 namespace {
@@ -4128,10 +4264,9 @@ struct FrameHeader {
   std::vector<size_t> chunk_offset, chunk_size;
 };
 
-Status ParseHeader(const uint8_t* bytes, size_t size, bool with_chunk_table,
-                   FrameHeader* header) {
-  if (bytes == nullptr && size > 0) return Status(ErrorCode::kInvalidArgument, "bytes is null");
-  ByteReader reader(bytes, size);
+// The magic number, the format version and the flags.
+Status ParseFrameStart(ByteReader* in, FrameHeader* header) {
+  ByteReader& reader = *in;
   const uint8_t* magic;
   if (!reader.ReadSpan(sizeof(kMagic), &magic)) {
     return Status(ErrorCode::kTruncated, "payload shorter than its magic number");
@@ -4139,7 +4274,7 @@ Status ParseHeader(const uint8_t* bytes, size_t size, bool with_chunk_table,
   if (std::memcmp(magic, kMagic, sizeof(kMagic)) != 0) {
     return Status(ErrorCode::kBadMagic, "not an arc_v3 payload (bad magic number)");
   }
-  uint8_t version, flags, chunk_log;
+  uint8_t version, flags;
   if (!reader.ReadByte(&version)) return Status(ErrorCode::kTruncated, "no format version");
   header->version = version;
   if (version != kFormatVersion && version != kFormatVersionArcV3) {
@@ -4160,6 +4295,13 @@ Status ParseHeader(const uint8_t* bytes, size_t size, bool with_chunk_table,
   if (header->continues && !header->session) {
     return Status(ErrorCode::kCorruptHeader, "only a session frame can continue a step");
   }
+  return Status::Ok();
+}
+
+// Element_Count, the chunk size, the session fields and the tensor list's, as the flags
+// (ParseFrameStart) call for; then the number of chunks.
+Status ParseFrameFields(ByteReader* in, FrameHeader* header) {
+  ByteReader& reader = *in;
   if (!reader.ReadVarint(&header->element_count)) {
     return Status(reader.remaining() == 0 ? ErrorCode::kTruncated : ErrorCode::kCorruptHeader,
                   "bad element count");
@@ -4167,6 +4309,7 @@ Status ParseHeader(const uint8_t* bytes, size_t size, bool with_chunk_table,
   if (header->element_count > (uint64_t{1} << 62)) {
     return Status(ErrorCode::kCorruptHeader, "element count out of range");
   }
+  uint8_t chunk_log;
   if (!reader.ReadByte(&chunk_log)) return Status(ErrorCode::kTruncated, "no chunk size");
   if (chunk_log < kMinChunkLog || chunk_log > kMaxChunkLog) {
     return Status(ErrorCode::kCorruptHeader, "chunk size out of range");
@@ -4197,11 +4340,16 @@ Status ParseHeader(const uint8_t* bytes, size_t size, bool with_chunk_table,
     header->tensor_list_check = LoadU32(check);
   }
   header->num_chunks = (header->element_count + (uint64_t{1} << chunk_log) - 1) >> chunk_log;
-  if (!with_chunk_table) return Status::Ok();
+  return Status::Ok();
+}
 
+// The chunk table, and each chunk's byte range in the payload of `size` bytes. Allocates
+// by evidence: the table's entries are checked against the bytes left before it grows.
+Status ParseChunkTable(ByteReader* in, size_t size, FrameHeader* header) {
+  ByteReader& reader = *in;
   // Each chunk takes at least one byte in the body and, but for the last one (not in
   // version 1), one in the table.
-  const bool last_size_implied = version != kFormatVersionArcV3 && header->num_chunks > 0;
+  const bool last_size_implied = header->version != kFormatVersionArcV3 && header->num_chunks > 0;
   const uint64_t stored_sizes = header->num_chunks - (last_size_implied ? 1 : 0);
   if (header->num_chunks + stored_sizes > reader.remaining()) {
     return Status(ErrorCode::kTruncated, "payload too short for its chunk table");
@@ -4241,6 +4389,16 @@ Status ParseHeader(const uint8_t* bytes, size_t size, bool with_chunk_table,
   }
   for (auto& offset : header->chunk_offset) offset += reader.position();
   return Status::Ok();
+}
+
+Status ParseHeader(const uint8_t* bytes, size_t size, bool with_chunk_table,
+                   FrameHeader* header) {
+  if (bytes == nullptr && size > 0) return Status(ErrorCode::kInvalidArgument, "bytes is null");
+  ByteReader reader(bytes, size);
+  ARC_V3_RETURN_IF_ERROR(ParseFrameStart(&reader, header));
+  ARC_V3_RETURN_IF_ERROR(ParseFrameFields(&reader, header));
+  if (!with_chunk_table) return Status::Ok();
+  return ParseChunkTable(&reader, size, header);
 }
 
 // The changes of one chunk: positions relative to the chunk, ascending, with their XORs.
@@ -4657,6 +4815,81 @@ void Scatter(const uint16_t* result, const TensorOut* tensors, size_t tensor_cou
   }
 }
 
+// Checks a parsed frame against the call: its element count, the room in out, and the
+// session the decoder expects (nullptr: none).
+Status CheckFrameFitsCall(const FrameHeader& header, size_t count, size_t out_capacity,
+                          const SessionFrame* expected) {
+  if (header.element_count != count) {
+    return Status(ErrorCode::kSizeMismatch,
+                  "payload holds " + std::to_string(header.element_count) +
+                      " elements, src has " + std::to_string(count));
+  }
+  if (count > out_capacity) {
+    return Status(ErrorCode::kOutputTooSmall,
+                  "payload holds " + std::to_string(count) + " elements, out has room for " +
+                      std::to_string(out_capacity));
+  }
+  if (header.session && expected == nullptr) return SessionPayloadForStatelessDecoder();
+  if (!header.session && expected != nullptr) {
+    return Status(ErrorCode::kHistoryMismatch, "not a session payload (made by delta_compress)");
+  }
+  if (expected != nullptr) {
+    if (header.session_frame.base_checksum != expected->base_checksum) {
+      return Status(ErrorCode::kWrongBase,
+                    "src is not the base this payload was made from (base checksum differs)");
+    }
+    if (header.session_frame.history_id != expected->history_id) {
+      return Status(ErrorCode::kHistoryMismatch,
+                    "payload expects another session history: a step was missed, repeated "
+                    "or comes from another session");
+    }
+  }
+  return Status::Ok();
+}
+
+// The checksum of the result of applying `changes` (chunks of 2^chunk_log elements) to
+// src, built tile by tile so that nothing is written to out before it is verified. With
+// next_history (which holds the history already), advances it over the result.
+uint64_t HashFrameResult(const uint16_t* src, size_t count, int chunk_log,
+                         const std::vector<ChunkChanges>& changes, uint8_t* next_history) {
+  const size_t chunk_elements = size_t{1} << chunk_log;
+  const size_t tile_elements = std::min(kTileElements, count);  // small tensors: small tiles
+  std::vector<uint16_t> result_tile(tile_elements);
+  ChecksumStream hash;
+  for (size_t c = 0; c < changes.size(); ++c) {
+    const size_t begin = c * chunk_elements;
+    const size_t len = std::min(chunk_elements, count - begin);
+    ForEachResultTile(src, begin, len, changes[c],
+                      [&](size_t) { return result_tile.data(); },
+                      [&](size_t at, size_t n, const uint16_t* result) {
+                        hash.Update(result, n);
+                        if (next_history != nullptr) {
+                          AdvanceHistory(src + at, result, n, next_history + at);
+                        }
+                      });
+  }
+  return hash.Digest();
+}
+
+// Writes the verified result to out (in place where out == src), chunks in parallel.
+void WriteFrameResult(const uint16_t* src, size_t count, int chunk_log,
+                      const std::vector<ChunkChanges>& changes, int threads, uint16_t* out) {
+  const size_t chunk_elements = size_t{1} << chunk_log;
+  const size_t num_workers = WorkerCount(threads, changes.size());
+  ParallelFor(changes.size(), num_workers, [&](size_t c, size_t) {
+    const size_t begin = c * chunk_elements;
+    const size_t len = std::min(chunk_elements, count - begin);
+    if (out == src) {  // in place: touch only the changed elements
+      for (size_t k = 0; k < changes[c].positions.size(); ++k) {
+        out[begin + changes[c].positions[k]] ^= changes[c].xors[k];
+      }
+      return;
+    }
+    ForEachResultTile(src, begin, len, changes[c], [&](size_t at) { return out + at; },
+                      [](size_t, size_t, const uint16_t*) {});
+  });
+}
+
 }  // namespace
 
 Status DecodeFrame(const uint16_t* src, size_t count, const uint8_t* bytes, size_t size,
@@ -4675,75 +4908,19 @@ Status DecodeFrame(const uint16_t* src, size_t count, const uint8_t* bytes, size
     ARC_V3_RETURN_IF_ERROR(ParseHeader(bytes, size, /*with_chunk_table=*/true, &header));
     ARC_V3_RETURN_IF_ERROR(ResolveContinues(expected, &header));
     ARC_V3_RETURN_IF_ERROR(CheckTensorList(header, tensors));
-    if (header.element_count != count) {
-      return Status(ErrorCode::kSizeMismatch,
-                    "payload holds " + std::to_string(header.element_count) +
-                        " elements, src has " + std::to_string(count));
-    }
-    if (count > out_capacity) {
-      return Status(ErrorCode::kOutputTooSmall,
-                    "payload holds " + std::to_string(count) + " elements, out has room for " +
-                        std::to_string(out_capacity));
-    }
-    if (header.session && expected == nullptr) return SessionPayloadForStatelessDecoder();
-    if (!header.session && expected != nullptr) {
-      return Status(ErrorCode::kHistoryMismatch, "not a session payload (made by delta_compress)");
-    }
-    if (expected != nullptr) {
-      if (header.session_frame.base_checksum != expected->base_checksum) {
-        return Status(ErrorCode::kWrongBase,
-                      "src is not the base this payload was made from (base checksum differs)");
-      }
-      if (header.session_frame.history_id != expected->history_id) {
-        return Status(ErrorCode::kHistoryMismatch,
-                      "payload expects another session history: a step was missed, repeated "
-                      "or comes from another session");
-      }
-    }
+    ARC_V3_RETURN_IF_ERROR(CheckFrameFitsCall(header, count, out_capacity, expected));
     std::vector<ChunkChanges> changes;
     ARC_V3_RETURN_IF_ERROR(
         DecodeChunks(bytes, header, src, history, expected, threads, &changes, nullptr));
     if (next_history != nullptr && count > 0) std::memcpy(next_history, history, count);
-
-    const size_t chunk_elements = size_t{1} << header.chunk_log;
-    // Verified before anything is written to out: the result tile by tile, hashed.
-    const size_t tile_elements = std::min(kTileElements, count);  // small tensors: small tiles
-    std::vector<uint16_t> result_tile(tile_elements);
-    ChecksumStream hash;
-    for (size_t c = 0; c < changes.size(); ++c) {
-      const size_t begin = c * chunk_elements;
-      const size_t len = std::min(chunk_elements, count - begin);
-      ForEachResultTile(src, begin, len, changes[c],
-                        [&](size_t) { return result_tile.data(); },
-                        [&](size_t at, size_t n, const uint16_t* result) {
-                          hash.Update(result, n);
-                          if (next_history != nullptr) {
-                            AdvanceHistory(src + at, result, n, next_history + at);
-                          }
-                        });
-    }
-    const uint64_t actual = hash.Digest();
-    if (actual != checksum) {
+    if (HashFrameResult(src, count, header.chunk_log, changes, next_history) != checksum) {
       return Status(ErrorCode::kChecksumMismatch,
                     "result does not match the checksum: wrong base (src) or corrupt payload");
     }
     if (expected != nullptr && expected->frame_listed_tensors != nullptr) {
       *expected->frame_listed_tensors = header.tensors;
     }
-
-    const size_t num_workers = WorkerCount(threads, changes.size());
-    ParallelFor(changes.size(), num_workers, [&](size_t c, size_t) {
-      const size_t begin = c * chunk_elements;
-      const size_t len = std::min(chunk_elements, count - begin);
-      if (out == src) {  // in place: touch only the changed elements
-        for (size_t k = 0; k < changes[c].positions.size(); ++k) {
-          out[begin + changes[c].positions[k]] ^= changes[c].xors[k];
-        }
-        return;
-      }
-      ForEachResultTile(src, begin, len, changes[c], [&](size_t at) { return out + at; },
-                        [](size_t, size_t, const uint16_t*) {});
-    });
+    WriteFrameResult(src, count, header.chunk_log, changes, threads, out);
     return Status::Ok();
   } catch (const std::bad_alloc&) {
     return Status(ErrorCode::kOutOfMemory, "out of memory while decoding");
@@ -5044,14 +5221,13 @@ Status EncodeChunkV1(const uint16_t* src, const uint16_t* dst, size_t chunk_len,
   return Status::Ok();
 }
 
-// rANS chunks (format 4 on) decode 2-3x faster than modelled ones where changes are dense,
-// for ~90 header bytes, a third of them carrying escape data (format 5: within ~1% of a
-// modelled chunk on the corpus' tensors of 2,000 changes and more). Efforts 1-2 take
-// them from this density and change count on, the modelled coding below. From 1/128 on
-// (1/64 before) the stateless payloads of the corpus and the generator stay the same size
-// or shrink (96 M parameters at 2%: -0.14%) and decode 1.35-1.5x faster there (0.70 ->
-// 0.95-1.06 GB/s on one core). A session chunk keeps 1/64: the modelled coder's history
-// contexts gain more than rANS's (0.2% on the 2% runs at 1/128).
+// rANS chunks decode several times faster than modelled ones where changes are dense, for
+// about 90 header bytes (a third of them carrying escape data), and code about as small as
+// a modelled chunk once a tensor has a few thousand changes. Efforts 1-2 take them from
+// this density and change count on, the modelled coding below: from there on stateless
+// payloads stay the same size or shrink, and decode faster. A session chunk needs twice
+// the density: the modelled coder's history contexts gain more than rANS's. (Figures:
+// docs/format_notes.md, "Codec implementation notes".)
 bool PreferRans(uint64_t changes, size_t chunk_len, bool with_history) {
   const uint64_t density_inverse =
       with_history ? kRansMinDensityInverseWithHistory : kRansMinDensityInverse;
@@ -5083,9 +5259,8 @@ Status RaceChunkCodings(const uint16_t* src, const uint16_t* dst, size_t chunk_l
   if (try_modelled) {
     s->modelled.clear();
     s->modelled.push_back(kChunkModelled);
-    const Status status = EncodeChunkModelled(src, dst, chunk_len, &s->modelled, history,
-                                              counts.changed, carried, sign_periods);
-    if (!status.ok()) return status;
+    ARC_V3_RETURN_IF_ERROR(EncodeChunkModelled(src, dst, chunk_len, &s->modelled, history,
+                                               counts.changed, carried, sign_periods));
     if (out->empty() || s->modelled.size() < out->size()) out->swap(s->modelled);
   }
   if (try_rans) {
@@ -5097,10 +5272,9 @@ Status RaceChunkCodings(const uint16_t* src, const uint16_t* dst, size_t chunk_l
     s->modelled.clear();
     s->modelled.push_back(kChunkRans);
     bool with_history = false;
-    const Status status = EncodeChunkRans(src, dst, chunk_len, s->positions.data(),
-                                          counts.changed, &s->modelled, &s->rans_words,
-                                          history, &with_history);
-    if (!status.ok()) return status;
+    ARC_V3_RETURN_IF_ERROR(EncodeChunkRans(src, dst, chunk_len, s->positions.data(),
+                                           counts.changed, &s->modelled, &s->rans_words,
+                                           history, &with_history));
     if (with_history) s->modelled[0] = kChunkRansHistory;
     if (out->empty() || s->modelled.size() < out->size()) out->swap(s->modelled);
   }
@@ -5171,6 +5345,136 @@ int ChunkLog(uint32_t chunk_elements) {
   return log;
 }
 
+// EncodeFrame's arguments, but for the output.
+struct FrameToEncode {
+  const uint16_t* src;
+  const uint16_t* dst;
+  size_t count;
+  const Options& options;
+  const uint8_t* history;
+  const SessionFrame* session;
+  const std::vector<uint64_t>* tensors;
+};
+
+// Checks the options against the frame and picks its chunk size's log2.
+Status ChooseFrameChunkLog(const FrameToEncode& in, int* chunk_log) {
+  const Options& options = in.options;
+  if (options.effort < 0 || options.effort > 3) {
+    return Status(ErrorCode::kInvalidArgument, "effort must be in 0..3");
+  }
+  if (options.threads < 0) return Status(ErrorCode::kInvalidArgument, "threads must be >= 0");
+  if (options.format != Format::kDefault && options.format != Format::kArcV3) {
+    return Status(ErrorCode::kInvalidArgument, "unknown format");
+  }
+  if (in.session != nullptr && options.format == Format::kArcV3) {
+    return Status(ErrorCode::kInvalidArgument, "sessions need the default format");
+  }
+  if (in.tensors != nullptr && options.format == Format::kArcV3) {
+    return Status(ErrorCode::kInvalidArgument,
+                  "several tensors in one payload need the default format");
+  }
+  *chunk_log = ChunkLog(options.chunk_elements);
+  if ((uint64_t{1} << *chunk_log) != options.chunk_elements || *chunk_log < kMinChunkLog ||
+      *chunk_log > kMaxChunkLog) {
+    return Status(ErrorCode::kInvalidArgument,
+                  "chunk_elements must be a power of two in [2^10, 2^24]");
+  }
+  // A second chunk of under an eighth of the first would pay its own header and learn its
+  // probabilities again for little (docs/format_notes.md): one chunk of twice the size.
+  const size_t requested = options.chunk_elements;
+  if (in.count > requested && in.count - requested <= requested / 8 &&
+      *chunk_log < kMaxChunkLog) {
+    ++*chunk_log;
+  }
+  return Status::Ok();
+}
+
+// Encodes the chunks of `chunk_elements` (on options.threads) into `chunks`, and the
+// checksums of dst and (base_checksum not null) src.
+Status EncodeFrameChunks(const FrameToEncode& in, size_t chunk_elements,
+                         std::vector<std::vector<uint8_t>>* chunks, uint64_t* target_checksum,
+                         uint64_t* base_checksum) {
+  const size_t num_chunks = (in.count + chunk_elements - 1) / chunk_elements;
+  const RaceEntrants entrants = EntrantsForEffort(in.options.effort);
+  const bool published = in.options.format == Format::kArcV3;
+  const auto encode_chunk = published ? EncodeChunkV1 : EncodeChunkV2;
+  const size_t num_workers = WorkerCount(in.options.threads, num_chunks);
+  std::vector<std::unique_ptr<EncoderScratch>> scratch(num_workers);
+  for (auto& s : scratch) s.reset(new EncoderScratch);
+  chunks->assign(num_chunks, {});
+  std::vector<Status> status(num_chunks);
+  // A session's models: each chunk starts from its own carried one, if any, and ends on
+  // a new one.
+  SessionFrame::PrepareNextModels(in.session, num_chunks);
+  const SignPeriods sign_periods =
+      published ? SignPeriods()
+                : ChooseSignPeriodCandidates(in.count, in.tensors, chunk_elements, num_chunks);
+  const auto encode = [&](size_t c, size_t worker) {
+    const size_t begin = c * chunk_elements;
+    const size_t len = std::min(chunk_elements, in.count - begin);
+    const CarriedModel carried = SessionFrame::CarriedFor(in.session, c);
+    const std::vector<uint32_t>* periods =
+        published ? nullptr : &sign_periods.candidates[sign_periods.of_chunk[c]];
+    try {
+      status[c] = encode_chunk(in.src + begin, in.dst + begin, len,
+                               in.history != nullptr ? in.history + begin : nullptr, carried,
+                               periods, entrants, in.options.effort, scratch[worker].get(),
+                               &(*chunks)[c]);
+    } catch (const std::bad_alloc&) {
+      status[c] = Status(ErrorCode::kOutOfMemory, "out of memory while encoding");
+    }
+  };
+  if (num_workers == 1) {
+    // Chunks in order, hashed as they are read (CountChanges).
+    ChecksumStream target_stream, base_stream;
+    scratch[0]->target_stream = &target_stream;
+    if (base_checksum != nullptr) scratch[0]->base_stream = &base_stream;
+    for (size_t c = 0; c < num_chunks; ++c) {
+      encode(c, 0);
+      if (!status[c].ok()) return status[c];
+    }
+    *target_checksum = target_stream.Digest();
+    if (base_checksum != nullptr) *base_checksum = base_stream.Digest();
+    return Status::Ok();
+  }
+  ParallelFor(num_chunks, num_workers, encode);
+  for (const Status& s : status) {
+    if (!s.ok()) return s;
+  }
+  *target_checksum = Checksum(in.dst, in.count);
+  if (base_checksum != nullptr) *base_checksum = Checksum(in.src, in.count);
+  return Status::Ok();
+}
+
+// The frame header (src/codec/FORMAT.md) and the chunk sizes it stores.
+void AppendFrameHeader(const FrameToEncode& in, int chunk_log,
+                       const std::vector<std::vector<uint8_t>>& chunks,
+                       std::vector<uint8_t>* bytes) {
+  const bool published = in.options.format == Format::kArcV3;
+  for (const uint8_t byte : kMagic) bytes->push_back(byte);
+  // A session step whose base is its last step's result, over the same tensors, names
+  // neither (the receiver holds both).
+  const bool continues = in.session != nullptr && in.session->ContinuesLastStep(in.tensors);
+  const bool lists_tensors = in.tensors != nullptr && !continues;
+  bytes->push_back(published ? kFormatVersionArcV3 : kFormatVersion);
+  bytes->push_back(static_cast<uint8_t>((in.session != nullptr ? kFlagSession : 0) |
+                                        (in.tensors != nullptr ? kFlagTensors : 0) |
+                                        (continues ? kFlagContinues : 0)));
+  PutVarint(in.count, bytes);
+  bytes->push_back(static_cast<uint8_t>(chunk_log));
+  if (in.session != nullptr) {
+    if (!continues) PutU64(in.session->base_checksum, bytes);
+    PutU64(in.session->history_id, bytes);
+  }
+  if (lists_tensors) {
+    PutVarint(in.tensors->size(), bytes);
+    PutU32(TensorListCheck(*in.tensors), bytes);
+  }
+  // But in version 1 the last chunk's size is left out: it runs to the end of the payload.
+  const size_t stored_sizes = published || chunks.empty() ? chunks.size() : chunks.size() - 1;
+  for (size_t c = 0; c < stored_sizes; ++c) PutVarint(chunks[c].size(), bytes);
+}
+
 }  // namespace
 
 Status EncodeFrame(const uint16_t* src, const uint16_t* dst, size_t count,
@@ -5181,111 +5485,17 @@ Status EncodeFrame(const uint16_t* src, const uint16_t* dst, size_t count,
   if (count > 0 && (src == nullptr || dst == nullptr)) {
     return Status(ErrorCode::kInvalidArgument, "src or dst is null");
   }
-  if (options.effort < 0 || options.effort > 3) {
-    return Status(ErrorCode::kInvalidArgument, "effort must be in 0..3");
-  }
-  if (options.threads < 0) return Status(ErrorCode::kInvalidArgument, "threads must be >= 0");
-  if (options.format != Format::kDefault && options.format != Format::kArcV3) {
-    return Status(ErrorCode::kInvalidArgument, "unknown format");
-  }
-  if (session != nullptr && options.format == Format::kArcV3) {
-    return Status(ErrorCode::kInvalidArgument, "sessions need the default format");
-  }
-  if (tensors != nullptr && options.format == Format::kArcV3) {
-    return Status(ErrorCode::kInvalidArgument,
-                  "several tensors in one payload need the default format");
-  }
-  int chunk_log = ChunkLog(options.chunk_elements);
-  if ((uint64_t{1} << chunk_log) != options.chunk_elements || chunk_log < kMinChunkLog ||
-      chunk_log > kMaxChunkLog) {
-    return Status(ErrorCode::kInvalidArgument,
-                  "chunk_elements must be a power of two in [2^10, 2^24]");
-  }
-  // A second chunk of under an eighth of the first would pay its own header and learn its
-  // probabilities again for little (on a 1 M-parameter model grouped into one frame, 1,689
-  // elements past 2^20 cost 0.3% of the payload): one chunk of twice the size instead.
-  const size_t requested = options.chunk_elements;
-  if (count > requested && count - requested <= requested / 8 && chunk_log < kMaxChunkLog) {
-    ++chunk_log;
-  }
-
+  const FrameToEncode in = {src, dst, count, options, history, session, tensors};
+  int chunk_log = 0;
+  ARC_V3_RETURN_IF_ERROR(ChooseFrameChunkLog(in, &chunk_log));
   try {
-    const size_t chunk_elements = size_t{1} << chunk_log;
-    const size_t num_chunks = (count + chunk_elements - 1) / chunk_elements;
-    const RaceEntrants entrants = EntrantsForEffort(options.effort);
-    const bool published = options.format == Format::kArcV3;
-    const auto encode_chunk = published ? EncodeChunkV1 : EncodeChunkV2;
-    const size_t num_workers = WorkerCount(options.threads, num_chunks);
-    std::vector<std::unique_ptr<EncoderScratch>> scratch(num_workers);
-    for (auto& s : scratch) s.reset(new EncoderScratch);
-    std::vector<std::vector<uint8_t>> chunks(num_chunks);
-    std::vector<Status> status(num_chunks);
-    // A session's models: each chunk starts from its own carried one, if any, and ends on
-    // a new one.
-    SessionFrame::PrepareNextModels(session, num_chunks);
-    const SignPeriods sign_periods =
-        published ? SignPeriods()
-                  : ChooseSignPeriodCandidates(count, tensors, chunk_elements, num_chunks);
-    const auto encode = [&](size_t c, size_t worker) {
-      const size_t begin = c * chunk_elements;
-      const size_t len = std::min(chunk_elements, count - begin);
-      const CarriedModel carried = SessionFrame::CarriedFor(session, c);
-      const std::vector<uint32_t>* periods =
-          published ? nullptr : &sign_periods.candidates[sign_periods.of_chunk[c]];
-      try {
-        status[c] = encode_chunk(src + begin, dst + begin, len,
-                                 history != nullptr ? history + begin : nullptr, carried,
-                                 periods, entrants, options.effort, scratch[worker].get(),
-                                 &chunks[c]);
-      } catch (const std::bad_alloc&) {
-        status[c] = Status(ErrorCode::kOutOfMemory, "out of memory while encoding");
-      }
-    };
+    std::vector<std::vector<uint8_t>> chunks;
     uint64_t target_checksum = 0;
-    if (num_workers == 1) {
-      // Chunks in order, hashed as they are read (CountChanges).
-      ChecksumStream target_stream, base_stream;
-      scratch[0]->target_stream = &target_stream;
-      if (base_checksum != nullptr) scratch[0]->base_stream = &base_stream;
-      for (size_t c = 0; c < num_chunks; ++c) {
-        encode(c, 0);
-        if (!status[c].ok()) return status[c];
-      }
-      target_checksum = target_stream.Digest();
-      if (base_checksum != nullptr) *base_checksum = base_stream.Digest();
-    } else {
-      ParallelFor(num_chunks, num_workers, encode);
-      for (const Status& s : status) {
-        if (!s.ok()) return s;
-      }
-      target_checksum = Checksum(dst, count);
-      if (base_checksum != nullptr) *base_checksum = Checksum(src, count);
-    }
-
+    ARC_V3_RETURN_IF_ERROR(EncodeFrameChunks(in, size_t{1} << chunk_log, &chunks,
+                                             &target_checksum, base_checksum));
     std::vector<uint8_t>& bytes = out->bytes;
     bytes.clear();
-    for (const uint8_t byte : kMagic) bytes.push_back(byte);
-    // A session step whose base is its last step's result, over the same tensors, names
-    // neither (the receiver holds both).
-    const bool continues = session != nullptr && session->ContinuesLastStep(tensors);
-    const bool lists_tensors = tensors != nullptr && !continues;
-    bytes.push_back(published ? kFormatVersionArcV3 : kFormatVersion);
-    bytes.push_back(static_cast<uint8_t>((session != nullptr ? kFlagSession : 0) |
-                                         (tensors != nullptr ? kFlagTensors : 0) |
-                                         (continues ? kFlagContinues : 0)));
-    PutVarint(count, &bytes);
-    bytes.push_back(static_cast<uint8_t>(chunk_log));
-    if (session != nullptr) {
-      if (!continues) PutU64(session->base_checksum, &bytes);
-      PutU64(session->history_id, &bytes);
-    }
-    if (lists_tensors) {
-      PutVarint(tensors->size(), &bytes);
-      PutU32(TensorListCheck(*tensors), &bytes);
-    }
-    // But in version 1 the last chunk's size is left out: it runs to the end of the payload.
-    const size_t stored_sizes = published || chunks.empty() ? chunks.size() : chunks.size() - 1;
-    for (size_t c = 0; c < stored_sizes; ++c) PutVarint(chunks[c].size(), &bytes);
+    AppendFrameHeader(in, chunk_log, chunks, &bytes);
     size_t total = bytes.size();
     for (const auto& chunk : chunks) total += chunk.size();
     bytes.reserve(total);
@@ -5306,8 +5516,7 @@ Status delta_compress(const uint16_t* src, const uint16_t* dst, size_t count, De
 
 Status ConcatenateTensors(const TensorDelta* tensors, size_t tensor_count,
                           ConcatenatedTensors* group) {
-  const Status listed = ListTensors(tensors, tensor_count, &group->counts, &group->total);
-  if (!listed.ok()) return listed;
+  ARC_V3_RETURN_IF_ERROR(ListTensors(tensors, tensor_count, &group->counts, &group->total));
   const auto src = [](const TensorDelta& t) { return t.src; };
   const auto dst = [](const TensorDelta& t) { return t.dst; };
   group->src = BackToBack(tensors, tensor_count, src);
@@ -5325,8 +5534,7 @@ Status delta_compress_tensors(const TensorDelta* tensors, size_t tensor_count, D
                               const Options& options) {
   try {
     ConcatenatedTensors group;
-    const Status concatenated = ConcatenateTensors(tensors, tensor_count, &group);
-    if (!concatenated.ok()) return concatenated;
+    ARC_V3_RETURN_IF_ERROR(ConcatenateTensors(tensors, tensor_count, &group));
     return EncodeFrame(group.src, group.dst, group.total, options, nullptr, nullptr, out,
                        nullptr, &group.counts);
   } catch (const std::bad_alloc&) {
@@ -5465,13 +5673,11 @@ Status PrepareHistory(size_t count, uint64_t steps, std::vector<uint8_t>* histor
 // group.
 Status Session::State::Compress(const uint16_t* src, const uint16_t* dst, size_t count,
                                 const std::vector<uint64_t>* tensors, Delta* out) {
-  const Status prepared = PrepareHistory(count, steps, &history);
-  if (!prepared.ok()) return prepared;
+  ARC_V3_RETURN_IF_ERROR(PrepareHistory(count, steps, &history));
   SessionFrame frame = StepFrame();
   frame.base_checksum = Checksum(src, count);
-  const Status status =
-      EncodeFrame(src, dst, count, options, history.data(), &frame, out, nullptr, tensors);
-  if (!status.ok()) return status;
+  ARC_V3_RETURN_IF_ERROR(
+      EncodeFrame(src, dst, count, options, history.data(), &frame, out, nullptr, tensors));
   AdvanceHistory(src, dst, count, history.data());
   history_id = NextHistoryId(frame.history_id, frame.base_checksum, out->checksum);
   steps += 1;
@@ -5504,8 +5710,7 @@ Status Session::CompressTensors(const TensorDelta* tensors, size_t tensor_count,
   if (state_ == nullptr) return Status(ErrorCode::kInvalidArgument, "moved-from session");
   try {
     ConcatenatedTensors group;
-    const Status concatenated = ConcatenateTensors(tensors, tensor_count, &group);
-    if (!concatenated.ok()) return concatenated;
+    ARC_V3_RETURN_IF_ERROR(ConcatenateTensors(tensors, tensor_count, &group));
     return state_->Compress(group.src, group.dst, group.total, &group.counts, out);
   } catch (const std::bad_alloc&) {
     return Status(ErrorCode::kOutOfMemory, "out of memory for the session history");
@@ -5544,14 +5749,12 @@ Status Session::Decompress(const uint16_t* src, size_t count, const uint8_t* byt
   try {
     std::vector<uint8_t> fresh;
     const uint8_t* history;
-    const Status ready = state_->HistoryFor(count, &fresh, &history);
-    if (!ready.ok()) return ready;
+    ARC_V3_RETURN_IF_ERROR(state_->HistoryFor(count, &fresh, &history));
     SessionFrame expected = state_->StepFrame();
     expected.base_checksum = Checksum(src, count);
-    const Status status =
-        DecodeFrame(src, count, bytes, size, checksum, out, count, state_->options.threads,
-                    history, &expected, state_->next_history.data());
-    if (!status.ok()) return status;
+    ARC_V3_RETURN_IF_ERROR(DecodeFrame(src, count, bytes, size, checksum, out, count,
+                                       state_->options.threads, history, &expected,
+                                       state_->next_history.data()));
     state_->Advance(expected.base_checksum, checksum, nullptr);
     return Status::Ok();
   } catch (const std::bad_alloc&) {
@@ -5565,20 +5768,17 @@ Status Session::DecompressTensors(const TensorOut* tensors, size_t tensor_count,
   try {
     std::vector<uint64_t> counts;
     size_t total;
-    const Status listed = ListTensors(tensors, tensor_count, &counts, &total);
-    if (!listed.ok()) return listed;
+    ARC_V3_RETURN_IF_ERROR(ListTensors(tensors, tensor_count, &counts, &total));
     std::vector<uint8_t> fresh;
     const uint8_t* history;
-    const Status ready = state_->HistoryFor(total, &fresh, &history);
-    if (!ready.ok()) return ready;
+    ARC_V3_RETURN_IF_ERROR(state_->HistoryFor(total, &fresh, &history));
     uint64_t base_checksum = 0;
     bool listed_tensors = false;
     SessionFrame session = state_->StepFrame();
     session.frame_listed_tensors = &listed_tensors;
-    const Status status = DecodeTensors(tensors, tensor_count, counts, total, bytes, size,
-                                        checksum, state_->options.threads, history, &session,
-                                        state_->next_history.data(), &base_checksum);
-    if (!status.ok()) return status;
+    ARC_V3_RETURN_IF_ERROR(DecodeTensors(tensors, tensor_count, counts, total, bytes, size,
+                                         checksum, state_->options.threads, history, &session,
+                                         state_->next_history.data(), &base_checksum));
     state_->Advance(base_checksum, checksum, listed_tensors ? &counts : nullptr);
     return Status::Ok();
   } catch (const std::bad_alloc&) {
@@ -5736,8 +5936,8 @@ void PackMantissas(const uint16_t* HWY_RESTRICT xors, size_t count,
 void UnpackMantissas(const uint8_t* HWY_RESTRICT packed, size_t count,
                      uint16_t* HWY_RESTRICT xors) {
   // One 7-byte group per 128-bit vector: with wider vectors the group halves go through
-  // memory (scalar stores, one vector load that cannot be forwarded from them), and AVX2
-  // ran at 0.43x the speed of SSE4 (3.6 vs 9.8 GB/s).
+  // memory (scalar stores, one vector load that cannot be forwarded from them), which makes
+  // AVX2 slower than SSE4 (docs/format_notes.md).
   const hn::CappedTag<uint16_t, 8> d16;
   const hn::Repartition<uint32_t, decltype(d16)> d32;
   const hn::Repartition<uint64_t, decltype(d16)> d64;
@@ -6016,7 +6216,7 @@ constexpr RankBytes kRankBytes = MakeRankBytes();
 
 // Highway 1.0.3 compresses 32-bit lanes on 4- and 8-lane vectors through an index table
 // declared as a non-static constexpr array, which GCC 12 copies onto the stack at every
-// call (1 KiB on AVX2: half of rANS decoding's time at 10% changed). These are static:
+// call (1 KiB on AVX2, a large share of rANS decoding's time). These are static:
 // for each mask, the indices of its set lanes first, then the others.
 struct CompressTables {
   uint32_t nibbles8[256];  // 8 lanes: lane l's index in bits 4l..4l+3
@@ -6148,8 +6348,8 @@ HWY_INLINE hn::Vec<D> DecodeRansVector(D d32, hn::Vec<D> x, const uint16_t* HWY_
     x = hn::Load(d32, lanes);
   }
   const uint32_t changed_bits = MaskBits16(d32, changed);
-  // From 8 lanes on, some lane changes too often (half of the vectors at 9% changed) for a
-  // branch to predict: every vector is compressed and stored, for 10-30% more speed.
+  // From 8 lanes on, some lane changes too often at dense changes for a branch to
+  // predict: every vector is compressed and stored, which is faster (docs/format_notes.md).
   if (N >= 8 || changed_bits != 0) {
     // The new value of a +-1 step; escapes get 0.
     const auto step = hn::IfThenElse(up, hn::Set(d32, 1), hn::Set(d32, 0xFFFFFFFFu));

@@ -50,10 +50,9 @@ struct FrameHeader {
   std::vector<size_t> chunk_offset, chunk_size;
 };
 
-Status ParseHeader(const uint8_t* bytes, size_t size, bool with_chunk_table,
-                   FrameHeader* header) {
-  if (bytes == nullptr && size > 0) return Status(ErrorCode::kInvalidArgument, "bytes is null");
-  ByteReader reader(bytes, size);
+// The magic number, the format version and the flags.
+Status ParseFrameStart(ByteReader* in, FrameHeader* header) {
+  ByteReader& reader = *in;
   const uint8_t* magic;
   if (!reader.ReadSpan(sizeof(kMagic), &magic)) {
     return Status(ErrorCode::kTruncated, "payload shorter than its magic number");
@@ -61,7 +60,7 @@ Status ParseHeader(const uint8_t* bytes, size_t size, bool with_chunk_table,
   if (std::memcmp(magic, kMagic, sizeof(kMagic)) != 0) {
     return Status(ErrorCode::kBadMagic, "not an arc_v3 payload (bad magic number)");
   }
-  uint8_t version, flags, chunk_log;
+  uint8_t version, flags;
   if (!reader.ReadByte(&version)) return Status(ErrorCode::kTruncated, "no format version");
   header->version = version;
   if (version != kFormatVersion && version != kFormatVersionArcV3) {
@@ -82,6 +81,13 @@ Status ParseHeader(const uint8_t* bytes, size_t size, bool with_chunk_table,
   if (header->continues && !header->session) {
     return Status(ErrorCode::kCorruptHeader, "only a session frame can continue a step");
   }
+  return Status::Ok();
+}
+
+// Element_Count, the chunk size, the session fields and the tensor list's, as the flags
+// (ParseFrameStart) call for; then the number of chunks.
+Status ParseFrameFields(ByteReader* in, FrameHeader* header) {
+  ByteReader& reader = *in;
   if (!reader.ReadVarint(&header->element_count)) {
     return Status(reader.remaining() == 0 ? ErrorCode::kTruncated : ErrorCode::kCorruptHeader,
                   "bad element count");
@@ -89,6 +95,7 @@ Status ParseHeader(const uint8_t* bytes, size_t size, bool with_chunk_table,
   if (header->element_count > (uint64_t{1} << 62)) {
     return Status(ErrorCode::kCorruptHeader, "element count out of range");
   }
+  uint8_t chunk_log;
   if (!reader.ReadByte(&chunk_log)) return Status(ErrorCode::kTruncated, "no chunk size");
   if (chunk_log < kMinChunkLog || chunk_log > kMaxChunkLog) {
     return Status(ErrorCode::kCorruptHeader, "chunk size out of range");
@@ -119,11 +126,16 @@ Status ParseHeader(const uint8_t* bytes, size_t size, bool with_chunk_table,
     header->tensor_list_check = LoadU32(check);
   }
   header->num_chunks = (header->element_count + (uint64_t{1} << chunk_log) - 1) >> chunk_log;
-  if (!with_chunk_table) return Status::Ok();
+  return Status::Ok();
+}
 
+// The chunk table, and each chunk's byte range in the payload of `size` bytes. Allocates
+// by evidence: the table's entries are checked against the bytes left before it grows.
+Status ParseChunkTable(ByteReader* in, size_t size, FrameHeader* header) {
+  ByteReader& reader = *in;
   // Each chunk takes at least one byte in the body and, but for the last one (not in
   // version 1), one in the table.
-  const bool last_size_implied = version != kFormatVersionArcV3 && header->num_chunks > 0;
+  const bool last_size_implied = header->version != kFormatVersionArcV3 && header->num_chunks > 0;
   const uint64_t stored_sizes = header->num_chunks - (last_size_implied ? 1 : 0);
   if (header->num_chunks + stored_sizes > reader.remaining()) {
     return Status(ErrorCode::kTruncated, "payload too short for its chunk table");
@@ -163,6 +175,16 @@ Status ParseHeader(const uint8_t* bytes, size_t size, bool with_chunk_table,
   }
   for (auto& offset : header->chunk_offset) offset += reader.position();
   return Status::Ok();
+}
+
+Status ParseHeader(const uint8_t* bytes, size_t size, bool with_chunk_table,
+                   FrameHeader* header) {
+  if (bytes == nullptr && size > 0) return Status(ErrorCode::kInvalidArgument, "bytes is null");
+  ByteReader reader(bytes, size);
+  ARC_V3_RETURN_IF_ERROR(ParseFrameStart(&reader, header));
+  ARC_V3_RETURN_IF_ERROR(ParseFrameFields(&reader, header));
+  if (!with_chunk_table) return Status::Ok();
+  return ParseChunkTable(&reader, size, header);
 }
 
 // The changes of one chunk: positions relative to the chunk, ascending, with their XORs.
@@ -579,6 +601,81 @@ void Scatter(const uint16_t* result, const TensorOut* tensors, size_t tensor_cou
   }
 }
 
+// Checks a parsed frame against the call: its element count, the room in out, and the
+// session the decoder expects (nullptr: none).
+Status CheckFrameFitsCall(const FrameHeader& header, size_t count, size_t out_capacity,
+                          const SessionFrame* expected) {
+  if (header.element_count != count) {
+    return Status(ErrorCode::kSizeMismatch,
+                  "payload holds " + std::to_string(header.element_count) +
+                      " elements, src has " + std::to_string(count));
+  }
+  if (count > out_capacity) {
+    return Status(ErrorCode::kOutputTooSmall,
+                  "payload holds " + std::to_string(count) + " elements, out has room for " +
+                      std::to_string(out_capacity));
+  }
+  if (header.session && expected == nullptr) return SessionPayloadForStatelessDecoder();
+  if (!header.session && expected != nullptr) {
+    return Status(ErrorCode::kHistoryMismatch, "not a session payload (made by delta_compress)");
+  }
+  if (expected != nullptr) {
+    if (header.session_frame.base_checksum != expected->base_checksum) {
+      return Status(ErrorCode::kWrongBase,
+                    "src is not the base this payload was made from (base checksum differs)");
+    }
+    if (header.session_frame.history_id != expected->history_id) {
+      return Status(ErrorCode::kHistoryMismatch,
+                    "payload expects another session history: a step was missed, repeated "
+                    "or comes from another session");
+    }
+  }
+  return Status::Ok();
+}
+
+// The checksum of the result of applying `changes` (chunks of 2^chunk_log elements) to
+// src, built tile by tile so that nothing is written to out before it is verified. With
+// next_history (which holds the history already), advances it over the result.
+uint64_t HashFrameResult(const uint16_t* src, size_t count, int chunk_log,
+                         const std::vector<ChunkChanges>& changes, uint8_t* next_history) {
+  const size_t chunk_elements = size_t{1} << chunk_log;
+  const size_t tile_elements = std::min(kTileElements, count);  // small tensors: small tiles
+  std::vector<uint16_t> result_tile(tile_elements);
+  ChecksumStream hash;
+  for (size_t c = 0; c < changes.size(); ++c) {
+    const size_t begin = c * chunk_elements;
+    const size_t len = std::min(chunk_elements, count - begin);
+    ForEachResultTile(src, begin, len, changes[c],
+                      [&](size_t) { return result_tile.data(); },
+                      [&](size_t at, size_t n, const uint16_t* result) {
+                        hash.Update(result, n);
+                        if (next_history != nullptr) {
+                          AdvanceHistory(src + at, result, n, next_history + at);
+                        }
+                      });
+  }
+  return hash.Digest();
+}
+
+// Writes the verified result to out (in place where out == src), chunks in parallel.
+void WriteFrameResult(const uint16_t* src, size_t count, int chunk_log,
+                      const std::vector<ChunkChanges>& changes, int threads, uint16_t* out) {
+  const size_t chunk_elements = size_t{1} << chunk_log;
+  const size_t num_workers = WorkerCount(threads, changes.size());
+  ParallelFor(changes.size(), num_workers, [&](size_t c, size_t) {
+    const size_t begin = c * chunk_elements;
+    const size_t len = std::min(chunk_elements, count - begin);
+    if (out == src) {  // in place: touch only the changed elements
+      for (size_t k = 0; k < changes[c].positions.size(); ++k) {
+        out[begin + changes[c].positions[k]] ^= changes[c].xors[k];
+      }
+      return;
+    }
+    ForEachResultTile(src, begin, len, changes[c], [&](size_t at) { return out + at; },
+                      [](size_t, size_t, const uint16_t*) {});
+  });
+}
+
 }  // namespace
 
 Status DecodeFrame(const uint16_t* src, size_t count, const uint8_t* bytes, size_t size,
@@ -597,75 +694,19 @@ Status DecodeFrame(const uint16_t* src, size_t count, const uint8_t* bytes, size
     ARC_V3_RETURN_IF_ERROR(ParseHeader(bytes, size, /*with_chunk_table=*/true, &header));
     ARC_V3_RETURN_IF_ERROR(ResolveContinues(expected, &header));
     ARC_V3_RETURN_IF_ERROR(CheckTensorList(header, tensors));
-    if (header.element_count != count) {
-      return Status(ErrorCode::kSizeMismatch,
-                    "payload holds " + std::to_string(header.element_count) +
-                        " elements, src has " + std::to_string(count));
-    }
-    if (count > out_capacity) {
-      return Status(ErrorCode::kOutputTooSmall,
-                    "payload holds " + std::to_string(count) + " elements, out has room for " +
-                        std::to_string(out_capacity));
-    }
-    if (header.session && expected == nullptr) return SessionPayloadForStatelessDecoder();
-    if (!header.session && expected != nullptr) {
-      return Status(ErrorCode::kHistoryMismatch, "not a session payload (made by delta_compress)");
-    }
-    if (expected != nullptr) {
-      if (header.session_frame.base_checksum != expected->base_checksum) {
-        return Status(ErrorCode::kWrongBase,
-                      "src is not the base this payload was made from (base checksum differs)");
-      }
-      if (header.session_frame.history_id != expected->history_id) {
-        return Status(ErrorCode::kHistoryMismatch,
-                      "payload expects another session history: a step was missed, repeated "
-                      "or comes from another session");
-      }
-    }
+    ARC_V3_RETURN_IF_ERROR(CheckFrameFitsCall(header, count, out_capacity, expected));
     std::vector<ChunkChanges> changes;
     ARC_V3_RETURN_IF_ERROR(
         DecodeChunks(bytes, header, src, history, expected, threads, &changes, nullptr));
     if (next_history != nullptr && count > 0) std::memcpy(next_history, history, count);
-
-    const size_t chunk_elements = size_t{1} << header.chunk_log;
-    // Verified before anything is written to out: the result tile by tile, hashed.
-    const size_t tile_elements = std::min(kTileElements, count);  // small tensors: small tiles
-    std::vector<uint16_t> result_tile(tile_elements);
-    ChecksumStream hash;
-    for (size_t c = 0; c < changes.size(); ++c) {
-      const size_t begin = c * chunk_elements;
-      const size_t len = std::min(chunk_elements, count - begin);
-      ForEachResultTile(src, begin, len, changes[c],
-                        [&](size_t) { return result_tile.data(); },
-                        [&](size_t at, size_t n, const uint16_t* result) {
-                          hash.Update(result, n);
-                          if (next_history != nullptr) {
-                            AdvanceHistory(src + at, result, n, next_history + at);
-                          }
-                        });
-    }
-    const uint64_t actual = hash.Digest();
-    if (actual != checksum) {
+    if (HashFrameResult(src, count, header.chunk_log, changes, next_history) != checksum) {
       return Status(ErrorCode::kChecksumMismatch,
                     "result does not match the checksum: wrong base (src) or corrupt payload");
     }
     if (expected != nullptr && expected->frame_listed_tensors != nullptr) {
       *expected->frame_listed_tensors = header.tensors;
     }
-
-    const size_t num_workers = WorkerCount(threads, changes.size());
-    ParallelFor(changes.size(), num_workers, [&](size_t c, size_t) {
-      const size_t begin = c * chunk_elements;
-      const size_t len = std::min(chunk_elements, count - begin);
-      if (out == src) {  // in place: touch only the changed elements
-        for (size_t k = 0; k < changes[c].positions.size(); ++k) {
-          out[begin + changes[c].positions[k]] ^= changes[c].xors[k];
-        }
-        return;
-      }
-      ForEachResultTile(src, begin, len, changes[c], [&](size_t at) { return out + at; },
-                        [](size_t, size_t, const uint16_t*) {});
-    });
+    WriteFrameResult(src, count, header.chunk_log, changes, threads, out);
     return Status::Ok();
   } catch (const std::bad_alloc&) {
     return Status(ErrorCode::kOutOfMemory, "out of memory while decoding");

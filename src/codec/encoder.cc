@@ -29,6 +29,7 @@
 #include "src/codec/model_coder.h"
 #include "src/codec/rans_coder.h"
 #include "src/common/parallel.h"
+#include "src/common/status_macros.h"
 
 namespace arc_v3 {
 namespace {
@@ -161,14 +162,13 @@ Status EncodeChunkV1(const uint16_t* src, const uint16_t* dst, size_t chunk_len,
   return Status::Ok();
 }
 
-// rANS chunks (format 4 on) decode 2-3x faster than modelled ones where changes are dense,
-// for ~90 header bytes, a third of them carrying escape data (format 5: within ~1% of a
-// modelled chunk on the corpus' tensors of 2,000 changes and more). Efforts 1-2 take
-// them from this density and change count on, the modelled coding below. From 1/128 on
-// (1/64 before) the stateless payloads of the corpus and the generator stay the same size
-// or shrink (96 M parameters at 2%: -0.14%) and decode 1.35-1.5x faster there (0.70 ->
-// 0.95-1.06 GB/s on one core). A session chunk keeps 1/64: the modelled coder's history
-// contexts gain more than rANS's (0.2% on the 2% runs at 1/128).
+// rANS chunks decode several times faster than modelled ones where changes are dense, for
+// about 90 header bytes (a third of them carrying escape data), and code about as small as
+// a modelled chunk once a tensor has a few thousand changes. Efforts 1-2 take them from
+// this density and change count on, the modelled coding below: from there on stateless
+// payloads stay the same size or shrink, and decode faster. A session chunk needs twice
+// the density: the modelled coder's history contexts gain more than rANS's. (Figures:
+// docs/format_notes.md, "Codec implementation notes".)
 bool PreferRans(uint64_t changes, size_t chunk_len, bool with_history) {
   const uint64_t density_inverse =
       with_history ? kRansMinDensityInverseWithHistory : kRansMinDensityInverse;
@@ -200,9 +200,8 @@ Status RaceChunkCodings(const uint16_t* src, const uint16_t* dst, size_t chunk_l
   if (try_modelled) {
     s->modelled.clear();
     s->modelled.push_back(kChunkModelled);
-    const Status status = EncodeChunkModelled(src, dst, chunk_len, &s->modelled, history,
-                                              counts.changed, carried, sign_periods);
-    if (!status.ok()) return status;
+    ARC_V3_RETURN_IF_ERROR(EncodeChunkModelled(src, dst, chunk_len, &s->modelled, history,
+                                               counts.changed, carried, sign_periods));
     if (out->empty() || s->modelled.size() < out->size()) out->swap(s->modelled);
   }
   if (try_rans) {
@@ -214,10 +213,9 @@ Status RaceChunkCodings(const uint16_t* src, const uint16_t* dst, size_t chunk_l
     s->modelled.clear();
     s->modelled.push_back(kChunkRans);
     bool with_history = false;
-    const Status status = EncodeChunkRans(src, dst, chunk_len, s->positions.data(),
-                                          counts.changed, &s->modelled, &s->rans_words,
-                                          history, &with_history);
-    if (!status.ok()) return status;
+    ARC_V3_RETURN_IF_ERROR(EncodeChunkRans(src, dst, chunk_len, s->positions.data(),
+                                           counts.changed, &s->modelled, &s->rans_words,
+                                           history, &with_history));
     if (with_history) s->modelled[0] = kChunkRansHistory;
     if (out->empty() || s->modelled.size() < out->size()) out->swap(s->modelled);
   }
@@ -288,6 +286,136 @@ int ChunkLog(uint32_t chunk_elements) {
   return log;
 }
 
+// EncodeFrame's arguments, but for the output.
+struct FrameToEncode {
+  const uint16_t* src;
+  const uint16_t* dst;
+  size_t count;
+  const Options& options;
+  const uint8_t* history;
+  const SessionFrame* session;
+  const std::vector<uint64_t>* tensors;
+};
+
+// Checks the options against the frame and picks its chunk size's log2.
+Status ChooseFrameChunkLog(const FrameToEncode& in, int* chunk_log) {
+  const Options& options = in.options;
+  if (options.effort < 0 || options.effort > 3) {
+    return Status(ErrorCode::kInvalidArgument, "effort must be in 0..3");
+  }
+  if (options.threads < 0) return Status(ErrorCode::kInvalidArgument, "threads must be >= 0");
+  if (options.format != Format::kDefault && options.format != Format::kArcV3) {
+    return Status(ErrorCode::kInvalidArgument, "unknown format");
+  }
+  if (in.session != nullptr && options.format == Format::kArcV3) {
+    return Status(ErrorCode::kInvalidArgument, "sessions need the default format");
+  }
+  if (in.tensors != nullptr && options.format == Format::kArcV3) {
+    return Status(ErrorCode::kInvalidArgument,
+                  "several tensors in one payload need the default format");
+  }
+  *chunk_log = ChunkLog(options.chunk_elements);
+  if ((uint64_t{1} << *chunk_log) != options.chunk_elements || *chunk_log < kMinChunkLog ||
+      *chunk_log > kMaxChunkLog) {
+    return Status(ErrorCode::kInvalidArgument,
+                  "chunk_elements must be a power of two in [2^10, 2^24]");
+  }
+  // A second chunk of under an eighth of the first would pay its own header and learn its
+  // probabilities again for little (docs/format_notes.md): one chunk of twice the size.
+  const size_t requested = options.chunk_elements;
+  if (in.count > requested && in.count - requested <= requested / 8 &&
+      *chunk_log < kMaxChunkLog) {
+    ++*chunk_log;
+  }
+  return Status::Ok();
+}
+
+// Encodes the chunks of `chunk_elements` (on options.threads) into `chunks`, and the
+// checksums of dst and (base_checksum not null) src.
+Status EncodeFrameChunks(const FrameToEncode& in, size_t chunk_elements,
+                         std::vector<std::vector<uint8_t>>* chunks, uint64_t* target_checksum,
+                         uint64_t* base_checksum) {
+  const size_t num_chunks = (in.count + chunk_elements - 1) / chunk_elements;
+  const RaceEntrants entrants = EntrantsForEffort(in.options.effort);
+  const bool published = in.options.format == Format::kArcV3;
+  const auto encode_chunk = published ? EncodeChunkV1 : EncodeChunkV2;
+  const size_t num_workers = WorkerCount(in.options.threads, num_chunks);
+  std::vector<std::unique_ptr<EncoderScratch>> scratch(num_workers);
+  for (auto& s : scratch) s.reset(new EncoderScratch);
+  chunks->assign(num_chunks, {});
+  std::vector<Status> status(num_chunks);
+  // A session's models: each chunk starts from its own carried one, if any, and ends on
+  // a new one.
+  SessionFrame::PrepareNextModels(in.session, num_chunks);
+  const SignPeriods sign_periods =
+      published ? SignPeriods()
+                : ChooseSignPeriodCandidates(in.count, in.tensors, chunk_elements, num_chunks);
+  const auto encode = [&](size_t c, size_t worker) {
+    const size_t begin = c * chunk_elements;
+    const size_t len = std::min(chunk_elements, in.count - begin);
+    const CarriedModel carried = SessionFrame::CarriedFor(in.session, c);
+    const std::vector<uint32_t>* periods =
+        published ? nullptr : &sign_periods.candidates[sign_periods.of_chunk[c]];
+    try {
+      status[c] = encode_chunk(in.src + begin, in.dst + begin, len,
+                               in.history != nullptr ? in.history + begin : nullptr, carried,
+                               periods, entrants, in.options.effort, scratch[worker].get(),
+                               &(*chunks)[c]);
+    } catch (const std::bad_alloc&) {
+      status[c] = Status(ErrorCode::kOutOfMemory, "out of memory while encoding");
+    }
+  };
+  if (num_workers == 1) {
+    // Chunks in order, hashed as they are read (CountChanges).
+    ChecksumStream target_stream, base_stream;
+    scratch[0]->target_stream = &target_stream;
+    if (base_checksum != nullptr) scratch[0]->base_stream = &base_stream;
+    for (size_t c = 0; c < num_chunks; ++c) {
+      encode(c, 0);
+      if (!status[c].ok()) return status[c];
+    }
+    *target_checksum = target_stream.Digest();
+    if (base_checksum != nullptr) *base_checksum = base_stream.Digest();
+    return Status::Ok();
+  }
+  ParallelFor(num_chunks, num_workers, encode);
+  for (const Status& s : status) {
+    if (!s.ok()) return s;
+  }
+  *target_checksum = Checksum(in.dst, in.count);
+  if (base_checksum != nullptr) *base_checksum = Checksum(in.src, in.count);
+  return Status::Ok();
+}
+
+// The frame header (src/codec/FORMAT.md) and the chunk sizes it stores.
+void AppendFrameHeader(const FrameToEncode& in, int chunk_log,
+                       const std::vector<std::vector<uint8_t>>& chunks,
+                       std::vector<uint8_t>* bytes) {
+  const bool published = in.options.format == Format::kArcV3;
+  for (const uint8_t byte : kMagic) bytes->push_back(byte);
+  // A session step whose base is its last step's result, over the same tensors, names
+  // neither (the receiver holds both).
+  const bool continues = in.session != nullptr && in.session->ContinuesLastStep(in.tensors);
+  const bool lists_tensors = in.tensors != nullptr && !continues;
+  bytes->push_back(published ? kFormatVersionArcV3 : kFormatVersion);
+  bytes->push_back(static_cast<uint8_t>((in.session != nullptr ? kFlagSession : 0) |
+                                        (in.tensors != nullptr ? kFlagTensors : 0) |
+                                        (continues ? kFlagContinues : 0)));
+  PutVarint(in.count, bytes);
+  bytes->push_back(static_cast<uint8_t>(chunk_log));
+  if (in.session != nullptr) {
+    if (!continues) PutU64(in.session->base_checksum, bytes);
+    PutU64(in.session->history_id, bytes);
+  }
+  if (lists_tensors) {
+    PutVarint(in.tensors->size(), bytes);
+    PutU32(TensorListCheck(*in.tensors), bytes);
+  }
+  // But in version 1 the last chunk's size is left out: it runs to the end of the payload.
+  const size_t stored_sizes = published || chunks.empty() ? chunks.size() : chunks.size() - 1;
+  for (size_t c = 0; c < stored_sizes; ++c) PutVarint(chunks[c].size(), bytes);
+}
+
 }  // namespace
 
 Status EncodeFrame(const uint16_t* src, const uint16_t* dst, size_t count,
@@ -298,111 +426,17 @@ Status EncodeFrame(const uint16_t* src, const uint16_t* dst, size_t count,
   if (count > 0 && (src == nullptr || dst == nullptr)) {
     return Status(ErrorCode::kInvalidArgument, "src or dst is null");
   }
-  if (options.effort < 0 || options.effort > 3) {
-    return Status(ErrorCode::kInvalidArgument, "effort must be in 0..3");
-  }
-  if (options.threads < 0) return Status(ErrorCode::kInvalidArgument, "threads must be >= 0");
-  if (options.format != Format::kDefault && options.format != Format::kArcV3) {
-    return Status(ErrorCode::kInvalidArgument, "unknown format");
-  }
-  if (session != nullptr && options.format == Format::kArcV3) {
-    return Status(ErrorCode::kInvalidArgument, "sessions need the default format");
-  }
-  if (tensors != nullptr && options.format == Format::kArcV3) {
-    return Status(ErrorCode::kInvalidArgument,
-                  "several tensors in one payload need the default format");
-  }
-  int chunk_log = ChunkLog(options.chunk_elements);
-  if ((uint64_t{1} << chunk_log) != options.chunk_elements || chunk_log < kMinChunkLog ||
-      chunk_log > kMaxChunkLog) {
-    return Status(ErrorCode::kInvalidArgument,
-                  "chunk_elements must be a power of two in [2^10, 2^24]");
-  }
-  // A second chunk of under an eighth of the first would pay its own header and learn its
-  // probabilities again for little (on a 1 M-parameter model grouped into one frame, 1,689
-  // elements past 2^20 cost 0.3% of the payload): one chunk of twice the size instead.
-  const size_t requested = options.chunk_elements;
-  if (count > requested && count - requested <= requested / 8 && chunk_log < kMaxChunkLog) {
-    ++chunk_log;
-  }
-
+  const FrameToEncode in = {src, dst, count, options, history, session, tensors};
+  int chunk_log = 0;
+  ARC_V3_RETURN_IF_ERROR(ChooseFrameChunkLog(in, &chunk_log));
   try {
-    const size_t chunk_elements = size_t{1} << chunk_log;
-    const size_t num_chunks = (count + chunk_elements - 1) / chunk_elements;
-    const RaceEntrants entrants = EntrantsForEffort(options.effort);
-    const bool published = options.format == Format::kArcV3;
-    const auto encode_chunk = published ? EncodeChunkV1 : EncodeChunkV2;
-    const size_t num_workers = WorkerCount(options.threads, num_chunks);
-    std::vector<std::unique_ptr<EncoderScratch>> scratch(num_workers);
-    for (auto& s : scratch) s.reset(new EncoderScratch);
-    std::vector<std::vector<uint8_t>> chunks(num_chunks);
-    std::vector<Status> status(num_chunks);
-    // A session's models: each chunk starts from its own carried one, if any, and ends on
-    // a new one.
-    SessionFrame::PrepareNextModels(session, num_chunks);
-    const SignPeriods sign_periods =
-        published ? SignPeriods()
-                  : ChooseSignPeriodCandidates(count, tensors, chunk_elements, num_chunks);
-    const auto encode = [&](size_t c, size_t worker) {
-      const size_t begin = c * chunk_elements;
-      const size_t len = std::min(chunk_elements, count - begin);
-      const CarriedModel carried = SessionFrame::CarriedFor(session, c);
-      const std::vector<uint32_t>* periods =
-          published ? nullptr : &sign_periods.candidates[sign_periods.of_chunk[c]];
-      try {
-        status[c] = encode_chunk(src + begin, dst + begin, len,
-                                 history != nullptr ? history + begin : nullptr, carried,
-                                 periods, entrants, options.effort, scratch[worker].get(),
-                                 &chunks[c]);
-      } catch (const std::bad_alloc&) {
-        status[c] = Status(ErrorCode::kOutOfMemory, "out of memory while encoding");
-      }
-    };
+    std::vector<std::vector<uint8_t>> chunks;
     uint64_t target_checksum = 0;
-    if (num_workers == 1) {
-      // Chunks in order, hashed as they are read (CountChanges).
-      ChecksumStream target_stream, base_stream;
-      scratch[0]->target_stream = &target_stream;
-      if (base_checksum != nullptr) scratch[0]->base_stream = &base_stream;
-      for (size_t c = 0; c < num_chunks; ++c) {
-        encode(c, 0);
-        if (!status[c].ok()) return status[c];
-      }
-      target_checksum = target_stream.Digest();
-      if (base_checksum != nullptr) *base_checksum = base_stream.Digest();
-    } else {
-      ParallelFor(num_chunks, num_workers, encode);
-      for (const Status& s : status) {
-        if (!s.ok()) return s;
-      }
-      target_checksum = Checksum(dst, count);
-      if (base_checksum != nullptr) *base_checksum = Checksum(src, count);
-    }
-
+    ARC_V3_RETURN_IF_ERROR(EncodeFrameChunks(in, size_t{1} << chunk_log, &chunks,
+                                             &target_checksum, base_checksum));
     std::vector<uint8_t>& bytes = out->bytes;
     bytes.clear();
-    for (const uint8_t byte : kMagic) bytes.push_back(byte);
-    // A session step whose base is its last step's result, over the same tensors, names
-    // neither (the receiver holds both).
-    const bool continues = session != nullptr && session->ContinuesLastStep(tensors);
-    const bool lists_tensors = tensors != nullptr && !continues;
-    bytes.push_back(published ? kFormatVersionArcV3 : kFormatVersion);
-    bytes.push_back(static_cast<uint8_t>((session != nullptr ? kFlagSession : 0) |
-                                         (tensors != nullptr ? kFlagTensors : 0) |
-                                         (continues ? kFlagContinues : 0)));
-    PutVarint(count, &bytes);
-    bytes.push_back(static_cast<uint8_t>(chunk_log));
-    if (session != nullptr) {
-      if (!continues) PutU64(session->base_checksum, &bytes);
-      PutU64(session->history_id, &bytes);
-    }
-    if (lists_tensors) {
-      PutVarint(tensors->size(), &bytes);
-      PutU32(TensorListCheck(*tensors), &bytes);
-    }
-    // But in version 1 the last chunk's size is left out: it runs to the end of the payload.
-    const size_t stored_sizes = published || chunks.empty() ? chunks.size() : chunks.size() - 1;
-    for (size_t c = 0; c < stored_sizes; ++c) PutVarint(chunks[c].size(), &bytes);
+    AppendFrameHeader(in, chunk_log, chunks, &bytes);
     size_t total = bytes.size();
     for (const auto& chunk : chunks) total += chunk.size();
     bytes.reserve(total);
@@ -423,8 +457,7 @@ Status delta_compress(const uint16_t* src, const uint16_t* dst, size_t count, De
 
 Status ConcatenateTensors(const TensorDelta* tensors, size_t tensor_count,
                           ConcatenatedTensors* group) {
-  const Status listed = ListTensors(tensors, tensor_count, &group->counts, &group->total);
-  if (!listed.ok()) return listed;
+  ARC_V3_RETURN_IF_ERROR(ListTensors(tensors, tensor_count, &group->counts, &group->total));
   const auto src = [](const TensorDelta& t) { return t.src; };
   const auto dst = [](const TensorDelta& t) { return t.dst; };
   group->src = BackToBack(tensors, tensor_count, src);
@@ -442,8 +475,7 @@ Status delta_compress_tensors(const TensorDelta* tensors, size_t tensor_count, D
                               const Options& options) {
   try {
     ConcatenatedTensors group;
-    const Status concatenated = ConcatenateTensors(tensors, tensor_count, &group);
-    if (!concatenated.ok()) return concatenated;
+    ARC_V3_RETURN_IF_ERROR(ConcatenateTensors(tensors, tensor_count, &group));
     return EncodeFrame(group.src, group.dst, group.total, options, nullptr, nullptr, out,
                        nullptr, &group.counts);
   } catch (const std::bad_alloc&) {

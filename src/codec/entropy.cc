@@ -25,7 +25,7 @@ RaceEntrants EntrantsForEffort(int effort) {
       e.lz4 = true;
       e.zstd_levels[0] = 3;
       break;
-    case 2:  // zstd -19 would gain ~1% for ~100x the time (bench, ARCv3 format)
+    case 2:  // zstd -19 would gain little for far more time (docs/format_notes.md)
       e.lz4 = true;
       e.zstd_levels[0] = 3;
       e.zstd_levels[1] = 9;

@@ -147,8 +147,8 @@ void PackMantissas(const uint16_t* HWY_RESTRICT xors, size_t count,
 void UnpackMantissas(const uint8_t* HWY_RESTRICT packed, size_t count,
                      uint16_t* HWY_RESTRICT xors) {
   // One 7-byte group per 128-bit vector: with wider vectors the group halves go through
-  // memory (scalar stores, one vector load that cannot be forwarded from them), and AVX2
-  // ran at 0.43x the speed of SSE4 (3.6 vs 9.8 GB/s).
+  // memory (scalar stores, one vector load that cannot be forwarded from them), which makes
+  // AVX2 slower than SSE4 (docs/format_notes.md).
   const hn::CappedTag<uint16_t, 8> d16;
   const hn::Repartition<uint32_t, decltype(d16)> d32;
   const hn::Repartition<uint64_t, decltype(d16)> d64;
@@ -427,7 +427,7 @@ constexpr RankBytes kRankBytes = MakeRankBytes();
 
 // Highway 1.0.3 compresses 32-bit lanes on 4- and 8-lane vectors through an index table
 // declared as a non-static constexpr array, which GCC 12 copies onto the stack at every
-// call (1 KiB on AVX2: half of rANS decoding's time at 10% changed). These are static:
+// call (1 KiB on AVX2, a large share of rANS decoding's time). These are static:
 // for each mask, the indices of its set lanes first, then the others.
 struct CompressTables {
   uint32_t nibbles8[256];  // 8 lanes: lane l's index in bits 4l..4l+3
@@ -559,8 +559,8 @@ HWY_INLINE hn::Vec<D> DecodeRansVector(D d32, hn::Vec<D> x, const uint16_t* HWY_
     x = hn::Load(d32, lanes);
   }
   const uint32_t changed_bits = MaskBits16(d32, changed);
-  // From 8 lanes on, some lane changes too often (half of the vectors at 9% changed) for a
-  // branch to predict: every vector is compressed and stored, for 10-30% more speed.
+  // From 8 lanes on, some lane changes too often at dense changes for a branch to
+  // predict: every vector is compressed and stored, which is faster (docs/format_notes.md).
   if (N >= 8 || changed_bits != 0) {
     // The new value of a +-1 step; escapes get 0.
     const auto step = hn::IfThenElse(up, hn::Set(d32, 1), hn::Set(d32, 0xFFFFFFFFu));

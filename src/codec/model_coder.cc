@@ -57,8 +57,8 @@ inline int HistoryClass(uint8_t history) {
 }
 
 // Recent elements (IsRecent in kernels.h): those whose last change was
-// 1 or 2 steps ago. On the corpus such an element changes again with about 1% chance
-// whatever its exponent, except the tiny weights, which change again ~90% of the time: no
+// 1 or 2 steps ago. On the corpus such an element changes again with a small chance
+// whatever its exponent, except the tiny weights, which change again most of the time: no
 // rate proportional to 2^-exponent expresses that, so they are coded first, one decision
 // each in the context of their age and rate log, and the bisection gives them rate 1
 // (kRecentBoost, the boost of history classes 1 and 2) and skips them. Ages 1-2 only: at
@@ -170,13 +170,13 @@ constexpr int kTrustedSplitSeen = 126;
 constexpr int kValueSeen = 2, kValueShift = 7;
 // Value priors from L (Layout bit 4). The sign is a fair coin whatever the exponent: it
 // starts at 1/2 as if 30 signs had been seen (adapting by 1/32, not 1/2, at first)
-// instead of paying to learn 1/2 in every context. In a session the direction of the last change predicts it (~94% the
-// same direction), with a prior of about 6% for the other one.
+// instead of paying to learn 1/2 in every context. In a session the direction of the last
+// change predicts it (most changes keep it), with a prior of about 6% for the other one.
 constexpr int kSignSeen = 30;
 constexpr uint16_t kSignAgainstHint = 4000;
 constexpr int kSignHintSeen = 4;
-// A recent element changes again with the chance its rate promises, but at least ~1% (the
-// corpus' rate for most exponents); few observations teach the rest.
+// A recent element changes again with the chance its rate promises, but at least 655 / 2^16
+// (about the corpus' rate for most exponents); few observations teach the rest.
 constexpr uint16_t kRecentPrior = 655;
 
 // ---------------------------------------------------------------------------------------
@@ -319,7 +319,7 @@ struct Model {
     }
     for (int a = 0; a < kRateLogs; ++a) {
       for (int j = 0; j < kUnaryBits; ++j) {
-        // Without value priors: |d| = 1 for ~90% of changes, each further class rarer.
+        // Without value priors: |d| = 1 for most changes, each further class rarer.
         // With them: an element whose expected change count x = 2^(a - L/4) is large
         // moves by more than one ULP; P(class > j | class >= j) = x / 2^j / (1 + x / 2^j)
         // follows the corpus' measured curve to within about half an octave.
@@ -362,8 +362,8 @@ namespace {
 using model_coder::Model;
 
 // Column signs (Layout bit 6): within a weight matrix the updates of one column (an input
-// feature) share their sign more often than chance (on the corpus' OCR model a sign costs
-// ~0.89 bits in the context of its column's earlier signs, instead of 1). With period P,
+// feature) share their sign more often than chance (a sign costs less than a bit in the
+// context of its column's earlier signs: docs/format_notes.md). With period P,
 // the row length, element i of the chunk is in column i mod P; each column keeps a counter
 // of its changes' signs so far in the chunk (+1 for each negative, -1 for each positive,
 // clamped to [-2, 2]), and a change in a column whose counter is not 0 codes its sign in
@@ -745,8 +745,8 @@ uint64_t ContextCost(uint64_t a, uint64_t b) {
 uint32_t ChooseSignPeriod(const uint16_t* src, const uint16_t* dst,
                           const std::vector<uint32_t>& changed, const uint8_t* history,
                           const std::vector<uint32_t>& candidates) {
-  // Below ~256 changes even the corpus' coherence (~0.1 bits a sign) saves less than the
-  // margin: not worth the estimate.
+  // Below this many changes even the corpus' column coherence saves less than the margin:
+  // not worth the estimate.
   constexpr size_t kMinChanges = 256;
   if (candidates.empty() || changed.size() < kMinChanges) return 0;
   std::vector<uint8_t> signs(changed.size());  // bit 0: negative; bits 1-2: history hint
@@ -806,8 +806,8 @@ uint32_t ChooseSignPeriod(const uint16_t* src, const uint16_t* dst,
 
 // The cap the encoder gives a chunk's rates (kModelRateCap) unless the chunk is very
 // sparse: on the corpus elements of rate 2^23 and above (weights below 2^-16) change in
-// about half the steps, whatever their rate; capping there saved ~0.7% of the OCR runs'
-// grouped payloads, and the ratio changes little between caps of 22 and 25.
+// about half the steps, whatever their rate, so capping their rates saves payload; the
+// ratio changes little between neighbouring caps (docs/format_notes.md).
 constexpr int kDefaultRateCap = 24;
 constexpr size_t kRateWindow = 4096;  // elements whose group sums GroupRateSums writes at once
 
@@ -840,6 +840,101 @@ int SumRates(const uint16_t* src, size_t len, int rate_cap, size_t step, uint64_
   }
   return largest;
 }
+
+// The Rate_Cap of a chunk with `total` changes, its rate sums in *all_rates and (not null)
+// step_sums as SumRates writes them.
+int ChooseRateCap(const uint16_t* src, size_t len, uint64_t total, size_t step,
+                  uint64_t* step_sums, uint64_t* all_rates) {
+  int rate_cap = kDefaultRateCap;
+  const int largest = SumRates(src, len, rate_cap, step, step_sums, all_rates);
+  if (largest <= rate_cap) return kMaxRateLog;  // the cap changes no rate: left out
+  // An element at rate 2^(L/4) changes about once a step. In a chunk so sparse that this
+  // level is near the default cap, the cap moves to two octaves above it.
+  const int level = (Log2Q4(*all_rates) - Log2Q4(total)) / 4;
+  if (level + 2 > rate_cap) {
+    rate_cap = level + 2 >= largest ? kMaxRateLog : level + 2;
+    SumRates(src, len, rate_cap, step, step_sums, all_rates);
+  }
+  return rate_cap;
+}
+
+// Changes and rate sums per history class (all in class 0 without history). The changes
+// of classes 1 and 2 stay uncounted: only classes 0 and 3 set the boost.
+struct HistoryTallies {
+  uint64_t changes[kHistoryClasses];
+  uint64_t rate_sums[kHistoryClasses];
+  uint64_t recent_elements = 0;
+  std::vector<uint32_t> bisected;  // with a history: the changes left to the bisection
+};
+
+// Fills `t` (which holds the chunk's totals in class 0) from a session history.
+void TallyHistoryClasses(const uint16_t* src, const uint8_t* history, size_t len, int rate_cap,
+                         const std::vector<uint32_t>& changed, HistoryTallies& t) {
+  const uint64_t all_rates = t.rate_sums[0];
+  // Elements with a recorded change are a minority: skip the others 8 at a time.
+  constexpr uint64_t kAges = 0x0101010101010101ull * kHistoryAgeMask;
+  size_t i = 0;
+  while (i < len) {
+    uint64_t word = 0;
+    if (i + 8 <= len) std::memcpy(&word, history + i, 8);
+    if (i + 8 <= len && (word & kAges) == 0) {
+      i += 8;
+    } else {
+      t.rate_sums[HistoryClass(history[i])] += CappedRate(src[i], rate_cap);
+      t.recent_elements += IsRecent(history[i]);
+      ++i;
+    }
+  }
+  t.rate_sums[0] = all_rates - t.rate_sums[1] - t.rate_sums[2] - t.rate_sums[3];
+  t.changes[0] = 0;
+  t.bisected.reserve(changed.size());
+  for (const uint32_t position : changed) {
+    if (IsRecent(history[position])) continue;
+    ++t.changes[HistoryClass(history[position])];
+    t.bisected.push_back(position);
+  }
+}
+
+// L, the chunk's rate prior (see the top of this file), for the changes the bisection
+// codes: with a history, those not recent, and the recent elements at rate 1 each.
+int RatePriorOf(const HistoryTallies& t, uint8_t boost, bool with_history, uint64_t total) {
+  // Only the prior uses this sum: saturate rather than overflow.
+  const uint64_t limit = uint64_t{1} << 60;
+  uint64_t rate_sum =
+      t.rate_sums[0] + (t.rate_sums[3] >= (limit >> boost) ? limit : t.rate_sums[3] << boost);
+  if (with_history) rate_sum += t.recent_elements;  // never 0 in all
+  const uint64_t bisected_total = with_history ? t.bisected.size() : total;
+  // rate_sum >= len >= changes, so L >= 0 up to the Log2Q4 rounding; <= 4 * 62.
+  return std::min(
+      std::max(Log2Q4(rate_sum) - Log2Q4(std::max<uint64_t>(bisected_total, 1)), 0), 255);
+}
+
+// The chunk header's fields (see the top of this file).
+struct ModelledHeader {
+  int log2_block;
+  bool with_history;
+  bool carried;
+  uint32_t sign_period;  // 0: no column signs
+  int rate_cap;          // kMaxRateLog: uncapped
+  int rate_prior;        // L
+  uint8_t boost;
+
+  void AppendTo(std::vector<uint8_t>* out) const {
+    out->push_back(static_cast<uint8_t>((log2_block - kMinModelBlockLog) |
+                                        (with_history ? kModelHistory : 0) |
+                                        (carried ? kModelCarried : 0) |
+                                        (sign_period != 0 ? kModelColumnSigns : 0) |
+                                        (rate_cap < kMaxRateLog ? kModelRateCap : 0) |
+                                        kModelValuePriors));
+    out->push_back(static_cast<uint8_t>(rate_prior));
+    if (with_history) out->push_back(boost);
+    if (sign_period != 0) {
+      out->push_back(static_cast<uint8_t>(sign_period));
+      out->push_back(static_cast<uint8_t>(sign_period >> 8));
+    }
+    if (rate_cap < kMaxRateLog) out->push_back(static_cast<uint8_t>(rate_cap));
+  }
+};
 
 // log2_block < 0: chosen from the density. Bytes: see the top of this file.
 Status EncodeChunk(const uint16_t* src, const uint16_t* dst, size_t len, int log2_block,
@@ -875,95 +970,36 @@ Status EncodeChunk(const uint16_t* src, const uint16_t* dst, size_t len, int log
   }
   uint64_t* const step_sums = keep_block_sums ? block_sums.data() : nullptr;
   uint64_t all_rates = 0;
-  int rate_cap = kDefaultRateCap;
-  const int largest = SumRates(src, len, rate_cap, step, step_sums, &all_rates);
-  if (largest <= rate_cap) {
-    rate_cap = kMaxRateLog;  // the cap changes no rate: left out
-  } else {
-    // An element at rate 2^(L/4) changes about once a step. In a chunk so sparse that this
-    // level is near the default cap, the cap moves to two octaves above it.
-    const int level = (Log2Q4(all_rates) - Log2Q4(total)) / 4;
-    if (level + 2 > rate_cap) {
-      rate_cap = level + 2 >= largest ? kMaxRateLog : level + 2;
-      SumRates(src, len, rate_cap, step, step_sums, &all_rates);
-    }
-  }
-  // Changes and rate sums per history class (all in class 0 without history). The changes
-  // of classes 1 and 2 stay uncounted: only classes 0 and 3 set the boost.
-  uint64_t changes[kHistoryClasses] = {total, 0, 0, 0};
-  uint64_t rate_sums[kHistoryClasses] = {all_rates, 0, 0, 0};
-  uint64_t recent_elements = 0;
-  std::vector<uint32_t> bisected;  // with a history: the changes left to the bisection
-  if (history != nullptr) {
-    // Elements with a recorded change are a minority: skip the others 8 at a time.
-    constexpr uint64_t kAges = 0x0101010101010101ull * kHistoryAgeMask;
-    size_t i = 0;
-    while (i < len) {
-      uint64_t word = 0;
-      if (i + 8 <= len) std::memcpy(&word, history + i, 8);
-      if (i + 8 <= len && (word & kAges) == 0) {
-        i += 8;
-      } else {
-        rate_sums[HistoryClass(history[i])] += CappedRate(src[i], rate_cap);
-        recent_elements += IsRecent(history[i]);
-        ++i;
-      }
-    }
-    rate_sums[0] = all_rates - rate_sums[1] - rate_sums[2] - rate_sums[3];
-    changes[0] = 0;
-    bisected.reserve(total);
-    for (const uint32_t position : changed) {
-      if (IsRecent(history[position])) continue;
-      ++changes[HistoryClass(history[position])];
-      bisected.push_back(position);
-    }
-  }
+  const int rate_cap = ChooseRateCap(src, len, total, step, step_sums, &all_rates);
+  HistoryTallies tallies = {{total, 0, 0, 0}, {all_rates, 0, 0, 0}};
+  if (history != nullptr) TallyHistoryClasses(src, history, len, rate_cap, changed, tallies);
   // A history without recorded changes (a session's first step) is not worth its bytes.
-  if ((rate_sums[1] | rate_sums[2] | rate_sums[3]) == 0) history = nullptr;
+  if ((tallies.rate_sums[1] | tallies.rate_sums[2] | tallies.rate_sums[3]) == 0) {
+    history = nullptr;
+  }
   // With a history the recent elements (classes 1 and 2) are coded first (CodeRecent), and
   // the bisection codes the rest: class 0 and class 3 with its boost.
-  const uint8_t boost = history != nullptr ? EstimateBoost(changes[3], rate_sums[3], changes[0],
-                                                           rate_sums[0])
-                                           : 0;
-  const int8_t boosts[kHistoryClasses] = {0, kRecentBoost, kRecentBoost,
-                                          static_cast<int8_t>(boost)};
-  // Only the prior below uses this sum: saturate rather than overflow.
-  const uint64_t limit = uint64_t{1} << 60;
-  uint64_t rate_sum =
-      rate_sums[0] + (rate_sums[3] >= (limit >> boost) ? limit : rate_sums[3] << boost);
-  if (history != nullptr) {
-    if (choose_block) log2_block = ChooseBlockLog(bisected.size(), len);
-    rate_sum += recent_elements;  // rate 1 each in the bisection (never 0 in all)
-  }
-  const uint64_t bisected_total = history != nullptr ? bisected.size() : total;
-  // rate_sum >= len >= changes, so L >= 0 up to the Log2Q4 rounding; <= 4 * 62.
-  const int L = std::min(
-      std::max(Log2Q4(rate_sum) - Log2Q4(std::max<uint64_t>(bisected_total, 1)), 0), 255);
-  const uint32_t sign_period =
-      sign_periods != nullptr ? ChooseSignPeriod(src, dst, changed, history, *sign_periods) : 0;
-  out->push_back(static_cast<uint8_t>((log2_block - kMinModelBlockLog) |
-                                      (history != nullptr ? kModelHistory : 0) |
-                                      (carried.start != nullptr ? kModelCarried : 0) |
-                                      (sign_period != 0 ? kModelColumnSigns : 0) |
-                                      (rate_cap < kMaxRateLog ? kModelRateCap : 0) |
-                                      kModelValuePriors));
-  out->push_back(static_cast<uint8_t>(L));
-  if (history != nullptr) out->push_back(boost);
-  if (sign_period != 0) {
-    out->push_back(static_cast<uint8_t>(sign_period));
-    out->push_back(static_cast<uint8_t>(sign_period >> 8));
-  }
-  if (rate_cap < kMaxRateLog) out->push_back(static_cast<uint8_t>(rate_cap));
-  EncoderIo io(src, dst, history != nullptr ? &bisected : &changed, out);
+  const uint8_t boost =
+      history != nullptr ? EstimateBoost(tallies.changes[3], tallies.rate_sums[3],
+                                         tallies.changes[0], tallies.rate_sums[0])
+                         : 0;
+  if (history != nullptr && choose_block) log2_block = ChooseBlockLog(tallies.bisected.size(), len);
+  const ModelledHeader header = {
+      log2_block, history != nullptr, carried.start != nullptr,
+      sign_periods != nullptr ? ChooseSignPeriod(src, dst, changed, history, *sign_periods) : 0,
+      rate_cap, RatePriorOf(tallies, boost, history != nullptr, total), boost};
+  header.AppendTo(out);
+  EncoderIo io(src, dst, history != nullptr ? &tallies.bisected : &changed, out);
   if (history == nullptr) {
     PlainRates rates(src, len, rate_cap);
-    CodeChunk(src, rates, len, log2_block, L, /*value_priors=*/true,
-              sign_period, carried, &io,
-              keep_block_sums ? block_sums.data() : nullptr);
+    CodeChunk(src, rates, len, log2_block, header.rate_prior, /*value_priors=*/true,
+              header.sign_period, carried, &io, step_sums);
   } else {
+    const int8_t boosts[kHistoryClasses] = {0, kRecentBoost, kRecentBoost,
+                                            static_cast<int8_t>(boost)};
     HistoryRates rates(src, history, len, boosts, rate_cap);
-    CodeChunk(src, rates, len, log2_block, L, /*value_priors=*/true,
-              sign_period, carried, &io, /*block_sums=*/nullptr, history);
+    CodeChunk(src, rates, len, log2_block, header.rate_prior, /*value_priors=*/true,
+              header.sign_period, carried, &io, /*block_sums=*/nullptr, history);
   }
   io.Finish();
   return Status::Ok();

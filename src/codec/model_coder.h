@@ -93,8 +93,8 @@ constexpr size_t kMaxModelledChunk = size_t{1} << 24;
 
 // Session history (optional): one byte per element that sender and receiver both keep
 // across the steps of a session, so that the coder can use what changed before (an
-// element that changed in the previous step changes again 15-30% of the time instead of
-// 0.2-6%, almost always in the same direction). Bits 0-2: age of the element's last
+// element that changed in the previous step is several times likelier to change again,
+// almost always in the same direction). Bits 0-2: age of the element's last
 // change (0: none recorded, 1: the previous step, ..., 7: seven or more steps ago);
 // bit 3: that change went up (in MonotoneKey order); bits 4-7: unused (ignored).
 // A new session starts from all zeros; after each step both sides call AdvanceHistory

@@ -18,7 +18,7 @@
 // renormalisation. The element encoder starts state l at 2^16 + unit l of the escape
 // stream, so the decoder gets those 16 units back from where its states end (they would
 // be 32 bytes of padding otherwise); the escape encoder starts at 2^16.
-// About 90% of changes are +-1: the vectorised element stream decodes them completely.
+// Most changes are +-1: the vectorised element stream decodes them completely.
 #include "src/codec/rans_coder.h"
 
 #include <algorithm>
@@ -27,6 +27,7 @@
 
 #include "src/codec/format.h"
 #include "src/codec/kernels.h"
+#include "src/common/status_macros.h"
 
 namespace arc_v3 {
 namespace {
@@ -42,7 +43,7 @@ constexpr size_t kHeaderBytes = 1 + kClasses + 4 + 2;
 constexpr size_t kHistoryHeaderBytes = kHeaderBytes + 4 * kClasses;
 constexpr size_t kElementStateBytes = 4 * kRansLanes;
 constexpr size_t kEscapeStateBytes = 4 * kEscapeLanes;
-// Version 5: units of the escape stream carried by the element states' ends.
+// Units of the escape stream carried by the element states' ends.
 constexpr size_t kLaneUnits = kRansLanes;
 constexpr uint8_t kOctaveSlope = 16;  // one octave per exponent step
 // The slopes the encoder tries (the decoder takes any byte).
@@ -278,8 +279,8 @@ const LogisticCosts& Logistic() {
 // cheaply. The cost is convex in (V, S) (a logistic regression, t = V - S z), and nearly
 // separable written as t = W - S (z - center) about the decisions' mean z: a scan of W
 // at S = 16 (one octave per exponent step), then a pattern search on (W, S) with halving
-// steps. Real runs lie between 1 and 2 octaves per exponent step (a fixed 16 costs 1-2%
-// of the payload at 2-8% density).
+// steps. Real runs lie between 1 and 2 octaves per exponent step, so a fixed slope would
+// cost payload (docs/format_notes.md).
 struct ValueCurve {
   uint16_t log;
   uint8_t slope;
@@ -441,7 +442,7 @@ inline ValueCode ValueCodeOf(uint16_t prev, uint16_t next) {
 // rANS decoding of the escape stream (the element stream is the DecodeRansChanges
 // kernel's).
 // Inlined into the decoding loop, so that the states stay in registers (GCC does not
-// inline Decode on its own: it calls it with the state in memory, ~2x slower).
+// inline Decode on its own: it calls it with the state in memory, which is much slower).
 #define ARC_V3_RANS_INLINE inline __attribute__((always_inline))
 
 class EscapeDecoder {
@@ -505,6 +506,286 @@ Status Corrupt(const char* what) {
   return Status(ErrorCode::kCorruptChunk, std::string("rANS chunk: ") + what);
 }
 
+// ---------------------------------------------------------------------------------------
+// EncodeChunkRans's steps.
+
+// What the encoder counts over a chunk to fit its model.
+struct RansTallies {
+  // Elements and changes by history class (0 without a history) and exponent.
+  uint64_t all[kRansHistoryClasses][256] = {};
+  uint64_t changed[kRansHistoryClasses][256] = {};
+  // +-1 steps by history class, direction (0 up, 1 down) and exponent; with a history only.
+  uint64_t steps[kRansHistoryClasses][2][256] = {};
+  // The value decisions "|d| >= 2^(j+1) given |d| >= 2^j" by z = e + j: [0] for j = 0
+  // (every change makes one), [1] for j >= 1.
+  uint64_t ones[2][kValueZ] = {};
+  uint64_t zeros[2][kValueZ] = {};
+  // The positions of the escapes (|d| >= 2), ascending.
+  std::vector<uint32_t> escape_positions;
+};
+
+// Tallies the changes at `positions` (and, with a history, changes and steps by history
+// class; without one, `changed` from the value decisions). The elements are TallyElements'.
+void TallyRansChanges(const uint16_t* src, const uint16_t* dst, const uint32_t* positions,
+                      size_t changes, const uint8_t* history, RansTallies& t) {
+  t.escape_positions.reserve(changes / 8);
+  for (size_t r = 0; r < changes; ++r) {
+    const uint32_t pos = positions[r];
+    const int e = ExponentOf(src[pos]);
+    const ValueCode code = ValueCodeOf(src[pos], dst[pos]);
+    ++(code.cls > 0 ? t.ones : t.zeros)[0][e];
+    if (history != nullptr) {
+      // Indexed, not branched on: the direction is a coin flip to a branch predictor.
+      const int h = RansHistoryClass(history[pos]);
+      ++t.changed[h][e];
+      t.steps[h][code.negative][e] += code.cls == 0;
+    }
+    if (code.cls == 0) continue;
+    t.escape_positions.push_back(pos);
+    for (int j = 1; j <= std::min(code.cls, kUnaryDecisions - 1); ++j) {
+      ++(code.cls > j ? t.ones : t.zeros)[1][e + j];
+    }
+  }
+  if (history == nullptr) {
+    for (int e = 0; e < 256; ++e) t.changed[0][e] = t.ones[0][e] + t.zeros[0][e];
+  }
+}
+
+// History_Up_Q (history classes 1 and 2, kClasses bytes each) for the classes of
+// `class_base`. Returns the cost of all +-1 steps' directions: about a bit each for the
+// steps of history class 0, the Up_Q codings' for the others.
+uint64_t ChooseRansUpQ(const RansTallies& t, int class_base, uint8_t* up_q) {
+  uint64_t cost = 0;
+  uint64_t steps_without_history = 0;
+  for (int e = 0; e < 256; ++e) steps_without_history += t.steps[0][0][e] + t.steps[0][1][e];
+  cost += steps_without_history << 16;
+  for (int h = 1; h < kRansHistoryClasses; ++h) {
+    uint64_t class_ups[kClasses] = {}, class_downs[kClasses] = {};
+    for (int e = 0; e < 256; ++e) {
+      const int c = std::min(std::max(e - class_base, 0), kClasses - 1);
+      class_ups[c] += t.steps[h][0][e];
+      class_downs[c] += t.steps[h][1][e];
+    }
+    for (int c = 0; c < kClasses; ++c) {
+      up_q[(h - 1) * kClasses + c] = BestUpQ(class_ups[c], class_downs[c], &cost);
+    }
+  }
+  return cost;
+}
+
+// The header bytes that a history adds: History_Change_Q, then History_Up_Q.
+constexpr size_t kRansHistoryQBytes = 4 * kClasses;
+
+// Class_Base and Change_Q, and with a history its kRansHistoryQBytes (history_q). The
+// history pays for its header bytes, or the chunk is coded without it.
+// Returns whether the chunk is coded with the history.
+bool ChooseRansPositions(const RansTallies& t, bool with_history, uint8_t* class_base,
+                         uint8_t* change_q, uint8_t* history_q) {
+  uint64_t cost = ChoosePositionModel(t.all, t.changed, with_history ? kRansHistoryClasses : 1,
+                                      class_base, change_q);
+  if (!with_history) return false;
+  std::memcpy(history_q, change_q + kClasses, 2 * kClasses);
+  cost += ChooseRansUpQ(t, *class_base, history_q + 2 * kClasses);
+  uint64_t all_plain[1][256] = {}, changed_plain[1][256] = {};
+  uint64_t all_steps = 0;
+  for (int h = 0; h < kRansHistoryClasses; ++h) {
+    for (int e = 0; e < 256; ++e) {
+      all_plain[0][e] += t.all[h][e];
+      changed_plain[0][e] += t.changed[h][e];
+      all_steps += t.steps[h][0][e] + t.steps[h][1][e];
+    }
+  }
+  uint8_t plain_base = 0;
+  uint8_t plain_q[kClasses];
+  const uint64_t plain_cost =
+      ChoosePositionModel(all_plain, changed_plain, 1, &plain_base, plain_q) + (all_steps << 16);
+  if (cost + ((8 * kRansHistoryQBytes) << 16) < plain_cost) return true;
+  *class_base = plain_base;
+  std::memcpy(change_q, plain_q, kClasses);
+  return false;
+}
+
+// The escape stream in decoding order, as u16 units: the states (low half first), then
+// the words (the reverse of their coding order). The k-th escape goes on state
+// k % kEscapeLanes: the log2 class, then the low bits and the sign as one uniform symbol
+// (decoded in that order).
+void EncodeRansEscapes(const uint16_t* src, const uint16_t* dst, const RansModel& model,
+                       const std::vector<uint32_t>& escape_positions,
+                       std::vector<uint16_t>* escape_units) {
+  std::vector<uint16_t> escape_words;
+  uint32_t escape_states[kEscapeLanes] = {kRansLow, kRansLow};
+  EncSymbol symbols[kClasses][kEscapeClasses + 1];
+  for (int c = 0; c < kClasses; ++c) {
+    for (int j = 1; j <= kEscapeClasses; ++j) {
+      const uint32_t* start = model.escape_start[c];
+      symbols[c][j] = MakeSymbol(start[j], start[j + 1] - start[j]);
+    }
+  }
+  RansEncoder coder(&escape_words);
+  for (size_t k = escape_positions.size(); k-- > 0;) {
+    const uint32_t pos = escape_positions[k];
+    const ValueCode code = ValueCodeOf(src[pos], dst[pos]);
+    uint32_t* x = &escape_states[k % kEscapeLanes];
+    coder.PutUniform(x, (code.low_bits << 1) | code.negative, code.cls + 1);
+    coder.Put(x, symbols[model.ClassOf(src[pos])][code.cls]);
+  }
+  escape_units->reserve(2 * kEscapeLanes + escape_words.size());
+  for (const uint32_t state : escape_states) {
+    escape_units->push_back(static_cast<uint16_t>(state));
+    escape_units->push_back(static_cast<uint16_t>(state >> 16));
+  }
+  escape_units->insert(escape_units->end(), escape_words.rbegin(), escape_words.rend());
+}
+
+// Class_Base, Change_Q, Value_Log, Value_Slope and (history_q not null) the history's bytes.
+void AppendRansHeader(uint8_t class_base, const uint8_t* change_q, const uint16_t* value_log,
+                      const uint8_t* value_slope, const uint8_t* history_q,
+                      std::vector<uint8_t>* out) {
+  out->push_back(class_base);
+  out->insert(out->end(), change_q, change_q + kClasses);
+  for (int k = 0; k < 2; ++k) {
+    out->push_back(static_cast<uint8_t>(value_log[k]));
+    out->push_back(static_cast<uint8_t>(value_log[k] >> 8));
+  }
+  out->insert(out->end(), value_slope, value_slope + 2);
+  if (history_q != nullptr) out->insert(out->end(), history_q, history_q + kRansHistoryQBytes);
+}
+
+// ---------------------------------------------------------------------------------------
+// DecodeChunkRans's steps.
+
+// The parts of a chunk's bytes after its header.
+struct RansChunkStreams {
+  uint64_t element_words;
+  const uint8_t* element_stream;  // kElementStateBytes of states, then the words
+  const uint8_t* escape_tail;     // the escape units past the element states' ends
+  size_t tail_bytes;
+};
+
+// Reads the header (kHistoryHeaderBytes with a history, kHeaderBytes without) and the
+// element word count, and checks that the streams fit the bytes.
+Status ParseRansChunk(const uint8_t* bytes, size_t size, bool with_history,
+                      const uint8_t** header, RansChunkStreams* streams) {
+  ByteReader reader(bytes, size);
+  if (!reader.ReadSpan(with_history ? kHistoryHeaderBytes : kHeaderBytes, header)) {
+    return Status(ErrorCode::kTruncated, "rANS chunk: header truncated");
+  }
+  if (!reader.ReadVarint(&streams->element_words)) {
+    return reader.remaining() == 0 ? Status(ErrorCode::kTruncated, "rANS chunk: header truncated")
+                                   : Corrupt("bad word count");
+  }
+  const size_t rest = reader.remaining();
+  if (rest < kElementStateBytes || streams->element_words > (rest - kElementStateBytes) / 2) {
+    return Status(ErrorCode::kTruncated, "rANS chunk: streams truncated");
+  }
+  streams->element_stream = reader.current();
+  streams->escape_tail =
+      streams->element_stream + kElementStateBytes + 2 * streams->element_words;
+  streams->tail_bytes = static_cast<size_t>(bytes + size - streams->escape_tail);
+  if (streams->tail_bytes % 2 != 0) return Corrupt("odd escape stream");
+  return Status::Ok();
+}
+
+// The model a header (ParseRansChunk) describes.
+RansModel RansModelOfHeader(const uint8_t* header, bool with_history) {
+  const uint16_t value_log[2] = {
+      static_cast<uint16_t>(header[1 + kClasses] | (header[2 + kClasses] << 8)),
+      static_cast<uint16_t>(header[3 + kClasses] | (header[4 + kClasses] << 8))};
+  const uint8_t value_slope[2] = {header[5 + kClasses], header[6 + kClasses]};
+  return RansModel(header[0], header + 1, value_log, value_slope,
+                   with_history ? header + kHeaderBytes : nullptr);
+}
+
+// An escape found in the element stream, its XOR still 0.
+struct RansEscapeAt {
+  uint32_t index;  // in the outputs
+  uint16_t prev;   // src there
+};
+
+// The outputs of DecodeChunkRans, and the escapes still to decode.
+struct RansDecodeOutput {
+  std::vector<uint32_t>* positions;
+  std::vector<uint16_t>* xors;
+  std::vector<RansEscapeAt> escapes;
+};
+
+// Decodes the element stream from `states` (left where the stream ends), in slices of
+// the chunk (a multiple of kRansLanes, so each element keeps its state) through small
+// buffers: the outputs grow by the changes only. Escapes are noted with their src value
+// while the slice is in cache. Returns the words used, or kRansWordsExhausted.
+size_t DecodeRansSlices(const uint16_t* src, size_t len, const uint8_t* history,
+                        const RansModel& model, const RansChunkStreams& streams,
+                        uint32_t* states, RansDecodeOutput& out) {
+  constexpr size_t kSlice = 4096;
+  uint32_t found_positions[kSlice + kRansLanes], found_xors[kSlice + kRansLanes];
+  RansEscapeAt found_escapes[kSlice + kRansLanes + 1];
+  size_t words_used = 0;
+  for (size_t begin = 0; begin < len; begin += kSlice) {
+    const size_t count = std::min(kSlice, len - begin);
+    const size_t n = DecodeRansChanges(src + begin, count, model.class_base, model.change,
+                                       model.splits, states,
+                                       streams.element_stream + kElementStateBytes,
+                                       streams.element_words, &words_used, found_positions,
+                                       found_xors, history != nullptr ? history + begin : nullptr);
+    if (n == kRansWordsExhausted) return kRansWordsExhausted;
+    const size_t old_size = out.positions->size();
+    out.positions->resize(old_size + n);
+    out.xors->resize(old_size + n);
+    uint32_t* position_out = out.positions->data() + old_size;
+    uint16_t* xor_out = out.xors->data() + old_size;
+    size_t slice_escapes = 0;
+    for (size_t k = 0; k < n; ++k) {
+      position_out[k] = static_cast<uint32_t>(begin) + found_positions[k];
+      xor_out[k] = static_cast<uint16_t>(found_xors[k]);
+      // Written for every change, kept for escapes: no branch to mispredict.
+      found_escapes[slice_escapes] = {static_cast<uint32_t>(old_size + k),
+                                      src[begin + found_positions[k]]};
+      slice_escapes += found_xors[k] == 0;
+    }
+    out.escapes.insert(out.escapes.end(), found_escapes, found_escapes + slice_escapes);
+  }
+  return words_used;
+}
+
+// Decodes the escape stream into the XORs of out.escapes. It takes its first units from
+// the element states' ends (each in [2^16, 2^17)), then the tail.
+// Returns nullptr, or what is wrong with the streams.
+const char* DecodeRansEscapes(const RansModel& model, const RansChunkStreams& streams,
+                              const uint32_t* states, RansDecodeOutput& out) {
+  std::vector<uint8_t> joined(2 * kLaneUnits + streams.tail_bytes);
+  for (size_t s = 0; s < kRansLanes; ++s) {
+    if ((states[s] >> 16) != 1) return "inconsistent streams";
+    joined[2 * s] = static_cast<uint8_t>(states[s]);
+    joined[2 * s + 1] = static_cast<uint8_t>(states[s] >> 8);
+  }
+  if (streams.tail_bytes > 0) {
+    std::memcpy(joined.data() + 2 * kLaneUnits, streams.escape_tail, streams.tail_bytes);
+  }
+  const uint8_t* escape_stream = joined.data();
+  const size_t escape_bytes = joined.size();
+  uint32_t escape_state = LoadU32(escape_stream), other_escape_state = LoadU32(escape_stream + 4);
+  if (escape_state < kRansLow || other_escape_state < kRansLow) return "bad coder state";
+  const size_t escape_words = (escape_bytes - kEscapeStateBytes) / 2;
+  EscapeDecoder escapes(model, escape_stream + kEscapeStateBytes, escape_words);
+  uint16_t* xor_out = out.xors->data();
+  for (const RansEscapeAt& escape : out.escapes) {
+    // The escapes alternate between the two states.
+    xor_out[escape.index] = escapes.Decode(escape_state, escape.prev);
+    std::swap(escape_state, other_escape_state);
+  }
+  // Every word read; a stream shorter than the lane units leaves the rest of them zero
+  // (and no tail).
+  bool all_read = escapes.AllRead();
+  if (streams.tail_bytes == 0 && !escapes.Failed()) {
+    const uint8_t* unread = escape_stream + kEscapeStateBytes + 2 * escapes.WordsRead();
+    all_read = std::all_of(unread, escape_stream + escape_bytes, [](uint8_t b) { return b == 0; });
+  }
+  if (!all_read || escape_state != kRansLow || other_escape_state != kRansLow) {
+    return "inconsistent streams";
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 Status EncodeChunkRans(const uint16_t* src, const uint16_t* dst, size_t len,
@@ -514,129 +795,36 @@ Status EncodeChunkRans(const uint16_t* src, const uint16_t* dst, size_t len,
   if (out == nullptr || src == nullptr || dst == nullptr || positions == nullptr) {
     return Status(ErrorCode::kInvalidArgument, "EncodeChunkRans: null pointer");
   }
-  if (len > kMaxRansChunk) return Status(ErrorCode::kInvalidArgument, "EncodeChunkRans: chunk too large");
+  if (len > kMaxRansChunk) {
+    return Status(ErrorCode::kInvalidArgument, "EncodeChunkRans: chunk too large");
+  }
   if (changes == 0) return Status(ErrorCode::kInvalidArgument, "EncodeChunkRans: no changes");
 
-  // Tallies: elements and changes by history class and exponent; value decisions by z;
-  // with a history, the +-1 steps by direction.
-  const int histories = history != nullptr ? kRansHistoryClasses : 1;
-  uint64_t all[kRansHistoryClasses][256] = {}, changed[kRansHistoryClasses][256] = {};
-  // +-1 steps by history class, direction (0 up, 1 down) and exponent; with a history only.
-  uint64_t steps[kRansHistoryClasses][2][256] = {};
+  RansTallies tallies;
   if (history != nullptr) {
-    TallyElements<true>(src, len, history, all);
+    TallyElements<true>(src, len, history, tallies.all);
   } else {
-    TallyElements<false>(src, len, nullptr, all);
+    TallyElements<false>(src, len, nullptr, tallies.all);
   }
-  // The positions of the escapes (|d| >= 2), and the value decisions "|d| >= 2^(j+1)
-  // given |d| >= 2^j" by z = e + j: every change makes the one of j = 0.
-  std::vector<uint32_t> escape_positions;
-  escape_positions.reserve(changes / 8);
-  uint64_t ones[2][kValueZ] = {}, zeros[2][kValueZ] = {};
-  for (size_t r = 0; r < changes; ++r) {
-    const uint32_t pos = positions[r];
-    const int e = ExponentOf(src[pos]);
-    const ValueCode code = ValueCodeOf(src[pos], dst[pos]);
-    ++(code.cls > 0 ? ones : zeros)[0][e];
-    if (history != nullptr) {
-      // Indexed, not branched on: the direction is a coin flip to a branch predictor.
-      const int h = RansHistoryClass(history[pos]);
-      ++changed[h][e];
-      steps[h][code.negative][e] += code.cls == 0;
-    }
-    if (code.cls == 0) continue;
-    escape_positions.push_back(pos);
-    for (int j = 1; j <= std::min(code.cls, kUnaryDecisions - 1); ++j) {
-      ++(code.cls > j ? ones : zeros)[1][e + j];
-    }
-  }
-
-  if (history == nullptr) {
-    for (int e = 0; e < 256; ++e) changed[0][e] = ones[0][e] + zeros[0][e];
-  }
-
+  TallyRansChanges(src, dst, positions, changes, history, tallies);
   uint8_t class_base = 0;
   uint8_t change_q[kRansTables];
-  uint64_t cost = ChoosePositionModel(all, changed, histories, &class_base, change_q);
-  // With a history: History_Change_Q (classes 1 and 2), then History_Up_Q.
-  uint8_t history_q[4 * kClasses];
-  if (history != nullptr) {
-    std::memcpy(history_q, change_q + kClasses, 2 * kClasses);
-    uint64_t steps_without_history = 0;  // +-1 steps of class 0: about a bit each
-    for (int e = 0; e < 256; ++e) steps_without_history += steps[0][0][e] + steps[0][1][e];
-    cost += steps_without_history << 16;
-    for (int h = 1; h < kRansHistoryClasses; ++h) {
-      uint64_t class_ups[kClasses] = {}, class_downs[kClasses] = {};
-      for (int e = 0; e < 256; ++e) {
-        const int c = std::min(std::max(e - class_base, 0), kClasses - 1);
-        class_ups[c] += steps[h][0][e];
-        class_downs[c] += steps[h][1][e];
-      }
-      for (int c = 0; c < kClasses; ++c) {
-        history_q[2 * kClasses + (h - 1) * kClasses + c] =
-            BestUpQ(class_ups[c], class_downs[c], &cost);
-      }
-    }
-    // The history pays for its 64 header bytes, or the chunk is coded without it.
-    uint64_t all_plain[1][256] = {}, changed_plain[1][256] = {};
-    uint64_t all_steps = 0;
-    for (int h = 0; h < kRansHistoryClasses; ++h) {
-      for (int e = 0; e < 256; ++e) {
-        all_plain[0][e] += all[h][e];
-        changed_plain[0][e] += changed[h][e];
-        all_steps += steps[h][0][e] + steps[h][1][e];
-      }
-    }
-    uint8_t plain_base = 0;
-    uint8_t plain_q[kClasses];
-    const uint64_t plain_cost =
-        ChoosePositionModel(all_plain, changed_plain, 1, &plain_base, plain_q) + (all_steps << 16);
-    if (cost + ((8 * sizeof(history_q)) << 16) >= plain_cost) {
-      history = nullptr;
-      class_base = plain_base;
-      std::memcpy(change_q, plain_q, kClasses);
-    }
+  uint8_t history_q[kRansHistoryQBytes];
+  if (!ChooseRansPositions(tallies, history != nullptr, &class_base, change_q, history_q)) {
+    history = nullptr;
   }
   if (coded_with_history != nullptr) *coded_with_history = history != nullptr;
-  const ValueCurve curves[2] = {ChooseValueCurve(ones[0], zeros[0]),
-                                ChooseValueCurve(ones[1], zeros[1])};
+  const ValueCurve curves[2] = {ChooseValueCurve(tallies.ones[0], tallies.zeros[0]),
+                                ChooseValueCurve(tallies.ones[1], tallies.zeros[1])};
   const uint16_t value_log[2] = {curves[0].log, curves[1].log};
   const uint8_t value_slope[2] = {curves[0].slope, curves[1].slope};
   const RansModel model(class_base, change_q, value_log, value_slope,
                         history != nullptr ? history_q : nullptr);
 
-  // Escapes first (their first units start the element states): the k-th escape on
-  // state k % kEscapeLanes; the log2 class, then the low bits and the sign as one
-  // uniform symbol (decoded in that order).
-  std::vector<uint16_t> escape_words;
-  uint32_t escape_states[kEscapeLanes] = {kRansLow, kRansLow};
-  {
-    EncSymbol symbols[kClasses][kEscapeClasses + 1];
-    for (int c = 0; c < kClasses; ++c) {
-      for (int j = 1; j <= kEscapeClasses; ++j) {
-        const uint32_t* start = model.escape_start[c];
-        symbols[c][j] = MakeSymbol(start[j], start[j + 1] - start[j]);
-      }
-    }
-    RansEncoder coder(&escape_words);
-    for (size_t k = escape_positions.size(); k-- > 0;) {
-      const uint32_t pos = escape_positions[k];
-      const ValueCode code = ValueCodeOf(src[pos], dst[pos]);
-      uint32_t* x = &escape_states[k % kEscapeLanes];
-      coder.PutUniform(x, (code.low_bits << 1) | code.negative, code.cls + 1);
-      coder.Put(x, symbols[model.ClassOf(src[pos])][code.cls]);
-    }
-  }
-  // The escape stream in decoding order, as u16 units: the states (low half first), then
-  // the words (the reverse of their coding order). Its first kLaneUnits units (zeros past
-  // its end) start the element states.
+  // Escapes first: their first kLaneUnits units (zeros past its end) start the element
+  // states.
   std::vector<uint16_t> escape_units;
-  escape_units.reserve(2 * kEscapeLanes + escape_words.size());
-  for (const uint32_t state : escape_states) {
-    escape_units.push_back(static_cast<uint16_t>(state));
-    escape_units.push_back(static_cast<uint16_t>(state >> 16));
-  }
-  escape_units.insert(escape_units.end(), escape_words.rbegin(), escape_words.rend());
+  EncodeRansEscapes(src, dst, model, tallies.escape_positions, &escape_units);
 
   // Elements, last to first, element i on state i % kRansLanes (a kernel: every element
   // is coded).
@@ -649,14 +837,8 @@ Status EncodeChunkRans(const uint16_t* src, const uint16_t* dst, size_t len,
   const size_t element_words = EncodeRansElements(src, dst, len, class_base, model.change,
                                                   model.splits, element_states, pushed, history);
 
-  out->push_back(class_base);
-  out->insert(out->end(), change_q, change_q + kClasses);
-  for (const uint16_t v : value_log) {
-    out->push_back(static_cast<uint8_t>(v));
-    out->push_back(static_cast<uint8_t>(v >> 8));
-  }
-  out->insert(out->end(), value_slope, value_slope + 2);
-  if (history != nullptr) out->insert(out->end(), history_q, history_q + sizeof(history_q));
+  AppendRansHeader(class_base, change_q, value_log, value_slope,
+                   history != nullptr ? history_q : nullptr, out);
   PutVarint(element_words, out);
   AppendStream(element_states, kRansLanes, pushed, element_words, out);
   for (size_t u = kLaneUnits; u < escape_units.size(); ++u) {
@@ -678,44 +860,21 @@ Status DecodeChunkRans(const uint16_t* src, size_t len, const uint8_t* bytes, si
   }
   positions->clear();
   xors->clear();
-  ByteReader reader(bytes, size);
   const uint8_t* header;
-  const size_t header_bytes = history != nullptr ? kHistoryHeaderBytes : kHeaderBytes;
-  if (!reader.ReadSpan(header_bytes, &header)) {
-    return Status(ErrorCode::kTruncated, "rANS chunk: header truncated");
-  }
-  const uint8_t class_base = header[0];
-  const uint8_t* change_q = header + 1;
-  const uint16_t value_log[2] = {
-      static_cast<uint16_t>(header[1 + kClasses] | (header[2 + kClasses] << 8)),
-      static_cast<uint16_t>(header[3 + kClasses] | (header[4 + kClasses] << 8))};
-  const uint8_t value_slope[2] = {header[5 + kClasses], header[6 + kClasses]};
-  uint64_t element_words;
-  if (!reader.ReadVarint(&element_words)) {
-    return reader.remaining() == 0 ? Status(ErrorCode::kTruncated, "rANS chunk: header truncated")
-                                   : Corrupt("bad word count");
-  }
-  const size_t rest = reader.remaining();
-  if (rest < kElementStateBytes || element_words > (rest - kElementStateBytes) / 2) {
-    return Status(ErrorCode::kTruncated, "rANS chunk: streams truncated");
-  }
-  const uint8_t* element_stream = reader.current();
-  const uint8_t* escape_tail = element_stream + kElementStateBytes + 2 * element_words;
-  const size_t tail_bytes = static_cast<size_t>(bytes + size - escape_tail);
-  if (tail_bytes % 2 != 0) return Corrupt("odd escape stream");
+  RansChunkStreams streams;
+  ARC_V3_RETURN_IF_ERROR(ParseRansChunk(bytes, size, history != nullptr, &header, &streams));
   if (len == 0) return Corrupt("changes in 0 elements");
 
-  const RansModel model(class_base, change_q, value_log, value_slope,
-                        history != nullptr ? header + kHeaderBytes : nullptr);
+  const RansModel model = RansModelOfHeader(header, history != nullptr);
   uint32_t states[kRansLanes];
   for (size_t s = 0; s < kRansLanes; ++s) {
-    states[s] = LoadU32(element_stream + 4 * s);
+    states[s] = LoadU32(streams.element_stream + 4 * s);
     if (states[s] < kRansLow) return Corrupt("bad coder state");
   }
 
-  // About 4 changes per word of the element stream at 2-10% density: room for them up
-  // front saves regrowing the outputs.
-  const size_t expected = std::min<uint64_t>(len, element_words * 4);
+  // Up to 4 changes per word of the element stream (about that many at the densities rANS
+  // is chosen for): room for them up front saves regrowing the outputs.
+  const size_t expected = std::min<uint64_t>(len, streams.element_words * 4);
   positions->reserve(expected);
   xors->reserve(expected);
   const auto fail = [&](const char* what) {
@@ -723,77 +882,15 @@ Status DecodeChunkRans(const uint16_t* src, size_t len, const uint8_t* bytes, si
     xors->clear();
     return Corrupt(what);
   };
-  // Elements, in slices of the chunk (a multiple of kRansLanes, so each element keeps
-  // its state) through small buffers: the outputs grow by the changes only. Escapes
-  // (XOR 0 so far) are noted with their src value while the slice is in cache: they
-  // decode after the last element.
-  constexpr size_t kSlice = 4096;
-  uint32_t found_positions[kSlice + kRansLanes], found_xors[kSlice + kRansLanes];
-  struct EscapeAt {
-    uint32_t index;  // in the outputs
-    uint16_t prev;   // src there
-  };
-  EscapeAt found_escapes[kSlice + kRansLanes + 1];
-  std::vector<EscapeAt> escape_list;
-  escape_list.reserve(expected / 8);
-  size_t words_used = 0;
-  for (size_t begin = 0; begin < len; begin += kSlice) {
-    const size_t count = std::min(kSlice, len - begin);
-    const size_t n = DecodeRansChanges(src + begin, count, class_base, model.change,
-                                       model.splits, states,
-                                       element_stream + kElementStateBytes, element_words,
-                                       &words_used, found_positions, found_xors,
-                                       history != nullptr ? history + begin : nullptr);
-    if (n == kRansWordsExhausted) return fail("element stream exhausted");
-    const size_t old_size = positions->size();
-    positions->resize(old_size + n);
-    xors->resize(old_size + n);
-    uint32_t* position_out = positions->data() + old_size;
-    uint16_t* xor_out = xors->data() + old_size;
-    size_t slice_escapes = 0;
-    for (size_t k = 0; k < n; ++k) {
-      position_out[k] = static_cast<uint32_t>(begin) + found_positions[k];
-      xor_out[k] = static_cast<uint16_t>(found_xors[k]);
-      // Written for every change, kept for escapes: no branch to mispredict.
-      found_escapes[slice_escapes] = {static_cast<uint32_t>(old_size + k),
-                                      src[begin + found_positions[k]]};
-      slice_escapes += found_xors[k] == 0;
-    }
-    escape_list.insert(escape_list.end(), found_escapes, found_escapes + slice_escapes);
-  }
-  if (positions->empty() || words_used != element_words) return fail("inconsistent streams");
-
-  // The escape stream takes its first units from the element states' ends (each in
-  // [2^16, 2^17)), then the tail.
-  std::vector<uint8_t> joined(2 * kLaneUnits + tail_bytes);
-  for (size_t s = 0; s < kRansLanes; ++s) {
-    if ((states[s] >> 16) != 1) return fail("inconsistent streams");
-    joined[2 * s] = static_cast<uint8_t>(states[s]);
-    joined[2 * s + 1] = static_cast<uint8_t>(states[s] >> 8);
-  }
-  if (tail_bytes > 0) std::memcpy(joined.data() + 2 * kLaneUnits, escape_tail, tail_bytes);
-  const uint8_t* escape_stream = joined.data();
-  const size_t escape_bytes = joined.size();
-  uint32_t escape_state = LoadU32(escape_stream), other_escape_state = LoadU32(escape_stream + 4);
-  if (escape_state < kRansLow || other_escape_state < kRansLow) return fail("bad coder state");
-  const size_t escape_words = (escape_bytes - kEscapeStateBytes) / 2;
-  EscapeDecoder escapes(model, escape_stream + kEscapeStateBytes, escape_words);
-  uint16_t* xor_out = xors->data();
-  for (const EscapeAt& escape : escape_list) {
-    // The escapes alternate between the two states.
-    xor_out[escape.index] = escapes.Decode(escape_state, escape.prev);
-    std::swap(escape_state, other_escape_state);
-  }
-  // Every word read; a stream shorter than the lane units leaves the rest of them zero
-  // (and no tail).
-  bool all_read = escapes.AllRead();
-  if (tail_bytes == 0 && !escapes.Failed()) {
-    const uint8_t* unread = escape_stream + kEscapeStateBytes + 2 * escapes.WordsRead();
-    all_read = std::all_of(unread, escape_stream + escape_bytes, [](uint8_t b) { return b == 0; });
-  }
-  if (!all_read || escape_state != kRansLow || other_escape_state != kRansLow) {
+  RansDecodeOutput decoded{positions, xors, {}};
+  decoded.escapes.reserve(expected / 8);
+  const size_t words_used = DecodeRansSlices(src, len, history, model, streams, states, decoded);
+  if (words_used == kRansWordsExhausted) return fail("element stream exhausted");
+  if (positions->empty() || words_used != streams.element_words) {
     return fail("inconsistent streams");
   }
+  const char* error = DecodeRansEscapes(model, streams, states, decoded);
+  if (error != nullptr) return fail(error);
   return Status::Ok();
 }
 

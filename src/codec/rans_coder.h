@@ -4,12 +4,12 @@
 // fitted once per chunk and sent in its header, so that nothing adapts and both sides
 // run 16 interleaved rANS states on vectors (the DecodeRansChanges and EncodeRansElements
 // kernels): one symbol per element (unchanged, +1, -1, escape); only escapes (|d| >= 2,
-// ~10% of changes) go through a scalar stream.
+// a minority of changes) go through a scalar stream.
 //
-// Where it pays: dense chunks, where the adaptive coder's serial binary decisions (~13 per
-// change at 2% density) are slow to decode; this one costs ~90 header bytes
-// (probabilities and coder states, a third of them carrying escape data) and codes within
-// about 1% of the modelled coder's size there. The frame encoder picks it for dense chunks
+// Where it pays: dense chunks, where the adaptive coder's serial binary decisions (a dozen
+// or more per change) are slow to decode; this one costs about 90 header bytes
+// (probabilities and coder states, a third of them carrying escape data) and codes about as
+// small as the modelled coder there. The frame encoder picks it for dense chunks
 // (encoder.cc, PreferRans).
 //
 // Layer: chunk coder, below the frame format, like model_coder.h. Integer arithmetic

@@ -10,6 +10,7 @@
 #include "arc_v3.hpp"
 #include "src/codec/codec_internal.h"
 #include "src/codec/model_coder.h"
+#include "src/common/status_macros.h"
 #include "src/common/xxh3.h"
 
 namespace arc_v3 {
@@ -115,13 +116,11 @@ Status PrepareHistory(size_t count, uint64_t steps, std::vector<uint8_t>* histor
 // group.
 Status Session::State::Compress(const uint16_t* src, const uint16_t* dst, size_t count,
                                 const std::vector<uint64_t>* tensors, Delta* out) {
-  const Status prepared = PrepareHistory(count, steps, &history);
-  if (!prepared.ok()) return prepared;
+  ARC_V3_RETURN_IF_ERROR(PrepareHistory(count, steps, &history));
   SessionFrame frame = StepFrame();
   frame.base_checksum = Checksum(src, count);
-  const Status status =
-      EncodeFrame(src, dst, count, options, history.data(), &frame, out, nullptr, tensors);
-  if (!status.ok()) return status;
+  ARC_V3_RETURN_IF_ERROR(
+      EncodeFrame(src, dst, count, options, history.data(), &frame, out, nullptr, tensors));
   AdvanceHistory(src, dst, count, history.data());
   history_id = NextHistoryId(frame.history_id, frame.base_checksum, out->checksum);
   steps += 1;
@@ -154,8 +153,7 @@ Status Session::CompressTensors(const TensorDelta* tensors, size_t tensor_count,
   if (state_ == nullptr) return Status(ErrorCode::kInvalidArgument, "moved-from session");
   try {
     ConcatenatedTensors group;
-    const Status concatenated = ConcatenateTensors(tensors, tensor_count, &group);
-    if (!concatenated.ok()) return concatenated;
+    ARC_V3_RETURN_IF_ERROR(ConcatenateTensors(tensors, tensor_count, &group));
     return state_->Compress(group.src, group.dst, group.total, &group.counts, out);
   } catch (const std::bad_alloc&) {
     return Status(ErrorCode::kOutOfMemory, "out of memory for the session history");
@@ -194,14 +192,12 @@ Status Session::Decompress(const uint16_t* src, size_t count, const uint8_t* byt
   try {
     std::vector<uint8_t> fresh;
     const uint8_t* history;
-    const Status ready = state_->HistoryFor(count, &fresh, &history);
-    if (!ready.ok()) return ready;
+    ARC_V3_RETURN_IF_ERROR(state_->HistoryFor(count, &fresh, &history));
     SessionFrame expected = state_->StepFrame();
     expected.base_checksum = Checksum(src, count);
-    const Status status =
-        DecodeFrame(src, count, bytes, size, checksum, out, count, state_->options.threads,
-                    history, &expected, state_->next_history.data());
-    if (!status.ok()) return status;
+    ARC_V3_RETURN_IF_ERROR(DecodeFrame(src, count, bytes, size, checksum, out, count,
+                                       state_->options.threads, history, &expected,
+                                       state_->next_history.data()));
     state_->Advance(expected.base_checksum, checksum, nullptr);
     return Status::Ok();
   } catch (const std::bad_alloc&) {
@@ -215,20 +211,17 @@ Status Session::DecompressTensors(const TensorOut* tensors, size_t tensor_count,
   try {
     std::vector<uint64_t> counts;
     size_t total;
-    const Status listed = ListTensors(tensors, tensor_count, &counts, &total);
-    if (!listed.ok()) return listed;
+    ARC_V3_RETURN_IF_ERROR(ListTensors(tensors, tensor_count, &counts, &total));
     std::vector<uint8_t> fresh;
     const uint8_t* history;
-    const Status ready = state_->HistoryFor(total, &fresh, &history);
-    if (!ready.ok()) return ready;
+    ARC_V3_RETURN_IF_ERROR(state_->HistoryFor(total, &fresh, &history));
     uint64_t base_checksum = 0;
     bool listed_tensors = false;
     SessionFrame session = state_->StepFrame();
     session.frame_listed_tensors = &listed_tensors;
-    const Status status = DecodeTensors(tensors, tensor_count, counts, total, bytes, size,
-                                        checksum, state_->options.threads, history, &session,
-                                        state_->next_history.data(), &base_checksum);
-    if (!status.ok()) return status;
+    ARC_V3_RETURN_IF_ERROR(DecodeTensors(tensors, tensor_count, counts, total, bytes, size,
+                                         checksum, state_->options.threads, history, &session,
+                                         state_->next_history.data(), &base_checksum));
     state_->Advance(base_checksum, checksum, listed_tensors ? &counts : nullptr);
     return Status::Ok();
   } catch (const std::bad_alloc&) {

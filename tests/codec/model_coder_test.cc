@@ -13,6 +13,7 @@
 #include <random>
 #include <vector>
 
+#include "tests/codec/chunk_coder_cases.h"
 #include "tests/test_data.h"
 
 namespace arc_v3 {
@@ -76,12 +77,16 @@ std::vector<uint8_t> CheckRoundTrip(const std::vector<uint16_t>& src,
   return bytes;
 }
 
-void CheckAllBlockSizes(const std::vector<uint16_t>& src, const std::vector<uint16_t>& dst) {
-  CheckRoundTrip(src, dst);
+// Round trips with the encoder's block size and every other; returns the bytes of the
+// former.
+std::vector<uint8_t> CheckAllBlockSizes(const std::vector<uint16_t>& src,
+                                        const std::vector<uint16_t>& dst) {
+  std::vector<uint8_t> bytes = CheckRoundTrip(src, dst);
   for (int b = kMinModelBlockLog; b <= kMaxModelBlockLog; ++b) {
     INFO("log2_block = " << b);
     CheckRoundTrip(src, dst, b);
   }
+  return bytes;
 }
 
 // Checks what a decoder may return for untrusted bytes: an error with empty outputs, or
@@ -105,6 +110,14 @@ void CheckSane(const std::vector<uint16_t>& src, const uint8_t* bytes, size_t si
     CHECK(xors[k] != 0);
   }
 }
+
+// The cases model_coder_test.cc shares with rans_coder_test.cc.
+const chunk_coder_cases::ChunkCoder kModelledCoder = {
+    CheckAllBlockSizes,
+    [](const std::vector<uint16_t>& src, const uint8_t* bytes, size_t size) {
+      CheckSane(src, bytes, size);
+    },
+    /*max_junk=*/40};
 
 TEST_CASE("MonotoneKey is a bijection that orders values, with +-0 adjacent") {
   std::vector<bool> seen(65536, false);
@@ -149,42 +162,11 @@ TEST_CASE("Round trips: sizes 0, 1, odd, and every block size") {
 }
 
 TEST_CASE("Round trips: everything changed, arbitrary bit patterns, sign flips") {
-  std::mt19937 rng(2);
-  std::uniform_int_distribution<uint32_t> any(0, 0xFFFF);
-  for (size_t n : {1, 17, 1000, 4099}) {
-    std::vector<uint16_t> src(n), dst(n);
-    for (size_t i = 0; i < n; ++i) {
-      src[i] = static_cast<uint16_t>(any(rng));
-      do {
-        dst[i] = static_cast<uint16_t>(any(rng));
-      } while (dst[i] == src[i]);
-    }
-    CheckAllBlockSizes(src, dst);
-    for (size_t i = 0; i < n; ++i) dst[i] = src[i] ^ 0x8000;  // every sign flipped
-    CheckAllBlockSizes(src, dst);
-    for (size_t i = 0; i < n; ++i) dst[i] = static_cast<uint16_t>(~src[i]);  // every bit
-    CheckAllBlockSizes(src, dst);
-  }
+  chunk_coder_cases::CheckEverythingChanged(kModelledCoder);
 }
 
-TEST_CASE("Round trips: +-0, NaN, Inf, denormal and exponent-carry transitions") {
-  const std::vector<uint16_t> specials = {
-      0x0000, 0x8000, 0x0001, 0x8001, 0x007F, 0x807F, 0x0080, 0x8080,  // zeros, denormals
-      0x3F7F, 0x3F80, 0xBF7F, 0xBF80,                                  // around +-1.0
-      0x7F7F, 0xFF7F, 0x7F80, 0xFF80, 0x7FC0, 0xFFC0, 0x7F81, 0xFFFF,  // max, Inf, NaN
-  };
-  std::vector<uint16_t> src, dst;
-  for (uint16_t a : specials) {
-    for (uint16_t b : specials) {
-      src.push_back(a);
-      dst.push_back(b);
-    }
-  }
-  CheckAllBlockSizes(src, dst);
-  // The extreme monotone steps: +-32768 and one short of a full wrap.
-  src = {0x0000, 0x8000, 0x7FFF, 0xFFFF, 0x1234};
-  dst = {0xFFFF, 0x7FFF, 0x8000, 0x0000, 0x9234};
-  CheckAllBlockSizes(src, dst);
+TEST_CASE("Round trips: +-0, NaN, Inf, denormals, exponent carries and the extreme steps") {
+  chunk_coder_cases::CheckSpecialValues(kModelledCoder);
 }
 
 TEST_CASE("Round trips: a large sparse chunk and a dense one") {
@@ -309,17 +291,8 @@ TEST_CASE("Rate caps: written where they change a rate, raised on very sparse ch
   }
 }
 
-TEST_CASE("Truncated, bit-flipped and arbitrary bytes never crash") {
-  std::mt19937 rng(5);
-  for (size_t n : {1, 40, 300}) {
-    const std::vector<uint16_t> src = GaussianWeights(n, &rng);
-    std::vector<uint16_t> dst = Step(src, 5e-4f, &rng);
-    dst[n / 2] ^= 0x8001;  // at least one change, one with a large step
-    const std::vector<uint8_t> good = CheckRoundTrip(src, dst);
-    test::ForEachDamagedChunk(good, 40, &rng, [&](const uint8_t* bytes, size_t size) {
-      CheckSane(src, bytes, size);
-    });
-  }
+TEST_CASE("Truncated, bit-flipped, arbitrary bytes and a wrong base never crash") {
+  chunk_coder_cases::CheckDamagedChunks(kModelledCoder);
 }
 
 TEST_CASE("On realistic updates the model beats 7-bit mantissas plus gap varints") {

@@ -12,6 +12,7 @@
 
 #include "src/codec/kernels.h"
 #include "src/codec/model_coder.h"
+#include "tests/codec/chunk_coder_cases.h"
 #include "tests/test_data.h"
 
 namespace arc_v3 {
@@ -93,6 +94,16 @@ void CheckSane(const std::vector<uint16_t>& src, const uint8_t* bytes, size_t si
   }
 }
 
+// The cases rans_coder_test.cc shares with model_coder_test.cc.
+const chunk_coder_cases::ChunkCoder kRansCoder = {
+    [](const std::vector<uint16_t>& src, const std::vector<uint16_t>& dst) {
+      return CheckRoundTrip(src, dst);
+    },
+    [](const std::vector<uint16_t>& src, const uint8_t* bytes, size_t size) {
+      CheckSane(src, bytes, size);
+    },
+    /*max_junk=*/120};
+
 TEST_CASE("Round trips: lengths around lane groups and decoder slices") {
   std::mt19937 rng(1);
   for (size_t n : {1, 2, 15, 16, 17, 31, 33, 100, 4095, 4096, 4097, 8192 + 5, 20000}) {
@@ -111,39 +122,11 @@ TEST_CASE("Round trips: lengths around lane groups and decoder slices") {
 }
 
 TEST_CASE("Round trips: everything changed, arbitrary bit patterns, sign flips") {
-  std::mt19937 rng(2);
-  std::uniform_int_distribution<uint32_t> any(0, 0xFFFF);
-  for (size_t n : {1, 17, 1000, 4099}) {
-    std::vector<uint16_t> src(n), dst(n);
-    for (size_t i = 0; i < n; ++i) {
-      src[i] = static_cast<uint16_t>(any(rng));
-      do {
-        dst[i] = static_cast<uint16_t>(any(rng));
-      } while (dst[i] == src[i]);
-    }
-    CheckRoundTrip(src, dst);
-    for (size_t i = 0; i < n; ++i) dst[i] = src[i] ^ 0x8000;  // every sign flipped
-    CheckRoundTrip(src, dst);
-    for (size_t i = 0; i < n; ++i) dst[i] = static_cast<uint16_t>(~src[i]);  // every bit
-    CheckRoundTrip(src, dst);
-  }
+  chunk_coder_cases::CheckEverythingChanged(kRansCoder);
 }
 
-TEST_CASE("Round trips: +-0, NaN, Inf, denormals and the extreme monotone steps") {
-  const std::vector<uint16_t> specials = test::SpecialValues();
-  std::vector<uint16_t> src, dst;
-  for (uint16_t a : specials) {
-    for (uint16_t b : specials) {
-      src.push_back(a);
-      dst.push_back(b);
-    }
-  }
-  CheckRoundTrip(src, dst);
-  // Steps of -32768 (the one step with two spellings, coded as negative), +32767 and
-  // one short of a full wrap, in every exponent class.
-  src = {0x0000, 0x8000, 0x7FFF, 0xFFFF, 0x1234, 0x3F80, 0x0080};
-  dst = {0xFFFF, 0x7FFF, 0x8000, 0x0000, 0x9234, 0xBF80, 0x8080};
-  CheckRoundTrip(src, dst);
+TEST_CASE("Round trips: +-0, NaN, Inf, denormals, exponent carries and the extreme steps") {
+  chunk_coder_cases::CheckSpecialValues(kRansCoder);
 }
 
 TEST_CASE("Bad arguments") {
@@ -259,18 +242,7 @@ TEST_CASE("The escape stream starts in the element states' ends") {
 }
 
 TEST_CASE("Truncated, bit-flipped, arbitrary bytes and a wrong base never crash") {
-  std::mt19937 rng(5);
-  for (size_t n : {1, 40, 300}) {
-    const std::vector<uint16_t> src = GaussianWeights(n, &rng);
-    std::vector<uint16_t> dst = Step(src, 5e-4f, &rng);
-    dst[n / 2] ^= 0x8001;  // at least one change, one with a large step
-    const std::vector<uint8_t> good = CheckRoundTrip(src, dst);
-    test::ForEachDamagedChunk(good, 120, &rng, [&](const uint8_t* bytes, size_t size) {
-      CheckSane(src, bytes, size);
-    });
-    // Another base predicts other probabilities: a wrong result or an error, no crash.
-    CheckSane(GaussianWeights(n, &rng), good.data(), good.size());
-  }
+  chunk_coder_cases::CheckDamagedChunks(kRansCoder);
 }
 
 TEST_CASE("On dense realistic updates rANS stays within 3% of the modelled coder") {

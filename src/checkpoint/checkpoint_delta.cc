@@ -17,6 +17,7 @@
 #include <set>
 
 #include "src/common/parallel.h"
+#include "src/common/status_macros.h"
 
 namespace arc_v3 {
 namespace container {
@@ -156,8 +157,7 @@ class AsideFiles {
   // Returns the index of the new file; its size is reserved up front so that a full disk
   // fails here, with a clear error, rather than halfway through.
   Status Create(const std::string& final_path, uint64_t size, size_t* index) {
-    Status s = CheckOutput(final_path, overwrite_);
-    if (!s.ok()) return s;
+    ARC_V3_RETURN_IF_ERROR(CheckOutput(final_path, overwrite_));
     Entry e;
     e.final_path = final_path;
     const fs::path p(final_path);
@@ -206,8 +206,7 @@ class AsideFiles {
     }
     if (sync) {
       for (const std::string& d : dirs) {
-        Status s = SyncDirectory(d.empty() ? "." : d);
-        if (!s.ok()) return s;
+        ARC_V3_RETURN_IF_ERROR(SyncDirectory(d.empty() ? "." : d));
       }
     }
     return Status::Ok();
@@ -272,8 +271,7 @@ Status MatchBase(const Checkpoint& base, const Manifest& m,
   for (const FileEntry& f : m.files) {
     for (const TensorEntry& t : f.tensors) {
       if (t.kind != TensorKind::kDelta) continue;
-      const Status found = FindBaseTensor(base, t, &(*base_data)[&t]);
-      if (!found.ok()) return found;
+      ARC_V3_RETURN_IF_ERROR(FindBaseTensor(base, t, &(*base_data)[&t]));
     }
   }
   return Status::Ok();
@@ -346,19 +344,17 @@ Status GroupBases(const Checkpoint& base, const FileEntry& f, const Group& g,
 Status DecodeBytes(const Reader& reader, const Piece& p, std::vector<uint8_t>* out) {
   std::vector<uint8_t> scratch;
   const uint8_t* stored = nullptr;
-  Status s = reader.ReadPiece(p, &scratch, &stored);
-  if (!s.ok()) return s;
+  ARC_V3_RETURN_IF_ERROR(reader.ReadPiece(p, &scratch, &stored));
   out->resize(p.row_end);
   return DecodePiece(p, stored, nullptr, p.row_end, 1, out->data());
 }
 
 Status OpenDelta(const std::string& path, Reader* reader) {
   std::unique_ptr<MappedFile> file;
-  Status s = MappedFile::Open(path, &file);
-  if (!s.ok()) return s;
-  s = Reader::Open(std::move(file), reader);
+  ARC_V3_RETURN_IF_ERROR(MappedFile::Open(path, &file));
+  const Status s = Reader::Open(std::move(file), reader);
   if (!s.ok()) return Status(s.code(), path + ": " + s.message());
-  return s;
+  return Status::Ok();
 }
 
 // One piece of work: a piece of one tensor of one output file, or a group of tensors.
@@ -378,11 +374,10 @@ Status ApplyGroup(const Checkpoint& base, const Reader& reader, const FileEntry&
                   std::vector<uint16_t>* decoded, const std::string& needed_by) {
   std::vector<const uint8_t*> base_data;
   std::vector<uint64_t> bytes;
-  Status s = GroupBases(base, f, g, needed_by, &base_data, &bytes);
-  if (!s.ok()) return s;
+  ARC_V3_RETURN_IF_ERROR(GroupBases(base, f, g, needed_by, &base_data, &bytes));
   std::vector<uint8_t> scratch;
   const uint8_t* stored = nullptr;
-  s = reader.ReadGroup(g, &scratch, &stored);
+  Status s = reader.ReadGroup(g, &scratch, &stored);
   if (s.ok()) s = DecodeGroup(g, stored, base_data, bytes, decoded);
   for (size_t k = 0; k < base_data.size() && base.mapped(); ++k) Release(base_data[k], bytes[k]);
   if (!s.ok()) {
@@ -441,8 +436,7 @@ Status Checkpoint::Open(const std::string& path, Checkpoint* checkpoint) {
       view.tensors.push_back({info.name, info.dtype, info.shape, file.data(info), info.size(), info.begin});
     }
     result.mapped_.push_back(std::move(file));  // the mapping does not move
-    s = result.Add(std::move(view));
-    if (!s.ok()) return s;
+    ARC_V3_RETURN_IF_ERROR(result.Add(std::move(view)));
   }
   *checkpoint = std::move(result);
   return Status::Ok();
@@ -486,8 +480,7 @@ Status Checkpoint::FromMemory(const std::string& file_name, std::vector<TensorVi
     view.size += infos[i].size();
   }
   view.tensors = std::move(tensors);
-  Status s = result.Add(std::move(view));
-  if (!s.ok()) return s;
+  ARC_V3_RETURN_IF_ERROR(result.Add(std::move(view)));
   *checkpoint = std::move(result);
   return Status::Ok();
 }
@@ -501,195 +494,249 @@ const TensorView* Checkpoint::Find(const std::string& name, const FileView** fil
 
 namespace {
 
-// Codes every piece of `next` against `prev` (see Diff): the container's header and
-// manifest in `head`, the pieces' stored bytes in `outputs`, in data-section order.
-Status Encode(const Checkpoint& prev, const Checkpoint& next, const RunOptions& options,
-              std::vector<uint8_t>* head, std::vector<std::vector<uint8_t>>* outputs, RunReport* report) {
+// The data of a tensor that `checkpoint` holds (Encode asks only for tensors it has).
+const uint8_t* DataOf(const Checkpoint& checkpoint, const TensorEntry& t) {
+  return checkpoint.Find(t.name)->data;
+}
+
+// Data-section bytes outside every tensor (alignment padding, if any) travel as fills:
+// sets the file's fills and the length of its fill piece.
+Status PlanFills(const FileView& file, FileEntry* f) {
+  uint64_t at = f->data_start;
+  for (const TensorView& t : file.tensors) {
+    if (f->data_start + t.offset > at) f->fills.emplace_back(at, f->data_start + t.offset - at);
+    at = std::max(at, f->data_start + t.offset + t.bytes);
+  }
+  if (f->size > at) f->fills.emplace_back(at, f->size - at);
+  if (!f->fills.empty() && file.raw == nullptr) {
+    return Status(ErrorCode::kInternal, file.name + ": gaps between tensors of a file in memory");
+  }
+  uint64_t fill_total = 0;
+  for (const auto& r : f->fills) fill_total += r.second;
+  f->fill.row_end = fill_total;
+  return Status::Ok();
+}
+
+// The manifest entry of one file of `next`: its header, fills, tensors (each a delta of
+// its namesake in `prev`, or carried whole) with their pieces planned, and its groups.
+Status PlanFile(const Checkpoint& prev, const Checkpoint& next, const FileView& file,
+                const RunOptions& options, FileEntry* f) {
+  f->name = file.name;
+  f->size = file.size;
+  f->data_start = file.data_start;
+  f->header.row_end = f->data_start;
+  ARC_V3_RETURN_IF_ERROR(PlanFills(file, f));
+  for (const TensorView& info : file.tensors) {
+    TensorEntry t;
+    t.name = info.name;
+    t.dtype = info.dtype;
+    t.shape = info.shape;
+    t.data_offset = info.offset;
+    const TensorView* base = prev.Find(t.name);
+    t.kind = base == nullptr ? TensorKind::kAdded
+             : (base->dtype != t.dtype || base->shape != t.shape) ? TensorKind::kReshaped
+                                                                   : TensorKind::kDelta;
+    t.pieces = PlanPieces(t);
+    f->tensors.push_back(std::move(t));
+  }
+  if (options.group && options.format == Format::kDefault) {
+    AssignGroups(f, [&](const TensorEntry& t) {
+      const uint8_t* base = DataOf(prev, t);
+      const uint8_t* target = DataOf(next, t);
+      const bool worth = WorthGrouping(base, target, t.bytes());
+      // Read again when coded: until then they need not stay resident.
+      if (prev.mapped()) Release(base, t.bytes());
+      if (next.mapped()) Release(target, t.bytes());
+      return worth;
+    });
+  }
+  return Status::Ok();
+}
+
+// What Encode codes: the manifest (pieces' offsets and tensors' checksums still unset)
+// and, per manifest file, the bytes its header piece holds and its view (nullptr for the
+// index, which is all header).
+struct EncodePlan {
+  Manifest m;
+  std::vector<const uint8_t*> raw;
+  std::vector<const FileView*> views;
+  std::set<std::string> next_tensors;
+  std::unique_ptr<MappedFile> index;  // what raw points into for the index
+};
+
+Status PlanEncode(const Checkpoint& prev, const Checkpoint& next, const RunOptions& options,
+                  EncodePlan* plan) {
   if (!prev.empty() && prev.directory() != next.directory()) {
     return Status(ErrorCode::kInvalidArgument, "PREV and NEXT must both be files or both directories");
   }
-  Manifest m;
+  Manifest& m = plan->m;
   m.directory = next.directory();
-  std::vector<const uint8_t*> raw;  // per output file: the bytes its header piece holds
-  std::vector<const FileView*> views;
-  std::set<std::string> next_names, next_tensors;
+  std::set<std::string> next_names;
   for (const FileView& file : next.files()) {
     FileEntry f;
-    f.name = file.name;
+    ARC_V3_RETURN_IF_ERROR(PlanFile(prev, next, file, options, &f));
     next_names.insert(f.name);
-    f.size = file.size;
-    f.data_start = file.data_start;
-    f.header.row_end = f.data_start;
-    // Data-section bytes outside every tensor (alignment padding, if any) travel as fills.
-    uint64_t at = f.data_start;
-    for (const TensorView& t : file.tensors) {
-      if (f.data_start + t.offset > at) f.fills.emplace_back(at, f.data_start + t.offset - at);
-      at = std::max(at, f.data_start + t.offset + t.bytes);
-    }
-    if (f.size > at) f.fills.emplace_back(at, f.size - at);
-    if (!f.fills.empty() && file.raw == nullptr) {
-      return Status(ErrorCode::kInternal, file.name + ": gaps between tensors of a file in memory");
-    }
-    uint64_t fill_total = 0;
-    for (const auto& r : f.fills) fill_total += r.second;
-    f.fill.row_end = fill_total;
-    for (const TensorView& info : file.tensors) {
-      TensorEntry t;
-      t.name = info.name;
-      t.dtype = info.dtype;
-      t.shape = info.shape;
-      t.data_offset = info.offset;
-      next_tensors.insert(t.name);
-      const TensorView* base = prev.Find(t.name);
-      t.kind = base == nullptr ? TensorKind::kAdded
-               : (base->dtype != t.dtype || base->shape != t.shape) ? TensorKind::kReshaped
-                                                                     : TensorKind::kDelta;
-      t.pieces = PlanPieces(t);
-      f.tensors.push_back(std::move(t));
-    }
-    if (options.group && options.format == Format::kDefault) {
-      AssignGroups(&f, [&](const TensorEntry& t) {
-        const TensorView* base = prev.Find(t.name);
-        const uint8_t* target = next.Find(t.name)->data;
-        const bool worth = WorthGrouping(base->data, target, t.bytes());
-        // Read again when coded: until then they need not stay resident.
-        if (prev.mapped()) Release(base->data, t.bytes());
-        if (next.mapped()) Release(target, t.bytes());
-        return worth;
-      });
-    }
+    for (const TensorEntry& t : f.tensors) plan->next_tensors.insert(t.name);
     m.files.push_back(std::move(f));
-    raw.push_back(file.header);
-    views.push_back(&file);
+    plan->raw.push_back(file.header);
+    plan->views.push_back(&file);
   }
-  std::unique_ptr<MappedFile> index;
   if (m.directory && !next.index_path().empty()) {
-    Status s = MappedFile::Open(next.index_path(), &index);
-    if (!s.ok()) return s;
-    if (index->size() > 0) {
+    ARC_V3_RETURN_IF_ERROR(MappedFile::Open(next.index_path(), &plan->index));
+    if (plan->index->size() > 0) {
       FileEntry f;
       f.name = kIndexName;
       next_names.insert(f.name);
-      f.size = f.data_start = f.header.row_end = index->size();
+      f.size = f.data_start = f.header.row_end = plan->index->size();
       m.files.push_back(std::move(f));
-      raw.push_back(index->data());
-      views.push_back(nullptr);
+      plan->raw.push_back(plan->index->data());
+      plan->views.push_back(nullptr);
     }
   }
   for (const FileView& file : prev.files()) {
     if (m.directory && next_names.count(file.name) == 0) m.removed_files.push_back(file.name);
     for (const TensorView& t : file.tensors) {
-      if (next_tensors.count(t.name) == 0) m.removed_tensors.push_back(t.name);
+      if (plan->next_tensors.count(t.name) == 0) m.removed_tensors.push_back(t.name);
     }
   }
   if (m.directory && !prev.index_path().empty() && next_names.count(kIndexName) == 0) {
     m.removed_files.push_back(kIndexName);
   }
+  return Status::Ok();
+}
 
-  // Every piece (headers and fills included) is one task; outputs are kept in memory
-  // (the delta is small) and written in manifest order afterwards.
-  struct EncodeTask {
-    const uint8_t* base;
-    const uint8_t* target;
-    uint64_t bytes;
-    size_t element_size;
-    bool bf16;
-    Piece* piece;
-    bool tensor;  // counts towards progress
-    FileEntry* file = nullptr;  // with `group`, instead of base, target and piece
-    Group* group = nullptr;
-    uint64_t rows = 0;  // the piece's tensor's (0: not a tensor's piece)
-  };
-  const auto base_of = [&prev](const TensorEntry& t) { return prev.Find(t.name)->data; };
-  const auto target_of = [&next](const TensorEntry& t) { return next.Find(t.name)->data; };
-  std::vector<EncodeTask> tasks;
+// One task of Encode: a piece (headers and fills included) or a group.
+struct EncodeTask {
+  const uint8_t* base;
+  const uint8_t* target;
+  uint64_t bytes;
+  size_t element_size;
+  bool bf16;
+  Piece* piece;
+  bool tensor;  // counts towards progress
+  FileEntry* file = nullptr;  // with `group`, instead of base, target and piece
+  Group* group = nullptr;
+  uint64_t rows = 0;  // the piece's tensor's (0: not a tensor's piece)
+};
+
+// Every piece (headers and fills included) and group of the plan as one task, in manifest
+// order, the fills of each file gathered into `fill_bytes` first (tiny in practice).
+// Returns the tensor bytes the tasks cover.
+uint64_t PlanEncodeTasks(const Checkpoint& prev, const Checkpoint& next, EncodePlan* plan,
+                         std::vector<std::vector<uint8_t>>* fill_bytes,
+                         std::vector<EncodeTask>* tasks) {
+  std::vector<FileEntry>& files = plan->m.files;
   uint64_t total = 0;
-  for (size_t fi = 0; fi < m.files.size(); ++fi) {
-    FileEntry& f = m.files[fi];
-    tasks.push_back({nullptr, raw[fi], f.data_start, 1, false, &f.header, false});
+  for (size_t fi = 0; fi < files.size(); ++fi) {
+    FileEntry& f = files[fi];
+    tasks->push_back({nullptr, plan->raw[fi], f.data_start, 1, false, &f.header, false});
     for (size_t ti = 0; ti < f.tensors.size(); ++ti) {
       TensorEntry& t = f.tensors[ti];
       if (t.grouped()) {
         // A group is one task, stored where its first member would be.
         Group& g = f.groups[t.group];
         if (g.members[0] == ti) {
-          tasks.push_back({nullptr, nullptr, GroupBytes(g), 2, true, nullptr, true, &f, &g});
+          tasks->push_back({nullptr, nullptr, GroupBytes(g), 2, true, nullptr, true, &f, &g});
           total += GroupBytes(g);
         }
         continue;
       }
-      const uint8_t* target = target_of(t);
-      const uint8_t* base = t.kind == TensorKind::kDelta ? base_of(t) : nullptr;
+      const uint8_t* target = DataOf(next, t);
+      const uint8_t* base = t.kind == TensorKind::kDelta ? DataOf(prev, t) : nullptr;
       for (Piece& p : t.pieces) {
         const uint64_t offset = p.row_begin * t.row_bytes();
         const uint64_t bytes = PieceBytes(t, p);
-        tasks.push_back({base ? base + offset : nullptr, target + offset, bytes,
-                         safetensors::DTypeSize(t.dtype), t.dtype == "BF16", &p, true, nullptr, nullptr,
-                         t.rows()});
+        tasks->push_back({base ? base + offset : nullptr, target + offset, bytes,
+                          safetensors::DTypeSize(t.dtype), t.dtype == "BF16", &p, true, nullptr,
+                          nullptr, t.rows()});
         total += bytes;
       }
     }
   }
-  // Fills are gathered into one buffer per file first (tiny in practice).
-  std::vector<std::vector<uint8_t>> fill_bytes(m.files.size());
-  for (size_t fi = 0; fi < m.files.size(); ++fi) {
-    FileEntry& f = m.files[fi];
+  fill_bytes->assign(files.size(), {});
+  for (size_t fi = 0; fi < files.size(); ++fi) {
+    FileEntry& f = files[fi];
     if (f.fills.empty()) continue;
+    std::vector<uint8_t>& bytes = (*fill_bytes)[fi];
+    const uint8_t* raw = plan->views[fi]->raw;
     for (const auto& r : f.fills) {
-      fill_bytes[fi].insert(fill_bytes[fi].end(), views[fi]->raw + r.first, views[fi]->raw + r.first + r.second);
+      bytes.insert(bytes.end(), raw + r.first, raw + r.first + r.second);
     }
-    tasks.push_back({nullptr, fill_bytes[fi].data(), fill_bytes[fi].size(), 1, false, &f.fill, false});
+    tasks->push_back({nullptr, bytes.data(), bytes.size(), 1, false, &f.fill, false});
   }
-  if (options.progress_total != nullptr) *options.progress_total = total;
+  return total;
+}
 
+// Codes a group task into `out`, setting its members' base_xxh3.
+Status EncodeGroupTask(const Checkpoint& prev, const Checkpoint& next, const EncodeTask& task,
+                       int effort, std::vector<uint8_t>* out) {
+  std::vector<const uint8_t*> base, target;
+  std::vector<uint64_t> bytes, base_xxh3;
+  for (size_t member : task.group->members) {
+    const TensorEntry& t = task.file->tensors[member];
+    base.push_back(DataOf(prev, t));
+    target.push_back(DataOf(next, t));
+    bytes.push_back(t.bytes());
+    Prefault(base.back(), bytes.back());
+    Prefault(target.back(), bytes.back());
+  }
+  const Status s = EncodeGroup(base, target, bytes, effort, task.group, &base_xxh3, out);
+  for (size_t k = 0; k < base_xxh3.size(); ++k) {
+    task.file->tensors[task.group->members[k]].base_xxh3 = base_xxh3[k];
+  }
+  for (size_t k = 0; k < base.size(); ++k) {
+    if (prev.mapped()) Release(base[k], bytes[k]);
+    if (next.mapped()) Release(target[k], bytes[k]);
+  }
+  return s;
+}
+
+// Codes a piece task into `out`.
+Status EncodePieceTask(const Checkpoint& prev, const Checkpoint& next, const EncodeTask& task,
+                       const RunOptions& options, std::vector<uint8_t>* out) {
+  Prefault(task.base, task.bytes);
+  Prefault(task.target, task.bytes);
+  const Status s = EncodePiece(task.base, task.target, task.bytes, task.element_size, task.bf16,
+                               options.effort, task.piece, out, options.format);
+  if (task.tensor) {  // fills are copies, not mapped
+    if (prev.mapped()) Release(task.base, task.bytes);
+    if (next.mapped()) Release(task.target, task.bytes);
+  }
+  return s;
+}
+
+// Codes every task in parallel into `outputs` (kept in memory: the delta is small),
+// reporting progress and calling the hook after each tensor's task.
+Status RunEncodeTasks(const Checkpoint& prev, const Checkpoint& next,
+                      const std::vector<EncodeTask>& tasks, const RunOptions& options,
+                      std::vector<std::vector<uint8_t>>* outputs) {
   outputs->assign(tasks.size(), {});
   FirstError error;
-  const Status thrown = TryParallelFor(tasks.size(), WorkerCount(options.threads, tasks.size()), [&](size_t i, size_t) {
+  const size_t workers = WorkerCount(options.threads, tasks.size());
+  const Status thrown = TryParallelFor(tasks.size(), workers, [&](size_t i, size_t) {
     if (error.Skip(i)) return;
     const EncodeTask& task = tasks[i];
-    if (task.group != nullptr) {
-      std::vector<const uint8_t*> base, target;
-      std::vector<uint64_t> bytes, base_xxh3;
-      for (size_t member : task.group->members) {
-        const TensorEntry& t = task.file->tensors[member];
-        base.push_back(base_of(t));
-        target.push_back(target_of(t));
-        bytes.push_back(t.bytes());
-        Prefault(base.back(), bytes.back());
-        Prefault(target.back(), bytes.back());
-      }
-      error.Set(i, EncodeGroup(base, target, bytes, options.effort, task.group, &base_xxh3, &(*outputs)[i]));
-      for (size_t k = 0; k < base_xxh3.size(); ++k) {
-        task.file->tensors[task.group->members[k]].base_xxh3 = base_xxh3[k];
-      }
-      for (size_t k = 0; k < base.size(); ++k) {
-        if (prev.mapped()) Release(base[k], bytes[k]);
-        if (next.mapped()) Release(target[k], bytes[k]);
-      }
-      if (options.progress_done != nullptr) *options.progress_done += task.bytes;
-      if (options.hook) error.Set(i, options.hook("piece"));
-      return;
-    }
-    Prefault(task.base, task.bytes);
-    Prefault(task.target, task.bytes);
-    error.Set(i, EncodePiece(task.base, task.target, task.bytes, task.element_size, task.bf16,
-                             options.effort, task.piece, &(*outputs)[i], options.format));
-    if (task.tensor) {  // fills are copies, not mapped
-      if (prev.mapped()) Release(task.base, task.bytes);
-      if (next.mapped()) Release(task.target, task.bytes);
-    }
-    if (task.tensor && options.progress_done != nullptr) *options.progress_done += task.bytes;
-    if (task.tensor && options.hook) error.Set(i, options.hook("piece"));
+    error.Set(i, task.group != nullptr
+                     ? EncodeGroupTask(prev, next, task, options.effort, &(*outputs)[i])
+                     : EncodePieceTask(prev, next, task, options, &(*outputs)[i]));
+    if (!task.tensor) return;
+    if (options.progress_done != nullptr) *options.progress_done += task.bytes;
+    if (options.hook) error.Set(i, options.hook("piece"));
   });
-  if (!thrown.ok()) return thrown;
-  if (error.failed()) return error.status();
+  ARC_V3_RETURN_IF_ERROR(thrown);
+  return error.status();
+}
 
-  // The data section's order: the manifest's, or with row_order headers, fills and groups
-  // first, then the pieces by the fraction of their tensor's rows they start at (ties in
-  // manifest order), so that the pieces of rows [0, B) of every tensor are one range.
+// Puts the outputs in data-section order and assigns each piece and group its offset;
+// returns the data section's size. The order is the manifest's, or with `row_order`
+// headers, fills and groups first, then the pieces by the fraction of their tensor's rows
+// they start at (ties in manifest order), so that the pieces of rows [0, B) of every
+// tensor are one range.
+uint64_t LayOutData(const std::vector<EncodeTask>& tasks, bool row_order,
+                    std::vector<std::vector<uint8_t>>* outputs) {
   std::vector<size_t> order(tasks.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  if (options.row_order) {
+  if (row_order) {
     std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
       const EncodeTask& x = tasks[a];
       const EncodeTask& y = tasks[b];
@@ -708,9 +755,15 @@ Status Encode(const Checkpoint& prev, const Checkpoint& next, const RunOptions& 
     (task.group != nullptr ? task.group->offset : task.piece->offset) = offset;
     offset += (*outputs)[i].size();
   }
-  for (FileEntry& f : m.files) {
+  return offset;
+}
+
+// Sets the checksums of every ungrouped tensor from its pieces' (a grouped tensor's
+// base_xxh3 is the member's own, set by EncodeGroup).
+void SetTensorChecksums(Manifest* m) {
+  for (FileEntry& f : m->files) {
     for (TensorEntry& t : f.tensors) {
-      if (t.grouped()) continue;  // base_xxh3 is the member's own, set by EncodeGroup
+      if (t.grouped()) continue;
       std::vector<uint64_t> base_hashes, target_hashes;
       for (const Piece& p : t.pieces) {
         base_hashes.push_back(p.base_xxh3);
@@ -720,14 +773,30 @@ Status Encode(const Checkpoint& prev, const Checkpoint& next, const RunOptions& 
       t.target_xxh3 = CombineHashes(target_hashes);
     }
   }
-  *head = SerializeHeaderAndManifest(m, offset);
+}
+
+// Codes every piece of `next` against `prev` (see Diff): the container's header and
+// manifest in `head`, the pieces' stored bytes in `outputs`, in data-section order.
+Status Encode(const Checkpoint& prev, const Checkpoint& next, const RunOptions& options,
+              std::vector<uint8_t>* head, std::vector<std::vector<uint8_t>>* outputs,
+              RunReport* report) {
+  EncodePlan plan;
+  ARC_V3_RETURN_IF_ERROR(PlanEncode(prev, next, options, &plan));
+  std::vector<std::vector<uint8_t>> fill_bytes;
+  std::vector<EncodeTask> tasks;
+  const uint64_t total = PlanEncodeTasks(prev, next, &plan, &fill_bytes, &tasks);
+  if (options.progress_total != nullptr) *options.progress_total = total;
+  ARC_V3_RETURN_IF_ERROR(RunEncodeTasks(prev, next, tasks, options, outputs));
+  const uint64_t data_size = LayOutData(tasks, options.row_order, outputs);
+  SetTensorChecksums(&plan.m);
+  *head = SerializeHeaderAndManifest(plan.m, data_size);
   if (report != nullptr) {
-    report->files = m.files.size();
+    report->files = plan.m.files.size();
     report->pieces = tasks.size();
-    report->tensors = next_tensors.size();
+    report->tensors = plan.next_tensors.size();
     report->target_bytes = 0;
-    for (const FileEntry& f : m.files) report->target_bytes += f.size;
-    report->delta_bytes = head->size() + offset;
+    for (const FileEntry& f : plan.m.files) report->target_bytes += f.size;
+    report->delta_bytes = head->size() + data_size;
   }
   return Status::Ok();
 }
@@ -736,27 +805,23 @@ Status Encode(const Checkpoint& prev, const Checkpoint& next, const RunOptions& 
 
 Status Diff(const Checkpoint& prev, const Checkpoint& next, const std::string& delta_path,
             const RunOptions& options, RunReport* report) {
-  Status s = CheckOutput(delta_path, options.overwrite);  // before the work, not after
-  if (!s.ok()) return s;
+  ARC_V3_RETURN_IF_ERROR(CheckOutput(delta_path, options.overwrite));  // before the work, not after
   std::vector<uint8_t> head;
   std::vector<std::vector<uint8_t>> outputs;
-  s = Encode(prev, next, options, &head, &outputs, report);
-  if (!s.ok()) return s;
+  ARC_V3_RETURN_IF_ERROR(Encode(prev, next, options, &head, &outputs, report));
   uint64_t size = head.size();
   for (const auto& o : outputs) size += o.size();
   AsideFiles out(options.overwrite);
   size_t index = 0;
-  s = out.Create(fs::absolute(delta_path).string(), size, &index);
-  if (!s.ok()) return s;
-  s = WriteAll(out.fd(index), head.data(), head.size(), 0, out.temp(index));
+  ARC_V3_RETURN_IF_ERROR(out.Create(fs::absolute(delta_path).string(), size, &index));
+  ARC_V3_RETURN_IF_ERROR(WriteAll(out.fd(index), head.data(), head.size(), 0, out.temp(index)));
   uint64_t at = head.size();
-  for (size_t i = 0; i < outputs.size() && s.ok(); ++i) {
-    s = WriteAll(out.fd(index), outputs[i].data(), outputs[i].size(), at, out.temp(index));
-    at += outputs[i].size();
+  for (const auto& o : outputs) {
+    ARC_V3_RETURN_IF_ERROR(WriteAll(out.fd(index), o.data(), o.size(), at, out.temp(index)));
+    at += o.size();
   }
-  if (s.ok()) s = out.SyncAndClose(options.sync);
-  if (s.ok()) s = out.Commit(options.sync);
-  if (!s.ok()) return s;
+  ARC_V3_RETURN_IF_ERROR(out.SyncAndClose(options.sync));
+  ARC_V3_RETURN_IF_ERROR(out.Commit(options.sync));
   if (report != nullptr) report->written = {delta_path};
   return Status::Ok();
 }
@@ -765,8 +830,7 @@ Status Diff(const Checkpoint& prev, const Checkpoint& next, const RunOptions& op
             std::vector<uint8_t>* delta, RunReport* report) {
   std::vector<uint8_t> head;
   std::vector<std::vector<uint8_t>> outputs;
-  Status s = Encode(prev, next, options, &head, &outputs, report);
-  if (!s.ok()) return s;
+  ARC_V3_RETURN_IF_ERROR(Encode(prev, next, options, &head, &outputs, report));
   *delta = std::move(head);
   for (const auto& o : outputs) delta->insert(delta->end(), o.begin(), o.end());
   return Status::Ok();
@@ -775,164 +839,229 @@ Status Diff(const Checkpoint& prev, const Checkpoint& next, const RunOptions& op
 Status Diff(const std::string& prev_path, const std::string& next_path, const std::string& delta_path,
             const RunOptions& options, RunReport* report) {
   Checkpoint prev, next;
-  Status s = Checkpoint::Open(prev_path, &prev);
-  if (!s.ok()) return s;
-  s = Checkpoint::Open(next_path, &next);
-  if (!s.ok()) return s;
+  ARC_V3_RETURN_IF_ERROR(Checkpoint::Open(prev_path, &prev));
+  ARC_V3_RETURN_IF_ERROR(Checkpoint::Open(next_path, &next));
   return Diff(prev, next, delta_path, options, report);
 }
 
-Status Apply(const std::string& prev_path, const std::string& delta_path, const std::string& out_path,
-             const RunOptions& options, RunReport* report) {
-  Reader reader;
-  Status s = OpenDelta(delta_path, &reader);
-  if (!s.ok()) return s;
-  Checkpoint base;
-  s = Checkpoint::Open(prev_path, &base);
-  if (!s.ok()) return s;
-  const Manifest& m = reader.manifest();
-  std::map<const TensorEntry*, const uint8_t*> base_data;
-  s = MatchBase(base, m, &base_data);
-  if (!s.ok()) return s;
+namespace {
 
-  // Where the files go: a directory for directory deltas (created if needed); for a file
-  // delta, `out_path` itself, or the target's name inside `out_path` if that is a directory.
+// The inputs of an apply or a verify: the delta (its manifest validated) and the base.
+struct DeltaAndBase {
+  Reader reader;
+  Checkpoint base;
+};
+
+// The step Apply, ApplyPartial and Verify start with: opens the delta, then the base.
+Status OpenDeltaAndBase(const std::string& prev_path, const std::string& delta_path,
+                        DeltaAndBase* inputs) {
+  ARC_V3_RETURN_IF_ERROR(OpenDelta(delta_path, &inputs->reader));
+  return Checkpoint::Open(prev_path, &inputs->base);
+}
+
+// Where Apply's files go: into directory `out_path` for directory deltas (created if
+// needed); for a file delta, `out_path` itself, or the target's name inside `out_path` if
+// that is a directory.
+Status OutputPaths(const Manifest& m, const std::string& out_path,
+                   std::vector<std::string>* finals) {
   std::error_code ec;
-  std::vector<std::string> finals;
   if (m.directory) {
     fs::create_directories(out_path, ec);
     if (!fs::is_directory(out_path, ec)) {
       return Status(ErrorCode::kInvalidArgument, out_path + ": cannot create the output directory");
     }
-    for (const FileEntry& f : m.files) finals.push_back((fs::path(out_path) / f.name).string());
+    for (const FileEntry& f : m.files) finals->push_back((fs::path(out_path) / f.name).string());
   } else {
-    finals.push_back(fs::is_directory(out_path, ec) ? (fs::path(out_path) / m.files[0].name).string()
-                                                    : out_path);
+    finals->push_back(fs::is_directory(out_path, ec)
+                          ? (fs::path(out_path) / m.files[0].name).string()
+                          : out_path);
   }
+  return Status::Ok();
+}
+
+// Decodes a file's header and fills and writes them to its aside file `index`.
+Status WriteHeaderAndFills(const Reader& reader, const FileEntry& f, const AsideFiles& out,
+                           size_t index) {
+  std::vector<uint8_t> bytes;
+  Status s = DecodeBytes(reader, f.header, &bytes);
+  if (!s.ok()) return Status(s.code(), f.name + " header: " + s.message());
+  ARC_V3_RETURN_IF_ERROR(WriteAll(out.fd(index), bytes.data(), bytes.size(), 0, out.temp(index)));
+  if (f.fills.empty()) return Status::Ok();
+  s = DecodeBytes(reader, f.fill, &bytes);
+  if (!s.ok()) return Status(s.code(), f.name + " fill: " + s.message());
+  uint64_t at = 0;
+  for (const auto& r : f.fills) {
+    ARC_V3_RETURN_IF_ERROR(
+        WriteAll(out.fd(index), bytes.data() + at, r.second, r.first, out.temp(index)));
+    at += r.second;
+  }
+  return Status::Ok();
+}
+
+// Appends a task per piece and group of a file written to aside file `index`; returns the
+// bytes they cover.
+uint64_t PlanFileTasks(const FileEntry& f, size_t index,
+                       const std::map<const TensorEntry*, const uint8_t*>& base_data,
+                       std::vector<Task>* tasks) {
+  uint64_t total = 0;
+  for (const TensorEntry& t : f.tensors) {
+    const auto it = base_data.find(&t);
+    const bool delta = it != base_data.end();
+    for (const Piece& p : t.pieces) {
+      tasks->push_back({index, &t, &p, delta ? it->second + p.row_begin * t.row_bytes() : nullptr});
+      total += PieceBytes(t, p);
+    }
+  }
+  for (const Group& g : f.groups) {
+    Task task;
+    task.file = index;
+    task.group = &g;
+    tasks->push_back(task);
+    total += GroupBytes(g);
+  }
+  return total;
+}
+
+int64_t NanosecondsSince(std::chrono::steady_clock::time_point start) {
+  const auto elapsed = std::chrono::steady_clock::now() - start;
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed).count();
+}
+
+// What the tasks of an Apply share: the inputs, the output files, buffers per worker and
+// the time spent decoding and writing.
+struct ApplyRun {
+  ApplyRun(const DeltaAndBase& inputs, const AsideFiles& outputs, bool sync_outputs,
+           size_t workers)
+      : reader(inputs.reader), base(inputs.base), out(outputs), sync(sync_outputs),
+        buffers(workers), scratch(workers), group_buffers(workers) {}
+  const Reader& reader;
+  const Checkpoint& base;
+  const AsideFiles& out;
+  bool sync;
+  std::vector<std::vector<uint8_t>> buffers, scratch;
+  std::vector<std::vector<uint16_t>> group_buffers;
+  std::atomic<int64_t> decode_ns{0}, write_ns{0};
+};
+
+// Decodes a group (checking its members' bases) on worker `w` and writes its members.
+Status ApplyGroupTask(const Task& task, size_t w, ApplyRun* run) {
+  const FileEntry& f = run->reader.manifest().files[task.file];
+  const auto start = std::chrono::steady_clock::now();
+  Status st = ApplyGroup(run->base, run->reader, f, *task.group, &run->group_buffers[w], "");
+  run->decode_ns += NanosecondsSince(start);
+  const uint8_t* decoded = reinterpret_cast<const uint8_t*>(run->group_buffers[w].data());
+  const auto write_start = std::chrono::steady_clock::now();
+  const int fd = run->out.fd(task.file);
+  for (size_t k = 0; k < task.group->members.size() && st.ok(); ++k) {
+    const TensorEntry& t = f.tensors[task.group->members[k]];
+    st = WriteAll(fd, decoded, t.bytes(), f.data_start + t.data_offset, run->out.temp(task.file));
+    if (run->sync) StartWriteback(fd, f.data_start + t.data_offset, t.bytes());
+    decoded += t.bytes();
+  }
+  run->write_ns += NanosecondsSince(write_start);
+  return st;
+}
+
+// Decodes a piece on worker `w` and writes it. Errors name the tensor; the base rows are
+// hashed only when decoding fails: every coder XORs the base into its result, so a wrong
+// base fails the target checksum, and the base check then names the cause (the verify
+// command still checks every base up front).
+Status ApplyPieceTask(const Task& task, size_t w, ApplyRun* run) {
+  const TensorEntry& t = *task.tensor;
+  const Piece& p = *task.piece;
+  const uint64_t bytes = PieceBytes(t, p);
+  const auto named = [&](const Status& e) {
+    return e.code() == ErrorCode::kChecksumMismatch
+               ? e
+               : Status(e.code(), "tensor '" + t.name + "': " + e.message());
+  };
+  const auto checking_base = [&](const Status& e) {
+    const Status base_check = task.base != nullptr ? CheckBaseRows(t, p, task.base) : Status::Ok();
+    return named(base_check.ok() ? e : base_check);
+  };
+  Prefault(task.base, bytes);
+  const uint8_t* stored = nullptr;
+  Status st = run->reader.ReadPiece(p, &run->scratch[w], &stored);
+  if (!st.ok()) return checking_base(st);
+  std::vector<uint8_t>& buffer = run->buffers[w];
+  buffer.resize(bytes);
+  const auto start = std::chrono::steady_clock::now();
+  st = DecodePiece(p, stored, task.base, bytes, safetensors::DTypeSize(t.dtype), buffer.data());
+  const auto decoded = std::chrono::steady_clock::now();
+  run->decode_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(decoded - start).count();
+  if (!st.ok()) return checking_base(st);
+  const FileEntry& f = run->reader.manifest().files[task.file];
+  const uint64_t at = f.data_start + t.data_offset + p.row_begin * t.row_bytes();
+  if (run->base.mapped()) Release(task.base, bytes);
+  st = WriteAll(run->out.fd(task.file), buffer.data(), bytes, at, run->out.temp(task.file));
+  run->write_ns += NanosecondsSince(decoded);
+  if (!st.ok()) return named(st);
+  if (run->sync) StartWriteback(run->out.fd(task.file), at, bytes);
+  return Status::Ok();
+}
+
+// Runs Apply's tasks in parallel, reporting progress and calling the hook after each.
+Status RunApplyTasks(const std::vector<Task>& tasks, const RunOptions& options, ApplyRun* run) {
+  FirstError error;
+  const Status thrown = TryParallelFor(tasks.size(), run->buffers.size(), [&](size_t i, size_t w) {
+    if (error.Skip(i)) return;
+    const Task& task = tasks[i];
+    const Status st =
+        task.group != nullptr ? ApplyGroupTask(task, w, run) : ApplyPieceTask(task, w, run);
+    if (!st.ok()) return error.Set(i, st);
+    if (options.progress_done != nullptr) {
+      *options.progress_done +=
+          task.group != nullptr ? GroupBytes(*task.group) : PieceBytes(*task.tensor, *task.piece);
+    }
+    if (options.hook) error.Set(i, options.hook("piece"));
+  });
+  ARC_V3_RETURN_IF_ERROR(thrown);
+  return error.status();
+}
+
+// Syncs and renames Apply's outputs (the hook runs in between); an in-place apply then
+// removes the shards the new checkpoint no longer has.
+Status CommitApply(const Manifest& m, const std::string& out_path, bool in_place,
+                   const RunOptions& options, AsideFiles* out) {
+  ARC_V3_RETURN_IF_ERROR(out->SyncAndClose(options.sync));
+  if (options.hook) ARC_V3_RETURN_IF_ERROR(options.hook("rename"));
+  ARC_V3_RETURN_IF_ERROR(out->Commit(options.sync));
+  if (in_place) {
+    std::error_code ec;
+    for (const std::string& name : m.removed_files) fs::remove(fs::path(out_path) / name, ec);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status Apply(const std::string& prev_path, const std::string& delta_path, const std::string& out_path,
+             const RunOptions& options, RunReport* report) {
+  DeltaAndBase inputs;
+  ARC_V3_RETURN_IF_ERROR(OpenDeltaAndBase(prev_path, delta_path, &inputs));
+  const Manifest& m = inputs.reader.manifest();
+  std::map<const TensorEntry*, const uint8_t*> base_data;
+  ARC_V3_RETURN_IF_ERROR(MatchBase(inputs.base, m, &base_data));
+  std::vector<std::string> finals;
+  ARC_V3_RETURN_IF_ERROR(OutputPaths(m, out_path, &finals));
+  std::error_code ec;
   const bool in_place = fs::equivalent(m.directory ? out_path : finals[0], prev_path, ec);
 
   AsideFiles out(options.overwrite || in_place);
   std::vector<Task> tasks;
   uint64_t total = 0;
   for (size_t fi = 0; fi < m.files.size(); ++fi) {
-    const FileEntry& f = m.files[fi];
     size_t index = 0;
-    s = out.Create(fs::absolute(finals[fi]).string(), f.size, &index);
-    if (!s.ok()) return s;
-    std::vector<uint8_t> bytes;
-    s = DecodeBytes(reader, f.header, &bytes);
-    if (!s.ok()) return Status(s.code(), f.name + " header: " + s.message());
-    s = WriteAll(out.fd(index), bytes.data(), bytes.size(), 0, out.temp(index));
-    if (!s.ok()) return s;
-    if (!f.fills.empty()) {
-      s = DecodeBytes(reader, f.fill, &bytes);
-      if (!s.ok()) return Status(s.code(), f.name + " fill: " + s.message());
-      uint64_t at = 0;
-      for (const auto& r : f.fills) {
-        s = WriteAll(out.fd(index), bytes.data() + at, r.second, r.first, out.temp(index));
-        if (!s.ok()) return s;
-        at += r.second;
-      }
-    }
-    for (const TensorEntry& t : f.tensors) {
-      const auto it = base_data.find(&t);
-      for (const Piece& p : t.pieces) {
-        tasks.push_back({index, &t, &p,
-                         it == base_data.end() ? nullptr : it->second + p.row_begin * t.row_bytes()});
-        total += PieceBytes(t, p);
-      }
-    }
-    for (const Group& g : f.groups) {
-      Task task;
-      task.file = index;
-      task.group = &g;
-      tasks.push_back(task);
-      total += GroupBytes(g);
-    }
+    ARC_V3_RETURN_IF_ERROR(out.Create(fs::absolute(finals[fi]).string(), m.files[fi].size, &index));
+    ARC_V3_RETURN_IF_ERROR(WriteHeaderAndFills(inputs.reader, m.files[fi], out, index));
+    total += PlanFileTasks(m.files[fi], index, base_data, &tasks);
   }
   if (options.progress_total != nullptr) *options.progress_total = total;
 
-  const size_t workers = WorkerCount(options.threads, tasks.size());
-  std::vector<std::vector<uint8_t>> buffers(workers);
-  std::vector<std::vector<uint8_t>> scratch(workers);
-  std::vector<std::vector<uint16_t>> group_buffers(workers);
-  std::atomic<int64_t> decode_ns{0}, write_ns{0};
-  FirstError error;
-  const Status thrown = TryParallelFor(tasks.size(), workers, [&](size_t i, size_t w) {
-    if (error.Skip(i)) return;
-    const Task& task = tasks[i];
-    if (task.group != nullptr) {
-      const FileEntry& f = m.files[task.file];
-      const auto start = std::chrono::steady_clock::now();
-      Status st = ApplyGroup(base, reader, f, *task.group, &group_buffers[w], "");
-      decode_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
-      const uint8_t* decoded = reinterpret_cast<const uint8_t*>(group_buffers[w].data());
-      const auto write_start = std::chrono::steady_clock::now();
-      for (size_t k = 0; k < task.group->members.size() && st.ok(); ++k) {
-        const TensorEntry& t = f.tensors[task.group->members[k]];
-        st = WriteAll(out.fd(task.file), decoded, t.bytes(), f.data_start + t.data_offset,
-                      out.temp(task.file));
-        if (options.sync) StartWriteback(out.fd(task.file), f.data_start + t.data_offset, t.bytes());
-        decoded += t.bytes();
-      }
-      write_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - write_start).count();
-      if (!st.ok()) return error.Set(i, st);
-      if (options.progress_done != nullptr) *options.progress_done += GroupBytes(*task.group);
-      if (options.hook) error.Set(i, options.hook("piece"));
-      return;
-    }
-    const TensorEntry& t = *task.tensor;
-    const Piece& p = *task.piece;
-    const uint64_t bytes = PieceBytes(t, p);
-    const auto fail = [&](const Status& e) {
-      error.Set(i, e.code() == ErrorCode::kChecksumMismatch
-                    ? e
-                    : Status(e.code(), "tensor '" + t.name + "': " + e.message()));
-    };
-    // The base rows are hashed only when decoding fails: every coder XORs the base into
-    // its result, so a wrong base fails the target checksum, and the base check then
-    // names the cause (the verify command still checks every base up front).
-    const auto fail_checking_base = [&](const Status& e) {
-      const Status base_check =
-          task.base != nullptr ? CheckBaseRows(t, p, task.base) : Status::Ok();
-      fail(base_check.ok() ? e : base_check);
-    };
-    Prefault(task.base, bytes);
-    const uint8_t* stored = nullptr;
-    Status st = reader.ReadPiece(p, &scratch[w], &stored);
-    if (!st.ok()) return fail_checking_base(st);
-    buffers[w].resize(bytes);
-    const auto start = std::chrono::steady_clock::now();
-    st = DecodePiece(p, stored, task.base, bytes, safetensors::DTypeSize(t.dtype), buffers[w].data());
-    const auto decoded = std::chrono::steady_clock::now();
-    decode_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(decoded - start).count();
-    if (!st.ok()) return fail_checking_base(st);
-    const uint64_t at = m.files[task.file].data_start + t.data_offset + p.row_begin * t.row_bytes();
-    if (base.mapped()) Release(task.base, bytes);
-    st = WriteAll(out.fd(task.file), buffers[w].data(), bytes, at, out.temp(task.file));
-    write_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - decoded).count();
-    if (!st.ok()) return fail(st);
-    if (options.sync) StartWriteback(out.fd(task.file), at, bytes);
-    if (options.progress_done != nullptr) *options.progress_done += bytes;
-    if (options.hook) error.Set(i, options.hook("piece"));
-  });
-  if (!thrown.ok()) return thrown;
-  if (error.failed()) return error.status();
+  ApplyRun run(inputs, out, options.sync, WorkerCount(options.threads, tasks.size()));
+  ARC_V3_RETURN_IF_ERROR(RunApplyTasks(tasks, options, &run));
   const auto sync_start = std::chrono::steady_clock::now();
-  s = out.SyncAndClose(options.sync);
-  if (!s.ok()) return s;
-  if (options.hook) {
-    s = options.hook("rename");
-    if (!s.ok()) return s;
-  }
-  s = out.Commit(options.sync);
-  if (!s.ok()) return s;
-  if (in_place) {
-    // The new checkpoint is complete; shards it no longer has go last.
-    for (const std::string& name : m.removed_files) {
-      fs::remove(fs::path(out_path) / name, ec);
-    }
-  }
+  ARC_V3_RETURN_IF_ERROR(CommitApply(m, out_path, in_place, options, &out));
   if (report != nullptr) {
     report->files = m.files.size();
     report->pieces = tasks.size();
@@ -942,10 +1071,10 @@ Status Apply(const std::string& prev_path, const std::string& delta_path, const 
       report->tensors += f.tensors.size();
       report->target_bytes += f.size;
     }
-    report->delta_bytes = reader.source().size();
+    report->delta_bytes = inputs.reader.source().size();
     report->written = finals;
-    report->decode_seconds = decode_ns * 1e-9;
-    report->write_seconds = write_ns * 1e-9;
+    report->decode_seconds = run.decode_ns * 1e-9;
+    report->write_seconds = run.write_ns * 1e-9;
     report->sync_seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - sync_start).count();
   }
@@ -954,15 +1083,12 @@ Status Apply(const std::string& prev_path, const std::string& delta_path, const 
 
 Status Verify(const std::string& prev_path, const std::string& delta_path, const RunOptions& options,
               RunReport* report) {
-  Reader reader;
-  Status s = OpenDelta(delta_path, &reader);
-  if (!s.ok()) return s;
-  Checkpoint base;
-  s = Checkpoint::Open(prev_path, &base);
-  if (!s.ok()) return s;
+  DeltaAndBase inputs;
+  ARC_V3_RETURN_IF_ERROR(OpenDeltaAndBase(prev_path, delta_path, &inputs));
+  const Reader& reader = inputs.reader;
+  const Checkpoint& base = inputs.base;
   std::map<const TensorEntry*, const uint8_t*> base_data;
-  s = MatchBase(base, reader.manifest(), &base_data);
-  if (!s.ok()) return s;
+  ARC_V3_RETURN_IF_ERROR(MatchBase(base, reader.manifest(), &base_data));
   std::vector<Task> tasks;
   uint64_t total = 0;
   for (const auto& entry : base_data) {
@@ -1011,7 +1137,7 @@ Status Verify(const std::string& prev_path, const std::string& delta_path, const
     if (!st.ok()) error.Set(i, Status(st.code(), "tensor '" + task.tensor->name + "': " + st.message()));
     if (options.progress_done != nullptr) *options.progress_done += bytes;
   });
-  if (!thrown.ok()) return thrown;
+  ARC_V3_RETURN_IF_ERROR(thrown);
   if (error.failed()) return error.status();
   if (report != nullptr) {
     report->files = m.files.size();
@@ -1051,8 +1177,7 @@ Status ApplyRowsCached(const Checkpoint& base, const Reader& delta, const Tensor
     const Group& group = file->groups[t.group];
     if (cache->group != &group) {
       cache->group = nullptr;
-      Status s = ApplyGroup(base, delta, *file, group, &cache->decoded, t.name);
-      if (!s.ok()) return s;
+      ARC_V3_RETURN_IF_ERROR(ApplyGroup(base, delta, *file, group, &cache->decoded, t.name));
       cache->group = &group;
     }
     const uint8_t* at = reinterpret_cast<const uint8_t*>(cache->decoded.data());
@@ -1067,8 +1192,7 @@ Status ApplyRowsCached(const Checkpoint& base, const Reader& delta, const Tensor
   }
   const uint8_t* base_data = nullptr;
   if (t.kind == TensorKind::kDelta) {
-    const Status found = FindBaseTensor(base, t, &base_data);
-    if (!found.ok()) return found;
+    ARC_V3_RETURN_IF_ERROR(FindBaseTensor(base, t, &base_data));
   }
   std::vector<const Piece*> pieces;
   for (const Piece& p : t.pieces) {
@@ -1095,8 +1219,54 @@ Status ApplyRowsCached(const Checkpoint& base, const Reader& delta, const Tensor
     std::memcpy(out + (first - row_begin) * row_bytes, decoded.data() + (first - p.row_begin) * row_bytes,
                 (last - first) * row_bytes);
   });
-  if (!thrown.ok()) return thrown;
+  ARC_V3_RETURN_IF_ERROR(thrown);
   return error.status();
+}
+
+// The tensors of a partial apply: those whose name matches, each sliced to its rows.
+struct PartialSelection {
+  std::vector<const TensorEntry*> tensors;
+  std::vector<safetensors::TensorInfo> infos;         // as the output holds them
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;  // the rows of each
+};
+
+void SelectTensors(const Manifest& m, const std::regex& pattern, uint64_t row_begin,
+                   uint64_t row_end, PartialSelection* selected) {
+  for (const FileEntry& f : m.files) {
+    for (const TensorEntry& t : f.tensors) {
+      if (!std::regex_match(t.name, pattern)) continue;
+      const uint64_t first = t.shape.empty() ? 0 : std::min(row_begin, t.rows());
+      const uint64_t last = t.shape.empty() ? 1 : std::min(row_end, t.rows());
+      safetensors::TensorInfo info;
+      info.name = t.name;
+      info.dtype = t.dtype;
+      info.shape = t.shape;
+      if (!info.shape.empty()) info.shape[0] = last - first;
+      info.end = (last - first) * t.row_bytes();
+      selected->tensors.push_back(&t);
+      selected->infos.push_back(info);
+      selected->ranges.emplace_back(first, last);
+    }
+  }
+}
+
+// Decodes the selected rows of every selected tensor and writes them after the `header`
+// bytes of aside file `index`.
+Status WriteSelected(const DeltaAndBase& inputs, const PartialSelection& selected,
+                     uint64_t header, const RunOptions& options, const AsideFiles& out,
+                     size_t index) {
+  std::vector<uint8_t> buffer;
+  GroupCache cache;
+  for (size_t i = 0; i < selected.tensors.size(); ++i) {
+    buffer.resize(selected.infos[i].size());
+    ARC_V3_RETURN_IF_ERROR(ApplyRowsCached(inputs.base, inputs.reader, *selected.tensors[i],
+                                           selected.ranges[i].first, selected.ranges[i].second,
+                                           buffer.data(), options.threads, &cache));
+    ARC_V3_RETURN_IF_ERROR(WriteAll(out.fd(index), buffer.data(), buffer.size(),
+                                    header + selected.infos[i].begin, out.temp(index)));
+    if (options.progress_done != nullptr) *options.progress_done += buffer.size();
+  }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -1117,76 +1287,43 @@ Status ApplyPartial(const std::string& prev_path, const std::string& delta_path,
     return Status(ErrorCode::kInvalidArgument, "bad --tensors regex '" + tensor_regex + "': " + e.what());
   }
   if (row_begin > row_end) return Status(ErrorCode::kInvalidArgument, "row range is reversed");
-  Reader reader;
-  Status s = OpenDelta(delta_path, &reader);
-  if (!s.ok()) return s;
-  Checkpoint base;
-  s = Checkpoint::Open(prev_path, &base);
-  if (!s.ok()) return s;
-  std::vector<const TensorEntry*> selected;
-  std::vector<safetensors::TensorInfo> infos;
-  std::vector<std::pair<uint64_t, uint64_t>> ranges;
-  for (const FileEntry& f : reader.manifest().files) {
-    for (const TensorEntry& t : f.tensors) {
-      if (!std::regex_match(t.name, pattern)) continue;
-      const uint64_t first = t.shape.empty() ? 0 : std::min(row_begin, t.rows());
-      const uint64_t last = t.shape.empty() ? 1 : std::min(row_end, t.rows());
-      safetensors::TensorInfo info;
-      info.name = t.name;
-      info.dtype = t.dtype;
-      info.shape = t.shape;
-      if (!info.shape.empty()) info.shape[0] = last - first;
-      info.end = (last - first) * t.row_bytes();
-      selected.push_back(&t);
-      infos.push_back(info);
-      ranges.emplace_back(first, last);
-    }
-  }
-  if (selected.empty()) {
+  DeltaAndBase inputs;
+  ARC_V3_RETURN_IF_ERROR(OpenDeltaAndBase(prev_path, delta_path, &inputs));
+  PartialSelection selected;
+  SelectTensors(inputs.reader.manifest(), pattern, row_begin, row_end, &selected);
+  if (selected.tensors.empty()) {
     return Status(ErrorCode::kInvalidArgument, "no tensor of the delta matches '" + tensor_regex + "'");
   }
   // The output is sized by what backs it: delta tensors by the base (the manifest bounds
   // the others by their stored bytes).
-  for (const TensorEntry* t : selected) {
+  for (const TensorEntry* t : selected.tensors) {
     const uint8_t* data = nullptr;
-    if (t->kind == TensorKind::kDelta) s = FindBaseTensor(base, *t, &data);
-    if (!s.ok()) return s;
+    if (t->kind == TensorKind::kDelta) {
+      ARC_V3_RETURN_IF_ERROR(FindBaseTensor(inputs.base, *t, &data));
+    }
   }
   std::map<std::string, std::string> metadata;
   if (row_begin != 0 || row_end != UINT64_MAX) {
     metadata["arc_v3_rows"] = std::to_string(row_begin) + ":" +
                               (row_end == UINT64_MAX ? std::string() : std::to_string(row_end));
   }
-  const std::vector<uint8_t> header = safetensors::BuildHeader(&infos, metadata);
+  const std::vector<uint8_t> header = safetensors::BuildHeader(&selected.infos, metadata);
   uint64_t total = 0;
-  for (const auto& info : infos) total += info.size();
+  for (const auto& info : selected.infos) total += info.size();
   if (options.progress_total != nullptr) *options.progress_total = total;
   AsideFiles out(options.overwrite);
   size_t index = 0;
-  s = out.Create(fs::absolute(out_path).string(), header.size() + total, &index);
-  if (!s.ok()) return s;
-  s = WriteAll(out.fd(index), header.data(), header.size(), 0, out.temp(index));
-  if (!s.ok()) return s;
-  std::vector<uint8_t> buffer;
-  GroupCache cache;
-  for (size_t i = 0; i < selected.size(); ++i) {
-    buffer.resize(infos[i].size());
-    s = ApplyRowsCached(base, reader, *selected[i], ranges[i].first, ranges[i].second,
-                        buffer.data(), options.threads, &cache);
-    if (!s.ok()) return s;
-    s = WriteAll(out.fd(index), buffer.data(), buffer.size(), header.size() + infos[i].begin,
-                 out.temp(index));
-    if (!s.ok()) return s;
-    if (options.progress_done != nullptr) *options.progress_done += buffer.size();
-  }
-  s = out.SyncAndClose(options.sync);
-  if (s.ok()) s = out.Commit(options.sync);
-  if (!s.ok()) return s;
+  ARC_V3_RETURN_IF_ERROR(
+      out.Create(fs::absolute(out_path).string(), header.size() + total, &index));
+  ARC_V3_RETURN_IF_ERROR(WriteAll(out.fd(index), header.data(), header.size(), 0, out.temp(index)));
+  ARC_V3_RETURN_IF_ERROR(WriteSelected(inputs, selected, header.size(), options, out, index));
+  ARC_V3_RETURN_IF_ERROR(out.SyncAndClose(options.sync));
+  ARC_V3_RETURN_IF_ERROR(out.Commit(options.sync));
   if (report != nullptr) {
     report->files = 1;
-    report->tensors = selected.size();
+    report->tensors = selected.tensors.size();
     report->target_bytes = header.size() + total;
-    report->delta_bytes = reader.source().size();
+    report->delta_bytes = inputs.reader.source().size();
     report->written = {out_path};
   }
   return Status::Ok();

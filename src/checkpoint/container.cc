@@ -16,6 +16,7 @@
 #include "src/checkpoint/strict_json.h"
 #include "src/codec/codec_internal.h"
 #include "src/checkpoint/safetensors.h"
+#include "src/common/status_macros.h"
 #include "src/common/xxh3.h"
 
 namespace arc_v3 {
@@ -171,6 +172,195 @@ Group GroupFromJson(const Json& j, uint64_t data_size, const std::string& where)
   return g;
 }
 
+// What parsing a manifest carries from file to file.
+struct ManifestParse {
+  uint64_t data_size = 0;
+  uint16_t version = 0;
+  std::set<std::string> file_names, tensor_names;
+};
+
+using Ranges = std::vector<std::pair<uint64_t, uint64_t>>;  // (begin, end) in a file
+
+// The fills of `f` (its header parsed) and their fill piece; adds their ranges.
+void FillsFromJson(const Json& jf, const std::string& where, uint64_t data_size, FileEntry* f,
+                   Ranges* ranges) {
+  uint64_t fill_total = 0;
+  const Json& fills = Field(jf, "fills", where);
+  if (!fills.is_array()) Fail(where + ".fills is not an array");
+  for (const Json& r : fills) {
+    if (!r.is_array() || r.size() != 2) Fail(where + ".fills entries are [offset, length]");
+    const uint64_t at = U64(r[0], where + ".fills"), len = U64(r[1], where + ".fills");
+    if (len == 0) Fail(where + " has an empty fill");
+    f->fills.emplace_back(at, len);
+    ranges->emplace_back(at, CheckedAdd(at, len, where + ".fills"));
+    fill_total = CheckedAdd(fill_total, len, where + ".fills");
+  }
+  if (f->fills.empty()) {
+    if (jf.contains("fill")) Fail(where + " has a fill piece but no fills");
+  } else {
+    f->fill = PieceFromJson(Field(jf, "fill", where), false, data_size, where + ".fill");
+    if (f->fill.row_begin != 0 || f->fill.row_end != fill_total) {
+      Fail(where + ".fill length differs from the fills");
+    }
+    CheckBacked(f->fill, fill_total, where + ".fill");
+  }
+}
+
+TensorKind KindFromJson(const Json& jt, const std::string& twhere) {
+  const std::string kind = Str(Field(jt, "kind", twhere), twhere + ".kind");
+  if (kind == "delta") return TensorKind::kDelta;
+  if (kind == "added") return TensorKind::kAdded;
+  if (kind == "reshaped") return TensorKind::kReshaped;
+  Fail(twhere + " has unknown kind '" + kind + "'");
+}
+
+// A tensor's dtype and shape; returns its size in bytes.
+uint64_t ShapeFromJson(const Json& jt, const std::string& twhere, TensorEntry* t) {
+  t->dtype = Str(Field(jt, "dtype", twhere), twhere + ".dtype");
+  const size_t element_size = safetensors::DTypeSize(t->dtype);
+  if (element_size == 0) Fail(twhere + " has unknown dtype '" + t->dtype + "'");
+  const Json& shape = Field(jt, "shape", twhere);
+  if (!shape.is_array()) Fail(twhere + ".shape is not an array");
+  uint64_t elements = 1;
+  for (const Json& d : shape) {
+    t->shape.push_back(U64(d, twhere + ".shape"));
+    elements = CheckedMul(elements, t->shape.back(), twhere + ".shape");
+  }
+  return CheckedMul(elements, element_size, twhere + " size");
+}
+
+// An ungrouped tensor's target checksum and pieces, which must cover its rows in order,
+// be backed by their stored bytes and agree with the tensor's checksums.
+void PiecesFromJson(const Json& jt, const std::string& twhere, uint64_t bytes, uint64_t data_size,
+                    TensorEntry* t) {
+  const bool with_base = t->kind == TensorKind::kDelta;
+  t->target_xxh3 = Hex(Field(jt, "target_xxh3", twhere), twhere + ".target_xxh3");
+  const Json& pieces = Field(jt, "pieces", twhere);
+  if (!pieces.is_array()) Fail(twhere + ".pieces is not an array");
+  uint64_t next_row = 0;
+  std::vector<uint64_t> base_hashes, target_hashes;
+  for (const Json& jp : pieces) {
+    const std::string pwhere = twhere + " piece #" + std::to_string(t->pieces.size());
+    Piece p = PieceFromJson(jp, with_base, data_size, pwhere);
+    if (p.row_begin != next_row) Fail(pwhere + " does not continue the previous rows");
+    next_row = p.row_end;
+    if (p.coder == Coder::kArcV3 && (t->dtype != "BF16" || !with_base)) {
+      Fail(pwhere + ": arc_v3 codes only BF16 deltas");
+    }
+    base_hashes.push_back(p.base_xxh3);
+    target_hashes.push_back(p.target_xxh3);
+    t->pieces.push_back(p);
+  }
+  // Zero-element tensors have no pieces; all others are covered row by row.
+  if (bytes != 0 && next_row != t->rows()) Fail(twhere + " pieces do not cover its rows");
+  if (bytes == 0 && !t->pieces.empty()) Fail(twhere + " is empty but has pieces");
+  for (size_t k = 0; k < t->pieces.size(); ++k) {
+    const Piece& p = t->pieces[k];
+    CheckBacked(p, (p.row_end - p.row_begin) * t->row_bytes(),
+                twhere + " piece #" + std::to_string(k));
+  }
+  if ((with_base && CombineHashes(base_hashes) != t->base_xxh3) ||
+      CombineHashes(target_hashes) != t->target_xxh3) {
+    Fail(twhere + " checksums disagree with its pieces'");
+  }
+}
+
+// Makes a grouped tensor (`bytes` long) a member of the group it names.
+void JoinGroup(const Json& jt, const std::string& twhere, uint64_t bytes, FileEntry* f,
+               TensorEntry* t) {
+  // Only version-2 files have groups, so "group" is an unknown field in version 1.
+  t->group = U64(Field(jt, "group", twhere), twhere + ".group");
+  if (t->group >= f->groups.size()) Fail(twhere + " names a group the file lacks");
+  if (t->kind != TensorKind::kDelta || t->dtype != "BF16") {
+    Fail(twhere + ": only BF16 deltas are grouped");
+  }
+  if (bytes == 0) Fail(twhere + " is empty but grouped");
+  Group& g = f->groups[t->group];
+  g.members.push_back(f->tensors.size());
+  g.elements = CheckedAdd(g.elements, bytes / 2, twhere + " group size");
+}
+
+// Appends one tensor of file `f` (`where`) and adds its byte range.
+void TensorFromJson(const Json& jt, const std::string& where, ManifestParse* parse, FileEntry* f,
+                    Ranges* ranges) {
+  TensorEntry t;
+  t.name = Str(Field(jt, "name", where + " tensor"), where + " tensor name");
+  const std::string twhere = "tensor '" + t.name + "'";
+  if (!parse->tensor_names.insert(t.name).second) Fail(twhere + " listed twice");
+  t.kind = KindFromJson(jt, twhere);
+  const bool with_base = t.kind == TensorKind::kDelta;
+  const bool grouped = jt.is_object() && jt.contains("group");
+  std::set<std::string> keys = {"name", "kind", "dtype", "shape", "data_offset"};
+  if (with_base) keys.insert("base_xxh3");
+  if (grouped) {
+    keys.insert("group");
+  } else {
+    keys.insert({"target_xxh3", "pieces"});
+  }
+  CheckKeys(jt, keys, twhere);
+  const uint64_t bytes = ShapeFromJson(jt, twhere, &t);
+  t.data_offset = U64(Field(jt, "data_offset", twhere), twhere + ".data_offset");
+  const uint64_t begin = CheckedAdd(f->data_start, t.data_offset, twhere + " offset");
+  ranges->emplace_back(begin, CheckedAdd(begin, bytes, twhere + " range"));
+  if (with_base) t.base_xxh3 = Hex(Field(jt, "base_xxh3", twhere), twhere + ".base_xxh3");
+  if (grouped) {
+    JoinGroup(jt, twhere, bytes, f, &t);
+  } else {
+    PiecesFromJson(jt, twhere, bytes, parse->data_size, &t);
+  }
+  f->tensors.push_back(std::move(t));
+}
+
+// Every byte of the file is produced exactly once: header, then tensors and fills.
+void CheckCoverage(const FileEntry& f, const std::string& where, Ranges ranges) {
+  std::sort(ranges.begin(), ranges.end());
+  uint64_t at = f.data_start;
+  for (const auto& r : ranges) {
+    if (r.first == r.second) continue;  // empty tensor
+    if (r.first != at) Fail(where + " data section has overlaps or holes");
+    at = r.second;
+  }
+  if (at != f.size) Fail(where + " data section does not end at the file size");
+}
+
+FileEntry FileFromJson(const Json& jf, size_t index, ManifestParse* parse) {
+  const std::string fwhere = "file #" + std::to_string(index);
+  std::set<std::string> file_keys = {"name", "size", "header", "fills", "fill", "tensors"};
+  if (parse->version >= 2) file_keys.insert("groups");
+  CheckKeys(jf, file_keys, fwhere);
+  FileEntry f;
+  f.name = Str(Field(jf, "name", fwhere), fwhere + ".name");
+  if (!PlainFileName(f.name)) Fail(fwhere + " name '" + f.name + "' is not a plain file name");
+  if (!parse->file_names.insert(f.name).second) Fail("file '" + f.name + "' listed twice");
+  const std::string where = "file '" + f.name + "'";
+  f.size = U64(Field(jf, "size", where), where + ".size");
+  f.header = PieceFromJson(Field(jf, "header", where), false, parse->data_size, where + ".header");
+  if (f.header.row_begin != 0) Fail(where + ".header must start at row 0");
+  f.data_start = f.header.row_end;
+  if (f.data_start > f.size) Fail(where + " header is longer than the file");
+  CheckBacked(f.header, f.data_start, where + ".header");
+  Ranges ranges;
+  FillsFromJson(jf, where, parse->data_size, &f, &ranges);
+  if (parse->version >= 2) {
+    const Json& groups = Field(jf, "groups", where);
+    if (!groups.is_array()) Fail(where + ".groups is not an array");
+    for (const Json& jg : groups) {
+      f.groups.push_back(GroupFromJson(jg, parse->data_size, where + " group #" +
+                                                                 std::to_string(f.groups.size())));
+    }
+  }
+  const Json& tensors = Field(jf, "tensors", where);
+  if (!tensors.is_array()) Fail(where + ".tensors is not an array");
+  for (const Json& jt : tensors) TensorFromJson(jt, where, parse, &f, &ranges);
+  for (size_t g = 0; g < f.groups.size(); ++g) {
+    if (f.groups[g].members.empty()) {
+      Fail(where + " group #" + std::to_string(g) + " has no tensors");
+    }
+  }
+  CheckCoverage(f, where, std::move(ranges));
+  return f;
+}
+
 Manifest ManifestFromJson(const Json& root, uint64_t data_size, uint16_t version) {
   CheckKeys(root, {"layout", "files", "removed_files", "removed_tensors"}, "manifest");
   Manifest m;
@@ -188,151 +378,16 @@ Manifest ManifestFromJson(const Json& root, uint64_t data_size, uint16_t version
   const Json& files = Field(root, "files", "manifest");
   if (!files.is_array() || files.empty()) Fail("files is not a non-empty array");
   if (!m.directory && files.size() != 1) Fail("a 'file' layout holds exactly one file");
-  std::set<std::string> file_names, tensor_names;
-  for (const Json& jf : files) {
-    const std::string fwhere = "file #" + std::to_string(m.files.size());
-    std::set<std::string> file_keys = {"name", "size", "header", "fills", "fill", "tensors"};
-    if (version >= 2) file_keys.insert("groups");
-    CheckKeys(jf, file_keys, fwhere);
-    FileEntry f;
-    f.name = Str(Field(jf, "name", fwhere), fwhere + ".name");
-    if (!PlainFileName(f.name)) Fail(fwhere + " name '" + f.name + "' is not a plain file name");
-    if (!file_names.insert(f.name).second) Fail("file '" + f.name + "' listed twice");
-    const std::string where = "file '" + f.name + "'";
-    f.size = U64(Field(jf, "size", where), where + ".size");
-    f.header = PieceFromJson(Field(jf, "header", where), false, data_size, where + ".header");
-    if (f.header.row_begin != 0) Fail(where + ".header must start at row 0");
-    f.data_start = f.header.row_end;
-    if (f.data_start > f.size) Fail(where + " header is longer than the file");
-    CheckBacked(f.header, f.data_start, where + ".header");
-    // Every byte of the file is produced exactly once: header, then tensors and fills.
-    std::vector<std::pair<uint64_t, uint64_t>> ranges;  // (begin, end) in the file
-    uint64_t fill_total = 0;
-    const Json& fills = Field(jf, "fills", where);
-    if (!fills.is_array()) Fail(where + ".fills is not an array");
-    for (const Json& r : fills) {
-      if (!r.is_array() || r.size() != 2) Fail(where + ".fills entries are [offset, length]");
-      const uint64_t at = U64(r[0], where + ".fills"), len = U64(r[1], where + ".fills");
-      if (len == 0) Fail(where + " has an empty fill");
-      f.fills.emplace_back(at, len);
-      ranges.emplace_back(at, CheckedAdd(at, len, where + ".fills"));
-      fill_total = CheckedAdd(fill_total, len, where + ".fills");
-    }
-    if (f.fills.empty()) {
-      if (jf.contains("fill")) Fail(where + " has a fill piece but no fills");
-    } else {
-      f.fill = PieceFromJson(Field(jf, "fill", where), false, data_size, where + ".fill");
-      if (f.fill.row_begin != 0 || f.fill.row_end != fill_total) {
-        Fail(where + ".fill length differs from the fills");
-      }
-      CheckBacked(f.fill, fill_total, where + ".fill");
-    }
-    if (version >= 2) {
-      const Json& groups = Field(jf, "groups", where);
-      if (!groups.is_array()) Fail(where + ".groups is not an array");
-      for (const Json& jg : groups) {
-        f.groups.push_back(GroupFromJson(jg, data_size, where + " group #" +
-                                                            std::to_string(f.groups.size())));
-      }
-    }
-    const Json& tensors = Field(jf, "tensors", where);
-    if (!tensors.is_array()) Fail(where + ".tensors is not an array");
-    for (const Json& jt : tensors) {
-      TensorEntry t;
-      t.name = Str(Field(jt, "name", where + " tensor"), where + " tensor name");
-      const std::string twhere = "tensor '" + t.name + "'";
-      if (!tensor_names.insert(t.name).second) Fail(twhere + " listed twice");
-      const std::string kind = Str(Field(jt, "kind", twhere), twhere + ".kind");
-      if (kind == "delta") t.kind = TensorKind::kDelta;
-      else if (kind == "added") t.kind = TensorKind::kAdded;
-      else if (kind == "reshaped") t.kind = TensorKind::kReshaped;
-      else Fail(twhere + " has unknown kind '" + kind + "'");
-      const bool with_base = t.kind == TensorKind::kDelta;
-      const bool grouped = jt.is_object() && jt.contains("group");
-      std::set<std::string> keys = {"name", "kind", "dtype", "shape", "data_offset"};
-      if (with_base) keys.insert("base_xxh3");
-      if (grouped) {
-        keys.insert("group");
-      } else {
-        keys.insert({"target_xxh3", "pieces"});
-      }
-      CheckKeys(jt, keys, twhere);
-      t.dtype = Str(Field(jt, "dtype", twhere), twhere + ".dtype");
-      const size_t element_size = safetensors::DTypeSize(t.dtype);
-      if (element_size == 0) Fail(twhere + " has unknown dtype '" + t.dtype + "'");
-      const Json& shape = Field(jt, "shape", twhere);
-      if (!shape.is_array()) Fail(twhere + ".shape is not an array");
-      uint64_t elements = 1;
-      for (const Json& d : shape) {
-        t.shape.push_back(U64(d, twhere + ".shape"));
-        elements = CheckedMul(elements, t.shape.back(), twhere + ".shape");
-      }
-      const uint64_t bytes = CheckedMul(elements, element_size, twhere + " size");
-      t.data_offset = U64(Field(jt, "data_offset", twhere), twhere + ".data_offset");
-      const uint64_t begin = CheckedAdd(f.data_start, t.data_offset, twhere + " offset");
-      ranges.emplace_back(begin, CheckedAdd(begin, bytes, twhere + " range"));
-      if (with_base) t.base_xxh3 = Hex(Field(jt, "base_xxh3", twhere), twhere + ".base_xxh3");
-      if (grouped) {
-        // Only version-2 files have groups, so "group" is an unknown field in version 1.
-        t.group = U64(Field(jt, "group", twhere), twhere + ".group");
-        if (t.group >= f.groups.size()) Fail(twhere + " names a group the file lacks");
-        if (!with_base || t.dtype != "BF16") Fail(twhere + ": only BF16 deltas are grouped");
-        if (bytes == 0) Fail(twhere + " is empty but grouped");
-        Group& g = f.groups[t.group];
-        g.members.push_back(f.tensors.size());
-        g.elements = CheckedAdd(g.elements, bytes / 2, twhere + " group size");
-        f.tensors.push_back(std::move(t));
-        continue;
-      }
-      t.target_xxh3 = Hex(Field(jt, "target_xxh3", twhere), twhere + ".target_xxh3");
-      const Json& pieces = Field(jt, "pieces", twhere);
-      if (!pieces.is_array()) Fail(twhere + ".pieces is not an array");
-      uint64_t next_row = 0;
-      std::vector<uint64_t> base_hashes, target_hashes;
-      for (const Json& jp : pieces) {
-        const std::string pwhere = twhere + " piece #" + std::to_string(t.pieces.size());
-        Piece p = PieceFromJson(jp, with_base, data_size, pwhere);
-        if (p.row_begin != next_row) Fail(pwhere + " does not continue the previous rows");
-        next_row = p.row_end;
-        if (p.coder == Coder::kArcV3 && (t.dtype != "BF16" || !with_base)) {
-          Fail(pwhere + ": arc_v3 codes only BF16 deltas");
-        }
-        base_hashes.push_back(p.base_xxh3);
-        target_hashes.push_back(p.target_xxh3);
-        t.pieces.push_back(p);
-      }
-      // Zero-element tensors have no pieces; all others are covered row by row.
-      if (bytes != 0 && next_row != t.rows()) Fail(twhere + " pieces do not cover its rows");
-      if (bytes == 0 && !t.pieces.empty()) Fail(twhere + " is empty but has pieces");
-      for (size_t k = 0; k < t.pieces.size(); ++k) {
-        const Piece& p = t.pieces[k];
-        CheckBacked(p, (p.row_end - p.row_begin) * t.row_bytes(), twhere + " piece #" + std::to_string(k));
-      }
-      if ((with_base && CombineHashes(base_hashes) != t.base_xxh3) ||
-          CombineHashes(target_hashes) != t.target_xxh3) {
-        Fail(twhere + " checksums disagree with its pieces'");
-      }
-      f.tensors.push_back(std::move(t));
-    }
-    for (size_t g = 0; g < f.groups.size(); ++g) {
-      if (f.groups[g].members.empty()) Fail(where + " group #" + std::to_string(g) + " has no tensors");
-    }
-    std::sort(ranges.begin(), ranges.end());
-    uint64_t at = f.data_start;
-    for (const auto& r : ranges) {
-      if (r.first == r.second) continue;  // empty tensor
-      if (r.first != at) Fail(where + " data section has overlaps or holes");
-      at = r.second;
-    }
-    if (at != f.size) Fail(where + " data section does not end at the file size");
-    m.files.push_back(std::move(f));
-  }
+  ManifestParse parse;
+  parse.data_size = data_size;
+  parse.version = version;
+  for (const Json& jf : files) m.files.push_back(FileFromJson(jf, m.files.size(), &parse));
   // An in-place apply deletes these from the checkpoint directory: plain names only, and
   // never a file the delta writes.
   for (const std::string& name : m.removed_files) {
     if (!m.directory) Fail("a 'file' layout removes no files");
     if (!PlainFileName(name)) Fail("removed file '" + name + "' is not a plain file name");
-    if (file_names.count(name) != 0) Fail("file '" + name + "' is both written and removed");
+    if (parse.file_names.count(name) != 0) Fail("file '" + name + "' is both written and removed");
   }
   return m;
 }
@@ -578,8 +633,7 @@ Status Reader::Open(std::unique_ptr<ByteSource> source, Reader* reader) {
   }
   std::vector<uint8_t> scratch;
   const uint8_t* h = nullptr;
-  Status s = source->Read(0, kHeaderSize, &scratch, &h);
-  if (!s.ok()) return s;
+  ARC_V3_RETURN_IF_ERROR(source->Read(0, kHeaderSize, &scratch, &h));
   if (std::memcmp(h, kMagic, 4) != 0) {
     return Status(ErrorCode::kBadMagic, "not an arc_v3 delta container (magic is not 'A3DC')");
   }
@@ -608,14 +662,12 @@ Status Reader::Open(std::unique_ptr<ByteSource> source, Reader* reader) {
                       (shorter ? "more (truncated?)" : "fewer (trailing bytes)"));
   }
   const uint8_t* text = nullptr;
-  s = source->Read(kHeaderSize, manifest_size, &scratch, &text);
-  if (!s.ok()) return s;
+  ARC_V3_RETURN_IF_ERROR(source->Read(kHeaderSize, manifest_size, &scratch, &text));
   if (Hash(text, manifest_size) != manifest_hash) {
     return Status(ErrorCode::kCorruptHeader, "delta manifest checksum mismatch (corrupt file)");
   }
   std::string json;
-  s = DecompressManifest(text, manifest_size, &json);
-  if (!s.ok()) return s;
+  ARC_V3_RETURN_IF_ERROR(DecompressManifest(text, manifest_size, &json));
   const Json root = Json::parse(json, nullptr, /*allow_exceptions=*/false);
   if (root.is_discarded()) return Corrupt("not valid JSON");
   try {
@@ -633,8 +685,7 @@ Status Reader::Open(std::unique_ptr<ByteSource> source, Reader* reader) {
 
 Status Reader::ReadChecked(uint64_t offset, uint64_t size, uint64_t xxh3, const char* what,
                            std::vector<uint8_t>* scratch, const uint8_t** data) const {
-  Status s = source_->Read(data_start_ + offset, size, scratch, data);
-  if (!s.ok()) return s;
+  ARC_V3_RETURN_IF_ERROR(source_->Read(data_start_ + offset, size, scratch, data));
   if (Hash(*data, size) != xxh3) {
     return Status(ErrorCode::kCorruptChunk,
                   std::string(what) + " bytes checksum mismatch (corrupt delta)");
@@ -705,8 +756,7 @@ Status EncodeGroup(const std::vector<const uint8_t*>& base, const std::vector<co
   options.threads = 1;  // the caller runs pieces and groups in parallel
   options.effort = effort;
   Delta delta;
-  Status s = delta_compress_tensors(tensors.data(), tensors.size(), &delta, options);
-  if (!s.ok()) return s;
+  ARC_V3_RETURN_IF_ERROR(delta_compress_tensors(tensors.data(), tensors.size(), &delta, options));
   group->target_xxh3 = delta.checksum;
   *out = std::move(delta.bytes);
   group->xxh3 = Hash(out->data(), out->size());
@@ -765,9 +815,8 @@ Status EncodePiece(const uint8_t* base, const uint8_t* target, uint64_t bytes,
     options.format = format;
     Delta delta;
     // The encoder hashes src as it goes: one pass over memory instead of two.
-    Status s = EncodeFrame(src, dst, count, options, nullptr, nullptr, &delta,
-                           &piece->base_xxh3);
-    if (!s.ok()) return s;
+    ARC_V3_RETURN_IF_ERROR(
+        EncodeFrame(src, dst, count, options, nullptr, nullptr, &delta, &piece->base_xxh3));
     piece->coder = Coder::kArcV3;
     piece->target_xxh3 = delta.checksum;  // XXH3 of the target rows, as below
     *out = std::move(delta.bytes);

@@ -8,6 +8,7 @@
 
 #include "src/checkpoint/checkpoint_delta.h"
 #include "src/common/parallel.h"
+#include "src/common/status_macros.h"
 #include "src/checkpoint/safetensors.h"
 
 namespace arc_v3 {
@@ -77,8 +78,7 @@ Status InspectPiece(const Reader& reader, const TensorEntry& t, const Piece& p, 
                     PayloadStats* stats) {
   std::vector<uint8_t> scratch;
   const uint8_t* bytes = nullptr;
-  Status s = reader.ReadPiece(p, &scratch, &bytes);
-  if (!s.ok()) return s;
+  ARC_V3_RETURN_IF_ERROR(reader.ReadPiece(p, &scratch, &bytes));
   const TensorView* info = base == nullptr ? nullptr : base->Find(t.name);
   if (info == nullptr || info->dtype != t.dtype || info->shape != t.shape) return delta_stats(bytes, p.size, stats);
   const uint64_t row_bytes = t.row_bytes();
@@ -135,8 +135,7 @@ Status Inspect(const std::string& path, const std::string& base_path, int thread
   if (!s.ok()) return Status(s.code(), path + ": " + s.message());
   Checkpoint base;
   if (!base_path.empty()) {
-    s = Checkpoint::Open(base_path, &base);
-    if (!s.ok()) return s;
+    ARC_V3_RETURN_IF_ERROR(Checkpoint::Open(base_path, &base));
   }
   std::map<const TensorEntry*, size_t> index;
   for (const FileEntry& f : out->reader.manifest().files) {

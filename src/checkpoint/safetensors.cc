@@ -13,6 +13,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "src/common/status_macros.h"
+
 namespace arc_v3 {
 namespace safetensors {
 namespace {
@@ -59,6 +61,76 @@ void File::Release() {
   size_ = 0;
 }
 
+namespace {
+
+// One tensor entry of a header: dtype known, shape, and a byte range inside the data
+// section (`data_size` bytes) of the size dtype x shape.
+Status ParseTensor(const std::string& path, const std::string& name, const nlohmann::json& t,
+                   uint64_t data_size, TensorInfo* info) {
+  if (!t.is_object() || !t.contains("dtype") || !t.contains("shape") ||
+      !t.contains("data_offsets") || !t["dtype"].is_string() || !t["shape"].is_array() ||
+      !t["data_offsets"].is_array() || t["data_offsets"].size() != 2) {
+    return Corrupt(path, "tensor '" + name + "' lacks dtype, shape or data_offsets");
+  }
+  info->name = name;
+  info->dtype = t["dtype"].get<std::string>();
+  const size_t element_size = DTypeSize(info->dtype);
+  if (element_size == 0) {
+    return Corrupt(path, "tensor '" + name + "' has unknown dtype " + info->dtype);
+  }
+  uint64_t elements = 1;
+  for (const auto& dim : t["shape"]) {
+    if (!dim.is_number_unsigned()) return Corrupt(path, "tensor '" + name + "' has a bad shape");
+    const uint64_t d = dim.get<uint64_t>();
+    if (d != 0 && elements > (uint64_t{1} << 62) / d) return Corrupt(path, "shape too large");
+    elements *= d;
+    info->shape.push_back(d);
+  }
+  const auto& offsets = t["data_offsets"];
+  if (!offsets[0].is_number_unsigned() || !offsets[1].is_number_unsigned()) {
+    return Corrupt(path, "tensor '" + name + "' has bad data_offsets");
+  }
+  info->begin = offsets[0].get<uint64_t>();
+  info->end = offsets[1].get<uint64_t>();
+  if (info->begin > info->end || info->end > data_size) {
+    return Corrupt(path, "tensor '" + name + "' lies outside the file");
+  }
+  if (info->size() != elements * element_size) {
+    return Corrupt(path, "tensor '" + name + "' size differs from dtype x shape");
+  }
+  return Status::Ok();
+}
+
+// The "__metadata__" entry: an object of strings.
+Status ParseMetadata(const std::string& path, const nlohmann::json& m,
+                     std::map<std::string, std::string>* metadata) {
+  if (!m.is_object()) return Corrupt(path, "__metadata__ is not an object");
+  for (auto it = m.begin(); it != m.end(); ++it) {
+    if (!it->is_string()) return Corrupt(path, "__metadata__ values must be strings");
+    (*metadata)[it.key()] = it->get<std::string>();
+  }
+  return Status::Ok();
+}
+
+// Sorts the tensors by data offset (then name) and checks that no two overlap; zero-size
+// tensors occupy no bytes, so they may share an offset with a neighbour.
+Status SortAndCheckOverlaps(const std::string& path, std::vector<TensorInfo>* tensors) {
+  std::sort(tensors->begin(), tensors->end(), [](const TensorInfo& a, const TensorInfo& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.name < b.name;
+  });
+  const TensorInfo* previous = nullptr;
+  for (const TensorInfo& t : *tensors) {
+    if (t.size() == 0) continue;
+    if (previous != nullptr && t.begin < previous->end) {
+      return Corrupt(path, "tensors '" + previous->name + "' and '" + t.name + "' overlap");
+    }
+    previous = &t;
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status File::Open(const std::string& path, File* file) {
   File result;
   result.path_ = path;
@@ -95,59 +167,14 @@ Status File::Open(const std::string& path, File* file) {
   if (header.is_discarded() || !header.is_object()) return Corrupt(path, "header is not a JSON object");
   for (auto it = header.begin(); it != header.end(); ++it) {
     if (it.key() == "__metadata__") {
-      if (!it->is_object()) return Corrupt(path, "__metadata__ is not an object");
-      for (auto m = it->begin(); m != it->end(); ++m) {
-        if (!m->is_string()) return Corrupt(path, "__metadata__ values must be strings");
-        result.metadata_[m.key()] = m->get<std::string>();
-      }
+      ARC_V3_RETURN_IF_ERROR(ParseMetadata(path, *it, &result.metadata_));
       continue;
     }
-    const nlohmann::json& t = *it;
-    if (!t.is_object() || !t.contains("dtype") || !t.contains("shape") ||
-        !t.contains("data_offsets") || !t["dtype"].is_string() || !t["shape"].is_array() ||
-        !t["data_offsets"].is_array() || t["data_offsets"].size() != 2) {
-      return Corrupt(path, "tensor '" + it.key() + "' lacks dtype, shape or data_offsets");
-    }
     TensorInfo info;
-    info.name = it.key();
-    info.dtype = t["dtype"].get<std::string>();
-    const size_t element_size = DTypeSize(info.dtype);
-    if (element_size == 0) return Corrupt(path, "tensor '" + info.name + "' has unknown dtype " + info.dtype);
-    uint64_t elements = 1;
-    for (const auto& dim : t["shape"]) {
-      if (!dim.is_number_unsigned()) return Corrupt(path, "tensor '" + info.name + "' has a bad shape");
-      const uint64_t d = dim.get<uint64_t>();
-      if (d != 0 && elements > (uint64_t{1} << 62) / d) return Corrupt(path, "shape too large");
-      elements *= d;
-      info.shape.push_back(d);
-    }
-    const auto& offsets = t["data_offsets"];
-    if (!offsets[0].is_number_unsigned() || !offsets[1].is_number_unsigned()) {
-      return Corrupt(path, "tensor '" + info.name + "' has bad data_offsets");
-    }
-    info.begin = offsets[0].get<uint64_t>();
-    info.end = offsets[1].get<uint64_t>();
-    if (info.begin > info.end || info.end > data_size) {
-      return Corrupt(path, "tensor '" + info.name + "' lies outside the file");
-    }
-    if (info.size() != elements * element_size) {
-      return Corrupt(path, "tensor '" + info.name + "' size differs from dtype x shape");
-    }
+    ARC_V3_RETURN_IF_ERROR(ParseTensor(path, it.key(), *it, data_size, &info));
     result.tensors_.push_back(std::move(info));
   }
-  std::sort(result.tensors_.begin(), result.tensors_.end(),
-            [](const TensorInfo& a, const TensorInfo& b) {
-              return a.begin != b.begin ? a.begin < b.begin : a.name < b.name;
-            });
-  // Zero-size tensors occupy no bytes: they may share an offset with a neighbour.
-  const TensorInfo* previous = nullptr;
-  for (const TensorInfo& t : result.tensors_) {
-    if (t.size() == 0) continue;
-    if (previous != nullptr && t.begin < previous->end) {
-      return Corrupt(path, "tensors '" + previous->name + "' and '" + t.name + "' overlap");
-    }
-    previous = &t;
-  }
+  ARC_V3_RETURN_IF_ERROR(SortAndCheckOverlaps(path, &result.tensors_));
   *file = std::move(result);
   return Status::Ok();
 }

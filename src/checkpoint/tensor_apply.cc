@@ -8,6 +8,7 @@
 #include <set>
 
 #include "src/common/parallel.h"
+#include "src/common/status_macros.h"
 #include "src/checkpoint/safetensors.h"
 
 namespace arc_v3 {
@@ -74,8 +75,7 @@ Status TensorApply::Plan(const Reader* reader, size_t file, const HeldTensors& h
       target.held.shape = t.shape;
       target.held.row_begin = rows.first;
       target.held.row_end = rows.second;
-      Status s = allocate(t, rows.first, rows.second, &target.held);
-      if (!s.ok()) return s;
+      ARC_V3_RETURN_IF_ERROR(allocate(t, rows.first, rows.second, &target.held));
     }
     if (t.grouped()) {
       if (groups.insert(t.group).second) tasks_.push_back({nullptr, &f.groups[t.group], targets_.size()});
@@ -140,6 +140,77 @@ uint64_t WriteKeepingOld(const uint8_t* decoded, uint8_t* held, uint64_t count, 
   return changed;
 }
 
+// The error of the first failing task in task order, so that the error reported does not
+// depend on the thread count: tasks after a failure are skipped, tasks before it still run.
+class FirstFailure {
+ public:
+  void Set(size_t task, const Status& s) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (task < first_task_) {
+      first_task_ = task;
+      status_ = s;
+    }
+  }
+  bool Skip(size_t task) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return task > first_task_;
+  }
+  Status status() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return status_;
+  }
+
+ private:
+  std::mutex mutex_;
+  Status status_;
+  size_t first_task_ = SIZE_MAX;
+};
+
+// Checks the bases of a group's members (`member_base`: each held whole) and decodes the
+// group into `decoded`: the members' target bytes, back to back.
+Status DecodeHeldGroup(const Reader& reader, const FileEntry& f, const Group& g,
+                       const std::map<std::string, const uint8_t*>& member_base,
+                       std::vector<uint8_t>* scratch, std::vector<uint16_t>* decoded) {
+  std::vector<const uint8_t*> bases;
+  std::vector<uint64_t> bytes;
+  for (size_t member : g.members) {
+    const TensorEntry& m = f.tensors[member];
+    bases.push_back(member_base.at(m.name));  // Plan checked every member is held
+    bytes.push_back(m.bytes());
+  }
+  for (size_t k = 0; k < bases.size(); ++k) {
+    const TensorEntry& m = f.tensors[g.members[k]];
+    if (Hash(bases[k], m.bytes()) != m.base_xxh3) {
+      return WrongBase("tensor '" + m.name + "' differs from the delta's base (checksum mismatch)");
+    }
+  }
+  const uint8_t* stored = nullptr;
+  Status s = reader.ReadGroup(g, scratch, &stored);
+  if (s.ok()) s = DecodeGroup(g, stored, bases, bytes, decoded);
+  if (!s.ok()) {
+    const std::string& first = f.tensors[g.members[0]].name;
+    return Status(s.code(), "group of tensor '" + first + "': " + s.message());
+  }
+  return Status::Ok();
+}
+
+// Reads and decodes the rows of tensor `e` that piece `p` covers onto `base` (nullptr:
+// none) into `out`. A failure names the tensor, or the wrong base when the base rows
+// differ from the delta's.
+Status DecodeHeldPiece(const Reader& reader, const TensorEntry& e, const Piece& p,
+                       const uint8_t* base, std::vector<uint8_t>* scratch, uint8_t* out) {
+  const uint64_t bytes = (p.row_end - p.row_begin) * e.row_bytes();
+  const uint8_t* stored = nullptr;
+  Status s = reader.ReadPiece(p, scratch, &stored);
+  if (s.ok()) s = DecodePiece(p, stored, base, bytes, safetensors::DTypeSize(e.dtype), out);
+  if (s.ok()) return s;
+  if (base != nullptr && Hash(base, bytes) != p.base_xxh3) {
+    return WrongBase("tensor '" + e.name + "' rows " + Rows(p.row_begin, p.row_end) +
+                     " differ from the delta's base (checksum mismatch)");
+  }
+  return Status(s.code(), "tensor '" + e.name + "': " + s.message());
+}
+
 }  // namespace
 
 Status TensorApply::Decode(int threads) {
@@ -150,16 +221,7 @@ Status TensorApply::Decode(int threads) {
   std::vector<std::vector<uint16_t>> group_buffers(workers);
   std::vector<std::vector<Undo>> undo(tasks_.size());  // per task
   std::vector<uint64_t> changed(tasks_.size(), 0);
-  std::mutex mutex;
-  Status first;
-  size_t first_task = SIZE_MAX;
-  const auto fail = [&](size_t i, const Status& s) {
-    std::lock_guard<std::mutex> lock(mutex);
-    if (i < first_task) {
-      first_task = i;
-      first = s;
-    }
-  };
+  FirstFailure first;
   // Writes `decoded` over rows of an in-place target from element `at`, keeping the old values.
   const auto write_in_place = [&](size_t i, size_t target, const uint8_t* decoded, uint64_t bytes, uint64_t at,
                                   size_t element) {
@@ -171,68 +233,43 @@ Status TensorApply::Decode(int threads) {
     changed[i] += WriteKeepingOld(decoded, t.held.data + at, bytes / element, element, &u.record);
   };
   const Status thrown = TryParallelFor(tasks_.size(), workers, [&](size_t i, size_t w) {
-    {
-      std::lock_guard<std::mutex> lock(mutex);
-      if (i > first_task) return;
-    }
+    if (first.Skip(i)) return;
     const Task& task = tasks_[i];
-    const uint8_t* stored = nullptr;
     if (task.group != nullptr) {
-      std::vector<const uint8_t*> bases;
-      std::vector<uint64_t> bytes;
-      for (size_t member : task.group->members) {
-        const TensorEntry& m = f.tensors[member];
-        bases.push_back(member_base_.at(m.name));  // Plan checked every member is held
-        bytes.push_back(m.bytes());
-      }
-      for (size_t k = 0; k < bases.size(); ++k) {
-        const TensorEntry& m = f.tensors[task.group->members[k]];
-        if (Hash(bases[k], m.bytes()) != m.base_xxh3) {
-          return fail(i, WrongBase("tensor '" + m.name + "' differs from the delta's base (checksum mismatch)"));
-        }
-      }
-      Status s = reader_->ReadGroup(*task.group, &scratch[w], &stored);
-      if (s.ok()) s = DecodeGroup(*task.group, stored, bases, bytes, &group_buffers[w]);
-      if (!s.ok()) {
-        return fail(i, Status(s.code(), "group of tensor '" + f.tensors[task.group->members[0]].name + "': " + s.message()));
-      }
+      const Status s =
+          DecodeHeldGroup(*reader_, f, *task.group, member_base_, &scratch[w], &group_buffers[w]);
+      if (!s.ok()) return first.Set(i, s);
       // Every member decoded and verified: now written.
       const uint8_t* at = reinterpret_cast<const uint8_t*>(group_buffers[w].data());
-      for (size_t k = 0; k < bases.size(); at += f.tensors[task.group->members[k]].bytes(), ++k) {
-        const TensorEntry& m = f.tensors[task.group->members[k]];
+      for (size_t member : task.group->members) {
+        const TensorEntry& m = f.tensors[member];
         const auto kept = by_name_.find(m.name);
-        if (kept == by_name_.end()) continue;  // a member decoded for its group only
-        const Target& t = targets_[kept->second];
-        if (t.in_place) {
-          write_in_place(i, kept->second, at, m.bytes(), 0, 2);
-        } else {
-          std::memcpy(t.held.data, at, m.bytes());
+        if (kept != by_name_.end()) {  // else a member decoded for its group only
+          const Target& t = targets_[kept->second];
+          if (t.in_place) {
+            write_in_place(i, kept->second, at, m.bytes(), 0, 2);
+          } else {
+            std::memcpy(t.held.data, at, m.bytes());
+          }
         }
+        at += m.bytes();
       }
       return;
     }
     const Target& t = targets_[task.target];
-    const TensorEntry& e = *t.tensor;
     const Piece& p = *task.piece;
-    const uint64_t rb = e.row_bytes();
+    const uint64_t rb = t.tensor->row_bytes();
     const uint64_t bytes = (p.row_end - p.row_begin) * rb;
     const uint64_t at = (p.row_begin - t.held.row_begin) * rb;
-    const uint8_t* base = t.base != nullptr ? t.base + at : nullptr;
-    Status s = reader_->ReadPiece(p, &scratch[w], &stored);
     uint8_t* out = t.held.data + at;
-    if (s.ok() && t.in_place) {
+    if (t.in_place) {
       buffers[w].resize(bytes);
       out = buffers[w].data();
     }
-    const size_t element = safetensors::DTypeSize(e.dtype);
-    if (s.ok()) s = DecodePiece(p, stored, base, bytes, element, out);
-    if (!s.ok()) {
-      if (base != nullptr && Hash(base, bytes) != p.base_xxh3) {
-        return fail(i, WrongBase("tensor '" + e.name + "' rows " + Rows(p.row_begin, p.row_end) +
-                                 " differ from the delta's base (checksum mismatch)"));
-      }
-      return fail(i, Status(s.code(), "tensor '" + e.name + "': " + s.message()));
-    }
+    const uint8_t* base = t.base != nullptr ? t.base + at : nullptr;
+    const Status s = DecodeHeldPiece(*reader_, *t.tensor, p, base, &scratch[w], out);
+    if (!s.ok()) return first.Set(i, s);
+    const size_t element = safetensors::DTypeSize(t.tensor->dtype);
     if (t.in_place) write_in_place(i, task.target, out, bytes, at, element);
   });
   undo_.clear();
@@ -240,9 +277,9 @@ Status TensorApply::Decode(int threads) {
     for (Undo& one : u) undo_.push_back(std::move(one));
   }
   decode_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (!thrown.ok() || !first.ok()) {
+  if (!thrown.ok() || !first.status().ok()) {
     Rollback();
-    return thrown.ok() ? first : thrown;
+    return thrown.ok() ? first.status() : thrown;
   }
   changed_ = 0;
   for (uint64_t c : changed) changed_ += c;

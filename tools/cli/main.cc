@@ -157,6 +157,120 @@ Json ChunkModesJson(const uint64_t chunk_modes[5]) {
           {"rans_history", chunk_modes[4]}};
 }
 
+// What inspect adds up over the tensors and groups.
+struct InspectTotals {
+  uint64_t bytes = 0, stored = 0, elements = 0, changed = 0;
+  bool all_known = true;
+  std::map<std::string, uint64_t> kinds;
+};
+
+// The tensor's coders, an arc_v3 payload's named by its chunk modes ("arc_v3:rans+modelled").
+std::string CoderList(const container::TensorInspection& st) {
+  std::string coders;
+  for (const auto& cn : st.coders) {
+    coders += (coders.empty() ? "" : "+");
+    coders += cn == container::CoderName(container::Coder::kArcV3) && st.has_high
+                  ? container::ArcV3CoderNames(st.chunk_modes)
+                  : cn;
+  }
+  return coders.empty() ? "-" : coders;
+}
+
+Json TensorJson(const container::TensorInspection& st) {
+  const container::TensorEntry& t = *st.entry;
+  Json jt = {{"name", t.name}, {"dtype", t.dtype}, {"shape", t.shape},
+             {"kind", container::TensorKindName(t.kind)}, {"pieces", t.pieces.size()},
+             {"coders", st.coders}, {"bytes", st.bytes}};
+  // A grouped tensor's delta bytes are its group's, listed under "groups".
+  if (st.group >= 0) {
+    jt["group"] = st.group;
+  } else {
+    jt["delta_bytes"] = st.stored;
+  }
+  if (st.has_high && st.group < 0) jt["arc_v3_chunks"] = ChunkModesJson(st.chunk_modes);
+  if (t.kind == container::TensorKind::kDelta && st.counts_known) {
+    jt["changed"] = st.changed;
+    jt["density"] = st.elements ? static_cast<double>(st.changed) / st.elements : 0;
+    if (st.has_high) jt["exponent_or_sign_share"] = st.changed ? static_cast<double>(st.high) / st.changed : 0;
+  }
+  return jt;
+}
+
+void PrintTensorRow(const container::TensorInspection& st) {
+  const container::TensorEntry& t = *st.entry;
+  std::string shape = "[";
+  for (size_t d = 0; d < t.shape.size(); ++d) shape += (d ? "," : "") + std::to_string(t.shape[d]);
+  shape += "]";
+  const bool whole = t.kind != container::TensorKind::kDelta;
+  char dens[16] = "-", hi[16] = "-";
+  if (!whole && !st.counts_known) std::snprintf(dens, sizeof(dens), "?");
+  if (!whole && st.counts_known) {
+    std::snprintf(dens, sizeof(dens), "%.3f%%", st.elements ? 100.0 * st.changed / st.elements : 0.0);
+    if (st.has_high) {
+      std::snprintf(hi, sizeof(hi), "%.2f%%", st.changed ? 100.0 * st.high / st.changed : 0.0);
+    }
+  }
+  char stored[32], share[16] = "-";
+  if (st.group >= 0) {
+    std::snprintf(stored, sizeof(stored), "group %" PRId64, st.group);
+  } else {
+    std::snprintf(stored, sizeof(stored), "%" PRIu64, st.stored);
+    std::snprintf(share, sizeof(share), "%.3f%%", st.bytes ? 100.0 * st.stored / st.bytes : 0.0);
+  }
+  std::printf("%-44s %-6s %-16s %-8s %8s %9s %-22s %12s %8s\n", t.name.c_str(), t.dtype.c_str(),
+              shape.c_str(), container::TensorKindName(t.kind), dens, hi, CoderList(st).c_str(),
+              stored, share);
+}
+
+Json GroupJson(size_t i, const container::GroupInspection& gs) {
+  const std::string coder = container::ArcV3CoderNames(gs.payload.chunk_modes);
+  Json jg = {{"group", i}, {"file", gs.file->name}, {"tensors", gs.group->members.size()},
+             {"elements", gs.group->elements}, {"coders", {coder}}, {"delta_bytes", gs.group->size}};
+  jg["arc_v3_chunks"] = ChunkModesJson(gs.payload.chunk_modes);
+  if (gs.counted) jg["changed"] = gs.changed;
+  return jg;
+}
+
+void PrintGroupRow(size_t i, const container::GroupInspection& gs) {
+  if (i == 0) {
+    std::printf("\n%-7s %-32s %8s %12s %9s %-22s %12s %8s\n", "group", "file", "tensors",
+                "elements", "density", "coder", "bytes", "% size");
+  }
+  char dens[16] = "?";
+  if (gs.counted) {
+    std::snprintf(dens, sizeof(dens), "%.3f%%",
+                  gs.group->elements ? 100.0 * gs.changed / gs.group->elements : 0.0);
+  }
+  std::printf("%-7zu %-32s %8zu %12" PRIu64 " %9s %-22s %12" PRIu64 " %7.3f%%\n", i,
+              gs.file->name.c_str(), gs.group->members.size(), gs.group->elements, dens,
+              container::ArcV3CoderNames(gs.payload.chunk_modes).c_str(), gs.group->size,
+              gs.group->elements ? 100.0 * gs.group->size / (2 * gs.group->elements) : 0.0);
+}
+
+void PrintInspectTotals(const container::Inspection& inspection, const InspectTotals& t) {
+  const container::Reader& reader = inspection.reader;
+  const container::Manifest& m = reader.manifest();
+  std::printf("\ntotal: %zu file(s), %zu tensors (", m.files.size(), inspection.tensors.size());
+  bool first = true;
+  for (const auto& k : t.kinds) {
+    std::printf("%s%" PRIu64 " %s", first ? "" : ", ", k.second, k.first.c_str());
+    first = false;
+  }
+  std::printf("), %zu removed\n", m.removed_tensors.size());
+  char density[32] = "? (pass --base PREV to count)";
+  if (t.all_known) {
+    std::snprintf(density, sizeof(density), "%.4f%%",
+                  t.elements ? 100.0 * t.changed / t.elements : 0.0);
+  }
+  std::printf("tensor data %s, density of deltas %s, delta file %s (%.4f%% of tensor data; "
+              "manifest %s; container version %u)\n",
+              HumanBytes(t.bytes).c_str(), density, HumanBytes(reader.source().size()).c_str(),
+              t.bytes ? 100.0 * reader.source().size() / t.bytes : 0.0,
+              HumanBytes(reader.manifest_size()).c_str(), static_cast<unsigned>(reader.version()));
+  for (const auto& name : m.removed_files) std::printf("removed file: %s\n", name.c_str());
+  for (const auto& name : m.removed_tensors) std::printf("removed tensor: %s\n", name.c_str());
+}
+
 int Inspect(const std::string& path, const std::string& base_path, const Common& c) {
   container::Inspection inspection;
   const Status s = container::Inspect(path, base_path, c.threads, &inspection);
@@ -164,256 +278,51 @@ int Inspect(const std::string& path, const std::string& base_path, const Common&
     std::fprintf(stderr, "arc_v3 inspect: error: %s\n", s.ToString().c_str());
     return ExitCodeFor(s);
   }
-  const container::Reader& reader = inspection.reader;
-  const container::Manifest& m = reader.manifest();
-  uint64_t total_bytes = 0, total_stored = 0, total_elements = 0, total_changed = 0;
-  bool all_known = true;
-  std::map<std::string, uint64_t> kinds;
-  Json jtensors = Json::array();
+  InspectTotals totals;
+  Json jtensors = Json::array(), jgroups = Json::array();
   if (!c.json) {
     std::printf("%-44s %-6s %-16s %-8s %8s %9s %-22s %12s %8s\n", "tensor", "dtype", "shape", "kind",
                 "density", "exp/sign", "coder", "bytes", "% size");
   }
   for (const container::TensorInspection& st : inspection.tensors) {
     const container::TensorEntry& t = *st.entry;
-    std::string shape = "[", coders;
-    for (size_t d = 0; d < t.shape.size(); ++d) shape += (d ? "," : "") + std::to_string(t.shape[d]);
-    shape += "]";
-    for (const auto& cn : st.coders) {
-      coders += (coders.empty() ? "" : "+");
-      coders += cn == container::CoderName(container::Coder::kArcV3) && st.has_high
-                    ? container::ArcV3CoderNames(st.chunk_modes)
-                    : cn;
-    }
-    if (coders.empty()) coders = "-";
-    const bool whole = t.kind != container::TensorKind::kDelta;
-    const double density = st.elements ? static_cast<double>(st.changed) / st.elements : 0;
-    const double high = st.changed ? static_cast<double>(st.high) / st.changed : 0;
-    total_bytes += st.bytes;
-    total_stored += st.stored;
-    total_elements += st.elements;
-    total_changed += whole ? 0 : st.changed;
-    all_known = all_known && st.counts_known;
-    ++kinds[container::TensorKindName(t.kind)];
+    totals.bytes += st.bytes;
+    totals.stored += st.stored;
+    totals.elements += st.elements;
+    totals.changed += t.kind != container::TensorKind::kDelta ? 0 : st.changed;
+    totals.all_known = totals.all_known && st.counts_known;
+    ++totals.kinds[container::TensorKindName(t.kind)];
     if (c.json) {
-      Json jt = {{"name", t.name}, {"dtype", t.dtype}, {"shape", t.shape},
-                 {"kind", container::TensorKindName(t.kind)}, {"pieces", t.pieces.size()},
-                 {"coders", st.coders}, {"bytes", st.bytes}};
-      // A grouped tensor's delta bytes are its group's, listed under "groups".
-      if (st.group >= 0) {
-        jt["group"] = st.group;
-      } else {
-        jt["delta_bytes"] = st.stored;
-      }
-      if (st.has_high && st.group < 0) jt["arc_v3_chunks"] = ChunkModesJson(st.chunk_modes);
-      if (!whole && st.counts_known) {
-        jt["changed"] = st.changed;
-        jt["density"] = density;
-        if (st.has_high) jt["exponent_or_sign_share"] = high;
-      }
-      jtensors.push_back(jt);
+      jtensors.push_back(TensorJson(st));
     } else {
-      char dens[16] = "-", hi[16] = "-";
-      if (!whole && !st.counts_known) std::snprintf(dens, sizeof(dens), "?");
-      if (!whole && st.counts_known) std::snprintf(dens, sizeof(dens), "%.3f%%", 100 * density);
-      if (!whole && st.counts_known && st.has_high) std::snprintf(hi, sizeof(hi), "%.2f%%", 100 * high);
-      char stored[32], share[16] = "-";
-      if (st.group >= 0) {
-        std::snprintf(stored, sizeof(stored), "group %" PRId64, st.group);
-      } else {
-        std::snprintf(stored, sizeof(stored), "%" PRIu64, st.stored);
-        std::snprintf(share, sizeof(share), "%.3f%%", st.bytes ? 100.0 * st.stored / st.bytes : 0.0);
-      }
-      std::printf("%-44s %-6s %-16s %-8s %8s %9s %-22s %12s %8s\n", t.name.c_str(), t.dtype.c_str(),
-                  shape.c_str(), container::TensorKindName(t.kind), dens, hi, coders.c_str(), stored,
-                  share);
+      PrintTensorRow(st);
     }
   }
-  Json jgroups = Json::array();
   for (size_t i = 0; i < inspection.groups.size(); ++i) {
-    const container::GroupInspection& gs = inspection.groups[i];
-    total_stored += gs.group->size;
-    const uint64_t changed = gs.changed;
-    const std::string coder = container::ArcV3CoderNames(gs.payload.chunk_modes);
+    totals.stored += inspection.groups[i].group->size;
     if (c.json) {
-      Json jg = {{"group", i}, {"file", gs.file->name}, {"tensors", gs.group->members.size()},
-                 {"elements", gs.group->elements}, {"coders", {coder}}, {"delta_bytes", gs.group->size}};
-      jg["arc_v3_chunks"] = ChunkModesJson(gs.payload.chunk_modes);
-      if (gs.counted) jg["changed"] = changed;
-      jgroups.push_back(jg);
-      continue;
+      jgroups.push_back(GroupJson(i, inspection.groups[i]));
+    } else {
+      PrintGroupRow(i, inspection.groups[i]);
     }
-    if (i == 0) std::printf("\n%-7s %-32s %8s %12s %9s %-22s %12s %8s\n", "group", "file", "tensors",
-                            "elements", "density", "coder", "bytes", "% size");
-    char dens[16] = "?";
-    if (gs.counted) {
-      std::snprintf(dens, sizeof(dens), "%.3f%%",
-                    gs.group->elements ? 100.0 * changed / gs.group->elements : 0.0);
-    }
-    std::printf("%-7zu %-32s %8zu %12" PRIu64 " %9s %-22s %12" PRIu64 " %7.3f%%\n", i,
-                gs.file->name.c_str(), gs.group->members.size(), gs.group->elements, dens,
-                coder.c_str(), gs.group->size,
-                gs.group->elements ? 100.0 * gs.group->size / (2 * gs.group->elements) : 0.0);
   }
-  if (c.json) {
-    Json j = {{"command", "inspect"}, {"ok", true}, {"layout", m.directory ? "directory" : "file"},
-              {"files", m.files.size()}, {"tensors", jtensors}, {"groups", jgroups},
-              {"tensor_bytes", total_bytes},
-              {"tensor_delta_bytes", total_stored}, {"delta_file_bytes", reader.source().size()},
-              {"manifest_bytes", reader.manifest_size()},
-              {"container_version", reader.version()},
-              {"changed", all_known ? Json(total_changed) : Json(nullptr)},
-              {"removed_tensors", m.removed_tensors}, {"removed_files", m.removed_files}};
-    std::cout << j.dump(2) << "\n";
+  if (!c.json) {
+    PrintInspectTotals(inspection, totals);
     return kExitOk;
   }
-  std::printf("\ntotal: %zu file(s), %zu tensors (", m.files.size(), inspection.tensors.size());
-  bool first = true;
-  for (const auto& k : kinds) {
-    std::printf("%s%" PRIu64 " %s", first ? "" : ", ", k.second, k.first.c_str());
-    first = false;
-  }
-  std::printf("), %zu removed\n", m.removed_tensors.size());
-  char density[32] = "? (pass --base PREV to count)";
-  if (all_known) {
-    std::snprintf(density, sizeof(density), "%.4f%%",
-                  total_elements ? 100.0 * total_changed / total_elements : 0.0);
-  }
-  std::printf("tensor data %s, density of deltas %s, delta file %s (%.4f%% of tensor data; "
-              "manifest %s; container version %u)\n",
-              HumanBytes(total_bytes).c_str(), density,
-              HumanBytes(reader.source().size()).c_str(),
-              total_bytes ? 100.0 * reader.source().size() / total_bytes : 0.0,
-              HumanBytes(reader.manifest_size()).c_str(), static_cast<unsigned>(reader.version()));
-  for (const auto& name : m.removed_files) std::printf("removed file: %s\n", name.c_str());
-  for (const auto& name : m.removed_tensors) std::printf("removed tensor: %s\n", name.c_str());
+  const container::Reader& reader = inspection.reader;
+  const container::Manifest& m = reader.manifest();
+  Json j = {{"command", "inspect"}, {"ok", true}, {"layout", m.directory ? "directory" : "file"},
+            {"files", m.files.size()}, {"tensors", jtensors}, {"groups", jgroups},
+            {"tensor_bytes", totals.bytes}, {"tensor_delta_bytes", totals.stored},
+            {"delta_file_bytes", reader.source().size()},
+            {"manifest_bytes", reader.manifest_size()}, {"container_version", reader.version()},
+            {"changed", totals.all_known ? Json(totals.changed) : Json(nullptr)},
+            {"removed_tensors", m.removed_tensors}, {"removed_files", m.removed_files}};
+  std::cout << j.dump(2) << "\n";
   return kExitOk;
 }
 
-// Byte-compares two checkpoints (files or directories with the same file names).
-bool SameCheckpoint(const std::string& a, const std::string& b, std::string* why) {
-  std::vector<std::pair<std::string, std::string>> pairs;
-  std::error_code ec;
-  if (fs::is_directory(a, ec)) {
-    for (const auto& e : fs::directory_iterator(a, ec)) {
-      if (e.is_regular_file()) pairs.emplace_back(e.path().string(), (fs::path(b) / e.path().filename()).string());
-    }
-  } else {
-    pairs.emplace_back(a, b);
-  }
-  for (const auto& p : pairs) {
-    std::unique_ptr<container::MappedFile> x, y;
-    if (!container::MappedFile::Open(p.first, &x).ok() || !container::MappedFile::Open(p.second, &y).ok() ||
-        x->size() != y->size() || (x->size() && std::memcmp(x->data(), y->data(), x->size()) != 0)) {
-      *why = p.first + " differs from " + p.second;
-      return false;
-    }
-  }
-  return true;
-}
-
-// Diff and apply times of one thread count, in seconds.
-struct BenchTimes {
-  size_t threads = 0;
-  std::vector<double> diff, apply;
-};
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-double Best(const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); }
-
-// Times diff and apply `repeats` times at the requested thread count and, with `scaling`,
-// at one thread too. The thread counts alternate run by run so that a shared machine's
-// drift hits them alike; medians are reported, and their ratio is the speed-up.
-int Bench(const std::string& prev, const std::string& next, const Common& c, int repeats,
-          bool scaling) {
-  std::vector<BenchTimes> times(scaling ? 2 : 1);
-  times.back().threads = WorkerCount(c.threads, 1 << 20);
-  if (scaling) {
-    times[0].threads = 1;
-    if (times[1].threads < 2) {
-      std::fprintf(stderr, "arc_v3 bench: --scaling needs -T 2 or more (or a machine with 2+ cores)\n");
-      return kExitUsage;
-    }
-  }
-  std::error_code ec;
-  const fs::path dir = fs::temp_directory_path() / ("arc_v3_bench_" + std::to_string(getpid()));
-  fs::create_directories(dir, ec);
-  const std::string delta = (dir / "delta.a3d").string();
-  const std::string out = (dir / (fs::is_directory(next, ec) ? "next" : "next.safetensors")).string();
-  Status s;
-  RunReport r;
-  for (int i = 0; i < repeats && s.ok(); ++i) {
-    for (BenchTimes& t : times) {
-      RunOptions o;
-      o.threads = t.threads;
-      o.effort = c.effort;
-      o.sync = !c.no_sync;
-      o.group = !c.no_group;
-      auto t0 = std::chrono::steady_clock::now();
-      s = container::Diff(prev, next, delta, o, &r);
-      t.diff.push_back(Seconds(t0));
-      if (!s.ok()) break;
-      // The last run's output goes first, untimed: replaced during the apply, its dirty
-      // pages would be written back or waited for inside the timing, run after run.
-      fs::remove_all(out, ec);
-      t0 = std::chrono::steady_clock::now();
-      s = container::Apply(prev, delta, out, o, &r);
-      t.apply.push_back(Seconds(t0));
-      if (!s.ok()) break;
-    }
-  }
-  std::string why;
-  const bool same = s.ok() && SameCheckpoint(next, out, &why);
-  fs::remove_all(dir, ec);
-  if (!s.ok()) {
-    std::fprintf(stderr, "arc_v3 bench: error: %s\n", s.ToString().c_str());
-    return ExitCodeFor(s);
-  }
-  const double gb = r.target_bytes / 1e9;
-  const BenchTimes& all = times.back();
-  const double diff_speedup = Median(times[0].diff) / Median(all.diff);
-  const double apply_speedup = Median(times[0].apply) / Median(all.apply);
-  if (c.json) {
-    const auto timing = [gb](const BenchTimes& t) {
-      return Json{{"threads", t.threads},
-                  {"diff_seconds", Median(t.diff)},    {"apply_seconds", Median(t.apply)},
-                  {"diff_gb_per_s", gb / Median(t.diff)}, {"apply_gb_per_s", gb / Median(t.apply)},
-                  {"diff_best_seconds", Best(t.diff)}, {"apply_best_seconds", Best(t.apply)}};
-    };
-    Json j = timing(all);
-    j.update({{"command", "bench"}, {"ok", same}, {"repeats", repeats},
-              {"checkpoint_bytes", r.target_bytes}, {"delta_bytes", r.delta_bytes},
-              {"fsync", !c.no_sync}, {"identical", same}});
-    if (scaling) {
-      j["one_thread"] = timing(times[0]);
-      j["diff_speedup"] = diff_speedup;
-      j["apply_speedup"] = apply_speedup;
-    }
-    std::cout << j.dump(2) << "\n";
-  } else {
-    std::printf("bench (fsync %s, median of %d%s): checkpoint %s, delta %s (%.3f%%)\n",
-                c.no_sync ? "off" : "on", repeats, scaling ? ", thread counts alternating" : "",
-                HumanBytes(r.target_bytes).c_str(), HumanBytes(r.delta_bytes).c_str(),
-                100.0 * r.delta_bytes / r.target_bytes);
-    for (auto t = times.rbegin(); t != times.rend(); ++t) {
-      std::printf("  %2zu thread%s  diff %6.3f s %5.2f GB/s (best %.3f s)  "
-                  "apply %6.3f s %5.2f GB/s (best %.3f s)\n",
-                  t->threads, t->threads == 1 ? " " : "s", Median(t->diff), gb / Median(t->diff),
-                  Best(t->diff), Median(t->apply), gb / Median(t->apply), Best(t->apply));
-    }
-    if (scaling) {
-      std::printf("  speed-up 1 -> %zu threads: diff %.2fx, apply %.2fx\n", all.threads,
-                  diff_speedup, apply_speedup);
-    }
-    std::printf("  rebuilt checkpoint %s\n", same ? "identical" : ("DIFFERS: " + why).c_str());
-  }
-  return same ? kExitOk : kExitError;
-}
 
 // Edits (insert, delete, substitute, swap two neighbours) that turn `a` into `b`.
 size_t EditDistance(const std::string& a, const std::string& b) {
@@ -485,100 +394,163 @@ bool ReportTypo(const CLI::App& app, int argc, char** argv) {
   return false;
 }
 
-int Main(int argc, char** argv) {
-  CLI::App app(
-      "arc_v3 " + std::string(VersionString()) +
-      ": lossless deltas between safetensors checkpoints (BF16 weights through the arc_v3\n"
-      "codec, every other dtype through XOR + zstd), for shipping RL weight updates.\n\n"
-      "  trainer:   arc_v3 diff  step_100/ step_101/ -o step_101.a3d\n"
-      "  receiver:  arc_v3 apply step_100/ step_101.a3d -o step_101/     (or --in-place)\n"
-      "  partial:   arc_v3 apply step_100/ step_101.a3d --tensors 'layers\\.3\\..*' --rows 0:1024 -o part.safetensors\n\n"
-      "Through an object store (each trainer shard publishes, each region pulls):\n"
-      "  trainer:   arc_v3 publish s3://bucket/run --step 101 --next shard0.safetensors --prev old0.safetensors --shard 0/2\n"
-      "  region:    arc_v3 follow s3://bucket/run /models/run   (or pull once)\n\n"
-      "PREV/NEXT are single .safetensors files or sharded checkpoint directories\n"
-      "(model.safetensors.index.json is carried along). Outputs are written to a temporary\n"
-      "file beside the target, fsynced and renamed: an error or a kill never leaves a\n"
-      "half-written file under a final name; an output that exists is replaced only with\n"
-      "-f/--force (pull: a directory of other files only with --force). Run\n"
-      "`arc_v3 COMMAND --help` for details.",
-      "arc_v3");
-  app.footer(kExitCodesHelp);
-  app.require_subcommand(1);
-  app.set_version_flag("--version", std::string(VersionString()));
+// The checkpoint subcommands (diff, apply, verify, inspect) and their options.
+class CheckpointCommands {
+ public:
+  explicit CheckpointCommands(CLI::App* app) {
+    AddDiff(app);
+    AddApply(app);
+    AddVerify(app);
+    AddInspect(app);
+  }
+  // Runs the chosen subcommand (one of these was parsed); returns the exit code.
+  int Run(const char* label);
 
-  Common common;
-  std::string prev, next, delta, out, tensors_regex = ".*", rows;
-  bool in_place = false;
-  int repeats = 5;
-  bool scaling = false;
+ private:
+  void AddDiff(CLI::App* app);
+  void AddApply(CLI::App* app);
+  void AddVerify(CLI::App* app);
+  void AddInspect(CLI::App* app);
+  // apply: whether -o / --in-place and --rows make sense (says why not on stderr); then
+  // the apply itself, partial with --tensors / --rows.
+  bool ApplyArgsOk();
+  Status Apply(Progress* progress, RunReport* report, const char** name);
 
-  CLI::App* diff = app.add_subcommand("diff", "Write the delta from checkpoint PREV to NEXT");
-  diff->add_option("PREV", prev, "Base checkpoint (.safetensors file or directory)")->required();
-  diff->add_option("NEXT", next, "New checkpoint, same kind as PREV")->required();
-  diff->add_option("-o,--output", delta, "Delta file to write (e.g. step_101.a3d)")->required();
-  AddCommon(diff, &common);
-  diff->add_option("-e,--effort", common.effort,
-                   "arc_v3 codec effort 0..3 for BF16 tensors (default 1; higher may be smaller and slower)")
+  Common common_;
+  std::string prev_, next_, delta_, out_, tensors_regex_ = ".*", rows_;
+  bool in_place_ = false;
+  CLI::App *diff_ = nullptr, *apply_ = nullptr, *verify_ = nullptr, *inspect_ = nullptr;
+  CLI::Option *tensors_opt_ = nullptr, *rows_opt_ = nullptr;
+  uint64_t row_begin_ = 0, row_end_ = UINT64_MAX;
+};
+
+void CheckpointCommands::AddDiff(CLI::App* app) {
+  diff_ = app->add_subcommand("diff", "Write the delta from checkpoint PREV to NEXT");
+  diff_->add_option("PREV", prev_, "Base checkpoint (.safetensors file or directory)")->required();
+  diff_->add_option("NEXT", next_, "New checkpoint, same kind as PREV")->required();
+  diff_->add_option("-o,--output", delta_, "Delta file to write (e.g. step_101.a3d)")->required();
+  AddCommon(diff_, &common_);
+  diff_->add_option("-e,--effort", common_.effort,
+                    "arc_v3 codec effort 0..3 for BF16 tensors (default 1; higher may be smaller and slower)")
       ->check(CLI::Range(0, 3));
-  diff->add_flag("-f,--force", common.force, "Replace OUTPUT if it exists (refused otherwise)");
-  diff->add_flag("--no-group", common.no_group,
-                 "Give every BF16 tensor its own payloads: a version-1 delta file, which arc_v3 "
-                 "tools older than container version 2 can read (small tensors cost more)");
+  diff_->add_flag("-f,--force", common_.force, "Replace OUTPUT if it exists (refused otherwise)");
+  diff_->add_flag("--no-group", common_.no_group,
+                  "Give every BF16 tensor its own payloads: a version-1 delta file, which arc_v3 "
+                  "tools older than container version 2 can read (small tensors cost more)");
+}
 
-  CLI::App* apply = app.add_subcommand(
+void CheckpointCommands::AddApply(CLI::App* app) {
+  apply_ = app->add_subcommand(
       "apply",
       "Rebuild NEXT from PREV and a delta (refuses a wrong PREV, naming the tensor; all or nothing)");
-  apply->add_option("PREV", prev, "Base checkpoint the delta was made from")->required();
-  apply->add_option("DELTA", delta, "Delta file written by `arc_v3 diff`")->required();
-  CLI::Option* out_opt = apply->add_option(
-      "-o,--output", out,
+  apply_->add_option("PREV", prev_, "Base checkpoint the delta was made from")->required();
+  apply_->add_option("DELTA", delta_, "Delta file written by `arc_v3 diff`")->required();
+  CLI::Option* out_opt = apply_->add_option(
+      "-o,--output", out_,
       "Where NEXT goes: a file (or a directory to put it in) for single-file deltas, a\n"
       "directory (created if needed) for sharded ones. With --tensors/--rows: a new\n"
       ".safetensors file holding just the selected tensors/rows");
   CLI::Option* in_place_opt =
-      apply->add_flag("--in-place", in_place, "Replace PREV by NEXT (new files are written aside first)");
+      apply_->add_flag("--in-place", in_place_, "Replace PREV by NEXT (new files are written aside first)");
   out_opt->excludes(in_place_opt);
-  CLI::Option* tensors_opt = apply->add_option(
-      "--tensors", tensors_regex,
+  tensors_opt_ = apply_->add_option(
+      "--tensors", tensors_regex_,
       "Partial apply: only tensors whose whole name matches this regex (ECMAScript)");
-  CLI::Option* rows_opt = apply->add_option(
-      "--rows", rows, "Partial apply: only rows A:B of the first dimension (A: or :B allowed)");
-  tensors_opt->excludes(in_place_opt);
-  rows_opt->excludes(in_place_opt);
-  apply->add_flag("-f,--force", common.force,
-                  "Replace output files that exist (refused otherwise; --in-place always replaces)");
-  AddCommon(apply, &common);
-  apply->add_flag("--no-sync", common.no_sync, "Skip fsync (benchmarks only: not crash-safe)");
+  rows_opt_ = apply_->add_option(
+      "--rows", rows_, "Partial apply: only rows A:B of the first dimension (A: or :B allowed)");
+  tensors_opt_->excludes(in_place_opt);
+  rows_opt_->excludes(in_place_opt);
+  apply_->add_flag("-f,--force", common_.force,
+                   "Replace output files that exist (refused otherwise; --in-place always replaces)");
+  AddCommon(apply_, &common_);
+  apply_->add_flag("--no-sync", common_.no_sync, "Skip fsync (benchmarks only: not crash-safe)");
+}
 
-  CLI::App* verify = app.add_subcommand(
+void CheckpointCommands::AddVerify(CLI::App* app) {
+  verify_ = app->add_subcommand(
       "verify", "Check that PREV is the base of DELTA and that DELTA is intact; writes nothing");
-  verify->add_option("PREV", prev, "Base checkpoint")->required();
-  verify->add_option("DELTA", delta, "Delta file")->required();
-  AddCommon(verify, &common);
+  verify_->add_option("PREV", prev_, "Base checkpoint")->required();
+  verify_->add_option("DELTA", delta_, "Delta file")->required();
+  AddCommon(verify_, &common_);
+}
 
-  CLI::App* inspect = app.add_subcommand(
+void CheckpointCommands::AddInspect(CLI::App* app) {
+  inspect_ = app->add_subcommand(
       "inspect", "Per tensor: dtype, shape, kind, density, exponent/sign share, coder, bytes");
-  inspect->add_option("DELTA", delta, "Delta file")->required();
-  inspect->add_option("-b,--base", prev,
-                      "Base checkpoint: lets context-modelled chunks be decoded so that their\n"
-                      "changes are counted (density is '?' for them otherwise)");
-  AddCommon(inspect, &common);
+  inspect_->add_option("DELTA", delta_, "Delta file")->required();
+  inspect_->add_option("-b,--base", prev_,
+                       "Base checkpoint: lets context-modelled chunks be decoded so that their\n"
+                       "changes are counted (density is '?' for them otherwise)");
+  AddCommon(inspect_, &common_);
+}
 
-  CLI::App* bench = app.add_subcommand(
-      "bench",
-      "Time diff + apply of PREV -> NEXT end to end (temp files under $TMPDIR) and check the\n"
-      "rebuilt checkpoint byte for byte. Codec-level benchmarks: bazel run //bench:arc_bench");
-  bench->add_option("PREV", prev, "Base checkpoint")->required();
-  bench->add_option("NEXT", next, "New checkpoint")->required();
-  bench->add_option("-r,--repeats", repeats, "Runs (default 5); medians are reported")->check(CLI::PositiveNumber);
-  AddCommon(bench, &common);
-  bench->add_option("-e,--effort", common.effort, "arc_v3 effort 0..3 (default 1)")->check(CLI::Range(0, 3));
-  bench->add_flag("--no-sync", common.no_sync, "Skip fsync (measures CPU work, not the disk)");
-  bench->add_flag("--no-group", common.no_group, "As diff --no-group (version-1 delta)");
-  bench->add_flag("--scaling", scaling,
-                  "Also time 1 thread, alternating with -T, and print the speed-up");
+bool CheckpointCommands::ApplyArgsOk() {
+  if (!in_place_ && out_.empty()) {
+    std::fprintf(stderr, "arc_v3 apply: give -o OUTPUT or --in-place\n");
+    return false;
+  }
+  if (!rows_.empty() && !ParseRows(rows_, &row_begin_, &row_end_)) {
+    std::fprintf(stderr, "arc_v3 apply: --rows wants A:B with A <= B, got '%s'\n", rows_.c_str());
+    return false;
+  }
+  return true;
+}
 
+Status CheckpointCommands::Apply(Progress* progress, RunReport* report, const char** name) {
+  const bool partial = tensors_opt_->count() > 0 || rows_opt_->count() > 0;
+  *name = partial ? "apply (partial)" : "apply";
+  if (partial) {
+    return container::ApplyPartial(prev_, delta_, tensors_regex_, row_begin_, row_end_, out_,
+                                   MakeOptions(common_, progress), report);
+  }
+  return container::Apply(prev_, delta_, in_place_ ? prev_ : out_, MakeOptions(common_, progress),
+                          report);
+}
+
+int CheckpointCommands::Run(const char* label) {
+  if (inspect_->parsed()) return Inspect(delta_, prev_, common_);
+  if (apply_->parsed() && !ApplyArgsOk()) return kExitUsage;
+  Progress progress(!common_.quiet, label);
+  const auto start = std::chrono::steady_clock::now();
+  RunReport report;
+  Status s;
+  const char* name = "";
+  if (diff_->parsed()) {
+    name = "diff";
+    s = container::Diff(prev_, next_, delta_, MakeOptions(common_, &progress), &report);
+  } else if (apply_->parsed()) {
+    s = Apply(&progress, &report, &name);
+  } else if (verify_->parsed()) {
+    name = "verify";
+    s = container::Verify(prev_, delta_, MakeOptions(common_, &progress), &report);
+  }
+  const double secs = Seconds(start);
+  progress.Stop();
+  return Report(name, common_, s, report, secs);
+}
+
+constexpr char kAppHelp[] =
+      ": lossless deltas between safetensors checkpoints (BF16 weights through the arc_v3\n"
+    "codec, every other dtype through XOR + zstd), for shipping RL weight updates.\n\n"
+    "  trainer:   arc_v3 diff  step_100/ step_101/ -o step_101.a3d\n"
+    "  receiver:  arc_v3 apply step_100/ step_101.a3d -o step_101/     (or --in-place)\n"
+    "  partial:   arc_v3 apply step_100/ step_101.a3d --tensors 'layers\\.3\\..*' --rows 0:1024 -o part.safetensors\n\n"
+    "Through an object store (each trainer shard publishes, each region pulls):\n"
+    "  trainer:   arc_v3 publish s3://bucket/run --step 101 --next shard0.safetensors --prev old0.safetensors --shard 0/2\n"
+    "  region:    arc_v3 follow s3://bucket/run /models/run   (or pull once)\n\n"
+    "PREV/NEXT are single .safetensors files or sharded checkpoint directories\n"
+    "(model.safetensors.index.json is carried along). Outputs are written to a temporary\n"
+    "file beside the target, fsynced and renamed: an error or a kill never leaves a\n"
+    "half-written file under a final name; an output that exists is replaced only with\n"
+    "-f/--force (pull: a directory of other files only with --force). Run\n"
+    "`arc_v3 COMMAND --help` for details.";
+
+int Main(int argc, char** argv) {
+  CLI::App app("arc_v3 " + std::string(VersionString()) + kAppHelp, "arc_v3");
+  app.footer(kExitCodesHelp);
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string(VersionString()));
+  CheckpointCommands checkpoint_commands(&app);
   SyncCommands sync_commands(&app);
 
   if (ReportTypo(app, argc, argv)) return kExitUsage;
@@ -589,48 +561,7 @@ int Main(int argc, char** argv) {
     return rc == 0 ? kExitOk : kExitUsage;
   }
   if (sync_commands.parsed()) return sync_commands.Run();
-
-  Progress progress(!common.quiet, app.get_subcommands()[0]->get_name().c_str());
-  const auto start = std::chrono::steady_clock::now();
-  RunReport report;
-  Status s;
-  const char* name = "";
-  if (diff->parsed()) {
-    name = "diff";
-    s = container::Diff(prev, next, delta, MakeOptions(common, &progress), &report);
-  } else if (apply->parsed()) {
-    const bool partial = tensors_opt->count() > 0 || rows_opt->count() > 0;
-    if (!in_place && out.empty()) {
-      progress.Stop();
-      std::fprintf(stderr, "arc_v3 apply: give -o OUTPUT or --in-place\n");
-      return kExitUsage;
-    }
-    uint64_t row_begin = 0, row_end = UINT64_MAX;
-    if (!rows.empty() && !ParseRows(rows, &row_begin, &row_end)) {
-      progress.Stop();
-      std::fprintf(stderr, "arc_v3 apply: --rows wants A:B with A <= B, got '%s'\n", rows.c_str());
-      return kExitUsage;
-    }
-    name = partial ? "apply (partial)" : "apply";
-    if (partial) {
-      s = container::ApplyPartial(prev, delta, tensors_regex, row_begin, row_end, out,
-                                  MakeOptions(common, &progress), &report);
-    } else {
-      s = container::Apply(prev, delta, in_place ? prev : out, MakeOptions(common, &progress), &report);
-    }
-  } else if (verify->parsed()) {
-    name = "verify";
-    s = container::Verify(prev, delta, MakeOptions(common, &progress), &report);
-  } else if (inspect->parsed()) {
-    progress.Stop();
-    return Inspect(delta, prev, common);
-  } else if (bench->parsed()) {
-    progress.Stop();
-    return Bench(prev, next, common, repeats, scaling);
-  }
-  const double secs = Seconds(start);
-  progress.Stop();
-  return Report(name, common, s, report, secs);
+  return checkpoint_commands.Run(app.get_subcommands()[0]->get_name().c_str());
 }
 
 }  // namespace

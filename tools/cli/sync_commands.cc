@@ -69,26 +69,36 @@ void PrintPull(const sync::PullReport& r) {
   if (!r.rerouted.empty()) std::printf("pull: rerouted: %s\n", r.rerouted.c_str());
 }
 
+constexpr char kStoreHelp[] =
+    "Where the steps live: a directory (or file://DIR), s3://BUCKET/PREFIX (AWS_ENDPOINT_URL,\n"
+    "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION), or a read-only\n"
+    "http(s):// URL in front of the bucket (pull, follow)";
+
 }  // namespace
 
 SyncCommands::SyncCommands(CLI::App* app) {
-  const auto common = [this](CLI::App* cmd, bool threads) {
-    cmd->add_flag("--json", json_, "Print a JSON summary on stdout instead of text");
-    cmd->add_flag("-q,--quiet", quiet_, "No text summary");
-    cmd->add_option("--retries", retries_,
-                    "Tries of a store request that timed out or got a 5xx answer (default 5)")
-        ->check(CLI::Range(1, 100));
-    cmd->add_option("--connections", connections_, "Parallel transfers per object (default 8)")
-        ->check(CLI::Range(1, 256));
-    if (threads) {
-      cmd->add_option("-T,--threads", threads_, "Worker threads (default 0 = all cores)")->check(CLI::NonNegativeNumber);
-    }
-  };
-  const char* store_help =
-      "Where the steps live: a directory (or file://DIR), s3://BUCKET/PREFIX (AWS_ENDPOINT_URL,\n"
-      "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION), or a read-only\n"
-      "http(s):// URL in front of the bucket (pull, follow)";
+  AddPublish(app);
+  AddPull(app);
+  AddFollow(app);
+  AddLog(app);
+  AddKeygen(app);
+  AddPrune(app);
+}
 
+void SyncCommands::AddCommon(CLI::App* cmd, bool threads) {
+  cmd->add_flag("--json", json_, "Print a JSON summary on stdout instead of text");
+  cmd->add_flag("-q,--quiet", quiet_, "No text summary");
+  cmd->add_option("--retries", retries_,
+                  "Tries of a store request that timed out or got a 5xx answer (default 5)")
+      ->check(CLI::Range(1, 100));
+  cmd->add_option("--connections", connections_, "Parallel transfers per object (default 8)")
+      ->check(CLI::Range(1, 256));
+  if (threads) {
+    cmd->add_option("-T,--threads", threads_, "Worker threads (default 0 = all cores)")->check(CLI::NonNegativeNumber);
+  }
+}
+
+void SyncCommands::AddPublish(CLI::App* app) {
   publish_ = app->add_subcommand(
       "publish",
       "A trainer shard publishes its safetensors file for step N: the delta against --prev\n"
@@ -97,7 +107,7 @@ SyncCommands::SyncCommands(CLI::App* app) {
       "Publishing the same file (name, base step, tensors) again is a no-op that keeps what\n"
       "was published first, whatever --anchor-every, --effort or --format say now; another\n"
       "file for a published shard and step is refused (exit 7), naming what differs.");
-  publish_->add_option("STORE", store_, store_help)->required();
+  publish_->add_option("STORE", store_, kStoreHelp)->required();
   publish_->add_option("--step", step_, "The step's number")->required();
   publish_->add_option("--next", next_, "This shard's .safetensors file of the step")->required()->check(CLI::ExistingFile);
   publish_->add_option("--prev", prev_, "This shard's file of the base step (omit: an anchor only)")->check(CLI::ExistingFile);
@@ -128,15 +138,17 @@ SyncCommands::SyncCommands(CLI::App* app) {
                        "Payload format of BF16 deltas: arc_v3 (default) or arc_v3_published (ARCv3 as\n"
                        "published: XOR fields and a zstd/lz4 race; smaller tensors are not grouped)")
       ->check(CLI::IsMember({"arc_v3", "arc_v3_published"}));
-  common(publish_, true);
+  AddCommon(publish_, true);
+}
 
+void SyncCommands::AddPull(CLI::App* app) {
   pull_ = app->add_subcommand(
       "pull",
       "Make DIR hold step N (default: the latest) as the published shard files, bit for bit,\n"
       "by the cheapest verified route: the deltas after DIR's step, or the nearest anchor and\n"
       "the deltas after it. DIR records its step only after a verified apply; on any error it\n"
       "is left as it was. A DIR whose files are not the step it records is refused.");
-  pull_->add_option("STORE", store_, store_help)->required();
+  pull_->add_option("STORE", store_, kStoreHelp)->required();
   pull_->add_option("DIR", dir_, "The region's checkpoint directory (created if needed)")->required();
   pull_->add_option("--step", step_, "The step to hold (default: the latest)");
   pull_->add_option("--tensors", tensors_,
@@ -153,14 +165,16 @@ SyncCommands::SyncCommands(CLI::App* app) {
                     "checked against its signed SHA-256, never an older step or another run than DIR's\n"
                     "(--reset takes them); else exit 8, DIR unchanged")
       ->envname("ARC_V3_TRUST");
-  common(pull_, true);
+  AddCommon(pull_, true);
+}
 
+void SyncCommands::AddFollow(CLI::App* app) {
   follow_ = app->add_subcommand(
       "follow",
       "Keep DIR in step with the store: poll its `latest` pointer (conditional requests), pull\n"
       "each new step and print its lag and bytes. Exits non-zero on an error it cannot recover\n"
       "from; retries an unreachable store --max-failures times in a row.");
-  follow_->add_option("STORE", store_, store_help)->required();
+  follow_->add_option("STORE", store_, kStoreHelp)->required();
   follow_->add_option("DIR", dir_, "The region's checkpoint directory")->required();
   follow_->add_option("--interval", interval_, "Seconds between polls (default 2)")->check(CLI::PositiveNumber);
   follow_->add_option("--until", until_, "Exit once DIR holds this step or a later one");
@@ -172,16 +186,20 @@ SyncCommands::SyncCommands(CLI::App* app) {
       ->envname("ARC_V3_TRUST");
   follow_->add_option("--max-failures", max_failures_, "Give up after this many failed polls in a row (default 10)")
       ->check(CLI::PositiveNumber);
-  common(follow_, true);
+  AddCommon(follow_, true);
+}
 
+void SyncCommands::AddLog(CLI::App* app) {
   log_ = app->add_subcommand("log", "The store's steps: base, anchors, bytes per step and shard");
   log_->add_option("STORE", store_, "s3:// or directory store (http(s):// cannot list)")->required();
   log_->add_flag("--verify", verify_,
                  "Say of each committed step whether it verifies against --trust: its root's\n"
                  "signature and the SHA-256 of every document it names (exit 8 if one does not)");
   log_->add_option("--trust", trust_, "A trusted public key (repeatable)")->envname("ARC_V3_TRUST");
-  common(log_, false);
+  AddCommon(log_, false);
+}
 
+void SyncCommands::AddKeygen(CLI::App* app) {
   keygen_ = app->add_subcommand(
       "keygen",
       "Write a new Ed25519 key pair for signed steps: KEY (the private key, mode 0600, for\n"
@@ -189,7 +207,9 @@ SyncCommands::SyncCommands(CLI::App* app) {
       "genpkey -algorithm ed25519` writes; neither may exist.");
   keygen_->add_option("KEY", key_path_, "The private key's path")->required();
   keygen_->add_flag("--json", json_, "Print a JSON summary on stdout instead of text");
+}
 
+void SyncCommands::AddPrune(CLI::App* app) {
   prune_ = app->add_subcommand(
       "prune",
       "Delete old steps: keep the newest K anchors and every step after the oldest of them,\n"
@@ -201,7 +221,7 @@ SyncCommands::SyncCommands(CLI::App* app) {
                      "DURATION (90s, 15m, 2h, 1d; default 0): a step committed less than this ago\n"
                      "keeps its chain back to its anchor (a slow region may still be fetching it)");
   prune_->add_flag("--dry-run", dry_run_, "Only say what would be deleted");
-  common(prune_, false);
+  AddCommon(prune_, false);
 }
 
 bool SyncCommands::parsed() const {

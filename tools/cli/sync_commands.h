@@ -23,6 +23,14 @@ class SyncCommands {
 
  private:
   const char* Name() const;  // the chosen subcommand's
+  // The options every subcommand takes (--json, -q, --retries, --connections; -T).
+  void AddCommon(CLI::App* cmd, bool threads);
+  void AddPublish(CLI::App* app);
+  void AddPull(CLI::App* app);
+  void AddFollow(CLI::App* app);
+  void AddLog(CLI::App* app);
+  void AddKeygen(CLI::App* app);
+  void AddPrune(CLI::App* app);
   int RunKeygen();
   int RunPublish(sync::Store* store, const container::RunOptions& run);
   int RunPull(sync::Store* store, sync::PullOptions pull);

@@ -7,7 +7,7 @@
 #      limits asserted: --check), bench/scale_model.py, bench/pull_memory.sh,
 #      bench/follow_memory.sh, bench/signing_cost.sh and
 #      bench/cross_region.py (sync.md),
-#      arc_bench and `arc_v3 bench` (bench.md), python/bench/bench_binding.py
+#      arc_bench and checkpoint_bench (bench.md), python/bench/bench_binding.py
 #      (python/README.md), each on a small input (their defaults take tens of minutes) and
 #      checked for its output files.
 # Ends with "N passed, N failed, N skipped". Needs what tests/run_tests.sh installed (the
@@ -107,13 +107,13 @@ else
   skipped=$((skipped + 1))
 fi
 
-# 3. docs/bench.md: arc_bench on a checkpoint of your own, and `arc_v3 bench` end to end.
+# 3. docs/bench.md: arc_bench on a checkpoint of your own, and checkpoint_bench end to end.
 gen="$logs/gen"
 if check bench_generate bazel-bin/bench/arc_bench --params 2000000 --deltas 1 --regimes low \
     --save-generated "$gen" --generate-only; then
-  check arc_v3_bench bazel-bin/tools/cli/arc_v3_cli bench "$gen/gen_low/step_000.safetensors" \
+  check checkpoint_bench bazel-bin/bench/checkpoint_bench "$gen/gen_low/step_000.safetensors" \
     "$gen/gen_low/step_001.safetensors" -T 2 --scaling --no-sync -r 2 &&
-    expect arc_v3_bench "grep -q 'rebuilt checkpoint identical' '$logs/arc_v3_bench.log'" "the rebuild is not identical"
+    expect checkpoint_bench "grep -q 'rebuilt checkpoint identical' '$logs/checkpoint_bench.log'" "the rebuild is not identical"
   check arc_bench_dir bazel-bin/bench/arc_bench --dir "$gen/gen_low" --quick --no-session
 fi
 

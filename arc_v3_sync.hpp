@@ -24,18 +24,11 @@
 #include <vector>
 
 #include "arc_v3.hpp"
+#include "arc_v3_checkpoint.hpp"  // NamedTensor
 
 namespace arc_v3 {
 
 constexpr uint64_t kLatestStep = UINT64_MAX;
-
-// A tensor in caller memory; dtype is a safetensors dtype name ("BF16", "F32", "I64", ...).
-struct NamedTensor {
-  std::string name;
-  std::string dtype;
-  std::vector<uint64_t> shape;
-  const void* data = nullptr;  // C order, little endian; dtype size x product(shape) bytes
-};
 
 // How a store is reached: tries per request (timeouts, lost connections, 5xx) and
 // parallel transfers per object.

@@ -20,8 +20,7 @@
 
 #include "arc_v3.hpp"
 #include "arc_v3_sync.hpp"
-#include "src/checkpoint/checkpoint_delta.h"
-#include "src/checkpoint/tensor_apply.h"
+#include "arc_v3_checkpoint.hpp"
 
 namespace py = pybind11;
 
@@ -362,58 +361,29 @@ uint64_t Xxh3(const py::buffer& buffer) {
 // state-dict helpers (arc_v3/_dicts.py), which write the files into a private temporary
 // directory. Outputs are not fsynced: those files are deleted right after the call.
 
-// Container bytes held in memory (a copy: the Reader outlives the Python buffer).
-class MemorySource : public arc_v3::container::ByteSource {
- public:
-  explicit MemorySource(std::vector<uint8_t> bytes) : bytes_(std::move(bytes)) {}
-  uint64_t size() const override { return bytes_.size(); }
-  arc_v3::Status Read(uint64_t offset, uint64_t size, std::vector<uint8_t>* /*scratch*/,
-                      const uint8_t** data) const override {
-    if (offset > bytes_.size() || size > bytes_.size() - offset) {
-      return arc_v3::Status(arc_v3::ErrorCode::kTruncated, "read past the end of the container");
-    }
-    *data = bytes_.data() + offset;
-    return arc_v3::Status::Ok();
-  }
-
- private:
-  std::vector<uint8_t> bytes_;
-};
-
 // What a container's manifest says, checked but without decoding pieces:
 // {"layout", "removed_tensors", "tensors": [{"name", "kind", "dtype", "shape", "coders"}]}.
 py::dict ContainerManifest(const py::buffer& container) {
   const py::buffer_info b = container.request();
-  const auto* bytes = static_cast<const uint8_t*>(b.ptr);
-  auto source = std::make_unique<MemorySource>(
-      std::vector<uint8_t>(bytes, bytes + b.size * b.itemsize));
-  arc_v3::container::Reader reader;
-  const arc_v3::Status status = arc_v3::container::Reader::Open(std::move(source), &reader);
+  arc_v3::DeltaInfo info;
+  const arc_v3::Status status = arc_v3::InspectDelta(static_cast<const uint8_t*>(b.ptr),
+                                                     static_cast<size_t>(b.size * b.itemsize), &info);
   if (!status.ok()) throw CodecError{status};
-  const arc_v3::container::Manifest& m = reader.manifest();
   py::list tensors;
-  for (const arc_v3::container::FileEntry& f : m.files) {
-    for (const arc_v3::container::TensorEntry& t : f.tensors) {
-      py::dict entry;
-      entry["name"] = t.name;
-      entry["kind"] = arc_v3::container::TensorKindName(t.kind);
-      entry["dtype"] = t.dtype;
-      entry["shape"] = py::tuple(py::cast(t.shape));
-      py::list coders;
-      for (const arc_v3::container::Piece& p : t.pieces) {
-        coders.append(arc_v3::container::CoderName(p.coder));
-      }
-      // A grouped tensor is coded whole inside its group's one arc_v3 payload.
-      if (t.grouped()) coders.append(arc_v3::container::CoderName(arc_v3::container::Coder::kArcV3));
-      entry["coders"] = coders;
-      entry["group"] = t.grouped() ? py::object(py::int_(t.group)) : py::object(py::none());
-      tensors.append(entry);
-    }
+  for (const arc_v3::DeltaTensorInfo& t : info.tensors) {
+    py::dict entry;
+    entry["name"] = t.name;
+    entry["kind"] = t.kind;
+    entry["dtype"] = t.dtype;
+    entry["shape"] = py::tuple(py::cast(t.shape));
+    entry["coders"] = py::cast(t.coders);
+    entry["group"] = t.group >= 0 ? py::object(py::int_(t.group)) : py::object(py::none());
+    tensors.append(entry);
   }
   py::dict result;
-  result["layout"] = m.directory ? "directory" : "file";
-  result["container_version"] = reader.version();
-  result["removed_tensors"] = py::cast(m.removed_tensors);
+  result["layout"] = info.directory ? "directory" : "file";
+  result["container_version"] = info.container_version;
+  result["removed_tensors"] = py::cast(info.removed_tensors);
   result["tensors"] = tensors;
   return result;
 }
@@ -487,7 +457,7 @@ HeldBuffers ReadTensors(const py::list& items) {
     n.shape = t[2].cast<std::vector<uint64_t>>();
     n.data = held.infos.back().ptr;
     uint64_t bytes = static_cast<uint64_t>(held.infos.back().size * held.infos.back().itemsize);
-    uint64_t expected = arc_v3::safetensors::DTypeSize(n.dtype);
+    uint64_t expected = arc_v3::DtypeSize(n.dtype);
     for (uint64_t d : n.shape) expected *= d;
     if (bytes != expected) {
       throw py::value_error("tensor '" + n.name + "': " + std::to_string(bytes) + " bytes, its dtype and shape need " +
@@ -505,35 +475,19 @@ arc_v3::StoreSettings Settings(int retries, int connections) {
   return s;
 }
 
-std::vector<arc_v3::container::TensorView> Views(const HeldBuffers& held) {
-  std::vector<arc_v3::container::TensorView> views;
-  for (const arc_v3::NamedTensor& t : held.tensors) {
-    arc_v3::container::TensorView v;
-    v.name = t.name;
-    v.dtype = t.dtype;
-    v.shape = t.shape;
-    v.data = static_cast<const uint8_t*>(t.data);
-    views.push_back(std::move(v));
-  }
-  return views;
-}
-
 // The container of `next` against `prev` (lists of (name, dtype, shape, buffer)): what
 // `arc_v3 diff` writes for them saved as single safetensors files, built in memory.
 py::bytes DictsDiff(const py::list& prev, const py::list& next, int format, int effort, int threads) {
   const HeldBuffers p = ReadTensors(prev), n = ReadTensors(next);
-  arc_v3::container::Checkpoint base, target;
-  arc_v3::Status status = arc_v3::container::Checkpoint::FromMemory("prev_state_dict", Views(p), &base);
-  if (status.ok()) status = arc_v3::container::Checkpoint::FromMemory("model.safetensors", Views(n), &target);
-  if (!status.ok()) throw CodecError{status};
-  arc_v3::container::RunOptions options;
+  arc_v3::StateDictOptions options;
   options.format = static_cast<arc_v3::Format>(format);
   options.effort = effort;
   options.threads = threads;
   std::vector<uint8_t> delta;
+  arc_v3::Status status;
   {
     py::gil_scoped_release release;
-    status = arc_v3::container::Diff(base, target, options, &delta, nullptr);
+    status = arc_v3::StateDictDiff(p.tensors, n.tensors, options, &delta);
   }
   if (!status.ok()) throw CodecError{status};
   return py::bytes(reinterpret_cast<const char*>(delta.data()), delta.size());
@@ -546,63 +500,37 @@ py::bytes DictsDiff(const py::list& prev, const py::list& next, int format, int 
 py::list DictsApply(const py::list& prev, const py::buffer& delta, const py::object& allocate, int threads) {
   const HeldBuffers p = ReadTensors(prev);
   const py::buffer_info d = delta.request();
-  const auto* bytes = static_cast<const uint8_t*>(d.ptr);
-  arc_v3::container::Reader reader;
-  arc_v3::Status status = arc_v3::container::Reader::Open(
-      std::make_unique<arc_v3::container::MemorySource>(std::vector<uint8_t>(bytes, bytes + d.size * d.itemsize)),
-      &reader);
-  if (!status.ok()) throw CodecError{status};
-  const arc_v3::container::Manifest& m = reader.manifest();
-  if (m.directory || m.files.size() != 1) {
-    throw CodecError{arc_v3::Status(arc_v3::ErrorCode::kInvalidArgument,
-                                    "a delta of a sharded checkpoint directory, not of one state dict")};
-  }
-  arc_v3::container::HeldTensors held;
-  for (const arc_v3::NamedTensor& t : p.tensors) {
-    arc_v3::container::HeldTensor h;
-    h.dtype = t.dtype;
-    h.shape = t.shape;
-    h.row_begin = 0;
-    h.row_end = t.shape.empty() ? 1 : t.shape[0];
-    h.data = static_cast<uint8_t*>(const_cast<void*>(t.data));  // read only: nothing is applied in place
-    held[t.name] = h;
-  }
-  arc_v3::container::TensorApply apply;
-  apply.set_base_name("prev_state_dict");
-  const auto all = [](const arc_v3::container::TensorEntry& t) { return std::make_pair(uint64_t{0}, t.rows()); };
-  const auto fresh = [&](const arc_v3::container::TensorEntry& t, uint64_t, uint64_t,
-                         arc_v3::container::HeldTensor* h) {
-    py::object buffer = allocate(t.name, t.dtype, t.shape);
-    const py::buffer_info info = py::reinterpret_borrow<py::buffer>(buffer).request(true);
-    if (static_cast<uint64_t>(info.size * info.itemsize) != t.bytes()) {
-      return arc_v3::Status(arc_v3::ErrorCode::kInternal, "allocate('" + t.name + "') gave the wrong size");
+  py::list buffers;  // what allocate gave, alive until the apply is over
+  std::unique_ptr<py::error_already_set> raised;  // allocate's exception, raised again below
+  const arc_v3::TensorAllocator fresh = [&](const std::string& name, const std::string& dtype,
+                                            const std::vector<uint64_t>& shape, uint64_t bytes,
+                                            void** data) {
+    py::gil_scoped_acquire gil;
+    try {
+      py::object buffer = allocate(name, dtype, shape);
+      const py::buffer_info info = py::reinterpret_borrow<py::buffer>(buffer).request(true);
+      if (static_cast<uint64_t>(info.size * info.itemsize) != bytes) {
+        return arc_v3::Status(arc_v3::ErrorCode::kInternal, "allocate('" + name + "') gave the wrong size");
+      }
+      buffers.append(buffer);
+      *data = info.ptr;
+      return arc_v3::Status::Ok();
+    } catch (py::error_already_set& e) {
+      raised = std::make_unique<py::error_already_set>(std::move(e));
+      return arc_v3::Status(arc_v3::ErrorCode::kInternal, "allocate('" + name + "') raised");
     }
-    h->data = static_cast<uint8_t*>(info.ptr);
-    h->owner = std::shared_ptr<void>(new py::object(buffer), [](void* o) {
-      py::gil_scoped_acquire gil;
-      delete static_cast<py::object*>(o);
-    });
-    return arc_v3::Status::Ok();
   };
-  status = apply.Plan(&reader, 0, held, all, fresh, /*in_place=*/false);
-  if (!status.ok()) throw CodecError{status};
+  std::vector<arc_v3::NamedTensor> rebuilt;
+  arc_v3::Status status;
   {
     py::gil_scoped_release release;
-    // The target's header and fills are not tensors, but their bytes are checked too.
-    const arc_v3::container::FileEntry& f = m.files[0];
-    for (const arc_v3::container::Piece* piece : {&f.header, &f.fill}) {
-      if (!status.ok() || (piece == &f.fill && f.fills.empty())) continue;
-      std::vector<uint8_t> scratch, out(piece->row_end);
-      const uint8_t* stored = nullptr;
-      status = reader.ReadPiece(*piece, &scratch, &stored);
-      if (status.ok()) status = arc_v3::container::DecodePiece(*piece, stored, nullptr, piece->row_end, 1, out.data());
-    }
-    if (status.ok()) status = apply.Decode(threads);
-    if (status.ok()) apply.Commit(&held);
+    status = arc_v3::StateDictApply(p.tensors, static_cast<const uint8_t*>(d.ptr),
+                                    static_cast<size_t>(d.size * d.itemsize), fresh, threads, &rebuilt);
   }
+  if (raised) throw *raised;
   if (!status.ok()) throw CodecError{status};
   py::list out;
-  for (const arc_v3::container::TensorEntry& t : m.files[0].tensors) out.append(py::make_tuple(t.name, t.dtype, t.shape));
+  for (const arc_v3::NamedTensor& t : rebuilt) out.append(py::make_tuple(t.name, t.dtype, t.shape));
   return out;
 }
 
@@ -868,9 +796,9 @@ PYBIND11_MODULE(_arc_v3, m) {
   // Codec constants, so that Python never hard-codes a number the C++ side owns.
   m.attr("FORMAT_DEFAULT") = static_cast<int>(arc_v3::Format::kDefault);
   m.attr("FORMAT_ARC_V3") = static_cast<int>(arc_v3::Format::kArcV3);
-  m.attr("CONTAINER_EFFORT") = arc_v3::container::RunOptions().effort;
+  m.attr("CONTAINER_EFFORT") = arc_v3::StateDictOptions().effort;
   m.attr("CONTAINER_MAGIC") = py::bytes(
-      reinterpret_cast<const char*>(arc_v3::container::kMagic), sizeof(arc_v3::container::kMagic));
+      arc_v3::kDeltaMagic, sizeof(arc_v3::kDeltaMagic));
   py::dict names;
   for (int c = 0; c < static_cast<int>(arc_v3::ErrorCode::kMaxCode); ++c) {
     names[py::int_(c)] = arc_v3::ErrorName(static_cast<arc_v3::ErrorCode>(c));

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <map>
 
+#include "src/common/status_macros.h"
 #include "src/sync/route.h"
 #include "src/sync/signing.h"
 #include "src/sync/sync.h"
@@ -24,13 +25,10 @@ namespace {
 Status VerifyStep(Store* store, const Trust& trust, uint64_t step, std::string* keyid) {
   StepManifest m;
   std::vector<uint8_t> bytes;
-  Status s = ReadRoot(store, step, &m, &bytes);
-  if (!s.ok()) return s;
-  s = VerifySigned(m.signatures, trust.keys, store->url() + "/" + RootKey(step), keyid);
-  if (!s.ok()) return s;
+  ARC_V3_RETURN_IF_ERROR(ReadRoot(store, step, &m, &bytes));
+  ARC_V3_RETURN_IF_ERROR(VerifySigned(m.signatures, trust.keys, store->url() + "/" + RootKey(step), keyid));
   ReadCost cost;
-  s = LoadShards(store, &m, nullptr, nullptr, &cost, /*trusting=*/true);
-  if (!s.ok()) return s;
+  ARC_V3_RETURN_IF_ERROR(LoadShards(store, &m, nullptr, nullptr, &cost, /*trusting=*/true));
   for (const ShardRecord& r : m.shards) {
     for (const ObjectRef* ref : {&r.delta, &r.anchor}) {
       if (ref->present() && (ref->sha256.empty() || ref->head_sha256.empty() || ref->sums_sha256.empty())) {
@@ -42,7 +40,7 @@ Status VerifyStep(Store* store, const Trust& trust, uint64_t step, std::string* 
   if (m.base_step != kNoStep) {
     StepManifest base;
     std::vector<uint8_t> base_bytes;
-    s = ReadRoot(store, m.base_step, &base, &base_bytes);
+    const Status s = ReadRoot(store, m.base_step, &base, &base_bytes);
     if (s.ok() && DigestHex(Sha256(base_bytes.data(), base_bytes.size())) != m.base_root_sha256) {
       return Status(ErrorCode::kUntrusted, store->url() + "/" + RootKey(step) + " names another root of step " +
                                                std::to_string(m.base_step) + " than the store holds");
@@ -57,12 +55,10 @@ Status VerifyStep(Store* store, const Trust& trust, uint64_t step, std::string* 
 Status VerifySteps(Store* store, const std::vector<std::string>& trust_files, std::vector<StepVerdict>* verdicts) {
   verdicts->clear();
   Trust trust;
-  Status s = LoadTrust(trust_files, &trust);
-  if (!s.ok()) return s;
+  ARC_V3_RETURN_IF_ERROR(LoadTrust(trust_files, &trust));
   if (!trust.on()) return Status(ErrorCode::kInvalidArgument, "verifying needs a trusted public key (--trust)");
   std::vector<ObjectInfo> roots;
-  s = store->List("steps/", &roots);
-  if (!s.ok()) return s;
+  ARC_V3_RETURN_IF_ERROR(store->List("steps/", &roots));
   for (const ObjectInfo& o : roots) {
     const uint64_t step = StepOfKey(o.key);
     if (step == kNoStep || o.key != RootKey(step)) continue;
@@ -83,8 +79,7 @@ Status ListSteps(Store* store, std::vector<StepListing>* steps, bool load_record
   // Roots, group indexes, records and objects (layouts are shared by steps: not listed).
   for (const char* prefix : {"steps/", "groups/", "r/", "o/"}) {
     std::vector<ObjectInfo> objects;
-    Status s = store->List(prefix, &objects);
-    if (!s.ok()) return s;
+    ARC_V3_RETURN_IF_ERROR(store->List(prefix, &objects));
     for (ObjectInfo& o : objects) {
       const uint64_t step = StepOfKey(o.key);
       if (step == kNoStep) continue;
@@ -115,8 +110,7 @@ Status Prune(Store* store, uint32_t keep_anchors, bool dry_run, PruneReport* rep
   *report = PruneReport();
   if (keep_anchors == 0) return Status(ErrorCode::kInvalidArgument, "--keep-anchors must be at least 1");
   std::vector<StepListing> steps;
-  Status s = ListSteps(store, &steps, false);
-  if (!s.ok()) return s;
+  ARC_V3_RETURN_IF_ERROR(ListSteps(store, &steps, false));
   std::vector<uint64_t> anchors;  // committed anchor steps, newest first
   for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
     if (it->committed && it->manifest.anchor()) anchors.push_back(it->step);
@@ -151,14 +145,12 @@ Status Prune(Store* store, uint32_t keep_anchors, bool dry_run, PruneReport* rep
   // Roots first: a step disappears before any of its pieces do.
   for (const StepListing* l : doomed) {
     if (!l->committed) continue;
-    s = store->Delete(RootKey(l->step));
-    if (!s.ok()) return s;
+    ARC_V3_RETURN_IF_ERROR(store->Delete(RootKey(l->step)));
   }
   for (const StepListing* l : doomed) {
     for (const ObjectInfo& o : l->objects) {
       if (o.key == RootKey(l->step)) continue;
-      s = store->Delete(o.key);
-      if (!s.ok()) return s;
+      ARC_V3_RETURN_IF_ERROR(store->Delete(o.key));
     }
   }
   return Status::Ok();

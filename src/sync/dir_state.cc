@@ -15,6 +15,7 @@
 
 #include "src/checkpoint/checkpoint_delta.h"
 #include "src/checkpoint/safetensors.h"
+#include "src/common/status_macros.h"
 
 namespace arc_v3 {
 namespace sync {
@@ -227,8 +228,7 @@ Status RecordFile(const std::string& dir, const std::string& path, FileRecord* r
   struct stat st;
   if (stat(full.c_str(), &st) != 0) return Errno(full + ": cannot stat");
   safetensors::File file;
-  Status s = safetensors::File::Open(full, &file);
-  if (!s.ok()) return s;
+  ARC_V3_RETURN_IF_ERROR(safetensors::File::Open(full, &file));
   record->path = path;
   record->size = static_cast<uint64_t>(st.st_size);
   record->mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
@@ -286,13 +286,12 @@ Status RunJournal(const std::string& dir, const Journal& j,
     if (after_move) after_move(i + 1);
   }
   for (const std::string& r : j.removes) fs::remove(Relative(dir, r), ec);
-  Status s = SyncDir(dir);
-  if (s.ok()) s = SyncDir((fs::path(dir) / kStateDir).string());
-  if (s.ok() && fs::is_directory(fs::path(dir) / kStateDir / "rows", ec)) {
-    s = SyncDir((fs::path(dir) / kStateDir / "rows").string());
+  ARC_V3_RETURN_IF_ERROR(SyncDir(dir));
+  ARC_V3_RETURN_IF_ERROR(SyncDir((fs::path(dir) / kStateDir).string()));
+  if (fs::is_directory(fs::path(dir) / kStateDir / "rows", ec)) {
+    ARC_V3_RETURN_IF_ERROR(SyncDir((fs::path(dir) / kStateDir / "rows").string()));
   }
-  if (s.ok()) s = WriteState(dir, j.state);
-  if (!s.ok()) return s;
+  ARC_V3_RETURN_IF_ERROR(WriteState(dir, j.state));
   fs::remove(StatePath(dir, kJournalFile), ec);
   fs::remove_all(fs::path(dir) / kStateDir / "stage", ec);  // what the journal moved out of
   return SyncDir((fs::path(dir) / kStateDir).string());
@@ -323,8 +322,7 @@ Status ParseJournal(const std::string& text, const std::string& where, Journal* 
 
 Status Commit(const std::string& dir, const Journal& journal,
               const std::function<void(size_t moved)>& after_move) {
-  Status s = WriteDurably(StatePath(dir, kJournalFile), JournalJson(journal));
-  if (!s.ok()) return s;
+  ARC_V3_RETURN_IF_ERROR(WriteDurably(StatePath(dir, kJournalFile), JournalJson(journal)));
   return RunJournal(dir, journal, after_move);
 }
 
@@ -340,8 +338,7 @@ Status RecoverJournal(const std::string& dir) {
   std::string text;
   if (!ReadText(StatePath(dir, kJournalFile), &text).ok()) return Status::Ok();
   Journal j;
-  const Status s = ParseJournal(text, StatePath(dir, kJournalFile), &j);
-  if (!s.ok()) return s;
+  ARC_V3_RETURN_IF_ERROR(ParseJournal(text, StatePath(dir, kJournalFile), &j));
   return RunJournal(dir, j, nullptr);
 }
 

@@ -5,6 +5,7 @@
 #include <thread>
 #include <vector>
 
+#include "src/common/status_macros.h"
 #include "src/sync/protocol.h"
 #include "src/sync/sync.h"
 
@@ -109,8 +110,7 @@ Status Follow(const std::string& store_url, const std::string& dir, const PullOp
   std::unique_ptr<Store> store;
   const auto open = [&](Store** out) {
     if (store == nullptr) {
-      const Status s = OpenStore(store_url, pull.store, &store);
-      if (!s.ok()) return s;
+      ARC_V3_RETURN_IF_ERROR(OpenStore(store_url, pull.store, &store));
     }
     *out = store.get();
     return Status::Ok();
@@ -119,8 +119,7 @@ Status Follow(const std::string& store_url, const std::string& dir, const PullOp
     PullOptions o = pull;
     o.step = step;
     PullReport report;
-    const Status s = Pull(from, dir, o, &report);
-    if (!s.ok()) return s;
+    ARC_V3_RETURN_IF_ERROR(Pull(from, dir, o, &report));
     event->step = report.to_step;
     event->lag_seconds = UnixSeconds() - report.published_at;
     *stop = on_event && !on_event(*event, &report);

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "src/common/parallel.h"
+#include "src/common/status_macros.h"
 #include "src/sync/s3_answers.h"
 #include "src/sync/store.h"
 
@@ -380,8 +381,7 @@ class CurlStore : public Store {
   const std::string& url() const override { return url_; }
 
   Status Head(const std::string& key, ObjectInfo* info) override {
-    Status s = Check(key);
-    if (!s.ok()) return s;
+    ARC_V3_RETURN_IF_ERROR(Check(key));
     Request q;
     q.method = "HEAD";
     q.url = Url(key);
@@ -389,8 +389,7 @@ class CurlStore : public Store {
     std::vector<uint8_t> none;
     q.out_vec = &none;
     q.max_size = 0;
-    s = client_.Perform(q, &r, Name(key));
-    if (!s.ok()) return s;
+    ARC_V3_RETURN_IF_ERROR(client_.Perform(q, &r, Name(key)));
     if (!Success(r.status)) return Fail(r, Name(key), "HEAD", ForbiddenIsMissing());
     if (r.headers.content_length == UINT64_MAX) {
       return Status(ErrorCode::kUnavailable, Name(key) + ": HEAD answered without a well-formed Content-Length");
@@ -401,8 +400,7 @@ class CurlStore : public Store {
 
   Status GetIfChanged(const std::string& key, const std::string& etag, uint64_t max_size,
                       std::vector<uint8_t>* data, ObjectInfo* info, bool* changed) override {
-    Status s = Check(key);
-    if (!s.ok()) return s;
+    ARC_V3_RETURN_IF_ERROR(Check(key));
     Request q;
     q.url = Url(key);
     if (!etag.empty()) q.headers.push_back("If-None-Match: " + etag);
@@ -410,8 +408,7 @@ class CurlStore : public Store {
     q.out_vec = &body;
     q.max_size = max_size;
     Response r;
-    s = client_.Perform(q, &r, Name(key));
-    if (!s.ok()) return s;
+    ARC_V3_RETURN_IF_ERROR(client_.Perform(q, &r, Name(key)));
     *changed = r.status != 304;
     if (!*changed) return Status::Ok();
     if (!Success(r.status)) return Fail(r, Name(key), "GET", ForbiddenIsMissing());
@@ -421,8 +418,7 @@ class CurlStore : public Store {
   }
 
   Status GetRange(const std::string& key, uint64_t offset, uint64_t size, uint8_t* out) override {
-    Status s = Check(key);
-    if (!s.ok()) return s;
+    ARC_V3_RETURN_IF_ERROR(Check(key));
     if (size == 0) return Status::Ok();
     Request q;
     q.url = Url(key);
@@ -432,8 +428,7 @@ class CurlStore : public Store {
     q.range = true;
     q.range_offset = offset;
     Response r;
-    s = client_.Perform(q, &r, Name(key));
-    if (!s.ok()) return s;
+    ARC_V3_RETURN_IF_ERROR(client_.Perform(q, &r, Name(key)));
     if (!Success(r.status)) return Fail(r, Name(key), "GET", ForbiddenIsMissing());
     if (r.received != size) {
       return Status(ErrorCode::kTruncated, Name(key) + ": ends before byte " + std::to_string(offset + size));
@@ -464,8 +459,7 @@ class S3Store : public CurlStore {
   bool listable() const override { return true; }
 
   Status Put(const std::string& key, const uint8_t* data, uint64_t size, PutMode mode) override {
-    Status s = Check(key);
-    if (!s.ok()) return s;
+    ARC_V3_RETURN_IF_ERROR(Check(key));
     Request q;
     q.method = "PUT";
     q.url = Url(key);
@@ -475,8 +469,7 @@ class S3Store : public CurlStore {
   }
 
   Status PutFile(const std::string& key, const std::string& path, PutMode mode) override {
-    Status s = Check(key);
-    if (!s.ok()) return s;
+    ARC_V3_RETURN_IF_ERROR(Check(key));
     const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return Status(ErrorCode::kInvalidArgument, path + ": cannot open: " + std::strerror(errno));
     struct stat st;
@@ -485,6 +478,7 @@ class S3Store : public CurlStore {
       return Status(ErrorCode::kInvalidArgument, path + ": cannot stat");
     }
     const uint64_t size = static_cast<uint64_t>(st.st_size);
+    Status s;
     if (size <= options_.part_bytes) {
       Request q;
       q.method = "PUT";
@@ -512,12 +506,11 @@ class S3Store : public CurlStore {
       q.out_vec = &body;
       q.max_size = 64u << 20;
       Response r;
-      Status s = client_.Perform(q, &r, url_);
-      if (!s.ok()) return s;
+      ARC_V3_RETURN_IF_ERROR(client_.Perform(q, &r, url_));
       if (!Success(r.status)) return Fail(r, url_ + " (listing '" + prefix + "')", "GET");
       ListingPage page;
-      s = ParseListing(reinterpret_cast<const char*>(body.data()), body.size(), prefix_, url_, &page);
-      if (!s.ok()) return s;
+      ARC_V3_RETURN_IF_ERROR(
+          ParseListing(reinterpret_cast<const char*>(body.data()), body.size(), prefix_, url_, &page));
       objects->insert(objects->end(), page.objects.begin(), page.objects.end());
       if (!page.truncated) break;
       token = page.next_token;
@@ -528,8 +521,7 @@ class S3Store : public CurlStore {
   }
 
   Status Delete(const std::string& key) override {
-    Status s = Check(key);
-    if (!s.ok()) return s;
+    ARC_V3_RETURN_IF_ERROR(Check(key));
     Request q;
     q.method = "DELETE";
     q.url = Url(key);
@@ -537,8 +529,7 @@ class S3Store : public CurlStore {
     q.out_vec = &none;
     q.max_size = 1u << 20;
     Response r;
-    s = client_.Perform(q, &r, Name(key));
-    if (!s.ok()) return s;
+    ARC_V3_RETURN_IF_ERROR(client_.Perform(q, &r, Name(key)));
     if (!Success(r.status) && r.status != 404) return Fail(r, Name(key), "DELETE");
     return Status::Ok();
   }
@@ -557,8 +548,7 @@ class S3Store : public CurlStore {
     q.out_vec = &answer;
     q.max_size = 1u << 20;
     Response r;
-    Status s = client_.Perform(q, &r, Name(key));
-    if (!s.ok()) return s;
+    ARC_V3_RETURN_IF_ERROR(client_.Perform(q, &r, Name(key)));
     if (!Success(r.status)) return Fail(r, Name(key), "PUT");
     return Status::Ok();
   }
@@ -575,8 +565,7 @@ class S3Store : public CurlStore {
     q.out_vec = &answer;
     q.max_size = 16u << 20;
     Response r;
-    Status s = client_.Perform(q, &r, Name(key));
-    if (!s.ok()) return s;
+    ARC_V3_RETURN_IF_ERROR(client_.Perform(q, &r, Name(key)));
     if (!Success(r.status)) return Fail(r, Name(key), method);
     // CompleteMultipartUpload may fail after a 200, with an Error document.
     const std::string detail = S3Error(std::string(answer.begin(), answer.end()));
@@ -593,10 +582,9 @@ class S3Store : public CurlStore {
       if (s.code() != ErrorCode::kNotFound) return s;
     }
     std::string initiated;
-    Status s = Call("POST", Url(key) + Query({{"uploads", ""}}), "", key, &initiated);
-    if (!s.ok()) return s;
+    ARC_V3_RETURN_IF_ERROR(Call("POST", Url(key) + Query({{"uploads", ""}}), "", key, &initiated));
     std::string upload_id;
-    s = ParseUploadId(initiated.data(), initiated.size(), Name(key), &upload_id);
+    Status s = ParseUploadId(initiated.data(), initiated.size(), Name(key), &upload_id);
     if (!s.ok()) return s;
     const uint64_t part = options_.part_bytes;
     const size_t parts = static_cast<size_t>((size + part - 1) / part);

@@ -12,6 +12,7 @@
 #include "src/checkpoint/container.h"
 #include "src/checkpoint/strict_json.h"
 #include "src/common/parallel.h"
+#include "src/common/status_macros.h"
 
 namespace arc_v3 {
 namespace sync {
@@ -160,8 +161,7 @@ Status ParseDocument(const std::vector<uint8_t>& bytes, const std::string& where
     const std::string text(bytes.begin(), bytes.end());
     if (LooksLikeEnvelope(text)) {
       auto envelope = std::make_shared<Envelope>();
-      Status s = ParseEnvelope(text, where, envelope.get());
-      if (!s.ok()) return s;
+      ARC_V3_RETURN_IF_ERROR(ParseEnvelope(text, where, envelope.get()));
       if (envelope->type != kSignedType) {
         return Status(ErrorCode::kCorruptHeader, where + " is an envelope of '" + envelope->type + "', not of " +
                                                      kSignedType);
@@ -630,8 +630,7 @@ Status ReadRoot(Store* store, uint64_t step, StepManifest* root, std::vector<uin
     }
     return s;
   }
-  s = ParseRoot(data, store->url() + "/" + key, root);
-  if (!s.ok()) return s;
+  ARC_V3_RETURN_IF_ERROR(ParseRoot(data, store->url() + "/" + key, root));
   if (root->step != step) {
     return Status(ErrorCode::kCorruptHeader, store->url() + "/" + key + " describes step " + std::to_string(root->step));
   }
@@ -639,158 +638,212 @@ Status ReadRoot(Store* store, uint64_t step, StepManifest* root, std::vector<uin
   return Status::Ok();
 }
 
-Status LoadShards(Store* store, StepManifest* m, const std::vector<bool>* want, LayoutCache* layouts,
-                  ReadCost* cost, bool trusting) {
-  const uint32_t groups = GroupCount(m->count);
-  const std::string root_url = store->url() + "/" + RootKey(m->step);
-  const auto wanted = [&](uint32_t k) { return want == nullptr || (k < want->size() && (*want)[k]); };
-  std::vector<bool> need_group(groups, false);
-  for (uint32_t k = 0; k < m->count; ++k) need_group[GroupOf(k)] = need_group[GroupOf(k)] || wanted(k);
-  std::mutex mutex;
-  Status first;
-  const auto fail = [&](const Status& s) {
-    std::lock_guard<std::mutex> lock(mutex);
-    if (!s.ok() && first.ok()) first = s;
-  };
-  const auto count_read = [&](uint64_t bytes) {
-    std::lock_guard<std::mutex> lock(mutex);
-    cost->requests += 1;
-    cost->bytes += bytes;
-  };
-  m->shards.assign(m->count, ShardRecord());
-  // Layouts (partial loads with a cache only): the file and tensor names of every shard.
-  if (want != nullptr && layouts != nullptr) {
+namespace {
+
+// The reads of one LoadShards, in parallel rounds: every read is counted in `cost`, and a
+// round's first error (in time) ends the load.
+class ShardLoader {
+ public:
+  ShardLoader(Store* store, StepManifest* m, ReadCost* cost, bool trusting)
+      : store_(store), m_(m), cost_(cost), trusting_(trusting), root_url_(store->url() + "/" + RootKey(m->step)) {}
+
+  // The layouts of the groups that `layouts` lacks (kept there), then each shard's file and
+  // tensor names from its group's layout.
+  Status ReadLayouts(LayoutCache* layouts) {
+    const uint32_t groups = GroupCount(m_->count);
     std::vector<uint32_t> missing;
     for (uint32_t g = 0; g < groups; ++g) {
-      if (layouts->count(m->groups[g].layout_xxh3) == 0) missing.push_back(g);
+      if (layouts->count(m_->groups[g].layout_xxh3) == 0) missing.push_back(g);
     }
     std::vector<Layout> read(missing.size());
-    Status thrown = TryParallelFor(missing.size(), WorkerCount(16, missing.size()), [&](size_t i, size_t) {
-      const StepManifest::Group& g = m->groups[missing[i]];
+    ARC_V3_RETURN_IF_ERROR(Round(missing.size(), [&](size_t i) {
+      const StepManifest::Group& g = m_->groups[missing[i]];
       const std::string key = LayoutKey(g.layout_xxh3);
       std::vector<uint8_t> bytes;
-      Status s = GetNamed(store, key, g.layout_xxh3, g.layout_size, g.layout_sha256, trusting, &bytes, root_url);
-      count_read(bytes.size());
-      if (s.ok()) s = ParseLayout(bytes, store->url() + "/" + key, &read[i]);
-      fail(s);
-    });
-    if (!thrown.ok()) return thrown;
-    if (!first.ok()) return first;
-    for (size_t i = 0; i < missing.size(); ++i) (*layouts)[m->groups[missing[i]].layout_xxh3] = std::move(read[i]);
+      Status s = Get(key, g.layout_xxh3, g.layout_size, g.layout_sha256, root_url_, &bytes);
+      if (s.ok()) s = ParseLayout(bytes, store_->url() + "/" + key, &read[i]);
+      return s;
+    }));
+    for (size_t i = 0; i < missing.size(); ++i) (*layouts)[m_->groups[missing[i]].layout_xxh3] = std::move(read[i]);
     for (uint32_t g = 0; g < groups; ++g) {
-      const Layout& layout = layouts->at(m->groups[g].layout_xxh3);
-      const uint32_t members = std::min(kFanIn, m->count - g * kFanIn);
+      const Layout& layout = layouts->at(m_->groups[g].layout_xxh3);
+      const uint32_t members = std::min(kFanIn, m_->count - g * kFanIn);
       if (layout.shards.size() != members) {
-        return Status(ErrorCode::kCorruptHeader, store->url() + "/" + LayoutKey(m->groups[g].layout_xxh3) +
+        return Status(ErrorCode::kCorruptHeader, store_->url() + "/" + LayoutKey(m_->groups[g].layout_xxh3) +
                                                      " lists " + std::to_string(layout.shards.size()) +
                                                      " shards, not group " + std::to_string(g) + "'s " +
                                                      std::to_string(members));
       }
       for (uint32_t i = 0; i < members; ++i) {
-        ShardRecord& r = m->shards[g * kFanIn + i];
-        r.step = m->step;
+        ShardRecord& r = m_->shards[g * kFanIn + i];
+        r.step = m_->step;
         r.shard = g * kFanIn + i;
-        r.count = m->count;
-        r.incarnation = m->incarnation;
+        r.count = m_->count;
+        r.incarnation = m_->incarnation;
         r.file = layout.shards[i].file;
         for (const std::string& name : layout.shards[i].tensors) r.tensors.push_back({name, 0});
         r.loaded = false;
       }
     }
+    return Status::Ok();
   }
+
+  // The indexes of the groups `need_group` marks, checked against the root.
+  Status ReadIndexes(const std::vector<bool>& need_group, std::vector<GroupIndex>* index) {
+    std::vector<uint32_t> read_groups;
+    for (uint32_t g = 0; g < need_group.size(); ++g) {
+      if (need_group[g]) read_groups.push_back(g);
+    }
+    return Round(read_groups.size(), [&](size_t i) {
+      const uint32_t g = read_groups[i];
+      const std::string key = GroupIndexKey(m_->step, m_->count, m_->incarnation, g);
+      const StepManifest::Group& named = m_->groups[g];
+      std::vector<uint8_t> bytes;
+      Status s = Get(key, named.xxh3, named.size, named.sha256, root_url_, &bytes);
+      if (s.ok()) s = ParseGroupIndex(bytes, store_->url() + "/" + key, &(*index)[g]);
+      if (s.ok()) s = CheckIndex(g, (*index)[g], store_->url() + "/" + key);
+      return s;
+    });
+  }
+
+  // The records of `shards`, checked against their group indexes (and layouts).
+  Status ReadRecords(const std::vector<uint32_t>& shards, const std::vector<GroupIndex>& index) {
+    return Round(shards.size(), [&](size_t i) {
+      const uint32_t k = shards[i];
+      const GroupIndex& group = index[GroupOf(k)];
+      const auto named = group.records[k % kFanIn];
+      const std::string key = ShardRecordKey(m_->step, k, m_->count, m_->incarnation);
+      const std::string where = store_->url() + "/" + key;
+      std::vector<uint8_t> bytes;
+      Status s = Get(key, named.first, named.second,
+                     group.record_sha256.empty() ? std::string() : group.record_sha256[k % kFanIn],
+                     store_->url() + "/" + GroupIndexKey(m_->step, m_->count, m_->incarnation, GroupOf(k)), &bytes);
+      ShardRecord r;
+      if (s.ok()) s = ParseRecord(bytes, where, &r);
+      if (s.ok()) s = CheckRecord(k, r, group, where);
+      if (s.ok()) m_->shards[k] = std::move(r);
+      return s;
+    });
+  }
+
+  const std::string& root_url() const { return root_url_; }
+
+ private:
+  // Runs read(i) for every i < n, 16 at a time: the first error one gives, or one throws.
+  template <class Read>
+  Status Round(size_t n, const Read& read) {
+    Status first;
+    const Status thrown = TryParallelFor(n, WorkerCount(16, n), [&](size_t i, size_t) {
+      const Status s = read(i);
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!s.ok() && first.ok()) first = s;
+    });
+    return thrown.ok() ? first : thrown;
+  }
+
+  // GetNamed, counted.
+  Status Get(const std::string& key, uint64_t xxh3, uint64_t size, const std::string& sha256,
+             const std::string& named_by, std::vector<uint8_t>* bytes) {
+    const Status s = GetNamed(store_, key, xxh3, size, sha256, trusting_, bytes, named_by);
+    std::lock_guard<std::mutex> lock(mutex_);
+    cost_->requests += 1;
+    cost_->bytes += bytes->size();
+    return s;
+  }
+
+  Status CheckIndex(uint32_t g, const GroupIndex& gi, const std::string& where) const {
+    const StepManifest& m = *m_;
+    if (gi.step != m.step || gi.count != m.count || gi.incarnation != m.incarnation || gi.group != g) {
+      return Status(ErrorCode::kCorruptHeader, where + " is not group " + std::to_string(g) + " of this step");
+    }
+    if (gi.layout_xxh3 != m.groups[g].layout_xxh3 || gi.layout_size != m.groups[g].layout_size ||
+        (!m.groups[g].layout_sha256.empty() && gi.layout_sha256 != m.groups[g].layout_sha256)) {
+      return Status(ErrorCode::kCorruptHeader, where + " names another layout than its root");
+    }
+    if (gi.base_step != kNoStep && gi.base_step != m.base_step && !gi.anchors) {
+      return Status(ErrorCode::kCorruptHeader, where + ".base_step differs from the step's");
+    }
+    if (m.anchor() && !gi.anchors) {
+      return Status(ErrorCode::kCorruptHeader, where + ": not every shard has an anchor in an anchor step");
+    }
+    return Status::Ok();
+  }
+
+  Status CheckRecord(uint32_t k, const ShardRecord& r, const GroupIndex& group, const std::string& where) const {
+    const StepManifest& m = *m_;
+    if (r.step != m.step || r.shard != k || r.count != m.count || r.incarnation != m.incarnation) {
+      return Status(ErrorCode::kCorruptHeader, where + " is not shard " + std::to_string(k) + " of this step");
+    }
+    if (r.delta.present() && !m.anchor() &&
+        (r.base_step != m.base_step || r.base_incarnation != group.base_incarnation)) {
+      return Status(ErrorCode::kCorruptHeader, where + ".base_step or base_incarnation differs from its group's");
+    }
+    if (!r.anchor.present() && m.anchor()) {
+      return Status(ErrorCode::kCorruptHeader, where + " has no anchor in an anchor step");
+    }
+    if (!m.shards[k].loaded) {  // read with its layout: they must agree
+      bool same = r.file == m.shards[k].file && r.tensors.size() == m.shards[k].tensors.size();
+      for (size_t t = 0; same && t < r.tensors.size(); ++t) same = r.tensors[t].name == m.shards[k].tensors[t].name;
+      if (!same) return Status(ErrorCode::kCorruptHeader, where + " is not the file its layout names");
+    }
+    return Status::Ok();
+  }
+
+  Store* store_;
+  StepManifest* m_;
+  ReadCost* cost_;
+  const bool trusting_;
+  const std::string root_url_;
+  std::mutex mutex_;
+};
+
+// The root's sizes and anchors must be its groups'.
+Status CheckGroupSums(const StepManifest& m, const std::vector<GroupIndex>& index, const std::string& root_url) {
+  uint64_t chain = 0, anchor = 0;
+  bool anchors = true;
+  for (const GroupIndex& g : index) {
+    chain += g.chain_bytes;
+    anchor += g.anchor_bytes;
+    anchors = anchors && g.anchors;
+  }
+  if (chain != m.chain_bytes || (anchors ? anchor : 0) != m.anchor_bytes || anchors != m.anchor()) {
+    return Status(ErrorCode::kCorruptHeader, root_url + ": its sizes or anchors are not its groups'");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status LoadShards(Store* store, StepManifest* m, const std::vector<bool>* want, LayoutCache* layouts,
+                  ReadCost* cost, bool trusting) {
+  const uint32_t groups = GroupCount(m->count);
+  const auto wanted = [&](uint32_t k) { return want == nullptr || (k < want->size() && (*want)[k]); };
+  std::vector<bool> need_group(groups, false);
+  for (uint32_t k = 0; k < m->count; ++k) need_group[GroupOf(k)] = need_group[GroupOf(k)] || wanted(k);
+  ShardLoader loader(store, m, cost, trusting);
+  m->shards.assign(m->count, ShardRecord());
+  // Layouts (partial loads with a cache only): the file and tensor names of every shard.
+  if (want != nullptr && layouts != nullptr) ARC_V3_RETURN_IF_ERROR(loader.ReadLayouts(layouts));
   // Group indexes, then the records they name.
   std::vector<GroupIndex> index(groups);
-  std::vector<uint32_t> read_groups;
-  for (uint32_t g = 0; g < groups; ++g) {
-    if (need_group[g]) read_groups.push_back(g);
-  }
-  Status thrown = TryParallelFor(read_groups.size(), WorkerCount(16, read_groups.size()), [&](size_t i, size_t) {
-    const uint32_t g = read_groups[i];
-    const std::string key = GroupIndexKey(m->step, m->count, m->incarnation, g);
-    const std::string where = store->url() + "/" + key;
-    std::vector<uint8_t> bytes;
-    Status s = GetNamed(store, key, m->groups[g].xxh3, m->groups[g].size, m->groups[g].sha256, trusting, &bytes,
-                        root_url);
-    count_read(bytes.size());
-    if (s.ok()) s = ParseGroupIndex(bytes, where, &index[g]);
-    if (s.ok()) {
-      const GroupIndex& gi = index[g];
-      if (gi.step != m->step || gi.count != m->count || gi.incarnation != m->incarnation || gi.group != g) {
-        s = Status(ErrorCode::kCorruptHeader, where + " is not group " + std::to_string(g) + " of this step");
-      } else if (gi.layout_xxh3 != m->groups[g].layout_xxh3 || gi.layout_size != m->groups[g].layout_size ||
-                 (!m->groups[g].layout_sha256.empty() && gi.layout_sha256 != m->groups[g].layout_sha256)) {
-        s = Status(ErrorCode::kCorruptHeader, where + " names another layout than its root");
-      } else if (gi.base_step != kNoStep && gi.base_step != m->base_step && !gi.anchors) {
-        s = Status(ErrorCode::kCorruptHeader, where + ".base_step differs from the step's");
-      } else if (m->anchor() && !gi.anchors) {
-        s = Status(ErrorCode::kCorruptHeader, where + ": not every shard has an anchor in an anchor step");
-      }
-    }
-    fail(s);
-  });
-  if (!thrown.ok()) return thrown;
-  if (!first.ok()) return first;
-  if (want == nullptr) {
-    uint64_t chain = 0, anchor = 0;
-    bool anchors = true;
-    for (const GroupIndex& g : index) {
-      chain += g.chain_bytes;
-      anchor += g.anchor_bytes;
-      anchors = anchors && g.anchors;
-    }
-    if (chain != m->chain_bytes || (anchors ? anchor : 0) != m->anchor_bytes || anchors != m->anchor()) {
-      return Status(ErrorCode::kCorruptHeader, root_url + ": its sizes or anchors are not its groups'");
-    }
-  }
+  ARC_V3_RETURN_IF_ERROR(loader.ReadIndexes(need_group, &index));
+  if (want == nullptr) ARC_V3_RETURN_IF_ERROR(CheckGroupSums(*m, index, loader.root_url()));
   std::vector<uint32_t> read_shards;
   for (uint32_t k = 0; k < m->count; ++k) {
     if (wanted(k)) read_shards.push_back(k);
   }
-  thrown = TryParallelFor(read_shards.size(), WorkerCount(16, read_shards.size()), [&](size_t i, size_t) {
-    const uint32_t k = read_shards[i];
-    const GroupIndex& group = index[GroupOf(k)];
-    const auto named = group.records[k % kFanIn];
-    const std::string key = ShardRecordKey(m->step, k, m->count, m->incarnation);
-    const std::string where = store->url() + "/" + key;
-    std::vector<uint8_t> bytes;
-    Status s = GetNamed(store, key, named.first, named.second,
-                        group.record_sha256.empty() ? std::string() : group.record_sha256[k % kFanIn], trusting,
-                        &bytes,
-                        store->url() + "/" + GroupIndexKey(m->step, m->count, m->incarnation, GroupOf(k)));
-    count_read(bytes.size());
-    ShardRecord r;
-    if (s.ok()) s = ParseRecord(bytes, where, &r);
-    if (s.ok()) {
-      if (r.step != m->step || r.shard != k || r.count != m->count || r.incarnation != m->incarnation) {
-        s = Status(ErrorCode::kCorruptHeader, where + " is not shard " + std::to_string(k) + " of this step");
-      } else if (r.delta.present() && !m->anchor() &&
-                 (r.base_step != m->base_step || r.base_incarnation != index[GroupOf(k)].base_incarnation)) {
-        s = Status(ErrorCode::kCorruptHeader, where + ".base_step or base_incarnation differs from its group's");
-      } else if (!r.anchor.present() && m->anchor()) {
-        s = Status(ErrorCode::kCorruptHeader, where + " has no anchor in an anchor step");
-      } else if (!m->shards[k].loaded) {  // read with its layout: they must agree
-        bool same = r.file == m->shards[k].file && r.tensors.size() == m->shards[k].tensors.size();
-        for (size_t t = 0; same && t < r.tensors.size(); ++t) same = r.tensors[t].name == m->shards[k].tensors[t].name;
-        if (!same) s = Status(ErrorCode::kCorruptHeader, where + " is not the file its layout names");
-      }
-    }
-    if (s.ok()) m->shards[k] = std::move(r);
-    fail(s);
-  });
-  if (!thrown.ok()) return thrown;
-  if (!first.ok()) return first;
+  ARC_V3_RETURN_IF_ERROR(loader.ReadRecords(read_shards, index));
   std::set<std::string> files;
   for (const ShardRecord& r : m->shards) {
     if (!r.file.empty() && !files.insert(r.file).second) {
-      return Status(ErrorCode::kCorruptHeader, root_url + ": two shards publish '" + r.file + "'");
+      return Status(ErrorCode::kCorruptHeader, loader.root_url() + ": two shards publish '" + r.file + "'");
     }
   }
   return Status::Ok();
 }
 
 Status ReadManifest(Store* store, uint64_t step, StepManifest* manifest, std::vector<uint8_t>* bytes) {
-  Status s = ReadRoot(store, step, manifest, bytes);
-  if (!s.ok()) return s;
+  ARC_V3_RETURN_IF_ERROR(ReadRoot(store, step, manifest, bytes));
   ReadCost cost;
   return LoadShards(store, manifest, nullptr, nullptr, &cost);
 }

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "src/common/parallel.h"
+#include "src/common/status_macros.h"
 #include "src/checkpoint/safetensors.h"
 #include "src/sync/sync.h"
 
@@ -75,13 +76,11 @@ struct Signer {
 Status LoadSigner(const std::string& sign_key, const std::vector<std::string>& trust, Signer* signer) {
   if (sign_key.empty()) return Status::Ok();
   signer->key = std::make_unique<SigningKey>();
-  Status s = SigningKey::Load(sign_key, signer->key.get());
-  if (!s.ok()) return s;
+  ARC_V3_RETURN_IF_ERROR(SigningKey::Load(sign_key, signer->key.get()));
   signer->trusted.push_back(signer->key->public_key());
   for (const std::string& path : trust) {
     PublicKey key;
-    s = PublicKey::Load(path, &key);
-    if (!s.ok()) return s;
+    ARC_V3_RETURN_IF_ERROR(PublicKey::Load(path, &key));
     signer->trusted.push_back(std::move(key));
   }
   return Status::Ok();
@@ -100,11 +99,10 @@ Status Describe(std::unique_ptr<container::ByteSource> source, uint64_t step, ui
                 const char* kind, bool digests, Built* built) {
   const uint8_t* all = nullptr;
   std::vector<uint8_t> scratch;
-  Status s = source->Read(0, source->size(), &scratch, &all);
-  if (!s.ok()) return s;
+  ARC_V3_RETURN_IF_ERROR(source->Read(0, source->size(), &scratch, &all));
   const uint64_t xxh3 = container::Hash(all, source->size());
   const uint64_t size = source->size();
-  s = Reader::Open(std::move(source), &built->reader);
+  Status s = Reader::Open(std::move(source), &built->reader);
   if (!s.ok()) return Status(s.code(), std::string(kind) + " container: " + s.message());
   if (built->reader.manifest().directory || built->reader.manifest().files.size() != 1) {
     return Status(ErrorCode::kInternal, std::string(kind) + " container: a shard's container holds one file");
@@ -229,8 +227,7 @@ Status Upload(Store* store, const Built& built) {
   if (s.code() != ErrorCode::kAlreadyExists) return s;
   // Named by its XXH3: an object already there is this one, unless it was cut short.
   ObjectInfo info;
-  s = store->Head(built.ref.key, &info);
-  if (!s.ok()) return s;
+  ARC_V3_RETURN_IF_ERROR(store->Head(built.ref.key, &info));
   if (info.size != built.ref.size) {
     return Status(ErrorCode::kAlreadyExists, store->url() + "/" + built.ref.key + " exists with " +
                                                  std::to_string(info.size) + " bytes, not " +
@@ -288,11 +285,9 @@ Status PutRecord(Store* store, const ShardRecord& record, const std::string& jso
   Status s = store->Put(key, reinterpret_cast<const uint8_t*>(json.data()), json.size(), PutMode::kCreateOnly);
   if (s.code() != ErrorCode::kAlreadyExists) return s;
   std::vector<uint8_t> bytes;
-  s = store->Get(key, kMaxDocumentBytes, &bytes, nullptr);
-  if (!s.ok()) return s;
+  ARC_V3_RETURN_IF_ERROR(store->Get(key, kMaxDocumentBytes, &bytes, nullptr));
   ShardRecord existing;
-  s = ParseRecord(bytes, store->url() + "/" + key, &existing);
-  if (!s.ok()) return s;
+  ARC_V3_RETURN_IF_ERROR(ParseRecord(bytes, store->url() + "/" + key, &existing));
   const std::string difference = FileDifference(existing, record);
   return difference.empty() ? Status::Ok() : Conflict(store, record, difference, false);
 }
@@ -304,8 +299,7 @@ Status CommittedRecord(Store* store, const StepManifest& root, uint32_t shard, S
   want[shard] = true;
   StepManifest m = root;
   ReadCost cost;
-  Status s = LoadShards(store, &m, &want, nullptr, &cost);
-  if (!s.ok()) return s;
+  ARC_V3_RETURN_IF_ERROR(LoadShards(store, &m, &want, nullptr, &cost));
   *record = std::move(m.shards[shard]);
   return Status::Ok();
 }
@@ -319,8 +313,8 @@ Status AdvanceLatest(Store* store, uint64_t step) {
     if (s.ok() && current >= step) return Status::Ok();
     if (!s.ok() && s.code() != ErrorCode::kNotFound && s.code() != ErrorCode::kCorruptHeader) return s;
     const std::string json = LatestJson(step);
-    s = store->Put(kLatestKey, reinterpret_cast<const uint8_t*>(json.data()), json.size(), PutMode::kOverwrite);
-    if (!s.ok()) return s;
+    ARC_V3_RETURN_IF_ERROR(
+        store->Put(kLatestKey, reinterpret_cast<const uint8_t*>(json.data()), json.size(), PutMode::kOverwrite));
   }
   return Status::Ok();
 }
@@ -340,26 +334,57 @@ std::string Waiting(const std::vector<uint32_t>& shards, uint32_t count) {
          std::to_string(count);
 }
 
+// The documents of a group's records or of a step's group indexes, by position, with the
+// XXH3, size and SHA-256 of their bytes.
+template <class Doc>
+struct Docs {
+  std::vector<Doc> docs;
+  std::vector<uint64_t> hashes, sizes;
+  std::vector<std::string> shas;
+};
+
+// Reads every document of `keys` at once: `missing` gets the positions of those not found;
+// the first other error (by position) is returned.
 template <class Doc, class Parse>
-Status GetAll(Store* store, const std::vector<std::string>& keys, const Parse& parse, std::vector<Doc>* docs,
-              std::vector<uint64_t>* hashes, std::vector<uint64_t>* sizes, std::vector<std::string>* shas,
-              std::vector<Status>* statuses) {
-  docs->assign(keys.size(), Doc());
-  hashes->assign(keys.size(), 0);
-  sizes->assign(keys.size(), 0);
-  shas->assign(keys.size(), std::string());
-  statuses->assign(keys.size(), Status::Ok());
-  return TryParallelFor(keys.size(), WorkerCount(16, keys.size()), [&](size_t i, size_t) {
+Status GetAll(Store* store, const std::vector<std::string>& keys, const Parse& parse, Docs<Doc>* docs,
+              std::vector<uint32_t>* missing) {
+  docs->docs.assign(keys.size(), Doc());
+  docs->hashes.assign(keys.size(), 0);
+  docs->sizes.assign(keys.size(), 0);
+  docs->shas.assign(keys.size(), std::string());
+  std::vector<Status> statuses(keys.size(), Status::Ok());
+  ARC_V3_RETURN_IF_ERROR(TryParallelFor(keys.size(), WorkerCount(16, keys.size()), [&](size_t i, size_t) {
     std::vector<uint8_t> bytes;
     Status s = store->Get(keys[i], kMaxDocumentBytes, &bytes, nullptr);
     if (s.ok()) {
-      (*hashes)[i] = container::Hash(bytes.data(), bytes.size());
-      (*sizes)[i] = bytes.size();
-      (*shas)[i] = DigestHex(Sha256(bytes.data(), bytes.size()));
-      s = parse(bytes, store->url() + "/" + keys[i], &(*docs)[i]);
+      docs->hashes[i] = container::Hash(bytes.data(), bytes.size());
+      docs->sizes[i] = bytes.size();
+      docs->shas[i] = DigestHex(Sha256(bytes.data(), bytes.size()));
+      s = parse(bytes, store->url() + "/" + keys[i], &docs->docs[i]);
     }
-    (*statuses)[i] = s;
-  });
+    statuses[i] = s;
+  }));
+  for (uint32_t i = 0; i < keys.size(); ++i) {
+    if (statuses[i].code() == ErrorCode::kNotFound) {
+      missing->push_back(i);
+    } else if (!statuses[i].ok()) {
+      return statuses[i];
+    }
+  }
+  return Status::Ok();
+}
+
+// The positions of `keys` that a listing of `prefix` lacks.
+Status ListMissing(Store* store, const std::string& prefix, const std::vector<std::string>& keys,
+                   std::vector<uint32_t>* missing) {
+  std::vector<ObjectInfo> listed;
+  ARC_V3_RETURN_IF_ERROR(store->List(prefix, &listed));
+  std::set<std::string> present;
+  for (const ObjectInfo& o : listed) present.insert(o.key);
+  for (uint32_t i = 0; i < keys.size(); ++i) {
+    if (present.count(keys[i]) == 0) missing->push_back(i);
+  }
+  return Status::Ok();
 }
 
 Status Superseded(Store* store, uint64_t step, const std::string& winner, const std::string& inc) {
@@ -389,6 +414,78 @@ Status Claim(Store* store, const std::string& key, bool* mine) {
   return Status::Ok();
 }
 
+// Whose turn it is to write `key` (a group index or a step root, written once): nobody's
+// where it is there already (kDone), another's where it holds `claim` (kOthers).
+enum class Turn { kDone, kOthers, kMine };
+Status TakeTurn(Store* store, const std::string& key, const std::string& claim, Turn* turn) {
+  ObjectInfo info;
+  const Status s = store->Head(key, &info);
+  *turn = Turn::kDone;
+  if (s.ok()) return Status::Ok();
+  if (s.code() != ErrorCode::kNotFound) return s;
+  bool mine = false;
+  ARC_V3_RETURN_IF_ERROR(Claim(store, claim, &mine));
+  *turn = mine ? Turn::kMine : Turn::kOthers;
+  return Status::Ok();
+}
+
+// The index of a group (`index` names it) from its members' records, and the layout of
+// their files (checked: each record is its shard's, of one base, signed under signing).
+Status IndexGroup(Store* store, const std::vector<std::string>& keys, const Docs<ShardRecord>& records,
+                  const Signer& signer, GroupIndex* index, Layout* layout) {
+  const uint32_t first = index->group * kFanIn;
+  index->anchors = true;
+  index->published_at = records.docs[0].published_at;
+  for (uint32_t i = 0; i < keys.size(); ++i) {
+    const ShardRecord& r = records.docs[i];
+    if (r.step != index->step || r.shard != first + i || r.count != index->count ||
+        r.incarnation != index->incarnation) {
+      return Status(ErrorCode::kCorruptHeader, store->url() + "/" + keys[i] + " is not shard " +
+                                                   std::to_string(first + i) + " of step " +
+                                                   std::to_string(index->step));
+    }
+    ARC_V3_RETURN_IF_ERROR(CheckSigned(signer, r.signatures, store->url() + "/" + keys[i]));
+    if (r.delta.present()) {
+      if (index->base_step != kNoStep &&
+          (index->base_step != r.base_step || index->base_incarnation != r.base_incarnation)) {
+        return Status(ErrorCode::kInvalidArgument,
+                      "the shards of step " + std::to_string(index->step) + " name different bases (step " +
+                          std::to_string(index->base_step) + " of incarnation " + index->base_incarnation +
+                          ", step " + std::to_string(r.base_step) + " of incarnation " + r.base_incarnation + ")");
+      }
+      index->base_step = r.base_step;
+      index->base_incarnation = r.base_incarnation;
+    }
+    index->anchors = index->anchors && r.anchor.present();
+    index->chain_bytes += r.delta.present() ? r.delta.size : r.anchor.size;
+    index->anchor_bytes += r.anchor.present() ? r.anchor.size : 0;
+    index->published_at = std::min(index->published_at, r.published_at);
+    index->records.emplace_back(records.hashes[i], records.sizes[i]);
+    index->record_sha256.push_back(records.shas[i]);
+    layout->shards.push_back({r.file, {}});
+    for (const TensorChecksum& t : r.tensors) layout->shards.back().tensors.push_back(t.name);
+  }
+  if (!index->anchors) index->anchor_bytes = 0;
+  return Status::Ok();
+}
+
+// Writes a group's layout (named by its XXH3: one already there is this one), then its
+// index at `key` (racing completers write the same bytes).
+Status WriteGroup(Store* store, const std::string& key, const Layout& layout, const Signer& signer,
+                  GroupIndex* index) {
+  const std::string layout_json = LayoutJson(layout);
+  index->layout_xxh3 = container::Hash(layout_json.data(), layout_json.size());
+  index->layout_size = layout_json.size();
+  index->layout_sha256 = DigestHex(Sha256(layout_json));
+  Status s = store->Put(LayoutKey(index->layout_xxh3), reinterpret_cast<const uint8_t*>(layout_json.data()),
+                        layout_json.size(), PutMode::kCreateOnly);
+  if (!s.ok() && s.code() != ErrorCode::kAlreadyExists) return s;
+  const std::string json = GroupIndexJson(*index, signer.get());
+  s = store->Put(key, reinterpret_cast<const uint8_t*>(json.data()), json.size(), PutMode::kCreateOnly);
+  if (!s.ok() && s.code() != ErrorCode::kAlreadyExists) return s;
+  return Status::Ok();
+}
+
 // Completes group `g` of a step: once every member's record of this incarnation is
 // listed, reads them and writes the group's layout and index. Racing completers write
 // the same bytes (the index holds nothing but what the records say), should a claim
@@ -399,49 +496,23 @@ Status CompleteGroup(Store* store, uint64_t step, uint32_t count, const std::str
   const uint32_t first = g * kFanIn, members = std::min(kFanIn, count - g * kFanIn);
   std::vector<std::string> keys;
   for (uint32_t i = 0; i < members; ++i) keys.push_back(ShardRecordKey(step, first + i, count, inc));
+  const std::string index_key = GroupIndexKey(step, count, inc, g);
   std::vector<uint32_t> missing;
   if (store->listable()) {
-    std::vector<ObjectInfo> listed;
-    Status s = store->List(GroupRecordPrefix(step, count, inc, g), &listed);
-    if (!s.ok()) return s;
-    std::set<std::string> present;
-    for (const ObjectInfo& o : listed) present.insert(o.key);
-    for (uint32_t i = 0; i < members; ++i) {
-      if (present.count(keys[i]) == 0) missing.push_back(first + i);
-    }
-    if (!missing.empty()) {
-      *pending = Waiting(missing, count);
-      return Status::Ok();
-    }
-    ObjectInfo info;
-    s = store->Head(GroupIndexKey(step, count, inc, g), &info);
-    if (s.ok()) {
-      *done = true;
-      return Status::Ok();
-    }
-    if (s.code() != ErrorCode::kNotFound) return s;
-    bool mine = false;
-    s = Claim(store, GroupIndexKey(step, count, inc, g) + ".claim", &mine);
-    if (!s.ok()) return s;
-    if (!mine) {
+    ARC_V3_RETURN_IF_ERROR(ListMissing(store, GroupRecordPrefix(step, count, inc, g), keys, &missing));
+    Turn turn = Turn::kMine;
+    if (missing.empty()) ARC_V3_RETURN_IF_ERROR(TakeTurn(store, index_key, index_key + ".claim", &turn));
+    *done = turn == Turn::kDone;
+    if (turn == Turn::kDone) return Status::Ok();
+    if (turn == Turn::kOthers) {
       *pending = "another shard of group " + std::to_string(g) + " is completing it";
       return Status::Ok();
     }
   }
-  std::vector<ShardRecord> records;
-  std::vector<uint64_t> hashes, sizes;
-  std::vector<std::string> shas;
-  std::vector<Status> statuses;
-  Status s = GetAll(store, keys, ParseRecord, &records, &hashes, &sizes, &shas, &statuses);
-  if (!s.ok()) return s;
-  for (uint32_t i = 0; i < members; ++i) {
-    if (statuses[i].code() == ErrorCode::kNotFound) {
-      missing.push_back(first + i);
-    } else if (!statuses[i].ok()) {
-      return statuses[i];
-    }
-  }
+  Docs<ShardRecord> records;
+  if (missing.empty()) ARC_V3_RETURN_IF_ERROR(GetAll(store, keys, ParseRecord, &records, &missing));
   if (!missing.empty()) {
+    for (uint32_t& i : missing) i += first;
     *pending = Waiting(missing, count);
     return Status::Ok();
   }
@@ -450,50 +521,9 @@ Status CompleteGroup(Store* store, uint64_t step, uint32_t count, const std::str
   index.count = count;
   index.incarnation = inc;
   index.group = g;
-  index.anchors = true;
-  index.published_at = records[0].published_at;
   Layout layout;
-  for (uint32_t i = 0; i < members; ++i) {
-    const ShardRecord& r = records[i];
-    if (r.step != step || r.shard != first + i || r.count != count || r.incarnation != inc) {
-      return Status(ErrorCode::kCorruptHeader, store->url() + "/" + keys[i] + " is not shard " +
-                                                   std::to_string(first + i) + " of step " + std::to_string(step));
-    }
-    s = CheckSigned(signer, r.signatures, store->url() + "/" + keys[i]);
-    if (!s.ok()) return s;
-    if (r.delta.present()) {
-      if (index.base_step != kNoStep &&
-          (index.base_step != r.base_step || index.base_incarnation != r.base_incarnation)) {
-        return Status(ErrorCode::kInvalidArgument,
-                      "the shards of step " + std::to_string(step) + " name different bases (step " +
-                          std::to_string(index.base_step) + " of incarnation " + index.base_incarnation + ", step " +
-                          std::to_string(r.base_step) + " of incarnation " + r.base_incarnation + ")");
-      }
-      index.base_step = r.base_step;
-      index.base_incarnation = r.base_incarnation;
-    }
-    index.anchors = index.anchors && r.anchor.present();
-    index.chain_bytes += r.delta.present() ? r.delta.size : r.anchor.size;
-    index.anchor_bytes += r.anchor.present() ? r.anchor.size : 0;
-    index.published_at = std::min(index.published_at, r.published_at);
-    index.records.emplace_back(hashes[i], sizes[i]);
-    index.record_sha256.push_back(shas[i]);
-    layout.shards.push_back({r.file, {}});
-    for (const TensorChecksum& t : r.tensors) layout.shards.back().tensors.push_back(t.name);
-  }
-  if (!index.anchors) index.anchor_bytes = 0;
-  const std::string layout_json = LayoutJson(layout);
-  index.layout_xxh3 = container::Hash(layout_json.data(), layout_json.size());
-  index.layout_size = layout_json.size();
-  index.layout_sha256 = DigestHex(Sha256(layout_json));
-  // Named by its XXH3: one already there is this one.
-  s = store->Put(LayoutKey(index.layout_xxh3), reinterpret_cast<const uint8_t*>(layout_json.data()),
-                 layout_json.size(), PutMode::kCreateOnly);
-  if (!s.ok() && s.code() != ErrorCode::kAlreadyExists) return s;
-  const std::string json = GroupIndexJson(index, signer.get());
-  s = store->Put(GroupIndexKey(step, count, inc, g), reinterpret_cast<const uint8_t*>(json.data()), json.size(),
-                 PutMode::kCreateOnly);
-  if (!s.ok() && s.code() != ErrorCode::kAlreadyExists) return s;
+  ARC_V3_RETURN_IF_ERROR(IndexGroup(store, keys, records, signer, &index, &layout));
+  ARC_V3_RETURN_IF_ERROR(WriteGroup(store, index_key, layout, signer, &index));
   *done = true;
   return Status::Ok();
 }
@@ -503,8 +533,7 @@ Status CompleteGroup(Store* store, uint64_t step, uint32_t count, const std::str
 Status Committed(Store* store, uint64_t step, const std::string& inc, const ShardRecord* ours,
                  CommitResult* result) {
   StepManifest winner;
-  Status s = ReadRoot(store, step, &winner, nullptr);
-  if (!s.ok()) return s;
+  ARC_V3_RETURN_IF_ERROR(ReadRoot(store, step, &winner, nullptr));
   if (ours != nullptr && winner.count != ours->count) {
     return Status(ErrorCode::kInvalidArgument, "step " + std::to_string(step) + " was committed with " +
                                                    std::to_string(winner.count) + " shards, not " +
@@ -512,12 +541,162 @@ Status Committed(Store* store, uint64_t step, const std::string& inc, const Shar
   }
   if (winner.incarnation != inc && ours != nullptr) {
     ShardRecord committed;
-    s = CommittedRecord(store, winner, ours->shard, &committed);
-    if (!s.ok()) return s;
+    ARC_V3_RETURN_IF_ERROR(CommittedRecord(store, winner, ours->shard, &committed));
     if (!FileDifference(committed, *ours).empty()) return Superseded(store, step, winner.incarnation, inc);
   }
   result->committed = true;
   return AdvanceLatest(store, step);
+}
+
+// A step root in the making: its manifest, and what its group indexes say of its base.
+struct Top {
+  StepManifest m;
+  std::string base_incarnation;
+  bool anchors = true;  // every shard has an anchor
+};
+
+// The step's manifest (`top->m` names it) from its group indexes (checked: each is its
+// group's, of one base, signed under signing).
+Status RootOf(Store* store, const std::vector<std::string>& keys, const Docs<GroupIndex>& index,
+              const Signer& signer, Top* top) {
+  StepManifest& m = top->m;
+  m.published_at = index.docs[0].published_at;
+  for (uint32_t g = 0; g < keys.size(); ++g) {
+    const GroupIndex& gi = index.docs[g];
+    if (gi.step != m.step || gi.count != m.count || gi.incarnation != m.incarnation || gi.group != g) {
+      return Status(ErrorCode::kCorruptHeader, store->url() + "/" + keys[g] + " is not group " + std::to_string(g) +
+                                                   " of step " + std::to_string(m.step));
+    }
+    ARC_V3_RETURN_IF_ERROR(CheckSigned(signer, gi.signatures, store->url() + "/" + keys[g]));
+    if (gi.base_step != kNoStep) {
+      if (m.base_step != kNoStep && (m.base_step != gi.base_step || top->base_incarnation != gi.base_incarnation)) {
+        return Status(ErrorCode::kInvalidArgument,
+                      "the shards of step " + std::to_string(m.step) + " name different bases (step " +
+                          std::to_string(m.base_step) + " of incarnation " + top->base_incarnation + ", step " +
+                          std::to_string(gi.base_step) + " of incarnation " + gi.base_incarnation + ")");
+      }
+      m.base_step = gi.base_step;
+      top->base_incarnation = gi.base_incarnation;
+    }
+    top->anchors = top->anchors && gi.anchors;
+    m.chain_bytes += gi.chain_bytes;
+    m.anchor_bytes += gi.anchor_bytes;
+    m.published_at = std::min(m.published_at, gi.published_at);
+    m.groups.push_back({index.hashes[g], index.sizes[g], gi.layout_xxh3, gi.layout_size, index.shas[g],
+                        gi.layout_sha256});
+  }
+  if (!top->anchors) m.anchor_bytes = 0;
+  m.anchor_step = m.step;
+  return Status::Ok();
+}
+
+Status CommitTop(Store* store, uint64_t step, uint32_t count, const std::string& inc, const ShardRecord* ours,
+                 int depth, const Signer& signer, CommitResult* result, bool* wrote);
+
+// Links the step to its base step's root. Its deltas need a committed base (committed
+// first here, from its groups, `depth` steps down; else `*pending` says why not); an
+// all-anchor step stands alone, linked to its base (and of its run) when that is committed
+// already, else starting a run.
+Status LinkBase(Store* store, int depth, const Signer& signer, Top* top, std::string* pending) {
+  StepManifest& m = top->m;
+  StepManifest base;
+  std::vector<uint8_t> base_bytes;
+  Status s = ReadRoot(store, m.base_step, &base, &base_bytes);
+  if (s.code() == ErrorCode::kNotFound && !top->anchors) {
+    CommitResult sub;
+    bool sub_wrote = false;
+    if (depth < 16) {
+      ARC_V3_RETURN_IF_ERROR(CommitTop(store, m.base_step, m.count, top->base_incarnation, nullptr, depth + 1, signer,
+                                       &sub, &sub_wrote));
+    } else {
+      sub.pending = "too many uncommitted steps before it";
+    }
+    if (!sub.committed) {
+      *pending = "its base step " + std::to_string(m.base_step) + " is not committed: " + sub.pending;
+      return Status::Ok();
+    }
+    s = ReadRoot(store, m.base_step, &base, &base_bytes);
+  }
+  if (s.code() == ErrorCode::kNotFound) {
+    m.base_step = kNoStep;  // an all-anchor step whose base is not committed starts a run
+    return Status::Ok();
+  }
+  ARC_V3_RETURN_IF_ERROR(s);
+  if (base.incarnation != top->base_incarnation) {
+    // The shards continue another start's base step than the one committed: that start
+    // was superseded, and none of its later steps commits (anchors or not).
+    return Status(ErrorCode::kChecksumMismatch,
+                  "step " + std::to_string(m.step) + "'s shards continue step " + std::to_string(m.base_step) +
+                      " of incarnation " + top->base_incarnation + ", but incarnation " + base.incarnation +
+                      " committed that step (incarnation " + top->base_incarnation +
+                      " was superseded): publish step " + std::to_string(m.step) +
+                      " as an anchor (leave out --prev) to go on from these files");
+  }
+  if (base.count != m.count) {
+    return Status(ErrorCode::kInvalidArgument, "step " + std::to_string(m.step) + " has " + std::to_string(m.count) +
+                                                   " shards, its base step " + std::to_string(m.base_step) + " " +
+                                                   std::to_string(base.count) +
+                                                   " (a new shard count starts with an anchor step)");
+  }
+  m.base_root_xxh3 = container::Hash(base_bytes.data(), base_bytes.size());
+  m.base_root_sha256 = DigestHex(Sha256(base_bytes.data(), base_bytes.size()));
+  m.run = base.run;
+  if (!top->anchors) m.anchor_step = base.anchor_step;
+  return Status::Ok();
+}
+
+// Writes the step's root create-only (`*wrote`: this call's root went in; else another
+// committer's did) and advances the latest pointer.
+Status WriteRoot(Store* store, const ShardRecord* ours, const Signer& signer, StepManifest* m, CommitResult* result,
+                 bool* wrote) {
+  const uint64_t step = m->step;
+  if (m->run == 0) {
+    // A new run: named by the step and the group indexes that started it.
+    std::vector<uint64_t> parts = {step};
+    for (const auto& g : m->groups) parts.push_back(g.xxh3);
+    m->run = container::CombineHashes(parts);
+    if (m->run == 0) m->run = 1;
+  }
+  // The store must be of this protocol version before a root goes in (a 1.x store is refused).
+  uint64_t latest = 0;
+  Status s = ReadLatest(store, &latest, nullptr);
+  if (!s.ok() && s.code() != ErrorCode::kNotFound && s.code() != ErrorCode::kCorruptHeader) return s;
+  m->committed_at = Now();
+  const std::string json = RootJson(*m, signer.get());
+  // Our own root must pass the rules every puller checks.
+  StepManifest check;
+  s = ParseRoot(std::vector<uint8_t>(json.begin(), json.end()), RootKey(step), &check);
+  if (!s.ok()) return Status(ErrorCode::kInvalidArgument, "cannot commit step " + std::to_string(step) + ": " + s.message());
+  s = store->Put(RootKey(step), reinterpret_cast<const uint8_t*>(json.data()), json.size(), PutMode::kCreateOnly);
+  if (!s.ok() && s.code() != ErrorCode::kAlreadyExists) return s;
+  *wrote = s.ok();
+  if (!*wrote) return Committed(store, step, m->incarnation, ours, result);  // another committer won
+  result->committed = true;
+  return AdvanceLatest(store, step);
+}
+
+// Committing a later step's base: finishes the `missing` groups whose every record is
+// there (a completer that died leaves a claim that goes stale); `missing` keeps the others.
+Status CompleteGroups(Store* store, uint64_t step, uint32_t count, const std::string& inc, const Signer& signer,
+                      std::vector<uint32_t>* missing) {
+  std::vector<uint32_t> still;
+  for (uint32_t g : *missing) {
+    bool done = false;
+    std::string why;
+    ARC_V3_RETURN_IF_ERROR(CompleteGroup(store, step, count, inc, g, &done, &why, signer));
+    if (!done) still.push_back(g);
+  }
+  *missing = std::move(still);
+  return Status::Ok();
+}
+
+// What a step waits for: the shards of its `missing` groups.
+std::string WaitingGroups(const std::vector<uint32_t>& missing, uint32_t count) {
+  std::vector<uint32_t> shards;
+  for (uint32_t g : missing) {
+    for (uint32_t k = g * kFanIn; k < std::min(count, g * kFanIn + kFanIn); ++k) shards.push_back(k);
+  }
+  return Waiting(shards, count);
 }
 
 // Commits `step` of this incarnation once every group index is listed: reads them, links
@@ -537,177 +716,40 @@ Status CommitTop(Store* store, uint64_t step, uint32_t count, const std::string&
       if (!key.empty() && !result.committed) store->Delete(key);
     }
   } release{store, claimed, *result};
-  const uint32_t groups = GroupCount(count);
   std::vector<std::string> keys;
-  for (uint32_t g = 0; g < groups; ++g) keys.push_back(GroupIndexKey(step, count, inc, g));
+  for (uint32_t g = 0; g < GroupCount(count); ++g) keys.push_back(GroupIndexKey(step, count, inc, g));
   std::vector<uint32_t> missing;
-  const auto waiting = [&]() {
-    std::vector<uint32_t> shards;
-    for (uint32_t g : missing) {
-      for (uint32_t k = g * kFanIn; k < std::min(count, g * kFanIn + kFanIn); ++k) shards.push_back(k);
-    }
-    result->pending = Waiting(shards, count);
-  };
   if (store->listable()) {
-    std::vector<ObjectInfo> listed;
-    Status s = store->List(GroupIndexPrefix(step, count, inc), &listed);
-    if (!s.ok()) return s;
-    std::set<std::string> present;
-    for (const ObjectInfo& o : listed) present.insert(o.key);
-    for (uint32_t g = 0; g < groups; ++g) {
-      if (present.count(keys[g]) == 0) missing.push_back(g);
-    }
+    ARC_V3_RETURN_IF_ERROR(ListMissing(store, GroupIndexPrefix(step, count, inc), keys, &missing));
     if (!missing.empty() && depth > 0) {
-      // Committing a later step's base: finish its groups whose every record is there (a
-      // completer that died leaves a claim that goes stale).
-      std::vector<uint32_t> still;
-      for (uint32_t g : missing) {
-        bool done = false;
-        std::string why;
-        s = CompleteGroup(store, step, count, inc, g, &done, &why, signer);
-        if (!s.ok()) return s;
-        if (!done) still.push_back(g);
-      }
-      missing = std::move(still);
+      ARC_V3_RETURN_IF_ERROR(CompleteGroups(store, step, count, inc, signer, &missing));
     }
-    if (!missing.empty()) {
-      waiting();
-      return Status::Ok();
-    }
-    ObjectInfo info;
-    s = store->Head(RootKey(step), &info);
-    if (s.ok()) return Committed(store, step, inc, ours, result);
-    if (s.code() != ErrorCode::kNotFound) return s;
-    bool mine = false;
-    s = Claim(store, GroupIndexPrefix(step, count, inc) + "root.claim", &mine);
-    if (!s.ok()) return s;
-    if (!mine) {
+    const std::string claim = GroupIndexPrefix(step, count, inc) + "root.claim";
+    Turn turn = Turn::kMine;
+    if (missing.empty()) ARC_V3_RETURN_IF_ERROR(TakeTurn(store, RootKey(step), claim, &turn));
+    if (turn == Turn::kDone) return Committed(store, step, inc, ours, result);
+    if (turn == Turn::kOthers) {
       result->pending = "another shard is committing the step";
       return Status::Ok();
     }
-    claimed = GroupIndexPrefix(step, count, inc) + "root.claim";
+    if (missing.empty()) claimed = claim;
   }
-  std::vector<GroupIndex> index;
-  std::vector<uint64_t> hashes, sizes;
-  std::vector<std::string> shas;
-  std::vector<Status> statuses;
-  Status s = GetAll(store, keys, ParseGroupIndex, &index, &hashes, &sizes, &shas, &statuses);
-  if (!s.ok()) return s;
-  for (uint32_t g = 0; g < groups; ++g) {
-    if (statuses[g].code() == ErrorCode::kNotFound) {
-      missing.push_back(g);
-    } else if (!statuses[g].ok()) {
-      return statuses[g];
-    }
-  }
+  Docs<GroupIndex> index;
+  if (missing.empty()) ARC_V3_RETURN_IF_ERROR(GetAll(store, keys, ParseGroupIndex, &index, &missing));
   if (!missing.empty()) {
-    waiting();
+    result->pending = WaitingGroups(missing, count);
     return Status::Ok();
   }
-  StepManifest m;
-  m.step = step;
-  m.count = count;
-  m.incarnation = inc;
-  m.published_at = index[0].published_at;
-  bool anchors = true;
-  std::string base_incarnation;
-  for (uint32_t g = 0; g < groups; ++g) {
-    const GroupIndex& gi = index[g];
-    if (gi.step != step || gi.count != count || gi.incarnation != inc || gi.group != g) {
-      return Status(ErrorCode::kCorruptHeader, store->url() + "/" + keys[g] + " is not group " + std::to_string(g) +
-                                                   " of step " + std::to_string(step));
-    }
-    s = CheckSigned(signer, gi.signatures, store->url() + "/" + keys[g]);
-    if (!s.ok()) return s;
-    if (gi.base_step != kNoStep) {
-      if (m.base_step != kNoStep && (m.base_step != gi.base_step || base_incarnation != gi.base_incarnation)) {
-        return Status(ErrorCode::kInvalidArgument,
-                      "the shards of step " + std::to_string(step) + " name different bases (step " +
-                          std::to_string(m.base_step) + " of incarnation " + base_incarnation + ", step " +
-                          std::to_string(gi.base_step) + " of incarnation " + gi.base_incarnation + ")");
-      }
-      m.base_step = gi.base_step;
-      base_incarnation = gi.base_incarnation;
-    }
-    anchors = anchors && gi.anchors;
-    m.chain_bytes += gi.chain_bytes;
-    m.anchor_bytes += gi.anchor_bytes;
-    m.published_at = std::min(m.published_at, gi.published_at);
-    m.groups.push_back({hashes[g], sizes[g], gi.layout_xxh3, gi.layout_size, shas[g], gi.layout_sha256});
+  Top top;
+  top.m.step = step;
+  top.m.count = count;
+  top.m.incarnation = inc;
+  ARC_V3_RETURN_IF_ERROR(RootOf(store, keys, index, signer, &top));
+  if (top.m.base_step != kNoStep) {
+    ARC_V3_RETURN_IF_ERROR(LinkBase(store, depth, signer, &top, &result->pending));
+    if (!result->pending.empty()) return Status::Ok();
   }
-  if (!anchors) m.anchor_bytes = 0;
-  m.anchor_step = step;
-  if (m.base_step != kNoStep) {
-    // Its deltas need a committed base; an all-anchor step stands alone, linked to its
-    // base (and of its run) when that is committed already.
-    StepManifest base;
-    std::vector<uint8_t> base_bytes;
-    s = ReadRoot(store, m.base_step, &base, &base_bytes);
-    if (s.code() == ErrorCode::kNotFound && !anchors) {
-      CommitResult sub;
-      bool sub_wrote = false;
-      if (depth < 16) {
-        s = CommitTop(store, m.base_step, count, base_incarnation, nullptr, depth + 1, signer, &sub, &sub_wrote);
-        if (!s.ok()) return s;
-      } else {
-        sub.pending = "too many uncommitted steps before it";
-      }
-      if (!sub.committed) {
-        result->pending = "its base step " + std::to_string(m.base_step) + " is not committed: " + sub.pending;
-        return Status::Ok();
-      }
-      s = ReadRoot(store, m.base_step, &base, &base_bytes);
-    }
-    if (s.ok() && base.incarnation != base_incarnation) {
-      // The shards continue another start's base step than the one committed: that start
-      // was superseded, and none of its later steps commits (anchors or not).
-      return Status(ErrorCode::kChecksumMismatch,
-                    "step " + std::to_string(step) + "'s shards continue step " + std::to_string(m.base_step) +
-                        " of incarnation " + base_incarnation + ", but incarnation " + base.incarnation +
-                        " committed that step (incarnation " + base_incarnation +
-                        " was superseded): publish step " + std::to_string(step) +
-                        " as an anchor (leave out --prev) to go on from these files");
-    }
-    if (s.ok()) {
-      if (base.count != count) {
-        return Status(ErrorCode::kInvalidArgument, "step " + std::to_string(step) + " has " + std::to_string(count) +
-                                                       " shards, its base step " + std::to_string(m.base_step) + " " +
-                                                       std::to_string(base.count) +
-                                                       " (a new shard count starts with an anchor step)");
-      }
-      m.base_root_xxh3 = container::Hash(base_bytes.data(), base_bytes.size());
-      m.base_root_sha256 = DigestHex(Sha256(base_bytes.data(), base_bytes.size()));
-      m.run = base.run;
-      if (!anchors) m.anchor_step = base.anchor_step;
-    } else if (s.code() != ErrorCode::kNotFound) {
-      return s;
-    } else {
-      m.base_step = kNoStep;  // an all-anchor step whose base is not committed starts a run
-    }
-  }
-  if (m.run == 0) {
-    // A new run: named by the step and the group indexes that started it.
-    std::vector<uint64_t> parts = {step};
-    for (const auto& g : m.groups) parts.push_back(g.xxh3);
-    m.run = container::CombineHashes(parts);
-    if (m.run == 0) m.run = 1;
-  }
-  // The store must be of this protocol version before a root goes in (a 1.x store is refused).
-  uint64_t latest = 0;
-  s = ReadLatest(store, &latest, nullptr);
-  if (!s.ok() && s.code() != ErrorCode::kNotFound && s.code() != ErrorCode::kCorruptHeader) return s;
-  m.committed_at = Now();
-  const std::string json = RootJson(m, signer.get());
-  // Our own root must pass the rules every puller checks.
-  StepManifest check;
-  s = ParseRoot(std::vector<uint8_t>(json.begin(), json.end()), RootKey(step), &check);
-  if (!s.ok()) return Status(ErrorCode::kInvalidArgument, "cannot commit step " + std::to_string(step) + ": " + s.message());
-  s = store->Put(RootKey(step), reinterpret_cast<const uint8_t*>(json.data()), json.size(), PutMode::kCreateOnly);
-  if (!s.ok() && s.code() != ErrorCode::kAlreadyExists) return s;
-  *wrote = s.ok();
-  if (!*wrote) return Committed(store, step, inc, ours, result);  // another committer won
-  result->committed = true;
-  return AdvanceLatest(store, step);
+  return WriteRoot(store, ours, signer, &top.m, result, wrote);
 }
 
 // The step of `ours` once its group is complete, then later steps that waited for it as
@@ -737,10 +779,9 @@ Status CommitStep(Store* store, uint64_t step, uint32_t count, const std::string
                   const std::string& sign_key) {
   *result = CommitResult();
   Signer signer;
-  Status s = LoadSigner(sign_key, {}, &signer);
-  if (!s.ok()) return s;
+  ARC_V3_RETURN_IF_ERROR(LoadSigner(sign_key, {}, &signer));
   StepManifest root;
-  s = ReadRoot(store, step, &root, nullptr);
+  Status s = ReadRoot(store, step, &root, nullptr);
   if (s.ok()) {
     if (root.count != count) {
       return Status(ErrorCode::kInvalidArgument, "step " + std::to_string(step) + " was committed with " +
@@ -759,11 +800,23 @@ Status CommitStep(Store* store, uint64_t step, uint32_t count, const std::string
   return CommitFrom(store, step, count, incarnation, nullptr, signer, result);
 }
 
-Status PublishCheckpoints(Store* store, const PublishOptions& o, const container::Checkpoint& prev,
-                          const container::Checkpoint& next, bool in_memory, PublishReport* report) {
-  const auto start = std::chrono::steady_clock::now();
-  *report = PublishReport();
-  if (!store->writable()) return Status(ErrorCode::kInvalidArgument, store->url() + " is read-only");
+namespace {
+
+// One publish in the making: the shard's record, its base's, and what goes up with it.
+struct Publication {
+  Signer signer;
+  ShardRecord r;
+  ShardRecord base;  // a delta's: the record of the base step's shard
+  WorkDir work;      // the containers' files (none in memory)
+  std::vector<Built> built;    // the delta's, then the anchor's
+  std::vector<uint8_t> index;  // the model.safetensors.index.json it carries
+  std::string record_json;
+};
+
+// The record of publishing `next` onto `prev` (none: an anchor) as `o` says, before its
+// containers are built.
+Status NewRecord(const PublishOptions& o, const container::Checkpoint& prev, const container::Checkpoint& next,
+                 ShardRecord* r) {
   if (o.count == 0 || o.count > kMaxShards || o.shard >= o.count) {
     return Status(ErrorCode::kInvalidArgument, "--shard K/COUNT needs 0 <= K < COUNT <= " + std::to_string(kMaxShards));
   }
@@ -778,172 +831,185 @@ Status PublishCheckpoints(Store* store, const PublishOptions& o, const container
       return Status(ErrorCode::kInvalidArgument, "the base step must come before step " + std::to_string(o.step));
     }
   }
-  ShardRecord r;
-  r.step = o.step;
-  r.base_step = base_step;
-  r.shard = o.shard;
-  r.count = o.count;
-  r.file = next.files()[0].name;
-  r.file_size = next.files()[0].size;
-  r.published_at = Now();
-  if (r.file.empty() || r.file[0] == '.' || r.file.size() > 255 || r.file.find('/') != std::string::npos) {
+  r->step = o.step;
+  r->base_step = base_step;
+  r->shard = o.shard;
+  r->count = o.count;
+  r->file = next.files()[0].name;
+  r->file_size = next.files()[0].size;
+  r->published_at = Now();
+  if (r->file.empty() || r->file[0] == '.' || r->file.size() > 255 || r->file.find('/') != std::string::npos) {
     return Status(ErrorCode::kInvalidArgument, next.path() + ": a published file's name must not start with '.' "
                                                    "and must have at most 255 bytes");
   }
-
   if (!ValidIncarnation(o.incarnation)) {
     return Status(ErrorCode::kInvalidArgument, "--incarnation needs 1 to 64 of [A-Za-z0-9._-]");
   }
-  r.incarnation = o.incarnation;
-  Signer signer;
-  Status loaded = LoadSigner(o.sign_key, o.trust, &signer);
-  if (!loaded.ok()) return loaded;
+  r->incarnation = o.incarnation;
+  return Status::Ok();
+}
 
-  // The base: the record of this shard this incarnation published for the base step
-  // (committed or not; a committer checks that the base it links is that incarnation's),
-  // else the record of the committed base step, whichever incarnation committed it.
-  ShardRecord base;
-  if (base_step != kNoStep) {
-    const std::string key = ShardRecordKey(base_step, o.shard, o.count, o.incarnation);
-    std::vector<uint8_t> bytes;
-    Status s = store->Get(key, kMaxDocumentBytes, &bytes, nullptr);
-    if (s.ok()) {
-      s = ParseRecord(bytes, store->url() + "/" + key, &base);
-    } else if (s.code() == ErrorCode::kNotFound) {
-      StepManifest base_root;
-      s = ReadRoot(store, base_step, &base_root, nullptr);
-      if (s.code() == ErrorCode::kNotFound) {
-        return Status(ErrorCode::kNotFound,
-                      "step " + std::to_string(base_step) + " is not committed in " + store->url() + " and shard " +
-                          std::to_string(o.shard) + " of " + std::to_string(o.count) + " (incarnation " +
-                          o.incarnation + ") never published it: publish an anchor (leave out --prev) or name a "
-                          "committed base with --base-step");
-      }
-      if (s.ok() && base_root.count != o.count) {
-        return Status(ErrorCode::kInvalidArgument, "step " + std::to_string(base_step) + " was committed with " +
-                                                       std::to_string(base_root.count) + " shards, not " +
-                                                       std::to_string(o.count) +
-                                                       " (a new shard count starts with an anchor: leave out --prev)");
-      }
-      if (s.ok()) s = CommittedRecord(store, base_root, o.shard, &base);
-    }
-    if (!s.ok()) return s;
-    r.base_incarnation = base.incarnation;
+// The base of a delta: the record of this shard this incarnation published for the base
+// step (committed or not; a committer checks that the base it links is that incarnation's),
+// else the record of the committed base step, whichever incarnation committed it.
+Status ReadBase(Store* store, const PublishOptions& o, uint64_t base_step, ShardRecord* base) {
+  const std::string key = ShardRecordKey(base_step, o.shard, o.count, o.incarnation);
+  std::vector<uint8_t> bytes;
+  Status s = store->Get(key, kMaxDocumentBytes, &bytes, nullptr);
+  if (s.ok()) return ParseRecord(bytes, store->url() + "/" + key, base);
+  if (s.code() != ErrorCode::kNotFound) return s;
+  StepManifest base_root;
+  s = ReadRoot(store, base_step, &base_root, nullptr);
+  if (s.code() == ErrorCode::kNotFound) {
+    return Status(ErrorCode::kNotFound,
+                  "step " + std::to_string(base_step) + " is not committed in " + store->url() + " and shard " +
+                      std::to_string(o.shard) + " of " + std::to_string(o.count) + " (incarnation " + o.incarnation +
+                      ") never published it: publish an anchor (leave out --prev) or name a committed base with "
+                      "--base-step");
   }
+  ARC_V3_RETURN_IF_ERROR(s);
+  if (base_root.count != o.count) {
+    return Status(ErrorCode::kInvalidArgument, "step " + std::to_string(base_step) + " was committed with " +
+                                                   std::to_string(base_root.count) + " shards, not " +
+                                                   std::to_string(o.count) +
+                                                   " (a new shard count starts with an anchor: leave out --prev)");
+  }
+  return CommittedRecord(store, base_root, o.shard, base);
+}
 
-  WorkDir work;
-  Status s = in_memory ? Status::Ok() : work.Create(o.work_dir);
-  if (!s.ok()) return s;
+// Builds the containers (the delta onto `prev`, if any; the anchor, when due), describes
+// them in the record, and checks them against `next` and the base; reads the index.
+Status Encode(const PublishOptions& o, const container::Checkpoint& prev, const container::Checkpoint& next,
+              bool in_memory, Publication* p, PublishReport* report) {
   container::RunOptions run = o.run;
   run.sync = false;  // scratch files, uploaded and deleted
   run.row_order = true;  // a region's row slice reads few ranges of each object
   const bool anchor = prev.empty() || (o.anchor_every > 0 && o.step % o.anchor_every == 0);
   const container::Checkpoint none;
-  std::vector<Built> built;
   for (const char* kind : {"delta", "anchor"}) {
     const bool delta = kind[0] == 'd';
     if (delta ? prev.empty() : !anchor) continue;
     const auto t = std::chrono::steady_clock::now();
     container::RunReport diff;
     std::unique_ptr<container::ByteSource> source;
-    built.emplace_back();
+    p->built.emplace_back();
+    Built& built = p->built.back();
+    Status s;
     if (in_memory) {
       std::vector<uint8_t> bytes;
       s = container::Diff(delta ? prev : none, next, run, &bytes, &diff);
       source = std::make_unique<container::MemorySource>(std::move(bytes));
     } else {
-      built.back().path = work.File(delta ? "delta.a3d" : "anchor.a3d");
-      s = container::Diff(delta ? prev : none, next, built.back().path, run, &diff);
+      built.path = p->work.File(delta ? "delta.a3d" : "anchor.a3d");
+      s = container::Diff(delta ? prev : none, next, built.path, run, &diff);
       std::unique_ptr<container::MappedFile> file;
-      if (s.ok()) s = container::MappedFile::Open(built.back().path, &file);
+      if (s.ok()) s = container::MappedFile::Open(built.path, &file);
       source = std::move(file);
     }
-    if (!s.ok()) return s;
+    ARC_V3_RETURN_IF_ERROR(s);
     report->encode_seconds += Since(t);
     const auto h = std::chrono::steady_clock::now();
-    s = Describe(std::move(source), o.step, o.shard, o.count, kind, signer.get() != nullptr, &built.back());
-    if (!s.ok()) return s;
+    ARC_V3_RETURN_IF_ERROR(
+        Describe(std::move(source), o.step, o.shard, o.count, kind, p->signer.get() != nullptr, &built));
     report->hash_seconds += Since(h);
-    (delta ? r.delta : r.anchor) = built.back().ref;
+    (delta ? p->r.delta : p->r.anchor) = built.ref;
   }
   const auto h = std::chrono::steady_clock::now();
-  s = ResultChecksums(built[0].reader, next, &r.tensors);
-  if (s.ok() && r.delta.present()) s = CheckBase(built[0].reader, base, prev.path());
-  if (!s.ok()) return s;
-  std::vector<uint8_t> index;
+  ARC_V3_RETURN_IF_ERROR(ResultChecksums(p->built[0].reader, next, &p->r.tensors));
+  if (p->r.delta.present()) ARC_V3_RETURN_IF_ERROR(CheckBase(p->built[0].reader, p->base, prev.path()));
   if (!o.no_index && !o.index.empty()) {
-    s = ReadIndex(o.index, &index);
-    if (!s.ok()) return s;
-    const uint64_t xxh3 = container::Hash(index.data(), index.size());
-    r.index.key = IndexKey(r.step, r.shard, r.count, xxh3);
-    r.index.size = index.size();
-    r.index.xxh3 = xxh3;
-    if (signer.get() != nullptr) r.index.sha256 = DigestHex(Sha256(index.data(), index.size()));
+    ARC_V3_RETURN_IF_ERROR(ReadIndex(o.index, &p->index));
+    const uint64_t xxh3 = container::Hash(p->index.data(), p->index.size());
+    p->r.index.key = IndexKey(p->r.step, p->r.shard, p->r.count, xxh3);
+    p->r.index.size = p->index.size();
+    p->r.index.xxh3 = xxh3;
+    if (p->signer.get() != nullptr) p->r.index.sha256 = DigestHex(Sha256(p->index.data(), p->index.size()));
   }
   report->hash_seconds += Since(h);
+  return Status::Ok();
+}
 
-  // What pullers will check, checked before anything is uploaded.
-  const std::string record_json = RecordJson(r, signer.get());
-  ShardRecord check;
-  s = ParseRecord(std::vector<uint8_t>(record_json.begin(), record_json.end()), "the record", &check);
-  if (!s.ok()) return Status(ErrorCode::kInvalidArgument, "cannot publish: " + s.message());
-  // Published before by this incarnation: the same contents make this a no-op, other
-  // contents a conflict, found before any upload. (Another incarnation's committed step is
-  // found when the root is written: see CommitTop.)
-  bool published = false;
+// Published before by this incarnation: the same contents make this a no-op (`published`,
+// keeping the record published first), other contents a conflict, found before any upload.
+// (Another incarnation's committed step is found when the root is written: see CommitTop.)
+Status FindPublished(Store* store, Publication* p, bool* published, PublishReport* report) {
+  ShardRecord& r = p->r;
   const std::string record_key = ShardRecordKey(r.step, r.shard, r.count, r.incarnation);
   std::vector<uint8_t> existing_bytes;
-  s = store->Get(record_key, kMaxDocumentBytes, &existing_bytes, nullptr);
-  if (s.ok()) {
-    ShardRecord existing;
-    s = ParseRecord(existing_bytes, store->url() + "/" + record_key, &existing);
-    if (!s.ok()) return s;
-    const std::string difference = FileDifference(existing, r);
-    if (!difference.empty()) return Conflict(store, r, difference, false);
-    // The same file again: a no-op that keeps what was published first.
-    published = true;
-    report->already_published = true;
-    if (existing.anchor.present() != r.anchor.present()) {
-      report->note = existing.anchor.present() ? "published first with an anchor, kept"
-                                               : "published first without an anchor, kept";
-    }
-    r = existing;
-  } else if (s.code() != ErrorCode::kNotFound) {
-    return s;
+  const Status s = store->Get(record_key, kMaxDocumentBytes, &existing_bytes, nullptr);
+  if (s.code() == ErrorCode::kNotFound) return Status::Ok();
+  ARC_V3_RETURN_IF_ERROR(s);
+  ShardRecord existing;
+  ARC_V3_RETURN_IF_ERROR(ParseRecord(existing_bytes, store->url() + "/" + record_key, &existing));
+  const std::string difference = FileDifference(existing, r);
+  if (!difference.empty()) return Conflict(store, r, difference, false);
+  // The same file again: a no-op that keeps what was published first.
+  *published = true;
+  report->already_published = true;
+  if (existing.anchor.present() != r.anchor.present()) {
+    report->note = existing.anchor.present() ? "published first with an anchor, kept"
+                                             : "published first without an anchor, kept";
   }
+  r = existing;
+  return Status::Ok();
+}
 
-  const auto u = std::chrono::steady_clock::now();
-  std::vector<Status> uploads(built.size());
-  if (!published) {
-    ParallelFor(built.size(), built.size(), [&](size_t i, size_t) { uploads[i] = Upload(store, built[i]); });
-    for (const Status& up : uploads) {
-      if (!up.ok()) return up;
-    }
-    for (const Built& b : built) {
-      report->uploaded_bytes += b.ref.size + b.sums.size();
-      report->uploaded_objects += b.sums.empty() ? 0 : 1;
-    }
-    if (r.index.present()) {  // named by its XXH3: one already there is this one
-      s = store->Put(r.index.key, index.data(), index.size(), PutMode::kCreateOnly);
-      if (!s.ok() && s.code() != ErrorCode::kAlreadyExists) return s;
-      report->uploaded_bytes += index.size();
-      ++report->uploaded_objects;
-    }
-    s = PutRecord(store, r, record_json);
-    if (!s.ok()) return s;
-    report->uploaded_bytes += record_json.size();
-    report->uploaded_objects += built.size() + 1;
+// Uploads the containers, then the index and the record.
+Status UploadAll(Store* store, const Publication& p, PublishReport* report) {
+  std::vector<Status> uploads(p.built.size());
+  ParallelFor(p.built.size(), p.built.size(), [&](size_t i, size_t) { uploads[i] = Upload(store, p.built[i]); });
+  for (const Status& up : uploads) ARC_V3_RETURN_IF_ERROR(up);
+  for (const Built& b : p.built) {
+    report->uploaded_bytes += b.ref.size + b.sums.size();
+    report->uploaded_objects += b.sums.empty() ? 0 : 1;
   }
+  if (p.r.index.present()) {  // named by its XXH3: one already there is this one
+    const Status s = store->Put(p.r.index.key, p.index.data(), p.index.size(), PutMode::kCreateOnly);
+    if (!s.ok() && s.code() != ErrorCode::kAlreadyExists) return s;
+    report->uploaded_bytes += p.index.size();
+    ++report->uploaded_objects;
+  }
+  ARC_V3_RETURN_IF_ERROR(PutRecord(store, p.r, p.record_json));
+  report->uploaded_bytes += p.record_json.size();
+  report->uploaded_objects += p.built.size() + 1;
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status PublishCheckpoints(Store* store, const PublishOptions& o, const container::Checkpoint& prev,
+                          const container::Checkpoint& next, bool in_memory, PublishReport* report) {
+  const auto start = std::chrono::steady_clock::now();
+  *report = PublishReport();
+  if (!store->writable()) return Status(ErrorCode::kInvalidArgument, store->url() + " is read-only");
+  Publication p;
+  ARC_V3_RETURN_IF_ERROR(NewRecord(o, prev, next, &p.r));
+  ARC_V3_RETURN_IF_ERROR(LoadSigner(o.sign_key, o.trust, &p.signer));
+  if (p.r.base_step != kNoStep) {
+    ARC_V3_RETURN_IF_ERROR(ReadBase(store, o, p.r.base_step, &p.base));
+    p.r.base_incarnation = p.base.incarnation;
+  }
+  if (!in_memory) ARC_V3_RETURN_IF_ERROR(p.work.Create(o.work_dir));
+  ARC_V3_RETURN_IF_ERROR(Encode(o, prev, next, in_memory, &p, report));
+
+  // What pullers will check, checked before anything is uploaded.
+  p.record_json = RecordJson(p.r, p.signer.get());
+  ShardRecord check;
+  const Status s = ParseRecord(std::vector<uint8_t>(p.record_json.begin(), p.record_json.end()), "the record", &check);
+  if (!s.ok()) return Status(ErrorCode::kInvalidArgument, "cannot publish: " + s.message());
+  bool published = false;
+  ARC_V3_RETURN_IF_ERROR(FindPublished(store, &p, &published, report));
+  const auto u = std::chrono::steady_clock::now();
+  if (!published) ARC_V3_RETURN_IF_ERROR(UploadAll(store, p, report));
   report->upload_seconds = Since(u);
 
   const auto c = std::chrono::steady_clock::now();
   CommitResult commit;
-  s = CommitFrom(store, r.step, r.count, r.incarnation, &r, signer, &commit);
-  if (!s.ok()) return s;
+  ARC_V3_RETURN_IF_ERROR(CommitFrom(store, p.r.step, p.r.count, p.r.incarnation, &p.r, p.signer, &commit));
   report->commit_seconds = Since(c);
   report->committed = commit.committed;
   report->pending = commit.pending;
-  report->record = std::move(r);
+  report->record = std::move(p.r);
   report->total_seconds = Since(start);
   return Status::Ok();
 }
@@ -958,9 +1024,8 @@ std::string DefaultIncarnation() {
 
 Status Publish(Store* store, const PublishOptions& o, PublishReport* report) {
   container::Checkpoint prev, next;
-  Status s = container::Checkpoint::Open(o.prev, &prev);
-  if (s.ok()) s = container::Checkpoint::Open(o.next, &next);
-  if (!s.ok()) return s;
+  ARC_V3_RETURN_IF_ERROR(container::Checkpoint::Open(o.prev, &prev));
+  ARC_V3_RETURN_IF_ERROR(container::Checkpoint::Open(o.next, &next));
   if (o.index.empty() && !o.no_index) {
     PublishOptions with_index = o;
     with_index.index = IndexBeside(o.next);

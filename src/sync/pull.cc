@@ -2,6 +2,7 @@
 // route, fetch what it needs, rebuild the files in a stage beside DIR, then commit them
 // all at once through a journal.
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -17,7 +18,9 @@
 #include <set>
 
 #include "src/common/parallel.h"
+#include "src/common/status_macros.h"
 #include "src/checkpoint/safetensors.h"
+#include "src/sync/apply_hop.h"
 #include "src/sync/dir_state.h"
 #include "src/sync/route.h"
 #include "src/sync/sync.h"
@@ -85,15 +88,20 @@ Status WriteAt(int fd, const uint8_t* data, uint64_t size, uint64_t offset, cons
   return Status::Ok();
 }
 
-// A new file of known size, written at offsets and synced on Close.
+// A new file of known size, written at offsets or through a mapping, synced on Close.
 class OutFile {
  public:
+  OutFile() = default;
+  OutFile(const OutFile&) = delete;
+  OutFile& operator=(const OutFile&) = delete;
   ~OutFile() {
+    if (map_ != nullptr) munmap(map_, size_);
     if (fd_ >= 0) close(fd_);
   }
   Status Create(const std::string& path, const std::vector<uint8_t>& header, uint64_t size) {
     path_ = path;
-    fd_ = open(path.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0644);
+    size_ = size;
+    fd_ = open(path.c_str(), O_CREAT | O_TRUNC | O_RDWR | O_CLOEXEC, 0644);
     if (fd_ < 0) return Status(ErrorCode::kInvalidArgument, path + ": cannot create: " + std::strerror(errno));
     if (ftruncate(fd_, static_cast<off_t>(size)) != 0) {
       return Status(ErrorCode::kInvalidArgument, path + ": cannot resize: " + std::strerror(errno));
@@ -101,7 +109,19 @@ class OutFile {
     return Write(header.data(), header.size(), 0);
   }
   Status Write(const uint8_t* data, uint64_t size, uint64_t offset) { return WriteAt(fd_, data, size, offset, path_); }
+  // Maps the whole file for writing (after Create).
+  Status Map() {
+    void* map = mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
+    if (map == MAP_FAILED) return Status(ErrorCode::kInvalidArgument, path_ + ": cannot map: " + std::strerror(errno));
+    map_ = static_cast<uint8_t*>(map);
+    return Status::Ok();
+  }
+  uint8_t* data() const { return map_; }
+  const std::string& path() const { return path_; }
+  // Unmaps first: the mapping's pages are then the file's, which the sync writes.
   Status Close(bool sync) {
+    if (map_ != nullptr) munmap(map_, size_);
+    map_ = nullptr;
     const int fd = fd_;
     fd_ = -1;
     if (sync && fsync(fd) != 0) {
@@ -113,147 +133,103 @@ class OutFile {
 
  private:
   std::string path_;
+  uint64_t size_ = 0;
   int fd_ = -1;
+  uint8_t* map_ = nullptr;
 };
 
-// One hop of a partial pull for one shard: decodes the rows Needed() of every tensor of
-// the container onto the base rows `held` (the previous hop's sidecar; none for an
-// anchor) into a new sidecar file at `out`.
-Status ApplyRowsHop(const Fetched& fetched, const Held& held, const Select& select, bool keep_small,
-                    const std::string& out_path, bool sync, int threads, PullReport* report) {
-  const Reader& reader = fetched.reader;
-  const FileEntry& f = fetched.file();
-  std::vector<const TensorEntry*> tensors;
-  std::vector<Need> needs;
-  std::vector<safetensors::TensorInfo> infos;
-  nlohmann::json rows = nlohmann::json::object();
-  for (const TensorEntry& t : f.tensors) {
-    const Need need = Needed(t, select, keep_small);
-    if (need.empty()) continue;
-    safetensors::TensorInfo info;
-    info.name = t.name;
-    info.dtype = t.dtype;
-    info.shape = t.shape;
-    if (!info.shape.empty()) info.shape[0] = need.end - need.begin;
-    info.end = (need.end - need.begin) * t.row_bytes();
-    // Outputs are sized by what backs them: a delta tensor's rows by the held base (the
-    // manifest bounds the others by their stored bytes).
-    if (t.kind == TensorKind::kDelta && held.Rows(t, need.begin, need.end) == nullptr) {
-      return Status(ErrorCode::kChecksumMismatch, "wrong base: tensor '" + t.name + "' rows " +
-                                                      std::to_string(need.begin) + ":" + std::to_string(need.end) +
-                                                      " are not held");
-    }
-    tensors.push_back(&t);
-    needs.push_back(need);
-    infos.push_back(info);
-    rows[t.name] = {need.begin, need.end};
+// The tensors of `file` of which a sidecar holds rows, as a hop's base (read, never written).
+container::HeldTensors HeldOf(const Held& held, const FileEntry& file) {
+  container::HeldTensors out;
+  for (const TensorEntry& t : file.tensors) {
+    const auto r = held.rows.find(t.name);
+    const uint8_t* data = r == held.rows.end() ? nullptr : held.Rows(t, r->second.first, r->second.second);
+    if (data == nullptr) continue;
+    container::HeldTensor& h = out[t.name];
+    h.dtype = t.dtype;
+    h.shape = t.shape;
+    h.row_begin = r->second.first;
+    h.row_end = r->second.second;
+    h.data = const_cast<uint8_t*>(data);
   }
-  const std::vector<uint8_t> header = safetensors::BuildHeader(&infos, {{kRowsKey, rows.dump()}});
-  uint64_t total = header.size();
-  for (const auto& info : infos) total += info.size();
-  OutFile out;
-  Status s = out.Create(out_path, header, total);
-  if (!s.ok()) return s;
-
-  // Tasks: a piece of an ungrouped tensor, or a group (all its members are kept).
-  struct Task {
-    size_t tensor = 0;
-    const Piece* piece = nullptr;
-    const Group* group = nullptr;
-  };
-  std::vector<Task> tasks;
-  std::map<uint64_t, size_t> index;  // tensor position in `tensors`, by manifest index
-  for (size_t i = 0; i < tensors.size(); ++i) index[static_cast<uint64_t>(tensors[i] - f.tensors.data())] = i;
-  std::set<uint64_t> groups;
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    const TensorEntry& t = *tensors[i];
-    if (t.grouped()) {
-      if (groups.insert(t.group).second) tasks.push_back({i, nullptr, &f.groups[t.group]});
-      continue;
-    }
-    for (const Piece& p : t.pieces) {
-      if (p.row_end > needs[i].begin && p.row_begin < needs[i].end) tasks.push_back({i, &p, nullptr});
-    }
-  }
-  const auto wrong_base = [](const TensorEntry& t, const std::string& what) {
-    return Status(ErrorCode::kChecksumMismatch, "wrong base: tensor '" + t.name + "' " + what);
-  };
-  std::mutex mutex;
-  Status first;
-  std::atomic<int64_t> decode_ns{0}, write_ns{0};
-  const Status thrown = TryParallelFor(tasks.size(), WorkerCount(threads, tasks.size()), [&](size_t ti, size_t) {
-    {
-      std::lock_guard<std::mutex> lock(mutex);
-      if (!first.ok()) return;
-    }
-    const Task& task = tasks[ti];
-    std::vector<uint8_t> scratch, decoded;
-    const uint8_t* stored = nullptr;
-    Status st;
-    const auto start = Clock::now();
-    Clock::time_point mid;
-    if (task.group != nullptr) {
-      std::vector<const uint8_t*> bases;
-      std::vector<uint64_t> bytes;
-      for (size_t member : task.group->members) {
-        const TensorEntry& m = f.tensors[member];
-        const uint8_t* base = held.Rows(m, 0, m.rows());
-        if (base == nullptr) st = wrong_base(m, "is not held in full (a group needs every member)");
-        else if (container::Hash(base, m.bytes()) != m.base_xxh3) st = wrong_base(m, "differs from the delta's base");
-        bases.push_back(base);
-        bytes.push_back(m.bytes());
-      }
-      std::vector<uint16_t> out16;
-      if (st.ok()) st = reader.ReadGroup(*task.group, &scratch, &stored);
-      if (st.ok()) st = container::DecodeGroup(*task.group, stored, bases, bytes, &out16);
-      mid = Clock::now();
-      const uint8_t* at = reinterpret_cast<const uint8_t*>(out16.data());
-      for (size_t member : task.group->members) {
-        const TensorEntry& m = f.tensors[member];
-        const auto it = index.find(member);
-        if (st.ok() && it != index.end()) {
-          st = out.Write(at, m.bytes(), header.size() + infos[it->second].begin);
-        }
-        at += m.bytes();
-      }
-    } else {
-      const TensorEntry& t = *tensors[task.tensor];
-      const Piece& p = *task.piece;
-      const uint64_t bytes = (p.row_end - p.row_begin) * t.row_bytes();
-      const uint8_t* base = nullptr;
-      if (t.kind == TensorKind::kDelta) {
-        base = held.Rows(t, p.row_begin, p.row_end);
-        if (base == nullptr) st = wrong_base(t, "rows " + std::to_string(p.row_begin) + ":" + std::to_string(p.row_end) + " are not held");
-      }
-      if (st.ok()) st = reader.ReadPiece(p, &scratch, &stored);
-      if (st.ok()) {
-        decoded.resize(bytes);
-        st = container::DecodePiece(p, stored, base, bytes, safetensors::DTypeSize(t.dtype), decoded.data());
-        if (!st.ok() && base != nullptr && container::Hash(base, bytes) != p.base_xxh3) {
-          st = wrong_base(t, "rows " + std::to_string(p.row_begin) + ":" + std::to_string(p.row_end) + " differ from the delta's base");
-        } else if (!st.ok()) {
-          st = Status(st.code(), "tensor '" + t.name + "': " + st.message());
-        }
-      }
-      mid = Clock::now();
-      if (st.ok()) {
-        st = out.Write(decoded.data(), bytes,
-                       header.size() + infos[task.tensor].begin + (p.row_begin - needs[task.tensor].begin) * t.row_bytes());
-      }
-    }
-    decode_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(mid - start).count();
-    write_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - mid).count();
-    if (!st.ok()) {
-      std::lock_guard<std::mutex> lock(mutex);
-      if (first.ok()) first = st;
-    }
-  });
-  if (!thrown.ok()) return thrown;
-  if (!first.ok()) return first;
-  report->decode_seconds += decode_ns * 1e-9;
-  report->write_seconds += write_ns * 1e-9;
-  return out.Close(sync);
+  return out;
 }
+
+// A partial pull's side of a hop (see apply_hop.h): each shard's base is its sidecar of the
+// hop before (none for an anchor), and its result a new sidecar holding the rows Needed()
+// of every tensor, mapped for writing. A shard's files stay open from Open to Commit only.
+class SidecarSink : public HopSink {
+ public:
+  SidecarSink(const Hop& hop, const Select& select, const std::vector<std::string>& bases,
+              const std::vector<std::string>& outs, bool sync)
+      : hop_(hop), select_(select), bases_(bases), outs_(outs), sync_(sync) {}
+  Status Open(size_t k, const Fetched& f, const container::HeldTensors** base) override {
+    Shard& shard = shards_[k];
+    if (!hop_.anchor[k]) {
+      ARC_V3_RETURN_IF_ERROR(safetensors::File::Open(bases_[k], &shard.base_file));
+      Held held;
+      ARC_V3_RETURN_IF_ERROR(held.Load(&shard.base_file));
+      shard.base = HeldOf(held, f.file());
+    }
+    *base = &shard.base;
+    return Create(f.file(), select_.keep_small[k], outs_[k], &shard);
+  }
+  Status Allocate(size_t k, const TensorEntry& t, uint64_t, uint64_t, container::HeldTensor* held) override {
+    const Shard& shard = shards_.at(k);
+    const auto at = shard.offset.find(t.name);
+    if (at == shard.offset.end()) return Status(ErrorCode::kInternal, outs_[k] + " has no room for '" + t.name + "'");
+    held->data = shard.out.data() + at->second;
+    return Status::Ok();
+  }
+  bool in_place() const override { return false; }
+  Status Commit(size_t k, container::TensorApply* apply) override {
+    container::HeldTensors written;
+    apply->Commit(&written);
+    const Status s = shards_.at(k).out.Close(sync_);
+    shards_.erase(k);
+    return s;
+  }
+
+ private:
+  struct Shard {
+    safetensors::File base_file;
+    container::HeldTensors base;
+    OutFile out;
+    std::map<std::string, uint64_t> offset;  // of each tensor's rows in `out`
+  };
+  // The new sidecar of `file`: its header (the rows kept, in kRowsKey), then room for them.
+  Status Create(const FileEntry& file, bool keep_small, const std::string& path, Shard* shard) const {
+    std::vector<safetensors::TensorInfo> infos;
+    nlohmann::json rows = nlohmann::json::object();
+    for (const TensorEntry& t : file.tensors) {
+      const Need need = Needed(t, select_, keep_small);
+      if (need.empty()) continue;
+      safetensors::TensorInfo info;
+      info.name = t.name;
+      info.dtype = t.dtype;
+      info.shape = t.shape;
+      if (!info.shape.empty()) info.shape[0] = need.end - need.begin;
+      info.end = (need.end - need.begin) * t.row_bytes();
+      infos.push_back(info);
+      rows[t.name] = {need.begin, need.end};
+    }
+    const std::vector<uint8_t> header = safetensors::BuildHeader(&infos, {{kRowsKey, rows.dump()}});
+    uint64_t total = header.size();
+    for (const auto& info : infos) {
+      total += info.size();
+      shard->offset[info.name] = header.size() + info.begin;
+    }
+    ARC_V3_RETURN_IF_ERROR(shard->out.Create(path, header, total));
+    return shard->out.Map();
+  }
+
+  const Hop& hop_;
+  const Select& select_;
+  const std::vector<std::string>& bases_;
+  const std::vector<std::string>& outs_;
+  const bool sync_;
+  std::map<size_t, Shard> shards_;  // those open
+};
 
 // The user's view of a partial pull: the selected tensors, cut to the selected rows, from
 // the last hop's sidecar.
@@ -287,18 +263,16 @@ Status ExportSelection(const safetensors::File& rows_file, const Held& held, con
   uint64_t total = header.size();
   for (const auto& info : infos) total += info.size();
   OutFile out;
-  Status s = out.Create(out_path, header, total);
-  for (size_t i = 0; i < infos.size() && s.ok(); ++i) {
-    s = out.Write(sources[i], infos[i].size(), header.size() + infos[i].begin);
+  ARC_V3_RETURN_IF_ERROR(out.Create(out_path, header, total));
+  for (size_t i = 0; i < infos.size(); ++i) {
+    ARC_V3_RETURN_IF_ERROR(out.Write(sources[i], infos[i].size(), header.size() + infos[i].begin));
   }
-  if (!s.ok()) return s;
   return out.Close(true);
 }
 
 Status VerifyObject(const Fetched& f, Store* store, const Trust& trust) {
   std::unique_ptr<container::MappedFile> file;
-  Status s = container::MappedFile::Open(f.path, &file);
-  if (!s.ok()) return s;
+  ARC_V3_RETURN_IF_ERROR(container::MappedFile::Open(f.path, &file));
   const std::string name = store->url() + "/" + f.ref.key;
   // Trusting, the SHA-256 decides before the XXH3 (whose mismatch another route may avoid).
   if (trust.on() && (f.ref.sha256.empty() || DigestHex(Sha256(file->data(), file->size())) != f.ref.sha256)) {
@@ -309,7 +283,7 @@ Status VerifyObject(const Fetched& f, Store* store, const Trust& trust) {
     return Status(ErrorCode::kCorruptChunk, name + " does not match its record (corrupt or truncated)");
   }
   Reader reader;
-  s = Reader::Open(std::move(file), &reader);
+  Status s = Reader::Open(std::move(file), &reader);
   if (s.ok()) s = CheckLayout(reader, name);
   return s.ok() ? s : Status(s.code(), name + ": " + s.message());
 }
@@ -399,9 +373,8 @@ Status VerifyResults(const Hop& hop, const std::vector<Fetched>& fetched, const 
     const std::string path = files[k];
     std::unique_ptr<container::MappedFile> object;
     container::Reader reader;
-    Status s = container::MappedFile::Open(fetched[objects[k]].path, &object);
-    if (s.ok()) s = Reader::Open(std::move(object), &reader);
-    if (!s.ok()) return s;
+    ARC_V3_RETURN_IF_ERROR(container::MappedFile::Open(fetched[objects[k]].path, &object));
+    ARC_V3_RETURN_IF_ERROR(Reader::Open(std::move(object), &reader));
     const std::vector<TensorEntry>& tensors = reader.manifest().files[0].tensors;
     const auto differs = [&](const std::string& what) {
       return Status(ErrorCode::kCorruptHeader, "step " + std::to_string(hop.m.step) + " shard " +
@@ -416,8 +389,7 @@ Status VerifyResults(const Hop& hop, const std::vector<Fetched>& fetched, const 
       uint64_t sum = t.target_xxh3;
       if (t.grouped()) {
         if (!opened) {
-          s = safetensors::File::Open(path, &file);
-          if (!s.ok()) return s;
+          ARC_V3_RETURN_IF_ERROR(safetensors::File::Open(path, &file));
           opened = true;
         }
         const safetensors::TensorInfo* info = file.Find(t.name);
@@ -430,49 +402,89 @@ Status VerifyResults(const Hop& hop, const std::vector<Fetched>& fetched, const 
   return Status::Ok();
 }
 
+// The files of one hop of a pull, per shard: its base (`current`: DIR's own file or the
+// result of the hop before) and its result in the stage.
+struct HopFiles {
+  const Hop* hop = nullptr;
+  const std::vector<size_t>* objects = nullptr;  // its container's index in the fetched
+  std::vector<std::string>* current = nullptr;
+  std::vector<std::string> outs;
+  std::string stage;  // the stage's path, ending in '/'
+  bool sync = false;  // the results are synced (the last hop's)
+
+  // Shard k's result becomes its current file; a staged file it replaces is removed.
+  void Advance(size_t k) {
+    std::error_code ec;
+    const std::string& previous = (*current)[k];
+    if (!previous.empty() && previous != outs[k] && previous.rfind(stage, 0) == 0) fs::remove(previous, ec);
+    (*current)[k] = outs[k];
+  }
+};
+
+// One hop of a full pull: each shard's file streamed from its base and container.
+Status ApplyFilesHop(HopFiles* files, const std::vector<Fetched>& fetched, container::RunOptions run,
+                     PullReport* report) {
+  const Hop& hop = *files->hop;
+  run.sync = files->sync;
+  for (size_t k = 0; k < hop.m.count; ++k) {
+    container::RunReport applied;
+    const Status s = container::Apply(hop.anchor[k] ? "" : (*files->current)[k],
+                                      fetched[(*files->objects)[k]].path, files->outs[k], run, &applied);
+    report->decode_seconds += applied.decode_seconds;
+    report->write_seconds += applied.write_seconds + applied.sync_seconds;
+    if (!s.ok()) {
+      return Status(s.code(), "step " + std::to_string(hop.m.step) + ", shard " + std::to_string(k) + " (" +
+                                  hop.m.shards[k].file + "): " + s.message());
+    }
+    files->Advance(k);
+  }
+  return Status::Ok();
+}
+
+// One hop of a partial pull: each shard's sidecar rebuilt onto its previous one (none for
+// an anchor) by the hop engine, one shard at a time, all the pieces fetched before.
+Status ApplyRowsHop(HopFiles* files, const Select& select, const std::vector<Fetched>& fetched, int threads,
+                    PullReport* report) {
+  const Hop& hop = *files->hop;
+  HopRun run;
+  run.hop = &hop;
+  run.select = &select;
+  run.fetched = &fetched;
+  run.object = files->objects;
+  run.threads = threads;
+  SidecarSink sink(hop, select, *files->current, files->outs, files->sync);
+  for (size_t k = 0; k < hop.m.count; ++k) {
+    run.batches = {{k}};
+    HopTimes times;
+    const Status s = ApplyHop(run, &sink, report, &times);
+    report->decode_seconds += times.decode_seconds;
+    report->write_seconds += times.commit_seconds;
+    ARC_V3_RETURN_IF_ERROR(s);
+    files->Advance(k);
+  }
+  return Status::Ok();
+}
+
 // Builds every shard's file (full) or sidecar (partial) hop by hop in the stage; `current`
 // starts as DIR's own files (a route from DIR) or empty, and ends as the last hop's.
 Status ApplyRoute(const Route& route, const Select& select, const std::vector<Fetched>& fetched,
                   const std::vector<std::vector<size_t>>& object_of, const Stage& stage, const PullOptions& o,
                   std::vector<std::string>* current, PullReport* report) {
   const bool partial = select.sel.partial();
-  container::RunOptions run = o.run;
   for (size_t h = 0; h < route.hops.size(); ++h) {
-    const Hop& hop = route.hops[h];
-    const bool last = h + 1 == route.hops.size();
-    for (size_t k = 0; k < hop.m.count; ++k) {
-      const bool anchor = hop.anchor[k];
-      const std::string name = hop.m.shards[k].file;
-      const std::string out = partial ? stage.Path("rows/" + std::to_string(h) + "-" + name) : stage.Path(name);
-      Status s;
-      if (partial) {
-        safetensors::File base_file;
-        Held held;
-        if (!anchor) {
-          s = safetensors::File::Open((*current)[k], &base_file);
-          if (s.ok()) s = held.Load(&base_file);
-        }
-        if (s.ok()) {
-          s = ApplyRowsHop(fetched[object_of[h][k]], held, select, select.keep_small[k], out,
-                           last && o.run.sync, run.threads, report);
-        }
-      } else {
-        run.sync = last && o.run.sync;
-        container::RunReport applied;
-        s = container::Apply(anchor ? "" : (*current)[k], fetched[object_of[h][k]].path, out, run, &applied);
-        report->decode_seconds += applied.decode_seconds;
-        report->write_seconds += applied.write_seconds + applied.sync_seconds;
-      }
-      if (!s.ok()) {
-        return Status(s.code(), "step " + std::to_string(hop.m.step) + ", shard " + std::to_string(k) + " (" + name +
-                                    "): " + s.message());
-      }
-      std::error_code ec;
-      const std::string& previous = (*current)[k];
-      if (!previous.empty() && previous != out && previous.rfind(stage.Path(""), 0) == 0) fs::remove(previous, ec);
-      (*current)[k] = out;
+    HopFiles files;
+    files.hop = &route.hops[h];
+    files.objects = &object_of[h];
+    files.current = current;
+    files.stage = stage.Path("");
+    files.sync = h + 1 == route.hops.size() && o.run.sync;
+    for (size_t k = 0; k < files.hop->m.count; ++k) {
+      const std::string& name = files.hop->m.shards[k].file;
+      files.outs.push_back(partial ? stage.Path("rows/" + std::to_string(h) + "-" + name) : stage.Path(name));
     }
-    report->steps.push_back(hop.m.step);
+    ARC_V3_RETURN_IF_ERROR(partial ? ApplyRowsHop(&files, select, fetched, o.run.threads, report)
+                                   : ApplyFilesHop(&files, fetched, o.run, report));
+    report->steps.push_back(files.hop->m.step);
   }
   return Status::Ok();
 }
@@ -627,123 +639,95 @@ Status Reroute(Store* store, const std::string& dir, const PullOptions& o, const
   return s;
 }
 
-// `avoid`: kDir routes from an anchor even where DIR's step is on the chain (a retry after
-// the chain's objects vanished, pruned, while this pull planned, were damaged, or after
-// DIR's rows did not suffice for a partial pull's new selection of groups); kAnchor takes
-// DIR's chain even where the anchor costs less (its objects were damaged).
-Status PullLocked(Store* store, const std::string& dir, const PullOptions& o, Avoid avoid, PullReport* report) {
-  const bool avoid_dir = avoid != Avoid::kNone;  // a retry does not retry again
-  const auto start = Clock::now();
-  Select select;
-  select.sel.tensors = o.tensors;
-  select.sel.row_begin = o.row_begin;
-  select.sel.row_end = o.row_end;
-  if (!select.sel.partial() && (o.row_begin != 0 || o.row_end != UINT64_MAX)) select.sel.tensors = ".*";
-  const bool partial = select.sel.partial();
+// A pull's selection of tensors and rows, compiled from its options.
+Status CompileSelect(const PullOptions& o, Select* select) {
+  select->sel.tensors = o.tensors;
+  select->sel.row_begin = o.row_begin;
+  select->sel.row_end = o.row_end;
+  if (!select->sel.partial() && (o.row_begin != 0 || o.row_end != UINT64_MAX)) select->sel.tensors = ".*";
   try {
-    select.pattern = std::regex(partial ? select.sel.tensors : ".*", std::regex::ECMAScript);
+    select->pattern = std::regex(select->sel.partial() ? select->sel.tensors : ".*", std::regex::ECMAScript);
   } catch (const std::regex_error& e) {
-    return Status(ErrorCode::kInvalidArgument, "bad --tensors regex '" + select.sel.tensors + "': " + e.what());
+    return Status(ErrorCode::kInvalidArgument, "bad --tensors regex '" + select->sel.tensors + "': " + e.what());
   }
   if (o.row_begin > o.row_end) return Status(ErrorCode::kInvalidArgument, "--rows A:B needs A <= B");
+  return Status::Ok();
+}
 
-  // A commit a crash interrupted is finished first (a reset drops one it cannot finish).
+// What a pull settled before it fetches: what DIR holds, and the route from it.
+struct PullPlan {
+  Select select;
+  DirState state;
+  bool have_state = false;
+  Route route;
+  LayoutCache layouts;  // of a partial pull
+  Trust trust;
+  Clock::time_point start;  // of the pull
+};
+
+// DIR's state, after a commit a crash interrupted is finished (a reset drops one it cannot
+// finish); none (have_state false) in a directory never pulled into or under a reset.
+Status ReadDirState(const std::string& dir, const PullOptions& o, PullPlan* plan, PullReport* report) {
   Status s = RecoverJournal(dir);
   if (!s.ok() && o.reset) s = DropJournal(dir);
   if (!s.ok()) return Status(s.code(), s.message() + " (pull --reset rebuilds the directory from an anchor)");
-  DirState state;
-  bool have_state = false;
-  s = ReadState(dir, &state);
+  s = ReadState(dir, &plan->state);
   if (s.ok()) {
-    have_state = true;
-    report->from_step = state.step;
+    plan->have_state = true;
+    report->from_step = plan->state.step;
   } else if (s.code() != ErrorCode::kNotFound && !o.reset) {
     return Status(s.code(), s.message() + " (pull --reset rebuilds it from an anchor)");
   }
+  return Status::Ok();
+}
 
-  Trust trust;
-  s = LoadTrust(o.trust, &trust);
-  if (!s.ok()) return s;
-  Hop target;
-  s = ReadTarget(store, o.step, &target, report, trust);
-  if (!s.ok()) return s;
-  const uint64_t step = target.m.step;
-  if (have_state && !o.reset) {
-    // A signed step is still refused where it would take DIR back, or to another run.
-    s = CheckProgress(trust, state.step, state.run, target.m, dir, " (--reset takes it)");
-    if (!s.ok()) return s;
-  }
-
-  // DIR's own files must be what it records before anything is applied onto them.
-  if (have_state && !o.reset) {
-    const auto verify = Clock::now();
-    s = CheckDirectory(dir, &state);
-    report->verify_seconds += Since(verify);
-    if (!s.ok()) return s;
-    if (state.step == step && state.manifest_xxh3 == target.manifest_xxh3 && state.selection == select.sel) {
-      report->up_to_date = true;
-      report->route = "up to date";
-      for (const ShardState& sh : state.shards) report->checkpoint_bytes += sh.file.size;
-      report->total_seconds = Since(start);
-      return Status::Ok();
-    }
-  }
-  Route route;
-  const bool usable = have_state && !o.reset && state.selection == select.sel && avoid != Avoid::kDir;
-  RouteFrom from{state.step, state.manifest_xxh3, static_cast<uint32_t>(state.shards.size())};
-  from.only_chain = avoid == Avoid::kAnchor;
-  if (from.only_chain && !usable) return Status(ErrorCode::kNotFound, "the directory holds no step on the chain");
-  s = PlanRoute(store, usable ? &from : nullptr, std::move(target), &route, report, trust);
-  LayoutCache layouts;
-  if (partial) LoadLayoutCache(dir, &layouts);
-  if (s.ok()) s = LoadRoute(store, partial ? &select : nullptr, &layouts, &route, report, trust);
-  if (s.code() == ErrorCode::kNotFound && route.from_dir && !avoid_dir) return Retry(store, dir, o, report);
-  if (Damaged(s.code()) && !avoid_dir && !route.hops.empty()) return Reroute(store, dir, o, route, s, report);
-  if (!s.ok()) return s;
-  report->route = route.name;
-  if (o.hook) {
-    s = o.hook("planned");
-    if (!s.ok()) return s;
-  }
-
-  Stage stage;
-  s = stage.Create(dir);
-  if (!s.ok()) return s;
-  std::vector<Fetched> fetched;
-  std::vector<std::vector<size_t>> object_of(route.hops.size());  // [hop][shard] -> index in `fetched`
+// One entry per (hop, shard) of the route, downloaded into the stage; `object_of`:
+// [hop][shard] -> index in `fetched`.
+void ListObjects(const Route& route, const Stage& stage, bool partial, std::vector<Fetched>* fetched,
+                 std::vector<std::vector<size_t>>* object_of) {
+  object_of->assign(route.hops.size(), {});
   for (size_t h = 0; h < route.hops.size(); ++h) {
     for (size_t k = 0; k < route.hops[h].m.count; ++k) {
-      object_of[h].push_back(fetched.size());
-      fetched.emplace_back();
-      fetched.back().hop = h;
-      fetched.back().shard = k;
-      fetched.back().ref = RefOf(route.hops[h], k);
-      fetched.back().path = stage.Path("objects/" + std::to_string(fetched.size() - 1) + ".a3d");
+      (*object_of)[h].push_back(fetched->size());
+      fetched->emplace_back();
+      Fetched& f = fetched->back();
+      f.hop = h;
+      f.shard = k;
+      f.ref = RefOf(route.hops[h], k);
+      f.path = stage.Path("objects/" + std::to_string(fetched->size() - 1) + ".a3d");
+      // A shard none of whose records on the route names a selected tensor needs no byte
+      // of its objects (nor do its small tensors: a group is kept whole only for a selected
+      // member): a pull of a few shards' tensors reads only those shards' records and objects.
+      if (partial) f.skipped = !route.touched[k];
     }
   }
-  if (partial) {
-    // A shard none of whose records on the route names a selected tensor needs no byte of
-    // its objects (nor do its small tensors: a group is kept whole only for a selected
-    // member): a pull of a few shards' tensors reads only those shards' records and objects.
-    for (Fetched& f : fetched) f.skipped = !route.touched[f.shard];
-  }
-  s = partial ? FetchPieces(store, o.store, UINT64_MAX, &select, &fetched, report, kPrefetchBudget, trust)
-              : FetchWhole(store, o, trust, &fetched, report);
+}
+
+// Fetches, applies and verifies the planned route in a stage, then commits it to DIR.
+Status TakeRoute(Store* store, const std::string& dir, const PullOptions& o, Avoid avoid, PullPlan* plan,
+                 PullReport* report) {
+  const bool avoid_dir = avoid != Avoid::kNone;  // a retry does not retry again
+  const bool partial = plan->select.sel.partial();
+  const Route& route = plan->route;
+  Stage stage;
+  ARC_V3_RETURN_IF_ERROR(stage.Create(dir));
+  std::vector<Fetched> fetched;
+  std::vector<std::vector<size_t>> object_of;
+  ListObjects(route, stage, partial, &fetched, &object_of);
+  Status s = partial ? FetchPieces(store, o.store, UINT64_MAX, &plan->select, &fetched, report, kPrefetchBudget,
+                                   plan->trust)
+                     : FetchWhole(store, o, plan->trust, &fetched, report);
   if (s.code() == ErrorCode::kNotFound && route.from_dir && !avoid_dir) return Retry(store, dir, o, report);
   if (Damaged(s.code()) && !avoid_dir) return Reroute(store, dir, o, route, s, report);
   if (!s.ok()) return s;
-  if (o.hook) {
-    s = o.hook("fetched");
-    if (!s.ok()) return s;
-  }
+  if (o.hook) ARC_V3_RETURN_IF_ERROR(o.hook("fetched"));
 
   std::vector<std::string> current(route.hops.back().m.count);
-  if (route.from_dir) {
-    for (size_t k = 0; k < current.size(); ++k) {
-      current[k] = (fs::path(dir) / (partial ? state.shards[k].rows.path : state.shards[k].name)).string();
-    }
+  for (size_t k = 0; route.from_dir && k < current.size(); ++k) {
+    const ShardState& shard = plan->state.shards[k];
+    current[k] = (fs::path(dir) / (partial ? shard.rows.path : shard.name)).string();
   }
-  s = ApplyRoute(route, select, fetched, object_of, stage, o, &current, report);
+  s = ApplyRoute(route, plan->select, fetched, object_of, stage, o, &current, report);
   if (!s.ok() && partial && route.from_dir && !avoid_dir && s.code() == ErrorCode::kChecksumMismatch) {
     return Retry(store, dir, o, report);  // DIR's rows lack what this selection now needs
   }
@@ -758,21 +742,66 @@ Status PullLocked(Store* store, const std::string& dir, const PullOptions& o, Av
   }
 
   Journal journal;
-  s = BuildJournal(store, dir, have_state ? &state : nullptr, route, select, fetched, object_of, stage, current,
-                   &journal, report);
-  if (!s.ok()) return s;
-  if (o.hook) {
-    s = o.hook("commit");
-    if (!s.ok()) return s;
-  }
+  ARC_V3_RETURN_IF_ERROR(BuildJournal(store, dir, plan->have_state ? &plan->state : nullptr, route, plan->select,
+                                      fetched, object_of, stage, current, &journal, report));
+  if (o.hook) ARC_V3_RETURN_IF_ERROR(o.hook("commit"));
   const auto commit = Clock::now();
   stage.HandOver();
-  s = Commit(dir, journal, o.after_move);
-  if (!s.ok()) return s;
-  if (partial) SaveLayoutCache(dir, layouts, route.hops.back().m);
+  ARC_V3_RETURN_IF_ERROR(Commit(dir, journal, o.after_move));
+  if (partial) SaveLayoutCache(dir, plan->layouts, route.hops.back().m);
   report->commit_seconds = Since(commit);
-  report->total_seconds = Since(start);
+  report->total_seconds = Since(plan->start);
   return Status::Ok();
+}
+
+// `avoid`: kDir routes from an anchor even where DIR's step is on the chain (a retry after
+// the chain's objects vanished, pruned, while this pull planned, were damaged, or after
+// DIR's rows did not suffice for a partial pull's new selection of groups); kAnchor takes
+// DIR's chain even where the anchor costs less (its objects were damaged).
+Status PullLocked(Store* store, const std::string& dir, const PullOptions& o, Avoid avoid, PullReport* report) {
+  const bool avoid_dir = avoid != Avoid::kNone;  // a retry does not retry again
+  PullPlan plan;
+  plan.start = Clock::now();
+  ARC_V3_RETURN_IF_ERROR(CompileSelect(o, &plan.select));
+  const bool partial = plan.select.sel.partial();
+  ARC_V3_RETURN_IF_ERROR(ReadDirState(dir, o, &plan, report));
+  const DirState& state = plan.state;
+  const bool have_state = plan.have_state && !o.reset;
+
+  ARC_V3_RETURN_IF_ERROR(LoadTrust(o.trust, &plan.trust));
+  Hop target;
+  ARC_V3_RETURN_IF_ERROR(ReadTarget(store, o.step, &target, report, plan.trust));
+  if (have_state) {
+    // A signed step is still refused where it would take DIR back, or to another run.
+    ARC_V3_RETURN_IF_ERROR(CheckProgress(plan.trust, state.step, state.run, target.m, dir, " (--reset takes it)"));
+    // DIR's own files must be what it records before anything is applied onto them.
+    const auto verify = Clock::now();
+    const Status s = CheckDirectory(dir, &plan.state);
+    report->verify_seconds += Since(verify);
+    ARC_V3_RETURN_IF_ERROR(s);
+    if (state.step == target.m.step && state.manifest_xxh3 == target.manifest_xxh3 &&
+        state.selection == plan.select.sel) {
+      report->up_to_date = true;
+      report->route = "up to date";
+      for (const ShardState& sh : state.shards) report->checkpoint_bytes += sh.file.size;
+      report->total_seconds = Since(plan.start);
+      return Status::Ok();
+    }
+  }
+  Route& route = plan.route;
+  const bool usable = have_state && state.selection == plan.select.sel && avoid != Avoid::kDir;
+  RouteFrom from{state.step, state.manifest_xxh3, static_cast<uint32_t>(state.shards.size())};
+  from.only_chain = avoid == Avoid::kAnchor;
+  if (from.only_chain && !usable) return Status(ErrorCode::kNotFound, "the directory holds no step on the chain");
+  Status s = PlanRoute(store, usable ? &from : nullptr, std::move(target), &route, report, plan.trust);
+  if (partial) LoadLayoutCache(dir, &plan.layouts);
+  if (s.ok()) s = LoadRoute(store, partial ? &plan.select : nullptr, &plan.layouts, &route, report, plan.trust);
+  if (s.code() == ErrorCode::kNotFound && route.from_dir && !avoid_dir) return Retry(store, dir, o, report);
+  if (Damaged(s.code()) && !avoid_dir && !route.hops.empty()) return Reroute(store, dir, o, route, s, report);
+  if (!s.ok()) return s;
+  report->route = route.name;
+  if (o.hook) ARC_V3_RETURN_IF_ERROR(o.hook("planned"));
+  return TakeRoute(store, dir, o, avoid, &plan, report);
 }
 
 }  // namespace
@@ -796,9 +825,8 @@ Status Pull(Store* store, const std::string& dir, const PullOptions& options, Pu
   fs::create_directories(dir, ec);
   if (!fs::is_directory(dir, ec)) return Status(ErrorCode::kInvalidArgument, dir + ": cannot create the directory");
   DirLock lock;
-  Status s = lock.Acquire(dir);
-  if (!s.ok()) return s;  // another pull's: never clean up under it
-  s = PullLocked(store, dir, options, Avoid::kNone, report);
+  ARC_V3_RETURN_IF_ERROR(lock.Acquire(dir));  // another pull's: never clean up under it
+  Status s = PullLocked(store, dir, options, Avoid::kNone, report);
   // A first pull that failed leaves nothing behind: not the directory it made, nor the
   // lock and stage it made inside one that existed (removed while the lock is held).
   const fs::path state_dir = fs::path(dir) / kStateDir;

@@ -12,6 +12,8 @@
 #include "src/checkpoint/checkpoint_delta.h"
 #include "src/checkpoint/tensor_apply.h"
 #include "src/common/parallel.h"
+#include "src/common/status_macros.h"
+#include "src/sync/apply_hop.h"
 #include "src/sync/follow.h"
 #include "src/sync/route.h"
 #include "src/sync/sync.h"
@@ -65,8 +67,7 @@ Status Publisher::Open(const std::string& store_url, const PublisherOptions& opt
   auto impl = std::make_unique<Impl>();
   sync::StoreOptions store_options = Settings(options.store);
   store_options.create = true;  // a directory store's first publish makes its directory
-  Status s = sync::OpenStore(store_url, store_options, &impl->store);
-  if (!s.ok()) return s;
+  ARC_V3_RETURN_IF_ERROR(sync::OpenStore(store_url, store_options, &impl->store));
   if (!impl->store->writable()) return Status(ErrorCode::kInvalidArgument, store_url + " is read-only");
   impl->options = options;
   impl->file_name = options.file_name;
@@ -87,11 +88,9 @@ Status Publisher::Publish(uint64_t step, const std::vector<NamedTensor>& tensors
                                                    std::to_string(p.last_step) + ", the last one published");
   }
   container::Checkpoint prev, next;
-  Status s = container::Checkpoint::FromMemory(p.file_name, Views(tensors), &next);
-  if (!s.ok()) return s;
+  ARC_V3_RETURN_IF_ERROR(container::Checkpoint::FromMemory(p.file_name, Views(tensors), &next));
   if (p.last_step != kLatestStep) {
-    s = container::Checkpoint::FromMemory(p.file_name, Views(p.last), &prev);
-    if (!s.ok()) return s;
+    ARC_V3_RETURN_IF_ERROR(container::Checkpoint::FromMemory(p.file_name, Views(p.last), &prev));
   }
   sync::PublishOptions o;
   o.step = step;
@@ -104,8 +103,7 @@ Status Publisher::Publish(uint64_t step, const std::vector<NamedTensor>& tensors
   o.run.threads = p.options.threads;
   o.run.effort = p.options.effort;
   sync::PublishReport report;
-  s = sync::PublishCheckpoints(p.store.get(), o, prev, next, /*in_memory=*/true, &report);
-  if (!s.ok()) return s;
+  ARC_V3_RETURN_IF_ERROR(sync::PublishCheckpoints(p.store.get(), o, prev, next, /*in_memory=*/true, &report));
   // The base of the next delta: a copy of what was just published.
   p.bytes.resize(tensors.size());
   p.last = tensors;
@@ -160,11 +158,9 @@ Status Follower::Open(const std::string& store_url, const FollowerOptions& optio
                       std::unique_ptr<Follower>* follower) {
   auto impl = std::make_unique<Impl>();
   impl->store_options = Settings(options.store);
-  Status s = sync::OpenStore(store_url, impl->store_options, &impl->store);
-  if (!s.ok()) return s;
+  ARC_V3_RETURN_IF_ERROR(sync::OpenStore(store_url, impl->store_options, &impl->store));
   impl->options = options;
-  s = sync::LoadTrust(options.trusted_keys, &impl->trust);
-  if (!s.ok()) return s;
+  ARC_V3_RETURN_IF_ERROR(sync::LoadTrust(options.trusted_keys, &impl->trust));
   impl->select.sel.tensors = options.tensors;
   impl->select.sel.row_begin = options.row_begin;
   impl->select.sel.row_end = options.row_end;
@@ -207,26 +203,60 @@ std::vector<FollowedTensor> Follower::tensors() const {
   return out;
 }
 
-// Applies one step to every shard, all or nothing. The shards' pieces are fetched ahead in
-// batches of at most options.fetch_ahead_bytes, the next batch while the last one is decoded; each
-// verified piece is written in place, the old values kept in the shard's undo record until
-// every shard is done (Rollback on any error).
-Status Follower::Impl::ApplyHop(const sync::Hop& hop, const std::vector<bool>& touched, FollowResult* result,
-                                sync::PullReport* report) {
-  const auto fetch = Clock::now();
-  std::vector<sync::Fetched> fetched(hop.m.count);
-  for (size_t k = 0; k < hop.m.count; ++k) {
-    fetched[k].shard = k;
-    fetched[k].ref = sync::RefOf(hop, k);
-    fetched[k].skipped = !touched[k];  // holds no selected tensor: nothing of it is read
+namespace {
+
+// The Follower's side of a hop: the shards' held tensors, updated in place, and new memory
+// from its allocator. The committed shards' tensors gather in next() for the follower.
+class TensorSink : public sync::HopSink {
+ public:
+  // `held`: per shard, what deltas apply onto (null: nothing held).
+  TensorSink(const std::vector<container::HeldTensors>* held, const Follower::Allocator& allocator, size_t count)
+      : held_(held), allocator_(allocator), next_(count), files_(count) {}
+  Status Open(size_t k, const sync::Fetched& f, const container::HeldTensors** base) override {
+    files_[k] = &f.file();
+    *base = held_ != nullptr ? &(*held_)[k] : &none_;
+    return Status::Ok();
   }
-  Status s = sync::FetchHeads(store.get(), store_options, &select, &fetched, report, trust);
-  if (!s.ok()) return s;
+  Status Allocate(size_t, const container::TensorEntry& t, uint64_t begin, uint64_t end,
+                  container::HeldTensor* held) override {
+    void* data = nullptr;
+    Status a = allocator_(t.name, t.dtype, t.shape, begin, end, (end - begin) * t.row_bytes(), &data, &held->owner);
+    held->data = static_cast<uint8_t*>(data);
+    return a;
+  }
+  bool in_place() const override { return true; }
+  Status Commit(size_t k, container::TensorApply* apply) override {
+    changed_ += apply->changed_elements();
+    undo_bytes_ += apply->undo_bytes();
+    apply->Commit(&next_[k]);
+    for (const container::TensorEntry& t : files_[k]->tensors) {
+      if (next_[k].count(t.name) != 0) order_.push_back(t.name);
+    }
+    return Status::Ok();
+  }
+
+  // Per shard, its tensors after the hop (none for a shard not applied).
+  std::vector<container::HeldTensors>& next() { return next_; }
+  std::vector<std::string>& order() { return order_; }  // the committed tensors' names
+  uint64_t changed() const { return changed_; }
+  uint64_t undo_bytes() const { return undo_bytes_; }
+
+ private:
+  const std::vector<container::HeldTensors>* held_;
+  const Follower::Allocator& allocator_;
+  const container::HeldTensors none_;
+  std::vector<container::HeldTensors> next_;
+  std::vector<const container::FileEntry*> files_;
+  std::vector<std::string> order_;
+  uint64_t changed_ = 0, undo_bytes_ = 0;
+};
+
+// The result checksums of the record are the container's (grouped tensors are checked by
+// their group's checksum as they are decoded).
+Status CheckRecords(const sync::Hop& hop, const std::vector<sync::Fetched>& fetched) {
   for (size_t k = 0; k < hop.m.count; ++k) {
     if (fetched[k].skipped) continue;
     const sync::ShardRecord& r = hop.m.shards[k];
-    // The result checksums of the record are the container's (grouped tensors are
-    // checked by their group's checksum as they are decoded).
     const auto& tensors = fetched[k].reader.manifest().files[0].tensors;
     if (tensors.size() != r.tensors.size()) {
       return Status(ErrorCode::kCorruptHeader, "step " + std::to_string(hop.m.step) + " shard " + std::to_string(k) +
@@ -240,12 +270,16 @@ Status Follower::Impl::ApplyHop(const sync::Hop& hop, const std::vector<bool>& t
       }
     }
   }
-  // Batches of shards in order, each needing at most `ahead` bytes (a shard needing more is
-  // a batch of its own, read piece by piece as it is decoded).
-  const uint64_t ahead_bytes = options.fetch_ahead_bytes;
+  return Status::Ok();
+}
+
+// Batches of the shards read, in order, each needing at most `ahead_bytes` bytes (a shard
+// needing more is a batch of its own, read piece by piece as it is decoded).
+std::vector<std::vector<size_t>> Batches(const std::vector<sync::Fetched>& fetched, const sync::Select& select,
+                                         uint64_t ahead_bytes) {
   std::vector<std::vector<size_t>> batches;
   uint64_t in_batch = 0;
-  for (size_t k = 0; k < hop.m.count; ++k) {
+  for (size_t k = 0; k < fetched.size(); ++k) {
     if (fetched[k].skipped) continue;
     const uint64_t bytes = sync::NeededBytes(fetched[k], select);
     if (batches.empty() || bytes > ahead_bytes - std::min(in_batch, ahead_bytes)) {
@@ -255,96 +289,62 @@ Status Follower::Impl::ApplyHop(const sync::Hop& hop, const std::vector<bool>& t
     batches.back().push_back(k);
     in_batch += bytes;
   }
+  return batches;
+}
+
+}  // namespace
+
+// Applies one step to every shard, all or nothing, by sync::ApplyHop. The shards' pieces
+// are fetched ahead in batches of at most options.fetch_ahead_bytes, the next batch while
+// the last one is decoded; each verified piece is written in place, the old values kept in
+// the shard's undo record until every shard is done (Rollback on any error).
+Status Follower::Impl::ApplyHop(const sync::Hop& hop, const std::vector<bool>& touched, FollowResult* result,
+                                sync::PullReport* report) {
+  const auto fetch = Clock::now();
+  std::vector<sync::Fetched> fetched(hop.m.count);
+  std::vector<size_t> object(hop.m.count);  // fetched[k] is shard k's
+  for (size_t k = 0; k < hop.m.count; ++k) {
+    fetched[k].shard = k;
+    fetched[k].ref = sync::RefOf(hop, k);
+    fetched[k].skipped = !touched[k];  // holds no selected tensor: nothing of it is read
+    object[k] = k;
+  }
+  ARC_V3_RETURN_IF_ERROR(sync::FetchHeads(store.get(), store_options, &select, &fetched, report, trust));
+  ARC_V3_RETURN_IF_ERROR(CheckRecords(hop, fetched));
+  const uint64_t ahead_bytes = options.fetch_ahead_bytes;
+  sync::HopRun job;
+  job.hop = &hop;
+  job.object = &object;
+  job.select = &select;
+  job.fetched = &fetched;
+  job.batches = Batches(fetched, select, ahead_bytes);
+  job.fetch = [&](size_t j, sync::PullReport* counted) {
+    return sync::FetchRanges(store.get(), store_options, ahead_bytes, ahead_bytes, select, job.batches[j], &fetched,
+                             counted);
+  };
+  job.threads = options.threads;
   result->fetch_seconds += Since(fetch);
   // A changed shard count starts from nothing held (the anchor route).
   const bool same_count = shards.size() == hop.m.count;
-  const container::HeldTensors none;
-  std::vector<container::TensorApply> applies(hop.m.count);
-  std::vector<size_t> applied;
-  const auto undo = [&] {
-    for (size_t k : applied) applies[k].Rollback();
-  };
-  const auto fetch_batch = [&](size_t j, sync::PullReport* counted) {
-    return StatusOrCaught([&] {
-      return sync::FetchRanges(store.get(), store_options, ahead_bytes, ahead_bytes, select, batches[j], &fetched,
-                               counted);
-    });
-  };
-  double decode_seconds = 0;
-  std::future<Status> ahead;
-  sync::PullReport ahead_report;
-  for (size_t j = 0; j < batches.size() && s.ok(); ++j) {
-    if (j == 0) {
-      s = fetch_batch(0, report);
-    } else {
-      s = ahead.get();
-      report->requests += ahead_report.requests;
-      report->fetched_bytes += ahead_report.fetched_bytes;
-      result->fetch_seconds += ahead_report.fetch_seconds;
-    }
-    if (!s.ok()) break;
-    if (j + 1 < batches.size()) {
-      ahead_report = sync::PullReport();
-      try {
-        ahead = std::async(std::launch::async, fetch_batch, j + 1, &ahead_report);
-      } catch (const std::system_error&) {
-        ahead = std::async(std::launch::deferred, fetch_batch, j + 1, &ahead_report);
-      }
-    }
-    const auto decode = Clock::now();
-    for (size_t k : batches[j]) {
-      const container::Reader& reader = fetched[k].reader;
-      const bool keep_small = k < select.keep_small.size() && select.keep_small[k];
-      const auto wanted = [&](const container::TensorEntry& t) {
-        const sync::Need need = sync::Needed(t, select, keep_small);
-        return std::make_pair(need.begin, need.end);
-      };
-      const auto allocate = [&](const container::TensorEntry& t, uint64_t begin, uint64_t end,
-                                container::HeldTensor* held) {
-        void* data = nullptr;
-        Status a = allocator(t.name, t.dtype, t.shape, begin, end, (end - begin) * t.row_bytes(), &data, &held->owner);
-        held->data = static_cast<uint8_t*>(data);
-        return a;
-      };
-      s = applies[k].Plan(&reader, 0, same_count ? shards[k] : none, wanted, allocate, /*in_place=*/true);
-      if (s.ok()) s = applies[k].Decode(options.threads);
-      if (!s.ok()) {
-        s = Status(s.code(), "step " + std::to_string(hop.m.step) + ", shard " + std::to_string(k) + " (" +
-                                 hop.m.shards[k].file + "): " + s.message());
-        break;
-      }
-      applied.push_back(k);
-      fetched[k].source->Release();  // its pieces are written: only the undo record stays
-    }
-    decode_seconds += Since(decode);
-  }
-  if (ahead.valid()) ahead.wait();
-  result->decode_seconds += decode_seconds;
-  if (!s.ok()) {
-    undo();
-    return s;
-  }
+  TensorSink sink(same_count ? &shards : nullptr, allocator, hop.m.count);
+  sync::HopTimes times;
+  const Status s = sync::ApplyHop(job, &sink, report, &times);
+  result->fetch_seconds += times.fetch_seconds;
+  result->decode_seconds += times.decode_seconds;
+  if (!s.ok()) return s;
   const auto commit = Clock::now();
-  uint64_t changed = 0, undo_bytes = 0;
-  std::vector<container::HeldTensors> next(hop.m.count);
-  if (same_count) next.swap(shards);
-  order.clear();
+  std::vector<container::HeldTensors>& next = sink.next();
   for (size_t k = 0; k < hop.m.count; ++k) {
-    if (fetched[k].skipped) continue;
-    changed += applies[k].changed_elements();
-    undo_bytes += applies[k].undo_bytes();
-    applies[k].Commit(&next[k]);
-    for (const auto& t : fetched[k].reader.manifest().files[0].tensors) {
-      if (next[k].count(t.name) != 0) order.push_back(t.name);
-    }
+    if (same_count && fetched[k].skipped) next[k] = std::move(shards[k]);  // not read: kept as held
   }
   shards.swap(next);
-  result->changed_elements = std::max(result->changed_elements, changed);
-  result->undo_bytes = std::max(result->undo_bytes, undo_bytes);
+  order.swap(sink.order());
+  result->changed_elements = std::max(result->changed_elements, sink.changed());
+  result->undo_bytes = std::max(result->undo_bytes, sink.undo_bytes());
   step = hop.m.step;
   manifest_xxh3 = hop.manifest_xxh3;
   run = hop.m.run;
-  result->commit_seconds += Since(commit);
+  result->commit_seconds += times.commit_seconds + Since(commit);
   result->steps.push_back(hop.m.step);
   return Status::Ok();
 }
@@ -356,14 +356,14 @@ Status Follower::Pull(uint64_t step, FollowResult* result) {
   result->from_step = f.step;
   sync::PullReport report;
   sync::Hop target;
-  Status s = sync::ReadTarget(f.store.get(), step == kLatestStep ? sync::kNoStep : step, &target, &report, f.trust);
-  if (!s.ok()) return s;
-  s = sync::CheckProgress(f.trust, f.step == kLatestStep ? sync::kNoStep : f.step, f.run, target.m, "the follower",
-                          "");
-  if (!s.ok()) return s;
+  ARC_V3_RETURN_IF_ERROR(
+      sync::ReadTarget(f.store.get(), step == kLatestStep ? sync::kNoStep : step, &target, &report, f.trust));
+  ARC_V3_RETURN_IF_ERROR(sync::CheckProgress(f.trust, f.step == kLatestStep ? sync::kNoStep : f.step, f.run,
+                                             target.m, "the follower", ""));
   result->step = target.m.step;
   result->published_at = target.m.published_at;
   result->committed_at = target.m.committed_at;
+  Status s;
   if (f.step == target.m.step && f.manifest_xxh3 == target.manifest_xxh3) {
     result->up_to_date = true;
     result->route = "up to date";
@@ -418,8 +418,7 @@ Status Follower::Follow(const FollowOptions& options,
   };
   const auto pull_step = [&](sync::Store*, uint64_t step, FollowEvent* event, bool* stop) {
     FollowResult result;
-    const Status s = Pull(step, &result);
-    if (!s.ok()) return s;
+    ARC_V3_RETURN_IF_ERROR(Pull(step, &result));
     event->step = result.step;
     event->lag_seconds = sync::UnixSeconds() - result.published_at;
     *stop = on_event && !on_event(*event, &result);

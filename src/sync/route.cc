@@ -6,6 +6,7 @@
 #include <set>
 
 #include "src/common/parallel.h"
+#include "src/common/status_macros.h"
 
 namespace arc_v3 {
 namespace sync {
@@ -35,8 +36,7 @@ Status LoadTrust(const std::vector<std::string>& paths, Trust* trust) {
   trust->keys.clear();
   for (const std::string& path : paths) {
     PublicKey key;
-    Status s = PublicKey::Load(path, &key);
-    if (!s.ok()) return s;
+    ARC_V3_RETURN_IF_ERROR(PublicKey::Load(path, &key));
     trust->keys.push_back(std::move(key));
   }
   return Status::Ok();
@@ -76,82 +76,71 @@ uint64_t ChainCost(const StepManifest& m) { return m.chain_bytes; }
 uint64_t AnchorCost(const StepManifest& m) { return m.anchor_bytes; }
 
 
-Status PlanRoute(Store* store, const RouteFrom* state, Hop target, Route* route, PullReport* report,
-                 const Trust& trust) {
-  const uint64_t S = state != nullptr ? state->step : kNoStep;  // stays set for the cost below
-  const bool only_chain = state != nullptr && state->only_chain;
-  const uint64_t A = target.m.anchor_step;
-  std::vector<Hop> back = {std::move(target)};
+namespace {
+
+// The roots PlanRoute read back from the target: `back` descends from it, to the region's
+// step `from` where the chain meets it (chain_ok), or as far as the anchor route needs.
+struct Walk {
+  std::vector<Hop> back;
+  uint64_t from = kNoStep;
+  uint64_t anchor_step = kNoStep;
   bool chain_ok = false;
-  size_t anchor_index = SIZE_MAX;
-  uint64_t before_anchor = 0;  // what the route from DIR pays for the hops (S, A]
-  for (;;) {
-    const size_t i = back.size() - 1;
-    const StepManifest& cur = back[i].m;
-    if (cur.step == A) anchor_index = i;
-    if (state != nullptr && cur.step == S) {
-      chain_ok = back[i].manifest_xxh3 == state->manifest_xxh3 && cur.count == state->count;
-      if (chain_ok) break;
-      state = nullptr;  // DIR's step is another store's: only the anchor route is left
-    }
-    if (cur.base_step == kNoStep) break;
-    // The root names its base's: a region at the base step needs no second look.
-    if (state != nullptr && cur.base_step == S && cur.base_root_xxh3 != 0) {
-      chain_ok = cur.base_root_xxh3 == state->manifest_xxh3 && cur.count == state->count;
-      if (chain_ok) break;
-      state = nullptr;
-    }
-    if (cur.step <= A) {
-      // Below the anchor only the route from DIR goes on, while it costs less than the anchor.
-      if (state == nullptr || cur.base_step < S) break;
-      before_anchor += ChainCost(cur);
-      if (anchor_index != SIZE_MAX && before_anchor > AnchorCost(back[anchor_index].m)) break;
-    }
-    Hop prev;
-    std::vector<uint8_t> bytes;
-    Status s = ReadRoot(store, cur.base_step, &prev.m, &bytes);
-    report->requests += 1;
-    report->fetched_bytes += bytes.size();
-    if (s.code() == ErrorCode::kNotFound) break;  // pruned: only what is left can be used
-    if (!s.ok()) return s;
-    prev.manifest_xxh3 = container::Hash(bytes.data(), bytes.size());
-    if (trust.on()) {
-      s = CheckTrusted(trust, prev.m, store->url() + "/" + RootKey(prev.m.step));
-      if (s.ok() && DigestHex(Sha256(bytes.data(), bytes.size())) != cur.base_root_sha256) {
-        s = Status(ErrorCode::kUntrusted, store->url() + "/" + RootKey(prev.m.step) + " is not the base root step " +
-                                              std::to_string(cur.step) + " names (its SHA-256 differs)");
-      }
-      if (!s.ok()) return s;
-    }
-    back.push_back(std::move(prev));
+  size_t anchor_index = SIZE_MAX;  // the anchor step's position in `back`
+};
+
+// The root of the base step of `cur` (`*pruned` where it is gone), checked under trust
+// against the SHA-256 `cur` names.
+Status ReadBaseHop(Store* store, const StepManifest& cur, const Trust& trust, Hop* prev, bool* pruned,
+                   PullReport* report) {
+  std::vector<uint8_t> bytes;
+  Status s = ReadRoot(store, cur.base_step, &prev->m, &bytes);
+  report->requests += 1;
+  report->fetched_bytes += bytes.size();
+  *pruned = s.code() == ErrorCode::kNotFound;
+  if (*pruned) return Status::Ok();
+  ARC_V3_RETURN_IF_ERROR(s);
+  prev->manifest_xxh3 = container::Hash(bytes.data(), bytes.size());
+  if (!trust.on()) return Status::Ok();
+  ARC_V3_RETURN_IF_ERROR(CheckTrusted(trust, prev->m, store->url() + "/" + RootKey(prev->m.step)));
+  if (DigestHex(Sha256(bytes.data(), bytes.size())) != cur.base_root_sha256) {
+    return Status(ErrorCode::kUntrusted, store->url() + "/" + RootKey(prev->m.step) + " is not the base root step " +
+                                             std::to_string(cur.step) + " names (its SHA-256 differs)");
   }
-  const StepManifest* anchor = anchor_index != SIZE_MAX ? &back[anchor_index].m : nullptr;
+  return Status::Ok();
+}
+
+// The cheaper of the routes the walk found: the chain from the region's step, or the anchor
+// and the deltas after it (`only_chain`: the chain or nothing).
+Status ChooseRoute(Store* store, const Walk& walk, bool only_chain, Route* route) {
+  const uint64_t S = walk.from, A = walk.anchor_step;
+  const StepManifest* anchor = walk.anchor_index != SIZE_MAX ? &walk.back[walk.anchor_index].m : nullptr;
   uint64_t chain_cost = UINT64_MAX, anchor_cost = UINT64_MAX;
-  if (chain_ok) {
+  if (walk.chain_ok) {
     chain_cost = 0;
-    for (const Hop& h : back) {
+    for (const Hop& h : walk.back) {
       if (h.m.step > S) chain_cost += ChainCost(h.m);
     }
   }
   if (anchor != nullptr) {
     anchor_cost = AnchorCost(*anchor);
-    for (const Hop& h : back) {
+    for (const Hop& h : walk.back) {
       if (h.m.step > A) anchor_cost += ChainCost(h.m);
     }
   }
+  const uint64_t target = walk.back.front().m.step;
   if (chain_cost == UINT64_MAX && anchor_cost == UINT64_MAX) {
     return Status(ErrorCode::kNotFound,
-                  "step " + std::to_string(back.front().m.step) + " cannot be rebuilt: the chain back to its anchor (step " +
+                  "step " + std::to_string(target) + " cannot be rebuilt: the chain back to its anchor (step " +
                       std::to_string(A) + ") is gone from " + store->url() + " (pruned?)");
   }
   if (only_chain && chain_cost == UINT64_MAX) {
     return Status(ErrorCode::kNotFound, "the directory's step " + std::to_string(S) + " is not on the chain to step " +
-                                            std::to_string(back.front().m.step));
+                                            std::to_string(target));
   }
   route->from_dir = chain_cost <= anchor_cost || only_chain;
   route->bytes = std::min(chain_cost, anchor_cost);
   const uint64_t first = route->from_dir ? S + 1 : A;
-  for (auto it = back.rbegin(); it != back.rend(); ++it) {
+  for (auto it = walk.back.rbegin(); it != walk.back.rend(); ++it) {
     if (it->m.step < first) continue;
     route->hops.push_back(*it);
   }
@@ -160,6 +149,49 @@ Status PlanRoute(Store* store, const RouteFrom* state, Hop target, Route* route,
   route->name = route->from_dir ? "chain " + std::to_string(S) + " -> " + std::to_string(N)
                                 : "anchor " + std::to_string(A) + " -> " + std::to_string(N);
   return Status::Ok();
+}
+
+}  // namespace
+
+Status PlanRoute(Store* store, const RouteFrom* state, Hop target, Route* route, PullReport* report,
+                 const Trust& trust) {
+  Walk walk;
+  walk.from = state != nullptr ? state->step : kNoStep;  // stays set for the cost below
+  const uint64_t S = walk.from;
+  const bool only_chain = state != nullptr && state->only_chain;
+  const uint64_t A = walk.anchor_step = target.m.anchor_step;
+  std::vector<Hop>& back = walk.back;
+  back.push_back(std::move(target));
+  uint64_t before_anchor = 0;  // what the route from DIR pays for the hops (S, A]
+  for (;;) {
+    const size_t i = back.size() - 1;
+    const StepManifest& cur = back[i].m;
+    if (cur.step == A) walk.anchor_index = i;
+    if (state != nullptr && cur.step == S) {
+      walk.chain_ok = back[i].manifest_xxh3 == state->manifest_xxh3 && cur.count == state->count;
+      if (walk.chain_ok) break;
+      state = nullptr;  // DIR's step is another store's: only the anchor route is left
+    }
+    if (cur.base_step == kNoStep) break;
+    // The root names its base's: a region at the base step needs no second look.
+    if (state != nullptr && cur.base_step == S && cur.base_root_xxh3 != 0) {
+      walk.chain_ok = cur.base_root_xxh3 == state->manifest_xxh3 && cur.count == state->count;
+      if (walk.chain_ok) break;
+      state = nullptr;
+    }
+    if (cur.step <= A) {
+      // Below the anchor only the route from DIR goes on, while it costs less than the anchor.
+      if (state == nullptr || cur.base_step < S) break;
+      before_anchor += ChainCost(cur);
+      if (walk.anchor_index != SIZE_MAX && before_anchor > AnchorCost(back[walk.anchor_index].m)) break;
+    }
+    Hop prev;
+    bool pruned = false;
+    ARC_V3_RETURN_IF_ERROR(ReadBaseHop(store, cur, trust, &prev, &pruned, report));
+    if (pruned) break;  // only what is left can be used
+    back.push_back(std::move(prev));
+  }
+  return ChooseRoute(store, walk, only_chain, route);
 }
 
 Status LoadRoute(Store* store, const Select* select, LayoutCache* layouts, Route* route, PullReport* report,
@@ -208,8 +240,7 @@ Status GetGrowing(Store* store, const std::string& key, uint64_t offset, uint64_
     const uint64_t at = out->size();
     const uint64_t n = std::min(kFetchBlock, size - at);
     out->resize(at + n);
-    Status s = store->GetRange(key, offset + at, n, out->data() + at);
-    if (!s.ok()) return s;
+    ARC_V3_RETURN_IF_ERROR(store->GetRange(key, offset + at, n, out->data() + at));
   }
   return Status::Ok();
 }
@@ -253,10 +284,8 @@ Status RangeSource::Read(uint64_t offset, uint64_t size, std::vector<uint8_t>* s
     return Status(ErrorCode::kInternal, "bytes " + std::to_string(offset) + "+" + std::to_string(size) +
                                             " of a partially fetched container were not fetched");
   }
-  Status s = GetGrowing(store_, key_, offset, size, scratch);
-  if (!s.ok()) return s;
-  s = Check(offset, size, scratch->data());
-  if (!s.ok()) return s;
+  ARC_V3_RETURN_IF_ERROR(GetGrowing(store_, key_, offset, size, scratch));
+  ARC_V3_RETURN_IF_ERROR(Check(offset, size, scratch->data()));
   if (report_ != nullptr) {
     static std::mutex mutex;  // several sources may count into one report
     std::lock_guard<std::mutex> lock(mutex);
@@ -462,8 +491,7 @@ Status FetchRanges(Store* store, const StoreOptions& options, uint64_t prefetch_
 
 Status FetchPieces(Store* store, const StoreOptions& options, uint64_t prefetch_limit, Select* select,
                    std::vector<Fetched>* fetched, PullReport* report, uint64_t budget, const Trust& trust) {
-  Status s = FetchHeads(store, options, select, fetched, report, trust);
-  if (!s.ok()) return s;
+  ARC_V3_RETURN_IF_ERROR(FetchHeads(store, options, select, fetched, report, trust));
   std::vector<size_t> all(fetched->size());
   for (size_t i = 0; i < all.size(); ++i) all[i] = i;
   return FetchRanges(store, options, prefetch_limit, budget, *select, all, fetched, report);
@@ -496,8 +524,7 @@ Status ReadTarget(Store* store, uint64_t step, Hop* target, PullReport* report, 
     if (latest_status.code() == ErrorCode::kUnsupportedVersion) return latest_status;
   }
   if (!s.ok()) return s;
-  s = CheckTrusted(trust, target->m, store->url() + "/" + RootKey(step));
-  if (!s.ok()) return s;
+  ARC_V3_RETURN_IF_ERROR(CheckTrusted(trust, target->m, store->url() + "/" + RootKey(step)));
   target->manifest_xxh3 = container::Hash(bytes.data(), bytes.size());
   report->to_step = step;
   report->published_at = target->m.published_at;

@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "src/checkpoint/strict_json.h"
+#include "src/common/status_macros.h"
 
 namespace arc_v3 {
 namespace sync {
@@ -143,8 +144,7 @@ Status PublicKey::FromPem(const std::string& pem, const std::string& name, Publi
                                                     BIO_free);
     k = PEM_read_bio_PrivateKey(again.get(), nullptr, nullptr, nullptr);
   }
-  Status s = Ed25519Only(k, name, "public key");
-  if (!s.ok()) return s;
+  ARC_V3_RETURN_IF_ERROR(Ed25519Only(k, name, "public key"));
   key->key_ = Own(k);
   key->id_ = KeyId(k);
   return Status::Ok();
@@ -152,8 +152,7 @@ Status PublicKey::FromPem(const std::string& pem, const std::string& name, Publi
 
 Status PublicKey::Load(const std::string& path, PublicKey* key) {
   std::string pem;
-  Status s = ReadText(path, &pem);
-  if (!s.ok()) return s;
+  ARC_V3_RETURN_IF_ERROR(ReadText(path, &pem));
   return FromPem(pem, path, key);
 }
 
@@ -174,12 +173,10 @@ Status SigningKey::Generate(SigningKey* key) {
 
 Status SigningKey::Load(const std::string& path, SigningKey* key) {
   std::string pem;
-  Status s = ReadText(path, &pem);
-  if (!s.ok()) return s;
+  ARC_V3_RETURN_IF_ERROR(ReadText(path, &pem));
   std::unique_ptr<BIO, decltype(&BIO_free)> bio(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())), BIO_free);
   EVP_PKEY* k = PEM_read_bio_PrivateKey(bio.get(), nullptr, nullptr, nullptr);
-  s = Ed25519Only(k, path, "private key");
-  if (!s.ok()) return s;
+  ARC_V3_RETURN_IF_ERROR(Ed25519Only(k, path, "private key"));
   key->key_ = Own(k);
   return PublicKey::FromPem(key->PublicPem(), path, &key->public_);
 }
@@ -197,9 +194,8 @@ Status SigningKey::Write(const std::string& path) const {
   }
   const std::string pub = path + ".pub";
   if (::access(pub.c_str(), F_OK) == 0) return Status(ErrorCode::kAlreadyExists, pub + " exists");
-  Status s = WriteNew(path, Drain(bio.get()), 0600);
-  if (!s.ok()) return s;
-  s = WriteNew(pub, PublicPem(), 0644);
+  ARC_V3_RETURN_IF_ERROR(WriteNew(path, Drain(bio.get()), 0600));
+  Status s = WriteNew(pub, PublicPem(), 0644);
   if (!s.ok()) ::unlink(path.c_str());
   return s;
 }
@@ -252,8 +248,7 @@ std::string Pae(const std::string& type, const std::string& payload) {
 Status SignEnvelope(const SigningKey& key, const std::string& type, const std::string& payload,
                     std::string* envelope) {
   std::string sig;
-  Status s = key.Sign(Pae(type, payload), &sig);
-  if (!s.ok()) return s;
+  ARC_V3_RETURN_IF_ERROR(key.Sign(Pae(type, payload), &sig));
   OrderedJson j;
   j["payload"] = Base64(payload);
   j["payloadType"] = type;

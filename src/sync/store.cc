@@ -16,6 +16,7 @@
 #include <random>
 
 #include "src/common/parallel.h"
+#include "src/common/status_macros.h"
 
 namespace arc_v3 {
 namespace sync {
@@ -77,8 +78,7 @@ class DirectoryStore : public Store {
   bool listable() const override { return true; }
 
   Status Head(const std::string& key, ObjectInfo* info) override {
-    Status s = CheckKey(key);
-    if (!s.ok()) return s;
+    ARC_V3_RETURN_IF_ERROR(CheckKey(key));
     struct stat st;
     if (stat(Path(key).c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return Missing(key, errno);
     *info = {key, static_cast<uint64_t>(st.st_size), StatTag(st)};
@@ -87,8 +87,7 @@ class DirectoryStore : public Store {
 
   Status GetIfChanged(const std::string& key, const std::string& etag, uint64_t max_size,
                       std::vector<uint8_t>* data, ObjectInfo* info, bool* changed) override {
-    Status s = CheckKey(key);
-    if (!s.ok()) return s;
+    ARC_V3_RETURN_IF_ERROR(CheckKey(key));
     const std::string path = Path(key);
     const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return Missing(key, errno);
@@ -99,6 +98,7 @@ class DirectoryStore : public Store {
     }
     const std::string tag = StatTag(st);
     *changed = etag.empty() || tag != etag;
+    Status s;
     if (*changed && static_cast<uint64_t>(st.st_size) > max_size) {
       s = Status(ErrorCode::kCorruptHeader, Name(key) + ": " + std::to_string(st.st_size) +
                                                 " bytes, more than the " + std::to_string(max_size) +
@@ -116,12 +116,11 @@ class DirectoryStore : public Store {
   }
 
   Status GetRange(const std::string& key, uint64_t offset, uint64_t size, uint8_t* out) override {
-    Status s = CheckKey(key);
-    if (!s.ok()) return s;
+    ARC_V3_RETURN_IF_ERROR(CheckKey(key));
     const std::string path = Path(key);
     const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return Missing(key, errno);
-    s = ReadAll(fd, out, size, offset, path);
+    Status s = ReadAll(fd, out, size, offset, path);
     close(fd);
     if (s.code() == ErrorCode::kTruncated) {
       return Status(ErrorCode::kTruncated, Name(key) + ": ends before byte " + std::to_string(offset + size));
@@ -130,21 +129,18 @@ class DirectoryStore : public Store {
   }
 
   Status Put(const std::string& key, const uint8_t* data, uint64_t size, PutMode mode) override {
-    Status s = CheckKey(key);
-    if (!s.ok()) return s;
+    ARC_V3_RETURN_IF_ERROR(CheckKey(key));
     std::string temp;
-    s = WriteTemp(key, &temp, [&](int fd) { return WriteAll(fd, data, size, 0, temp); });
-    if (!s.ok()) return s;
+    ARC_V3_RETURN_IF_ERROR(WriteTemp(key, &temp, [&](int fd) { return WriteAll(fd, data, size, 0, temp); }));
     return Publish(key, temp, mode);
   }
 
   Status PutFile(const std::string& key, const std::string& path, PutMode mode) override {
-    Status s = CheckKey(key);
-    if (!s.ok()) return s;
+    ARC_V3_RETURN_IF_ERROR(CheckKey(key));
     const int in = open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (in < 0) return Errno(ErrorCode::kInvalidArgument, path + ": cannot open");
     std::string temp;
-    s = WriteTemp(key, &temp, [&](int fd) {
+    Status s = WriteTemp(key, &temp, [&](int fd) {
       std::vector<uint8_t> buffer(size_t{1} << 20);
       uint64_t at = 0;
       for (;;) {
@@ -152,8 +148,7 @@ class DirectoryStore : public Store {
         if (n < 0 && errno == EINTR) continue;
         if (n < 0) return Errno(ErrorCode::kInvalidArgument, path + ": cannot read");
         if (n == 0) return Status::Ok();
-        Status w = WriteAll(fd, buffer.data(), static_cast<uint64_t>(n), at, temp);
-        if (!w.ok()) return w;
+        ARC_V3_RETURN_IF_ERROR(WriteAll(fd, buffer.data(), static_cast<uint64_t>(n), at, temp));
         at += static_cast<uint64_t>(n);
       }
     });
@@ -195,8 +190,7 @@ class DirectoryStore : public Store {
   }
 
   Status Delete(const std::string& key) override {
-    Status s = CheckKey(key);
-    if (!s.ok()) return s;
+    ARC_V3_RETURN_IF_ERROR(CheckKey(key));
     if (unlink(Path(key).c_str()) != 0 && errno != ENOENT) {
       return Errno(ErrorCode::kPermissionDenied, Name(key) + ": cannot delete");
     }
@@ -378,8 +372,7 @@ Status Store::GetToFile(const std::string& key, const std::string& path, uint64_
   uint64_t size = expected_size;
   if (size == UINT64_MAX) {
     ObjectInfo info;
-    Status s = Head(key, &info);
-    if (!s.ok()) return s;
+    ARC_V3_RETURN_IF_ERROR(Head(key, &info));
     size = info.size;
   }
   const int fd = open(path.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0644);

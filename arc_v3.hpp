@@ -111,8 +111,9 @@ class Status {
 // Payload formats this library writes; it reads both. Both are frozen: a payload written
 // by any 1.x library decodes with every later one.
 enum class Format : uint8_t {
-  kDefault = 0,  // format version 16 (src/codec/FORMAT.md): the smallest payloads
-  kArcV3 = 1,    // format version 1, ARCv3 as published: XOR fields, 7-bit mantissas
+  kDefault = 0,    // format version 16 (src/codec/FORMAT.md): the smallest payloads
+  kPublished = 1,  // format version 1, ARCv3 as published: XOR fields, 7-bit mantissas
+  kArcV3 [[deprecated("Format::kArcV3 is now Format::kPublished")]] = 1,
 };
 
 struct Options {
@@ -179,7 +180,7 @@ struct TensorDelta {
   size_t count = 0;
 };
 // @return ok, or kInvalidArgument (null pointers with count > 0, bad options,
-//         Format::kArcV3), kOutOfMemory.
+//         Format::kPublished), kOutOfMemory.
 Status delta_compress_tensors(const TensorDelta* tensors, size_t tensor_count, Delta* out,
                               const Options& options = Options());
 

@@ -28,7 +28,11 @@
 
 namespace arc_v3 {
 
+// Pull's "the newest step".
 constexpr uint64_t kLatestStep = UINT64_MAX;
+// "No step": what step() and last_step() return before there is one, and a result's
+// from_step for a first pull. The same value as kLatestStep: no step number reaches it.
+constexpr uint64_t kNoStep = UINT64_MAX;
 
 // How a store is reached: tries per request (timeouts, lost connections, 5xx) and
 // parallel transfers per object.
@@ -74,7 +78,7 @@ class Publisher {
   // again with the same tensors are no-ops; other tensors: kAlreadyExists. On error
   // nothing it keeps changes.
   Status Publish(uint64_t step, const std::vector<NamedTensor>& tensors, PublishResult* result);
-  uint64_t last_step() const;  // kLatestStep if none
+  uint64_t last_step() const;  // kNoStep if none
   uint64_t held_bytes() const;  // the copy it keeps
 
  private:
@@ -115,7 +119,7 @@ struct FollowedTensor {
 };
 
 struct FollowResult {
-  uint64_t from_step = kLatestStep, step = kLatestStep;
+  uint64_t from_step = kNoStep, step = kNoStep;
   bool up_to_date = false;
   std::string route;           // "chain 11 -> 13" or "anchor 10 -> 13"
   // Set when the cheaper route met a damaged object or document and the other route was
@@ -133,7 +137,7 @@ struct FollowResult {
 // How a follow loop polls: Follower::Follow here, `arc_v3 follow` over a directory.
 struct FollowOptions {
   double interval_seconds = 2;  // between polls of the store's `latest` pointer
-  uint64_t until = kLatestStep;  // return once this step or a later one is held (kLatestStep: never)
+  uint64_t until = kNoStep;  // return once this step or a later one is held (kNoStep: never)
   int max_failures = 10;  // polls failing in a row (the store unavailable) before giving up
   // Called between polls (every 0.1 s at most); true stops the loop (it returns Ok). For a
   // caller that must react to a signal while the loop waits.
@@ -149,7 +153,7 @@ struct FollowEvent {
     kRetrying,  // a poll failed and will be tried again: `message`, `failures` in a row
   };
   Kind kind = Kind::kPulled;
-  uint64_t step = kLatestStep;
+  uint64_t step = kNoStep;
   uint64_t steps_behind = 0;  // of the step held before (0 for a first pull)
   double lag_seconds = 0;     // from the step's publish to its pull's end
   std::string message;
@@ -191,7 +195,7 @@ class Follower {
   // failed in a row; on an error the tensors hold the last step pulled.
   Status Follow(const FollowOptions& options,
                 const std::function<bool(const FollowEvent& event, const FollowResult* pulled)>& on_event);
-  uint64_t step() const;  // kLatestStep before the first pull
+  uint64_t step() const;  // kNoStep before the first pull
   // The tensors held, by shard then file order. Pointers stay valid across pulls unless
   // a tensor is added, reshaped or dropped by a step.
   std::vector<FollowedTensor> tensors() const;

@@ -75,7 +75,7 @@ Usage: arc_bench [flags]
 Codecs (one row each, payload = all a receiver needs besides prev and the shapes):
   arc_v3             the library's default (Format::kDefault, effort 2): the README's arc_v3
   arc_v3_e0, _e1, _e3  the same format at effort 0, 1, 3
-  arc_v3_published    ARCv3 as published (Format::kArcV3), effort 2; arc_v3_published_e0,
+  arc_v3_published    ARCv3 as published (Format::kPublished), effort 2; arc_v3_published_e0,
                      _e1, _e3 at the other efforts
   trl_draft, trl_gap, pulsesync, arcv2_like, slime_zstd, zstd19_xor, lz4_xor
                      the published competitors, re-implemented (bench/baselines/)

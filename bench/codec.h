@@ -37,7 +37,7 @@ class Codec {
 };
 
 // arc_v3's rows: the library's default format at its default effort (the README's
-// "arc_v3"), and ARCv3 as published (Format::kArcV3) at that effort; the other effort
+// "arc_v3"), and ARCv3 as published (Format::kPublished) at that effort; the other effort
 // levels are these names with _e0, _e1, _e3.
 inline constexpr char kDefaultCodec[] = "arc_v3";
 inline constexpr char kPublishedCodec[] = "arc_v3_published";

@@ -67,7 +67,7 @@ std::vector<std::unique_ptr<Codec>> AllCodecs() {
   // One row per arc_v3 format and effort level: ARCv3 as published (arc_v3_published,
   // arc_v3_published_e0 ..), then the library's default format, the README's arc_v3
   // (arc_v3, arc_v3_e0 ..). Release 1.0.0 named them arc_v3_eN and arc_default_eN.
-  AddArcV3(&codecs, kPublishedCodec, Format::kArcV3);
+  AddArcV3(&codecs, kPublishedCodec, Format::kPublished);
   AddArcV3(&codecs, kDefaultCodec, Format::kDefault);
   return codecs;
 }

@@ -1,7 +1,7 @@
 // Measures the modelled chunk coder on corpus runs: for each folder of consecutive
 // step_NNN.safetensors snapshots, every consecutive pair's BF16 tensors are coded one
 // chunk per 2^20 elements and decoded again (checked), and the payload is compared with
-// ARCv3 as published (delta_compress, Format::kArcV3, per tensor) and with the entropy
+// ARCv3 as published (delta_compress, Format::kPublished, per tensor) and with the entropy
 // bound (b2) the corpus' stats.json records for that pair.
 //
 // Usage: model_coder_measure [--block=LOG2] [--reps=N] [--verbose] [--history]
@@ -160,7 +160,7 @@ bool MeasureTensor(const uint16_t* src, const uint16_t* dst, size_t n, int block
   for (size_t i = 0; i < n; ++i) totals->changed += src[i] != dst[i];
 
   arc_v3::Options options;
-  options.format = arc_v3::Format::kArcV3;
+  options.format = arc_v3::Format::kPublished;
   options.threads = 1;
   arc_v3::Delta delta;
   const arc_v3::Status s = arc_v3::delta_compress(src, dst, n, &delta, options);

@@ -149,8 +149,9 @@ class Status {
 // Payload formats this library writes; it reads both. Both are frozen: a payload written
 // by any 1.x library decodes with every later one.
 enum class Format : uint8_t {
-  kDefault = 0,  // format version 16 (src/codec/FORMAT.md): the smallest payloads
-  kArcV3 = 1,    // format version 1, ARCv3 as published: XOR fields, 7-bit mantissas
+  kDefault = 0,    // format version 16 (src/codec/FORMAT.md): the smallest payloads
+  kPublished = 1,  // format version 1, ARCv3 as published: XOR fields, 7-bit mantissas
+  kArcV3 [[deprecated("Format::kArcV3 is now Format::kPublished")]] = 1,
 };
 
 struct Options {
@@ -217,7 +218,7 @@ struct TensorDelta {
   size_t count = 0;
 };
 // @return ok, or kInvalidArgument (null pointers with count > 0, bad options,
-//         Format::kArcV3), kOutOfMemory.
+//         Format::kPublished), kOutOfMemory.
 Status delta_compress_tensors(const TensorDelta* tensors, size_t tensor_count, Delta* out,
                               const Options& options = Options());
 
@@ -1306,7 +1307,7 @@ namespace arc_v3 {
 constexpr uint8_t kMagic[4] = {'A', 'R', 'C', '3'};
 // The Version byte. kFormatVersion (0x10, "1.0") is the one format the library writes by
 // default and will read from 1.0 on; kFormatVersionArcV3 is ARCv3 as published
-// (Format::kArcV3). The values between them belonged to unreleased pre-1.0 formats and are
+// (Format::kPublished). The values between them belonged to unreleased pre-1.0 formats and are
 // rejected, so that no such payload is ever read as this one.
 constexpr uint8_t kFormatVersionArcV3 = 1;
 constexpr uint8_t kFormatVersion = 0x10;
@@ -2369,8 +2370,8 @@ int ChooseRateCap(const uint16_t* src, size_t len, uint64_t total, size_t step,
 // Changes and rate sums per history class (all in class 0 without history). The changes
 // of classes 1 and 2 stay uncounted: only classes 0 and 3 set the boost.
 struct HistoryTallies {
-  uint64_t changes[kHistoryClasses];
-  uint64_t rate_sums[kHistoryClasses];
+  uint64_t changes[kHistoryClasses] = {};
+  uint64_t rate_sums[kHistoryClasses] = {};
   uint64_t recent_elements = 0;
   std::vector<uint32_t> bisected;  // with a history: the changes left to the bisection
 };
@@ -2479,7 +2480,9 @@ Status EncodeChunk(const uint16_t* src, const uint16_t* dst, size_t len, int log
   uint64_t* const step_sums = keep_block_sums ? block_sums.data() : nullptr;
   uint64_t all_rates = 0;
   const int rate_cap = ChooseRateCap(src, len, total, step, step_sums, &all_rates);
-  HistoryTallies tallies = {{total, 0, 0, 0}, {all_rates, 0, 0, 0}};
+  HistoryTallies tallies;
+  tallies.changes[0] = total;
+  tallies.rate_sums[0] = all_rates;
   if (history != nullptr) TallyHistoryClasses(src, history, len, rate_cap, changed, tallies);
   // A history without recorded changes (a session's first step) is not worth its bytes.
   if ((tallies.rate_sums[1] | tallies.rate_sums[2] | tallies.rate_sums[3]) == 0) {
@@ -5074,7 +5077,7 @@ Status delta_stats(const uint16_t* src, size_t count, const uint8_t* bytes, size
 // ---- src/codec/encoder.cc ---------------------------------------------------------------
 // delta_compress (src/codec/FORMAT.md).
 //
-// Format::kArcV3 (format version 1), the scheme as published. Per chunk: XOR + classify
+// Format::kPublished (format version 1), the scheme as published. Per chunk: XOR + classify
 // (ClassifyChanges), compact the changed elements (CompactChanges), then build three
 // streams - positions, 7-bit mantissa XORs, and one record per sign/exponent change - and
 // race each through the general-purpose compressors.
@@ -5206,7 +5209,7 @@ void EncodeXorStreams(const uint16_t* src, const uint16_t* dst, size_t chunk_len
 }
 
 // Version 1 chunk: the XOR streams, or a lone 0 when nothing changed.
-Status EncodeChunkV1(const uint16_t* src, const uint16_t* dst, size_t chunk_len,
+Status EncodeChunkPublished(const uint16_t* src, const uint16_t* dst, size_t chunk_len,
                      const uint8_t* /*history*/, const CarriedModel& /*carried*/,
                      const std::vector<uint32_t>* /*sign_periods*/,
                      const RaceEntrants& entrants, int effort, EncoderScratch* s,
@@ -5283,7 +5286,7 @@ Status RaceChunkCodings(const uint16_t* src, const uint16_t* dst, size_t chunk_l
 
 // `carried`: a session's model for this chunk (its `end` is reset unless the chunk ends up
 // modelled, the only coding a decoder learns a state from).
-Status EncodeChunkV2(const uint16_t* src, const uint16_t* dst, size_t chunk_len,
+Status EncodeChunkDefault(const uint16_t* src, const uint16_t* dst, size_t chunk_len,
                      const uint8_t* history, const CarriedModel& carried,
                      const std::vector<uint32_t>* sign_periods, const RaceEntrants& entrants,
                      int effort, EncoderScratch* s, std::vector<uint8_t>* out) {
@@ -5363,13 +5366,13 @@ Status ChooseFrameChunkLog(const FrameToEncode& in, int* chunk_log) {
     return Status(ErrorCode::kInvalidArgument, "effort must be in 0..3");
   }
   if (options.threads < 0) return Status(ErrorCode::kInvalidArgument, "threads must be >= 0");
-  if (options.format != Format::kDefault && options.format != Format::kArcV3) {
+  if (options.format != Format::kDefault && options.format != Format::kPublished) {
     return Status(ErrorCode::kInvalidArgument, "unknown format");
   }
-  if (in.session != nullptr && options.format == Format::kArcV3) {
+  if (in.session != nullptr && options.format == Format::kPublished) {
     return Status(ErrorCode::kInvalidArgument, "sessions need the default format");
   }
-  if (in.tensors != nullptr && options.format == Format::kArcV3) {
+  if (in.tensors != nullptr && options.format == Format::kPublished) {
     return Status(ErrorCode::kInvalidArgument,
                   "several tensors in one payload need the default format");
   }
@@ -5396,8 +5399,8 @@ Status EncodeFrameChunks(const FrameToEncode& in, size_t chunk_elements,
                          uint64_t* base_checksum) {
   const size_t num_chunks = (in.count + chunk_elements - 1) / chunk_elements;
   const RaceEntrants entrants = EntrantsForEffort(in.options.effort);
-  const bool published = in.options.format == Format::kArcV3;
-  const auto encode_chunk = published ? EncodeChunkV1 : EncodeChunkV2;
+  const bool published = in.options.format == Format::kPublished;
+  const auto encode_chunk = published ? EncodeChunkPublished : EncodeChunkDefault;
   const size_t num_workers = WorkerCount(in.options.threads, num_chunks);
   std::vector<std::unique_ptr<EncoderScratch>> scratch(num_workers);
   for (auto& s : scratch) s.reset(new EncoderScratch);
@@ -5450,7 +5453,7 @@ Status EncodeFrameChunks(const FrameToEncode& in, size_t chunk_elements,
 void AppendFrameHeader(const FrameToEncode& in, int chunk_log,
                        const std::vector<std::vector<uint8_t>>& chunks,
                        std::vector<uint8_t>* bytes) {
-  const bool published = in.options.format == Format::kArcV3;
+  const bool published = in.options.format == Format::kPublished;
   for (const uint8_t byte : kMagic) bytes->push_back(byte);
   // A session step whose base is its last step's result, over the same tensors, names
   // neither (the receiver holds both).

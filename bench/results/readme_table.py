@@ -17,7 +17,7 @@ import argparse
 import json
 
 ARC = "arc_v3"                     # the library's default: Format::kDefault, effort 2
-PUBLISHED = "arc_v3_published"      # Format::kArcV3 at effort 2
+PUBLISHED = "arc_v3_published"      # Format::kPublished at effort 2
 OLD_ARC = "arc_default_e2"         # the same two rows as release 1.0.0 named them
 OLD_PUBLISHED = "arc_v3_e2"
 PEER = "slime_zstd"

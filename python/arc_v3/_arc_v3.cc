@@ -574,7 +574,7 @@ class PyPublisher {
   }
   py::object last_step() const {
     const uint64_t s = publisher_->last_step();
-    return s == arc_v3::kLatestStep ? py::none() : py::object(py::int_(s));
+    return s == arc_v3::kNoStep ? py::none() : py::object(py::int_(s));
   }
   uint64_t held_bytes() const { return publisher_->held_bytes(); }
 
@@ -640,7 +640,7 @@ class PyFollower {
   void Follow(double interval, py::object until, int max_failures, py::object on_event) {
     arc_v3::FollowOptions o;
     o.interval_seconds = interval;
-    o.until = until.is_none() ? arc_v3::kLatestStep : until.cast<uint64_t>();
+    o.until = until.is_none() ? arc_v3::kNoStep : until.cast<uint64_t>();
     o.max_failures = max_failures;
     std::unique_ptr<py::error_already_set> error;
     o.stop_requested = [&error] {
@@ -679,7 +679,7 @@ class PyFollower {
   static py::dict ResultDict(const arc_v3::FollowResult& r) {
     py::dict d;
     d["step"] = r.step;
-    d["from_step"] = r.from_step == arc_v3::kLatestStep ? py::object(py::none()) : py::object(py::int_(r.from_step));
+    d["from_step"] = r.from_step == arc_v3::kNoStep ? py::object(py::none()) : py::object(py::int_(r.from_step));
     d["up_to_date"] = r.up_to_date;
     d["route"] = r.route;
     d["rerouted"] = r.rerouted.empty() ? py::object(py::none()) : py::object(py::str(r.rerouted));
@@ -696,7 +696,7 @@ class PyFollower {
   }
   py::object step() const {
     const uint64_t s = follower_->step();
-    return s == arc_v3::kLatestStep ? py::none() : py::object(py::int_(s));
+    return s == arc_v3::kNoStep ? py::none() : py::object(py::int_(s));
   }
   // (name, dtype, shape, row_begin, row_end) of every selected tensor held, in shard and
   // file order.
@@ -795,7 +795,7 @@ PYBIND11_MODULE(_arc_v3, m) {
 
   // Codec constants, so that Python never hard-codes a number the C++ side owns.
   m.attr("FORMAT_DEFAULT") = static_cast<int>(arc_v3::Format::kDefault);
-  m.attr("FORMAT_ARC_V3") = static_cast<int>(arc_v3::Format::kArcV3);
+  m.attr("FORMAT_ARC_V3") = static_cast<int>(arc_v3::Format::kPublished);
   m.attr("CONTAINER_EFFORT") = arc_v3::StateDictOptions().effort;
   m.attr("CONTAINER_MAGIC") = py::bytes(
       arc_v3::kDeltaMagic, sizeof(arc_v3::kDeltaMagic));

@@ -80,7 +80,7 @@ class Checkpoint {
 struct RunOptions {
   int threads = 0;  // 0 = all hardware threads
   // arc_v3 Options::effort (0..3) of BF16 pieces in Diff. 1 codes the default format as
-  // 2 does; with Format::kArcV3 it leaves zstd -9 out of each stream's race.
+  // 2 does; with Format::kPublished it leaves zstd -9 out of each stream's race.
   int effort = 1;
   // arc_v3 Options::format of BF16 pieces in Diff (decoding reads every format).
   Format format = Format::kDefault;

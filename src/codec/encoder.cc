@@ -1,6 +1,6 @@
 // delta_compress (src/codec/FORMAT.md).
 //
-// Format::kArcV3 (format version 1), the scheme as published. Per chunk: XOR + classify
+// Format::kPublished (format version 1), the scheme as published. Per chunk: XOR + classify
 // (ClassifyChanges), compact the changed elements (CompactChanges), then build three
 // streams - positions, 7-bit mantissa XORs, and one record per sign/exponent change - and
 // race each through the general-purpose compressors.
@@ -147,7 +147,7 @@ void EncodeXorStreams(const uint16_t* src, const uint16_t* dst, size_t chunk_len
 }
 
 // Version 1 chunk: the XOR streams, or a lone 0 when nothing changed.
-Status EncodeChunkV1(const uint16_t* src, const uint16_t* dst, size_t chunk_len,
+Status EncodeChunkPublished(const uint16_t* src, const uint16_t* dst, size_t chunk_len,
                      const uint8_t* /*history*/, const CarriedModel& /*carried*/,
                      const std::vector<uint32_t>* /*sign_periods*/,
                      const RaceEntrants& entrants, int effort, EncoderScratch* s,
@@ -224,7 +224,7 @@ Status RaceChunkCodings(const uint16_t* src, const uint16_t* dst, size_t chunk_l
 
 // `carried`: a session's model for this chunk (its `end` is reset unless the chunk ends up
 // modelled, the only coding a decoder learns a state from).
-Status EncodeChunkV2(const uint16_t* src, const uint16_t* dst, size_t chunk_len,
+Status EncodeChunkDefault(const uint16_t* src, const uint16_t* dst, size_t chunk_len,
                      const uint8_t* history, const CarriedModel& carried,
                      const std::vector<uint32_t>* sign_periods, const RaceEntrants& entrants,
                      int effort, EncoderScratch* s, std::vector<uint8_t>* out) {
@@ -304,13 +304,13 @@ Status ChooseFrameChunkLog(const FrameToEncode& in, int* chunk_log) {
     return Status(ErrorCode::kInvalidArgument, "effort must be in 0..3");
   }
   if (options.threads < 0) return Status(ErrorCode::kInvalidArgument, "threads must be >= 0");
-  if (options.format != Format::kDefault && options.format != Format::kArcV3) {
+  if (options.format != Format::kDefault && options.format != Format::kPublished) {
     return Status(ErrorCode::kInvalidArgument, "unknown format");
   }
-  if (in.session != nullptr && options.format == Format::kArcV3) {
+  if (in.session != nullptr && options.format == Format::kPublished) {
     return Status(ErrorCode::kInvalidArgument, "sessions need the default format");
   }
-  if (in.tensors != nullptr && options.format == Format::kArcV3) {
+  if (in.tensors != nullptr && options.format == Format::kPublished) {
     return Status(ErrorCode::kInvalidArgument,
                   "several tensors in one payload need the default format");
   }
@@ -337,8 +337,8 @@ Status EncodeFrameChunks(const FrameToEncode& in, size_t chunk_elements,
                          uint64_t* base_checksum) {
   const size_t num_chunks = (in.count + chunk_elements - 1) / chunk_elements;
   const RaceEntrants entrants = EntrantsForEffort(in.options.effort);
-  const bool published = in.options.format == Format::kArcV3;
-  const auto encode_chunk = published ? EncodeChunkV1 : EncodeChunkV2;
+  const bool published = in.options.format == Format::kPublished;
+  const auto encode_chunk = published ? EncodeChunkPublished : EncodeChunkDefault;
   const size_t num_workers = WorkerCount(in.options.threads, num_chunks);
   std::vector<std::unique_ptr<EncoderScratch>> scratch(num_workers);
   for (auto& s : scratch) s.reset(new EncoderScratch);
@@ -391,7 +391,7 @@ Status EncodeFrameChunks(const FrameToEncode& in, size_t chunk_elements,
 void AppendFrameHeader(const FrameToEncode& in, int chunk_log,
                        const std::vector<std::vector<uint8_t>>& chunks,
                        std::vector<uint8_t>* bytes) {
-  const bool published = in.options.format == Format::kArcV3;
+  const bool published = in.options.format == Format::kPublished;
   for (const uint8_t byte : kMagic) bytes->push_back(byte);
   // A session step whose base is its last step's result, over the same tensors, names
   // neither (the receiver holds both).

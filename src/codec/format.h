@@ -13,7 +13,7 @@ namespace arc_v3 {
 constexpr uint8_t kMagic[4] = {'A', 'R', 'C', '3'};
 // The Version byte. kFormatVersion (0x10, "1.0") is the one format the library writes by
 // default and will read from 1.0 on; kFormatVersionArcV3 is ARCv3 as published
-// (Format::kArcV3). The values between them belonged to unreleased pre-1.0 formats and are
+// (Format::kPublished). The values between them belonged to unreleased pre-1.0 formats and are
 // rejected, so that no such payload is ever read as this one.
 constexpr uint8_t kFormatVersionArcV3 = 1;
 constexpr uint8_t kFormatVersion = 0x10;

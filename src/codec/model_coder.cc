@@ -861,8 +861,8 @@ int ChooseRateCap(const uint16_t* src, size_t len, uint64_t total, size_t step,
 // Changes and rate sums per history class (all in class 0 without history). The changes
 // of classes 1 and 2 stay uncounted: only classes 0 and 3 set the boost.
 struct HistoryTallies {
-  uint64_t changes[kHistoryClasses];
-  uint64_t rate_sums[kHistoryClasses];
+  uint64_t changes[kHistoryClasses] = {};
+  uint64_t rate_sums[kHistoryClasses] = {};
   uint64_t recent_elements = 0;
   std::vector<uint32_t> bisected;  // with a history: the changes left to the bisection
 };
@@ -971,7 +971,9 @@ Status EncodeChunk(const uint16_t* src, const uint16_t* dst, size_t len, int log
   uint64_t* const step_sums = keep_block_sums ? block_sums.data() : nullptr;
   uint64_t all_rates = 0;
   const int rate_cap = ChooseRateCap(src, len, total, step, step_sums, &all_rates);
-  HistoryTallies tallies = {{total, 0, 0, 0}, {all_rates, 0, 0, 0}};
+  HistoryTallies tallies;
+  tallies.changes[0] = total;
+  tallies.rate_sums[0] = all_rates;
   if (history != nullptr) TallyHistoryClasses(src, history, len, rate_cap, changed, tallies);
   // A history without recorded changes (a session's first step) is not worth its bytes.
   if ((tallies.rate_sums[1] | tallies.rate_sums[2] | tallies.rate_sums[3]) == 0) {

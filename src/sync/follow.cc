@@ -37,7 +37,7 @@ bool Wait(double seconds, const FollowOptions& options) {
 Status FollowLatest(const std::function<Status(Store** store)>& open, uint64_t held, const FollowOptions& options,
                     const std::function<Status(Store* store, uint64_t step, FollowEvent* event, bool* stop)>& pull,
                     const std::function<bool(const FollowEvent& event)>& note) {
-  const auto reached = [&] { return options.until != kLatestStep && held != kLatestStep && held >= options.until; };
+  const auto reached = [&] { return options.until != kNoStep && held != kNoStep && held >= options.until; };
   std::string etag;
   uint64_t latest = kNoStep;
   int failures = 0;
@@ -71,10 +71,10 @@ Status FollowLatest(const std::function<Status(Store** store)>& open, uint64_t h
     // The pointer may lag a racing commit: while it stands still, a committed step after
     // it counts too.
     if (s.ok() && !changed && latest != kNoStep) latest = ProbeLater(store, latest);
-    if (s.ok() && latest != kNoStep && (held == kLatestStep || latest > held)) {
+    if (s.ok() && latest != kNoStep && (held == kNoStep || latest > held)) {
       FollowEvent e;
       e.kind = FollowEvent::Kind::kPulled;
-      e.steps_behind = held == kLatestStep ? 0 : latest - held;
+      e.steps_behind = held == kNoStep ? 0 : latest - held;
       bool stop = false;
       s = pull(store, latest, &e, &stop);
       if (s.ok()) {

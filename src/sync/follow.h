@@ -14,7 +14,7 @@ namespace arc_v3 {
 namespace sync {
 
 // `open` gives the store, opening it if needed (kNotFound: not there yet, waited for);
-// `held` is the step held at the start (kLatestStep: none). `pull(store, step, event,
+// `held` is the step held at the start (kNoStep: none). `pull(store, step, event,
 // stop)` pulls `step`, a committed step newer than the one held: it fills event->step and
 // event->lag_seconds and reports the event to its caller itself, setting *stop to end the
 // loop. `note` is told kWaiting and kRetrying events; false ends the loop.

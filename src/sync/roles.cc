@@ -50,7 +50,7 @@ struct Publisher::Impl {
   std::unique_ptr<sync::Store> store;
   PublisherOptions options;
   std::string file_name;
-  uint64_t last_step = kLatestStep;
+  uint64_t last_step = kNoStep;
   std::vector<NamedTensor> last;  // the tensors of last_step, pointing into `bytes`
   std::vector<std::vector<uint8_t>> bytes;
 };
@@ -83,18 +83,18 @@ Status Publisher::Open(const std::string& store_url, const PublisherOptions& opt
 Status Publisher::Publish(uint64_t step, const std::vector<NamedTensor>& tensors, PublishResult* result) {
   *result = PublishResult();
   Impl& p = *impl_;
-  if (p.last_step != kLatestStep && step <= p.last_step) {
+  if (p.last_step != kNoStep && step <= p.last_step) {
     return Status(ErrorCode::kInvalidArgument, "step " + std::to_string(step) + " does not come after step " +
                                                    std::to_string(p.last_step) + ", the last one published");
   }
   container::Checkpoint prev, next;
   ARC_V3_RETURN_IF_ERROR(container::Checkpoint::FromMemory(p.file_name, Views(tensors), &next));
-  if (p.last_step != kLatestStep) {
+  if (p.last_step != kNoStep) {
     ARC_V3_RETURN_IF_ERROR(container::Checkpoint::FromMemory(p.file_name, Views(p.last), &prev));
   }
   sync::PublishOptions o;
   o.step = step;
-  o.base_step = p.last_step == kLatestStep ? sync::kNoStep : p.last_step;
+  o.base_step = p.last_step;
   o.shard = p.options.rank;
   o.count = p.options.world_size;
   o.anchor_every = p.options.anchor_every;
@@ -139,7 +139,7 @@ struct Follower::Impl {
   sync::StoreOptions store_options;
   sync::Select select;
   Allocator allocator;
-  uint64_t step = kLatestStep;
+  uint64_t step = kNoStep;
   uint64_t manifest_xxh3 = 0;  // of the step's root
   uint64_t run = 0;            // of the step
   sync::Trust trust;
@@ -358,7 +358,7 @@ Status Follower::Pull(uint64_t step, FollowResult* result) {
   sync::Hop target;
   ARC_V3_RETURN_IF_ERROR(
       sync::ReadTarget(f.store.get(), step == kLatestStep ? sync::kNoStep : step, &target, &report, f.trust));
-  ARC_V3_RETURN_IF_ERROR(sync::CheckProgress(f.trust, f.step == kLatestStep ? sync::kNoStep : f.step, f.run,
+  ARC_V3_RETURN_IF_ERROR(sync::CheckProgress(f.trust, f.step, f.run,
                                              target.m, "the follower", ""));
   result->step = target.m.step;
   result->published_at = target.m.published_at;
@@ -385,7 +385,7 @@ Status Follower::Pull(uint64_t step, FollowResult* result) {
     };
     const sync::RouteFrom from{f.step, f.manifest_xxh3, static_cast<uint32_t>(f.shards.size())};
     sync::Route route;
-    s = go(f.step == kLatestStep ? nullptr : &from, target, &route);
+    s = go(f.step == kNoStep ? nullptr : &from, target, &route);
     if (sync::Damaged(s.code()) && !route.hops.empty()) {
       // The other route around what was met: a chain's step by the anchor route, an
       // anchor's by the chain from the step held now (whatever either costs).
@@ -393,7 +393,7 @@ Status Follower::Pull(uint64_t step, FollowResult* result) {
       now.only_chain = true;
       sync::Route other;
       const Status again = route.from_dir ? go(nullptr, target, &other)
-                           : f.step != kLatestStep ? go(&now, target, &other)
+                           : f.step != kNoStep ? go(&now, target, &other)
                                                    : Status(ErrorCode::kNotFound, "no step held");
       if (again.ok()) {
         result->rerouted = sync::ReroutedNote(s, other.name, route.name);

@@ -271,7 +271,7 @@ TEST_CASE("BF16 pieces are arc_v3 payloads in the requested format; both decode"
   std::mt19937_64 rng(11);
   const Tensor base = Random("w", "BF16", {4096}, &rng);
   const Tensor target = Step(base, 0.05, &rng);
-  for (const Format format : {Format::kDefault, Format::kArcV3}) {
+  for (const Format format : {Format::kDefault, Format::kPublished}) {
     Piece piece;
     std::vector<uint8_t> stored;
     REQUIRE_OK(EncodePiece(base.bytes.data(), target.bytes.data(), base.bytes.size(), 2, true,
@@ -279,8 +279,8 @@ TEST_CASE("BF16 pieces are arc_v3 payloads in the requested format; both decode"
     CHECK(piece.coder == Coder::kArcV3);
     PayloadInfo info;
     REQUIRE_OK(delta_inspect(stored.data(), stored.size(), &info));
-    // Format::kArcV3 is ARCv3 as published: payload format version 1 (src/codec/FORMAT.md).
-    CHECK((info.format_version == 1) == (format == Format::kArcV3));
+    // Format::kPublished is ARCv3 as published: payload format version 1 (src/codec/FORMAT.md).
+    CHECK((info.format_version == 1) == (format == Format::kPublished));
     std::vector<uint8_t> out(base.bytes.size());
     REQUIRE_OK(DecodePiece(piece, stored.data(), base.bytes.data(), out.size(), 2, out.data()));
     CHECK(out == target.bytes);

@@ -72,7 +72,7 @@ TEST_CASE("every single-bit flip decodes exactly or fails cleanly") {
                     &src, &dst);
     // One chunk unchanged, so that every chunk mode appears in the payload.
     for (size_t i = 1024; i < 2048; ++i) dst[i] = src[i];
-    for (const Format format : {Format::kArcV3, Format::kDefault}) {
+    for (const Format format : {Format::kPublished, Format::kDefault}) {
       for (const int effort : {0, 3}) {
         Options options;
         options.format = format;

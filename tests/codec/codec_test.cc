@@ -173,7 +173,7 @@ TEST_CASE("round trip: every effort, format and thread count gives the same resu
     options.threads = 3;
     const Delta three = RoundTrip(src, dst, options);
     CHECK(one.bytes == three.bytes);
-    options.format = Format::kArcV3;
+    options.format = Format::kPublished;
     const Delta published = RoundTrip(src, dst, options);
     PayloadInfo info;
     REQUIRE(delta_inspect(published.bytes.data(), published.bytes.size(), &info).ok());
@@ -215,7 +215,7 @@ TEST_CASE("the default format is smaller than ARCv3 as published on weight-like 
     std::vector<uint16_t> src, dst;
     MakeDelta(1 << 18, Mix{density}, 77, &src, &dst);
     Options published;
-    published.format = Format::kArcV3;
+    published.format = Format::kPublished;
     const Delta arcv3 = RoundTrip(src, dst, published);
     const Delta modelled = RoundTrip(src, dst);
     INFO("density ", density, ": ARCv3 ", arcv3.bytes.size(), " bytes, default ",
@@ -243,7 +243,7 @@ TEST_CASE("higher effort is never larger on realistic data") {
   for (const int effort : {0, 1, 2, 3}) {
     Options options;
     options.effort = effort;
-    options.format = Format::kArcV3;
+    options.format = Format::kPublished;
     Delta delta;
     REQUIRE(delta_compress(src.data(), dst.data(), src.size(), &delta, options).ok());
     INFO("effort ", effort, ": ", delta.bytes.size(), " bytes");
@@ -314,3 +314,16 @@ TEST_CASE("version and error names") {
 
 }  // namespace
 }  // namespace arc_v3
+
+// 1.x keeps the names a 1.0 header had, deprecated, meaning what they meant.
+#if defined(__GNUC__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+#endif
+TEST_CASE("deprecated 1.0 names still compile and mean the same") {
+  CHECK(arc_v3::Format::kArcV3 == arc_v3::Format::kPublished);
+  CHECK(static_cast<int>(arc_v3::Format::kPublished) == 1);
+}
+#if defined(__GNUC__)
+#pragma GCC diagnostic pop
+#endif

@@ -58,7 +58,7 @@ struct Coding {
   int effort;
   Format format;
 };
-constexpr Coding kCodings[] = {{0, Format::kArcV3}, {2, Format::kArcV3}, {0, Format::kDefault},
+constexpr Coding kCodings[] = {{0, Format::kPublished}, {2, Format::kPublished}, {0, Format::kDefault},
                                {2, Format::kDefault}};
 
 TEST_CASE("truncation at every offset is an error") {
@@ -75,7 +75,7 @@ TEST_CASE("truncation at every offset is an error") {
     std::vector<uint8_t> longer = f.delta.bytes;
     longer.push_back(0);
     CHECK(DecodeGuarded(f, longer, f.delta.checksum).code() ==
-          (coding.format == Format::kArcV3 ? ErrorCode::kCorruptHeader : ErrorCode::kCorruptChunk));
+          (coding.format == Format::kPublished ? ErrorCode::kCorruptHeader : ErrorCode::kCorruptChunk));
   }
 }
 
@@ -181,7 +181,7 @@ TEST_CASE("size mismatches and a too-small output") {
 TEST_CASE("stream-level corruption: codec ids, sizes, reserved layout bits") {
   // One chunk of format version 1, low density: the layout is magic(4) version flags
   // count(2) log | table | changed high layout | streams.
-  Fixture f(1000, 0.05, 1024, 0, Format::kArcV3);
+  Fixture f(1000, 0.05, 1024, 0, Format::kPublished);
   const std::vector<uint8_t>& good = f.delta.bytes;
   size_t chunk_start = 4 + 1 + 1 + 2 + 1;
   const size_t table = good[chunk_start] < 0x80 ? 1 : 2;

@@ -52,7 +52,7 @@ std::vector<EncodeCase> ReadEncodeList() {
     fields >> tensors;
     c.tensors = test::ParseTensorElements(tensors);
     REQUIRE_MESSAGE((format == "tensors") == !c.tensors.empty(), "bad line: ", line);
-    c.options.format = format == "v1" ? Format::kArcV3 : Format::kDefault;
+    c.options.format = format == "v1" ? Format::kPublished : Format::kDefault;
     c.options.threads = 1;
     cases.push_back(c);
   }
@@ -102,7 +102,7 @@ TEST_CASE("the encoder reproduces the committed golden payloads on every target"
       REQUIRE(compress(&on_target).ok());
       CHECK_MESSAGE(on_target.bytes == committed, "target ", std::string(target), ": ",
                     on_target.bytes.size(), " bytes, committed ", committed.size(),
-                    c.options.format == Format::kArcV3
+                    c.options.format == Format::kPublished
                         ? " (a format-1 golden stays as committed: it must keep decoding; if the "
                           "encoder's race changed on purpose, pick the options that reproduce it "
                           "in ENCODE.txt or add a new golden)"

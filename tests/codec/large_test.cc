@@ -41,7 +41,7 @@ TEST_CASE("a tensor of more than 2^31 elements round-trips in both formats") {
   dst[n - 1] ^= 0x0042;
   std::printf("fill: %.1f s\n", Seconds(start));
 
-  for (const Format format : {Format::kArcV3, Format::kDefault}) {
+  for (const Format format : {Format::kPublished, Format::kDefault}) {
     INFO("format ", static_cast<int>(format));
     Options options;
     options.format = format;

@@ -249,7 +249,7 @@ TEST_CASE("bad arguments") {
   std::vector<TensorDelta> deltas = group.Deltas();
   Delta delta;
   Options published;
-  published.format = Format::kArcV3;
+  published.format = Format::kPublished;
   CHECK(delta_compress_tensors(deltas.data(), deltas.size(), &delta, published).code() ==
         ErrorCode::kInvalidArgument);
   CHECK(delta_compress_tensors(nullptr, 2, &delta).code() == ErrorCode::kInvalidArgument);

@@ -86,7 +86,7 @@ int FuzzRoundTrip(const uint8_t* data, size_t size) {
   Consumer in(data, size);
   const uint8_t option_byte = in.Byte();
   Options options;
-  options.format = (option_byte & 1) ? Format::kArcV3 : Format::kDefault;
+  options.format = (option_byte & 1) ? Format::kPublished : Format::kDefault;
   options.effort = (option_byte >> 1) & 3;
   options.chunk_elements = 1u << (10 + ((option_byte >> 3) & 3));  // 1K..8K: many chunks
   options.threads = 1;

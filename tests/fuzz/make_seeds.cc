@@ -50,7 +50,7 @@ void DecodeSeeds(const std::string& dir) {
         dst[i] = (r & 15) == 0 ? static_cast<uint16_t>(src[i] ^ (r >> 16))
                                : Step(src[i], (r & 16) ? 1 : -1);
       }
-      for (const Format format : {Format::kArcV3, Format::kDefault}) {
+      for (const Format format : {Format::kPublished, Format::kDefault}) {
         for (const int effort : {0, 2, 3}) {
           Options options;
           options.format = format;

@@ -37,7 +37,7 @@ std::string MeasureCsv() {
       const std::vector<uint16_t>& dst = run.snapshots[d + 1];
       size_t changed = 0;
       for (size_t i = 0; i < src.size(); ++i) changed += src[i] != dst[i];
-      for (const Format format : {Format::kArcV3, Format::kDefault}) {
+      for (const Format format : {Format::kPublished, Format::kDefault}) {
         for (int effort = 0; effort <= 3; ++effort) {
           Options options;
           options.format = format;

@@ -122,7 +122,7 @@ int Golden(const std::string& dir) {
     std::string name, format, counts;
     arc_v3::Options options;
     fields >> name >> format >> options.effort >> options.chunk_elements >> counts;
-    options.format = format == "v1" ? arc_v3::Format::kArcV3 : arc_v3::Format::kDefault;
+    options.format = format == "v1" ? arc_v3::Format::kPublished : arc_v3::Format::kDefault;
     std::vector<uint8_t> src_bytes, dst_bytes, golden;
     if (!ReadFile(dir + "/" + name + ".src.bf16", &src_bytes) ||
         !ReadFile(dir + "/" + name + ".dst.bf16", &dst_bytes) ||

@@ -307,7 +307,7 @@ int SyncCommands::RunPublish(sync::Store* store, const container::RunOptions& ru
   o.no_index = no_index_;
   o.work_dir = work_dir_;
   o.run = run;
-  o.run.format = format_ == "arc_v3_published" ? Format::kArcV3 : Format::kDefault;
+  o.run.format = format_ == "arc_v3_published" ? Format::kPublished : Format::kDefault;
   o.sign_key = sign_key_;
   o.trust = trust_;
   sync::PublishReport r;

@@ -147,6 +147,10 @@ struct Delta {
 //         kOutOfMemory.
 Status delta_compress(const uint16_t* src, const uint16_t* dst, size_t count, Delta* out,
                       const Options& options = Options());
+// As above, and sets *src_checksum to Checksum(src, count) (below), computed as src is read
+// for encoding: a caller that records its base's checksum saves a pass over it.
+Status delta_compress(const uint16_t* src, const uint16_t* dst, size_t count, Delta* out,
+                      const Options& options, uint64_t* src_checksum);
 
 // Rebuilds dst from `src` (count elements) and a payload, writing `count` elements to
 // `out`. `out` may equal `src` (apply in place); otherwise the two must not overlap.

@@ -185,6 +185,10 @@ struct Delta {
 //         kOutOfMemory.
 Status delta_compress(const uint16_t* src, const uint16_t* dst, size_t count, Delta* out,
                       const Options& options = Options());
+// As above, and sets *src_checksum to Checksum(src, count) (below), computed as src is read
+// for encoding: a caller that records its base's checksum saves a pass over it.
+Status delta_compress(const uint16_t* src, const uint16_t* dst, size_t count, Delta* out,
+                      const Options& options, uint64_t* src_checksum);
 
 // Rebuilds dst from `src` (count elements) and a payload, writing `count` elements to
 // `out`. `out` may equal `src` (apply in place); otherwise the two must not overlap.
@@ -5515,6 +5519,14 @@ Status EncodeFrame(const uint16_t* src, const uint16_t* dst, size_t count,
 Status delta_compress(const uint16_t* src, const uint16_t* dst, size_t count, Delta* out,
                       const Options& options) {
   return EncodeFrame(src, dst, count, options, nullptr, nullptr, out);
+}
+
+Status delta_compress(const uint16_t* src, const uint16_t* dst, size_t count, Delta* out,
+                      const Options& options, uint64_t* src_checksum) {
+  if (src_checksum == nullptr) {
+    return Status(ErrorCode::kInvalidArgument, "src_checksum is null");
+  }
+  return EncodeFrame(src, dst, count, options, nullptr, nullptr, out, src_checksum);
 }
 
 Status ConcatenateTensors(const TensorDelta* tensors, size_t tensor_count,

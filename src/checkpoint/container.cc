@@ -14,7 +14,6 @@
 #include <set>
 
 #include "src/checkpoint/strict_json.h"
-#include "src/codec/codec_internal.h"
 #include "src/checkpoint/safetensors.h"
 #include "src/common/status_macros.h"
 #include "src/common/xxh3.h"
@@ -815,8 +814,7 @@ Status EncodePiece(const uint8_t* base, const uint8_t* target, uint64_t bytes,
     options.format = format;
     Delta delta;
     // The encoder hashes src as it goes: one pass over memory instead of two.
-    ARC_V3_RETURN_IF_ERROR(
-        EncodeFrame(src, dst, count, options, nullptr, nullptr, &delta, &piece->base_xxh3));
+    ARC_V3_RETURN_IF_ERROR(delta_compress(src, dst, count, &delta, options, &piece->base_xxh3));
     piece->coder = Coder::kArcV3;
     piece->target_xxh3 = delta.checksum;  // XXH3 of the target rows, as below
     *out = std::move(delta.bytes);

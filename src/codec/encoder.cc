@@ -455,6 +455,14 @@ Status delta_compress(const uint16_t* src, const uint16_t* dst, size_t count, De
   return EncodeFrame(src, dst, count, options, nullptr, nullptr, out);
 }
 
+Status delta_compress(const uint16_t* src, const uint16_t* dst, size_t count, Delta* out,
+                      const Options& options, uint64_t* src_checksum) {
+  if (src_checksum == nullptr) {
+    return Status(ErrorCode::kInvalidArgument, "src_checksum is null");
+  }
+  return EncodeFrame(src, dst, count, options, nullptr, nullptr, out, src_checksum);
+}
+
 Status ConcatenateTensors(const TensorDelta* tensors, size_t tensor_count,
                           ConcatenatedTensors* group) {
   ARC_V3_RETURN_IF_ERROR(ListTensors(tensors, tensor_count, &group->counts, &group->total));

@@ -315,6 +315,26 @@ TEST_CASE("version and error names") {
 }  // namespace
 }  // namespace arc_v3
 
+TEST_CASE("delta_compress can report src's checksum, with the same payload") {
+  for (size_t n : {size_t{0}, size_t{1}, size_t{5000}, size_t{3} << 20}) {
+    std::vector<uint16_t> src, dst;
+    arc_v3::test::MakeDelta(n, arc_v3::test::Mix{0.02}, static_cast<uint32_t>(n + 7), &src, &dst);
+    arc_v3::Options options;
+    options.threads = 1;
+    arc_v3::Delta plain, with;
+    uint64_t src_checksum = 1;
+    REQUIRE(arc_v3::delta_compress(src.data(), dst.data(), n, &plain, options).ok());
+    REQUIRE(arc_v3::delta_compress(src.data(), dst.data(), n, &with, options, &src_checksum).ok());
+    CHECK(with.bytes == plain.bytes);
+    CHECK(with.checksum == plain.checksum);
+    CHECK(src_checksum == arc_v3::Checksum(src.data(), n));
+  }
+  std::vector<uint16_t> v(10, 1);
+  arc_v3::Delta d;
+  CHECK(arc_v3::delta_compress(v.data(), v.data(), v.size(), &d, arc_v3::Options(), nullptr).code() ==
+        arc_v3::ErrorCode::kInvalidArgument);
+}
+
 // 1.x keeps the names a 1.0 header had, deprecated, meaning what they meant.
 #if defined(__GNUC__)
 #pragma GCC diagnostic push

@@ -116,6 +116,10 @@ enum class Format : uint8_t {
   kArcV3 [[deprecated("Format::kArcV3 is now Format::kPublished")]] = 1,
 };
 
+// The effort every layer codes with unless told otherwise (Options, the checkpoint and sync
+// layers, the command line, Python).
+constexpr int kDefaultEffort = 2;
+
 struct Options {
   Format format = Format::kDefault;
   // 0 (fastest) .. 3 (smallest). With kDefault: 0 codes XOR streams (ARCv3's fields);
@@ -123,7 +127,7 @@ struct Options {
   // rANS coder and the rest with the context-modelled coder; 3 codes all three and keeps
   // the smallest. Also sets how many compressors race for XOR streams. The decoder reads
   // every effort's payloads alike.
-  int effort = 2;
+  int effort = kDefaultEffort;
   // Worker threads; 0 = all hardware threads. Output bytes do not depend on it.
   int threads = 0;
   // Elements per independently coded chunk: a power of two in [2^10, 2^24]. Where the

@@ -33,7 +33,7 @@ constexpr char kDeltaMagic[4] = {'A', '3', 'D', 'C'};
 
 struct StateDictOptions {
   Format format = Format::kDefault;
-  int effort = 1;   // codec effort 0..3 (Options::effort) for the BF16 tensors
+  int effort = kDefaultEffort;  // codec effort 0..3 (Options::effort) for the BF16 tensors
   int threads = 0;  // 0: all cores; the bytes do not depend on it
 };
 

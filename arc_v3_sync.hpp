@@ -44,7 +44,7 @@ struct StoreSettings {
 struct PublisherOptions {
   uint32_t rank = 0, world_size = 1;  // this trainer rank publishes shard `rank` of `world_size`
   uint64_t anchor_every = 10;         // also the whole tensors when step % anchor_every == 0
-  int effort = 1;                     // codec effort 0..3
+  int effort = kDefaultEffort;        // codec effort 0..3
   int threads = 0;                    // 0: all cores
   std::string file_name;              // the shard's name in a region ("": model-RRRRR-of-NNNNN.safetensors)
   // Which start of the trainer this is ("": $ARC_V3_INCARNATION, else torchrun's restart

@@ -154,6 +154,10 @@ enum class Format : uint8_t {
   kArcV3 [[deprecated("Format::kArcV3 is now Format::kPublished")]] = 1,
 };
 
+// The effort every layer codes with unless told otherwise (Options, the checkpoint and sync
+// layers, the command line, Python).
+constexpr int kDefaultEffort = 2;
+
 struct Options {
   Format format = Format::kDefault;
   // 0 (fastest) .. 3 (smallest). With kDefault: 0 codes XOR streams (ARCv3's fields);
@@ -161,7 +165,7 @@ struct Options {
   // rANS coder and the rest with the context-modelled coder; 3 codes all three and keeps
   // the smallest. Also sets how many compressors race for XOR streams. The decoder reads
   // every effort's payloads alike.
-  int effort = 2;
+  int effort = kDefaultEffort;
   // Worker threads; 0 = all hardware threads. Output bytes do not depend on it.
   int threads = 0;
   // Elements per independently coded chunk: a power of two in [2^10, 2^24]. Where the
@@ -4240,6 +4244,38 @@ Status TryParallelFor(size_t num_tasks, size_t num_workers, const Func& func) {
     return Status::Ok();
   });
 }
+
+// The error of a parallel run's first failing task in task order, so that the error
+// reported does not depend on the thread count: tasks after a failure are skipped
+// (Skip), tasks before it still run. Set ignores an ok status.
+class FirstError {
+ public:
+  void Set(size_t task, const Status& s) {
+    if (s.ok()) return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (task < first_task_) {
+      first_task_ = task;
+      status_ = s;
+    }
+  }
+  bool Skip(size_t task) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return task > first_task_;
+  }
+  bool failed() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return !status_.ok();
+  }
+  Status status() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return status_;
+  }
+
+ private:
+  std::mutex mutex_;
+  Status status_;
+  size_t first_task_ = SIZE_MAX;
+};
 
 }  // namespace arc_v3
 

@@ -796,7 +796,6 @@ PYBIND11_MODULE(_arc_v3, m) {
   // Codec constants, so that Python never hard-codes a number the C++ side owns.
   m.attr("FORMAT_DEFAULT") = static_cast<int>(arc_v3::Format::kDefault);
   m.attr("FORMAT_ARC_V3") = static_cast<int>(arc_v3::Format::kPublished);
-  m.attr("CONTAINER_EFFORT") = arc_v3::StateDictOptions().effort;
   m.attr("CONTAINER_MAGIC") = py::bytes(
       arc_v3::kDeltaMagic, sizeof(arc_v3::kDeltaMagic));
   py::dict names;

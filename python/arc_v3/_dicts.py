@@ -98,7 +98,7 @@ def delta_compress_dicts(prev_state_dict, next_state_dict, *, compression_format
     torch = _torch()
     prev = _entries(torch, prev_state_dict, "prev_state_dict", base=True)
     nxt = _entries(torch, next_state_dict, "next_state_dict")
-    return _ext.dicts_diff(prev, nxt, fmt, _ext.CONTAINER_EFFORT, int(threads))
+    return _ext.dicts_diff(prev, nxt, fmt, _ext.DEFAULT_EFFORT, int(threads))
 
 
 def delta_dicts_info(delta_bytes):

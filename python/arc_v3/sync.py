@@ -95,7 +95,7 @@ class Publisher:
             that completes a step commits it.
         anchor_every: every this many steps (and at a rank's first step) the tensors also
             travel whole, so that a region that fell behind or starts fresh needs no chain.
-        effort: codec effort 0..3; threads: 0 = all cores; file_name: the shard's file name
+        effort: codec effort 0..3 (None: the library default); threads: 0 = all cores; file_name: the shard's file name
             in a region's directory (default ``model-RRRRR-of-NNNNN.safetensors``).
         incarnation: which start of the trainer this is (default ``$ARC_V3_INCARNATION``,
             else torchrun's ``restart-$TORCHELASTIC_RESTART_COUNT``, else ``"0"``): a trainer
@@ -106,12 +106,12 @@ class Publisher:
             step it completes once the records it read are signed by the same key.
     """
 
-    def __init__(self, store, rank=0, world_size=1, *, anchor_every=10, effort=1, threads=0,
+    def __init__(self, store, rank=0, world_size=1, *, anchor_every=10, effort=None, threads=0,
                  file_name=None, retries=5, connections=8, incarnation=None, sign_key=None):
         if sign_key is None:
             sign_key = os.environ.get("ARC_V3_SIGN_KEY", "")
         self._ext = _ext.Publisher(str(store), int(rank), int(world_size), int(anchor_every),
-                                   int(effort), int(threads), file_name or "", int(retries),
+                                   _ext.DEFAULT_EFFORT if effort is None else int(effort), int(threads), file_name or "", int(retries),
                                    int(connections), incarnation or "", str(sign_key))
 
     def publish(self, step, state_dict):

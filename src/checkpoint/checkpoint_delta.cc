@@ -62,38 +62,6 @@ void Release(const uint8_t* data, uint64_t size) {
 
 std::string BaseName(const std::string& path) { return fs::path(path).filename().string(); }
 
-// The error of a parallel run's first failing task in task order, so that the error
-// reported does not depend on the thread count: tasks after a failure are skipped, tasks
-// before it still run.
-class FirstError {
- public:
-  void Set(size_t task, const Status& s) {
-    if (s.ok()) return;
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (task < first_task_) {
-      first_task_ = task;
-      status_ = s;
-    }
-  }
-  bool Skip(size_t task) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return task > first_task_;
-  }
-  bool failed() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return !status_.ok();
-  }
-  Status status() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return status_;
-  }
-
- private:
-  std::mutex mutex_;
-  Status status_;
-  size_t first_task_ = SIZE_MAX;
-};
-
 Status WriteAll(int fd, const uint8_t* data, uint64_t size, uint64_t offset, const std::string& path) {
   while (size > 0) {
     const ssize_t n = pwrite(fd, data, std::min<uint64_t>(size, 1u << 30), static_cast<off_t>(offset));
@@ -440,6 +408,21 @@ Status Checkpoint::Open(const std::string& path, Checkpoint* checkpoint) {
   }
   *checkpoint = std::move(result);
   return Status::Ok();
+}
+
+Status Checkpoint::FromMemory(const std::string& file_name, const std::vector<NamedTensor>& tensors,
+                              Checkpoint* checkpoint) {
+  std::vector<TensorView> views;
+  views.reserve(tensors.size());
+  for (const NamedTensor& t : tensors) {
+    TensorView v;
+    v.name = t.name;
+    v.dtype = t.dtype;
+    v.shape = t.shape;
+    v.data = static_cast<const uint8_t*>(t.data);
+    views.push_back(std::move(v));
+  }
+  return FromMemory(file_name, std::move(views), checkpoint);
 }
 
 Status Checkpoint::FromMemory(const std::string& file_name, std::vector<TensorView> tensors,

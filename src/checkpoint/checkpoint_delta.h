@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "arc_v3.hpp"
+#include "arc_v3_checkpoint.hpp"
 #include "src/checkpoint/container.h"
 #include "src/checkpoint/safetensors.h"
 
@@ -53,6 +54,9 @@ class Checkpoint {
   // kInvalidArgument (unknown dtype, size not dtype x shape, a name twice).
   static Status FromMemory(const std::string& file_name, std::vector<TensorView> tensors,
                            Checkpoint* checkpoint);
+  // The same for the tensors of arc_v3_checkpoint.hpp.
+  static Status FromMemory(const std::string& file_name, const std::vector<NamedTensor>& tensors,
+                           Checkpoint* checkpoint);
   bool directory() const { return directory_; }
   bool empty() const { return files_.empty(); }
   // Whether the tensors are memory-mapped files: their pages may be let go once read
@@ -81,7 +85,7 @@ struct RunOptions {
   int threads = 0;  // 0 = all hardware threads
   // arc_v3 Options::effort (0..3) of BF16 pieces in Diff. 1 codes the default format as
   // 2 does; with Format::kPublished it leaves zstd -9 out of each stream's race.
-  int effort = 1;
+  int effort = kDefaultEffort;
   // arc_v3 Options::format of BF16 pieces in Diff (decoding reads every format).
   Format format = Format::kDefault;
   // Diff codes BF16 delta tensors that delta_worth_grouping picks in groups (container

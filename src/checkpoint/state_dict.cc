@@ -24,20 +24,6 @@ static_assert(sizeof(kDeltaMagic) == sizeof(container::kMagic) &&
 constexpr char kPrevName[] = "prev_state_dict";
 constexpr char kNextName[] = "model.safetensors";
 
-std::vector<container::TensorView> Views(const std::vector<NamedTensor>& tensors) {
-  std::vector<container::TensorView> views;
-  views.reserve(tensors.size());
-  for (const NamedTensor& t : tensors) {
-    container::TensorView v;
-    v.name = t.name;
-    v.dtype = t.dtype;
-    v.shape = t.shape;
-    v.data = static_cast<const uint8_t*>(t.data);
-    views.push_back(std::move(v));
-  }
-  return views;
-}
-
 Status OpenDelta(const uint8_t* delta, size_t size, container::Reader* reader) {
   if (delta == nullptr && size != 0) return Status(ErrorCode::kInvalidArgument, "delta is null");
   std::vector<uint8_t> copy(delta, delta + size);  // the Reader owns its bytes
@@ -65,8 +51,8 @@ size_t DtypeSize(const std::string& dtype) { return safetensors::DTypeSize(dtype
 Status StateDictDiff(const std::vector<NamedTensor>& prev, const std::vector<NamedTensor>& next,
                      const StateDictOptions& options, std::vector<uint8_t>* delta) {
   container::Checkpoint base, target;
-  ARC_V3_RETURN_IF_ERROR(container::Checkpoint::FromMemory(kPrevName, Views(prev), &base));
-  ARC_V3_RETURN_IF_ERROR(container::Checkpoint::FromMemory(kNextName, Views(next), &target));
+  ARC_V3_RETURN_IF_ERROR(container::Checkpoint::FromMemory(kPrevName, prev, &base));
+  ARC_V3_RETURN_IF_ERROR(container::Checkpoint::FromMemory(kNextName, next, &target));
   container::RunOptions o;
   o.format = options.format;
   o.effort = options.effort;

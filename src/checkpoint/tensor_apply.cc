@@ -140,32 +140,6 @@ uint64_t WriteKeepingOld(const uint8_t* decoded, uint8_t* held, uint64_t count, 
   return changed;
 }
 
-// The error of the first failing task in task order, so that the error reported does not
-// depend on the thread count: tasks after a failure are skipped, tasks before it still run.
-class FirstFailure {
- public:
-  void Set(size_t task, const Status& s) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (task < first_task_) {
-      first_task_ = task;
-      status_ = s;
-    }
-  }
-  bool Skip(size_t task) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return task > first_task_;
-  }
-  Status status() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return status_;
-  }
-
- private:
-  std::mutex mutex_;
-  Status status_;
-  size_t first_task_ = SIZE_MAX;
-};
-
 // Checks the bases of a group's members (`member_base`: each held whole) and decodes the
 // group into `decoded`: the members' target bytes, back to back.
 Status DecodeHeldGroup(const Reader& reader, const FileEntry& f, const Group& g,
@@ -221,7 +195,7 @@ Status TensorApply::Decode(int threads) {
   std::vector<std::vector<uint16_t>> group_buffers(workers);
   std::vector<std::vector<Undo>> undo(tasks_.size());  // per task
   std::vector<uint64_t> changed(tasks_.size(), 0);
-  FirstFailure first;
+  FirstError first;
   // Writes `decoded` over rows of an in-place target from element `at`, keeping the old values.
   const auto write_in_place = [&](size_t i, size_t target, const uint8_t* decoded, uint64_t bytes, uint64_t at,
                                   size_t element) {

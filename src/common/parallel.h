@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <exception>
 #include <mutex>
 #include <new>
@@ -85,6 +86,38 @@ Status TryParallelFor(size_t num_tasks, size_t num_workers, const Func& func) {
     return Status::Ok();
   });
 }
+
+// The error of a parallel run's first failing task in task order, so that the error
+// reported does not depend on the thread count: tasks after a failure are skipped
+// (Skip), tasks before it still run. Set ignores an ok status.
+class FirstError {
+ public:
+  void Set(size_t task, const Status& s) {
+    if (s.ok()) return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (task < first_task_) {
+      first_task_ = task;
+      status_ = s;
+    }
+  }
+  bool Skip(size_t task) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return task > first_task_;
+  }
+  bool failed() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return !status_.ok();
+  }
+  Status status() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return status_;
+  }
+
+ private:
+  std::mutex mutex_;
+  Status status_;
+  size_t first_task_ = SIZE_MAX;
+};
 
 }  // namespace arc_v3
 

@@ -31,19 +31,6 @@ sync::StoreOptions Settings(const StoreSettings& s) {
   return o;
 }
 
-std::vector<container::TensorView> Views(const std::vector<NamedTensor>& tensors) {
-  std::vector<container::TensorView> views;
-  for (const NamedTensor& t : tensors) {
-    container::TensorView v;
-    v.name = t.name;
-    v.dtype = t.dtype;
-    v.shape = t.shape;
-    v.data = static_cast<const uint8_t*>(t.data);
-    views.push_back(std::move(v));
-  }
-  return views;
-}
-
 }  // namespace
 
 struct Publisher::Impl {
@@ -88,9 +75,9 @@ Status Publisher::Publish(uint64_t step, const std::vector<NamedTensor>& tensors
                                                    std::to_string(p.last_step) + ", the last one published");
   }
   container::Checkpoint prev, next;
-  ARC_V3_RETURN_IF_ERROR(container::Checkpoint::FromMemory(p.file_name, Views(tensors), &next));
+  ARC_V3_RETURN_IF_ERROR(container::Checkpoint::FromMemory(p.file_name, tensors, &next));
   if (p.last_step != kNoStep) {
-    ARC_V3_RETURN_IF_ERROR(container::Checkpoint::FromMemory(p.file_name, Views(p.last), &prev));
+    ARC_V3_RETURN_IF_ERROR(container::Checkpoint::FromMemory(p.file_name, p.last, &prev));
   }
   sync::PublishOptions o;
   o.step = step;

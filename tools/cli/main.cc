@@ -81,7 +81,7 @@ class Progress {
 
 struct Common {
   int threads = 0;
-  int effort = 1;
+  int effort = kDefaultEffort;
   bool json = false;
   bool quiet = false;
   bool no_sync = false;
@@ -431,7 +431,7 @@ void CheckpointCommands::AddDiff(CLI::App* app) {
   diff_->add_option("-o,--output", delta_, "Delta file to write (e.g. step_101.a3d)")->required();
   AddCommon(diff_, &common_);
   diff_->add_option("-e,--effort", common_.effort,
-                    "arc_v3 codec effort 0..3 for BF16 tensors (default 1; higher may be smaller and slower)")
+                    "arc_v3 codec effort 0..3 for BF16 tensors (default 2; higher may be smaller and slower)")
       ->check(CLI::Range(0, 3));
   diff_->add_flag("-f,--force", common_.force, "Replace OUTPUT if it exists (refused otherwise)");
   diff_->add_flag("--no-group", common_.no_group,

@@ -126,7 +126,7 @@ void SyncCommands::AddPublish(CLI::App* app) {
       ->check(CLI::ExistingFile);
   publish_->add_flag("--no-index", no_index_, "Carry no index file");
   publish_->add_option("--work-dir", work_dir_, "Where containers are written before upload (default $TMPDIR)");
-  publish_->add_option("-e,--effort", effort_, "arc_v3 codec effort 0..3 (default 1)")->check(CLI::Range(0, 3));
+  publish_->add_option("-e,--effort", effort_, "arc_v3 codec effort 0..3 (default 2)")->check(CLI::Range(0, 3));
   publish_->add_option("--sign-key", sign_key_,
                         "Sign the step with this Ed25519 private key (`arc_v3 keygen`; default\n"
                         "$ARC_V3_SIGN_KEY): every shard of the run holds it")

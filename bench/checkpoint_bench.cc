@@ -29,8 +29,8 @@ namespace arc_v3 {
 namespace {
 
 namespace fs = std::filesystem;
-using container::RunOptions;
-using container::RunReport;
+using checkpoint::RunOptions;
+using checkpoint::RunReport;
 using Json = nlohmann::ordered_json;
 
 constexpr int kExitOk = 0, kExitError = 1, kExitUsage = 2;
@@ -71,8 +71,8 @@ bool SameCheckpoint(const std::string& a, const std::string& b, std::string* why
     pairs.emplace_back(a, b);
   }
   for (const auto& p : pairs) {
-    std::unique_ptr<container::MappedFile> x, y;
-    if (!container::MappedFile::Open(p.first, &x).ok() || !container::MappedFile::Open(p.second, &y).ok() ||
+    std::unique_ptr<checkpoint::MappedFile> x, y;
+    if (!checkpoint::MappedFile::Open(p.first, &x).ok() || !checkpoint::MappedFile::Open(p.second, &y).ok() ||
         x->size() != y->size() || (x->size() && std::memcmp(x->data(), y->data(), x->size()) != 0)) {
       *why = p.first + " differs from " + p.second;
       return false;
@@ -112,14 +112,14 @@ Status BenchRuns(const std::string& prev, const std::string& next, const std::st
       o.sync = !c.no_sync;
       o.group = !c.no_group;
       auto t0 = std::chrono::steady_clock::now();
-      const Status s = container::Diff(prev, next, delta, o, r);
+      const Status s = checkpoint::Diff(prev, next, delta, o, r);
       t.diff.push_back(Seconds(t0));
       if (!s.ok()) return s;
       // The last run's output goes first, untimed: replaced during the apply, its dirty
       // pages would be written back or waited for inside the timing, run after run.
       fs::remove_all(out, ec);
       t0 = std::chrono::steady_clock::now();
-      const Status a = container::Apply(prev, delta, out, o, r);
+      const Status a = checkpoint::Apply(prev, delta, out, o, r);
       t.apply.push_back(Seconds(t0));
       if (!a.ok()) return a;
     }

@@ -20,7 +20,7 @@
 #include "src/common/status_macros.h"
 
 namespace arc_v3 {
-namespace container {
+namespace checkpoint {
 namespace {
 
 namespace fs = std::filesystem;
@@ -1312,5 +1312,5 @@ Status ApplyPartial(const std::string& prev_path, const std::string& delta_path,
   return Status::Ok();
 }
 
-}  // namespace container
+}  // namespace checkpoint
 }  // namespace arc_v3

@@ -19,7 +19,7 @@
 #include "src/checkpoint/safetensors.h"
 
 namespace arc_v3 {
-namespace container {
+namespace checkpoint {
 
 // One tensor of a checkpoint, wherever its bytes are.
 struct TensorView {
@@ -167,7 +167,7 @@ Status ApplyPartial(const std::string& prev, const std::string& delta_path,
                     const std::string& tensor_regex, uint64_t row_begin, uint64_t row_end,
                     const std::string& out_path, const RunOptions& options, RunReport* report);
 
-}  // namespace container
+}  // namespace checkpoint
 }  // namespace arc_v3
 
 #endif  // ARC_V3_SRC_CHECKPOINT_CHECKPOINT_DELTA_H_

@@ -19,7 +19,7 @@
 #include "src/common/xxh3.h"
 
 namespace arc_v3 {
-namespace container {
+namespace checkpoint {
 namespace {
 
 using Json = nlohmann::json;
@@ -914,5 +914,5 @@ Status DecodePiece(const Piece& piece, const uint8_t* stored, const uint8_t* bas
   return Status::Ok();
 }
 
-}  // namespace container
+}  // namespace checkpoint
 }  // namespace arc_v3

@@ -15,7 +15,7 @@
 #include "arc_v3.hpp"
 
 namespace arc_v3 {
-namespace container {
+namespace checkpoint {
 
 constexpr uint8_t kMagic[4] = {'A', '3', 'D', 'C'};
 // Version 2 adds groups (several small BF16 tensors in one arc_v3 payload). A writer
@@ -217,7 +217,7 @@ uint64_t Hash(const void* data, size_t size);
 uint64_t CombineHashes(const std::vector<uint64_t>& hashes);
 std::string HexU64(uint64_t value);
 
-}  // namespace container
+}  // namespace checkpoint
 }  // namespace arc_v3
 
 #endif  // ARC_V3_SRC_CHECKPOINT_CONTAINER_H_

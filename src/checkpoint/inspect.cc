@@ -12,7 +12,7 @@
 #include "src/checkpoint/safetensors.h"
 
 namespace arc_v3 {
-namespace container {
+namespace checkpoint {
 namespace {
 
 // Counts a decoded group's changes into its members' entries (a tensor is in one group at
@@ -171,5 +171,5 @@ std::string ArcV3CoderNames(const uint64_t chunk_modes[5]) {
   return std::string(CoderName(Coder::kArcV3)) + ":" + (modes.empty() ? std::string(kModes[0]) : modes);
 }
 
-}  // namespace container
+}  // namespace checkpoint
 }  // namespace arc_v3

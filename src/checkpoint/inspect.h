@@ -13,7 +13,7 @@
 #include "src/checkpoint/container.h"
 
 namespace arc_v3 {
-namespace container {
+namespace checkpoint {
 
 struct TensorInspection {
   const TensorEntry* entry = nullptr;  // in the inspection's reader's manifest
@@ -51,7 +51,7 @@ Status Inspect(const std::string& path, const std::string& base_path, int thread
 // Which chunk coders an arc_v3 payload chose, e.g. "arc_v3:rans+modelled".
 std::string ArcV3CoderNames(const uint64_t chunk_modes[5]);
 
-}  // namespace container
+}  // namespace checkpoint
 }  // namespace arc_v3
 
 #endif  // ARC_V3_SRC_CHECKPOINT_INSPECT_H_

@@ -15,31 +15,31 @@
 namespace arc_v3 {
 namespace {
 
-static_assert(sizeof(kDeltaMagic) == sizeof(container::kMagic) &&
-                  kDeltaMagic[0] == container::kMagic[0] && kDeltaMagic[1] == container::kMagic[1] &&
-                  kDeltaMagic[2] == container::kMagic[2] && kDeltaMagic[3] == container::kMagic[3],
+static_assert(sizeof(kDeltaMagic) == sizeof(checkpoint::kMagic) &&
+                  kDeltaMagic[0] == checkpoint::kMagic[0] && kDeltaMagic[1] == checkpoint::kMagic[1] &&
+                  kDeltaMagic[2] == checkpoint::kMagic[2] && kDeltaMagic[3] == checkpoint::kMagic[3],
               "arc_v3_checkpoint.hpp's kDeltaMagic is the container's");
 
 // The names the state dicts' files take inside the container.
 constexpr char kPrevName[] = "prev_state_dict";
 constexpr char kNextName[] = "model.safetensors";
 
-Status OpenDelta(const uint8_t* delta, size_t size, container::Reader* reader) {
+Status OpenDelta(const uint8_t* delta, size_t size, checkpoint::Reader* reader) {
   if (delta == nullptr && size != 0) return Status(ErrorCode::kInvalidArgument, "delta is null");
   std::vector<uint8_t> copy(delta, delta + size);  // the Reader owns its bytes
-  return container::Reader::Open(std::make_unique<container::MemorySource>(std::move(copy)),
+  return checkpoint::Reader::Open(std::make_unique<checkpoint::MemorySource>(std::move(copy)),
                                  reader);
 }
 
 // The target file's header and fill bytes: not tensors, but verified all the same.
-Status VerifyFileBytes(const container::Reader& reader, const container::FileEntry& file) {
-  for (const container::Piece* piece : {&file.header, &file.fill}) {
+Status VerifyFileBytes(const checkpoint::Reader& reader, const checkpoint::FileEntry& file) {
+  for (const checkpoint::Piece* piece : {&file.header, &file.fill}) {
     if (piece == &file.fill && file.fills.empty()) continue;
     std::vector<uint8_t> scratch, out(piece->row_end);
     const uint8_t* stored = nullptr;
     ARC_V3_RETURN_IF_ERROR(reader.ReadPiece(*piece, &scratch, &stored));
     ARC_V3_RETURN_IF_ERROR(
-        container::DecodePiece(*piece, stored, nullptr, piece->row_end, 1, out.data()));
+        checkpoint::DecodePiece(*piece, stored, nullptr, piece->row_end, 1, out.data()));
   }
   return Status::Ok();
 }
@@ -50,29 +50,29 @@ size_t DtypeSize(const std::string& dtype) { return safetensors::DTypeSize(dtype
 
 Status StateDictDiff(const std::vector<NamedTensor>& prev, const std::vector<NamedTensor>& next,
                      const StateDictOptions& options, std::vector<uint8_t>* delta) {
-  container::Checkpoint base, target;
-  ARC_V3_RETURN_IF_ERROR(container::Checkpoint::FromMemory(kPrevName, prev, &base));
-  ARC_V3_RETURN_IF_ERROR(container::Checkpoint::FromMemory(kNextName, next, &target));
-  container::RunOptions o;
+  checkpoint::Checkpoint base, target;
+  ARC_V3_RETURN_IF_ERROR(checkpoint::Checkpoint::FromMemory(kPrevName, prev, &base));
+  ARC_V3_RETURN_IF_ERROR(checkpoint::Checkpoint::FromMemory(kNextName, next, &target));
+  checkpoint::RunOptions o;
   o.format = options.format;
   o.effort = options.effort;
   o.threads = options.threads;
-  return container::Diff(base, target, o, delta, nullptr);
+  return checkpoint::Diff(base, target, o, delta, nullptr);
 }
 
 Status StateDictApply(const std::vector<NamedTensor>& prev, const uint8_t* delta, size_t size,
                       const TensorAllocator& allocate, int threads, std::vector<NamedTensor>* next) {
   next->clear();
-  container::Reader reader;
+  checkpoint::Reader reader;
   ARC_V3_RETURN_IF_ERROR(OpenDelta(delta, size, &reader));
-  const container::Manifest& m = reader.manifest();
+  const checkpoint::Manifest& m = reader.manifest();
   if (m.directory || m.files.size() != 1) {
     return Status(ErrorCode::kInvalidArgument,
                   "a delta of a sharded checkpoint directory, not of one state dict");
   }
-  container::HeldTensors held;
+  checkpoint::HeldTensors held;
   for (const NamedTensor& t : prev) {
-    container::HeldTensor h;
+    checkpoint::HeldTensor h;
     h.dtype = t.dtype;
     h.shape = t.shape;
     h.row_end = t.shape.empty() ? 1 : t.shape[0];
@@ -80,9 +80,9 @@ Status StateDictApply(const std::vector<NamedTensor>& prev, const uint8_t* delta
     h.data = static_cast<uint8_t*>(const_cast<void*>(t.data));
     held[t.name] = std::move(h);
   }
-  const auto all = [](const container::TensorEntry& t) { return std::make_pair(uint64_t{0}, t.rows()); };
-  const auto fresh = [&](const container::TensorEntry& t, uint64_t, uint64_t,
-                         container::HeldTensor* h) {
+  const auto all = [](const checkpoint::TensorEntry& t) { return std::make_pair(uint64_t{0}, t.rows()); };
+  const auto fresh = [&](const checkpoint::TensorEntry& t, uint64_t, uint64_t,
+                         checkpoint::HeldTensor* h) {
     void* data = nullptr;
     ARC_V3_RETURN_IF_ERROR(allocate(t.name, t.dtype, t.shape, t.bytes(), &data));
     if (data == nullptr && t.bytes() != 0) {
@@ -91,13 +91,13 @@ Status StateDictApply(const std::vector<NamedTensor>& prev, const uint8_t* delta
     h->data = static_cast<uint8_t*>(data);
     return Status::Ok();
   };
-  container::TensorApply apply;
+  checkpoint::TensorApply apply;
   apply.set_base_name(kPrevName);
   ARC_V3_RETURN_IF_ERROR(apply.Plan(&reader, 0, held, all, fresh, /*in_place=*/false));
   ARC_V3_RETURN_IF_ERROR(VerifyFileBytes(reader, m.files[0]));
   ARC_V3_RETURN_IF_ERROR(apply.Decode(threads));
   apply.Commit(&held);
-  for (const container::TensorEntry& t : m.files[0].tensors) {
+  for (const checkpoint::TensorEntry& t : m.files[0].tensors) {
     const auto it = held.find(t.name);
     if (it == held.end() && t.bytes() != 0) {
       return Status(ErrorCode::kInternal, "'" + t.name + "' was not rebuilt");
@@ -109,23 +109,23 @@ Status StateDictApply(const std::vector<NamedTensor>& prev, const uint8_t* delta
 
 Status InspectDelta(const uint8_t* delta, size_t size, DeltaInfo* info) {
   *info = DeltaInfo();
-  container::Reader reader;
+  checkpoint::Reader reader;
   ARC_V3_RETURN_IF_ERROR(OpenDelta(delta, size, &reader));
-  const container::Manifest& m = reader.manifest();
+  const checkpoint::Manifest& m = reader.manifest();
   info->directory = m.directory;
   info->container_version = reader.version();
   info->removed_tensors = m.removed_tensors;
-  for (const container::FileEntry& f : m.files) {
-    for (const container::TensorEntry& t : f.tensors) {
+  for (const checkpoint::FileEntry& f : m.files) {
+    for (const checkpoint::TensorEntry& t : f.tensors) {
       DeltaTensorInfo ti;
       ti.name = t.name;
-      ti.kind = container::TensorKindName(t.kind);
+      ti.kind = checkpoint::TensorKindName(t.kind);
       ti.dtype = t.dtype;
       ti.shape = t.shape;
-      for (const container::Piece& p : t.pieces) ti.coders.push_back(container::CoderName(p.coder));
+      for (const checkpoint::Piece& p : t.pieces) ti.coders.push_back(checkpoint::CoderName(p.coder));
       // A grouped tensor is coded whole inside its group's one arc_v3 payload.
       if (t.grouped()) {
-        ti.coders.push_back(container::CoderName(container::Coder::kArcV3));
+        ti.coders.push_back(checkpoint::CoderName(checkpoint::Coder::kArcV3));
         ti.group = static_cast<int64_t>(t.group);
       }
       info->tensors.push_back(std::move(ti));

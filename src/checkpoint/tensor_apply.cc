@@ -12,7 +12,7 @@
 #include "src/checkpoint/safetensors.h"
 
 namespace arc_v3 {
-namespace container {
+namespace checkpoint {
 namespace {
 
 Status WrongBase(const std::string& what) {
@@ -305,5 +305,5 @@ uint64_t TensorApply::undo_bytes() const {
   return bytes;
 }
 
-}  // namespace container
+}  // namespace checkpoint
 }  // namespace arc_v3

@@ -18,7 +18,7 @@
 #include "src/checkpoint/container.h"
 
 namespace arc_v3 {
-namespace container {
+namespace checkpoint {
 
 // Rows [row_begin, row_end) of a tensor (all its rows, or a slice), in writable memory.
 struct HeldTensor {
@@ -95,7 +95,7 @@ class TensorApply {
   std::string base_name_ = "the held tensors";
 };
 
-}  // namespace container
+}  // namespace checkpoint
 }  // namespace arc_v3
 
 #endif  // ARC_V3_SRC_CHECKPOINT_TENSOR_APPLY_H_

@@ -68,17 +68,17 @@ Status InShard(const Hop& hop, size_t k, const Status& s) {
 }
 
 // Plans and decodes shard `k` into `apply` (nothing for a skipped shard).
-Status DecodeShard(const HopRun& run, size_t k, HopSink* sink, container::TensorApply* apply) {
+Status DecodeShard(const HopRun& run, size_t k, HopSink* sink, checkpoint::TensorApply* apply) {
   const Fetched& f = (*run.fetched)[(*run.object)[k]];
   const Select& select = *run.select;
   const bool keep_small = k < select.keep_small.size() && select.keep_small[k];
-  const auto wanted = [&](const container::TensorEntry& t) {
+  const auto wanted = [&](const checkpoint::TensorEntry& t) {
     const Need need = Needed(t, select, keep_small);
     return std::make_pair(need.begin, need.end);
   };
-  const auto allocate = [&](const container::TensorEntry& t, uint64_t begin, uint64_t end,
-                            container::HeldTensor* held) { return sink->Allocate(k, t, begin, end, held); };
-  const container::HeldTensors* base = nullptr;
+  const auto allocate = [&](const checkpoint::TensorEntry& t, uint64_t begin, uint64_t end,
+                            checkpoint::HeldTensor* held) { return sink->Allocate(k, t, begin, end, held); };
+  const checkpoint::HeldTensors* base = nullptr;
   Status s = sink->Open(k, f, &base);
   if (s.ok() && !f.skipped) s = apply->Plan(&f.reader, 0, *base, wanted, allocate, sink->in_place());
   if (s.ok() && !f.skipped) s = apply->Decode(run.threads);
@@ -89,7 +89,7 @@ Status DecodeShard(const HopRun& run, size_t k, HopSink* sink, container::Tensor
 
 // Decodes the batches in order, the i-th shard of them into applies[i]; `*applied`: how
 // many were decoded, to commit or roll back.
-Status DecodeBatches(const HopRun& run, HopSink* sink, std::vector<container::TensorApply>* applies,
+Status DecodeBatches(const HopRun& run, HopSink* sink, std::vector<checkpoint::TensorApply>* applies,
                      size_t* applied, PullReport* report, HopTimes* times) {
   Prefetch prefetch(run, report, times);
   Status s;
@@ -112,7 +112,7 @@ Status DecodeBatches(const HopRun& run, HopSink* sink, std::vector<container::Te
 Status ApplyHop(const HopRun& run, HopSink* sink, PullReport* report, HopTimes* times) {
   std::vector<size_t> shards;
   for (const std::vector<size_t>& batch : run.batches) shards.insert(shards.end(), batch.begin(), batch.end());
-  std::vector<container::TensorApply> applies(shards.size());
+  std::vector<checkpoint::TensorApply> applies(shards.size());
   size_t applied = 0;
   const Status s = DecodeBatches(run, sink, &applies, &applied, report, times);
   if (!s.ok()) {

@@ -2,7 +2,7 @@
 // what a region holds, piece by piece: the partial directory pull (pull.cc, into sidecar
 // files) and the in-memory Follower (roles.cc, into tensors) differ only in their HopSink
 // and in when pieces are fetched. (A full directory pull downloads whole objects and
-// streams each file through container::Apply instead.) Internal to src/sync.
+// streams each file through checkpoint::Apply instead.) Internal to src/sync.
 #ifndef ARC_V3_SRC_SYNC_APPLY_HOP_H_
 #define ARC_V3_SRC_SYNC_APPLY_HOP_H_
 
@@ -24,16 +24,16 @@ class HopSink {
   // Prepares shard `k` (whose container is `f`, skipped or not) and gives the tensors it
   // holds before the hop, the base of its deltas (empty for an anchor). `*base` stays
   // valid until Commit.
-  virtual Status Open(size_t k, const Fetched& f, const container::HeldTensors** base) = 0;
+  virtual Status Open(size_t k, const Fetched& f, const checkpoint::HeldTensors** base) = 0;
   // Memory for rows [begin, end) of tensor `t` of shard `k` where they are not updated in
   // place.
-  virtual Status Allocate(size_t k, const container::TensorEntry& t, uint64_t begin, uint64_t end,
-                          container::HeldTensor* held) = 0;
+  virtual Status Allocate(size_t k, const checkpoint::TensorEntry& t, uint64_t begin, uint64_t end,
+                          checkpoint::HeldTensor* held) = 0;
   // Whether the held rows are updated in place (an undo record kept until the hop is done);
   // otherwise the base is only read.
   virtual bool in_place() const = 0;
   // Every shard of the run decoded: shard `k`'s result is kept (called in shard order).
-  virtual Status Commit(size_t k, container::TensorApply* apply) = 0;
+  virtual Status Commit(size_t k, checkpoint::TensorApply* apply) = 0;
 };
 
 // One hop to apply.

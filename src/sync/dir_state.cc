@@ -75,7 +75,7 @@ Status ReadText(const std::string& path, std::string* text) {
 
 OrderedJson SumsJson(const std::vector<TensorChecksum>& sums) {
   OrderedJson out = OrderedJson::array();
-  for (const TensorChecksum& t : sums) out.push_back({t.name, container::HexU64(t.xxh3)});
+  for (const TensorChecksum& t : sums) out.push_back({t.name, checkpoint::HexU64(t.xxh3)});
   return out;
 }
 
@@ -98,10 +98,10 @@ OrderedJson StateToJson(const DirState& s) {
                                                       : OrderedJson(s.selection.row_end)}}};
   }
   OrderedJson state = {{"format", kProtocolName}, {"version", kProtocolVersion}, {"kind", "directory"},
-                       {"store", s.store},        {"step", s.step},                {"manifest_xxh3", container::HexU64(s.manifest_xxh3)},
+                       {"store", s.store},        {"step", s.step},                {"manifest_xxh3", checkpoint::HexU64(s.manifest_xxh3)},
                        {"selection", selection},  {"shards", shards}};
   if (s.index) state["index"] = true;
-  if (s.run != 0) state["run"] = container::HexU64(s.run);
+  if (s.run != 0) state["run"] = checkpoint::HexU64(s.run);
   return state;
 }
 
@@ -234,10 +234,10 @@ Status RecordFile(const std::string& dir, const std::string& path, FileRecord* r
   record->mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
   record->tensors.clear();
   for (const safetensors::TensorInfo& info : file.tensors()) {
-    container::TensorEntry t;
+    checkpoint::TensorEntry t;
     t.dtype = info.dtype;
     t.shape = info.shape;
-    record->tensors.push_back({info.name, container::TensorChecksum(t, file.data(info))});
+    record->tensors.push_back({info.name, checkpoint::TensorChecksum(t, file.data(info))});
   }
   return Status::Ok();
 }

@@ -19,7 +19,7 @@ namespace sync {
 constexpr char kStateDir[] = ".arc_v3";
 
 // A file as a verified apply left it: its size and modification time (a cheap check that
-// nobody changed it) and each tensor's checksum as stored (container::TensorChecksum).
+// nobody changed it) and each tensor's checksum as stored (checkpoint::TensorChecksum).
 struct FileRecord {
   std::string path;  // relative to DIR
   uint64_t size = 0;

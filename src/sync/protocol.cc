@@ -61,7 +61,7 @@ bool PlainFileName(const std::string& name) {
 }
 OrderedJson OptionalStepJson(uint64_t step) { return step == kNoStep ? OrderedJson(nullptr) : OrderedJson(step); }
 OrderedJson OptionalHexJson(uint64_t xxh3) {
-  return xxh3 == 0 ? OrderedJson(nullptr) : OrderedJson(container::HexU64(xxh3));
+  return xxh3 == 0 ? OrderedJson(nullptr) : OrderedJson(checkpoint::HexU64(xxh3));
 }
 
 void CheckEnvelope(const Json& doc, const char* kind, const std::string& where) {
@@ -93,9 +93,9 @@ OrderedJson RefJson(const ObjectRef& ref, bool with_digests) {
   if (!ref.present()) return nullptr;
   OrderedJson j = {{"key", ref.key},
                    {"size", ref.size},
-                   {"xxh3", container::HexU64(ref.xxh3)},
+                   {"xxh3", checkpoint::HexU64(ref.xxh3)},
                    {"head_size", ref.head_size},
-                   {"head_xxh3", container::HexU64(ref.head_xxh3)}};
+                   {"head_xxh3", checkpoint::HexU64(ref.head_xxh3)}};
   if (with_digests) {
     j["sha256"] = ref.sha256;
     j["head_sha256"] = ref.head_sha256;
@@ -130,8 +130,8 @@ ObjectRef ParseRef(const Json& j, const ShardRecord& r, const char* kind, const 
   if (ref.key != PieceKey(r.step, r.shard, r.count, kind, ref.xxh3)) {
     Fail(where + ".key is not " + PieceKey(r.step, r.shard, r.count, kind, ref.xxh3));
   }
-  if (ref.head_size < container::kHeaderSize || ref.head_size > ref.size) {
-    Fail(where + ".head_size is outside [" + std::to_string(container::kHeaderSize) + ", size]");
+  if (ref.head_size < checkpoint::kHeaderSize || ref.head_size > ref.size) {
+    Fail(where + ".head_size is outside [" + std::to_string(checkpoint::kHeaderSize) + ", size]");
   }
   return ref;
 }
@@ -191,7 +191,7 @@ std::string Digits(uint64_t value, int width) {
 }
 // Two hex digits of XXH3(a, b as 8 bytes each, little-endian): a step's objects spread
 // evenly over 256 key prefixes (S3 scales request rates per prefix).
-std::string Spread(uint64_t a, uint64_t b) { return container::HexU64(container::CombineHashes({a, b})).substr(0, 2); }
+std::string Spread(uint64_t a, uint64_t b) { return checkpoint::HexU64(checkpoint::CombineHashes({a, b})).substr(0, 2); }
 std::string StepDigits(uint64_t step) { return Digits(step, 12); }
 std::string Document(const char* kind, OrderedJson body) {
   OrderedJson doc = {{"format", kProtocolName}, {"version", kProtocolVersion}, {"kind", kind}};
@@ -211,12 +211,12 @@ Status GetNamed(Store* store, const std::string& key, uint64_t xxh3, uint64_t si
     return Status(ErrorCode::kUntrusted, store->url() + "/" + key + " is not the object " + named_by +
                                              " names (its SHA-256 differs)");
   }
-  if (bytes->size() != size || container::Hash(bytes->data(), bytes->size()) != xxh3) {
+  if (bytes->size() != size || checkpoint::Hash(bytes->data(), bytes->size()) != xxh3) {
     return Status(ErrorCode::kCorruptChunk, store->url() + "/" + key + " is not the object " + named_by +
                                                 " names (" + std::to_string(bytes->size()) + " bytes, XXH3 " +
-                                                container::HexU64(container::Hash(bytes->data(), bytes->size())) +
+                                                checkpoint::HexU64(checkpoint::Hash(bytes->data(), bytes->size())) +
                                                 "; named: " + std::to_string(size) + " bytes, " +
-                                                container::HexU64(xxh3) + ")");
+                                                checkpoint::HexU64(xxh3) + ")");
   }
   if (sha_differs) {
     return Status(ErrorCode::kUntrusted, store->url() + "/" + key + " is not the object " + named_by +
@@ -256,13 +256,13 @@ std::string ObjectPrefix(uint64_t step, uint32_t shard, uint32_t count) {
 }
 }  // namespace
 std::string PieceKey(uint64_t step, uint32_t shard, uint32_t count, const char* kind, uint64_t xxh3) {
-  return ObjectPrefix(step, shard, count) + kind + "-" + container::HexU64(xxh3) + ".a3d";
+  return ObjectPrefix(step, shard, count) + kind + "-" + checkpoint::HexU64(xxh3) + ".a3d";
 }
 std::string IndexKey(uint64_t step, uint32_t shard, uint32_t count, uint64_t xxh3) {
-  return ObjectPrefix(step, shard, count) + "index-" + container::HexU64(xxh3) + ".json";
+  return ObjectPrefix(step, shard, count) + "index-" + checkpoint::HexU64(xxh3) + ".json";
 }
 std::string LayoutKey(uint64_t xxh3) {
-  const std::string hex = container::HexU64(xxh3);
+  const std::string hex = checkpoint::HexU64(xxh3);
   return "l/" + hex.substr(0, 2) + "/" + hex + ".json";
 }
 
@@ -290,7 +290,7 @@ namespace {
 
 OrderedJson RecordBody(const ShardRecord& r, bool with_digests) {
   OrderedJson tensors = OrderedJson::array();
-  for (const TensorChecksum& t : r.tensors) tensors.push_back({t.name, container::HexU64(t.xxh3)});
+  for (const TensorChecksum& t : r.tensors) tensors.push_back({t.name, checkpoint::HexU64(t.xxh3)});
   OrderedJson body = {{"step", r.step},
                       {"base_step", OptionalStepJson(r.base_step)},
                       {"shard", r.shard},
@@ -305,7 +305,7 @@ OrderedJson RecordBody(const ShardRecord& r, bool with_digests) {
                       {"tensors", tensors},
                       {"published_at", r.published_at}};
   if (r.index.present()) {
-    body["index"] = {{"key", r.index.key}, {"size", r.index.size}, {"xxh3", container::HexU64(r.index.xxh3)}};
+    body["index"] = {{"key", r.index.key}, {"size", r.index.size}, {"xxh3", checkpoint::HexU64(r.index.xxh3)}};
     if (with_digests) body["index"]["sha256"] = r.index.sha256;
   }
   return body;
@@ -348,7 +348,7 @@ ShardRecord ParseRecordBody(const Json& j, const std::string& where, bool signed
 
 // A named document's [xxh3, size], and in a signed document [xxh3, size, sha256].
 OrderedJson HashSize(uint64_t xxh3, uint64_t size, const std::string* sha256) {
-  OrderedJson j = OrderedJson::array({container::HexU64(xxh3), size});
+  OrderedJson j = OrderedJson::array({checkpoint::HexU64(xxh3), size});
   if (sha256 != nullptr) j.push_back(*sha256);
   return j;
 }
@@ -377,19 +377,19 @@ std::string SumsKey(const std::string& key) {
   return key.substr(0, dot) + ".sha256";
 }
 
-std::vector<std::pair<uint64_t, uint64_t>> StoredRanges(const container::Manifest& manifest) {
+std::vector<std::pair<uint64_t, uint64_t>> StoredRanges(const checkpoint::Manifest& manifest) {
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
   const auto add = [&](uint64_t offset, uint64_t size) {
     if (size > 0) ranges.emplace_back(offset, size);
   };
-  for (const container::FileEntry& f : manifest.files) {
+  for (const checkpoint::FileEntry& f : manifest.files) {
     add(f.header.offset, f.header.size);
     if (!f.fills.empty()) add(f.fill.offset, f.fill.size);
-    for (const container::TensorEntry& t : f.tensors) {
+    for (const checkpoint::TensorEntry& t : f.tensors) {
       if (t.grouped()) continue;
-      for (const container::Piece& p : t.pieces) add(p.offset, p.size);
+      for (const checkpoint::Piece& p : t.pieces) add(p.offset, p.size);
     }
-    for (const container::Group& g : f.groups) add(g.offset, g.size);
+    for (const checkpoint::Group& g : f.groups) add(g.offset, g.size);
   }
   std::sort(ranges.begin(), ranges.end());
   return ranges;
@@ -430,16 +430,16 @@ std::string RootJson(const StepManifest& m, const SigningKey* key) {
   OrderedJson groups = OrderedJson::array();
   for (const StepManifest::Group& g : m.groups) {
     if (key != nullptr) {
-      groups.push_back({container::HexU64(g.xxh3), g.size, g.sha256, container::HexU64(g.layout_xxh3), g.layout_size,
+      groups.push_back({checkpoint::HexU64(g.xxh3), g.size, g.sha256, checkpoint::HexU64(g.layout_xxh3), g.layout_size,
                         g.layout_sha256});
     } else {
-      groups.push_back({container::HexU64(g.xxh3), g.size, container::HexU64(g.layout_xxh3), g.layout_size});
+      groups.push_back({checkpoint::HexU64(g.xxh3), g.size, checkpoint::HexU64(g.layout_xxh3), g.layout_size});
     }
   }
   OrderedJson body = {{"step", m.step},
                            {"count", m.count},
                            {"incarnation", m.incarnation},
-                           {"run", container::HexU64(m.run)},
+                           {"run", checkpoint::HexU64(m.run)},
                            {"base_step", OptionalStepJson(m.base_step)},
                            {"base_root_xxh3", OptionalHexJson(m.base_root_xxh3)},
                            {"anchor_step", m.anchor_step},

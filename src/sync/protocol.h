@@ -16,9 +16,9 @@
 #include "src/sync/store.h"
 
 namespace arc_v3 {
-namespace container {
+namespace checkpoint {
 struct Manifest;
-}  // namespace container
+}  // namespace checkpoint
 namespace sync {
 
 constexpr char kProtocolName[] = "arc_v3-sync";
@@ -85,7 +85,7 @@ std::string SumsKey(const std::string& key);
 // The ranges of a container's data section whose digests its sums object lists, in order:
 // every non-empty piece (files' headers and fills, ungrouped tensors' pieces) and group,
 // as (offset from the data section's start, size), by offset.
-std::vector<std::pair<uint64_t, uint64_t>> StoredRanges(const container::Manifest& manifest);
+std::vector<std::pair<uint64_t, uint64_t>> StoredRanges(const checkpoint::Manifest& manifest);
 
 struct TensorChecksum {
   std::string name;

@@ -22,9 +22,9 @@ namespace sync {
 namespace {
 
 namespace fs = std::filesystem;
-using container::Reader;
-using container::TensorEntry;
-using container::TensorKind;
+using checkpoint::Reader;
+using checkpoint::TensorEntry;
+using checkpoint::TensorKind;
 
 double Now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -95,12 +95,12 @@ Status CheckSigned(const Signer& signer, const Signatures& signatures, const std
   return Status(s.code(), s.message() + ": a signing publisher completes no step from documents it cannot trust");
 }
 
-Status Describe(std::unique_ptr<container::ByteSource> source, uint64_t step, uint32_t shard, uint32_t count,
+Status Describe(std::unique_ptr<checkpoint::ByteSource> source, uint64_t step, uint32_t shard, uint32_t count,
                 const char* kind, bool digests, Built* built) {
   const uint8_t* all = nullptr;
   std::vector<uint8_t> scratch;
   ARC_V3_RETURN_IF_ERROR(source->Read(0, source->size(), &scratch, &all));
-  const uint64_t xxh3 = container::Hash(all, source->size());
+  const uint64_t xxh3 = checkpoint::Hash(all, source->size());
   const uint64_t size = source->size();
   Status s = Reader::Open(std::move(source), &built->reader);
   if (!s.ok()) return Status(s.code(), std::string(kind) + " container: " + s.message());
@@ -113,7 +113,7 @@ Status Describe(std::unique_ptr<container::ByteSource> source, uint64_t step, ui
   built->ref.size = size;
   built->ref.xxh3 = xxh3;
   built->ref.head_size = head;
-  built->ref.head_xxh3 = container::Hash(all, head);
+  built->ref.head_xxh3 = checkpoint::Hash(all, head);
   if (digests) {
     built->ref.sha256 = DigestHex(Sha256(all, size));
     built->ref.head_sha256 = DigestHex(Sha256(all, head));
@@ -130,15 +130,15 @@ Status Describe(std::unique_ptr<container::ByteSource> source, uint64_t step, ui
 
 // The result checksum of every tensor of the published file, in file order, from the
 // container (grouped tensors, which a group checks together, are hashed from `next`).
-Status ResultChecksums(const Reader& reader, const container::Checkpoint& next, std::vector<TensorChecksum>* sums) {
+Status ResultChecksums(const Reader& reader, const checkpoint::Checkpoint& next, std::vector<TensorChecksum>* sums) {
   for (const TensorEntry& t : reader.manifest().files[0].tensors) {
     uint64_t xxh3 = t.target_xxh3;
     if (t.grouped()) {
-      const container::TensorView* view = next.Find(t.name);
+      const checkpoint::TensorView* view = next.Find(t.name);
       if (view == nullptr || view->bytes != t.bytes()) {
         return Status(ErrorCode::kInternal, "tensor '" + t.name + "' changed while publishing");
       }
-      xxh3 = container::TensorChecksum(t, view->data);
+      xxh3 = checkpoint::TensorChecksum(t, view->data);
     }
     sums->push_back({t.name, xxh3});
   }
@@ -156,7 +156,7 @@ Status CheckBase(const Reader& delta, const ShardRecord& base, const std::string
                       std::to_string(base.step) + ": " + why +
                       " (publish an anchor instead: leave out --prev)");
   };
-  const container::Manifest& m = delta.manifest();
+  const checkpoint::Manifest& m = delta.manifest();
   std::set<std::string> names(m.removed_tensors.begin(), m.removed_tensors.end());
   for (const TensorEntry& t : m.files[0].tensors) {
     if (t.kind == TensorKind::kAdded) continue;
@@ -164,7 +164,7 @@ Status CheckBase(const Reader& delta, const ShardRecord& base, const std::string
     if (t.kind != TensorKind::kDelta) continue;
     const auto it = published.find(t.name);
     if (it == published.end()) return wrong("tensor '" + t.name + "' was not in it");
-    const uint64_t sum = t.grouped() ? container::CombineHashes({t.base_xxh3}) : t.base_xxh3;
+    const uint64_t sum = t.grouped() ? checkpoint::CombineHashes({t.base_xxh3}) : t.base_xxh3;
     if (sum != it->second) return wrong("tensor '" + t.name + "' differs");
   }
   for (const auto& p : published) {
@@ -212,7 +212,7 @@ std::string IndexBeside(const std::string& next) {
 Status Upload(Store* store, const Built& built) {
   Status s;
   if (built.path.empty()) {
-    const auto& bytes = static_cast<const container::MemorySource&>(built.reader.source()).bytes();
+    const auto& bytes = static_cast<const checkpoint::MemorySource&>(built.reader.source()).bytes();
     s = store->Put(built.ref.key, bytes.data(), bytes.size(), PutMode::kCreateOnly);
   } else {
     s = store->PutFile(built.ref.key, built.path, PutMode::kCreateOnly);
@@ -357,7 +357,7 @@ Status GetAll(Store* store, const std::vector<std::string>& keys, const Parse& p
     std::vector<uint8_t> bytes;
     Status s = store->Get(keys[i], kMaxDocumentBytes, &bytes, nullptr);
     if (s.ok()) {
-      docs->hashes[i] = container::Hash(bytes.data(), bytes.size());
+      docs->hashes[i] = checkpoint::Hash(bytes.data(), bytes.size());
       docs->sizes[i] = bytes.size();
       docs->shas[i] = DigestHex(Sha256(bytes.data(), bytes.size()));
       s = parse(bytes, store->url() + "/" + keys[i], &docs->docs[i]);
@@ -474,7 +474,7 @@ Status IndexGroup(Store* store, const std::vector<std::string>& keys, const Docs
 Status WriteGroup(Store* store, const std::string& key, const Layout& layout, const Signer& signer,
                   GroupIndex* index) {
   const std::string layout_json = LayoutJson(layout);
-  index->layout_xxh3 = container::Hash(layout_json.data(), layout_json.size());
+  index->layout_xxh3 = checkpoint::Hash(layout_json.data(), layout_json.size());
   index->layout_size = layout_json.size();
   index->layout_sha256 = DigestHex(Sha256(layout_json));
   Status s = store->Put(LayoutKey(index->layout_xxh3), reinterpret_cast<const uint8_t*>(layout_json.data()),
@@ -638,7 +638,7 @@ Status LinkBase(Store* store, int depth, const Signer& signer, Top* top, std::st
                                                    std::to_string(base.count) +
                                                    " (a new shard count starts with an anchor step)");
   }
-  m.base_root_xxh3 = container::Hash(base_bytes.data(), base_bytes.size());
+  m.base_root_xxh3 = checkpoint::Hash(base_bytes.data(), base_bytes.size());
   m.base_root_sha256 = DigestHex(Sha256(base_bytes.data(), base_bytes.size()));
   m.run = base.run;
   if (!top->anchors) m.anchor_step = base.anchor_step;
@@ -654,7 +654,7 @@ Status WriteRoot(Store* store, const ShardRecord* ours, const Signer& signer, St
     // A new run: named by the step and the group indexes that started it.
     std::vector<uint64_t> parts = {step};
     for (const auto& g : m->groups) parts.push_back(g.xxh3);
-    m->run = container::CombineHashes(parts);
+    m->run = checkpoint::CombineHashes(parts);
     if (m->run == 0) m->run = 1;
   }
   // The store must be of this protocol version before a root goes in (a 1.x store is refused).
@@ -815,7 +815,7 @@ struct Publication {
 
 // The record of publishing `next` onto `prev` (none: an anchor) as `o` says, before its
 // containers are built.
-Status NewRecord(const PublishOptions& o, const container::Checkpoint& prev, const container::Checkpoint& next,
+Status NewRecord(const PublishOptions& o, const checkpoint::Checkpoint& prev, const checkpoint::Checkpoint& next,
                  ShardRecord* r) {
   if (o.count == 0 || o.count > kMaxShards || o.shard >= o.count) {
     return Status(ErrorCode::kInvalidArgument, "--shard K/COUNT needs 0 <= K < COUNT <= " + std::to_string(kMaxShards));
@@ -879,31 +879,31 @@ Status ReadBase(Store* store, const PublishOptions& o, uint64_t base_step, Shard
 
 // Builds the containers (the delta onto `prev`, if any; the anchor, when due), describes
 // them in the record, and checks them against `next` and the base; reads the index.
-Status Encode(const PublishOptions& o, const container::Checkpoint& prev, const container::Checkpoint& next,
+Status Encode(const PublishOptions& o, const checkpoint::Checkpoint& prev, const checkpoint::Checkpoint& next,
               bool in_memory, Publication* p, PublishReport* report) {
-  container::RunOptions run = o.run;
+  checkpoint::RunOptions run = o.run;
   run.sync = false;  // scratch files, uploaded and deleted
   run.row_order = true;  // a region's row slice reads few ranges of each object
   const bool anchor = prev.empty() || (o.anchor_every > 0 && o.step % o.anchor_every == 0);
-  const container::Checkpoint none;
+  const checkpoint::Checkpoint none;
   for (const char* kind : {"delta", "anchor"}) {
     const bool delta = kind[0] == 'd';
     if (delta ? prev.empty() : !anchor) continue;
     const auto t = std::chrono::steady_clock::now();
-    container::RunReport diff;
-    std::unique_ptr<container::ByteSource> source;
+    checkpoint::RunReport diff;
+    std::unique_ptr<checkpoint::ByteSource> source;
     p->built.emplace_back();
     Built& built = p->built.back();
     Status s;
     if (in_memory) {
       std::vector<uint8_t> bytes;
-      s = container::Diff(delta ? prev : none, next, run, &bytes, &diff);
-      source = std::make_unique<container::MemorySource>(std::move(bytes));
+      s = checkpoint::Diff(delta ? prev : none, next, run, &bytes, &diff);
+      source = std::make_unique<checkpoint::MemorySource>(std::move(bytes));
     } else {
       built.path = p->work.File(delta ? "delta.a3d" : "anchor.a3d");
-      s = container::Diff(delta ? prev : none, next, built.path, run, &diff);
-      std::unique_ptr<container::MappedFile> file;
-      if (s.ok()) s = container::MappedFile::Open(built.path, &file);
+      s = checkpoint::Diff(delta ? prev : none, next, built.path, run, &diff);
+      std::unique_ptr<checkpoint::MappedFile> file;
+      if (s.ok()) s = checkpoint::MappedFile::Open(built.path, &file);
       source = std::move(file);
     }
     ARC_V3_RETURN_IF_ERROR(s);
@@ -919,7 +919,7 @@ Status Encode(const PublishOptions& o, const container::Checkpoint& prev, const 
   if (p->r.delta.present()) ARC_V3_RETURN_IF_ERROR(CheckBase(p->built[0].reader, p->base, prev.path()));
   if (!o.no_index && !o.index.empty()) {
     ARC_V3_RETURN_IF_ERROR(ReadIndex(o.index, &p->index));
-    const uint64_t xxh3 = container::Hash(p->index.data(), p->index.size());
+    const uint64_t xxh3 = checkpoint::Hash(p->index.data(), p->index.size());
     p->r.index.key = IndexKey(p->r.step, p->r.shard, p->r.count, xxh3);
     p->r.index.size = p->index.size();
     p->r.index.xxh3 = xxh3;
@@ -977,8 +977,8 @@ Status UploadAll(Store* store, const Publication& p, PublishReport* report) {
 
 }  // namespace
 
-Status PublishCheckpoints(Store* store, const PublishOptions& o, const container::Checkpoint& prev,
-                          const container::Checkpoint& next, bool in_memory, PublishReport* report) {
+Status PublishCheckpoints(Store* store, const PublishOptions& o, const checkpoint::Checkpoint& prev,
+                          const checkpoint::Checkpoint& next, bool in_memory, PublishReport* report) {
   const auto start = std::chrono::steady_clock::now();
   *report = PublishReport();
   if (!store->writable()) return Status(ErrorCode::kInvalidArgument, store->url() + " is read-only");
@@ -1023,9 +1023,9 @@ std::string DefaultIncarnation() {
 }
 
 Status Publish(Store* store, const PublishOptions& o, PublishReport* report) {
-  container::Checkpoint prev, next;
-  ARC_V3_RETURN_IF_ERROR(container::Checkpoint::Open(o.prev, &prev));
-  ARC_V3_RETURN_IF_ERROR(container::Checkpoint::Open(o.next, &next));
+  checkpoint::Checkpoint prev, next;
+  ARC_V3_RETURN_IF_ERROR(checkpoint::Checkpoint::Open(o.prev, &prev));
+  ARC_V3_RETURN_IF_ERROR(checkpoint::Checkpoint::Open(o.next, &next));
   if (o.index.empty() && !o.no_index) {
     PublishOptions with_index = o;
     with_index.index = IndexBeside(o.next);

@@ -34,12 +34,12 @@ namespace {
 constexpr uint64_t kPrefetchBudget = uint64_t{64} << 20;
 
 namespace fs = std::filesystem;
-using container::FileEntry;
-using container::Group;
-using container::Piece;
-using container::Reader;
-using container::TensorEntry;
-using container::TensorKind;
+using checkpoint::FileEntry;
+using checkpoint::Group;
+using checkpoint::Piece;
+using checkpoint::Reader;
+using checkpoint::TensorEntry;
+using checkpoint::TensorKind;
 using Clock = std::chrono::steady_clock;
 
 double Since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
@@ -139,13 +139,13 @@ class OutFile {
 };
 
 // The tensors of `file` of which a sidecar holds rows, as a hop's base (read, never written).
-container::HeldTensors HeldOf(const Held& held, const FileEntry& file) {
-  container::HeldTensors out;
+checkpoint::HeldTensors HeldOf(const Held& held, const FileEntry& file) {
+  checkpoint::HeldTensors out;
   for (const TensorEntry& t : file.tensors) {
     const auto r = held.rows.find(t.name);
     const uint8_t* data = r == held.rows.end() ? nullptr : held.Rows(t, r->second.first, r->second.second);
     if (data == nullptr) continue;
-    container::HeldTensor& h = out[t.name];
+    checkpoint::HeldTensor& h = out[t.name];
     h.dtype = t.dtype;
     h.shape = t.shape;
     h.row_begin = r->second.first;
@@ -163,7 +163,7 @@ class SidecarSink : public HopSink {
   SidecarSink(const Hop& hop, const Select& select, const std::vector<std::string>& bases,
               const std::vector<std::string>& outs, bool sync)
       : hop_(hop), select_(select), bases_(bases), outs_(outs), sync_(sync) {}
-  Status Open(size_t k, const Fetched& f, const container::HeldTensors** base) override {
+  Status Open(size_t k, const Fetched& f, const checkpoint::HeldTensors** base) override {
     Shard& shard = shards_[k];
     if (!hop_.anchor[k]) {
       ARC_V3_RETURN_IF_ERROR(safetensors::File::Open(bases_[k], &shard.base_file));
@@ -174,7 +174,7 @@ class SidecarSink : public HopSink {
     *base = &shard.base;
     return Create(f.file(), select_.keep_small[k], outs_[k], &shard);
   }
-  Status Allocate(size_t k, const TensorEntry& t, uint64_t, uint64_t, container::HeldTensor* held) override {
+  Status Allocate(size_t k, const TensorEntry& t, uint64_t, uint64_t, checkpoint::HeldTensor* held) override {
     const Shard& shard = shards_.at(k);
     const auto at = shard.offset.find(t.name);
     if (at == shard.offset.end()) return Status(ErrorCode::kInternal, outs_[k] + " has no room for '" + t.name + "'");
@@ -182,8 +182,8 @@ class SidecarSink : public HopSink {
     return Status::Ok();
   }
   bool in_place() const override { return false; }
-  Status Commit(size_t k, container::TensorApply* apply) override {
-    container::HeldTensors written;
+  Status Commit(size_t k, checkpoint::TensorApply* apply) override {
+    checkpoint::HeldTensors written;
     apply->Commit(&written);
     const Status s = shards_.at(k).out.Close(sync_);
     shards_.erase(k);
@@ -193,7 +193,7 @@ class SidecarSink : public HopSink {
  private:
   struct Shard {
     safetensors::File base_file;
-    container::HeldTensors base;
+    checkpoint::HeldTensors base;
     OutFile out;
     std::map<std::string, uint64_t> offset;  // of each tensor's rows in `out`
   };
@@ -271,15 +271,15 @@ Status ExportSelection(const safetensors::File& rows_file, const Held& held, con
 }
 
 Status VerifyObject(const Fetched& f, Store* store, const Trust& trust) {
-  std::unique_ptr<container::MappedFile> file;
-  ARC_V3_RETURN_IF_ERROR(container::MappedFile::Open(f.path, &file));
+  std::unique_ptr<checkpoint::MappedFile> file;
+  ARC_V3_RETURN_IF_ERROR(checkpoint::MappedFile::Open(f.path, &file));
   const std::string name = store->url() + "/" + f.ref.key;
   // Trusting, the SHA-256 decides before the XXH3 (whose mismatch another route may avoid).
   if (trust.on() && (f.ref.sha256.empty() || DigestHex(Sha256(file->data(), file->size())) != f.ref.sha256)) {
     return Status(ErrorCode::kUntrusted, name + (f.ref.sha256.empty() ? ": its record names no SHA-256"
                                                                        : " differs from its record's SHA-256"));
   }
-  if (file->size() != f.ref.size || container::Hash(file->data(), file->size()) != f.ref.xxh3) {
+  if (file->size() != f.ref.size || checkpoint::Hash(file->data(), file->size()) != f.ref.xxh3) {
     return Status(ErrorCode::kCorruptChunk, name + " does not match its record (corrupt or truncated)");
   }
   Reader reader;
@@ -371,9 +371,9 @@ Status VerifyResults(const Hop& hop, const std::vector<Fetched>& fetched, const 
   for (size_t k = 0; k < hop.m.count; ++k) {
     const ShardRecord& r = hop.m.shards[k];
     const std::string path = files[k];
-    std::unique_ptr<container::MappedFile> object;
-    container::Reader reader;
-    ARC_V3_RETURN_IF_ERROR(container::MappedFile::Open(fetched[objects[k]].path, &object));
+    std::unique_ptr<checkpoint::MappedFile> object;
+    checkpoint::Reader reader;
+    ARC_V3_RETURN_IF_ERROR(checkpoint::MappedFile::Open(fetched[objects[k]].path, &object));
     ARC_V3_RETURN_IF_ERROR(Reader::Open(std::move(object), &reader));
     const std::vector<TensorEntry>& tensors = reader.manifest().files[0].tensors;
     const auto differs = [&](const std::string& what) {
@@ -394,7 +394,7 @@ Status VerifyResults(const Hop& hop, const std::vector<Fetched>& fetched, const 
         }
         const safetensors::TensorInfo* info = file.Find(t.name);
         if (info == nullptr) return differs("tensor '" + t.name + "' is missing from the result");
-        sum = container::TensorChecksum(t, file.data(*info));
+        sum = checkpoint::TensorChecksum(t, file.data(*info));
       }
       if (sum != r.tensors[i].xxh3) return differs("checksum of tensor '" + t.name + "' is not its result's");
     }
@@ -422,13 +422,13 @@ struct HopFiles {
 };
 
 // One hop of a full pull: each shard's file streamed from its base and container.
-Status ApplyFilesHop(HopFiles* files, const std::vector<Fetched>& fetched, container::RunOptions run,
+Status ApplyFilesHop(HopFiles* files, const std::vector<Fetched>& fetched, checkpoint::RunOptions run,
                      PullReport* report) {
   const Hop& hop = *files->hop;
   run.sync = files->sync;
   for (size_t k = 0; k < hop.m.count; ++k) {
-    container::RunReport applied;
-    const Status s = container::Apply(hop.anchor[k] ? "" : (*files->current)[k],
+    checkpoint::RunReport applied;
+    const Status s = checkpoint::Apply(hop.anchor[k] ? "" : (*files->current)[k],
                                       fetched[(*files->objects)[k]].path, files->outs[k], run, &applied);
     report->decode_seconds += applied.decode_seconds;
     report->write_seconds += applied.write_seconds + applied.sync_seconds;
@@ -544,7 +544,7 @@ Status BuildJournal(Store* store, const std::string& dir, const DirState* old, c
   if (index != nullptr) {
     std::vector<uint8_t> bytes;
     Status s = store->Get(index->key, kMaxDocumentBytes, &bytes, nullptr);
-    if (s.ok() && (bytes.size() != index->size || container::Hash(bytes.data(), bytes.size()) != index->xxh3)) {
+    if (s.ok() && (bytes.size() != index->size || checkpoint::Hash(bytes.data(), bytes.size()) != index->xxh3)) {
       s = Status(ErrorCode::kCorruptHeader, store->url() + "/" + index->key + ": not the index the step names");
     }
     ++report->requests;
@@ -585,9 +585,9 @@ void LoadLayoutCache(const std::string& dir, LayoutCache* layouts) {
     if (name.size() != 21 || name.compare(16, 5, ".json") != 0) continue;
     std::ifstream in(it->path(), std::ios::binary);
     const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    const uint64_t xxh3 = container::Hash(bytes.data(), bytes.size());
+    const uint64_t xxh3 = checkpoint::Hash(bytes.data(), bytes.size());
     Layout layout;
-    if (container::HexU64(xxh3) == name.substr(0, 16) && ParseLayout(bytes, it->path().string(), &layout).ok()) {
+    if (checkpoint::HexU64(xxh3) == name.substr(0, 16) && ParseLayout(bytes, it->path().string(), &layout).ok()) {
       (*layouts)[xxh3] = std::move(layout);
     } else {
       damaged.push_back(it->path());  // fetched again, and rewritten
@@ -604,11 +604,11 @@ void SaveLayoutCache(const std::string& dir, const LayoutCache& layouts, const S
   for (const StepManifest::Group& g : step.groups) {
     const auto it = layouts.find(g.layout_xxh3);
     if (it == layouts.end()) continue;
-    const std::string name = container::HexU64(g.layout_xxh3) + ".json";
+    const std::string name = checkpoint::HexU64(g.layout_xxh3) + ".json";
     keep.insert(name);
     if (fs::exists(folder / name, ec)) continue;
     const std::string json = LayoutJson(it->second);
-    if (container::Hash(json.data(), json.size()) != g.layout_xxh3) continue;
+    if (checkpoint::Hash(json.data(), json.size()) != g.layout_xxh3) continue;
     const fs::path tmp = folder / ("." + name + ".tmp");
     {
       std::ofstream out(tmp, std::ios::binary | std::ios::trunc);

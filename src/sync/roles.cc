@@ -74,10 +74,10 @@ Status Publisher::Publish(uint64_t step, const std::vector<NamedTensor>& tensors
     return Status(ErrorCode::kInvalidArgument, "step " + std::to_string(step) + " does not come after step " +
                                                    std::to_string(p.last_step) + ", the last one published");
   }
-  container::Checkpoint prev, next;
-  ARC_V3_RETURN_IF_ERROR(container::Checkpoint::FromMemory(p.file_name, tensors, &next));
+  checkpoint::Checkpoint prev, next;
+  ARC_V3_RETURN_IF_ERROR(checkpoint::Checkpoint::FromMemory(p.file_name, tensors, &next));
   if (p.last_step != kNoStep) {
-    ARC_V3_RETURN_IF_ERROR(container::Checkpoint::FromMemory(p.file_name, p.last, &prev));
+    ARC_V3_RETURN_IF_ERROR(checkpoint::Checkpoint::FromMemory(p.file_name, p.last, &prev));
   }
   sync::PublishOptions o;
   o.step = step;
@@ -95,7 +95,7 @@ Status Publisher::Publish(uint64_t step, const std::vector<NamedTensor>& tensors
   p.bytes.resize(tensors.size());
   p.last = tensors;
   for (size_t i = 0; i < tensors.size(); ++i) {
-    const container::TensorView& v = next.files()[0].tensors[i];
+    const checkpoint::TensorView& v = next.files()[0].tensors[i];
     p.bytes[i].assign(v.data, v.data + v.bytes);
     p.last[i].data = p.bytes[i].data();
   }
@@ -131,7 +131,7 @@ struct Follower::Impl {
   uint64_t run = 0;            // of the step
   sync::Trust trust;
   sync::LayoutCache layouts;   // kept across steps: a run's layout rarely changes
-  std::vector<container::HeldTensors> shards;  // per shard
+  std::vector<checkpoint::HeldTensors> shards;  // per shard
   std::vector<std::string> order;              // names in shard-then-file order
 
   Status ApplyHop(const sync::Hop& hop, const std::vector<bool>& touched, FollowResult* result,
@@ -177,7 +177,7 @@ std::vector<FollowedTensor> Follower::tensors() const {
   std::vector<FollowedTensor> out;
   for (size_t k = 0; k < impl_->shards.size(); ++k) {
     for (const auto& entry : impl_->shards[k]) {
-      const container::HeldTensor& h = entry.second;
+      const checkpoint::HeldTensor& h = entry.second;
       out.push_back({entry.first, h.dtype, h.shape, h.row_begin, h.row_end, h.data, k,
                      std::regex_match(entry.first, impl_->select.pattern)});
     }
@@ -197,43 +197,43 @@ namespace {
 class TensorSink : public sync::HopSink {
  public:
   // `held`: per shard, what deltas apply onto (null: nothing held).
-  TensorSink(const std::vector<container::HeldTensors>* held, const Follower::Allocator& allocator, size_t count)
+  TensorSink(const std::vector<checkpoint::HeldTensors>* held, const Follower::Allocator& allocator, size_t count)
       : held_(held), allocator_(allocator), next_(count), files_(count) {}
-  Status Open(size_t k, const sync::Fetched& f, const container::HeldTensors** base) override {
+  Status Open(size_t k, const sync::Fetched& f, const checkpoint::HeldTensors** base) override {
     files_[k] = &f.file();
     *base = held_ != nullptr ? &(*held_)[k] : &none_;
     return Status::Ok();
   }
-  Status Allocate(size_t, const container::TensorEntry& t, uint64_t begin, uint64_t end,
-                  container::HeldTensor* held) override {
+  Status Allocate(size_t, const checkpoint::TensorEntry& t, uint64_t begin, uint64_t end,
+                  checkpoint::HeldTensor* held) override {
     void* data = nullptr;
     Status a = allocator_(t.name, t.dtype, t.shape, begin, end, (end - begin) * t.row_bytes(), &data, &held->owner);
     held->data = static_cast<uint8_t*>(data);
     return a;
   }
   bool in_place() const override { return true; }
-  Status Commit(size_t k, container::TensorApply* apply) override {
+  Status Commit(size_t k, checkpoint::TensorApply* apply) override {
     changed_ += apply->changed_elements();
     undo_bytes_ += apply->undo_bytes();
     apply->Commit(&next_[k]);
-    for (const container::TensorEntry& t : files_[k]->tensors) {
+    for (const checkpoint::TensorEntry& t : files_[k]->tensors) {
       if (next_[k].count(t.name) != 0) order_.push_back(t.name);
     }
     return Status::Ok();
   }
 
   // Per shard, its tensors after the hop (none for a shard not applied).
-  std::vector<container::HeldTensors>& next() { return next_; }
+  std::vector<checkpoint::HeldTensors>& next() { return next_; }
   std::vector<std::string>& order() { return order_; }  // the committed tensors' names
   uint64_t changed() const { return changed_; }
   uint64_t undo_bytes() const { return undo_bytes_; }
 
  private:
-  const std::vector<container::HeldTensors>* held_;
+  const std::vector<checkpoint::HeldTensors>* held_;
   const Follower::Allocator& allocator_;
-  const container::HeldTensors none_;
-  std::vector<container::HeldTensors> next_;
-  std::vector<const container::FileEntry*> files_;
+  const checkpoint::HeldTensors none_;
+  std::vector<checkpoint::HeldTensors> next_;
+  std::vector<const checkpoint::FileEntry*> files_;
   std::vector<std::string> order_;
   uint64_t changed_ = 0, undo_bytes_ = 0;
 };
@@ -320,7 +320,7 @@ Status Follower::Impl::ApplyHop(const sync::Hop& hop, const std::vector<bool>& t
   result->decode_seconds += times.decode_seconds;
   if (!s.ok()) return s;
   const auto commit = Clock::now();
-  std::vector<container::HeldTensors>& next = sink.next();
+  std::vector<checkpoint::HeldTensors>& next = sink.next();
   for (size_t k = 0; k < hop.m.count; ++k) {
     if (same_count && fetched[k].skipped) next[k] = std::move(shards[k]);  // not read: kept as held
   }

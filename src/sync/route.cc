@@ -12,10 +12,10 @@ namespace arc_v3 {
 namespace sync {
 namespace {
 
-using container::FileEntry;
-using container::Piece;
-using container::Reader;
-using container::TensorEntry;
+using checkpoint::FileEntry;
+using checkpoint::Piece;
+using checkpoint::Reader;
+using checkpoint::TensorEntry;
 using Clock = std::chrono::steady_clock;
 
 double Since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
@@ -60,8 +60,8 @@ Status CheckProgress(const Trust& trust, uint64_t held_step, uint64_t held_run, 
   }
   if (held_run != 0 && target.run != held_run) {
     return Status(ErrorCode::kUntrusted, "step " + std::to_string(target.step) + " is of run " +
-                                             container::HexU64(target.run) + ", not of run " +
-                                             container::HexU64(held_run) + " that " + holder + " holds" + hint);
+                                             checkpoint::HexU64(target.run) + ", not of run " +
+                                             checkpoint::HexU64(held_run) + " that " + holder + " holds" + hint);
   }
   return Status::Ok();
 }
@@ -99,7 +99,7 @@ Status ReadBaseHop(Store* store, const StepManifest& cur, const Trust& trust, Ho
   *pruned = s.code() == ErrorCode::kNotFound;
   if (*pruned) return Status::Ok();
   ARC_V3_RETURN_IF_ERROR(s);
-  prev->manifest_xxh3 = container::Hash(bytes.data(), bytes.size());
+  prev->manifest_xxh3 = checkpoint::Hash(bytes.data(), bytes.size());
   if (!trust.on()) return Status::Ok();
   ARC_V3_RETURN_IF_ERROR(CheckTrusted(trust, prev->m, store->url() + "/" + RootKey(prev->m.step)));
   if (DigestHex(Sha256(bytes.data(), bytes.size())) != cur.base_root_sha256) {
@@ -384,7 +384,7 @@ Status FetchHeads(Store* store, const StoreOptions& options, Select* select, std
     if (sha_differs && trust.on()) {
       s = Status(ErrorCode::kUntrusted, name + ": its header or manifest differs from its record's SHA-256");
     }
-    if (s.ok() && container::Hash(head.data(), head.size()) != f.ref.head_xxh3) {
+    if (s.ok() && checkpoint::Hash(head.data(), head.size()) != f.ref.head_xxh3) {
       s = Status(ErrorCode::kCorruptChunk, name + ": its header or manifest does not match its record");
     }
     if (s.ok() && sha_differs) {
@@ -525,7 +525,7 @@ Status ReadTarget(Store* store, uint64_t step, Hop* target, PullReport* report, 
   }
   if (!s.ok()) return s;
   ARC_V3_RETURN_IF_ERROR(CheckTrusted(trust, target->m, store->url() + "/" + RootKey(step)));
-  target->manifest_xxh3 = container::Hash(bytes.data(), bytes.size());
+  target->manifest_xxh3 = checkpoint::Hash(bytes.data(), bytes.size());
   report->to_step = step;
   report->published_at = target->m.published_at;
   report->committed_at = target->m.committed_at;

@@ -99,7 +99,7 @@ Status ReadTarget(Store* store, uint64_t step, Hop* target, PullReport* report, 
 
 // A container of which some byte ranges were fetched ahead; other reads go to the store
 // (counted in `report`), or fail (kInternal) without one.
-class RangeSource : public container::ByteSource {
+class RangeSource : public checkpoint::ByteSource {
  public:
   RangeSource(uint64_t size, Store* store, std::string key, PullReport* report);
   uint64_t size() const override { return size_; }
@@ -132,7 +132,7 @@ struct Select {
 };
 
 // A BF16 tensor a group may code (grouped, or under kGroupBelowElements elements).
-bool Groupable(const container::TensorEntry& t);
+bool Groupable(const checkpoint::TensorEntry& t);
 
 // Rows [begin, end) of a tensor that a pull keeps: the selected rows rounded out to whole
 // pieces (a piece decodes only onto all its base rows), and, with keep_small, every
@@ -141,10 +141,10 @@ struct Need {
   uint64_t begin = 0, end = 0;
   bool empty() const { return begin >= end; }
 };
-Need Needed(const container::TensorEntry& t, const Select& select, bool keep_small);
+Need Needed(const checkpoint::TensorEntry& t, const Select& select, bool keep_small);
 
 // The byte ranges (relative to the container) a pull reads of one container, merged.
-std::vector<std::pair<uint64_t, uint64_t>> NeededRanges(const container::Reader& reader, const Select& select,
+std::vector<std::pair<uint64_t, uint64_t>> NeededRanges(const checkpoint::Reader& reader, const Select& select,
                                                         bool keep_small);
 
 // What a pull fetched: one entry per (hop, shard) that needs an object.
@@ -152,17 +152,17 @@ struct Fetched {
   size_t hop = 0, shard = 0;
   ObjectRef ref;
   std::string path;  // full pulls: the downloaded object
-  container::Reader reader;  // partial pulls: over the fetched ranges (a RangeSource)
+  checkpoint::Reader reader;  // partial pulls: over the fetched ranges (a RangeSource)
   RangeSource* source = nullptr;  // the reader's
   // Partial pulls: its shard's records on the route name no selected tensor, so nothing of
   // it is read (no head, no reader): its sidecar and file hold no tensor.
   bool skipped = false;
   // Its file's tensors: the reader's, or none when skipped.
-  const container::FileEntry& file() const;
+  const checkpoint::FileEntry& file() const;
 };
 
 // A shard's container holds one file (the "file" layout, Part 3).
-Status CheckLayout(const container::Reader& reader, const std::string& name);
+Status CheckLayout(const checkpoint::Reader& reader, const std::string& name);
 
 
 // Fetches each container's head (checked against its ObjectRef) and opens its reader;

@@ -41,7 +41,7 @@ struct PublishOptions {
   std::string index;
   bool no_index = false;  // carry none
   std::string work_dir;  // where containers are written before upload ("": $TMPDIR or /tmp)
-  container::RunOptions run;  // threads, effort
+  checkpoint::RunOptions run;  // threads, effort
   // A PEM Ed25519 private key ("": none): the shard signs its record, and a completer
   // signs the group indexes and the root it writes, after checking that the records (and
   // group indexes) it read are signed by this key or one of `trust` (Part 3, "Signed steps").
@@ -76,8 +76,8 @@ Status Publish(Store* store, const PublishOptions& options, PublishReport* repor
 // The same from opened checkpoints (options.next and options.prev unused): `prev` empty
 // for an anchor alone, `next` one file (e.g. Checkpoint::FromMemory of a trainer rank's
 // tensors). `in_memory`: containers stay in memory instead of options.work_dir.
-Status PublishCheckpoints(Store* store, const PublishOptions& options, const container::Checkpoint& prev,
-                          const container::Checkpoint& next, bool in_memory, PublishReport* report);
+Status PublishCheckpoints(Store* store, const PublishOptions& options, const checkpoint::Checkpoint& prev,
+                          const checkpoint::Checkpoint& next, bool in_memory, PublishReport* report);
 
 struct CommitResult {
   bool committed = false;
@@ -108,7 +108,7 @@ struct PullOptions {
   // differs from a signed digest, is older than DIR's or of another run is kUntrusted,
   // found before anything is decoded (older and other-run steps are taken with `reset`).
   std::vector<std::string> trust;
-  container::RunOptions run;
+  checkpoint::RunOptions run;
   StoreOptions store;
   // Test hooks. `hook` is called at "planned" (the route is chosen, nothing fetched),
   // "fetched" (every object downloaded) and "commit" (DIR's new files complete, before

@@ -22,7 +22,7 @@
 #include "src/checkpoint/safetensors.h"
 
 namespace arc_v3 {
-namespace container {
+namespace checkpoint {
 namespace {
 
 namespace fs = std::filesystem;
@@ -846,5 +846,5 @@ TEST_CASE("diff and apply keep only the pieces in flight of the mapped checkpoin
 }
 
 }  // namespace
-}  // namespace container
+}  // namespace checkpoint
 }  // namespace arc_v3

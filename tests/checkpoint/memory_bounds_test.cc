@@ -179,16 +179,16 @@ TEST_CASE("delta_stats without a base holds one chunk's changes per worker, not 
 
 // A container of `manifest` (its bytes as they are) and an empty data section.
 std::vector<uint8_t> Container(const std::vector<uint8_t>& manifest) {
-  std::vector<uint8_t> out(container::kHeaderSize, 0);
-  std::memcpy(out.data(), container::kMagic, 4);
-  out[4] = static_cast<uint8_t>(container::kVersion);
+  std::vector<uint8_t> out(checkpoint::kHeaderSize, 0);
+  std::memcpy(out.data(), checkpoint::kMagic, 4);
+  out[4] = static_cast<uint8_t>(checkpoint::kVersion);
   const auto put64 = [&](size_t at, uint64_t v) {
     for (int i = 0; i < 8; ++i) out[at + i] = static_cast<uint8_t>(v >> (8 * i));
   };
   put64(8, manifest.size());
-  put64(16, container::Hash(manifest.data(), manifest.size()));
+  put64(16, checkpoint::Hash(manifest.data(), manifest.size()));
   put64(24, 0);
-  put64(32, container::Hash(out.data(), 32));
+  put64(32, checkpoint::Hash(out.data(), 32));
   out.insert(out.end(), manifest.begin(), manifest.end());
   return out;
 }
@@ -201,8 +201,8 @@ TEST_CASE("container: the manifest buffer grows as its frame decodes, not by its
   const std::vector<uint8_t> bytes = Container(frame);
   CHECK(bytes.size() < 100);
   const int rc = RunLimited(256 * kMiB, [&] {
-    container::Reader reader;
-    return Expect(container::Reader::Open(std::make_unique<container::MemorySource>(bytes), &reader),
+    checkpoint::Reader reader;
+    return Expect(checkpoint::Reader::Open(std::make_unique<checkpoint::MemorySource>(bytes), &reader),
                   ErrorCode::kCorruptHeader);
   });
   CHECK(rc == 0);
@@ -210,9 +210,9 @@ TEST_CASE("container: the manifest buffer grows as its frame decodes, not by its
 
 // A one-file manifest with one tensor of `dtype` [rows] in one piece of `coder`, 16 stored
 // bytes, and the container holding it.
-std::vector<uint8_t> OneTensorContainer(container::TensorKind kind, const char* dtype, uint64_t rows,
-                                        container::Coder coder) {
-  using namespace container;
+std::vector<uint8_t> OneTensorContainer(checkpoint::TensorKind kind, const char* dtype, uint64_t rows,
+                                        checkpoint::Coder coder) {
+  using namespace checkpoint;
   const std::vector<uint8_t> data(16 + 16, 0);
   Manifest m;
   FileEntry f;
@@ -244,8 +244,8 @@ std::vector<uint8_t> OneTensorContainer(container::TensorKind kind, const char* 
 }
 
 TEST_CASE("container: a piece without a base must be backed by its stored bytes") {
-  using container::Coder;
-  using container::TensorKind;
+  using checkpoint::Coder;
+  using checkpoint::TensorKind;
   struct Case {
     Coder coder;
     uint64_t rows;  // of F32
@@ -256,8 +256,8 @@ TEST_CASE("container: a piece without a base must be backed by its stored bytes"
   for (const Case& c : cases) {
     CAPTURE(c.rows);
     const std::vector<uint8_t> bytes = OneTensorContainer(TensorKind::kAdded, "F32", c.rows, c.coder);
-    container::Reader reader;
-    const Status s = container::Reader::Open(std::make_unique<container::MemorySource>(bytes), &reader);
+    checkpoint::Reader reader;
+    const Status s = checkpoint::Reader::Open(std::make_unique<checkpoint::MemorySource>(bytes), &reader);
     INFO(s.ToString());
     CHECK(s.code() == (c.ok ? ErrorCode::kOk : ErrorCode::kCorruptHeader));
   }
@@ -268,16 +268,16 @@ TEST_CASE("partial apply sizes its output by the base before creating it") {
   // attempt to reserve 2 EiB of disk.
   namespace fs = std::filesystem;
   const std::vector<uint8_t> bytes =
-      OneTensorContainer(container::TensorKind::kDelta, "BF16", uint64_t{1} << 60, container::Coder::kArcV3);
+      OneTensorContainer(checkpoint::TensorKind::kDelta, "BF16", uint64_t{1} << 60, checkpoint::Coder::kArcV3);
   char name[] = "/tmp/arc_v3_memory_bounds_XXXXXX";
   const std::string dir = mkdtemp(name);
   const std::string delta = dir + "/delta.a3d", out = dir + "/out.safetensors";
   std::ofstream(delta, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
                                                 static_cast<std::streamsize>(bytes.size()));
   const int rc = RunLimited(256 * kMiB, [&] {
-    container::RunOptions options;
-    container::RunReport report;
-    return Expect(container::ApplyPartial("", delta, ".*", 0, UINT64_MAX, out, options, &report),
+    checkpoint::RunOptions options;
+    checkpoint::RunReport report;
+    return Expect(checkpoint::ApplyPartial("", delta, ".*", 0, UINT64_MAX, out, options, &report),
                   ErrorCode::kChecksumMismatch);
   });
   CHECK(rc == 0);

@@ -25,7 +25,7 @@
 namespace arc_v3 {
 namespace fuzz {
 
-class MemorySource : public container::ByteSource {
+class MemorySource : public checkpoint::ByteSource {
  public:
   explicit MemorySource(std::vector<uint8_t> bytes) : bytes_(std::move(bytes)) {}
   uint64_t size() const override { return bytes_.size(); }
@@ -63,23 +63,23 @@ int FuzzContainer(const uint8_t* data, size_t size) {
   const size_t zsize = ZSTD_compress(manifest.data(), manifest.size(), json.data(), json.size(), 1);
   FUZZ_CHECK(!ZSTD_isError(zsize), "zstd compress");
   manifest.resize(zsize);
-  std::vector<uint8_t> bytes(container::kHeaderSize);
-  std::memcpy(bytes.data(), container::kMagic, 4);
+  std::vector<uint8_t> bytes(checkpoint::kHeaderSize);
+  std::memcpy(bytes.data(), checkpoint::kMagic, 4);
   PutLe(version, 2, bytes.data() + 4);
   PutLe(manifest.size(), 8, bytes.data() + 8);
-  PutLe(container::Hash(manifest.data(), manifest.size()), 8, bytes.data() + 16);
+  PutLe(checkpoint::Hash(manifest.data(), manifest.size()), 8, bytes.data() + 16);
   PutLe(data_size, 8, bytes.data() + 24);
-  PutLe(container::Hash(bytes.data(), 32), 8, bytes.data() + 32);
+  PutLe(checkpoint::Hash(bytes.data(), 32), 8, bytes.data() + 32);
   bytes.insert(bytes.end(), manifest.begin(), manifest.end());
   bytes.insert(bytes.end(), section, section + data_size);
 
-  container::Reader reader;
+  checkpoint::Reader reader;
   const Status opened =
-      container::Reader::Open(std::unique_ptr<container::ByteSource>(new MemorySource(bytes)), &reader);
+      checkpoint::Reader::Open(std::unique_ptr<checkpoint::ByteSource>(new MemorySource(bytes)), &reader);
   if (!opened.ok()) return 0;
 
   std::vector<uint8_t> scratch;
-  auto check_piece = [&](const container::Piece& piece, uint64_t raw_bytes, size_t element_size,
+  auto check_piece = [&](const checkpoint::Piece& piece, uint64_t raw_bytes, size_t element_size,
                          bool bf16) {
     FUZZ_CHECK(piece.offset <= data_size && piece.size <= data_size - piece.offset,
                "accepted a piece outside the data section");
@@ -90,21 +90,21 @@ int FuzzContainer(const uint8_t* data, size_t size) {
     std::vector<uint16_t> base((raw_bytes + 1) / 2, 0);
     std::vector<uint16_t> out((raw_bytes + 1) / 2, 0);
     const uint8_t* base_bytes = reinterpret_cast<const uint8_t*>(base.data());
-    const Status s = container::DecodePiece(piece, stored, bf16 ? base_bytes : nullptr, raw_bytes,
+    const Status s = checkpoint::DecodePiece(piece, stored, bf16 ? base_bytes : nullptr, raw_bytes,
                                             element_size, reinterpret_cast<uint8_t*>(out.data()));
     if (s.ok()) {
-      FUZZ_CHECK(container::Hash(out.data(), raw_bytes) == piece.target_xxh3,
+      FUZZ_CHECK(checkpoint::Hash(out.data(), raw_bytes) == piece.target_xxh3,
                  "decoded piece does not match its checksum");
     }
   };
-  for (const container::FileEntry& file : reader.manifest().files) {
+  for (const checkpoint::FileEntry& file : reader.manifest().files) {
     check_piece(file.header, file.header.row_end - file.header.row_begin, 1, false);
     if (!file.fills.empty()) {
       uint64_t total = 0;
       for (const auto& fill : file.fills) total += fill.second;
       check_piece(file.fill, total, 1, false);
     }
-    for (const container::Group& group : file.groups) {
+    for (const checkpoint::Group& group : file.groups) {
       FUZZ_CHECK(group.offset <= data_size && group.size <= data_size - group.offset,
                  "accepted a group outside the data section");
       FUZZ_CHECK(!group.members.empty(), "accepted a group without members");
@@ -112,8 +112,8 @@ int FuzzContainer(const uint8_t* data, size_t size) {
       std::vector<uint64_t> member_bytes;
       for (size_t member : group.members) {
         FUZZ_CHECK(member < file.tensors.size(), "group member out of range");
-        const container::TensorEntry& tensor = file.tensors[member];
-        FUZZ_CHECK(tensor.kind == container::TensorKind::kDelta && tensor.dtype == "BF16" &&
+        const checkpoint::TensorEntry& tensor = file.tensors[member];
+        FUZZ_CHECK(tensor.kind == checkpoint::TensorKind::kDelta && tensor.dtype == "BF16" &&
                        tensor.bytes() > 0 && tensor.pieces.empty(),
                    "accepted a group member that is not a non-empty BF16 delta");
         member_bytes.push_back(tensor.bytes());
@@ -128,15 +128,15 @@ int FuzzContainer(const uint8_t* data, size_t size) {
         bases.push_back(reinterpret_cast<const uint8_t*>(zeros.back().data()));
       }
       std::vector<uint16_t> out;
-      if (container::DecodeGroup(group, stored, bases, member_bytes, &out).ok()) {
+      if (checkpoint::DecodeGroup(group, stored, bases, member_bytes, &out).ok()) {
         FUZZ_CHECK(out.size() == group.elements &&
-                       container::Hash(out.data(), out.size() * 2) == group.target_xxh3,
+                       checkpoint::Hash(out.data(), out.size() * 2) == group.target_xxh3,
                    "decoded group does not match its checksum");
       }
     }
-    for (const container::TensorEntry& tensor : file.tensors) {
+    for (const checkpoint::TensorEntry& tensor : file.tensors) {
       const size_t element_size = safetensors::DTypeSize(tensor.dtype);
-      for (const container::Piece& piece : tensor.pieces) {
+      for (const checkpoint::Piece& piece : tensor.pieces) {
         FUZZ_CHECK(piece.row_begin <= piece.row_end && piece.row_end <= tensor.rows(),
                    "accepted a piece outside its tensor");
         const uint64_t rows = piece.row_end - piece.row_begin;

@@ -6,7 +6,7 @@
 //               fuzz_common.h;
 //   roundtrip/  option + edit-list inputs of fuzz_roundtrip.cc;
 //   kernels/    control byte + XOR masks of fuzz_kernels.cc;
-//   container/  the manifest of a real delta container made by container::Diff.
+//   container/  the manifest of a real delta container made by checkpoint::Diff.
 // Usage: make_seeds OUT_DIR TMP_DIR
 #include <zstd.h>
 
@@ -199,17 +199,17 @@ void ContainerSeeds(const std::string& dir, const std::string& tmp) {
     const std::string delta = tmp + "/delta.a3d";
     WriteSafetensors(prev, 1, false);
     WriteSafetensors(next, 2, (variant & 1) != 0);
-    container::RunOptions options;
+    checkpoint::RunOptions options;
     options.threads = 1;
     options.sync = false;
     options.group = variant >= 2;
-    const Status s = container::Diff(prev, next, delta, options, nullptr);
+    const Status s = checkpoint::Diff(prev, next, delta, options, nullptr);
     FUZZ_CHECK(s.ok(), s.ToString().c_str());
     const std::vector<uint8_t> bytes = Read(delta);
     uint64_t manifest_size = 0, data_size = 0;
     for (int k = 0; k < 8; ++k) manifest_size |= uint64_t{bytes[8 + k]} << (8 * k);
     for (int k = 0; k < 8; ++k) data_size |= uint64_t{bytes[24 + k]} << (8 * k);
-    const uint8_t* z = bytes.data() + container::kHeaderSize;
+    const uint8_t* z = bytes.data() + checkpoint::kHeaderSize;
     std::string json(ZSTD_getFrameContentSize(z, manifest_size), '\0');
     FUZZ_CHECK(ZSTD_decompress(&json[0], json.size(), z, manifest_size) == json.size(), "zstd");
     FUZZ_CHECK(data_size < 32768, "seed data section too large");

@@ -104,12 +104,12 @@ void ForgeDelta(Store* store, uint64_t step, const std::string& attacker_key, bo
   ShardRecord r = m.shards[0];
   std::vector<uint8_t> object = Get(store, r.delta.key);
   object[r.delta.head_size + (object.size() - r.delta.head_size) / 2] ^= 0x20;
-  r.delta.xxh3 = container::Hash(object.data(), object.size());
+  r.delta.xxh3 = checkpoint::Hash(object.data(), object.size());
   r.delta.key = PieceKey(step, 0, m.count, "delta", r.delta.xxh3);
   r.delta.sha256 = Sha(object);
   Put(store, r.delta.key, object);
-  container::Reader reader;
-  REQUIRE(container::Reader::Open(std::make_unique<container::MemorySource>(object), &reader).ok());
+  checkpoint::Reader reader;
+  REQUIRE(checkpoint::Reader::Open(std::make_unique<checkpoint::MemorySource>(object), &reader).ok());
   std::string sums;
   for (const auto& range : StoredRanges(reader.manifest())) {
     const Digest d = Sha256(object.data() + r.delta.head_size + range.first, range.second);
@@ -123,12 +123,12 @@ void ForgeDelta(Store* store, uint64_t step, const std::string& attacker_key, bo
   const std::vector<uint8_t> group_bytes = Get(store, group_key);
   GroupIndex g;
   REQUIRE(ParseGroupIndex(group_bytes, group_key, &g).ok());
-  g.records[0] = {container::Hash(record.data(), record.size()), record.size()};
+  g.records[0] = {checkpoint::Hash(record.data(), record.size()), record.size()};
   g.record_sha256[0] = DigestHex(Sha256(record));
   const std::string group = GroupIndexJson(g, &evil);
   Put(store, group_key, group);
   if (root) {
-    m.groups[0].xxh3 = container::Hash(group.data(), group.size());
+    m.groups[0].xxh3 = checkpoint::Hash(group.data(), group.size());
     m.groups[0].size = group.size();
     m.groups[0].sha256 = DigestHex(Sha256(group));
     Put(store, RootKey(step), RootJson(m, &evil));

@@ -1085,9 +1085,9 @@ TEST_CASE("sync faults: truncated and damaged pieces; damaged roots, group index
     rerouted(At(3));
     // A byte flipped in the container's header, then in lm_head's first piece: a full
     // pull checks the whole object, a partial one the head and each piece it reads.
-    container::Reader reader;
-    REQUIRE(container::Reader::Open(std::make_unique<container::MemorySource>(good), &reader).ok());
-    const container::TensorEntry* lm_head = nullptr;
+    checkpoint::Reader reader;
+    REQUIRE(checkpoint::Reader::Open(std::make_unique<checkpoint::MemorySource>(good), &reader).ok());
+    const checkpoint::TensorEntry* lm_head = nullptr;
     for (const auto& t : reader.manifest().files[0].tensors) {
       if (t.name == "lm_head") lm_head = &t;
     }

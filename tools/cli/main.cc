@@ -31,8 +31,8 @@ namespace arc_v3 {
 namespace {
 
 namespace fs = std::filesystem;
-using container::RunOptions;
-using container::RunReport;
+using checkpoint::RunOptions;
+using checkpoint::RunReport;
 using Json = nlohmann::ordered_json;
 
 // A progress bar on stderr, drawn only when stderr is a terminal.
@@ -165,21 +165,21 @@ struct InspectTotals {
 };
 
 // The tensor's coders, an arc_v3 payload's named by its chunk modes ("arc_v3:rans+modelled").
-std::string CoderList(const container::TensorInspection& st) {
+std::string CoderList(const checkpoint::TensorInspection& st) {
   std::string coders;
   for (const auto& cn : st.coders) {
     coders += (coders.empty() ? "" : "+");
-    coders += cn == container::CoderName(container::Coder::kArcV3) && st.has_high
-                  ? container::ArcV3CoderNames(st.chunk_modes)
+    coders += cn == checkpoint::CoderName(checkpoint::Coder::kArcV3) && st.has_high
+                  ? checkpoint::ArcV3CoderNames(st.chunk_modes)
                   : cn;
   }
   return coders.empty() ? "-" : coders;
 }
 
-Json TensorJson(const container::TensorInspection& st) {
-  const container::TensorEntry& t = *st.entry;
+Json TensorJson(const checkpoint::TensorInspection& st) {
+  const checkpoint::TensorEntry& t = *st.entry;
   Json jt = {{"name", t.name}, {"dtype", t.dtype}, {"shape", t.shape},
-             {"kind", container::TensorKindName(t.kind)}, {"pieces", t.pieces.size()},
+             {"kind", checkpoint::TensorKindName(t.kind)}, {"pieces", t.pieces.size()},
              {"coders", st.coders}, {"bytes", st.bytes}};
   // A grouped tensor's delta bytes are its group's, listed under "groups".
   if (st.group >= 0) {
@@ -188,7 +188,7 @@ Json TensorJson(const container::TensorInspection& st) {
     jt["delta_bytes"] = st.stored;
   }
   if (st.has_high && st.group < 0) jt["arc_v3_chunks"] = ChunkModesJson(st.chunk_modes);
-  if (t.kind == container::TensorKind::kDelta && st.counts_known) {
+  if (t.kind == checkpoint::TensorKind::kDelta && st.counts_known) {
     jt["changed"] = st.changed;
     jt["density"] = st.elements ? static_cast<double>(st.changed) / st.elements : 0;
     if (st.has_high) jt["exponent_or_sign_share"] = st.changed ? static_cast<double>(st.high) / st.changed : 0;
@@ -196,12 +196,12 @@ Json TensorJson(const container::TensorInspection& st) {
   return jt;
 }
 
-void PrintTensorRow(const container::TensorInspection& st) {
-  const container::TensorEntry& t = *st.entry;
+void PrintTensorRow(const checkpoint::TensorInspection& st) {
+  const checkpoint::TensorEntry& t = *st.entry;
   std::string shape = "[";
   for (size_t d = 0; d < t.shape.size(); ++d) shape += (d ? "," : "") + std::to_string(t.shape[d]);
   shape += "]";
-  const bool whole = t.kind != container::TensorKind::kDelta;
+  const bool whole = t.kind != checkpoint::TensorKind::kDelta;
   char dens[16] = "-", hi[16] = "-";
   if (!whole && !st.counts_known) std::snprintf(dens, sizeof(dens), "?");
   if (!whole && st.counts_known) {
@@ -218,12 +218,12 @@ void PrintTensorRow(const container::TensorInspection& st) {
     std::snprintf(share, sizeof(share), "%.3f%%", st.bytes ? 100.0 * st.stored / st.bytes : 0.0);
   }
   std::printf("%-44s %-6s %-16s %-8s %8s %9s %-22s %12s %8s\n", t.name.c_str(), t.dtype.c_str(),
-              shape.c_str(), container::TensorKindName(t.kind), dens, hi, CoderList(st).c_str(),
+              shape.c_str(), checkpoint::TensorKindName(t.kind), dens, hi, CoderList(st).c_str(),
               stored, share);
 }
 
-Json GroupJson(size_t i, const container::GroupInspection& gs) {
-  const std::string coder = container::ArcV3CoderNames(gs.payload.chunk_modes);
+Json GroupJson(size_t i, const checkpoint::GroupInspection& gs) {
+  const std::string coder = checkpoint::ArcV3CoderNames(gs.payload.chunk_modes);
   Json jg = {{"group", i}, {"file", gs.file->name}, {"tensors", gs.group->members.size()},
              {"elements", gs.group->elements}, {"coders", {coder}}, {"delta_bytes", gs.group->size}};
   jg["arc_v3_chunks"] = ChunkModesJson(gs.payload.chunk_modes);
@@ -231,7 +231,7 @@ Json GroupJson(size_t i, const container::GroupInspection& gs) {
   return jg;
 }
 
-void PrintGroupRow(size_t i, const container::GroupInspection& gs) {
+void PrintGroupRow(size_t i, const checkpoint::GroupInspection& gs) {
   if (i == 0) {
     std::printf("\n%-7s %-32s %8s %12s %9s %-22s %12s %8s\n", "group", "file", "tensors",
                 "elements", "density", "coder", "bytes", "% size");
@@ -243,13 +243,13 @@ void PrintGroupRow(size_t i, const container::GroupInspection& gs) {
   }
   std::printf("%-7zu %-32s %8zu %12" PRIu64 " %9s %-22s %12" PRIu64 " %7.3f%%\n", i,
               gs.file->name.c_str(), gs.group->members.size(), gs.group->elements, dens,
-              container::ArcV3CoderNames(gs.payload.chunk_modes).c_str(), gs.group->size,
+              checkpoint::ArcV3CoderNames(gs.payload.chunk_modes).c_str(), gs.group->size,
               gs.group->elements ? 100.0 * gs.group->size / (2 * gs.group->elements) : 0.0);
 }
 
-void PrintInspectTotals(const container::Inspection& inspection, const InspectTotals& t) {
-  const container::Reader& reader = inspection.reader;
-  const container::Manifest& m = reader.manifest();
+void PrintInspectTotals(const checkpoint::Inspection& inspection, const InspectTotals& t) {
+  const checkpoint::Reader& reader = inspection.reader;
+  const checkpoint::Manifest& m = reader.manifest();
   std::printf("\ntotal: %zu file(s), %zu tensors (", m.files.size(), inspection.tensors.size());
   bool first = true;
   for (const auto& k : t.kinds) {
@@ -272,8 +272,8 @@ void PrintInspectTotals(const container::Inspection& inspection, const InspectTo
 }
 
 int Inspect(const std::string& path, const std::string& base_path, const Common& c) {
-  container::Inspection inspection;
-  const Status s = container::Inspect(path, base_path, c.threads, &inspection);
+  checkpoint::Inspection inspection;
+  const Status s = checkpoint::Inspect(path, base_path, c.threads, &inspection);
   if (!s.ok()) {
     std::fprintf(stderr, "arc_v3 inspect: error: %s\n", s.ToString().c_str());
     return ExitCodeFor(s);
@@ -284,14 +284,14 @@ int Inspect(const std::string& path, const std::string& base_path, const Common&
     std::printf("%-44s %-6s %-16s %-8s %8s %9s %-22s %12s %8s\n", "tensor", "dtype", "shape", "kind",
                 "density", "exp/sign", "coder", "bytes", "% size");
   }
-  for (const container::TensorInspection& st : inspection.tensors) {
-    const container::TensorEntry& t = *st.entry;
+  for (const checkpoint::TensorInspection& st : inspection.tensors) {
+    const checkpoint::TensorEntry& t = *st.entry;
     totals.bytes += st.bytes;
     totals.stored += st.stored;
     totals.elements += st.elements;
-    totals.changed += t.kind != container::TensorKind::kDelta ? 0 : st.changed;
+    totals.changed += t.kind != checkpoint::TensorKind::kDelta ? 0 : st.changed;
     totals.all_known = totals.all_known && st.counts_known;
-    ++totals.kinds[container::TensorKindName(t.kind)];
+    ++totals.kinds[checkpoint::TensorKindName(t.kind)];
     if (c.json) {
       jtensors.push_back(TensorJson(st));
     } else {
@@ -310,8 +310,8 @@ int Inspect(const std::string& path, const std::string& base_path, const Common&
     PrintInspectTotals(inspection, totals);
     return kExitOk;
   }
-  const container::Reader& reader = inspection.reader;
-  const container::Manifest& m = reader.manifest();
+  const checkpoint::Reader& reader = inspection.reader;
+  const checkpoint::Manifest& m = reader.manifest();
   Json j = {{"command", "inspect"}, {"ok", true}, {"layout", m.directory ? "directory" : "file"},
             {"files", m.files.size()}, {"tensors", jtensors}, {"groups", jgroups},
             {"tensor_bytes", totals.bytes}, {"tensor_delta_bytes", totals.stored},
@@ -500,10 +500,10 @@ Status CheckpointCommands::Apply(Progress* progress, RunReport* report, const ch
   const bool partial = tensors_opt_->count() > 0 || rows_opt_->count() > 0;
   *name = partial ? "apply (partial)" : "apply";
   if (partial) {
-    return container::ApplyPartial(prev_, delta_, tensors_regex_, row_begin_, row_end_, out_,
+    return checkpoint::ApplyPartial(prev_, delta_, tensors_regex_, row_begin_, row_end_, out_,
                                    MakeOptions(common_, progress), report);
   }
-  return container::Apply(prev_, delta_, in_place_ ? prev_ : out_, MakeOptions(common_, progress),
+  return checkpoint::Apply(prev_, delta_, in_place_ ? prev_ : out_, MakeOptions(common_, progress),
                           report);
 }
 
@@ -517,12 +517,12 @@ int CheckpointCommands::Run(const char* label) {
   const char* name = "";
   if (diff_->parsed()) {
     name = "diff";
-    s = container::Diff(prev_, next_, delta_, MakeOptions(common_, &progress), &report);
+    s = checkpoint::Diff(prev_, next_, delta_, MakeOptions(common_, &progress), &report);
   } else if (apply_->parsed()) {
     s = Apply(&progress, &report, &name);
   } else if (verify_->parsed()) {
     name = "verify";
-    s = container::Verify(prev_, delta_, MakeOptions(common_, &progress), &report);
+    s = checkpoint::Verify(prev_, delta_, MakeOptions(common_, &progress), &report);
   }
   const double secs = Seconds(start);
   progress.Stop();

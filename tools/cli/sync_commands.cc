@@ -241,7 +241,7 @@ int SyncCommands::Run() {
   // (sync::Follow opens the store itself, and waits for it).
   const bool wait_for_store = follow_->parsed() && s.code() == ErrorCode::kNotFound;
   if (!s.ok() && !wait_for_store) return Fail(Name(), json_, s);
-  container::RunOptions run;
+  checkpoint::RunOptions run;
   run.threads = threads_;
   run.effort = effort_;
   run.sync = !no_sync_;
@@ -287,7 +287,7 @@ int SyncCommands::RunKeygen() {
   return kExitOk;
 }
 
-int SyncCommands::RunPublish(sync::Store* store, const container::RunOptions& run) {
+int SyncCommands::RunPublish(sync::Store* store, const checkpoint::RunOptions& run) {
   sync::PublishOptions o;
   unsigned k = 0, count = 0;
   char tail = 0;

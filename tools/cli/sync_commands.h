@@ -32,7 +32,7 @@ class SyncCommands {
   void AddKeygen(CLI::App* app);
   void AddPrune(CLI::App* app);
   int RunKeygen();
-  int RunPublish(sync::Store* store, const container::RunOptions& run);
+  int RunPublish(sync::Store* store, const checkpoint::RunOptions& run);
   int RunPull(sync::Store* store, sync::PullOptions pull);
   int RunFollow(const sync::PullOptions& pull);
   int RunVerify(sync::Store* store);

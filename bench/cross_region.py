@@ -354,7 +354,7 @@ def main():
     run(["bazel", "build", "//tools/cli:arc_v3_cli", "//bench:arc_bench"], cwd=ROOT, stderr=subprocess.DEVNULL)
     global CLI, BENCH
     bin_dir = run(["bazel", "info", "bazel-bin"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    CLI = os.path.join(bin_dir, "src", "cli", "arc_v3_cli")
+    CLI = os.path.join(bin_dir, "tools", "cli", "arc_v3_cli")
     BENCH = os.path.join(bin_dir, "bench", "arc_bench")
     work = tempfile.mkdtemp(prefix="arc_v3_cross_region.")
     # The regions' disks: memory, as separate machines' disks would not slow each other

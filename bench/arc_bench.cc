@@ -69,7 +69,7 @@ Usage: arc_bench [flags]
   --regimes a,b      only these generator regimes: low, mid, high (default all three)
   --save-generated DIR  also write each generated regime as DIR/<regime>/step_NNN.safetensors
   --generate-only    with --save-generated: write the checkpoints and stop (e.g. a >= 1 GB
-                     pair for `arc_v3_cli bench`: --params 540000000 --deltas 1 --regimes low)
+                     pair for checkpoint_bench: --params 540000000 --deltas 1 --regimes low)
   --help             this text
 
 Codecs (one row each, payload = all a receiver needs besides prev and the shapes):

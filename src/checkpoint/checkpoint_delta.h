@@ -94,8 +94,8 @@ struct RunOptions {
   bool group = true;
   // Diff stores pieces in the data section by the fraction of their tensor's rows they start
   // at (headers, fills and groups first) instead of in manifest order: a reader of rows
-  // [0, B) of every tensor (a tensor-parallel rank's slice) fetches one range. Part 2 lets
-  // pieces lie in any order; the bytes still depend only on the inputs and options.
+  // [0, B) of every tensor (a tensor-parallel rank's slice) fetches one range. The format
+  // lets pieces lie in any order; the bytes still depend only on the inputs and options.
   bool row_order = false;
   // Bytes of tensor data processed so far / in all; updated as pieces finish.
   std::atomic<uint64_t>* progress_done = nullptr;

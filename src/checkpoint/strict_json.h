@@ -1,5 +1,6 @@
-// Strict reading of the JSON documents of the container (Part 2) and the sync protocol
-// (Part 3): only the fields a document lists, each of its type, or an error naming where.
+// Strict reading of the JSON documents of the container (src/checkpoint/FORMAT.md) and the
+// sync protocol (src/sync/PROTOCOL.md): only the fields a document lists, each of its type,
+// or an error naming where.
 // The helpers throw strict_json::Error, which each parser turns into a Status at its
 // boundary.
 #ifndef ARC_V3_SRC_CHECKPOINT_STRICT_JSON_H_

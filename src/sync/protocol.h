@@ -33,7 +33,7 @@ constexpr uint32_t kFanIn = 32;
 // The most bytes a reader accepts for a document.
 constexpr uint64_t kMaxDocumentBytes = uint64_t{64} << 20;
 constexpr char kDefaultIncarnation[] = "0";
-// The DSSE payload type of a signed document (Part 3, "Signed steps").
+// The DSSE payload type of a signed document (PROTOCOL.md, "Signed steps").
 constexpr char kSignedType[] = "application/vnd.arc-v3.sync+json";
 
 // A document stored as a DSSE envelope (signed), or plain (null).
@@ -42,7 +42,7 @@ using Signatures = std::shared_ptr<const Envelope>;
 inline uint32_t GroupOf(uint32_t shard) { return shard / kFanIn; }
 inline uint32_t GroupCount(uint32_t count) { return (count + kFanIn - 1) / kFanIn; }
 
-// Keys (Part 3, "Object layout"). HH: two hex digits that spread a step's objects over
+// Keys (PROTOCOL.md, "Object layout"). HH: two hex digits that spread a step's objects over
 // 256 key prefixes.
 constexpr char kLatestKey[] = "latest";
 std::string RootKey(uint64_t step);  // "steps/000000000042.json"

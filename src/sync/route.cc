@@ -22,7 +22,7 @@ double Since(Clock::time_point start) { return std::chrono::duration<double>(Clo
 
 }  // namespace
 
-// A shard's container holds one file (the "file" layout, Part 3).
+// A shard's container holds one file (the "file" layout, PROTOCOL.md).
 Status CheckLayout(const Reader& reader, const std::string& name) {
   if (reader.manifest().directory || reader.manifest().files.size() != 1) {
     return Status(ErrorCode::kCorruptHeader, name + " is not the container of one shard file");

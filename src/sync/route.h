@@ -19,7 +19,7 @@
 namespace arc_v3 {
 namespace sync {
 
-// What a reader trusts (Part 3, "Signed steps"): no key, and steps are taken
+// What a reader trusts (PROTOCOL.md, "Signed steps"): no key, and steps are taken
 // unauthenticated; else every root on a route must be signed by one of `keys`, and every
 // document and byte it names must have the SHA-256 the signed documents give.
 struct Trust {
@@ -161,7 +161,7 @@ struct Fetched {
   const checkpoint::FileEntry& file() const;
 };
 
-// A shard's container holds one file (the "file" layout, Part 3).
+// A shard's container holds one file (the "file" layout, PROTOCOL.md).
 Status CheckLayout(const checkpoint::Reader& reader, const std::string& name);
 
 

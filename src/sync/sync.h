@@ -44,7 +44,7 @@ struct PublishOptions {
   checkpoint::RunOptions run;  // threads, effort
   // A PEM Ed25519 private key ("": none): the shard signs its record, and a completer
   // signs the group indexes and the root it writes, after checking that the records (and
-  // group indexes) it read are signed by this key or one of `trust` (Part 3, "Signed steps").
+  // group indexes) it read are signed by this key or one of `trust` (PROTOCOL.md, "Signed steps").
   std::string sign_key;
   std::vector<std::string> trust;  // PEM public keys whose signed records a completer takes too
 };
@@ -103,7 +103,7 @@ struct PullOptions {
   // Take a DIR that holds files but was never pulled into (kAlreadyExists otherwise):
   // files of the step's names are replaced, others left alone.
   bool force = false;
-  // PEM public keys of the trainers a region trusts (Part 3, "Signed steps"); none: steps
+  // PEM public keys of the trainers a region trusts (PROTOCOL.md, "Signed steps"); none: steps
   // are taken unauthenticated. With keys, a step that is unsigned, signed by another key,
   // differs from a signed digest, is older than DIR's or of another run is kUntrusted,
   // found before anything is decoded (older and other-run steps are taken with `reset`).
@@ -169,7 +169,7 @@ struct StepVerdict {
   Status status;
   std::string keyid;
 };
-// Checks every committed step's documents as a trusting region would (Part 3, "Signed
+// Checks every committed step's documents as a trusting region would (PROTOCOL.md, "Signed
 // steps"): its root signed by one of `trust` (PEM public key files), its group indexes,
 // layouts and records of their signed SHA-256, each record naming its objects by SHA-256,
 // and its link to its base root. Objects are not downloaded (a pull checks them). An

@@ -3851,7 +3851,7 @@ bool ChooseRansPositions(const RansTallies& t, bool with_history, uint8_t* class
     }
   }
   uint8_t plain_base = 0;
-  uint8_t plain_q[kClasses];
+  uint8_t plain_q[kClasses] = {};  // ChoosePositionModel always fills it
   const uint64_t plain_cost =
       ChoosePositionModel(all_plain, changed_plain, 1, &plain_base, plain_q) + (all_steps << 16);
   if (cost + ((8 * kRansHistoryQBytes) << 16) < plain_cost) return true;

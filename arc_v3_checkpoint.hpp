@@ -1,12 +1,15 @@
-// arc_v3 checkpoint deltas: the delta of a whole state dict (named tensors of any dtype)
-// as one checkpoint delta container (src/checkpoint/FORMAT.md), the bytes `arc_v3 diff`
-// writes for the two saved as single safetensors files. BF16 tensors are coded with the
-// codec of arc_v3.hpp; other dtypes, new tensors and changed shapes travel whole.
+// arc_v3 checkpoint deltas: the delta between two checkpoints as one checkpoint delta
+// container (src/checkpoint/FORMAT.md), from safetensors files or sharded checkpoint
+// directories (DiffCheckpoints, ApplyDelta: what `arc_v3 diff` and `apply` run) or from
+// state dicts in memory (StateDictDiff, StateDictApply: the same bytes as for the two
+// saved as single safetensors files). BF16 tensors are coded with the codec of arc_v3.hpp;
+// other dtypes, new tensors and changed shapes travel whole.
 //
 // Bazel: //:arc_v3_checkpoint. Thread-safe: calls share no state.
 #ifndef ARC_V3_CHECKPOINT_HPP_
 #define ARC_V3_CHECKPOINT_HPP_
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -62,24 +65,128 @@ using TensorAllocator =
 Status StateDictApply(const std::vector<NamedTensor>& prev, const uint8_t* delta, size_t size,
                       const TensorAllocator& allocate, int threads, std::vector<NamedTensor>* next);
 
-// One tensor of a delta, as its manifest records it.
+// --- Checkpoint files ---
+// A checkpoint is one .safetensors file or a directory of them (a sharded checkpoint;
+// model.safetensors.index.json travels along). Inputs are memory-mapped and pieces coded
+// in parallel; every output is written beside its final path, synced and renamed, so an
+// error or a kill never leaves a half-written file under a final name.
+
+struct CheckpointOptions {
+  int threads = 0;  // 0: all cores; the bytes do not depend on it
+  // Codec effort 0..3 (Options::effort) and format of BF16 pieces in a diff (an apply
+  // reads every format).
+  int effort = kDefaultEffort;
+  Format format = Format::kDefault;
+  // A diff codes the small BF16 tensors in groups (container version 2). Off: every
+  // tensor its own payloads, a version-1 container for readers older than 1.0.
+  bool group = true;
+  // A diff stores pieces by the share of their tensor's rows they start at, so that a
+  // reader of rows [0, B) of every tensor (a tensor-parallel rank) fetches one range.
+  bool row_order = false;
+  bool sync = true;  // fsync outputs before renaming them (off only for benchmarks)
+  // Outputs that exist are replaced (an in-place apply always replaces); off, an existing
+  // output is kAlreadyExists before any work.
+  bool overwrite = true;
+  // Bytes of tensor data processed so far / in all, updated as pieces finish (may be null).
+  std::atomic<uint64_t>* progress_done = nullptr;
+  std::atomic<uint64_t>* progress_total = nullptr;
+};
+
+struct CheckpointReport {
+  uint64_t files = 0, tensors = 0, pieces = 0;  // pieces: groups included
+  uint64_t target_bytes = 0;  // of the checkpoint produced or described
+  uint64_t delta_bytes = 0;
+  std::vector<std::string> written;  // output paths
+  // Apply: decoding (checksums verified) and writing, summed over threads; the final sync
+  // and renames (wall clock).
+  double decode_seconds = 0, write_seconds = 0, sync_seconds = 0;
+};
+
+// Writes the delta from checkpoint `prev` to `next` (both files or both directories) to
+// `delta_path`. An empty `prev` writes an anchor: every tensor whole, needing no base.
+// Errors: kInvalidArgument (missing or malformed inputs), kAlreadyExists (see overwrite).
+Status DiffCheckpoints(const std::string& prev, const std::string& next, const std::string& delta_path,
+                       const CheckpointOptions& options, CheckpointReport* report);
+
+// Rebuilds the checkpoint `delta_path` leads to from `prev` into `out`: a file (or a
+// directory to put it in) for the delta of a file, a directory (created if needed) for a
+// sharded one; `out` == `prev` applies in place; an empty `prev` applies an anchor. Every
+// piece is verified before it is written; on error no output changes. Errors:
+// kChecksumMismatch naming the tensor (a wrong base), kTruncated, kBadMagic, kCorrupt*, ...
+Status ApplyDelta(const std::string& prev, const std::string& delta_path, const std::string& out,
+                  const CheckpointOptions& options, CheckpointReport* report);
+
+// Partial apply into a new safetensors file `out_path`: the target tensors whose whole
+// name matches the ECMAScript regex `tensor_regex`, cut to rows [row_begin, row_end) of
+// their first dimension (rank-0 tensors whole). Reads only the pieces they overlap, and
+// checks only the base rows those cover.
+Status ApplyDeltaPart(const std::string& prev, const std::string& delta_path, const std::string& tensor_regex,
+                      uint64_t row_begin, uint64_t row_end, const std::string& out_path,
+                      const CheckpointOptions& options, CheckpointReport* report);
+
+// Checks that `prev` is the base of `delta_path` and that every piece decodes and verifies;
+// writes nothing.
+Status VerifyDelta(const std::string& prev, const std::string& delta_path, const CheckpointOptions& options,
+                   CheckpointReport* report);
+
+// --- What a delta holds ---
+
+// The chunks of arc_v3 payloads by the coder each chose (src/codec/FORMAT.md, "Chunk").
+struct ArcV3Chunks {
+  uint64_t unchanged = 0, xor_streams = 0, modelled = 0, rans = 0, rans_history = 0;
+};
+
+// One tensor of a delta.
 struct DeltaTensorInfo {
   std::string name;
   std::string kind;  // "delta" (coded against the base), "added" or "reshaped" (carried whole)
   std::string dtype;
   std::vector<uint64_t> shape;
   std::vector<std::string> coders;  // per stored piece; a grouped tensor: its group's ("arc_v3")
-  int64_t group = -1;               // the group whose payload codes it, or -1
+  int64_t group = -1;               // its index in DeltaInfo::groups, or -1
+  uint64_t elements = 0, bytes = 0;  // of the target tensor
+  uint64_t pieces = 0;
+  uint64_t delta_bytes = 0;  // of its pieces (0 for a grouped tensor: see its group)
+  // Its coders in short, an arc_v3 payload's by the chunk coders it chose
+  // ("arc_v3:rans+modelled", "zstd").
+  std::string coder_summary;
+  bool arc_v3 = false;  // arc_v3-coded (alone or in a group): `chunks` and `high` are known
+  ArcV3Chunks chunks;
+  // A "delta" tensor's changed elements, and of them those whose sign or exponent changed.
+  // Known (`changes_known`) where the payload says; context-modelled chunks need the base.
+  bool changes_known = false;
+  uint64_t changed = 0, high = 0;
 };
 
-// What a delta holds, from its checked manifest (no piece is decoded).
+// One group: small BF16 tensors of a file coded as one arc_v3 payload.
+struct DeltaGroupInfo {
+  std::string file;  // the checkpoint file its members are in
+  uint64_t tensors = 0, elements = 0, delta_bytes = 0;
+  ArcV3Chunks chunks;
+  std::string coder_summary;
+  bool changes_known = false;  // counted on the decoded group (InspectDeltaFile with a base)
+  uint64_t changed = 0;
+};
+
+// What a delta holds, from its checked manifest and payload headers.
 struct DeltaInfo {
   bool directory = false;  // the delta of a sharded checkpoint directory
   uint32_t container_version = 0;
-  std::vector<DeltaTensorInfo> tensors;
-  std::vector<std::string> removed_tensors;
+  uint64_t files = 0;       // checkpoint files it rebuilds
+  uint64_t delta_bytes = 0, manifest_bytes = 0;  // the container's, and its manifest's
+  std::vector<DeltaTensorInfo> tensors;  // by file, in manifest order
+  std::vector<DeltaGroupInfo> groups;
+  std::vector<std::string> removed_tensors, removed_files;
 };
+
+// Inspects a delta in memory; the payloads are read, not decoded against a base.
 Status InspectDelta(const uint8_t* delta, size_t size, DeltaInfo* info);
+// Inspects the delta file `delta_path`; with `base_path` (the checkpoint it applies to;
+// "": none) it also decodes what must be decoded to count every change. Errors: the
+// container's (naming the file), a piece's (naming its tensor), kChecksumMismatch for a
+// base that is not the one the delta was made from.
+Status InspectDeltaFile(const std::string& delta_path, const std::string& base_path, int threads,
+                        DeltaInfo* info);
 
 }  // namespace arc_v3
 

@@ -1,5 +1,7 @@
 // arc_v3 sync: a trainer publishes its weights step by step to an object store, and
-// rollout engines follow it, from and into tensors in memory (src/sync/PROTOCOL.md).
+// rollout engines follow it (src/sync/PROTOCOL.md): from and into tensors in memory
+// (Publisher, Follower), or from safetensors files into a region's checkpoint directory
+// (PublishFile, PullFiles, FollowFiles: what the `arc_v3` command runs).
 //
 //   // each trainer rank, after each optimizer step:
 //   std::unique_ptr<arc_v3::Publisher> publisher;
@@ -12,7 +14,8 @@
 //   follower->Pull(arc_v3::kLatestStep, &pulled);   // then follower->tensors()
 //
 // Stores: s3://BUCKET/PREFIX (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
-// AWS_SESSION_TOKEN, AWS_REGION), a directory, or (followers) a read-only http(s):// URL.
+// AWS_SESSION_TOKEN, AWS_REGION), a local store (a path or file://PATH on one machine or a
+// shared file system), or (followers) a read-only http(s):// URL.
 // Link //:arc_v3_sync (Bazel) or arc_v3::sync (CMake); arc_v3.hpp stays free of it.
 #ifndef ARC_V3_SYNC_HPP_5820417396
 #define ARC_V3_SYNC_HPP_5820417396
@@ -134,7 +137,7 @@ struct FollowResult {
   double published_at = 0, committed_at = 0;  // of the step pulled (Unix seconds)
 };
 
-// How a follow loop polls: Follower::Follow here, `arc_v3 follow` over a directory.
+// How a follow loop polls: Follower::Follow and FollowFiles.
 struct FollowOptions {
   double interval_seconds = 2;  // between polls of the store's `latest` pointer
   uint64_t until = kNoStep;  // return once this step or a later one is held (kNoStep: never)
@@ -205,6 +208,168 @@ class Follower {
   explicit Follower(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+// --- Checkpoint files through a store ---
+// A trainer shard publishes its safetensors file of each step; a region pulls a step into
+// its checkpoint directory DIR: the shards' files as published, bit for bit (or, partial,
+// the tensors and rows it serves), with what it holds recorded in DIR/.arc_v3.
+
+struct PublishFileOptions {
+  uint64_t step = 0;
+  std::string next;  // this shard's safetensors file of `step`
+  std::string prev;  // its file of the base step; "": an anchor only
+  uint64_t base_step = kNoStep;  // the step `prev` is; kNoStep: step - 1
+  uint32_t shard = 0, count = 1;  // this is shard `shard` of `count`
+  std::string incarnation;        // as PublisherOptions::incarnation
+  uint64_t anchor_every = 10;     // also an anchor when step % anchor_every == 0 (0: only without prev)
+  // The sharded checkpoint's model.safetensors.index.json, carried to full pulls ("": the
+  // one beside `next` if it names next's file; no_index: none).
+  std::string index;
+  bool no_index = false;
+  std::string work_dir;  // where containers are written before upload ("": $TMPDIR or /tmp)
+  CheckpointOptions checkpoint;  // threads, effort, format of the delta
+  // As PublisherOptions::sign_key; `trust`: public keys whose signed records a completer
+  // also takes (a key rotated mid-step).
+  std::string sign_key;
+  std::vector<std::string> trust;
+  StoreSettings store;
+};
+
+// An object of a shard's record: its key in the store ("": none) and size.
+struct StoredObject {
+  std::string key;
+  uint64_t bytes = 0;
+};
+
+struct PublishFileReport {
+  uint64_t step = 0;
+  uint32_t shard = 0, count = 0;
+  std::string file;  // the shard's name in a region
+  uint64_t file_bytes = 0;
+  StoredObject delta, anchor, index;  // its containers, and the index it carries
+  bool committed = false;  // the step is committed (by this call or another shard)
+  std::string pending;     // why not, e.g. "waiting for shards 1, 3 of 4"
+  // The shard had published this same file for the step before (same name, base step and
+  // tensors): nothing was uploaded, the figures are the first publish's, and `note` says
+  // what of this call's options that publish overrides.
+  bool already_published = false;
+  std::string note;
+  uint64_t uploaded_bytes = 0, uploaded_objects = 0;
+  double encode_seconds = 0, hash_seconds = 0, upload_seconds = 0, commit_seconds = 0, total_seconds = 0;
+};
+
+// Publishes one shard's file for a step and commits the step if it is complete. A local
+// store is created if missing. Errors: kChecksumMismatch (`prev` is not what this shard
+// published for the base step), kNotFound (a base step it never published),
+// kAlreadyExists (another file for a published shard, naming what differs), the store's.
+Status PublishFile(const std::string& store_url, const PublishFileOptions& options, PublishFileReport* report);
+
+struct PullFilesOptions {
+  uint64_t step = kLatestStep;
+  // Partial pull: only tensors whose whole name matches this ECMAScript regex ("": all),
+  // and of them rows [row_begin, row_end) of the first dimension.
+  std::string tensors;
+  uint64_t row_begin = 0, row_end = UINT64_MAX;
+  bool reset = false;  // rebuild DIR from the nearest anchor, whatever it holds
+  // Take a DIR that holds files but was never pulled into (kAlreadyExists otherwise):
+  // files of the step's names are replaced, others left alone.
+  bool force = false;
+  // As FollowerOptions::trusted_keys (an older step or another run's is taken with reset).
+  std::vector<std::string> trusted_keys;
+  CheckpointOptions checkpoint;  // threads, sync
+  StoreSettings store;
+};
+
+struct PullFilesReport {
+  uint64_t from_step = kNoStep;  // DIR's step before (kNoStep: none)
+  uint64_t to_step = kNoStep;
+  bool up_to_date = false;  // DIR already held the step
+  std::string route;        // e.g. "chain 11 -> 13" or "anchor 10 -> 13"
+  // Set when the cheaper route met a damaged object or document and the other was taken:
+  // what was met, and which route replaced which.
+  std::string rerouted;
+  std::vector<uint64_t> steps;  // applied, in order
+  uint64_t fetched_bytes = 0, fetched_objects = 0, requests = 0;
+  uint64_t checkpoint_bytes = 0;  // of the files DIR holds now
+  double fetch_seconds = 0, verify_seconds = 0, decode_seconds = 0, write_seconds = 0;
+  double commit_seconds = 0, total_seconds = 0;
+  double published_at = 0, committed_at = 0;  // of the step pulled (Unix seconds)
+};
+
+// Makes DIR (created if needed) hold options.step by the cheapest verified route: the
+// deltas after DIR's step, or the nearest anchor and the deltas after it. DIR records
+// the step only after a verified apply; on any error it is left exactly as it was. Errors:
+// Follower::Pull's, kChecksumMismatch for a DIR whose files are not the step it records
+// (reset rebuilds it), kAlreadyExists for a DIR of other files (see force).
+Status PullFiles(const std::string& store_url, const std::string& dir, const PullFilesOptions& options,
+                 PullFilesReport* report);
+
+// Keeps DIR at the newest committed step: PullFiles (its options.step ignored) for each
+// step newer than the one held, in the loop of Follower::Follow, which says how it polls,
+// waits and gives up. A local store that does not exist yet is waited for. `on_event`
+// (may be empty) is told every event, with the pull's report for a kPulled one; false
+// ends the loop.
+Status FollowFiles(const std::string& store_url, const std::string& dir, const PullFilesOptions& options,
+                   const FollowOptions& follow,
+                   const std::function<bool(const FollowEvent& event, const PullFilesReport* pulled)>& on_event);
+
+// --- Looking after a store ---
+
+struct StepShardInfo {
+  uint32_t shard = 0;
+  std::string file;
+  uint64_t file_bytes = 0;
+  uint64_t delta_bytes = 0, anchor_bytes = 0;  // 0: none
+};
+
+// A step that has objects in a store.
+struct StepInfo {
+  uint64_t step = 0;
+  bool committed = false;
+  uint64_t objects = 0, bytes = 0;  // every object of the step, and their sizes
+  // Of a committed step, from its root:
+  uint64_t base_step = kNoStep, anchor_step = kNoStep;  // base: kNoStep for an anchor alone
+  bool anchor = false;  // every shard carries an anchor
+  uint32_t count = 0;   // shards
+  std::string incarnation;
+  uint64_t run = 0;     // the run id its first step drew
+  uint64_t delta_bytes = 0, anchor_bytes = 0;  // summed over its shards
+  double published_at = 0, committed_at = 0;
+  std::vector<StepShardInfo> shards;  // with ListSteps' `shards` only
+};
+
+// Every step that has objects in the store, ascending (lists the store; an http(s):// store
+// cannot list: kInvalidArgument); with `shards`, each committed step's shard records too
+// (its group indexes and records are read).
+Status ListSteps(const std::string& store_url, const StoreSettings& settings, bool shards,
+                 std::vector<StepInfo>* steps);
+
+// What VerifySteps says of a committed step: verified (by the key `keyid`), or why not.
+struct StepVerdict {
+  uint64_t step = 0;
+  Status status;
+  std::string keyid;
+};
+// Checks every committed step's documents as a region trusting `trusted_keys` (PEM public
+// key files) would: its root's signature, the signed SHA-256 of every document it names,
+// each record naming its objects by SHA-256, its link to its base root. Objects are not
+// downloaded (a pull checks them). A step that fails is a verdict; an error names a key
+// file or the store.
+Status VerifySteps(const std::string& store_url, const StoreSettings& settings,
+                   const std::vector<std::string>& trusted_keys, std::vector<StepVerdict>* verdicts);
+
+struct PruneReport {
+  uint64_t keep_from = kNoStep;  // steps before it were deleted (kNoStep: nothing to prune)
+  std::vector<uint64_t> deleted_steps;
+  uint64_t deleted_objects = 0, deleted_bytes = 0;
+};
+// Deletes every step before the oldest of the newest `keep_anchors` anchor steps, and
+// never the anchor before the newest one or anything after it (a puller that started from
+// it may still need its chain). Roots go first, so no puller finds a step whose pieces are
+// gone. `dry_run` only reports. A step committed less than `min_age_seconds` ago keeps
+// everything back to its anchor step (a slow region may still be fetching its route).
+Status PruneSteps(const std::string& store_url, const StoreSettings& settings, uint32_t keep_anchors,
+                  bool dry_run, double min_age_seconds, PruneReport* report);
 
 // Writes a new Ed25519 key pair for signed steps: `path`, the private key (mode 0600, for
 // PublisherOptions::sign_key) and `path`.pub (for FollowerOptions::trusted_keys), PEM files

@@ -76,7 +76,7 @@ def _extension():
         # Any change to a header rebuilds (setuptools only compares sources and these
         # against the .so).
         depends=[os.path.join(ROOT, path) for path in
-                 _layer_files((".h", ".hpp")) + ["arc_v3.hpp", "arc_v3_sync.hpp", "python/setup.py"]],
+                 _layer_files((".h", ".hpp")) + ["arc_v3.hpp", "arc_v3_checkpoint.hpp", "arc_v3_sync.hpp", "python/setup.py"]],
         language="c++",
         extra_compile_args=["-std=c++17", "-O2", "-g0", "-fvisibility=hidden"] + ARC_V3_COPTS,
         extra_link_args=["-g0"],

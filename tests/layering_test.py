@@ -3,7 +3,7 @@
 and the Python binding points to its own layer or one below it; nothing outside src/codec/
 includes the codec's private headers (the codec is used through arc_v3.hpp; src/common/
 takes only Status and ErrorCode from it); the Python
-binding includes public headers only; neither the codec nor the checkpoint layer includes
+binding and the CLI include public headers only (the CLI also its own files); neither the codec nor the checkpoint layer includes
 libcurl; and the include graph has no cycle.
 
 Run from the source root (CMake) or as a Bazel test (the files are its runfiles).
@@ -71,6 +71,8 @@ def main():
                 problems.append("%s includes the codec's private %s (use arc_v3.hpp)" % (path, target))
             if layer == "python" and target not in PUBLIC:
                 problems.append("%s includes %s: the binding uses public headers only" % (path, target))
+            if layer == "cli" and target not in PUBLIC and not target.startswith("tools/cli/"):
+                problems.append("%s includes %s: the CLI uses public headers only" % (path, target))
     # No cycle among the headers.
     state = {}
 

@@ -1314,3 +1314,29 @@ Status ApplyPartial(const std::string& prev_path, const std::string& delta_path,
 
 }  // namespace checkpoint
 }  // namespace arc_v3
+
+namespace arc_v3 {
+
+Status DiffCheckpoints(const std::string& prev, const std::string& next, const std::string& delta_path,
+                       const CheckpointOptions& options, CheckpointReport* report) {
+  return checkpoint::Diff(prev, next, delta_path, checkpoint::RunOptions(options), report);
+}
+
+Status ApplyDelta(const std::string& prev, const std::string& delta_path, const std::string& out,
+                  const CheckpointOptions& options, CheckpointReport* report) {
+  return checkpoint::Apply(prev, delta_path, out, checkpoint::RunOptions(options), report);
+}
+
+Status ApplyDeltaPart(const std::string& prev, const std::string& delta_path, const std::string& tensor_regex,
+                      uint64_t row_begin, uint64_t row_end, const std::string& out_path,
+                      const CheckpointOptions& options, CheckpointReport* report) {
+  return checkpoint::ApplyPartial(prev, delta_path, tensor_regex, row_begin, row_end, out_path,
+                                  checkpoint::RunOptions(options), report);
+}
+
+Status VerifyDelta(const std::string& prev, const std::string& delta_path, const CheckpointOptions& options,
+                   CheckpointReport* report) {
+  return checkpoint::Verify(prev, delta_path, checkpoint::RunOptions(options), report);
+}
+
+}  // namespace arc_v3

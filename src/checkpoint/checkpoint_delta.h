@@ -81,44 +81,16 @@ class Checkpoint {
   std::string index_path_;
 };
 
-struct RunOptions {
-  int threads = 0;  // 0 = all hardware threads
-  // arc_v3 Options::effort (0..3) of BF16 pieces in Diff. 1 codes the default format as
-  // 2 does; with Format::kPublished it leaves zstd -9 out of each stream's race.
-  int effort = kDefaultEffort;
-  // arc_v3 Options::format of BF16 pieces in Diff (decoding reads every format).
-  Format format = Format::kDefault;
-  // Diff codes BF16 delta tensors that delta_worth_grouping picks in groups (container
-  // version 2) rather than one payload each. Off: a version-1 container, for older readers.
-  // Groups need format kDefault.
-  bool group = true;
-  // Diff stores pieces in the data section by the fraction of their tensor's rows they start
-  // at (headers, fills and groups first) instead of in manifest order: a reader of rows
-  // [0, B) of every tensor (a tensor-parallel rank's slice) fetches one range. The format
-  // lets pieces lie in any order; the bytes still depend only on the inputs and options.
-  bool row_order = false;
-  // Bytes of tensor data processed so far / in all; updated as pieces finish.
-  std::atomic<uint64_t>* progress_done = nullptr;
-  std::atomic<uint64_t>* progress_total = nullptr;
-  bool sync = true;  // fsync outputs before renaming them (off only for benchmarks)
-  // Diff and Apply replace output files that exist (an in-place apply always does); off,
-  // an existing output is kAlreadyExists before any work.
-  bool overwrite = true;
-  // Test hook, called at "piece" (after each piece is written aside, or encoded by Diff)
-  // and "rename" (all outputs written and synced, before the first rename); an error
-  // aborts the run.
+// The public options (arc_v3_checkpoint.hpp) and a test hook.
+struct RunOptions : CheckpointOptions {
+  RunOptions() = default;
+  explicit RunOptions(const CheckpointOptions& options) : CheckpointOptions(options) {}
+  // Called at "piece" (after each piece is written aside, or encoded by Diff) and
+  // "rename" (all outputs written and synced, before the first rename); an error aborts
+  // the run.
   std::function<Status(const char* stage)> hook;
 };
-
-struct RunReport {
-  uint64_t files = 0, tensors = 0, pieces = 0;  // pieces: groups included
-  uint64_t target_bytes = 0;  // bytes of the checkpoint produced / described
-  uint64_t delta_bytes = 0;
-  std::vector<std::string> written;  // output paths
-  // Apply: time decoding (checksums verified included) and writing pieces, summed over
-  // threads, and the final sync and renames (wall clock).
-  double decode_seconds = 0, write_seconds = 0, sync_seconds = 0;
-};
+using RunReport = CheckpointReport;
 
 // A tensor's checksum as containers record it (the target_xxh3 of an ungrouped tensor):
 // XXH3 over the XXH3s of its row blocks of about kPieceElements elements (src/checkpoint/FORMAT.md,

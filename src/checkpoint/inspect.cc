@@ -4,6 +4,8 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <set>
+#include <string>
 #include <utility>
 
 #include "src/checkpoint/checkpoint_delta.h"
@@ -14,6 +16,101 @@
 namespace arc_v3 {
 namespace checkpoint {
 namespace {
+
+struct TensorInspection {
+  const TensorEntry* entry = nullptr;
+  uint64_t elements = 0, bytes = 0;
+  uint64_t stored = 0;   // bytes of its pieces
+  uint64_t changed = 0;  // elements that change (a whole tensor: 0)
+  uint64_t high = 0;     // of them, changes of the sign or exponent field (has_high)
+  bool has_high = false;      // arc_v3-coded: `high` and `chunk_modes` are known
+  bool counts_known = true;   // false: modelled chunks that only the base can count
+  uint64_t chunk_modes[5] = {0, 0, 0, 0, 0};  // arc_v3 chunks by ChunkMode
+  std::set<std::string> coders;  // CoderName of each piece
+  int64_t group = -1;            // index in Inspection::groups, or -1
+};
+
+struct GroupInspection {
+  const FileEntry* file = nullptr;
+  const Group* group = nullptr;
+  PayloadStats payload;
+  bool counted = false;  // the members' changes were counted (a base was given)
+  uint64_t changed = 0;  // over its members, when counted
+};
+
+struct Inspection {
+  const Reader* reader = nullptr;
+  std::vector<TensorInspection> tensors;  // in manifest order
+  std::vector<GroupInspection> groups;    // in manifest order
+};
+
+// Which chunk coders an arc_v3 payload chose, e.g. "arc_v3:rans+modelled".
+std::string ArcV3CoderNames(const uint64_t chunk_modes[5]) {
+  static const char* const kModes[5] = {"unchanged", "xor", "modelled", "rans", "rans_history"};
+  std::string modes;
+  for (int k = 1; k < 5; ++k) {
+    if (chunk_modes[k] > 0) modes += (modes.empty() ? "" : "+") + std::string(kModes[k]);
+  }
+  return std::string(CoderName(Coder::kArcV3)) + ":" + (modes.empty() ? std::string(kModes[0]) : modes);
+}
+
+ArcV3Chunks Chunks(const uint64_t chunk_modes[5]) {
+  ArcV3Chunks c;
+  c.unchanged = chunk_modes[0];
+  c.xor_streams = chunk_modes[1];
+  c.modelled = chunk_modes[2];
+  c.rans = chunk_modes[3];
+  c.rans_history = chunk_modes[4];
+  return c;
+}
+
+// The tensor's coders, an arc_v3 payload's named by its chunk modes.
+std::string CoderSummary(const TensorInspection& st) {
+  std::string coders;
+  for (const auto& cn : st.coders) {
+    coders += (coders.empty() ? "" : "+");
+    coders += cn == CoderName(Coder::kArcV3) && st.has_high ? ArcV3CoderNames(st.chunk_modes) : cn;
+  }
+  return coders.empty() ? "-" : coders;
+}
+
+DeltaTensorInfo TensorInfo(const TensorInspection& st) {
+  const TensorEntry& t = *st.entry;
+  DeltaTensorInfo ti;
+  ti.name = t.name;
+  ti.kind = TensorKindName(t.kind);
+  ti.dtype = t.dtype;
+  ti.shape = t.shape;
+  for (const Piece& p : t.pieces) ti.coders.push_back(CoderName(p.coder));
+  if (t.grouped()) ti.coders.push_back(CoderName(Coder::kArcV3));  // inside its group's payload
+  ti.group = st.group;
+  ti.elements = st.elements;
+  ti.bytes = st.bytes;
+  ti.pieces = t.pieces.size();
+  ti.delta_bytes = st.stored;
+  ti.coder_summary = CoderSummary(st);
+  ti.arc_v3 = st.has_high;
+  if (st.has_high) ti.chunks = Chunks(st.chunk_modes);
+  ti.changes_known = t.kind == TensorKind::kDelta && st.counts_known;
+  if (ti.changes_known) {
+    ti.changed = st.changed;
+    ti.high = st.high;
+  }
+  return ti;
+}
+
+DeltaGroupInfo GroupInfo(const GroupInspection& gs) {
+  DeltaGroupInfo gi;
+  gi.file = gs.file->name;
+  gi.tensors = gs.group->members.size();
+  gi.elements = gs.group->elements;
+  gi.delta_bytes = gs.group->size;
+  gi.chunks = Chunks(gs.payload.chunk_modes);
+  gi.coder_summary = ArcV3CoderNames(gs.payload.chunk_modes);
+  gi.changes_known = gs.counted;
+  gi.changed = gs.changed;
+  return gi;
+}
 
 // Counts a decoded group's changes into its members' entries (a tensor is in one group at
 // most: workers counting different groups share no entry).
@@ -38,7 +135,7 @@ void CountMembers(const Checkpoint& base, const GroupInspection& g, const std::v
 // on the decoded group (a group's bytes are not split among its members).
 Status InspectGroups(const Checkpoint* base, int threads, const std::map<const TensorEntry*, size_t>& index,
                      Inspection* out) {
-  const Reader& reader = out->reader;
+  const Reader& reader = *out->reader;
   std::vector<Status> errors(out->groups.size());
   ParallelFor(out->groups.size(), WorkerCount(threads, out->groups.size()), [&](size_t i, size_t) {
     GroupInspection& g = out->groups[i];
@@ -102,7 +199,7 @@ Status InspectPieces(const Checkpoint* base, int threads, Inspection* out) {
   ParallelFor(pieces.size(), WorkerCount(threads, pieces.size()), [&](size_t i, size_t) {
     const Piece& p = *pieces[i].second;
     if (p.coder != Coder::kArcV3) return;
-    errors[i] = InspectPiece(out->reader, *out->tensors[pieces[i].first].entry, p, base, &payload[i]);
+    errors[i] = InspectPiece(*out->reader, *out->tensors[pieces[i].first].entry, p, base, &payload[i]);
   });
   for (size_t i = 0; i < pieces.size(); ++i) {
     TensorInspection& t = out->tensors[pieces[i].first];
@@ -127,49 +224,57 @@ Status InspectPieces(const Checkpoint* base, int threads, Inspection* out) {
 
 }  // namespace
 
-Status Inspect(const std::string& path, const std::string& base_path, int threads, Inspection* out) {
-  *out = Inspection();
-  std::unique_ptr<MappedFile> file;
-  Status s = MappedFile::Open(path, &file);
-  if (s.ok()) s = Reader::Open(std::move(file), &out->reader);
-  if (!s.ok()) return Status(s.code(), path + ": " + s.message());
-  Checkpoint base;
-  if (!base_path.empty()) {
-    ARC_V3_RETURN_IF_ERROR(Checkpoint::Open(base_path, &base));
-  }
+Status Inspect(const Reader& reader, const Checkpoint* base, int threads, DeltaInfo* info) {
+  *info = DeltaInfo();
+  Inspection out;
+  out.reader = &reader;
   std::map<const TensorEntry*, size_t> index;
-  for (const FileEntry& f : out->reader.manifest().files) {
+  const Manifest& m = reader.manifest();
+  for (const FileEntry& f : m.files) {
     for (const TensorEntry& t : f.tensors) {
       TensorInspection st;
       st.entry = &t;
       st.bytes = t.bytes();
       const size_t es = safetensors::DTypeSize(t.dtype);
       st.elements = es ? st.bytes / es : 0;
-      index[&t] = out->tensors.size();
-      out->tensors.push_back(std::move(st));
+      index[&t] = out.tensors.size();
+      out.tensors.push_back(std::move(st));
     }
     for (const Group& g : f.groups) {
-      for (size_t member : g.members) out->tensors[index.at(&f.tensors[member])].group = out->groups.size();
+      for (size_t member : g.members) out.tensors[index.at(&f.tensors[member])].group = out.groups.size();
       GroupInspection gi;
       gi.file = &f;
       gi.group = &g;
-      out->groups.push_back(gi);
+      out.groups.push_back(gi);
     }
   }
-  const Checkpoint* with = base_path.empty() ? nullptr : &base;
-  s = InspectGroups(with, threads, index, out);
-  if (s.ok()) s = InspectPieces(with, threads, out);
-  return s;
-}
-
-std::string ArcV3CoderNames(const uint64_t chunk_modes[5]) {
-  static const char* const kModes[5] = {"unchanged", "xor", "modelled", "rans", "rans_history"};
-  std::string modes;
-  for (int k = 1; k < 5; ++k) {
-    if (chunk_modes[k] > 0) modes += (modes.empty() ? "" : "+") + std::string(kModes[k]);
-  }
-  return std::string(CoderName(Coder::kArcV3)) + ":" + (modes.empty() ? std::string(kModes[0]) : modes);
+  ARC_V3_RETURN_IF_ERROR(InspectGroups(base, threads, index, &out));
+  ARC_V3_RETURN_IF_ERROR(InspectPieces(base, threads, &out));
+  info->directory = m.directory;
+  info->container_version = reader.version();
+  info->files = m.files.size();
+  info->delta_bytes = reader.source().size();
+  info->manifest_bytes = reader.manifest_size();
+  for (const TensorInspection& st : out.tensors) info->tensors.push_back(TensorInfo(st));
+  for (const GroupInspection& gs : out.groups) info->groups.push_back(GroupInfo(gs));
+  info->removed_tensors = m.removed_tensors;
+  info->removed_files = m.removed_files;
+  return Status::Ok();
 }
 
 }  // namespace checkpoint
+
+Status InspectDeltaFile(const std::string& delta_path, const std::string& base_path, int threads,
+                        DeltaInfo* info) {
+  *info = DeltaInfo();
+  checkpoint::Reader reader;
+  std::unique_ptr<checkpoint::MappedFile> file;
+  Status s = checkpoint::MappedFile::Open(delta_path, &file);
+  if (s.ok()) s = checkpoint::Reader::Open(std::move(file), &reader);
+  if (!s.ok()) return Status(s.code(), delta_path + ": " + s.message());
+  checkpoint::Checkpoint base;
+  if (!base_path.empty()) ARC_V3_RETURN_IF_ERROR(checkpoint::Checkpoint::Open(base_path, &base));
+  return checkpoint::Inspect(reader, base_path.empty() ? nullptr : &base, threads, info);
+}
+
 }  // namespace arc_v3

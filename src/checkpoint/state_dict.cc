@@ -8,6 +8,7 @@
 #include "arc_v3_checkpoint.hpp"
 #include "src/checkpoint/checkpoint_delta.h"
 #include "src/checkpoint/container.h"
+#include "src/checkpoint/inspect.h"
 #include "src/checkpoint/safetensors.h"
 #include "src/checkpoint/tensor_apply.h"
 #include "src/common/status_macros.h"
@@ -111,27 +112,7 @@ Status InspectDelta(const uint8_t* delta, size_t size, DeltaInfo* info) {
   *info = DeltaInfo();
   checkpoint::Reader reader;
   ARC_V3_RETURN_IF_ERROR(OpenDelta(delta, size, &reader));
-  const checkpoint::Manifest& m = reader.manifest();
-  info->directory = m.directory;
-  info->container_version = reader.version();
-  info->removed_tensors = m.removed_tensors;
-  for (const checkpoint::FileEntry& f : m.files) {
-    for (const checkpoint::TensorEntry& t : f.tensors) {
-      DeltaTensorInfo ti;
-      ti.name = t.name;
-      ti.kind = checkpoint::TensorKindName(t.kind);
-      ti.dtype = t.dtype;
-      ti.shape = t.shape;
-      for (const checkpoint::Piece& p : t.pieces) ti.coders.push_back(checkpoint::CoderName(p.coder));
-      // A grouped tensor is coded whole inside its group's one arc_v3 payload.
-      if (t.grouped()) {
-        ti.coders.push_back(checkpoint::CoderName(checkpoint::Coder::kArcV3));
-        ti.group = static_cast<int64_t>(t.group);
-      }
-      info->tensors.push_back(std::move(ti));
-    }
-  }
-  return Status::Ok();
+  return checkpoint::Inspect(reader, nullptr, 0, info);
 }
 
 }  // namespace arc_v3

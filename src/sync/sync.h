@@ -92,6 +92,10 @@ struct CommitResult {
 Status CommitStep(Store* store, uint64_t step, uint32_t count, const std::string& incarnation,
                   CommitResult* result, const std::string& sign_key = "");
 
+using PullReport = PullFilesReport;  // of arc_v3_sync.hpp
+using ::arc_v3::PruneReport;
+using ::arc_v3::StepVerdict;
+
 struct PullOptions {
   uint64_t step = kNoStep;  // kNoStep: the latest
   // Partial pull: only tensors whose whole name matches this ECMAScript regex ("": all),
@@ -116,22 +120,6 @@ struct PullOptions {
   // of the commit (a test may end the process there: the next pull finishes the commit).
   std::function<Status(const char* stage)> hook;
   std::function<void(size_t moved)> after_move;
-};
-
-struct PullReport {
-  uint64_t from_step = kNoStep;  // DIR's step before (kNoStep: none)
-  uint64_t to_step = kNoStep;
-  bool up_to_date = false;  // DIR already held the step
-  std::string route;        // e.g. "chain 11 -> 13" or "anchor 10 -> 13"
-  // Set when the cheaper route met a damaged object or document and the other was taken:
-  // what was met, and which route replaced which.
-  std::string rerouted;
-  std::vector<uint64_t> steps;  // applied, in order
-  uint64_t fetched_bytes = 0, fetched_objects = 0, requests = 0;
-  uint64_t checkpoint_bytes = 0;  // of the files DIR holds now
-  double fetch_seconds = 0, verify_seconds = 0, decode_seconds = 0, write_seconds = 0;
-  double commit_seconds = 0, total_seconds = 0;
-  double published_at = 0, committed_at = 0;  // of the step pulled
 };
 
 // Makes `dir` hold `options.step` (see the top of this file). On any error `dir` is left
@@ -163,12 +151,6 @@ struct StepListing {
 // `load_records`, each committed step's records too (else its root only).
 Status ListSteps(Store* store, std::vector<StepListing>* steps, bool load_records = true);
 
-// What `log --verify` says of a committed step: verified (by the key `keyid`), or why not.
-struct StepVerdict {
-  uint64_t step = 0;
-  Status status;
-  std::string keyid;
-};
 // Checks every committed step's documents as a trusting region would (PROTOCOL.md, "Signed
 // steps"): its root signed by one of `trust` (PEM public key files), its group indexes,
 // layouts and records of their signed SHA-256, each record naming its objects by SHA-256,
@@ -179,12 +161,6 @@ Status VerifySteps(Store* store, const std::vector<std::string>& trust, std::vec
 // Writes a new Ed25519 key pair: `path` (private, mode 0600) and `path`.pub (neither may
 // exist: kAlreadyExists); `key_id` gets the id signatures name.
 Status GenerateKey(const std::string& path, std::string* key_id);
-
-struct PruneReport {
-  uint64_t keep_from = kNoStep;  // steps before it were deleted (kNoStep: nothing to prune)
-  std::vector<uint64_t> deleted_steps;
-  uint64_t deleted_objects = 0, deleted_bytes = 0;
-};
 
 // Deletes every step before the oldest of the newest `keep_anchors` anchor steps, and
 // never the anchor before the newest one or anything after it (a puller that started

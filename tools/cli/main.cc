@@ -1,7 +1,7 @@
 // arc_v3: the command-line tool for checkpoint deltas. A trainer runs `diff` once per
 // step; every receiver runs `apply` (or a partial apply of the tensors it serves).
 // Argument parsing is CLI11, JSON output nlohmann::json; all the work is in
-// checkpoint_delta.h.
+// the library (arc_v3_checkpoint.hpp, arc_v3_sync.hpp).
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -12,27 +12,22 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <iostream>
 #include <map>
+#include <set>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
 #include <vector>
 
 #include "arc_v3.hpp"
-#include "src/checkpoint/checkpoint_delta.h"
-#include "src/checkpoint/inspect.h"
+#include "arc_v3_checkpoint.hpp"
 #include "tools/cli/cli_common.h"
 #include "tools/cli/sync_commands.h"
-#include "src/common/parallel.h"
 
 namespace arc_v3 {
 namespace {
 
-namespace fs = std::filesystem;
-using checkpoint::RunOptions;
-using checkpoint::RunReport;
 using Json = nlohmann::ordered_json;
 
 // A progress bar on stderr, drawn only when stderr is a terminal.
@@ -96,8 +91,8 @@ void AddCommon(CLI::App* cmd, Common* c) {
   cmd->add_flag("-q,--quiet", c->quiet, "No progress bar and no text summary");
 }
 
-RunOptions MakeOptions(const Common& c, Progress* progress) {
-  RunOptions o;
+CheckpointOptions MakeOptions(const Common& c, Progress* progress) {
+  CheckpointOptions o;
   o.threads = c.threads;
   o.effort = c.effort;
   o.sync = !c.no_sync;
@@ -112,7 +107,7 @@ double Seconds(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-int Report(const char* command, const Common& c, const Status& s, const RunReport& r, double secs) {
+int Report(const char* command, const Common& c, const Status& s, const CheckpointReport& r, double secs) {
   if (!s.ok()) {
     std::fprintf(stderr, "arc_v3 %s: error: %s\n", command, s.ToString().c_str());
     if (c.json) {
@@ -151,10 +146,9 @@ int Report(const char* command, const Common& c, const Status& s, const RunRepor
 
 
 // Per-tensor statistics for `inspect`.
-Json ChunkModesJson(const uint64_t chunk_modes[5]) {
-  return {{"unchanged", chunk_modes[0]}, {"xor_streams", chunk_modes[1]},
-          {"modelled", chunk_modes[2]}, {"rans", chunk_modes[3]},
-          {"rans_history", chunk_modes[4]}};
+Json ChunksJson(const ArcV3Chunks& c) {
+  return {{"unchanged", c.unchanged}, {"xor_streams", c.xor_streams}, {"modelled", c.modelled},
+          {"rans", c.rans}, {"rans_history", c.rans_history}};
 }
 
 // What inspect adds up over the tensors and groups.
@@ -164,99 +158,76 @@ struct InspectTotals {
   std::map<std::string, uint64_t> kinds;
 };
 
-// The tensor's coders, an arc_v3 payload's named by its chunk modes ("arc_v3:rans+modelled").
-std::string CoderList(const checkpoint::TensorInspection& st) {
-  std::string coders;
-  for (const auto& cn : st.coders) {
-    coders += (coders.empty() ? "" : "+");
-    coders += cn == checkpoint::CoderName(checkpoint::Coder::kArcV3) && st.has_high
-                  ? checkpoint::ArcV3CoderNames(st.chunk_modes)
-                  : cn;
-  }
-  return coders.empty() ? "-" : coders;
-}
-
-Json TensorJson(const checkpoint::TensorInspection& st) {
-  const checkpoint::TensorEntry& t = *st.entry;
-  Json jt = {{"name", t.name}, {"dtype", t.dtype}, {"shape", t.shape},
-             {"kind", checkpoint::TensorKindName(t.kind)}, {"pieces", t.pieces.size()},
-             {"coders", st.coders}, {"bytes", st.bytes}};
+Json TensorJson(const DeltaTensorInfo& t) {
+  const std::set<std::string> coders(t.coders.begin(), t.coders.end());
+  Json jt = {{"name", t.name}, {"dtype", t.dtype}, {"shape", t.shape}, {"kind", t.kind},
+             {"pieces", t.pieces}, {"coders", coders}, {"bytes", t.bytes}};
   // A grouped tensor's delta bytes are its group's, listed under "groups".
-  if (st.group >= 0) {
-    jt["group"] = st.group;
+  if (t.group >= 0) {
+    jt["group"] = t.group;
   } else {
-    jt["delta_bytes"] = st.stored;
+    jt["delta_bytes"] = t.delta_bytes;
   }
-  if (st.has_high && st.group < 0) jt["arc_v3_chunks"] = ChunkModesJson(st.chunk_modes);
-  if (t.kind == checkpoint::TensorKind::kDelta && st.counts_known) {
-    jt["changed"] = st.changed;
-    jt["density"] = st.elements ? static_cast<double>(st.changed) / st.elements : 0;
-    if (st.has_high) jt["exponent_or_sign_share"] = st.changed ? static_cast<double>(st.high) / st.changed : 0;
+  if (t.arc_v3 && t.group < 0) jt["arc_v3_chunks"] = ChunksJson(t.chunks);
+  if (t.changes_known) {
+    jt["changed"] = t.changed;
+    jt["density"] = t.elements ? static_cast<double>(t.changed) / t.elements : 0;
+    if (t.arc_v3) jt["exponent_or_sign_share"] = t.changed ? static_cast<double>(t.high) / t.changed : 0;
   }
   return jt;
 }
 
-void PrintTensorRow(const checkpoint::TensorInspection& st) {
-  const checkpoint::TensorEntry& t = *st.entry;
+void PrintTensorRow(const DeltaTensorInfo& t) {
   std::string shape = "[";
   for (size_t d = 0; d < t.shape.size(); ++d) shape += (d ? "," : "") + std::to_string(t.shape[d]);
   shape += "]";
-  const bool whole = t.kind != checkpoint::TensorKind::kDelta;
   char dens[16] = "-", hi[16] = "-";
-  if (!whole && !st.counts_known) std::snprintf(dens, sizeof(dens), "?");
-  if (!whole && st.counts_known) {
-    std::snprintf(dens, sizeof(dens), "%.3f%%", st.elements ? 100.0 * st.changed / st.elements : 0.0);
-    if (st.has_high) {
-      std::snprintf(hi, sizeof(hi), "%.2f%%", st.changed ? 100.0 * st.high / st.changed : 0.0);
-    }
+  if (t.kind == "delta" && !t.changes_known) std::snprintf(dens, sizeof(dens), "?");
+  if (t.changes_known) {
+    std::snprintf(dens, sizeof(dens), "%.3f%%", t.elements ? 100.0 * t.changed / t.elements : 0.0);
+    if (t.arc_v3) std::snprintf(hi, sizeof(hi), "%.2f%%", t.changed ? 100.0 * t.high / t.changed : 0.0);
   }
   char stored[32], share[16] = "-";
-  if (st.group >= 0) {
-    std::snprintf(stored, sizeof(stored), "group %" PRId64, st.group);
+  if (t.group >= 0) {
+    std::snprintf(stored, sizeof(stored), "group %" PRId64, t.group);
   } else {
-    std::snprintf(stored, sizeof(stored), "%" PRIu64, st.stored);
-    std::snprintf(share, sizeof(share), "%.3f%%", st.bytes ? 100.0 * st.stored / st.bytes : 0.0);
+    std::snprintf(stored, sizeof(stored), "%" PRIu64, t.delta_bytes);
+    std::snprintf(share, sizeof(share), "%.3f%%", t.bytes ? 100.0 * t.delta_bytes / t.bytes : 0.0);
   }
   std::printf("%-44s %-6s %-16s %-8s %8s %9s %-22s %12s %8s\n", t.name.c_str(), t.dtype.c_str(),
-              shape.c_str(), checkpoint::TensorKindName(t.kind), dens, hi, CoderList(st).c_str(),
-              stored, share);
+              shape.c_str(), t.kind.c_str(), dens, hi, t.coder_summary.c_str(), stored, share);
 }
 
-Json GroupJson(size_t i, const checkpoint::GroupInspection& gs) {
-  const std::string coder = checkpoint::ArcV3CoderNames(gs.payload.chunk_modes);
-  Json jg = {{"group", i}, {"file", gs.file->name}, {"tensors", gs.group->members.size()},
-             {"elements", gs.group->elements}, {"coders", {coder}}, {"delta_bytes", gs.group->size}};
-  jg["arc_v3_chunks"] = ChunkModesJson(gs.payload.chunk_modes);
-  if (gs.counted) jg["changed"] = gs.changed;
+Json GroupJson(size_t i, const DeltaGroupInfo& g) {
+  Json jg = {{"group", i}, {"file", g.file}, {"tensors", g.tensors}, {"elements", g.elements},
+             {"coders", {g.coder_summary}}, {"delta_bytes", g.delta_bytes}};
+  jg["arc_v3_chunks"] = ChunksJson(g.chunks);
+  if (g.changes_known) jg["changed"] = g.changed;
   return jg;
 }
 
-void PrintGroupRow(size_t i, const checkpoint::GroupInspection& gs) {
+void PrintGroupRow(size_t i, const DeltaGroupInfo& g) {
   if (i == 0) {
     std::printf("\n%-7s %-32s %8s %12s %9s %-22s %12s %8s\n", "group", "file", "tensors",
                 "elements", "density", "coder", "bytes", "% size");
   }
   char dens[16] = "?";
-  if (gs.counted) {
-    std::snprintf(dens, sizeof(dens), "%.3f%%",
-                  gs.group->elements ? 100.0 * gs.changed / gs.group->elements : 0.0);
+  if (g.changes_known) {
+    std::snprintf(dens, sizeof(dens), "%.3f%%", g.elements ? 100.0 * g.changed / g.elements : 0.0);
   }
-  std::printf("%-7zu %-32s %8zu %12" PRIu64 " %9s %-22s %12" PRIu64 " %7.3f%%\n", i,
-              gs.file->name.c_str(), gs.group->members.size(), gs.group->elements, dens,
-              checkpoint::ArcV3CoderNames(gs.payload.chunk_modes).c_str(), gs.group->size,
-              gs.group->elements ? 100.0 * gs.group->size / (2 * gs.group->elements) : 0.0);
+  std::printf("%-7zu %-32s %8" PRIu64 " %12" PRIu64 " %9s %-22s %12" PRIu64 " %7.3f%%\n", i,
+              g.file.c_str(), g.tensors, g.elements, dens, g.coder_summary.c_str(), g.delta_bytes,
+              g.elements ? 100.0 * g.delta_bytes / (2 * g.elements) : 0.0);
 }
 
-void PrintInspectTotals(const checkpoint::Inspection& inspection, const InspectTotals& t) {
-  const checkpoint::Reader& reader = inspection.reader;
-  const checkpoint::Manifest& m = reader.manifest();
-  std::printf("\ntotal: %zu file(s), %zu tensors (", m.files.size(), inspection.tensors.size());
+void PrintInspectTotals(const DeltaInfo& info, const InspectTotals& t) {
+  std::printf("\ntotal: %" PRIu64 " file(s), %zu tensors (", info.files, info.tensors.size());
   bool first = true;
   for (const auto& k : t.kinds) {
     std::printf("%s%" PRIu64 " %s", first ? "" : ", ", k.second, k.first.c_str());
     first = false;
   }
-  std::printf("), %zu removed\n", m.removed_tensors.size());
+  std::printf("), %zu removed\n", info.removed_tensors.size());
   char density[32] = "? (pass --base PREV to count)";
   if (t.all_known) {
     std::snprintf(density, sizeof(density), "%.4f%%",
@@ -264,16 +235,16 @@ void PrintInspectTotals(const checkpoint::Inspection& inspection, const InspectT
   }
   std::printf("tensor data %s, density of deltas %s, delta file %s (%.4f%% of tensor data; "
               "manifest %s; container version %u)\n",
-              HumanBytes(t.bytes).c_str(), density, HumanBytes(reader.source().size()).c_str(),
-              t.bytes ? 100.0 * reader.source().size() / t.bytes : 0.0,
-              HumanBytes(reader.manifest_size()).c_str(), static_cast<unsigned>(reader.version()));
-  for (const auto& name : m.removed_files) std::printf("removed file: %s\n", name.c_str());
-  for (const auto& name : m.removed_tensors) std::printf("removed tensor: %s\n", name.c_str());
+              HumanBytes(t.bytes).c_str(), density, HumanBytes(info.delta_bytes).c_str(),
+              t.bytes ? 100.0 * info.delta_bytes / t.bytes : 0.0,
+              HumanBytes(info.manifest_bytes).c_str(), static_cast<unsigned>(info.container_version));
+  for (const auto& name : info.removed_files) std::printf("removed file: %s\n", name.c_str());
+  for (const auto& name : info.removed_tensors) std::printf("removed tensor: %s\n", name.c_str());
 }
 
 int Inspect(const std::string& path, const std::string& base_path, const Common& c) {
-  checkpoint::Inspection inspection;
-  const Status s = checkpoint::Inspect(path, base_path, c.threads, &inspection);
+  DeltaInfo info;
+  const Status s = InspectDeltaFile(path, base_path, c.threads, &info);
   if (!s.ok()) {
     std::fprintf(stderr, "arc_v3 inspect: error: %s\n", s.ToString().c_str());
     return ExitCodeFor(s);
@@ -284,41 +255,38 @@ int Inspect(const std::string& path, const std::string& base_path, const Common&
     std::printf("%-44s %-6s %-16s %-8s %8s %9s %-22s %12s %8s\n", "tensor", "dtype", "shape", "kind",
                 "density", "exp/sign", "coder", "bytes", "% size");
   }
-  for (const checkpoint::TensorInspection& st : inspection.tensors) {
-    const checkpoint::TensorEntry& t = *st.entry;
-    totals.bytes += st.bytes;
-    totals.stored += st.stored;
-    totals.elements += st.elements;
-    totals.changed += t.kind != checkpoint::TensorKind::kDelta ? 0 : st.changed;
-    totals.all_known = totals.all_known && st.counts_known;
-    ++totals.kinds[checkpoint::TensorKindName(t.kind)];
+  for (const DeltaTensorInfo& t : info.tensors) {
+    totals.bytes += t.bytes;
+    totals.stored += t.delta_bytes;
+    totals.elements += t.elements;
+    totals.changed += t.changes_known ? t.changed : 0;
+    totals.all_known = totals.all_known && (t.kind != "delta" || t.changes_known);
+    ++totals.kinds[t.kind];
     if (c.json) {
-      jtensors.push_back(TensorJson(st));
+      jtensors.push_back(TensorJson(t));
     } else {
-      PrintTensorRow(st);
+      PrintTensorRow(t);
     }
   }
-  for (size_t i = 0; i < inspection.groups.size(); ++i) {
-    totals.stored += inspection.groups[i].group->size;
+  for (size_t i = 0; i < info.groups.size(); ++i) {
+    totals.stored += info.groups[i].delta_bytes;
     if (c.json) {
-      jgroups.push_back(GroupJson(i, inspection.groups[i]));
+      jgroups.push_back(GroupJson(i, info.groups[i]));
     } else {
-      PrintGroupRow(i, inspection.groups[i]);
+      PrintGroupRow(i, info.groups[i]);
     }
   }
   if (!c.json) {
-    PrintInspectTotals(inspection, totals);
+    PrintInspectTotals(info, totals);
     return kExitOk;
   }
-  const checkpoint::Reader& reader = inspection.reader;
-  const checkpoint::Manifest& m = reader.manifest();
-  Json j = {{"command", "inspect"}, {"ok", true}, {"layout", m.directory ? "directory" : "file"},
-            {"files", m.files.size()}, {"tensors", jtensors}, {"groups", jgroups},
+  Json j = {{"command", "inspect"}, {"ok", true}, {"layout", info.directory ? "directory" : "file"},
+            {"files", info.files}, {"tensors", jtensors}, {"groups", jgroups},
             {"tensor_bytes", totals.bytes}, {"tensor_delta_bytes", totals.stored},
-            {"delta_file_bytes", reader.source().size()},
-            {"manifest_bytes", reader.manifest_size()}, {"container_version", reader.version()},
+            {"delta_file_bytes", info.delta_bytes},
+            {"manifest_bytes", info.manifest_bytes}, {"container_version", info.container_version},
             {"changed", totals.all_known ? Json(totals.changed) : Json(nullptr)},
-            {"removed_tensors", m.removed_tensors}, {"removed_files", m.removed_files}};
+            {"removed_tensors", info.removed_tensors}, {"removed_files", info.removed_files}};
   std::cout << j.dump(2) << "\n";
   return kExitOk;
 }
@@ -414,7 +382,7 @@ class CheckpointCommands {
   // apply: whether -o / --in-place and --rows make sense (says why not on stderr); then
   // the apply itself, partial with --tensors / --rows.
   bool ApplyArgsOk();
-  Status Apply(Progress* progress, RunReport* report, const char** name);
+  Status Apply(Progress* progress, CheckpointReport* report, const char** name);
 
   Common common_;
   std::string prev_, next_, delta_, out_, tensors_regex_ = ".*", rows_;
@@ -496,14 +464,14 @@ bool CheckpointCommands::ApplyArgsOk() {
   return true;
 }
 
-Status CheckpointCommands::Apply(Progress* progress, RunReport* report, const char** name) {
+Status CheckpointCommands::Apply(Progress* progress, CheckpointReport* report, const char** name) {
   const bool partial = tensors_opt_->count() > 0 || rows_opt_->count() > 0;
   *name = partial ? "apply (partial)" : "apply";
   if (partial) {
-    return checkpoint::ApplyPartial(prev_, delta_, tensors_regex_, row_begin_, row_end_, out_,
+    return ApplyDeltaPart(prev_, delta_, tensors_regex_, row_begin_, row_end_, out_,
                                    MakeOptions(common_, progress), report);
   }
-  return checkpoint::Apply(prev_, delta_, in_place_ ? prev_ : out_, MakeOptions(common_, progress),
+  return ApplyDelta(prev_, delta_, in_place_ ? prev_ : out_, MakeOptions(common_, progress),
                           report);
 }
 
@@ -512,17 +480,17 @@ int CheckpointCommands::Run(const char* label) {
   if (apply_->parsed() && !ApplyArgsOk()) return kExitUsage;
   Progress progress(!common_.quiet, label);
   const auto start = std::chrono::steady_clock::now();
-  RunReport report;
+  CheckpointReport report;
   Status s;
   const char* name = "";
   if (diff_->parsed()) {
     name = "diff";
-    s = checkpoint::Diff(prev_, next_, delta_, MakeOptions(common_, &progress), &report);
+    s = DiffCheckpoints(prev_, next_, delta_, MakeOptions(common_, &progress), &report);
   } else if (apply_->parsed()) {
     s = Apply(&progress, &report, &name);
   } else if (verify_->parsed()) {
     name = "verify";
-    s = checkpoint::Verify(prev_, delta_, MakeOptions(common_, &progress), &report);
+    s = VerifyDelta(prev_, delta_, MakeOptions(common_, &progress), &report);
   }
   const double secs = Seconds(start);
   progress.Stop();
@@ -567,13 +535,16 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace arc_v3
 
+// The library returns errors as Status; what escapes as an exception (out of memory in
+// the CLI's own code, a bug) ends the command with a message rather than an abort.
 int main(int argc, char** argv) {
-  int rc = arc_v3::kExitError;
-  const arc_v3::Status s = arc_v3::StatusOrCaught([&] {
-    rc = arc_v3::Main(argc, argv);
-    return arc_v3::Status::Ok();
-  });
-  if (s.ok()) return rc;
-  std::fprintf(stderr, "arc_v3: error: %s\n", s.ToString().c_str());
-  return arc_v3::ExitCodeFor(s);
+  try {
+    return arc_v3::Main(argc, argv);
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "arc_v3: error: out of memory\n");
+    return arc_v3::ExitCodeFor(arc_v3::Status(arc_v3::ErrorCode::kOutOfMemory, ""));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "arc_v3: error: internal: %s\n", e.what());
+    return arc_v3::kExitError;
+  }
 }

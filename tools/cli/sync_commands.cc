@@ -1,5 +1,5 @@
-// The sync subcommands (see sync_commands.h): argument checks, calls into src/sync/, and
-// their text and JSON reports.
+// The sync subcommands (see sync_commands.h): argument checks, calls into arc_v3_sync.hpp,
+// and their text and JSON reports.
 #include "tools/cli/sync_commands.h"
 
 #include <cinttypes>
@@ -10,7 +10,6 @@
 #include <nlohmann/json.hpp>
 
 #include "tools/cli/cli_common.h"
-#include "src/sync/sync.h"
 
 namespace arc_v3 {
 namespace {
@@ -27,10 +26,10 @@ int Fail(const char* command, bool json, const Status& s) {
   return ExitCodeFor(s);
 }
 
-Json PullJson(const sync::PullReport& r) {
+Json PullJson(const PullFilesReport& r) {
   return {{"command", "pull"},
           {"ok", true},
-          {"from_step", r.from_step == sync::kNoStep ? Json(nullptr) : Json(r.from_step)},
+          {"from_step", r.from_step == kNoStep ? Json(nullptr) : Json(r.from_step)},
           {"step", r.to_step},
           {"up_to_date", r.up_to_date},
           {"route", r.route},
@@ -56,7 +55,7 @@ std::string Hex16(uint64_t value) {
   return text;
 }
 
-void PrintPull(const sync::PullReport& r) {
+void PrintPull(const PullFilesReport& r) {
   if (r.up_to_date) {
     std::printf("pull: already at step %" PRIu64 " (%s)\n", r.to_step, HumanBytes(r.checkpoint_bytes).c_str());
     return;
@@ -231,36 +230,29 @@ bool SyncCommands::parsed() const {
 
 int SyncCommands::Run() {
   if (keygen_->parsed()) return RunKeygen();
-  sync::StoreOptions store_options;
-  store_options.attempts = retries_;
-  store_options.connections = connections_;
-  store_options.create = publish_->parsed();  // a directory store's first publish makes it
-  std::unique_ptr<sync::Store> store;
-  Status s = sync::OpenStore(store_, store_options, &store);
-  // A follower may start before the trainer's first publish makes a directory store
-  // (sync::Follow opens the store itself, and waits for it).
-  const bool wait_for_store = follow_->parsed() && s.code() == ErrorCode::kNotFound;
-  if (!s.ok() && !wait_for_store) return Fail(Name(), json_, s);
-  checkpoint::RunOptions run;
-  run.threads = threads_;
-  run.effort = effort_;
-  run.sync = !no_sync_;
-
-  if (publish_->parsed()) return RunPublish(store.get(), run);
-  sync::PullOptions pull;
-  pull.run = run;
-  pull.store = store_options;
+  if (publish_->parsed()) return RunPublish();
+  PullFilesOptions pull;
+  pull.checkpoint.threads = threads_;
+  pull.checkpoint.sync = !no_sync_;
+  pull.store = Settings();
   pull.tensors = tensors_;
   if (!rows_.empty() && !ParseRows(rows_, &pull.row_begin, &pull.row_end)) {
     std::fprintf(stderr, "arc_v3 %s: --rows wants A:B with A <= B, got '%s'\n", Name(), rows_.c_str());
     return kExitUsage;
   }
   pull.force = force_;
-  pull.trust = trust_;
-  if (pull_->parsed()) return RunPull(store.get(), pull);
+  pull.trusted_keys = trust_;
+  if (pull_->parsed()) return RunPull(pull);
   if (follow_->parsed()) return RunFollow(pull);
-  if (log_->parsed()) return verify_ ? RunVerify(store.get()) : RunLog(store.get());
-  return RunPrune(store.get());
+  if (log_->parsed()) return verify_ ? RunVerify() : RunLog();
+  return RunPrune();
+}
+
+StoreSettings SyncCommands::Settings() const {
+  StoreSettings settings;
+  settings.retries = retries_;
+  settings.connections = connections_;
+  return settings;
 }
 
 const char* SyncCommands::Name() const {
@@ -274,7 +266,7 @@ const char* SyncCommands::Name() const {
 
 int SyncCommands::RunKeygen() {
   std::string id;
-  const Status s = sync::GenerateKey(key_path_, &id);
+  const Status s = GenerateSigningKey(key_path_, &id);
   if (!s.ok()) return Fail(Name(), json_, s);
   if (json_) {
     std::cout << Json{{"command", "keygen"}, {"ok", true}, {"private_key", key_path_},
@@ -287,8 +279,8 @@ int SyncCommands::RunKeygen() {
   return kExitOk;
 }
 
-int SyncCommands::RunPublish(sync::Store* store, const checkpoint::RunOptions& run) {
-  sync::PublishOptions o;
+int SyncCommands::RunPublish() {
+  PublishFileOptions o;
   unsigned k = 0, count = 0;
   char tail = 0;
   if (std::sscanf(shard_.c_str(), "%u/%u%c", &k, &count, &tail) != 2 || count == 0 || k >= count) {
@@ -302,44 +294,46 @@ int SyncCommands::RunPublish(sync::Store* store, const checkpoint::RunOptions& r
   o.shard = k;
   o.count = count;
   o.anchor_every = anchor_every_;
-  o.incarnation = incarnation_.empty() ? sync::DefaultIncarnation() : incarnation_;
+  o.incarnation = incarnation_;
   o.index = index_;
   o.no_index = no_index_;
   o.work_dir = work_dir_;
-  o.run = run;
-  o.run.format = format_ == "arc_v3_published" ? Format::kPublished : Format::kDefault;
+  o.checkpoint.threads = threads_;
+  o.checkpoint.effort = effort_;
+  o.checkpoint.format = format_ == "arc_v3_published" ? Format::kPublished : Format::kDefault;
+  o.store = Settings();
   o.sign_key = sign_key_;
   o.trust = trust_;
-  sync::PublishReport r;
-  const Status s = sync::Publish(store, o, &r);
+  PublishFileReport r;
+  const Status s = PublishFile(store_, o, &r);
   if (!s.ok()) return Fail(Name(), json_, s);
-  const auto ref = [](const sync::ObjectRef& object) {
-    return object.present() ? Json{{"key", object.key}, {"bytes", object.size}} : Json(nullptr);
+  const auto ref = [](const StoredObject& object) {
+    return object.key.empty() ? Json(nullptr) : Json{{"key", object.key}, {"bytes", object.bytes}};
   };
   if (json_) {
-    const Json j = {{"command", "publish"}, {"ok", true}, {"step", r.record.step},
-                    {"shard", r.record.shard}, {"count", r.record.count}, {"file", r.record.file},
-                    {"file_bytes", r.record.file_size}, {"delta", ref(r.record.delta)},
-                    {"anchor", ref(r.record.anchor)}, {"uploaded_bytes", r.uploaded_bytes},
+    const Json j = {{"command", "publish"}, {"ok", true}, {"step", r.step},
+                    {"shard", r.shard}, {"count", r.count}, {"file", r.file},
+                    {"file_bytes", r.file_bytes}, {"delta", ref(r.delta)},
+                    {"anchor", ref(r.anchor)}, {"uploaded_bytes", r.uploaded_bytes},
                     {"uploaded_objects", r.uploaded_objects}, {"committed", r.committed},
                     {"pending", r.pending}, {"already_published", r.already_published},
-                    {"index", ref(r.record.index)},
+                    {"index", ref(r.index)},
                     {"seconds", {{"encode", r.encode_seconds}, {"hash", r.hash_seconds},
                                  {"upload", r.upload_seconds}, {"commit", r.commit_seconds},
                                  {"total", r.total_seconds}}}};
     std::cout << j.dump(2) << std::endl;
   } else if (!quiet_ && r.already_published) {
     std::printf("publish: step %" PRIu64 " shard %u/%u (%s): already published, nothing uploaded%s%s; %s\n",
-                r.record.step, r.record.shard, r.record.count, r.record.file.c_str(),
+                r.step, r.shard, r.count, r.file.c_str(),
                 r.note.empty() ? "" : " (", r.note.empty() ? "" : (r.note + ")").c_str(),
                 r.committed ? "step committed" : ("not committed yet: " + r.pending).c_str());
   } else if (!quiet_) {
     std::printf("publish: step %" PRIu64 " shard %u/%u (%s, %s): delta %s, anchor %s; uploaded %s in %.3f s "
                 "(encode %.3f, hash %.3f, upload %.3f, commit %.3f); %s\n",
-                r.record.step, r.record.shard, r.record.count, r.record.file.c_str(),
-                HumanBytes(r.record.file_size).c_str(),
-                r.record.delta.present() ? HumanBytes(r.record.delta.size).c_str() : "-",
-                r.record.anchor.present() ? HumanBytes(r.record.anchor.size).c_str() : "-",
+                r.step, r.shard, r.count, r.file.c_str(),
+                HumanBytes(r.file_bytes).c_str(),
+                !r.delta.key.empty() ? HumanBytes(r.delta.bytes).c_str() : "-",
+                !r.anchor.key.empty() ? HumanBytes(r.anchor.bytes).c_str() : "-",
                 HumanBytes(r.uploaded_bytes).c_str(), r.total_seconds, r.encode_seconds, r.hash_seconds,
                 r.upload_seconds, r.commit_seconds,
                 r.committed ? "step committed" : ("not committed yet: " + r.pending).c_str());
@@ -347,11 +341,11 @@ int SyncCommands::RunPublish(sync::Store* store, const checkpoint::RunOptions& r
   return kExitOk;
 }
 
-int SyncCommands::RunPull(sync::Store* store, sync::PullOptions pull) {
+int SyncCommands::RunPull(PullFilesOptions pull) {
   pull.step = step_;
   pull.reset = reset_;
-  sync::PullReport r;
-  const Status s = sync::Pull(store, dir_, pull, &r);
+  PullFilesReport r;
+  const Status s = PullFiles(store_, dir_, pull, &r);
   if (!s.ok()) return Fail(Name(), json_, s);
   if (json_) {
     std::cout << PullJson(r).dump(2) << std::endl;
@@ -361,7 +355,7 @@ int SyncCommands::RunPull(sync::Store* store, sync::PullOptions pull) {
   return kExitOk;
 }
 
-int SyncCommands::RunFollow(const sync::PullOptions& pull) {
+int SyncCommands::RunFollow(const PullFilesOptions& pull) {
   if (trust_.empty()) {
     std::fprintf(stderr, "arc_v3 follow: steps are not authenticated (no --trust): whoever can write to %s "
                          "chooses what %s holds\n", store_.c_str(), dir_.c_str());
@@ -370,7 +364,7 @@ int SyncCommands::RunFollow(const sync::PullOptions& pull) {
   follow.interval_seconds = interval_;
   follow.until = until_;
   follow.max_failures = max_failures_;
-  const Status s = sync::Follow(store_, dir_, pull, follow, [&](const FollowEvent& e, const sync::PullReport* r) {
+  const Status s = FollowFiles(store_, dir_, pull, follow, [&](const FollowEvent& e, const PullFilesReport* r) {
     if (e.kind == FollowEvent::Kind::kWaiting) {
       std::fprintf(stderr, "arc_v3 follow: waiting: %s\n", e.message.c_str());
     } else if (e.kind == FollowEvent::Kind::kRetrying) {
@@ -395,13 +389,13 @@ int SyncCommands::RunFollow(const sync::PullOptions& pull) {
   return kExitOk;
 }
 
-int SyncCommands::RunVerify(sync::Store* store) {
-  std::vector<sync::StepVerdict> verdicts;
-  const Status s = sync::VerifySteps(store, trust_, &verdicts);
+int SyncCommands::RunVerify() {
+  std::vector<StepVerdict> verdicts;
+  const Status s = VerifySteps(store_, Settings(), trust_, &verdicts);
   if (!s.ok()) return Fail(Name(), json_, s);
   bool all = true;
   Json list = Json::array();
-  for (const sync::StepVerdict& v : verdicts) {
+  for (const StepVerdict& v : verdicts) {
     all = all && v.status.ok();
     if (json_) {
       list.push_back({{"step", v.step}, {"verified", v.status.ok()},
@@ -420,55 +414,47 @@ int SyncCommands::RunVerify(sync::Store* store) {
   return all ? kExitOk : ExitCodeFor(Status(ErrorCode::kUntrusted, ""));
 }
 
-int SyncCommands::RunLog(sync::Store* store) {
-  std::vector<sync::StepListing> steps;
-  const Status s = sync::ListSteps(store, &steps, json_);
+int SyncCommands::RunLog() {
+  std::vector<StepInfo> steps;
+  const Status s = ListSteps(store_, Settings(), json_, &steps);
   if (!s.ok()) return Fail(Name(), json_, s);
   Json all = Json::array();
   if (!json_ && !quiet_) {
     std::printf("%12s %12s %7s %9s %6s %12s %12s %10s\n", "step", "base", "anchor", "committed", "shards",
                 "delta", "anchor", "objects");
   }
-  for (const sync::StepListing& l : steps) {
-    uint64_t delta = 0, anchor = 0;
+  const auto bytes_or_null = [](uint64_t bytes) { return bytes != 0 ? Json(bytes) : Json(nullptr); };
+  for (const StepInfo& l : steps) {
     Json shards = Json::array();
-    if (l.manifest.shards.empty()) {  // the root alone: its summed sizes
-      delta = l.manifest.chain_bytes;
-      anchor = l.manifest.anchor_bytes;
-    }
-    for (const sync::ShardRecord& r : l.manifest.shards) {
-      delta += r.delta.size;
-      anchor += r.anchor.size;
-      shards.push_back({{"shard", r.shard}, {"file", r.file}, {"file_bytes", r.file_size},
-                        {"delta_bytes", r.delta.present() ? Json(r.delta.size) : Json(nullptr)},
-                        {"anchor_bytes", r.anchor.present() ? Json(r.anchor.size) : Json(nullptr)}});
+    for (const StepShardInfo& r : l.shards) {
+      shards.push_back({{"shard", r.shard}, {"file", r.file}, {"file_bytes", r.file_bytes},
+                        {"delta_bytes", bytes_or_null(r.delta_bytes)},
+                        {"anchor_bytes", bytes_or_null(r.anchor_bytes)}});
     }
     if (json_) {
       all.push_back({{"step", l.step}, {"committed", l.committed},
-                     {"base_step", !l.committed || l.manifest.base_step == sync::kNoStep ? Json(nullptr)
-                                                                                        : Json(l.manifest.base_step)},
-                     {"anchor_step", l.committed ? Json(l.manifest.anchor_step) : Json(nullptr)},
-                     {"incarnation", l.committed ? Json(l.manifest.incarnation) : Json(nullptr)},
-                     {"run", l.committed ? Json(Hex16(l.manifest.run)) : Json(nullptr)},
-                     {"objects", l.objects.size()}, {"bytes", l.bytes}, {"shards", shards},
-                     {"published_at", l.committed ? Json(l.manifest.published_at) : Json(nullptr)},
-                     {"committed_at", l.committed ? Json(l.manifest.committed_at) : Json(nullptr)}});
+                     {"base_step", !l.committed || l.base_step == kNoStep ? Json(nullptr) : Json(l.base_step)},
+                     {"anchor_step", l.committed ? Json(l.anchor_step) : Json(nullptr)},
+                     {"incarnation", l.committed ? Json(l.incarnation) : Json(nullptr)},
+                     {"run", l.committed ? Json(Hex16(l.run)) : Json(nullptr)},
+                     {"objects", l.objects}, {"bytes", l.bytes}, {"shards", shards},
+                     {"published_at", l.committed ? Json(l.published_at) : Json(nullptr)},
+                     {"committed_at", l.committed ? Json(l.committed_at) : Json(nullptr)}});
     } else if (!quiet_) {
-      const std::string base = l.committed && l.manifest.base_step != sync::kNoStep
-                                   ? std::to_string(l.manifest.base_step) : "-";
-      std::printf("%12" PRIu64 " %12s %7s %9s %6s %12s %12s %10zu\n", l.step, base.c_str(),
-                  l.committed && l.manifest.anchor() ? "yes" : "", l.committed ? "yes" : "no",
-                  l.committed ? std::to_string(l.manifest.count).c_str() : "?",
-                  l.committed ? HumanBytes(delta).c_str() : "-", l.committed && anchor ? HumanBytes(anchor).c_str() : "-",
-                  l.objects.size());
+      const std::string base = l.committed && l.base_step != kNoStep ? std::to_string(l.base_step) : "-";
+      std::printf("%12" PRIu64 " %12s %7s %9s %6s %12s %12s %10" PRIu64 "\n", l.step, base.c_str(),
+                  l.committed && l.anchor ? "yes" : "", l.committed ? "yes" : "no",
+                  l.committed ? std::to_string(l.count).c_str() : "?",
+                  l.committed ? HumanBytes(l.delta_bytes).c_str() : "-",
+                  l.committed && l.anchor_bytes ? HumanBytes(l.anchor_bytes).c_str() : "-", l.objects);
     }
   }
   if (json_) std::cout << all.dump(2) << std::endl;
   return kExitOk;
 }
 
-int SyncCommands::RunPrune(sync::Store* store) {
-  sync::PruneReport r;
+int SyncCommands::RunPrune() {
+  PruneReport r;
   // DURATION: a number of seconds, or of minutes, hours or days with m, h or d after it.
   double min_age = -1;
   {
@@ -483,16 +469,16 @@ int SyncCommands::RunPrune(sync::Store* store) {
                  min_age_.c_str());
     return kExitUsage;
   }
-  const Status s = sync::Prune(store, keep_anchors_, dry_run_, &r, min_age);
+  const Status s = PruneSteps(store_, Settings(), keep_anchors_, dry_run_, min_age, &r);
   if (!s.ok()) return Fail(Name(), json_, s);
   if (json_) {
     const Json j = {{"command", "prune"}, {"ok", true}, {"dry_run", dry_run_}, {"min_age_seconds", min_age},
-                    {"keep_from", r.keep_from == sync::kNoStep ? Json(nullptr) : Json(r.keep_from)},
+                    {"keep_from", r.keep_from == kNoStep ? Json(nullptr) : Json(r.keep_from)},
                     {"deleted_steps", r.deleted_steps}, {"deleted_objects", r.deleted_objects},
                     {"deleted_bytes", r.deleted_bytes}};
     std::cout << j.dump(2) << std::endl;
   } else if (!quiet_) {
-    if (r.keep_from == sync::kNoStep) {
+    if (r.keep_from == kNoStep) {
       std::printf("prune: nothing to delete (fewer than the anchors to keep)\n");
     } else {
       std::printf("prune: %s %zu steps before step %" PRIu64 " (%" PRIu64 " objects, %s)\n",

@@ -1,5 +1,5 @@
-// The arc_v3 command's sync subcommands (publish, pull, follow, log, prune, keygen) over the sync
-// layer of src/sync/.
+// The arc_v3 command's sync subcommands (publish, pull, follow, log, prune, keygen) over the
+// file-level calls of arc_v3_sync.hpp.
 #ifndef ARC_V3_TOOLS_CLI_SYNC_COMMANDS_H_
 #define ARC_V3_TOOLS_CLI_SYNC_COMMANDS_H_
 
@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "src/sync/sync.h"
+#include "arc_v3_sync.hpp"
 
 namespace arc_v3 {
 
@@ -23,6 +23,7 @@ class SyncCommands {
 
  private:
   const char* Name() const;  // the chosen subcommand's
+  StoreSettings Settings() const;  // --retries, --connections
   // The options every subcommand takes (--json, -q, --retries, --connections; -T).
   void AddCommon(CLI::App* cmd, bool threads);
   void AddPublish(CLI::App* app);
@@ -32,12 +33,12 @@ class SyncCommands {
   void AddKeygen(CLI::App* app);
   void AddPrune(CLI::App* app);
   int RunKeygen();
-  int RunPublish(sync::Store* store, const checkpoint::RunOptions& run);
-  int RunPull(sync::Store* store, sync::PullOptions pull);
-  int RunFollow(const sync::PullOptions& pull);
-  int RunVerify(sync::Store* store);
-  int RunLog(sync::Store* store);
-  int RunPrune(sync::Store* store);
+  int RunPublish();
+  int RunPull(PullFilesOptions pull);
+  int RunFollow(const PullFilesOptions& pull);
+  int RunVerify();
+  int RunLog();
+  int RunPrune();
 
   CLI::App *publish_, *pull_, *follow_, *log_, *prune_, *keygen_;
   std::string store_, dir_, next_, prev_, shard_ = "0/1", incarnation_, work_dir_, tensors_, rows_, format_ = "arc_v3", index_;

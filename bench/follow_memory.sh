@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A rollout engine's memory while its Follower (arc_v3_sync.hpp) applies a step: peak RSS
 # over what it held before, per changed element, at each checkpoint size and change rate
-# (the generator's BF16 runs at 0.2% and 2% changed, one shard, a directory store). The
+# (the generator's BF16 runs at 0.2% and 2% changed, one shard, a local store). The
 # follower takes step 0 from its anchor, then step 1's delta in place. Writes
 # OUT.{txt,json} (default bench_out/follow_memory).
 #   bench/follow_memory.sh [--params P[,P...]] [--regimes low,mid] [--threads N] [--out OUT]
@@ -51,7 +51,7 @@ done
 import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
 out, commit, threads = sys.argv[2], sys.argv[3], sys.argv[4]
-lines = [f"# bench/follow_memory.sh: commit {commit}; the library Follower, {threads} threads, a directory store, one shard;",
+lines = [f"# bench/follow_memory.sh: commit {commit}; the library Follower, {threads} threads, a local store, one shard;",
          "# step 0 from its anchor, then step 1's delta in place; extra: peak RSS during step 1 over RSS before it",
          f"{'model':>12} {'changed':>7} {'elements':>10} {'fetched':>11} {'undo':>11} {'extra RSS':>11} "
          f"{'B/changed':>9} {'extra/model':>11} {'seconds':>8}"]

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A region host's memory as the checkpoint grows: peak RSS of `arc_v3 pull` from a
-# directory store, at each checkpoint size (the generator's BF16 run at 0.2% changed, one
+# local store, at each checkpoint size (the generator's BF16 run at 0.2% changed, one
 # shard): a slice of rows 0:ROWS of every tensor from the anchor (a new host) and then the
 # next step's delta onto it, and the same whole. Writes OUT.{txt,json}
 # (default bench_out/pull_memory).
@@ -65,7 +65,7 @@ while text[at:].strip():
     doc, at = decoder.raw_decode(text, at)
     rows.append(doc)
 out, commit, r = sys.argv[2], sys.argv[3], sys.argv[4]
-lines = [f"# bench/pull_memory.sh: commit {commit}; directory store, one shard, the generator's BF16 run at 0.2% changed;",
+lines = [f"# bench/pull_memory.sh: commit {commit}; local store, one shard, the generator's BF16 run at 0.2% changed;",
          f"# rows: rows 0:{r} of every tensor; step 0 from its anchor onto nothing, step 1 (a delta) onto it",
          f"{'checkpoint':>12} {'pull':<5} {'step':>4} {'route':<16} {'fetched':>12} {'requests':>9} {'peak RSS':>10} {'seconds':>8}"]
 for x in rows:

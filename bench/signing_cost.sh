@@ -71,7 +71,7 @@ while text[at:].strip():
 prim = json.load(open(sys.argv[2]))
 out, commit, params = sys.argv[3], sys.argv[4], sys.argv[5]
 lines = [f"# bench/signing_cost.sh: commit {commit}; {params} BF16 parameters (the generator's run at 0.2% changed),",
-         "# one shard, a directory store; medians of the repeats; step 0 an anchor, step 1 a delta",
+         "# one shard, a local store; medians of the repeats; step 0 an anchor, step 1 a delta",
          f"# SHA-256 {prim['sha256_gb_per_s']:.2f} GB/s on one core; Ed25519 sign {prim['ed25519_sign_us']:.0f} us, "
          f"verify {prim['ed25519_verify_us']:.0f} us (bench/signing_primitives)",
          f"{'what':<8} {'step':>4} {'unsigned s':>11} {'signed s':>9} {'added s':>8} {'unsigned B':>12} {'signed B':>12} "

@@ -2,7 +2,7 @@
 # What the sync layer costs on top of the delta itself, on one machine (loopback):
 #   1. bytes: per step, what a trainer shard uploads and a region downloads, against the
 #      delta file `arc_v3 diff` writes for the same pair (the protocol's overhead);
-#   2. time: `arc_v3 pull` of one step from a directory store and from radosgw, against
+#   2. time: `arc_v3 pull` of one step from a local store and from radosgw, against
 #      `arc_v3 apply` of the same delta file, both writing the same checkpoint (medians,
 #      runs alternating so that a shared machine's drift hits both alike).
 # The checkpoints come from the built-in generator (1.34 GB of BF16 at 0.2% changed by

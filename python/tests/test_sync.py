@@ -1,4 +1,4 @@
-"""arc_v3.sync from and into memory, on a directory store and on the S3 server
+"""arc_v3.sync from and into memory, on a local store and on the S3 server
 tests/run_tests.sh boots (radosgw; ARC_V3_TEST_S3 and the AWS_* variables)."""
 
 import os
@@ -209,7 +209,7 @@ def test_numpy_arrays_and_errors(store, tmp_path):
     assert "wrong base" in e.value.message
     assert np.array_equal(follower.state_dict["w"], before)  # untouched
     assert follower.step == 0
-    # A directory store that does not exist yet: a follower is told nothing was published
+    # A local store that does not exist yet: a follower is told nothing was published
     # there; the first publisher makes it, and the follower then pulls.
     missing = str(tmp_path / "missing" / "run")
     with pytest.raises(arc_v3.ArcV3Error) as e:

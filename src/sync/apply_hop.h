@@ -1,8 +1,10 @@
 // The one engine that applies a hop of a route (one step's containers, a shard each) onto
 // what a region holds, piece by piece: the partial directory pull (pull.cc, into sidecar
 // files) and the in-memory Follower (roles.cc, into tensors) differ only in their HopSink
-// and in when pieces are fetched. (A full directory pull downloads whole objects and
-// streams each file through checkpoint::Apply instead.) Internal to src/sync.
+// and in when pieces are fetched. A full pull streams each file through checkpoint::Apply
+// instead: a file written aside and renamed needs no in-memory rollback, and decoding into
+// a mapped file kept every page of it and of its base resident (bench/results/
+// sync_engine_ab.txt). Internal to src/sync.
 #ifndef ARC_V3_SRC_SYNC_APPLY_HOP_H_
 #define ARC_V3_SRC_SYNC_APPLY_HOP_H_
 

@@ -53,7 +53,7 @@ Status Publisher::Open(const std::string& store_url, const PublisherOptions& opt
   }
   auto impl = std::make_unique<Impl>();
   sync::StoreOptions store_options = Settings(options.store);
-  store_options.create = true;  // a directory store's first publish makes its directory
+  store_options.create = true;  // a local store's first publish makes its directory
   ARC_V3_RETURN_IF_ERROR(sync::OpenStore(store_url, store_options, &impl->store));
   if (!impl->store->writable()) return Status(ErrorCode::kInvalidArgument, store_url + " is read-only");
   impl->options = options;

@@ -1,4 +1,4 @@
-// Store URLs, key rules, downloads into files, and the directory store.
+// Store URLs, key rules, downloads into files, and the local store.
 #include "src/sync/store.h"
 
 #include <dirent.h>
@@ -70,9 +70,9 @@ Status SyncDirectory(const std::string& dir) {
 // Keys are files below the root; a write goes to a hidden temporary file in the key's
 // directory, is synced, and is then renamed (overwrite) or hard-linked (create-only:
 // link fails if the name exists, atomically, also on NFS) into place.
-class DirectoryStore : public Store {
+class LocalStore : public Store {
  public:
-  DirectoryStore(std::string root, std::string url) : root_(std::move(root)), url_(std::move(url)) {}
+  LocalStore(std::string root, std::string url) : root_(std::move(root)), url_(std::move(url)) {}
   const std::string& url() const override { return url_; }
   bool writable() const override { return true; }
   bool listable() const override { return true; }
@@ -282,8 +282,8 @@ bool ValidKey(const std::string& key) {
   return true;
 }
 
-std::unique_ptr<Store> NewDirectoryStore(const std::string& root, const std::string& url) {
-  return std::make_unique<DirectoryStore>(root, url);
+std::unique_ptr<Store> NewLocalStore(const std::string& root, const std::string& url) {
+  return std::make_unique<LocalStore>(root, url);
 }
 
 namespace {
@@ -363,7 +363,7 @@ Status OpenStore(const std::string& url, const StoreOptions& options, std::uniqu
   }
   std::string root = fs::absolute(path, ec).lexically_normal().string();
   while (root.size() > 1 && root.back() == '/') root.pop_back();
-  *store = NewDirectoryStore(root, url);
+  *store = NewLocalStore(root, url);
   return Status::Ok();
 }
 

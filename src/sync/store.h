@@ -45,7 +45,7 @@ struct StoreOptions {
   int connections = 8;
   // Objects above this size are uploaded in parts and downloaded in ranges of this size.
   uint64_t part_bytes = uint64_t{16} << 20;
-  // A directory store's directory is created if it is missing (a writer's first publish);
+  // A local store's directory is created if it is missing (a writer's first publish);
   // otherwise a missing directory is kNotFound.
   bool create = false;
 };
@@ -96,7 +96,7 @@ class Store {
 // Opens the store a URL names (see the top of this file). Environment for s3://:
 // AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL (default https://s3.REGION.amazonaws.com),
 // AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN (none: anonymous requests),
-// AWS_REGION or AWS_DEFAULT_REGION (default us-east-1). A directory store's directory
+// AWS_REGION or AWS_DEFAULT_REGION (default us-east-1). A local store's directory
 // must exist unless options.create. Errors: kInvalidArgument (malformed URL, a path that
 // is not a directory or cannot be created), kNotFound (no such directory).
 Status OpenStore(const std::string& url, const StoreOptions& options, std::unique_ptr<Store>* store);
@@ -114,7 +114,7 @@ Status RegisterStoreScheme(const std::string& scheme, StoreOpener opener);
 bool ValidKey(const std::string& key);
 
 // Backends, for OpenStore and the tests.
-std::unique_ptr<Store> NewDirectoryStore(const std::string& root, const std::string& url);
+std::unique_ptr<Store> NewLocalStore(const std::string& root, const std::string& url);
 Status NewS3Store(const std::string& bucket, const std::string& prefix, const std::string& url,
                   const StoreOptions& options, std::unique_ptr<Store>* store);
 Status NewHttpStore(const std::string& base_url, const StoreOptions& options,

@@ -130,7 +130,7 @@ Status Pull(Store* store, const std::string& dir, const PullOptions& options, Pu
 // Keeps `dir` at the newest committed step of the store `store_url` names: Pull (with
 // `pull`, its step ignored) for each step newer than the one held, in the loop of
 // Follower::Follow (arc_v3_sync.hpp), which also says how it polls, waits and gives up. A
-// directory store that does not exist yet is waited for. `on_event` (may be empty) is told
+// local store that does not exist yet is waited for. `on_event` (may be empty) is told
 // every event, with the pull's report for a kPulled one; false ends the loop.
 Status Follow(const std::string& store_url, const std::string& dir, const PullOptions& pull,
               const FollowOptions& options,

@@ -1,6 +1,6 @@
 #!/bin/bash
 # End-to-end test of the sync subcommands (publish, pull, follow, log, prune) with real
-# processes, against a directory store and, when ARC_V3_TEST_S3 names a bucket, a real S3
+# processes, against a local store and, when ARC_V3_TEST_S3 names a bucket, a real S3
 # server (tests/s3/radosgw.sh start DIR; then `source DIR/env.sh`).
 #
 #   bash tests/cli/sync_cli_test.sh bazel-bin/tools/cli/arc_v3_cli
@@ -8,7 +8,7 @@
 # Environment: ARC_V3_TEST_S3 (s3://BUCKET, private), ARC_V3_TEST_PUBLIC_S3 (s3://BUCKET,
 # anonymously readable) and ARC_V3_TEST_PUBLIC_HTTP (the same bucket over http://), with
 # AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION. Without
-# ARC_V3_TEST_S3 only the directory store is tested ("SKIP: ..."), unless
+# ARC_V3_TEST_S3 only the local store is tested ("SKIP: ..."), unless
 # ARC_V3_REQUIRE_S3=1, which makes a missing server (or awscli) a failure.
 #
 # Every S3 run writes under its own prefix (cli-test-PID-RANDOM), so parallel runs never
@@ -421,7 +421,7 @@ run_store() {
   same_step "$W/A" 8
 
   # 9. follow routes around a damaged object, and says so: step 6's delta of shard 0
-  #    damaged (a directory store's objects are files), a region at step 5 follows to step
+  #    damaged (a local store's objects are files), a region at step 5 follows to step
   #    8 by anchor 6 instead of its chain.
   if [ "$KIND" = dir ]; then
     expect_rc 0 "$CLI" pull "$S" "$W/Around" --step 5
@@ -556,7 +556,7 @@ run_http() {
 if [ -z "${ARC_V3_TEST_S3:-}" ] && [ "$REQUIRE_S3" = 1 ]; then
   KIND=s3; fail "ARC_V3_REQUIRE_S3=1 but ARC_V3_TEST_S3 is unset"
 fi
-# A directory store that does not exist yet: the follower waits, the first publish makes it.
+# A local store that does not exist yet: the follower waits, the first publish makes it.
 expect_rc 6 "$CLI" pull "$T/dirstore" "$T/nothing"
 grep -q "store directory '.*dirstore' does not exist" err.txt || fail "a missing store: $(cat err.txt)"
 run_store dir "$T/dirstore"

@@ -264,7 +264,7 @@ World& GetWorld() {
   for (int r = 0; r < 2; ++r) {
     Run& run = world->runs[r];
     const std::string dir = root + "/store" + std::to_string(r);
-    std::unique_ptr<sync::Store> store = sync::NewDirectoryStore(dir, dir);
+    std::unique_ptr<sync::Store> store = sync::NewLocalStore(dir, dir);
     fs::create_directories(dir);
     if (r == 1) run.trust = {root + "/key.pub"};
     run.regions.push_back(root + "/region" + std::to_string(r) + "_empty");

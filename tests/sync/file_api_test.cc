@@ -50,7 +50,7 @@ TEST_CASE("publish files, pull them into a checkpoint directory, list, verify an
   for (const Backend& b : sync::test::Backends(tmp, "file_api")) {
     SUBCASE(b.name.c_str()) {
       // A local store that does not exist yet is made by the first publish.
-      const std::string url = b.name == "directory" ? b.url + "/new" : b.url;
+      const std::string url = b.name == "local" ? b.url + "/new" : b.url;
       std::vector<PublishFileReport> reports;
       for (uint64_t step = 1; step <= 7; ++step) {
         if (step > 1) run.Advance();

@@ -185,7 +185,7 @@ TEST_CASE("stores: of writers racing to create one key, exactly one wins") {
 TEST_CASE("stores: a store that is gone fails with unavailable after its retries, naming the key") {
   TempDir tmp;
   {
-    // The directory store's directory disappears.
+    // The local store's directory disappears.
     std::unique_ptr<Store> store;
     test::fs::create_directories(tmp / "gone");
     REQUIRE(OpenStore(tmp / "gone", test::FastRetries(), &store).ok());
@@ -391,7 +391,7 @@ TEST_CASE("stores: a registered scheme opens its own stores by URL") {
   REQUIRE(RegisterStoreScheme("arc-test+mem", [&](const std::string& url, const StoreOptions&,
                                                   std::unique_ptr<Store>* store) {
             opened = url;
-            *store = NewDirectoryStore(tmp.path(), url);
+            *store = NewLocalStore(tmp.path(), url);
             return Status::Ok();
           }).ok());
   std::unique_ptr<Store> store;

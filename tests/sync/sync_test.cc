@@ -468,7 +468,7 @@ TEST_CASE("sync: a region moves to another store's run: its step there is anothe
     INFO("store ", b.name);
     // Two stores (two prefixes) of runs with the same step numbers but other weights.
     std::unique_ptr<Store> other;
-    if (b.name == "directory") fs::create_directories(b.url + "-other");
+    if (b.name == "local") fs::create_directories(b.url + "-other");
     REQUIRE(OpenStore(b.url + "-other", test::FastRetries(), &other).ok());
     TrainerRun first(tmp / ("first-" + b.name), {{{"w", {512, 64}}}}, 0.01, 1);
     TrainerRun second(tmp / ("second-" + b.name), {{{"w", {512, 64}}}}, 0.01, 2);

@@ -74,10 +74,10 @@ class TempDir {
 // A store to run a test against, with what the test may do to it behind the library's
 // back (through a second handle: the directory, or the same bucket).
 struct Backend {
-  std::string name;  // "directory" or "s3"
+  std::string name;  // "local" or "s3"
   std::string url;
   std::unique_ptr<Store> store;
-  std::string directory;  // the directory store's root
+  std::string directory;  // the local store's root
 };
 
 inline std::string UniqueName(const std::string& what) {
@@ -110,11 +110,11 @@ inline StoreOptions FastRetries() {
   return o;
 }
 
-// A directory store under `tmp`, and the S3 store (a fresh prefix) when there is one.
+// A local store under `tmp`, and the S3 store (a fresh prefix) when there is one.
 inline std::vector<Backend> Backends(const TempDir& tmp, const std::string& test) {
   std::vector<Backend> out;
   Backend dir;
-  dir.name = "directory";
+  dir.name = "local";
   dir.directory = tmp / UniqueName(test);
   fs::create_directories(dir.directory);
   dir.url = dir.directory;

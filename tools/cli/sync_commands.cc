@@ -69,9 +69,10 @@ void PrintPull(const PullFilesReport& r) {
 }
 
 constexpr char kStoreHelp[] =
-    "Where the steps live: a directory (or file://DIR), s3://BUCKET/PREFIX (AWS_ENDPOINT_URL,\n"
-    "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION), or a read-only\n"
-    "http(s):// URL in front of the bucket (pull, follow)";
+    "Where the steps live: a local store (a directory's path, or file://PATH),\n"
+    "s3://BUCKET/PREFIX (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,\n"
+    "AWS_SESSION_TOKEN, AWS_REGION), or a read-only http(s):// URL in front of the bucket\n"
+    "(pull, follow)";
 
 }  // namespace
 
@@ -102,7 +103,7 @@ void SyncCommands::AddPublish(CLI::App* app) {
       "publish",
       "A trainer shard publishes its safetensors file for step N: the delta against --prev\n"
       "(and an anchor every --anchor-every steps), or an anchor alone without --prev. The\n"
-      "shard that completes the step commits it. A directory store is created if missing.\n"
+      "shard that completes the step commits it. A local store is created if missing.\n"
       "Publishing the same file (name, base step, tensors) again is a no-op that keeps what\n"
       "was published first, whatever --anchor-every, --effort or --format say now; another\n"
       "file for a published shard and step is refused (exit 7), naming what differs.");
@@ -190,7 +191,7 @@ void SyncCommands::AddFollow(CLI::App* app) {
 
 void SyncCommands::AddLog(CLI::App* app) {
   log_ = app->add_subcommand("log", "The store's steps: base, anchors, bytes per step and shard");
-  log_->add_option("STORE", store_, "s3:// or directory store (http(s):// cannot list)")->required();
+  log_->add_option("STORE", store_, "s3:// or local store (http(s):// cannot list)")->required();
   log_->add_flag("--verify", verify_,
                  "Say of each committed step whether it verifies against --trust: its root's\n"
                  "signature and the SHA-256 of every document it names (exit 8 if one does not)");
@@ -214,7 +215,7 @@ void SyncCommands::AddPrune(CLI::App* app) {
       "Delete old steps: keep the newest K anchors and every step after the oldest of them,\n"
       "and never the anchor before the newest one or anything after it (a region that began\n"
       "there may still need that chain)");
-  prune_->add_option("STORE", store_, "s3:// or directory store")->required();
+  prune_->add_option("STORE", store_, "s3:// or local store")->required();
   prune_->add_option("--keep-anchors", keep_anchors_, "K (at least 1; default 2)")->check(CLI::PositiveNumber);
   prune_->add_option("--min-age", min_age_,
                      "DURATION (90s, 15m, 2h, 1d; default 0): a step committed less than this ago\n"

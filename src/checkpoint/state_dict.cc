@@ -29,7 +29,7 @@ Status OpenDelta(const uint8_t* delta, size_t size, checkpoint::Reader* reader) 
   if (delta == nullptr && size != 0) return Status(ErrorCode::kInvalidArgument, "delta is null");
   std::vector<uint8_t> copy(delta, delta + size);  // the Reader owns its bytes
   return checkpoint::Reader::Open(std::make_unique<checkpoint::MemorySource>(std::move(copy)),
-                                 reader);
+                                  reader);
 }
 
 // The target file's header and fill bytes: not tensors, but verified all the same.

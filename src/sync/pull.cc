@@ -429,7 +429,7 @@ Status ApplyFilesHop(HopFiles* files, const std::vector<Fetched>& fetched, check
   for (size_t k = 0; k < hop.m.count; ++k) {
     checkpoint::RunReport applied;
     const Status s = checkpoint::Apply(hop.anchor[k] ? "" : (*files->current)[k],
-                                      fetched[(*files->objects)[k]].path, files->outs[k], run, &applied);
+                                       fetched[(*files->objects)[k]].path, files->outs[k], run, &applied);
     report->decode_seconds += applied.decode_seconds;
     report->write_seconds += applied.write_seconds + applied.sync_seconds;
     if (!s.ok()) {

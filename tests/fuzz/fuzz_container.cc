@@ -91,7 +91,7 @@ int FuzzContainer(const uint8_t* data, size_t size) {
     std::vector<uint16_t> out((raw_bytes + 1) / 2, 0);
     const uint8_t* base_bytes = reinterpret_cast<const uint8_t*>(base.data());
     const Status s = checkpoint::DecodePiece(piece, stored, bf16 ? base_bytes : nullptr, raw_bytes,
-                                            element_size, reinterpret_cast<uint8_t*>(out.data()));
+                                             element_size, reinterpret_cast<uint8_t*>(out.data()));
     if (s.ok()) {
       FUZZ_CHECK(checkpoint::Hash(out.data(), raw_bytes) == piece.target_xxh3,
                  "decoded piece does not match its checksum");

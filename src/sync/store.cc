@@ -342,7 +342,7 @@ Status OpenStore(const std::string& url, const StoreOptions& options, std::uniqu
   if (has_prefix("file://")) path = url.substr(7);
   if (path.empty() || (url.find("://") != std::string::npos && !has_prefix("file://"))) {
     return Status(ErrorCode::kInvalidArgument,
-                  "unknown store URL '" + url + "': use a directory, file://, s3:// or http(s)://");
+                  "unknown store URL '" + url + "': use a local store (a directory's path or file://), s3:// or http(s)://");
   }
   std::error_code ec;
   if (!fs::is_directory(path, ec)) {
@@ -350,7 +350,7 @@ Status OpenStore(const std::string& url, const StoreOptions& options, std::uniqu
       return Status(ErrorCode::kInvalidArgument, "store '" + path + "' is not a directory");
     }
     if (!options.create) {
-      return Status(ErrorCode::kNotFound, "store directory '" + path +
+      return Status(ErrorCode::kNotFound, "local store '" + path +
                                               "' does not exist: nothing was published there "
                                               "(publishing creates it)");
     }
@@ -358,7 +358,7 @@ Status OpenStore(const std::string& url, const StoreOptions& options, std::uniqu
     std::error_code ec2;
     if (!fs::is_directory(path, ec2)) {
       return Status(ErrorCode::kInvalidArgument,
-                    "store directory '" + path + "' cannot be created: " + ec.message());
+                    "local store '" + path + "' cannot be created: " + ec.message());
     }
   }
   std::string root = fs::absolute(path, ec).lexically_normal().string();

@@ -558,7 +558,7 @@ if [ -z "${ARC_V3_TEST_S3:-}" ] && [ "$REQUIRE_S3" = 1 ]; then
 fi
 # A local store that does not exist yet: the follower waits, the first publish makes it.
 expect_rc 6 "$CLI" pull "$T/dirstore" "$T/nothing"
-grep -q "store directory '.*dirstore' does not exist" err.txt || fail "a missing store: $(cat err.txt)"
+grep -q "local store '.*dirstore' does not exist" err.txt || fail "a missing store: $(cat err.txt)"
 run_store dir "$T/dirstore"
 run_signed dir "$T/signed-dirstore"
 

@@ -8,7 +8,8 @@
 // ReadGroup, DecodeGroup).
 // Promises checked: no crash or out-of-bounds access, every accepted piece and group lies
 // inside the data section, groups hold only non-empty BF16 delta tensors of their file,
-// and decoded pieces and groups match their target checksum.
+// decoded pieces and groups match their target checksum, and InspectDelta of the same
+// bytes lists every tensor and group once.
 #include <zstd.h>
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "arc_v3_checkpoint.hpp"
 #include "src/checkpoint/container.h"
 #include "src/checkpoint/safetensors.h"
 #include "tests/fuzz/fuzz_common.h"
@@ -144,6 +146,22 @@ int FuzzContainer(const uint8_t* data, size_t size) {
         if (row_bytes != 0 && rows > kMaxPieceBytes / row_bytes) continue;
         check_piece(piece, rows * row_bytes, element_size, tensor.dtype == "BF16");
       }
+    }
+  }
+  // What inspect reports of the same bytes: the payloads' statistics, read from untrusted
+  // bytes (Python's inspect_delta takes them from anywhere).
+  DeltaInfo info;
+  if (InspectDelta(bytes.data(), bytes.size(), &info).ok()) {
+    size_t tensors = 0, groups = 0;
+    for (const checkpoint::FileEntry& file : reader.manifest().files) {
+      tensors += file.tensors.size();
+      groups += file.groups.size();
+    }
+    FUZZ_CHECK(info.tensors.size() == tensors && info.groups.size() == groups && info.delta_bytes == bytes.size(),
+               "InspectDelta lists other tensors or groups than the manifest");
+    for (const DeltaTensorInfo& t : info.tensors) {
+      FUZZ_CHECK(t.group < static_cast<int64_t>(groups), "InspectDelta names a group that is not there");
+      FUZZ_CHECK(t.delta_bytes <= data_size, "InspectDelta counts more bytes than the data section holds");
     }
   }
   return 0;

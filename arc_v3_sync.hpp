@@ -227,7 +227,9 @@ struct PublishFileOptions {
   std::string index;
   bool no_index = false;
   std::string work_dir;  // where containers are written before upload ("": $TMPDIR or /tmp)
-  CheckpointOptions checkpoint;  // threads, effort, format of the delta
+  // Threads, effort, format and grouping of the delta (its pieces are always stored by
+  // row, and scratch files are not synced: row_order, sync and overwrite do not apply).
+  CheckpointOptions checkpoint;
   // As PublisherOptions::sign_key; `trust`: public keys whose signed records a completer
   // also takes (a key rotated mid-step).
   std::string sign_key;
@@ -276,7 +278,7 @@ struct PullFilesOptions {
   bool force = false;
   // As FollowerOptions::trusted_keys (an older step or another run's is taken with reset).
   std::vector<std::string> trusted_keys;
-  CheckpointOptions checkpoint;  // threads, sync
+  CheckpointOptions checkpoint;  // threads, and sync (of the files DIR gets); the rest do not apply
   StoreSettings store;
 };
 

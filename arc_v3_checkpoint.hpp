@@ -150,10 +150,13 @@ struct DeltaTensorInfo {
   // Its coders in short, an arc_v3 payload's by the chunk coders it chose
   // ("arc_v3:rans+modelled", "zstd").
   std::string coder_summary;
-  bool arc_v3 = false;  // arc_v3-coded (alone or in a group): `chunks` and `high` are known
+  // Its arc_v3 payloads (alone or its group's) were read: `chunks` is known, and `high`
+  // with `changed`.
+  bool chunks_known = false;
   ArcV3Chunks chunks;
-  // A "delta" tensor's changed elements, and of them those whose sign or exponent changed.
-  // Known (`changes_known`) where the payload says; context-modelled chunks need the base.
+  // A "delta" tensor's changed elements, and of them those whose sign or exponent changed
+  // (`high`, arc_v3 payloads only). Known (`changes_known`) where the manifest or the
+  // payloads say; context-modelled chunks need the base.
   bool changes_known = false;
   uint64_t changed = 0, high = 0;
 };
@@ -168,7 +171,7 @@ struct DeltaGroupInfo {
   uint64_t changed = 0;
 };
 
-// What a delta holds, from its checked manifest and payload headers.
+// What a delta holds, from its checked manifest (and, InspectDeltaFile, its payloads).
 struct DeltaInfo {
   bool directory = false;  // the delta of a sharded checkpoint directory
   uint32_t container_version = 0;
@@ -179,10 +182,12 @@ struct DeltaInfo {
   std::vector<std::string> removed_tensors, removed_files;
 };
 
-// Inspects a delta in memory; the payloads are read, not decoded against a base.
+// Inspects a delta in memory from its checked manifest alone: no payload is read (chunk
+// counts unknown; changes known only where the manifest records them).
 Status InspectDelta(const uint8_t* delta, size_t size, DeltaInfo* info);
-// Inspects the delta file `delta_path`; with `base_path` (the checkpoint it applies to;
-// "": none) it also decodes what must be decoded to count every change. Errors: the
+// Inspects the delta file `delta_path`, its payloads read (their chunk coders and the
+// changes they say); with `base_path` (the checkpoint it applies to; "": none) it also
+// decodes what must be decoded to count every change. Errors: the
 // container's (naming the file), a piece's (naming its tensor), kChecksumMismatch for a
 // base that is not the one the delta was made from.
 Status InspectDeltaFile(const std::string& delta_path, const std::string& base_path, int threads,

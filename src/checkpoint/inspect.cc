@@ -40,6 +40,7 @@ struct GroupInspection {
 
 struct Inspection {
   const Reader* reader = nullptr;
+  bool payloads = true;  // the arc_v3 payloads are read (else the manifest alone)
   std::vector<TensorInspection> tensors;  // in manifest order
   std::vector<GroupInspection> groups;    // in manifest order
 };
@@ -89,7 +90,7 @@ DeltaTensorInfo TensorInfo(const TensorInspection& st) {
   ti.pieces = t.pieces.size();
   ti.delta_bytes = st.stored;
   ti.coder_summary = CoderSummary(st);
-  ti.arc_v3 = st.has_high;
+  ti.chunks_known = st.has_high;
   if (st.has_high) ti.chunks = Chunks(st.chunk_modes);
   ti.changes_known = t.kind == TensorKind::kDelta && st.counts_known;
   if (ti.changes_known) {
@@ -138,6 +139,7 @@ Status InspectGroups(const Checkpoint* base, int threads, const std::map<const T
   const Reader& reader = *out->reader;
   std::vector<Status> errors(out->groups.size());
   ParallelFor(out->groups.size(), WorkerCount(threads, out->groups.size()), [&](size_t i, size_t) {
+    if (!out->payloads) return;
     GroupInspection& g = out->groups[i];
     std::vector<uint8_t> scratch;
     const uint8_t* bytes = nullptr;
@@ -161,7 +163,7 @@ Status InspectGroups(const Checkpoint* base, int threads, const std::map<const T
       const size_t k = index.at(&g.file->tensors[member]);
       TensorInspection& st = out->tensors[k];
       g.changed += st.changed;
-      st.has_high = true;
+      st.has_high = out->payloads;
       st.counts_known = g.counted;
       std::copy(g.payload.chunk_modes, g.payload.chunk_modes + 5, st.chunk_modes);
       st.coders.insert(CoderName(Coder::kArcV3));
@@ -198,7 +200,7 @@ Status InspectPieces(const Checkpoint* base, int threads, Inspection* out) {
   std::vector<Status> errors(pieces.size());
   ParallelFor(pieces.size(), WorkerCount(threads, pieces.size()), [&](size_t i, size_t) {
     const Piece& p = *pieces[i].second;
-    if (p.coder != Coder::kArcV3) return;
+    if (p.coder != Coder::kArcV3 || !out->payloads) return;
     errors[i] = InspectPiece(*out->reader, *out->tensors[pieces[i].first].entry, p, base, &payload[i]);
   });
   for (size_t i = 0; i < pieces.size(); ++i) {
@@ -209,7 +211,9 @@ Status InspectPieces(const Checkpoint* base, int threads, Inspection* out) {
     const Piece& p = *pieces[i].second;
     t.stored += p.size;
     t.coders.insert(CoderName(p.coder));
-    if (p.coder == Coder::kArcV3) {
+    if (p.coder == Coder::kArcV3 && !out->payloads) {
+      t.counts_known = false;
+    } else if (p.coder == Coder::kArcV3) {
       t.changed += payload[i].changed;
       t.high += payload[i].exponent_or_sign;
       t.has_high = true;
@@ -224,10 +228,11 @@ Status InspectPieces(const Checkpoint* base, int threads, Inspection* out) {
 
 }  // namespace
 
-Status Inspect(const Reader& reader, const Checkpoint* base, int threads, DeltaInfo* info) {
+Status Inspect(const Reader& reader, bool payloads, const Checkpoint* base, int threads, DeltaInfo* info) {
   *info = DeltaInfo();
   Inspection out;
   out.reader = &reader;
+  out.payloads = payloads || base != nullptr;
   std::map<const TensorEntry*, size_t> index;
   const Manifest& m = reader.manifest();
   for (const FileEntry& f : m.files) {
@@ -274,7 +279,7 @@ Status InspectDeltaFile(const std::string& delta_path, const std::string& base_p
   if (!s.ok()) return Status(s.code(), delta_path + ": " + s.message());
   checkpoint::Checkpoint base;
   if (!base_path.empty()) ARC_V3_RETURN_IF_ERROR(checkpoint::Checkpoint::Open(base_path, &base));
-  return checkpoint::Inspect(reader, base_path.empty() ? nullptr : &base, threads, info);
+  return checkpoint::Inspect(reader, true, base_path.empty() ? nullptr : &base, threads, info);
 }
 
 }  // namespace arc_v3

@@ -13,10 +13,11 @@
 namespace arc_v3 {
 namespace checkpoint {
 
-// Inspects the container `reader` opened; with `base` (may be null) decodes what must be
+// Inspects the container `reader` opened: its manifest, with `payloads` also the arc_v3
+// payloads' statistics, and with `base` (may be null; implies payloads) what must be
 // decoded to count every change. Errors: a piece's or group's (naming its tensor),
 // kChecksumMismatch for a base whose rows differ from the ones the delta was made from.
-Status Inspect(const Reader& reader, const Checkpoint* base, int threads, DeltaInfo* info);
+Status Inspect(const Reader& reader, bool payloads, const Checkpoint* base, int threads, DeltaInfo* info);
 
 }  // namespace checkpoint
 }  // namespace arc_v3

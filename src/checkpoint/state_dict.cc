@@ -112,7 +112,7 @@ Status InspectDelta(const uint8_t* delta, size_t size, DeltaInfo* info) {
   *info = DeltaInfo();
   checkpoint::Reader reader;
   ARC_V3_RETURN_IF_ERROR(OpenDelta(delta, size, &reader));
-  return checkpoint::Inspect(reader, nullptr, 0, info);
+  return checkpoint::Inspect(reader, false, nullptr, 0, info);
 }
 
 }  // namespace arc_v3

@@ -144,7 +144,7 @@ TEST_CASE("a file delta: diff, verify, apply bit for bit, inspect; a wrong base 
   for (const arc_v3::DeltaTensorInfo& t : info.tensors) {
     CHECK(t.kind == "delta");
     CHECK(t.changes_known);
-    CHECK(t.arc_v3);
+    CHECK(t.chunks_known);
     CHECK(t.high == 0);  // only last-place changes
     CHECK(t.coder_summary.rfind("arc_v3:", 0) == 0);
     counted += t.changed;
@@ -163,12 +163,22 @@ TEST_CASE("a file delta: diff, verify, apply bit for bit, inspect; a wrong base 
   CHECK(counted == changed);
   CHECK(stored < info.delta_bytes);
 
-  // The same bytes in memory inspect alike.
+  // The same bytes in memory: the manifest alone (no payload read), the same tensors,
+  // groups and sizes; no chunk counts.
   const std::string bytes = ReadAll(dir / "step.a3d");
   DeltaInfo from_memory;
   REQUIRE(arc_v3::InspectDelta(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), &from_memory).ok());
-  CHECK(from_memory.tensors.size() == 4);
+  REQUIRE(from_memory.tensors.size() == 4);
   CHECK(from_memory.groups.size() == info.groups.size());
+  for (size_t i = 0; i < 4; ++i) {
+    const arc_v3::DeltaTensorInfo& t = from_memory.tensors[i];
+    CHECK(t.name == info.tensors[i].name);
+    CHECK(t.delta_bytes == info.tensors[i].delta_bytes);
+    CHECK(t.group == info.tensors[i].group);
+    CHECK_FALSE(t.chunks_known);
+    CHECK_FALSE(t.changes_known);
+    CHECK(t.coder_summary == "arc_v3");
+  }
 
   // A wrong base: refused, naming a tensor, and no output appears.
   WriteSafetensors(dir / "other.safetensors", Model(7));

@@ -9,7 +9,7 @@
 // Promises checked: no crash or out-of-bounds access, every accepted piece and group lies
 // inside the data section, groups hold only non-empty BF16 delta tensors of their file,
 // decoded pieces and groups match their target checksum, and InspectDelta of the same
-// bytes lists every tensor and group once.
+// container lists every tensor and group once.
 #include <zstd.h>
 
 #include <algorithm>
@@ -21,6 +21,7 @@
 
 #include "arc_v3_checkpoint.hpp"
 #include "src/checkpoint/container.h"
+#include "src/checkpoint/inspect.h"
 #include "src/checkpoint/safetensors.h"
 #include "tests/fuzz/fuzz_common.h"
 
@@ -148,20 +149,20 @@ int FuzzContainer(const uint8_t* data, size_t size) {
       }
     }
   }
-  // What inspect reports of the same bytes: the payloads' statistics, read from untrusted
-  // bytes (Python's inspect_delta takes them from anywhere).
+  // What inspect reports of the same container, its payloads' statistics read from
+  // untrusted bytes (`arc_v3 inspect` of any file).
   DeltaInfo info;
-  if (InspectDelta(bytes.data(), bytes.size(), &info).ok()) {
+  if (checkpoint::Inspect(reader, true, nullptr, 1, &info).ok()) {
     size_t tensors = 0, groups = 0;
     for (const checkpoint::FileEntry& file : reader.manifest().files) {
       tensors += file.tensors.size();
       groups += file.groups.size();
     }
     FUZZ_CHECK(info.tensors.size() == tensors && info.groups.size() == groups && info.delta_bytes == bytes.size(),
-               "InspectDelta lists other tensors or groups than the manifest");
+               "Inspect lists other tensors or groups than the manifest");
     for (const DeltaTensorInfo& t : info.tensors) {
-      FUZZ_CHECK(t.group < static_cast<int64_t>(groups), "InspectDelta names a group that is not there");
-      FUZZ_CHECK(t.delta_bytes <= data_size, "InspectDelta counts more bytes than the data section holds");
+      FUZZ_CHECK(t.group < static_cast<int64_t>(groups), "Inspect names a group that is not there");
+      FUZZ_CHECK(t.delta_bytes <= data_size, "Inspect counts more bytes than the data section holds");
     }
   }
   return 0;

@@ -168,11 +168,11 @@ Json TensorJson(const DeltaTensorInfo& t) {
   } else {
     jt["delta_bytes"] = t.delta_bytes;
   }
-  if (t.arc_v3 && t.group < 0) jt["arc_v3_chunks"] = ChunksJson(t.chunks);
+  if (t.chunks_known && t.group < 0) jt["arc_v3_chunks"] = ChunksJson(t.chunks);
   if (t.changes_known) {
     jt["changed"] = t.changed;
     jt["density"] = t.elements ? static_cast<double>(t.changed) / t.elements : 0;
-    if (t.arc_v3) jt["exponent_or_sign_share"] = t.changed ? static_cast<double>(t.high) / t.changed : 0;
+    if (t.chunks_known) jt["exponent_or_sign_share"] = t.changed ? static_cast<double>(t.high) / t.changed : 0;
   }
   return jt;
 }
@@ -185,7 +185,7 @@ void PrintTensorRow(const DeltaTensorInfo& t) {
   if (t.kind == "delta" && !t.changes_known) std::snprintf(dens, sizeof(dens), "?");
   if (t.changes_known) {
     std::snprintf(dens, sizeof(dens), "%.3f%%", t.elements ? 100.0 * t.changed / t.elements : 0.0);
-    if (t.arc_v3) std::snprintf(hi, sizeof(hi), "%.2f%%", t.changed ? 100.0 * t.high / t.changed : 0.0);
+    if (t.chunks_known) std::snprintf(hi, sizeof(hi), "%.2f%%", t.changed ? 100.0 * t.high / t.changed : 0.0);
   }
   char stored[32], share[16] = "-";
   if (t.group >= 0) {

@@ -165,8 +165,9 @@ struct DeltaTensorInfo {
 struct DeltaGroupInfo {
   std::string file;  // the checkpoint file its members are in
   uint64_t tensors = 0, elements = 0, delta_bytes = 0;
+  bool chunks_known = false;  // its payload was read: `chunks` is known
   ArcV3Chunks chunks;
-  std::string coder_summary;
+  std::string coder_summary;  // "arc_v3:rans+modelled", or "arc_v3" where not read
   bool changes_known = false;  // counted on the decoded group (InspectDeltaFile with a base)
   uint64_t changed = 0;
 };

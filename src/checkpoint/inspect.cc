@@ -100,14 +100,15 @@ DeltaTensorInfo TensorInfo(const TensorInspection& st) {
   return ti;
 }
 
-DeltaGroupInfo GroupInfo(const GroupInspection& gs) {
+DeltaGroupInfo GroupInfo(const GroupInspection& gs, bool payloads) {
   DeltaGroupInfo gi;
   gi.file = gs.file->name;
   gi.tensors = gs.group->members.size();
   gi.elements = gs.group->elements;
   gi.delta_bytes = gs.group->size;
+  gi.chunks_known = payloads;
   gi.chunks = Chunks(gs.payload.chunk_modes);
-  gi.coder_summary = ArcV3CoderNames(gs.payload.chunk_modes);
+  gi.coder_summary = payloads ? ArcV3CoderNames(gs.payload.chunk_modes) : CoderName(Coder::kArcV3);
   gi.changes_known = gs.counted;
   gi.changed = gs.changed;
   return gi;
@@ -261,7 +262,7 @@ Status Inspect(const Reader& reader, bool payloads, const Checkpoint* base, int 
   info->delta_bytes = reader.source().size();
   info->manifest_bytes = reader.manifest_size();
   for (const TensorInspection& st : out.tensors) info->tensors.push_back(TensorInfo(st));
-  for (const GroupInspection& gs : out.groups) info->groups.push_back(GroupInfo(gs));
+  for (const GroupInspection& gs : out.groups) info->groups.push_back(GroupInfo(gs, out.payloads));
   info->removed_tensors = m.removed_tensors;
   info->removed_files = m.removed_files;
   return Status::Ok();

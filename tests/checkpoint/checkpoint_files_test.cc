@@ -157,6 +157,7 @@ TEST_CASE("a file delta: diff, verify, apply bit for bit, inspect; a wrong base 
   CHECK_FALSE(info.groups.empty());  // layers.0.norm is small enough for a group
   for (const arc_v3::DeltaGroupInfo& g : info.groups) {
     CHECK(g.file == "next.safetensors");
+    CHECK(g.chunks_known);
     CHECK(g.changes_known);
     stored += g.delta_bytes;
   }
@@ -178,6 +179,10 @@ TEST_CASE("a file delta: diff, verify, apply bit for bit, inspect; a wrong base 
     CHECK_FALSE(t.chunks_known);
     CHECK_FALSE(t.changes_known);
     CHECK(t.coder_summary == "arc_v3");
+  }
+  for (const arc_v3::DeltaGroupInfo& g : from_memory.groups) {
+    CHECK_FALSE(g.chunks_known);
+    CHECK(g.coder_summary == "arc_v3");
   }
 
   // A wrong base: refused, naming a tensor, and no output appears.

@@ -1,4 +1,4 @@
-// Listing a store's steps and pruning old ones (see sync.h).
+// Listing a store's steps and pruning old ones, keys, store settings (see sync.h).
 #include <algorithm>
 #include <chrono>
 #include <map>
@@ -10,6 +10,14 @@
 
 namespace arc_v3 {
 namespace sync {
+
+StoreOptions ToStoreOptions(const StoreSettings& settings, bool create) {
+  StoreOptions o;
+  o.attempts = settings.retries;
+  o.connections = settings.connections;
+  o.create = create;
+  return o;
+}
 
 Status GenerateKey(const std::string& path, std::string* key_id) {
   SigningKey key;

@@ -11,18 +11,11 @@
 #include "src/sync/sync.h"
 
 namespace arc_v3 {
+
 namespace {
 
-sync::StoreOptions ToStoreOptions(const StoreSettings& settings, bool create) {
-  sync::StoreOptions o;
-  o.attempts = settings.retries;
-  o.connections = settings.connections;
-  o.create = create;
-  return o;
-}
-
 Status Open(const std::string& url, const StoreSettings& settings, bool create, std::unique_ptr<sync::Store>* store) {
-  return sync::OpenStore(url, ToStoreOptions(settings, create), store);
+  return sync::OpenStore(url, sync::ToStoreOptions(settings, create), store);
 }
 
 StoredObject Stored(const sync::ObjectRef& ref) {
@@ -44,7 +37,7 @@ sync::PullOptions ToPullOptions(const PullFilesOptions& options) {
   o.force = options.force;
   o.trust = options.trusted_keys;
   o.run = checkpoint::RunOptions(options.checkpoint);
-  o.store = ToStoreOptions(options.store, false);
+  o.store = sync::ToStoreOptions(options.store);
   return o;
 }
 

@@ -24,13 +24,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double Since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
-sync::StoreOptions Settings(const StoreSettings& s) {
-  sync::StoreOptions o;
-  o.attempts = s.retries;
-  o.connections = s.connections;
-  return o;
-}
-
 }  // namespace
 
 struct Publisher::Impl {
@@ -52,8 +45,8 @@ Status Publisher::Open(const std::string& store_url, const PublisherOptions& opt
                                                    std::to_string(sync::kMaxShards) + ")");
   }
   auto impl = std::make_unique<Impl>();
-  sync::StoreOptions store_options = Settings(options.store);
-  store_options.create = true;  // a local store's first publish makes its directory
+  // A local store's first publish makes its directory.
+  const sync::StoreOptions store_options = sync::ToStoreOptions(options.store, true);
   ARC_V3_RETURN_IF_ERROR(sync::OpenStore(store_url, store_options, &impl->store));
   if (!impl->store->writable()) return Status(ErrorCode::kInvalidArgument, store_url + " is read-only");
   impl->options = options;
@@ -144,7 +137,7 @@ Follower::~Follower() = default;
 Status Follower::Open(const std::string& store_url, const FollowerOptions& options,
                       std::unique_ptr<Follower>* follower) {
   auto impl = std::make_unique<Impl>();
-  impl->store_options = Settings(options.store);
+  impl->store_options = sync::ToStoreOptions(options.store);
   ARC_V3_RETURN_IF_ERROR(sync::OpenStore(store_url, impl->store_options, &impl->store));
   impl->options = options;
   ARC_V3_RETURN_IF_ERROR(sync::LoadTrust(options.trusted_keys, &impl->trust));

@@ -92,6 +92,10 @@ struct CommitResult {
 Status CommitStep(Store* store, uint64_t step, uint32_t count, const std::string& incarnation,
                   CommitResult* result, const std::string& sign_key = "");
 
+// The store options the public StoreSettings (arc_v3_sync.hpp) ask for; `create` as
+// StoreOptions::create.
+StoreOptions ToStoreOptions(const StoreSettings& settings, bool create = false);
+
 using PullReport = PullFilesReport;  // of arc_v3_sync.hpp
 using ::arc_v3::PruneReport;
 using ::arc_v3::StepVerdict;

@@ -154,6 +154,8 @@ struct FollowEvent {
     kWaiting,   // nothing to pull yet (no store, nothing committed, a step named but not
                 // yet readable): `message`; said once per wait
     kRetrying,  // a poll failed and will be tried again: `message`, `failures` in a row
+    kRefused,   // with trusted keys: `step` failed verification (`message` says why); the
+                // step held is kept, and the loop goes on to the next step that verifies
   };
   Kind kind = Kind::kPulled;
   uint64_t step = kNoStep;
@@ -194,8 +196,10 @@ class Follower {
   // until `on_event` (may be empty) returns false for an event it is told: `pulled` is the
   // pull's result for a kPulled event, else null. Polls cost one conditional GET (and,
   // while the pointer stands still, one HEAD for the step after it, which a racing commit
-  // may have left it behind). Errors: Pull's, or kUnavailable after max_failures polls
-  // failed in a row; on an error the tensors hold the last step pulled.
+  // may have left it behind). With trusted keys a step that fails verification is a
+  // kRefused event, not an error: whoever can write the store cannot stop the loop (it is
+  // tried again once `latest` changes). Errors: Pull's, or kUnavailable after
+  // max_failures polls failed in a row; on an error the tensors hold the last step pulled.
   Status Follow(const FollowOptions& options,
                 const std::function<bool(const FollowEvent& event, const FollowResult* pulled)>& on_event);
   uint64_t step() const;  // kNoStep before the first pull

@@ -635,7 +635,8 @@ class PyFollower {
     return ResultDict(r);
   }
   // Follower::Follow. `on_event(kind, result, message, failures)`: kind "pulled" (result:
-  // as pull's, with steps_behind and lag_seconds), "waiting" or "retrying" (result None);
+  // as pull's, with steps_behind and lag_seconds), "waiting", "retrying" or "refused" (a
+  // step that failed verification under trust; result None);
   // a false return stops. A signal (Ctrl-C) ends the wait between polls with its exception.
   void Follow(double interval, py::object until, int max_failures, py::object on_event) {
     arc_v3::FollowOptions o;
@@ -664,8 +665,12 @@ class PyFollower {
           }
           const char* kind = e.kind == arc_v3::FollowEvent::Kind::kPulled    ? "pulled"
                              : e.kind == arc_v3::FollowEvent::Kind::kWaiting ? "waiting"
+                             : e.kind == arc_v3::FollowEvent::Kind::kRefused ? "refused"
                                                                              : "retrying";
-          const py::object keep = on_event(kind, result, e.message, e.failures);
+          const std::string message = e.kind == arc_v3::FollowEvent::Kind::kRefused
+                                          ? "step " + std::to_string(e.step) + " refused: " + e.message
+                                          : e.message;
+          const py::object keep = on_event(kind, result, message, e.failures);
           return keep.is_none() || py::bool_(keep).cast<bool>();
         } catch (py::error_already_set& err) {
           error = std::make_unique<py::error_already_set>(std::move(err));

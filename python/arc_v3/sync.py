@@ -216,14 +216,15 @@ class Follower:
         Returns the step held once it is ``until`` or later, or when ``on_step(step, result)``
         (called after each pull, ``state_dict`` already updated; ``result`` as
         ``last_result`` plus ``steps_behind`` and ``lag_seconds``) returns False.
-        ``on_wait(kind, message)`` hears of waits (``"waiting"``) and retried polls
-        (``"retrying"``). Ctrl-C ends the wait between polls with ``KeyboardInterrupt``."""
+        ``on_wait(kind, message)`` hears of waits (``"waiting"``), retried polls
+        (``"retrying"``) and, with ``trusted_keys``, steps that fail verification
+        (``"refused"``: the tensors held are kept, and the loop goes on to the next step
+        that verifies); it too ends the loop by returning False. Ctrl-C ends the wait between
+        polls with ``KeyboardInterrupt``."""
 
         def on_event(kind, result, message, failures):
             if kind != "pulled":
-                if on_wait is not None:
-                    on_wait(kind, message)
-                return True
+                return on_wait is None or on_wait(kind, message) is not False
             self.last_result = result
             self._refresh()
             return on_step is None or on_step(result["step"], result) is not False

@@ -667,9 +667,13 @@ Status Reader::Open(std::unique_ptr<ByteSource> source, Reader* reader) {
   }
   std::string json;
   ARC_V3_RETURN_IF_ERROR(DecompressManifest(text, manifest_size, &json));
-  const Json root = Json::parse(json, nullptr, /*allow_exceptions=*/false);
-  if (root.is_discarded()) return Corrupt("not valid JSON");
   try {
+    Json root;
+    try {
+      root = strict_json::Parse(json, "the manifest");
+    } catch (const Json::exception&) {
+      return Corrupt("not valid JSON");
+    }
     reader->manifest_ = ManifestFromJson(root, data_size, version);
   } catch (const strict_json::Error& e) {
     return Corrupt(e.what);

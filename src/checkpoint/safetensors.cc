@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "src/checkpoint/strict_json.h"
 #include "src/common/status_macros.h"
 
 namespace arc_v3 {
@@ -162,9 +163,16 @@ Status File::Open(const std::string& path, File* file) {
   result.data_ = result.map_ + 8 + header_size;
   const uint64_t data_size = result.size_ - 8 - header_size;
 
-  nlohmann::json header = nlohmann::json::parse(result.map_ + 8, result.data_, nullptr,
-                                                /*allow_exceptions=*/false);
-  if (header.is_discarded() || !header.is_object()) return Corrupt(path, "header is not a JSON object");
+  nlohmann::json header;
+  try {
+    const char* text = reinterpret_cast<const char*>(result.map_ + 8);
+    header = strict_json::Parse(text, text + header_size, "header");
+  } catch (const strict_json::Error& e) {
+    return Corrupt(path, e.what);  // a tensor named twice: no one reading
+  } catch (const std::exception&) {
+    return Corrupt(path, "header is not a JSON object");
+  }
+  if (!header.is_object()) return Corrupt(path, "header is not a JSON object");
   for (auto it = header.begin(); it != header.end(); ++it) {
     if (it.key() == "__metadata__") {
       ARC_V3_RETURN_IF_ERROR(ParseMetadata(path, *it, &result.metadata_));

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
+#include <vector>
 
 namespace arc_v3 {
 namespace strict_json {
@@ -20,6 +21,32 @@ struct Error {
   std::string what;
 };
 [[noreturn]] inline void Fail(const std::string& what) { throw Error{what}; }
+
+// Parses one JSON text (RFC 8259), refusing an object that names a member twice: nlohmann
+// keeps the last, other readers the first, and a document (a signed one above all) must
+// have exactly one reading. Throws Error naming `where` for a repeated name, and
+// Json::parse_error for text that is not JSON.
+inline Json Parse(const char* begin, const char* end, const std::string& where) {
+  std::vector<std::set<std::string>> names;  // of each object being read, innermost last
+  std::string repeated;
+  const Json::parser_callback_t note = [&](int, Json::parse_event_t event, Json& parsed) {
+    if (event == Json::parse_event_t::object_start) {
+      names.emplace_back();
+    } else if (event == Json::parse_event_t::object_end) {
+      names.pop_back();
+    } else if (event == Json::parse_event_t::key && !names.empty() &&
+               !names.back().insert(parsed.get<std::string>()).second && repeated.empty()) {
+      repeated = parsed.get<std::string>();
+    }
+    return true;
+  };
+  Json doc = Json::parse(begin, end, note);
+  if (!repeated.empty()) Fail(where + " names member '" + repeated + "' twice in one object");
+  return doc;
+}
+inline Json Parse(const std::string& text, const std::string& where) {
+  return Parse(text.data(), text.data() + text.size(), where);
+}
 
 // Rejects unknown fields like reserved bits: a newer writer must bump the version.
 inline void CheckFields(const Json& object, const std::set<std::string>& allowed, const std::string& where) {

@@ -38,11 +38,25 @@ Status VerifyStep(Store* store, const Trust& trust, uint64_t step, std::string* 
   ReadCost cost;
   ARC_V3_RETURN_IF_ERROR(LoadShards(store, &m, nullptr, nullptr, &cost, /*trusting=*/true));
   for (const ShardRecord& r : m.shards) {
-    for (const ObjectRef* ref : {&r.delta, &r.anchor}) {
-      if (ref->present() && (ref->sha256.empty() || ref->head_sha256.empty() || ref->sums_sha256.empty())) {
+    for (const ObjectRef* ref : {&r.delta, &r.anchor, &r.index}) {
+      if (ref->present() && (ref->sha256.empty() || (ref != &r.index && (ref->head_sha256.empty() ||
+                                                                          ref->sums_sha256.empty())))) {
         return Status(ErrorCode::kUntrusted, store->url() + "/" + ShardRecordKey(step, r.shard, r.count, r.incarnation) +
                                                  " names " + ref->key + " without its SHA-256");
       }
+    }
+  }
+  // The index file a full pull writes is small: its bytes are checked too.
+  if (const ObjectRef* index = m.index()) {
+    std::vector<uint8_t> text;
+    const Status s = store->Get(index->key, kMaxDocumentBytes, &text, nullptr);
+    if (s.code() == ErrorCode::kNotFound) {  // not a pruned step (its root is there): damage
+      return Status(ErrorCode::kCorruptChunk, store->url() + "/" + index->key + ", which its record names, is missing");
+    }
+    ARC_V3_RETURN_IF_ERROR(s);
+    if (DigestHex(Sha256(text.data(), text.size())) != index->sha256) {
+      return Status(ErrorCode::kUntrusted, store->url() + "/" + index->key +
+                                               " is not the index its record names (its SHA-256 differs)");
     }
   }
   if (m.base_step != kNoStep) {
@@ -72,7 +86,7 @@ Status VerifySteps(Store* store, const std::vector<std::string>& trust_files, st
     if (step == kNoStep || o.key != RootKey(step)) continue;
     StepVerdict v;
     v.step = step;
-    v.status = VerifyStep(store, trust, step, &v.keyid);
+    v.status = UnderTrust(trust, VerifyStep(store, trust, step, &v.keyid));
     if (v.status.code() == ErrorCode::kNotFound) continue;  // pruned meanwhile
     verdicts->push_back(std::move(v));
   }

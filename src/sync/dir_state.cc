@@ -15,6 +15,7 @@
 
 #include "src/checkpoint/checkpoint_delta.h"
 #include "src/checkpoint/safetensors.h"
+#include "src/checkpoint/strict_json.h"
 #include "src/common/status_macros.h"
 
 namespace arc_v3 {
@@ -102,6 +103,8 @@ OrderedJson StateToJson(const DirState& s) {
                        {"selection", selection},  {"shards", shards}};
   if (s.index) state["index"] = true;
   if (s.run != 0) state["run"] = checkpoint::HexU64(s.run);
+  if (!s.root_sha256.empty()) state["root_sha256"] = s.root_sha256;
+  if (!s.trusted_keys.empty()) state["trusted_keys"] = s.trusted_keys;
   return state;
 }
 
@@ -125,6 +128,14 @@ uint64_t ParseHex(const std::string& text) {
     v = (v << 4) | static_cast<uint64_t>(d);
   }
   return v;
+}
+
+// A SHA-256 in hex (a root's, a key's id): 64 lowercase hex digits.
+std::string Sha256Hex(const Json& j) {
+  Digest digest;
+  const std::string text = j.get<std::string>();
+  if (!ParseDigestHex(text, &digest)) throw std::runtime_error("'" + text + "' is not 64 lowercase hex digits");
+  return text;
 }
 
 // A path inside DIR: relative, without "." or ".." components.
@@ -159,6 +170,12 @@ DirState StateFromJson(const Json& j) {
   s.step = U64(j.at("step"));
   s.manifest_xxh3 = ParseHex(j.at("manifest_xxh3").get<std::string>());
   if (j.contains("run")) s.run = ParseHex(j.at("run").get<std::string>());
+  if (j.contains("root_sha256")) s.root_sha256 = Sha256Hex(j.at("root_sha256"));
+  if (j.contains("trusted_keys")) {
+    const Json& keys = j.at("trusted_keys");
+    if (!keys.is_array() || keys.empty()) throw std::runtime_error("trusted_keys is not a list of key ids");
+    for (const Json& id : keys) s.trusted_keys.push_back(Sha256Hex(id));
+  }
   const Json& sel = j.at("selection");
   if (!sel.is_null()) {
     s.selection.tensors = sel.at("tensors").get<std::string>();
@@ -205,7 +222,9 @@ std::string StateJson(const DirState& state) { return StateToJson(state).dump(1)
 
 Status ParseState(const std::string& text, const std::string& where, DirState* state) {
   try {
-    *state = StateFromJson(Json::parse(text));
+    *state = StateFromJson(strict_json::Parse(text, where));
+  } catch (const strict_json::Error& e) {
+    return Status(ErrorCode::kCorruptHeader, e.what);
   } catch (const std::exception& e) {
     return Status(ErrorCode::kCorruptHeader, where + " is damaged (" + e.what() + ")");
   }
@@ -309,10 +328,12 @@ std::string JournalJson(const Journal& journal) {
 Status ParseJournal(const std::string& text, const std::string& where, Journal* journal) {
   Journal j;
   try {
-    const Json doc = Json::parse(text);
+    const Json doc = strict_json::Parse(text, where);
     for (const Json& m : doc.at("moves")) j.moves.emplace_back(InsidePath(m.at(0)), InsidePath(m.at(1)));
     for (const Json& r : doc.at("removes")) j.removes.push_back(InsidePath(r));
     j.state = StateFromJson(doc.at("state"));
+  } catch (const strict_json::Error& e) {
+    return Status(ErrorCode::kCorruptHeader, e.what);
   } catch (const std::exception& e) {
     return Status(ErrorCode::kCorruptHeader, where + " is damaged (" + e.what() + ")");
   }

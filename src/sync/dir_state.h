@@ -48,6 +48,13 @@ struct DirState {
   uint64_t step = kNoStep;
   uint64_t manifest_xxh3 = 0;  // of the step's manifest bytes: which store's step it is
   uint64_t run = 0;  // the step's run (0: not recorded, a state written before 2.0)
+  // SHA-256 (hex) of the step's root bytes ("": not recorded): a trusting pull's chain
+  // joins DIR only where a signed root names this as its base root's.
+  std::string root_sha256;
+  // The ids of the keys DIR was pulled trusting (empty: pulled without trust). A pull
+  // without trust refuses such a DIR unless it is reset: trust is not switched off by
+  // leaving a flag out.
+  std::vector<std::string> trusted_keys;
   Selection selection;
   std::vector<ShardState> shards;  // in shard order
   bool index = false;  // DIR/model.safetensors.index.json is the step's (written by the pull)

@@ -79,6 +79,8 @@ StepInfo ToStepInfo(const sync::StepListing& l) {
 
 Status PublishFile(const std::string& store_url, const PublishFileOptions& options, PublishFileReport* report) {
   *report = PublishFileReport();
+  // The keys first: a publish that cannot sign leaves no new store directory behind.
+  ARC_V3_RETURN_IF_ERROR(sync::CheckPublishKeys(options.sign_key, options.trust));
   std::unique_ptr<sync::Store> store;
   ARC_V3_RETURN_IF_ERROR(Open(store_url, options.store, true, &store));
   sync::PublishOptions o;

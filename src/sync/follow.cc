@@ -34,12 +34,16 @@ bool Wait(double seconds, const FollowOptions& options) {
 
 }  // namespace
 
-Status FollowLatest(const std::function<Status(Store** store)>& open, uint64_t held, const FollowOptions& options,
-                    const std::function<Status(Store* store, uint64_t step, FollowEvent* event, bool* stop)>& pull,
+Status FollowLatest(const std::function<Status(Store** store)>& open, uint64_t held, bool trusting,
+                    const FollowOptions& options,
+                    const std::function<Status(Store* store, uint64_t step, bool anchor, FollowEvent* event,
+                                               bool* stop)>& pull,
                     const std::function<bool(const FollowEvent& event)>& note) {
   const auto reached = [&] { return options.until != kNoStep && held != kNoStep && held >= options.until; };
   std::string etag;
   uint64_t latest = kNoStep;
+  uint64_t refused = kNoStep;  // refused under trust; tried again once `latest` changes
+  bool around = false;         // a step was refused since the last pull: go by anchors
   int failures = 0;
   bool waiting = false;  // a kWaiting event was given for the current wait
   const auto wait = [&](const Status& why) {
@@ -62,6 +66,7 @@ Status FollowLatest(const std::function<Status(Store** store)>& open, uint64_t h
       if (s.ok() && changed) {
         s = ParseLatest(bytes, store->url() + "/" + kLatestKey, &latest);
         if (s.ok()) etag = info.etag;
+        refused = kNoStep;
       }
     }
     if (s.code() == ErrorCode::kNotFound) {  // no store yet, or nothing committed (or not readable)
@@ -71,15 +76,33 @@ Status FollowLatest(const std::function<Status(Store** store)>& open, uint64_t h
     // The pointer may lag a racing commit: while it stands still, a committed step after
     // it counts too.
     if (s.ok() && !changed && latest != kNoStep) latest = ProbeLater(store, latest);
-    if (s.ok() && latest != kNoStep && (held == kNoStep || latest > held)) {
+    if (s.ok() && latest != kNoStep && (held == kNoStep || latest > held) && latest != refused) {
       FollowEvent e;
       e.kind = FollowEvent::Kind::kPulled;
       e.steps_behind = held == kNoStep ? 0 : latest - held;
       bool stop = false;
-      s = pull(store, latest, &e, &stop);
-      if (s.ok()) {
+      s = pull(store, latest, around, &e, &stop);
+      // Refused under trust: reported, and tried once more by its anchor route (the chain
+      // from the step held may run through what was refused); refused again, it is kept
+      // out until `latest` changes.
+      for (int tries = 0; trusting && s.code() == ErrorCode::kUntrusted && tries < 2; ++tries) {
+        FollowEvent r;
+        r.kind = FollowEvent::Kind::kRefused;
+        r.step = latest;
+        r.message = s.message() + (around ? "" : " (its anchor route is tried next)");
+        if (note && !note(r)) return Status::Ok();
+        s = Status::Ok();
+        if (around) {
+          refused = latest;
+          break;
+        }
+        around = true;
+        s = pull(store, latest, around, &e, &stop);
+      }
+      if (s.ok() && refused != latest) {
         held = e.step;
         waiting = false;
+        around = false;
         if (stop) return Status::Ok();
       } else if (s.code() == ErrorCode::kNotFound) {  // named by the pointer, not committed yet
         if (!wait(s)) return Status::Ok();
@@ -105,6 +128,7 @@ Status FollowLatest(const std::function<Status(Store** store)>& open, uint64_t h
 Status Follow(const std::string& store_url, const std::string& dir, const PullOptions& pull,
               const FollowOptions& options,
               const std::function<bool(const FollowEvent& event, const PullReport* pulled)>& on_event) {
+  ARC_V3_RETURN_IF_ERROR(CheckTrustKept(dir, pull));
   uint64_t held = kNoStep;
   DirectoryStep(dir, &held);  // none yet: kNoStep
   std::unique_ptr<Store> store;
@@ -115,9 +139,10 @@ Status Follow(const std::string& store_url, const std::string& dir, const PullOp
     *out = store.get();
     return Status::Ok();
   };
-  const auto pull_step = [&](Store* from, uint64_t step, FollowEvent* event, bool* stop) {
+  const auto pull_step = [&](Store* from, uint64_t step, bool anchor, FollowEvent* event, bool* stop) {
     PullOptions o = pull;
     o.step = step;
+    o.anchor_route = anchor;
     PullReport report;
     ARC_V3_RETURN_IF_ERROR(Pull(from, dir, o, &report));
     event->step = report.to_step;
@@ -126,7 +151,7 @@ Status Follow(const std::string& store_url, const std::string& dir, const PullOp
     return Status::Ok();
   };
   const auto note = [&](const FollowEvent& event) { return !on_event || on_event(event, nullptr); };
-  return FollowLatest(open, held, options, pull_step, note);
+  return FollowLatest(open, held, !pull.trust.empty(), options, pull_step, note);
 }
 
 }  // namespace sync

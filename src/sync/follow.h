@@ -14,12 +14,18 @@ namespace arc_v3 {
 namespace sync {
 
 // `open` gives the store, opening it if needed (kNotFound: not there yet, waited for);
-// `held` is the step held at the start (kNoStep: none). `pull(store, step, event,
-// stop)` pulls `step`, a committed step newer than the one held: it fills event->step and
-// event->lag_seconds and reports the event to its caller itself, setting *stop to end the
-// loop. `note` is told kWaiting and kRetrying events; false ends the loop.
-Status FollowLatest(const std::function<Status(Store** store)>& open, uint64_t held, const FollowOptions& options,
-                    const std::function<Status(Store* store, uint64_t step, FollowEvent* event, bool* stop)>& pull,
+// `held` is the step held at the start (kNoStep: none). `pull(store, step, anchor, event,
+// stop)` pulls `step`, a committed step newer than the one held (by the anchor route if
+// `anchor`): it fills event->step and event->lag_seconds and reports the event to its
+// caller itself, setting *stop to end the loop. `note` is told kWaiting, kRetrying and
+// kRefused events; false ends the loop. `trusting`: a step `pull` refuses as kUntrusted is
+// a kRefused event, and the loop goes on: it pulls that step again only once `latest`
+// changes, and later steps by their anchor route until one is held (the chain from the
+// step held runs through the refused one).
+Status FollowLatest(const std::function<Status(Store** store)>& open, uint64_t held, bool trusting,
+                    const FollowOptions& options,
+                    const std::function<Status(Store* store, uint64_t step, bool anchor, FollowEvent* event,
+                                               bool* stop)>& pull,
                     const std::function<bool(const FollowEvent& event)>& note);
 
 // Seconds since the Unix epoch, as records' published_at.

@@ -166,11 +166,11 @@ Status ParseDocument(const std::vector<uint8_t>& bytes, const std::string& where
         return Status(ErrorCode::kCorruptHeader, where + " is an envelope of '" + envelope->type + "', not of " +
                                                      kSignedType);
       }
-      const Json doc = Json::parse(envelope->payload);
+      const Json doc = strict_json::Parse(envelope->payload, where);
       parse(doc, Signatures(std::move(envelope)));
       return Status::Ok();
     }
-    const Json doc = Json::parse(bytes.begin(), bytes.end());
+    const Json doc = strict_json::Parse(text, where);
     parse(doc, Signatures());
     return Status::Ok();
   } catch (const strict_json::Error& e) {
@@ -201,9 +201,13 @@ std::string Document(const char* kind, OrderedJson body) {
 
 // A document read by the hashes that name it (`sha256` "": not named by one): absent is
 // kNotFound, other bytes kCorruptChunk, or kUntrusted where only the SHA-256 differs (or,
-// `trusting`, it differs at all).
+// `trusting`, it differs at all, or none names it: the XXH3 is never the only check).
 Status GetNamed(Store* store, const std::string& key, uint64_t xxh3, uint64_t size, const std::string& sha256,
                 bool trusting, std::vector<uint8_t>* bytes, const std::string& named_by) {
+  if (trusting && sha256.empty()) {
+    return Status(ErrorCode::kUntrusted, store->url() + "/" + key + " is named by " + named_by +
+                                             " without a SHA-256 (an unsigned document under a signed one)");
+  }
   Status s = store->Get(key, std::min(size, kMaxDocumentBytes), bytes, nullptr);
   if (!s.ok()) return Status(s.code(), s.message() + " (named by " + named_by + ")");
   const bool sha_differs = !sha256.empty() && DigestHex(Sha256(bytes->data(), bytes->size())) != sha256;
@@ -653,7 +657,11 @@ class ShardLoader {
     const uint32_t groups = GroupCount(m_->count);
     std::vector<uint32_t> missing;
     for (uint32_t g = 0; g < groups; ++g) {
-      if (layouts->count(m_->groups[g].layout_xxh3) == 0) missing.push_back(g);
+      // Under trust a cached layout counts only with the SHA-256 this root names for it.
+      const auto cached = layouts->find(m_->groups[g].layout_xxh3);
+      if (cached == layouts->end() || (trusting_ && cached->second.sha256 != m_->groups[g].layout_sha256)) {
+        missing.push_back(g);
+      }
     }
     std::vector<Layout> read(missing.size());
     ARC_V3_RETURN_IF_ERROR(Round(missing.size(), [&](size_t i) {
@@ -662,6 +670,7 @@ class ShardLoader {
       std::vector<uint8_t> bytes;
       Status s = Get(key, g.layout_xxh3, g.layout_size, g.layout_sha256, root_url_, &bytes);
       if (s.ok()) s = ParseLayout(bytes, store_->url() + "/" + key, &read[i]);
+      if (s.ok()) read[i].sha256 = DigestHex(Sha256(bytes.data(), bytes.size()));
       return s;
     }));
     for (size_t i = 0; i < missing.size(); ++i) (*layouts)[m_->groups[missing[i]].layout_xxh3] = std::move(read[i]);

@@ -124,6 +124,7 @@ struct Layout {
     std::vector<std::string> tensors;
   };
   std::vector<Shard> shards;
+  std::string sha256;  // in memory only: of the bytes it was read from, in hex ("": unknown)
 };
 
 // Written by the last shard of a group to complete: its records by hash, and what the

@@ -15,6 +15,7 @@
 #include "src/common/parallel.h"
 #include "src/common/status_macros.h"
 #include "src/checkpoint/safetensors.h"
+#include "src/checkpoint/strict_json.h"
 #include "src/sync/sync.h"
 
 namespace arc_v3 {
@@ -79,9 +80,9 @@ Status LoadSigner(const std::string& sign_key, const std::vector<std::string>& t
   ARC_V3_RETURN_IF_ERROR(SigningKey::Load(sign_key, signer->key.get()));
   signer->trusted.push_back(signer->key->public_key());
   for (const std::string& path : trust) {
-    PublicKey key;
-    ARC_V3_RETURN_IF_ERROR(PublicKey::Load(path, &key));
-    signer->trusted.push_back(std::move(key));
+    std::vector<PublicKey> keys;
+    ARC_V3_RETURN_IF_ERROR(PublicKey::LoadAll(path, &keys));
+    for (PublicKey& key : keys) signer->trusted.push_back(std::move(key));
   }
   return Status::Ok();
 }
@@ -188,8 +189,16 @@ Status ReadIndex(const std::string& path, std::vector<uint8_t>* bytes) {
   const size_t got = size ? std::fread(bytes->data(), 1, size, f) : 0;
   std::fclose(f);
   if (got != size) return Status(ErrorCode::kInvalidArgument, path + ": cannot read");
-  const nlohmann::json doc = nlohmann::json::parse(bytes->begin(), bytes->end(), nullptr, false);
-  if (doc.is_discarded() || !doc.is_object() || !doc.contains("weight_map") || !doc["weight_map"].is_object()) {
+  nlohmann::json doc;
+  try {
+    const char* text = reinterpret_cast<const char*>(bytes->data());
+    doc = strict_json::Parse(text, text + bytes->size(), path);
+  } catch (const strict_json::Error& e) {
+    return Status(ErrorCode::kInvalidArgument, e.what + " (not one reading)");
+  } catch (const std::exception&) {
+    doc = nullptr;
+  }
+  if (!doc.is_object() || !doc.contains("weight_map") || !doc["weight_map"].is_object()) {
     return Status(ErrorCode::kInvalidArgument, path + ": not a safetensors index (JSON with a \"weight_map\" object)");
   }
   return Status::Ok();
@@ -408,7 +417,12 @@ Status Claim(Store* store, const std::string& key, bool* mine) {
   s = store->Get(key, 4096, &bytes, nullptr);
   if (s.code() == ErrorCode::kNotFound) return Status::Ok();  // released meanwhile: left to its holder
   if (!s.ok() && s.code() != ErrorCode::kCorruptHeader) return s;  // larger than a claim: stale
-  const nlohmann::json doc = nlohmann::json::parse(bytes.begin(), bytes.end(), nullptr, false);
+  nlohmann::json doc;
+  try {
+    const char* text = reinterpret_cast<const char*>(bytes.data());
+    doc = strict_json::Parse(text, text + bytes.size(), key);
+  } catch (...) {  // not one JSON reading: stale, as any damaged claim
+  }
   const bool dated = doc.is_object() && doc.contains("claimed_at") && doc["claimed_at"].is_number();
   *mine = !dated || Now() - doc["claimed_at"].get<double>() > kClaimStale;
   return Status::Ok();
@@ -1020,6 +1034,11 @@ std::string DefaultIncarnation() {
   const char* restarts = std::getenv("TORCHELASTIC_RESTART_COUNT");
   if (restarts != nullptr && *restarts) return std::string("restart-") + restarts;
   return kDefaultIncarnation;
+}
+
+Status CheckPublishKeys(const std::string& sign_key, const std::vector<std::string>& trust) {
+  Signer signer;
+  return LoadSigner(sign_key, trust, &signer);
 }
 
 Status Publish(Store* store, const PublishOptions& o, PublishReport* report) {

@@ -20,6 +20,7 @@
 #include "src/common/parallel.h"
 #include "src/common/status_macros.h"
 #include "src/checkpoint/safetensors.h"
+#include "src/checkpoint/strict_json.h"
 #include "src/sync/apply_hop.h"
 #include "src/sync/dir_state.h"
 #include "src/sync/route.h"
@@ -57,9 +58,9 @@ struct Held {
     const auto it = f->metadata().find(kRowsKey);
     if (it == f->metadata().end()) return Status(ErrorCode::kCorruptHeader, f->path() + " lacks its row ranges");
     try {
-      const nlohmann::json j = nlohmann::json::parse(it->second);
+      const nlohmann::json j = strict_json::Parse(it->second, f->path());
       for (auto e = j.begin(); e != j.end(); ++e) rows[e.key()] = {e.value().at(0).get<uint64_t>(), e.value().at(1).get<uint64_t>()};
-    } catch (const std::exception&) {
+    } catch (...) {
       return Status(ErrorCode::kCorruptHeader, f->path() + ": unreadable row ranges");
     }
     return Status::Ok();
@@ -489,16 +490,41 @@ Status ApplyRoute(const Route& route, const Select& select, const std::vector<Fe
   return Status::Ok();
 }
 
-// The commit of a pull: the staged files' moves into DIR, the files to remove, the state.
+// The step's model.safetensors.index.json, as its record names it: under trust by its
+// signed SHA-256 first (kUntrusted), then by size and XXH3 (kCorruptHeader), then by the
+// SHA-256 a signed record gives (kUntrusted: bytes made to pass the XXH3).
+Status FetchIndex(Store* store, const ObjectRef& index, const Trust& trust, std::vector<uint8_t>* bytes) {
+  const std::string name = store->url() + "/" + index.key;
+  if (trust.on() && index.sha256.empty()) {
+    return Status(ErrorCode::kUntrusted, name + ": its record names it without a SHA-256");
+  }
+  ARC_V3_RETURN_IF_ERROR(UnderTrust(trust, store->Get(index.key, kMaxDocumentBytes, bytes, nullptr)));
+  if (trust.on() && DigestHex(Sha256(bytes->data(), bytes->size())) != index.sha256) {
+    return Status(ErrorCode::kUntrusted, name + " is not the index the step names (its SHA-256 differs)");
+  }
+  if (bytes->size() != index.size || checkpoint::Hash(bytes->data(), bytes->size()) != index.xxh3) {
+    return Status(ErrorCode::kCorruptHeader, name + ": not the index the step names");
+  }
+  if (!index.sha256.empty() && DigestHex(Sha256(bytes->data(), bytes->size())) != index.sha256) {
+    return Status(ErrorCode::kUntrusted, name + " is not the index the step names (its SHA-256 differs)");
+  }
+  return Status::Ok();
+}
+
+// The commit of a pull: the staged files' moves into DIR, the files to remove, the state
+// (with the keys it was pulled trusting).
 Status BuildJournal(Store* store, const std::string& dir, const DirState* old, const Route& route,
                     const Select& select, const std::vector<Fetched>& fetched,
                     const std::vector<std::vector<size_t>>& object_of, const Stage& stage,
-                    const std::vector<std::string>& current, Journal* journal, PullReport* report) {
+                    const std::vector<std::string>& current, const Trust& trust, Journal* journal,
+                    PullReport* report) {
   const Hop& final_hop = route.hops.back();
   const bool partial = select.sel.partial();
   journal->state.store = store->url();
   journal->state.step = final_hop.m.step;
   journal->state.manifest_xxh3 = final_hop.manifest_xxh3;
+  journal->state.root_sha256 = final_hop.root_sha256;
+  journal->state.trusted_keys = trust.ids();
   journal->state.run = final_hop.m.run;
   journal->state.selection = select.sel;
   std::set<std::string> names;
@@ -543,10 +569,7 @@ Status BuildJournal(Store* store, const std::string& dir, const DirState* old, c
   const ObjectRef* index = partial ? nullptr : final_hop.m.index();
   if (index != nullptr) {
     std::vector<uint8_t> bytes;
-    Status s = store->Get(index->key, kMaxDocumentBytes, &bytes, nullptr);
-    if (s.ok() && (bytes.size() != index->size || checkpoint::Hash(bytes.data(), bytes.size()) != index->xxh3)) {
-      s = Status(ErrorCode::kCorruptHeader, store->url() + "/" + index->key + ": not the index the step names");
-    }
+    Status s = FetchIndex(store, *index, trust, &bytes);
     ++report->requests;
     ++report->fetched_objects;
     report->fetched_bytes += bytes.size();
@@ -568,6 +591,17 @@ Status BuildJournal(Store* store, const std::string& dir, const DirState* old, c
   return Status::Ok();
 }
 
+// Trust stays on once a pull took it: a pull without keys would take anyone's steps.
+Status KeptTrust(const std::string& dir, const DirState& state, bool trusting) {
+  if (trusting || state.trusted_keys.empty()) return Status::Ok();
+  const size_t more = state.trusted_keys.size() - 1;
+  return Status(ErrorCode::kUntrusted,
+                dir + " was pulled trusting key " + state.trusted_keys[0].substr(0, 16) +
+                    (more > 0 ? " and " + std::to_string(more) + " more" : "") +
+                    ": a pull without trusted keys would take steps signed by anyone or no one (trust the "
+                    "keys again, or reset the directory to pull it without trust)");
+}
+
 // Which route a retry must not take: DIR's chain (its objects vanished or are damaged, or
 // DIR's rows do not suffice) or the anchor's (its objects are damaged).
 enum class Avoid { kNone, kDir, kAnchor };
@@ -575,7 +609,8 @@ Status PullLocked(Store* store, const std::string& dir, const PullOptions& o, Av
 
 // The layouts a partial pull read stay in DIR/.arc_v3/layouts/XXH3.json for the next pull
 // (a run's layout rarely changes, so a host pays for them once): a file is used only if its
-// bytes hash to its name. Best effort: a cache that cannot be read or written is skipped.
+// bytes hash to its name, and under trust only if its SHA-256 is the one the root names
+// (LoadShards). Best effort: a cache that cannot be read or written is skipped.
 void LoadLayoutCache(const std::string& dir, LayoutCache* layouts) {
   std::error_code ec;
   std::vector<fs::path> damaged;
@@ -588,6 +623,7 @@ void LoadLayoutCache(const std::string& dir, LayoutCache* layouts) {
     const uint64_t xxh3 = checkpoint::Hash(bytes.data(), bytes.size());
     Layout layout;
     if (checkpoint::HexU64(xxh3) == name.substr(0, 16) && ParseLayout(bytes, it->path().string(), &layout).ok()) {
+      layout.sha256 = DigestHex(Sha256(bytes.data(), bytes.size()));  // what a trusting pull compares
       (*layouts)[xxh3] = std::move(layout);
     } else {
       damaged.push_back(it->path());  // fetched again, and rewritten
@@ -606,9 +642,11 @@ void SaveLayoutCache(const std::string& dir, const LayoutCache& layouts, const S
     if (it == layouts.end()) continue;
     const std::string name = checkpoint::HexU64(g.layout_xxh3) + ".json";
     keep.insert(name);
-    if (fs::exists(folder / name, ec)) continue;
     const std::string json = LayoutJson(it->second);
     if (checkpoint::Hash(json.data(), json.size()) != g.layout_xxh3) continue;
+    // A file of other bytes (of the same XXH3) is replaced by the layout the root names.
+    std::ifstream in(folder / name, std::ios::binary);
+    if (in && std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()) == json) continue;
     const fs::path tmp = folder / ("." + name + ".tmp");
     {
       std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
@@ -714,9 +752,11 @@ Status TakeRoute(Store* store, const std::string& dir, const PullOptions& o, Avo
   std::vector<Fetched> fetched;
   std::vector<std::vector<size_t>> object_of;
   ListObjects(route, stage, partial, &fetched, &object_of);
+  const Trust& trust = plan->trust;  // under it, what fails a check is kUntrusted: never rerouted
   Status s = partial ? FetchPieces(store, o.store, UINT64_MAX, &plan->select, &fetched, report, kPrefetchBudget,
-                                   plan->trust)
-                     : FetchWhole(store, o, plan->trust, &fetched, report);
+                                   trust)
+                     : FetchWhole(store, o, trust, &fetched, report);
+  s = UnderTrust(trust, s);
   if (s.code() == ErrorCode::kNotFound && route.from_dir && !avoid_dir) return Retry(store, dir, o, report);
   if (Damaged(s.code()) && !avoid_dir) return Reroute(store, dir, o, route, s, report);
   if (!s.ok()) return s;
@@ -727,7 +767,7 @@ Status TakeRoute(Store* store, const std::string& dir, const PullOptions& o, Avo
     const ShardState& shard = plan->state.shards[k];
     current[k] = (fs::path(dir) / (partial ? shard.rows.path : shard.name)).string();
   }
-  s = ApplyRoute(route, plan->select, fetched, object_of, stage, o, &current, report);
+  s = UnderTrust(trust, ApplyRoute(route, plan->select, fetched, object_of, stage, o, &current, report));
   if (!s.ok() && partial && route.from_dir && !avoid_dir && s.code() == ErrorCode::kChecksumMismatch) {
     return Retry(store, dir, o, report);  // DIR's rows lack what this selection now needs
   }
@@ -735,7 +775,7 @@ Status TakeRoute(Store* store, const std::string& dir, const PullOptions& o, Avo
   if (!s.ok()) return s;
   if (!partial) {
     const auto verify = Clock::now();
-    s = VerifyResults(route.hops.back(), fetched, object_of.back(), current);
+    s = UnderTrust(trust, VerifyResults(route.hops.back(), fetched, object_of.back(), current));
     report->verify_seconds += Since(verify);
     if (Damaged(s.code()) && !avoid_dir) return Reroute(store, dir, o, route, s, report);
     if (!s.ok()) return s;
@@ -743,7 +783,7 @@ Status TakeRoute(Store* store, const std::string& dir, const PullOptions& o, Avo
 
   Journal journal;
   ARC_V3_RETURN_IF_ERROR(BuildJournal(store, dir, plan->have_state ? &plan->state : nullptr, route, plan->select,
-                                      fetched, object_of, stage, current, &journal, report));
+                                      fetched, object_of, stage, current, trust, &journal, report));
   if (o.hook) ARC_V3_RETURN_IF_ERROR(o.hook("commit"));
   const auto commit = Clock::now();
   stage.HandOver();
@@ -769,6 +809,10 @@ Status PullLocked(Store* store, const std::string& dir, const PullOptions& o, Av
   const bool have_state = plan.have_state && !o.reset;
 
   ARC_V3_RETURN_IF_ERROR(LoadTrust(o.trust, &plan.trust));
+  if (have_state) ARC_V3_RETURN_IF_ERROR(KeptTrust(dir, state, plan.trust.on()));
+  // Under trust DIR's files are a base only if a trusting pull wrote them: the chain from
+  // them then links by SHA-256 (PlanRoute); else the pull goes by an anchor.
+  const bool dir_verified = !plan.trust.on() || (!state.trusted_keys.empty() && !state.root_sha256.empty());
   Hop target;
   ARC_V3_RETURN_IF_ERROR(ReadTarget(store, o.step, &target, report, plan.trust));
   if (have_state) {
@@ -779,8 +823,8 @@ Status PullLocked(Store* store, const std::string& dir, const PullOptions& o, Av
     const Status s = CheckDirectory(dir, &plan.state);
     report->verify_seconds += Since(verify);
     ARC_V3_RETURN_IF_ERROR(s);
-    if (state.step == target.m.step && state.manifest_xxh3 == target.manifest_xxh3 &&
-        state.selection == plan.select.sel) {
+    if (state.step == target.m.step && state.manifest_xxh3 == target.manifest_xxh3 && dir_verified &&
+        (!plan.trust.on() || state.root_sha256 == target.root_sha256) && state.selection == plan.select.sel) {
       report->up_to_date = true;
       report->route = "up to date";
       for (const ShardState& sh : state.shards) report->checkpoint_bytes += sh.file.size;
@@ -789,8 +833,8 @@ Status PullLocked(Store* store, const std::string& dir, const PullOptions& o, Av
     }
   }
   Route& route = plan.route;
-  const bool usable = have_state && state.selection == plan.select.sel && avoid != Avoid::kDir;
-  RouteFrom from{state.step, state.manifest_xxh3, static_cast<uint32_t>(state.shards.size())};
+  const bool usable = have_state && dir_verified && state.selection == plan.select.sel && avoid != Avoid::kDir;
+  RouteFrom from{state.step, state.manifest_xxh3, state.root_sha256, static_cast<uint32_t>(state.shards.size())};
   from.only_chain = avoid == Avoid::kAnchor;
   if (from.only_chain && !usable) return Status(ErrorCode::kNotFound, "the directory holds no step on the chain");
   Status s = PlanRoute(store, usable ? &from : nullptr, std::move(target), &route, report, plan.trust);
@@ -826,7 +870,7 @@ Status Pull(Store* store, const std::string& dir, const PullOptions& options, Pu
   if (!fs::is_directory(dir, ec)) return Status(ErrorCode::kInvalidArgument, dir + ": cannot create the directory");
   DirLock lock;
   ARC_V3_RETURN_IF_ERROR(lock.Acquire(dir));  // another pull's: never clean up under it
-  Status s = PullLocked(store, dir, options, Avoid::kNone, report);
+  Status s = PullLocked(store, dir, options, options.anchor_route ? Avoid::kDir : Avoid::kNone, report);
   // A first pull that failed leaves nothing behind: not the directory it made, nor the
   // lock and stage it made inside one that existed (removed while the lock is held).
   const fs::path state_dir = fs::path(dir) / kStateDir;
@@ -835,6 +879,12 @@ Status Pull(Store* store, const std::string& dir, const PullOptions& options, Pu
     fs::remove_all(existed ? state_dir : fs::path(dir), ec);
   }
   return s;
+}
+
+Status CheckTrustKept(const std::string& dir, const PullOptions& options) {
+  DirState state;
+  if (options.reset || !options.trust.empty() || !ReadState(dir, &state).ok()) return Status::Ok();
+  return KeptTrust(dir, state, false);
 }
 
 Status DirectoryStep(const std::string& dir, uint64_t* step) {

@@ -44,6 +44,8 @@ Status Publisher::Open(const std::string& store_url, const PublisherOptions& opt
     return Status(ErrorCode::kInvalidArgument, "rank must be below world_size (at most " +
                                                    std::to_string(sync::kMaxShards) + ")");
   }
+  // The key first: a publisher that cannot sign leaves no new store directory behind.
+  ARC_V3_RETURN_IF_ERROR(sync::CheckPublishKeys(options.sign_key, {}));
   auto impl = std::make_unique<Impl>();
   // A local store's first publish makes its directory.
   const sync::StoreOptions store_options = sync::ToStoreOptions(options.store, true);
@@ -121,9 +123,11 @@ struct Follower::Impl {
   Allocator allocator;
   uint64_t step = kNoStep;
   uint64_t manifest_xxh3 = 0;  // of the step's root
+  std::string root_sha256;     // of the step's root, in hex
   uint64_t run = 0;            // of the step
   sync::Trust trust;
   sync::LayoutCache layouts;   // kept across steps: a run's layout rarely changes
+  bool anchor_route = false;   // Follow: the next Pull goes by the anchor route
   std::vector<checkpoint::HeldTensors> shards;  // per shard
   std::vector<std::string> order;              // names in shard-then-file order
 
@@ -323,6 +327,7 @@ Status Follower::Impl::ApplyHop(const sync::Hop& hop, const std::vector<bool>& t
   result->undo_bytes = std::max(result->undo_bytes, sink.undo_bytes());
   step = hop.m.step;
   manifest_xxh3 = hop.manifest_xxh3;
+  root_sha256 = hop.root_sha256;
   run = hop.m.run;
   result->commit_seconds += times.commit_seconds + Since(commit);
   result->steps.push_back(hop.m.step);
@@ -344,7 +349,7 @@ Status Follower::Pull(uint64_t step, FollowResult* result) {
   result->published_at = target.m.published_at;
   result->committed_at = target.m.committed_at;
   Status s;
-  if (f.step == target.m.step && f.manifest_xxh3 == target.manifest_xxh3) {
+  if (f.step == target.m.step && f.manifest_xxh3 == target.manifest_xxh3 && f.root_sha256 == target.root_sha256) {
     result->up_to_date = true;
     result->route = "up to date";
   } else {
@@ -355,21 +360,22 @@ Status Follower::Pull(uint64_t step, FollowResult* result) {
         st = sync::LoadRoute(f.store.get(), f.select.sel.partial() ? &f.select : nullptr, &f.layouts, route, &report,
                              f.trust);
       }
-      if (!st.ok()) return st;
+      if (!st.ok()) return sync::UnderTrust(f.trust, st);
       result->route = route->name;
       for (const sync::Hop& hop : route->hops) {
         st = f.ApplyHop(hop, route->touched, result, &report);
         if (!st.ok()) break;
       }
-      return st;
+      // Under trust what fails a check is kUntrusted, which is never routed around.
+      return sync::UnderTrust(f.trust, st);
     };
-    const sync::RouteFrom from{f.step, f.manifest_xxh3, static_cast<uint32_t>(f.shards.size())};
+    const sync::RouteFrom from{f.step, f.manifest_xxh3, f.root_sha256, static_cast<uint32_t>(f.shards.size())};
     sync::Route route;
-    s = go(f.step == kNoStep ? nullptr : &from, target, &route);
+    s = go(f.step == kNoStep || f.anchor_route ? nullptr : &from, target, &route);
     if (sync::Damaged(s.code()) && !route.hops.empty()) {
       // The other route around what was met: a chain's step by the anchor route, an
       // anchor's by the chain from the step held now (whatever either costs).
-      sync::RouteFrom now{f.step, f.manifest_xxh3, static_cast<uint32_t>(f.shards.size())};
+      sync::RouteFrom now{f.step, f.manifest_xxh3, f.root_sha256, static_cast<uint32_t>(f.shards.size())};
       now.only_chain = true;
       sync::Route other;
       const Status again = route.from_dir ? go(nullptr, target, &other)
@@ -396,16 +402,19 @@ Status Follower::Follow(const FollowOptions& options,
     *store = impl_->store.get();
     return Status::Ok();
   };
-  const auto pull_step = [&](sync::Store*, uint64_t step, FollowEvent* event, bool* stop) {
+  const auto pull_step = [&](sync::Store*, uint64_t step, bool anchor, FollowEvent* event, bool* stop) {
     FollowResult result;
-    ARC_V3_RETURN_IF_ERROR(Pull(step, &result));
+    impl_->anchor_route = anchor;
+    const Status s = Pull(step, &result);
+    impl_->anchor_route = false;
+    ARC_V3_RETURN_IF_ERROR(s);
     event->step = result.step;
     event->lag_seconds = sync::UnixSeconds() - result.published_at;
     *stop = on_event && !on_event(*event, &result);
     return Status::Ok();
   };
   const auto note = [&](const FollowEvent& event) { return !on_event || on_event(event, nullptr); };
-  return sync::FollowLatest(open, impl_->step, options, pull_step, note);
+  return sync::FollowLatest(open, impl_->step, impl_->trust.on(), options, pull_step, note);
 }
 
 Status GenerateSigningKey(const std::string& path, std::string* key_id) { return sync::GenerateKey(path, key_id); }

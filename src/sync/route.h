@@ -25,9 +25,14 @@ namespace sync {
 struct Trust {
   std::vector<PublicKey> keys;
   bool on() const { return !keys.empty(); }
+  std::vector<std::string> ids() const;  // the keys' ids, sorted, each once
 };
-// Loads PEM public keys (kInvalidArgument naming a file that is not one).
+// Loads every key of each PEM trust file (kInvalidArgument naming a file that is not one).
 Status LoadTrust(const std::vector<std::string>& paths, Trust* trust);
+// What a failed check of the store's bytes is under trust: kUntrusted, its message naming
+// the cause, for a damaged document or object (corrupt, truncated, of an unknown version),
+// which a trusting reader never routes around. Without trust, or any other error: `s`.
+Status UnderTrust(const Trust& trust, Status s);
 // Under trust: the root of `hop` signed by a trusted key (kUntrusted otherwise).
 Status CheckTrusted(const Trust& trust, const StepManifest& root, const std::string& where);
 // Under trust, a holder of `held_step` of run `held_run` (0: not recorded) takes no older
@@ -43,6 +48,7 @@ constexpr uint64_t kMergeGap = uint64_t{256} << 10;
 struct Hop {
   StepManifest m;
   uint64_t manifest_xxh3 = 0;
+  std::string root_sha256;  // of the root's bytes, in hex
   std::vector<bool> anchor;
 };
 const ObjectRef& RefOf(const Hop& hop, size_t shard);
@@ -63,13 +69,17 @@ struct Route {
 struct RouteFrom {
   uint64_t step = kNoStep;
   uint64_t manifest_xxh3 = 0;  // of its step's root
+  // SHA-256 (hex) of its step's root: under trust the chain from it must link to that by
+  // SHA-256 ("": not recorded, no chain under trust).
+  std::string root_sha256;
   uint32_t count = 0;
   bool only_chain = false;  // the chain from it or nothing (kNotFound), whatever the anchor costs
 };
 
 // Walks the chain back from `target` and picks the cheaper of: the deltas after `from`
 // (null: none held), or the target's anchor and the deltas after it.
-// Under trust every root read on the way must be signed and link to the next by SHA-256.
+// Under trust every root read on the way must be signed and link to the next by SHA-256,
+// and the chain joins `from` only where the link names its root's SHA-256.
 Status PlanRoute(Store* store, const RouteFrom* from, Hop target, Route* route, PullReport* report,
                  const Trust& trust = Trust());
 
@@ -106,7 +116,10 @@ class RangeSource : public checkpoint::ByteSource {
   void Add(uint64_t offset, std::vector<uint8_t> bytes);
   // From now on every read of a data range must be one these name, of this SHA-256
   // (offset -> size, digest; kUntrusted otherwise).
-  void SetDigests(std::map<uint64_t, std::pair<uint64_t, Digest>> digests) { digests_ = std::move(digests); }
+  void SetDigests(std::map<uint64_t, std::pair<uint64_t, Digest>> digests) {
+    digests_ = std::move(digests);
+    checked_ = true;
+  }
   // Drops every range fetched ahead: later reads fetch what they need.
   void Release();
   Status Read(uint64_t offset, uint64_t size, std::vector<uint8_t>* scratch, const uint8_t** data) const override;
@@ -118,6 +131,7 @@ class RangeSource : public checkpoint::ByteSource {
   PullReport* report_;
   std::map<uint64_t, std::vector<uint8_t>> ranges_;
   std::map<uint64_t, std::pair<uint64_t, Digest>> digests_;
+  bool checked_ = false;  // SetDigests was called: every read is checked, even with none listed
   Status Check(uint64_t offset, uint64_t size, const uint8_t* data) const;
 };
 

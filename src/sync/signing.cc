@@ -47,6 +47,48 @@ Status ReadText(const std::string& path, std::string* text) {
   return Status::Ok();
 }
 
+// A file's PEM blocks (RFC 7468): "-----BEGIN LABEL-----" to "-----END LABEL-----", each
+// with its two lines; only whitespace may stand between or around them. OpenSSL decodes
+// each block, but skips any text outside them unseen: a key file read in part is refused.
+struct PemBlock {
+  std::string label, text;
+};
+Status SplitPem(const std::string& text, const std::string& name, std::vector<PemBlock>* blocks) {
+  blocks->clear();
+  const auto blank = [](const std::string& line) { return line.find_first_not_of(" \t\r") == std::string::npos; };
+  const auto trimmed = [](std::string line) {
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t')) line.pop_back();
+    return line;
+  };
+  std::istringstream in(text);
+  std::string line;
+  PemBlock* open = nullptr;
+  for (size_t number = 1; std::getline(in, line); ++number) {
+    const std::string t = trimmed(line);
+    const std::string at = name + ", line " + std::to_string(number);
+    if (open == nullptr) {
+      if (blank(t)) continue;
+      if (t.rfind("-----BEGIN ", 0) != 0 || t.size() < 16 || t.compare(t.size() - 5, 5, "-----") != 0) {
+        return Status(ErrorCode::kInvalidArgument, at + ": text outside a PEM block (a key file holds PEM keys only)");
+      }
+      blocks->push_back({t.substr(11, t.size() - 16), ""});
+      open = &blocks->back();
+    } else if (t.rfind("-----", 0) == 0 && t != "-----END " + open->label + "-----") {
+      return Status(ErrorCode::kInvalidArgument, at + ": a PEM block '" + open->label + "' that does not end");
+    }
+    open->text += t + "\n";
+    if (t == "-----END " + open->label + "-----") open = nullptr;
+  }
+  if (open != nullptr) return Status(ErrorCode::kInvalidArgument, name + ": the PEM block '" + open->label + "' does not end");
+  return Status::Ok();
+}
+
+// What a file of private keys is told when it is given for trust, and the other way round.
+bool PrivateLabel(const std::string& label) { return label.find("PRIVATE KEY") != std::string::npos; }
+
+// Never asks for a passphrase: an encrypted key is refused with a message instead.
+int NoPassphrase(char*, int, int, void*) { return -1; }
+
 // `key` if it is an Ed25519 key, else an error naming `name`.
 Status Ed25519Only(EVP_PKEY* key, const std::string& name, const char* what) {
   if (key == nullptr) return Status(ErrorCode::kInvalidArgument, name + " is not a PEM " + what);
@@ -136,24 +178,46 @@ bool ParseDigestHex(const std::string& hex, Digest* digest) {
 }
 
 Status PublicKey::FromPem(const std::string& pem, const std::string& name, PublicKey* key) {
-  std::unique_ptr<BIO, decltype(&BIO_free)> bio(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())), BIO_free);
-  EVP_PKEY* k = PEM_read_bio_PUBKEY(bio.get(), nullptr, nullptr, nullptr);
-  if (k == nullptr) {
-    // A private key file names its public half too.
-    std::unique_ptr<BIO, decltype(&BIO_free)> again(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())),
-                                                    BIO_free);
-    k = PEM_read_bio_PrivateKey(again.get(), nullptr, nullptr, nullptr);
-  }
-  ARC_V3_RETURN_IF_ERROR(Ed25519Only(k, name, "public key"));
-  key->key_ = Own(k);
-  key->id_ = KeyId(k);
+  std::vector<PublicKey> keys;
+  ARC_V3_RETURN_IF_ERROR(AllFromPem(pem, name, &keys));
+  if (keys.size() != 1) return Status(ErrorCode::kInvalidArgument, name + " holds more than one public key");
+  *key = std::move(keys[0]);
   return Status::Ok();
 }
 
-Status PublicKey::Load(const std::string& path, PublicKey* key) {
+Status PublicKey::AllFromPem(const std::string& pem, const std::string& name, std::vector<PublicKey>* keys) {
+  std::vector<PemBlock> blocks;
+  ARC_V3_RETURN_IF_ERROR(SplitPem(pem, name, &blocks));
+  if (blocks.empty()) return Status(ErrorCode::kInvalidArgument, name + " holds no PEM public key");
+  keys->clear();
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const std::string which = name + (blocks.size() > 1 ? " (key " + std::to_string(i + 1) + ")" : "");
+    if (PrivateLabel(blocks[i].label)) {
+      return Status(ErrorCode::kInvalidArgument,
+                    which + " is a private key: trust takes the public half only (KEY.pub, or `openssl pkey -in "
+                            "KEY -pubout`); the private key stays with the trainer");
+    }
+    if (blocks[i].label != "PUBLIC KEY") {
+      return Status(ErrorCode::kInvalidArgument, which + " is a PEM '" + blocks[i].label +
+                                                     "', not a public key (-----BEGIN PUBLIC KEY-----)");
+    }
+    const std::string& text = blocks[i].text;
+    std::unique_ptr<BIO, decltype(&BIO_free)> bio(BIO_new_mem_buf(text.data(), static_cast<int>(text.size())),
+                                                  BIO_free);
+    EVP_PKEY* k = PEM_read_bio_PUBKEY(bio.get(), nullptr, NoPassphrase, nullptr);
+    ARC_V3_RETURN_IF_ERROR(Ed25519Only(k, which, "public key"));
+    PublicKey key;
+    key.key_ = Own(k);
+    key.id_ = KeyId(k);
+    keys->push_back(std::move(key));
+  }
+  return Status::Ok();
+}
+
+Status PublicKey::LoadAll(const std::string& path, std::vector<PublicKey>* keys) {
   std::string pem;
   ARC_V3_RETURN_IF_ERROR(ReadText(path, &pem));
-  return FromPem(pem, path, key);
+  return AllFromPem(pem, path, keys);
 }
 
 bool PublicKey::Verify(const std::string& message, const std::string& signature) const {
@@ -174,8 +238,27 @@ Status SigningKey::Generate(SigningKey* key) {
 Status SigningKey::Load(const std::string& path, SigningKey* key) {
   std::string pem;
   ARC_V3_RETURN_IF_ERROR(ReadText(path, &pem));
-  std::unique_ptr<BIO, decltype(&BIO_free)> bio(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())), BIO_free);
-  EVP_PKEY* k = PEM_read_bio_PrivateKey(bio.get(), nullptr, nullptr, nullptr);
+  std::vector<PemBlock> blocks;
+  ARC_V3_RETURN_IF_ERROR(SplitPem(pem, path, &blocks));
+  if (blocks.size() != 1) {
+    return Status(ErrorCode::kInvalidArgument, path + (blocks.empty() ? " holds no PEM private key"
+                                                                      : " holds more than one PEM block"));
+  }
+  const std::string& label = blocks[0].label;
+  if (label == "ENCRYPTED PRIVATE KEY") {
+    return Status(ErrorCode::kInvalidArgument,
+                  path + " is encrypted: signing reads an unencrypted PKCS#8 key (`openssl pkey -in KEY -out "
+                         "PLAIN`, kept mode 0600 where the trainer runs)");
+  }
+  if (label != "PRIVATE KEY") {
+    return Status(ErrorCode::kInvalidArgument,
+                  path + " is a PEM '" + label + "', not a PKCS#8 private key (-----BEGIN PRIVATE KEY-----, as " +
+                      "`openssl genpkey -algorithm ed25519` writes)" +
+                      (label == "PUBLIC KEY" ? ": signing needs the private key" : ""));
+  }
+  const std::string& text = blocks[0].text;
+  std::unique_ptr<BIO, decltype(&BIO_free)> bio(BIO_new_mem_buf(text.data(), static_cast<int>(text.size())), BIO_free);
+  EVP_PKEY* k = PEM_read_bio_PrivateKey(bio.get(), nullptr, NoPassphrase, nullptr);
   ARC_V3_RETURN_IF_ERROR(Ed25519Only(k, path, "private key"));
   key->key_ = Own(k);
   return PublicKey::FromPem(key->PublicPem(), path, &key->public_);
@@ -269,7 +352,7 @@ bool LooksLikeEnvelope(const std::string& bytes) {
 Status ParseEnvelope(const std::string& bytes, const std::string& where, Envelope* envelope) {
   using namespace strict_json;
   try {
-    const Json j = Json::parse(bytes);
+    const Json j = Parse(bytes, where);
     CheckFields(j, {"payload", "payloadType", "signatures"}, where);
     envelope->type = Str(Field(j, "payloadType", where), where + ".payloadType");
     if (!ParseBase64(Str(Field(j, "payload", where), where + ".payload"), &envelope->payload)) {

@@ -41,9 +41,13 @@ bool ParseDigestHex(const std::string& hex, Digest* digest);
 // as DSSE's reference implementations compute it.
 class PublicKey {
  public:
-  // A PEM public key file (or a private key file: its public half). Errors:
-  // kInvalidArgument naming the file (unreadable, not PEM, not Ed25519).
-  static Status Load(const std::string& path, PublicKey* key);
+  // Every key of a PEM file of public keys (a trust file: one or more "PUBLIC KEY" blocks,
+  // nothing but whitespace around them). Errors: kInvalidArgument naming the file and what
+  // to give instead (unreadable, no key, text outside a block, a private or encrypted key,
+  // not Ed25519).
+  static Status LoadAll(const std::string& path, std::vector<PublicKey>* keys);
+  static Status AllFromPem(const std::string& pem, const std::string& name, std::vector<PublicKey>* keys);
+  // The same, for text holding exactly one public key.
   static Status FromPem(const std::string& pem, const std::string& name, PublicKey* key);
   const std::string& id() const { return id_; }
   // Whether `signature` is this key's Ed25519 signature of `message`.
@@ -58,7 +62,8 @@ class PublicKey {
 class SigningKey {
  public:
   static Status Generate(SigningKey* key);
-  // A PEM private key file. Errors: kInvalidArgument naming the file.
+  // A PEM file holding one unencrypted PKCS#8 Ed25519 private key and nothing else (never
+  // asks for a passphrase). Errors: kInvalidArgument naming the file and what to give.
   static Status Load(const std::string& path, SigningKey* key);
   // Writes `path` (the private key, mode 0600) and `path`.pub; neither may exist
   // (kAlreadyExists), and on error neither is left.

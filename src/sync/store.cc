@@ -89,13 +89,9 @@ class LocalStore : public Store {
                       std::vector<uint8_t>* data, ObjectInfo* info, bool* changed) override {
     ARC_V3_RETURN_IF_ERROR(CheckKey(key));
     const std::string path = Path(key);
-    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return Missing(key, errno);
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-      close(fd);
-      return Status(ErrorCode::kNotFound, Name(key) + ": not a file");
-    }
+    int fd = -1;
+    ARC_V3_RETURN_IF_ERROR(OpenObject(key, &fd, &st));
     const std::string tag = StatTag(st);
     *changed = etag.empty() || tag != etag;
     Status s;
@@ -118,8 +114,9 @@ class LocalStore : public Store {
   Status GetRange(const std::string& key, uint64_t offset, uint64_t size, uint8_t* out) override {
     ARC_V3_RETURN_IF_ERROR(CheckKey(key));
     const std::string path = Path(key);
-    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return Missing(key, errno);
+    struct stat st;
+    int fd = -1;
+    ARC_V3_RETURN_IF_ERROR(OpenObject(key, &fd, &st));
     Status s = ReadAll(fd, out, size, offset, path);
     close(fd);
     if (s.code() == ErrorCode::kTruncated) {
@@ -204,6 +201,27 @@ class LocalStore : public Store {
   Status CheckKey(const std::string& key) const {
     if (!ValidKey(key)) return Status(ErrorCode::kInvalidArgument, "malformed store key '" + key + "'");
     return Status::Ok();
+  }
+
+  // Opens the object at `key` for reading: a regular file only. The open never waits (a
+  // FIFO put there by whoever writes the store would block it for ever), and a directory
+  // is no object (kNotFound); a FIFO, socket or device is kCorruptHeader.
+  Status OpenObject(const std::string& key, int* fd, struct stat* st) const {
+    *fd = open(Path(key).c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (*fd < 0) return Missing(key, errno);
+    Status s;
+    if (fstat(*fd, st) != 0) {
+      s = Errno(ErrorCode::kUnavailable, Name(key) + ": cannot stat");
+    } else if (S_ISDIR(st->st_mode)) {
+      s = Status(ErrorCode::kNotFound, Name(key) + ": not a file");
+    } else if (!S_ISREG(st->st_mode)) {
+      s = Status(ErrorCode::kCorruptHeader, Name(key) + " is not a regular file (a FIFO, socket or device is no object)");
+    }
+    if (!s.ok()) {
+      close(*fd);
+      *fd = -1;
+    }
+    return s;
   }
 
   Status Missing(const std::string& key, int error) const {

@@ -73,6 +73,10 @@ struct PublishReport {
 // publish's objects, whatever the anchor, effort or format asked for now; another file
 // for a published shard is kAlreadyExists, naming what differs.
 Status Publish(Store* store, const PublishOptions& options, PublishReport* report);
+// Loads a publisher's signing key and trusted keys as Publish would (kInvalidArgument
+// naming a file that is not one): for a caller that checks them before opening (and so
+// creating) a store.
+Status CheckPublishKeys(const std::string& sign_key, const std::vector<std::string>& trust);
 // The same from opened checkpoints (options.next and options.prev unused): `prev` empty
 // for an anchor alone, `next` one file (e.g. Checkpoint::FromMemory of a trainer rank's
 // tensors). `in_memory`: containers stay in memory instead of options.work_dir.
@@ -116,6 +120,9 @@ struct PullOptions {
   // differs from a signed digest, is older than DIR's or of another run is kUntrusted,
   // found before anything is decoded (older and other-run steps are taken with `reset`).
   std::vector<std::string> trust;
+  // Take the anchor route even where DIR's chain costs less: a follower whose chain met a
+  // refused step goes around it by the next anchor.
+  bool anchor_route = false;
   checkpoint::RunOptions run;
   StoreOptions store;
   // Test hooks. `hook` is called at "planned" (the route is chosen, nothing fetched),
@@ -139,6 +146,10 @@ Status Pull(Store* store, const std::string& dir, const PullOptions& options, Pu
 Status Follow(const std::string& store_url, const std::string& dir, const PullOptions& pull,
               const FollowOptions& options,
               const std::function<bool(const FollowEvent& event, const PullReport* pulled)>& on_event);
+
+// kUntrusted where `dir` was pulled trusting keys and `options` name none (and no reset):
+// trust is not switched off by leaving the keys out (PROTOCOL.md, "Trust is kept").
+Status CheckTrustKept(const std::string& dir, const PullOptions& options);
 
 // The step a directory holds, from its recorded state (kNotFound: none).
 Status DirectoryStep(const std::string& dir, uint64_t* step);

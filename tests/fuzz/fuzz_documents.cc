@@ -4,9 +4,9 @@
 // envelope parser itself (src/sync/signing.h). Input: one byte choosing the kind, then the
 // document's bytes.
 // Promises checked: no crash or out-of-bounds access; a refusal is an error with a
-// message; what is accepted re-serialises canonically (writing it, reading that and
-// writing it again gives the same bytes); an accepted envelope verifies only against the
-// key that made it.
+// message; what is accepted names no member twice (nor does a signed payload) and
+// re-serialises canonically (writing it, reading that and writing it again gives the same
+// bytes); an accepted envelope verifies only against the key that made it.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -14,6 +14,7 @@
 #include "src/sync/protocol.h"
 #include "src/sync/signing.h"
 #include "tests/fuzz/fuzz_common.h"
+#include "tests/fuzz/fuzz_json.h"
 
 namespace arc_v3 {
 namespace fuzz {
@@ -46,6 +47,8 @@ void RoundTrip(const std::vector<uint8_t>& bytes, const Parse& parse, const Writ
   const Status s = parse(bytes, &doc);
   CheckRefused(s);
   if (!s.ok()) return;
+  CheckOneReading(std::string(bytes.begin(), bytes.end()));
+  if (doc.signatures != nullptr) CheckOneReading(doc.signatures->payload);
   const sync::SigningKey* key = doc.signatures != nullptr ? &FuzzKey() : nullptr;
   const std::string once = write(doc, key);
   Doc again;
@@ -82,6 +85,7 @@ int FuzzDocuments(const uint8_t* data, size_t size) {
       const Status s = sync::ParseLayout(bytes, where, &layout);
       CheckRefused(s);
       if (s.ok()) {
+        CheckOneReading(std::string(bytes.begin(), bytes.end()));
         const std::string once = sync::LayoutJson(layout);
         Layout again;
         FUZZ_CHECK(sync::ParseLayout(Bytes(once), where, &again).ok(), "a written layout is refused");
@@ -94,6 +98,7 @@ int FuzzDocuments(const uint8_t* data, size_t size) {
       const Status s = sync::ParseLatest(bytes, where, &step);
       CheckRefused(s);
       if (s.ok()) {
+        CheckOneReading(std::string(bytes.begin(), bytes.end()));
         uint64_t again = 0;
         FUZZ_CHECK(sync::ParseLatest(Bytes(sync::LatestJson(step)), where, &again).ok() && again == step,
                    "a latest pointer does not round-trip");
@@ -106,6 +111,7 @@ int FuzzDocuments(const uint8_t* data, size_t size) {
       const Status s = sync::ParseEnvelope(text, where, &e);
       CheckRefused(s);
       if (!s.ok()) break;
+      CheckOneReading(text);
       FUZZ_CHECK(!e.signatures.empty() && e.signatures.size() <= 16, "an envelope of 0 or over 16 signatures");
       // Whatever it holds, no signature of it verifies against a key that did not make it,
       // and a signature made now verifies.

@@ -3,13 +3,14 @@
 // and the commit journal `commit.json`. Input: one byte choosing which, then its text.
 // Promises checked: no crash or out-of-bounds access; a refusal is an error with a
 // message; every path accepted stays inside the directory (relative, no `..`); what is
-// accepted re-serialises canonically (written, read back, written again: the same text).
+// accepted names no member twice and re-serialises canonically (written, read back, written again: the same text).
 #include <algorithm>
 #include <cstdint>
 #include <string>
 
 #include "src/sync/dir_state.h"
 #include "tests/fuzz/fuzz_common.h"
+#include "tests/fuzz/fuzz_json.h"
 
 namespace arc_v3 {
 namespace fuzz {
@@ -43,6 +44,7 @@ int FuzzRegionState(const uint8_t* data, size_t size) {
     const Status s = sync::ParseState(text, "state.json", &state);
     FUZZ_CHECK(s.ok() || !s.message().empty(), "an error without a message");
     if (!s.ok()) return 0;
+    CheckOneReading(text);
     CheckState(state);
     const std::string once = sync::StateJson(state);
     sync::DirState again;
@@ -53,6 +55,7 @@ int FuzzRegionState(const uint8_t* data, size_t size) {
     const Status s = sync::ParseJournal(text, "commit.json", &journal);
     FUZZ_CHECK(s.ok() || !s.message().empty(), "an error without a message");
     if (!s.ok()) return 0;
+    CheckOneReading(text);
     for (const auto& move : journal.moves) {
       CheckInside(move.first);
       CheckInside(move.second);

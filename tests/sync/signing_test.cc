@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <fstream>
 
+#include "src/common/status_macros.h"
 #include "tests/sync/sync_test_util.h"
 
 namespace arc_v3 {
@@ -20,6 +21,16 @@ constexpr char kType[] = "application/vnd.arc-v3.sync+json";
 std::string ReadAll(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+void WriteText(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
+
+// A file's one public key.
+Status LoadOne(const std::string& path, PublicKey* key) {
+  std::vector<PublicKey> keys;
+  ARC_V3_RETURN_IF_ERROR(PublicKey::LoadAll(path, &keys));
+  if (keys.size() != 1) return Status(ErrorCode::kInvalidArgument, path + ": not one key");
+  *key = keys[0];
+  return Status::Ok();
 }
 
 TEST_CASE("signing: SHA-256 and base64 match their standards' vectors") {
@@ -78,11 +89,9 @@ TEST_CASE("signing: keys written, loaded and interchangeable with openssl's own 
   SigningKey loaded;
   REQUIRE(SigningKey::Load(path, &loaded).ok());
   CHECK(loaded.id() == key.id());
-  PublicKey pub, from_private;
-  REQUIRE(PublicKey::Load(path + ".pub", &pub).ok());
-  REQUIRE(PublicKey::Load(path, &from_private).ok());
+  PublicKey pub;
+  REQUIRE(LoadOne(path + ".pub", &pub).ok());
   CHECK(pub.id() == key.id());
-  CHECK(from_private.id() == key.id());
   std::string sig;
   REQUIRE(loaded.Sign("message", &sig).ok());
   CHECK(sig.size() == 64);
@@ -96,10 +105,10 @@ TEST_CASE("signing: keys written, loaded and interchangeable with openssl's own 
   // Not keys: a missing file, text, a truncated PEM, an RSA key.
   CHECK(SigningKey::Load(tmp / "none", &loaded).code() == ErrorCode::kInvalidArgument);
   { std::ofstream(tmp / "text") << "hello\n"; }
-  CHECK(PublicKey::Load(tmp / "text", &pub).code() == ErrorCode::kInvalidArgument);
+  CHECK(LoadOne(tmp / "text", &pub).code() == ErrorCode::kInvalidArgument);
   const std::string pem = ReadAll(path + ".pub");
   { std::ofstream(tmp / "cut.pub") << pem.substr(0, pem.size() / 2); }
-  CHECK(PublicKey::Load(tmp / "cut.pub", &pub).code() == ErrorCode::kInvalidArgument);
+  CHECK(LoadOne(tmp / "cut.pub", &pub).code() == ErrorCode::kInvalidArgument);
   if (std::system("command -v openssl > /dev/null") == 0) {
     const std::string rsa = tmp / "rsa.pem", ed = tmp / "ed.pem";
     REQUIRE(std::system(("openssl genpkey -algorithm rsa -pkeyopt rsa_keygen_bits:1024 -out " + rsa +
@@ -111,7 +120,7 @@ TEST_CASE("signing: keys written, loaded and interchangeable with openssl's own 
     REQUIRE(std::system(("openssl genpkey -algorithm ed25519 -out " + ed + " && openssl pkey -in " + ed +
                          " -pubout -out " + ed + ".pub").c_str()) == 0);
     REQUIRE(SigningKey::Load(ed, &loaded).ok());
-    REQUIRE(PublicKey::Load(ed + ".pub", &pub).ok());
+    REQUIRE(LoadOne(ed + ".pub", &pub).ok());
     CHECK(pub.id() == loaded.id());
     REQUIRE(loaded.Sign("m", &sig).ok());
     CHECK(pub.Verify("m", sig));
@@ -123,6 +132,67 @@ TEST_CASE("signing: keys written, loaded and interchangeable with openssl's own 
                        " -sigfile " + tmp / "msg.sig > /dev/null").c_str()) == 0);
   } else {
     MESSAGE("openssl(1) is not installed: its key files were not tried");
+  }
+}
+
+TEST_CASE("signing: a trust file's every key is trusted; what is no public key is refused, saying what to give") {
+  TempDir tmp;
+  SigningKey a, b;
+  REQUIRE(SigningKey::Generate(&a).ok());
+  REQUIRE(SigningKey::Generate(&b).ok());
+  REQUIRE(a.Write(tmp / "a.key").ok());
+  const std::string two = tmp / "two.pub";
+  // Two keys in one file (the trainer's second): both are trusted, in order.
+  WriteText(two, b.PublicPem() + "\n" + a.PublicPem());
+  std::vector<PublicKey> keys;
+  REQUIRE(PublicKey::LoadAll(two, &keys).ok());
+  REQUIRE(keys.size() == 2);
+  CHECK(keys[0].id() == b.id());
+  CHECK(keys[1].id() == a.id());
+  std::string sig;
+  REQUIRE(a.Sign("m", &sig).ok());
+  CHECK(keys[1].Verify("m", sig));
+  const auto refused = [&](const std::string& name, const std::string& text, const std::string& says) {
+    INFO(name);
+    WriteText(tmp / name, text);
+    const Status s = PublicKey::LoadAll(tmp / name, &keys);
+    CHECK(s.code() == ErrorCode::kInvalidArgument);
+    CHECK(s.message().find(says) != std::string::npos);
+    CHECK(s.message().find(tmp / name) != std::string::npos);
+    INFO(s.message());
+  };
+  const std::string priv = ReadAll(tmp / "a.key");
+  refused("private.pem", priv, "is a private key: trust takes the public half");
+  refused("both.pem", a.PublicPem() + priv, "is a private key");
+  refused("trailing.pub", a.PublicPem() + "garbage\n", "line 4: text outside a PEM block");
+  refused("leading.pub", "# trainer key\n" + a.PublicPem(), "line 1: text outside a PEM block");
+  refused("empty.pub", "\n \n", "holds no PEM public key");
+  refused("unended.pub", a.PublicPem().substr(0, a.PublicPem().rfind("-----END")), "does not end");
+  refused("cert.pem", "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n", "not a public key");
+  // A signing key must be one unencrypted private key.
+  SigningKey loaded;
+  Status s = SigningKey::Load(tmp / "a.key.pub", &loaded);
+  CHECK(s.code() == ErrorCode::kInvalidArgument);
+  CHECK(s.message().find("signing needs the private key") != std::string::npos);
+  WriteText(tmp / "extra.key", priv + "more\n");
+  CHECK(SigningKey::Load(tmp / "extra.key", &loaded).code() == ErrorCode::kInvalidArgument);
+  if (std::system("command -v openssl > /dev/null") == 0) {
+    // Encrypted: refused at once with what to do, never a passphrase prompt (stdin closed).
+    const std::string enc = tmp / "enc.key";
+    REQUIRE(std::system(("openssl genpkey -algorithm ed25519 -aes-256-cbc -pass pass:secret -out " + enc +
+                         " 2> /dev/null").c_str()) == 0);
+    s = SigningKey::Load(enc, &loaded);
+    CHECK(s.code() == ErrorCode::kInvalidArgument);
+    CHECK(s.message().find("is encrypted") != std::string::npos);
+    CHECK(PublicKey::LoadAll(enc, &keys).code() == ErrorCode::kInvalidArgument);
+    // An RSA public key is no trust.
+    const std::string rsa = tmp / "rsa.pem";
+    REQUIRE(std::system(("openssl genpkey -algorithm rsa -pkeyopt rsa_keygen_bits:1024 2> /dev/null | openssl pkey "
+                         "-pubout -out " + rsa).c_str()) == 0);
+    s = PublicKey::LoadAll(rsa, &keys);
+    CHECK(s.message().find("not an Ed25519 key") != std::string::npos);
+  } else {
+    MESSAGE("openssl(1) is not installed: encrypted and RSA keys were not tried");
   }
 }
 

@@ -161,9 +161,11 @@ void SyncCommands::AddPull(CLI::App* app) {
                   "step's names are replaced, others left alone");
   pull_->add_flag("--no-sync", no_sync_, "Skip fsync (benchmarks only: not crash-safe)");
   pull_->add_option("--trust", trust_,
-                    "Take only steps signed by this public key (repeatable: a rotation), every byte\n"
-                    "checked against its signed SHA-256, never an older step or another run than DIR's\n"
-                    "(--reset takes them); else exit 8, DIR unchanged")
+                    "Take only steps signed by a key of this PEM file of public keys (repeatable: a\n"
+                    "rotation), every byte checked against its signed SHA-256, never an older step or\n"
+                    "another run than DIR's (--reset takes them); else exit 8, DIR unchanged. DIR then\n"
+                    "stays trusting: a later pull without --trust is refused (exit 8) unless --reset.\n"
+                    "ARC_V3_TRUST set but empty is refused (exit 8)")
       ->envname("ARC_V3_TRUST");
   AddCommon(pull_, true);
 }
@@ -182,7 +184,9 @@ void SyncCommands::AddFollow(CLI::App* app) {
   follow_->add_option("--rows", rows_, "As pull --rows");
   follow_->add_flag("--no-sync", no_sync_, "Skip fsync (benchmarks only: not crash-safe)");
   follow_->add_flag("-f,--force", force_, "As pull --force");
-  follow_->add_option("--trust", trust_, "As pull --trust (without it, steps are not authenticated)")
+  follow_->add_option("--trust", trust_,
+                      "As pull --trust (without it, steps are not authenticated); a step that does not\n"
+                      "verify is reported and skipped, DIR kept, and the follow goes on")
       ->envname("ARC_V3_TRUST");
   follow_->add_option("--max-failures", max_failures_, "Give up after this many failed polls in a row (default 10)")
       ->check(CLI::PositiveNumber);
@@ -243,6 +247,15 @@ int SyncCommands::Run() {
   }
   pull.force = force_;
   pull.trusted_keys = trust_;
+  // An emptied variable is no way to switch trust off: a region's settings that lose the
+  // key must not quietly take anyone's steps.
+  const char* env_trust = std::getenv("ARC_V3_TRUST");
+  if ((pull_->parsed() || follow_->parsed() || (log_->parsed() && verify_)) && trust_.empty() && env_trust != nullptr &&
+      std::string(env_trust).find_first_not_of(" \t\n") == std::string::npos) {
+    return Fail(Name(), json_, Status(ErrorCode::kUntrusted,
+                                      "ARC_V3_TRUST is set but empty: name the trusted public key file(s), or unset "
+                                      "it to pull without trust"));
+  }
   if (pull_->parsed()) return RunPull(pull);
   if (follow_->parsed()) return RunFollow(pull);
   if (log_->parsed()) return verify_ ? RunVerify() : RunLog();
@@ -368,6 +381,14 @@ int SyncCommands::RunFollow(const PullFilesOptions& pull) {
   const Status s = FollowFiles(store_, dir_, pull, follow, [&](const FollowEvent& e, const PullFilesReport* r) {
     if (e.kind == FollowEvent::Kind::kWaiting) {
       std::fprintf(stderr, "arc_v3 follow: waiting: %s\n", e.message.c_str());
+    } else if (e.kind == FollowEvent::Kind::kRefused) {
+      std::fprintf(stderr, "arc_v3 follow: refused step %" PRIu64 " (%s keeps what it holds; watching for a step that "
+                           "verifies): %s\n", e.step, dir_.c_str(), e.message.c_str());
+      if (json_) {
+        std::cout << Json{{"command", "follow"}, {"refused_step", e.step}, {"error", "untrusted"},
+                          {"exit_code", kExitUntrusted}, {"message", e.message}}.dump()
+                  << std::endl;
+      }
     } else if (e.kind == FollowEvent::Kind::kRetrying) {
       std::fprintf(stderr, "arc_v3 follow: retrying (%d of %d): %s\n", e.failures, max_failures_, e.message.c_str());
     } else if (json_) {

@@ -349,3 +349,15 @@ def test_signed_steps_a_trusting_follower_takes_only_its_trainers_steps(store, t
     assert only_trainer.step == 2
     for name, value in only_trainer.state_dict.items():
         assert torch.equal(value, held[name])
+    # A trusting follow reports the refused step ("refused") and keeps watching; it is
+    # stopped here by on_wait, still holding step 2.
+    heard = []
+
+    def on_wait(kind, message):
+        heard.append((kind, message))
+        return kind != "refused"
+
+    assert only_trainer.follow(interval=0.05, on_wait=on_wait) == 2
+    assert heard and heard[0][0] == "refused" and "step 3" in heard[0][1]
+    for name, value in only_trainer.state_dict.items():
+        assert torch.equal(value, held[name])

@@ -469,6 +469,25 @@ run_signed() {
   ! grep -q "not authenticated" err.txt || fail "a trusting follow says steps are not authenticated"
   expect_rc 0 timeout 60 "$CLI" follow "$S" "$W/Plain" --interval 0.2 --until 2 -q
   grep -q "steps are not authenticated" err.txt || fail "follow without --trust says nothing: $(cat err.txt)"
+  # Trust stays on: the trusting DIR refuses a pull or follow without keys, and an emptied
+  # ARC_V3_TRUST is no way to switch it off (exit 8, DIR unchanged).
+  local held
+  held="$(cd "$W/R" && find . -type f ! -name lock -exec sha256sum {} + | sort)"
+  expect_rc 8 "$CLI" pull "$S" "$W/R"
+  grep -q "pulled trusting key" err.txt || fail "a pull without --trust of a trusting DIR: $(cat err.txt)"
+  expect_rc 8 timeout 60 "$CLI" follow "$S" "$W/R" --interval 0.2 --until 2
+  ARC_V3_TRUST= expect_rc 8 "$CLI" pull "$S" "$W/R"
+  grep -q "ARC_V3_TRUST is set but empty" err.txt || fail "an empty ARC_V3_TRUST: $(cat err.txt)"
+  ARC_V3_TRUST= expect_rc 8 "$CLI" pull "$S" "$W/Fresh"
+  [ ! -e "$W/Fresh" ] || fail "an empty ARC_V3_TRUST made a directory"
+  [ "$(cd "$W/R" && find . -type f ! -name lock -exec sha256sum {} + | sort)" = "$held" ] ||
+    fail "a refused pull without keys changed DIR"
+  # A trust file holds every key it lists (here the trainer's second); a private key
+  # given for trust is refused, saying what to give.
+  cat "$W/evil.key.pub" "$W/trainer.key.pub" > "$W/both.pub"
+  expect_rc 0 "$CLI" pull "$S" "$W/R" --trust "$W/both.pub"
+  expect_rc 1 "$CLI" pull "$S" "$W/R" --trust "$W/trainer.key"
+  grep -q "is a private key: trust takes the public half" err.txt || fail "a private key for --trust: $(cat err.txt)"
   expect_rc 0 "$CLI" log "$S" --verify --trust "$W/trainer.key.pub"
   [ "$(grep -c ' verified (key ' out.txt)" = 3 ] || fail "log --verify: $(cat out.txt)"
   expect_rc 8 "$CLI" log "$S" --verify --trust "$W/evil.key.pub"
@@ -485,6 +504,12 @@ run_signed() {
   [ "$(tool get out.txt error)" = untrusted ] || fail "pull of the attacker's step: $(cat out.txt)"
   [ "$(cd "$W/R" && find . -type f ! -name lock -exec sha256sum {} + | sort)" = "$before" ] ||
     fail "a refused pull changed DIR"
+  # A trusting follow reports the step it refuses and goes on watching (stopped here by
+  # timeout's TERM, exit 124), DIR unchanged.
+  expect_rc 124 timeout 3 "$CLI" follow "$S" "$W/R" --interval 0.2 --trust "$W/trainer.key.pub"
+  grep -q "refused step 3" err.txt || fail "a trusting follow of a forged step: $(cat err.txt)"
+  [ "$(cd "$W/R" && find . -type f ! -name lock -exec sha256sum {} + | sort)" = "$before" ] ||
+    fail "a refusing follow changed DIR"
   # ... and the trainer's step 2 rewritten as an unsigned root of the same contents, by
   # another client: a new trusting region refuses it (exit 8, nothing left), an
   # untrusting one takes it.

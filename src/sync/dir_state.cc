@@ -104,6 +104,7 @@ OrderedJson StateToJson(const DirState& s) {
   if (s.index) state["index"] = true;
   if (s.run != 0) state["run"] = checkpoint::HexU64(s.run);
   if (!s.root_sha256.empty()) state["root_sha256"] = s.root_sha256;
+  if (!s.incarnation.empty()) state["incarnation"] = s.incarnation;
   if (!s.trusted_keys.empty()) state["trusted_keys"] = s.trusted_keys;
   return state;
 }
@@ -171,6 +172,10 @@ DirState StateFromJson(const Json& j) {
   s.manifest_xxh3 = ParseHex(j.at("manifest_xxh3").get<std::string>());
   if (j.contains("run")) s.run = ParseHex(j.at("run").get<std::string>());
   if (j.contains("root_sha256")) s.root_sha256 = Sha256Hex(j.at("root_sha256"));
+  if (j.contains("incarnation")) {
+    s.incarnation = j.at("incarnation").get<std::string>();
+    if (!ValidIncarnation(s.incarnation)) throw std::runtime_error("not an incarnation: '" + s.incarnation + "'");
+  }
   if (j.contains("trusted_keys")) {
     const Json& keys = j.at("trusted_keys");
     if (!keys.is_array() || keys.empty()) throw std::runtime_error("trusted_keys is not a list of key ids");

@@ -51,6 +51,7 @@ struct DirState {
   // SHA-256 (hex) of the step's root bytes ("": not recorded): a trusting pull's chain
   // joins DIR only where a signed root names this as its base root's.
   std::string root_sha256;
+  std::string incarnation;  // of the step's root ("": not recorded, a state before 2.0)
   // The ids of the keys DIR was pulled trusting (empty: pulled without trust). A pull
   // without trust refuses such a DIR unless it is reset: trust is not switched off by
   // leaving a flag out.

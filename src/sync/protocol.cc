@@ -769,7 +769,9 @@ class ShardLoader {
         (!m.groups[g].layout_sha256.empty() && gi.layout_sha256 != m.groups[g].layout_sha256)) {
       return Status(ErrorCode::kCorruptHeader, where + " names another layout than its root");
     }
-    if (gi.base_step != kNoStep && gi.base_step != m.base_step && !gi.anchors) {
+    // A base the root names binds every group with deltas, anchor steps' too: a chain
+    // route applies their deltas.
+    if (gi.base_step != kNoStep && (m.base_step != kNoStep || !gi.anchors) && gi.base_step != m.base_step) {
       return Status(ErrorCode::kCorruptHeader, where + ".base_step differs from the step's");
     }
     if (m.anchor() && !gi.anchors) {
@@ -783,7 +785,7 @@ class ShardLoader {
     if (r.step != m.step || r.shard != k || r.count != m.count || r.incarnation != m.incarnation) {
       return Status(ErrorCode::kCorruptHeader, where + " is not shard " + std::to_string(k) + " of this step");
     }
-    if (r.delta.present() && !m.anchor() &&
+    if (r.delta.present() && (m.base_step != kNoStep || !m.anchor()) &&
         (r.base_step != m.base_step || r.base_incarnation != group.base_incarnation)) {
       return Status(ErrorCode::kCorruptHeader, where + ".base_step or base_incarnation differs from its group's");
     }

@@ -285,7 +285,7 @@ Status VerifyObject(const Fetched& f, Store* store, const Trust& trust) {
   }
   Reader reader;
   Status s = Reader::Open(std::move(file), &reader);
-  if (s.ok()) s = CheckLayout(reader, name);
+  if (s.ok()) s = CheckLayout(reader, *f.record, name);
   return s.ok() ? s : Status(s.code(), name + ": " + s.message());
 }
 
@@ -524,6 +524,7 @@ Status BuildJournal(Store* store, const std::string& dir, const DirState* old, c
   journal->state.step = final_hop.m.step;
   journal->state.manifest_xxh3 = final_hop.manifest_xxh3;
   journal->state.root_sha256 = final_hop.root_sha256;
+  journal->state.incarnation = final_hop.m.incarnation;
   journal->state.trusted_keys = trust.ids();
   journal->state.run = final_hop.m.run;
   journal->state.selection = select.sel;
@@ -732,6 +733,7 @@ void ListObjects(const Route& route, const Stage& stage, bool partial, std::vect
       f.hop = h;
       f.shard = k;
       f.ref = RefOf(route.hops[h], k);
+      f.record = &route.hops[h].m.shards[k];
       f.path = stage.Path("objects/" + std::to_string(fetched->size() - 1) + ".a3d");
       // A shard none of whose records on the route names a selected tensor needs no byte
       // of its objects (nor do its small tensors: a group is kept whole only for a selected
@@ -834,7 +836,8 @@ Status PullLocked(Store* store, const std::string& dir, const PullOptions& o, Av
   }
   Route& route = plan.route;
   const bool usable = have_state && dir_verified && state.selection == plan.select.sel && avoid != Avoid::kDir;
-  RouteFrom from{state.step, state.manifest_xxh3, state.root_sha256, static_cast<uint32_t>(state.shards.size())};
+  RouteFrom from{state.step, state.manifest_xxh3, state.root_sha256, static_cast<uint32_t>(state.shards.size()),
+                 state.incarnation};
   from.only_chain = avoid == Avoid::kAnchor;
   if (from.only_chain && !usable) return Status(ErrorCode::kNotFound, "the directory holds no step on the chain");
   Status s = PlanRoute(store, usable ? &from : nullptr, std::move(target), &route, report, plan.trust);

@@ -124,6 +124,7 @@ struct Follower::Impl {
   uint64_t step = kNoStep;
   uint64_t manifest_xxh3 = 0;  // of the step's root
   std::string root_sha256;     // of the step's root, in hex
+  std::string incarnation;     // of the step's root
   uint64_t run = 0;            // of the step
   sync::Trust trust;
   sync::LayoutCache layouts;   // kept across steps: a run's layout rarely changes
@@ -290,6 +291,7 @@ Status Follower::Impl::ApplyHop(const sync::Hop& hop, const std::vector<bool>& t
   for (size_t k = 0; k < hop.m.count; ++k) {
     fetched[k].shard = k;
     fetched[k].ref = sync::RefOf(hop, k);
+    fetched[k].record = &hop.m.shards[k];
     fetched[k].skipped = !touched[k];  // holds no selected tensor: nothing of it is read
     object[k] = k;
   }
@@ -328,6 +330,7 @@ Status Follower::Impl::ApplyHop(const sync::Hop& hop, const std::vector<bool>& t
   step = hop.m.step;
   manifest_xxh3 = hop.manifest_xxh3;
   root_sha256 = hop.root_sha256;
+  incarnation = hop.m.incarnation;
   run = hop.m.run;
   result->commit_seconds += times.commit_seconds + Since(commit);
   result->steps.push_back(hop.m.step);
@@ -369,13 +372,15 @@ Status Follower::Pull(uint64_t step, FollowResult* result) {
       // Under trust what fails a check is kUntrusted, which is never routed around.
       return sync::UnderTrust(f.trust, st);
     };
-    const sync::RouteFrom from{f.step, f.manifest_xxh3, f.root_sha256, static_cast<uint32_t>(f.shards.size())};
+    const sync::RouteFrom from{f.step, f.manifest_xxh3, f.root_sha256, static_cast<uint32_t>(f.shards.size()),
+                               f.incarnation};
     sync::Route route;
     s = go(f.step == kNoStep || f.anchor_route ? nullptr : &from, target, &route);
     if (sync::Damaged(s.code()) && !route.hops.empty()) {
       // The other route around what was met: a chain's step by the anchor route, an
       // anchor's by the chain from the step held now (whatever either costs).
-      sync::RouteFrom now{f.step, f.manifest_xxh3, f.root_sha256, static_cast<uint32_t>(f.shards.size())};
+      sync::RouteFrom now{f.step, f.manifest_xxh3, f.root_sha256, static_cast<uint32_t>(f.shards.size()),
+                          f.incarnation};
       now.only_chain = true;
       sync::Route other;
       const Status again = route.from_dir ? go(nullptr, target, &other)

@@ -22,10 +22,15 @@ double Since(Clock::time_point start) { return std::chrono::duration<double>(Clo
 
 }  // namespace
 
-// A shard's container holds one file (the "file" layout, PROTOCOL.md).
-Status CheckLayout(const Reader& reader, const std::string& name) {
+Status CheckLayout(const Reader& reader, const ShardRecord& record, const std::string& name) {
   if (reader.manifest().directory || reader.manifest().files.size() != 1) {
     return Status(ErrorCode::kCorruptHeader, name + " is not the container of one shard file");
+  }
+  const checkpoint::FileEntry& file = reader.manifest().files[0];
+  if (file.name != record.file || file.size != record.file_size) {
+    return Status(ErrorCode::kCorruptHeader, name + " holds '" + file.name + "' of " + std::to_string(file.size) +
+                                                 " bytes, not the record's '" + record.file + "' of " +
+                                                 std::to_string(record.file_size));
   }
   return Status::Ok();
 }
@@ -102,6 +107,7 @@ namespace {
 struct Walk {
   std::vector<Hop> back;
   uint64_t from = kNoStep;
+  std::string from_incarnation;
   uint64_t anchor_step = kNoStep;
   bool chain_ok = false;
   size_t anchor_index = SIZE_MAX;  // the anchor step's position in `back`
@@ -158,6 +164,7 @@ Status ChooseRoute(Store* store, const Walk& walk, bool only_chain, Route* route
                                             std::to_string(target));
   }
   route->from_dir = chain_cost <= anchor_cost || only_chain;
+  if (route->from_dir) route->from_incarnation = walk.from_incarnation;
   route->bytes = std::min(chain_cost, anchor_cost);
   const uint64_t first = route->from_dir ? S + 1 : A;
   for (auto it = walk.back.rbegin(); it != walk.back.rend(); ++it) {
@@ -177,6 +184,7 @@ Status PlanRoute(Store* store, const RouteFrom* state, Hop target, Route* route,
                  const Trust& trust) {
   Walk walk;
   walk.from = state != nullptr ? state->step : kNoStep;  // stays set for the cost below
+  if (state != nullptr) walk.from_incarnation = state->incarnation;
   const uint64_t S = walk.from;
   const bool only_chain = state != nullptr && state->only_chain;
   const uint64_t A = walk.anchor_step = target.m.anchor_step;
@@ -217,6 +225,37 @@ Status PlanRoute(Store* store, const RouteFrom* state, Hop target, Route* route,
   return ChooseRoute(store, walk, only_chain, route);
 }
 
+namespace {
+
+// A hop's deltas continue the hop before it (PROTOCOL.md, "Reading a route"): the same
+// shard count, and each applied delta's base_incarnation that root's incarnation.
+// The first hop of a route from the region's step continues that step, whose incarnation
+// the region recorded (count: PlanRoute checked it).
+Status CheckLinks(const Route& route) {
+  for (size_t h = 0; h < route.hops.size(); ++h) {
+    const Hop& hop = route.hops[h];
+    const bool from_region = h == 0;
+    if (from_region && (!route.from_dir || route.from_incarnation.empty())) continue;
+    const uint64_t base_step = from_region ? hop.m.base_step : route.hops[h - 1].m.step;
+    const uint32_t base_count = from_region ? hop.m.count : route.hops[h - 1].m.count;
+    const std::string& base_incarnation = from_region ? route.from_incarnation : route.hops[h - 1].m.incarnation;
+    for (size_t k = 0; k < hop.m.count; ++k) {
+      const ShardRecord& r = hop.m.shards[k];
+      if (hop.anchor[k] || !r.loaded) continue;
+      if (hop.m.count != base_count || r.base_incarnation != base_incarnation) {
+        return Status(ErrorCode::kCorruptHeader,
+                      "step " + std::to_string(hop.m.step) + " shard " + std::to_string(k) +
+                          " continues incarnation '" + r.base_incarnation + "' of " + std::to_string(hop.m.count) +
+                          " shards, but its base step " + std::to_string(base_step) + " is incarnation '" +
+                          base_incarnation + "' of " + std::to_string(base_count));
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status LoadRoute(Store* store, const Select* select, LayoutCache* layouts, Route* route, PullReport* report,
                  const Trust& trust) {
   const uint32_t count = route->hops.back().m.count;
@@ -245,6 +284,7 @@ Status LoadRoute(Store* store, const Select* select, LayoutCache* layouts, Route
     const bool start = !route->from_dir && hop.m.step == route->anchor_step;
     for (size_t k = 0; k < hop.m.count; ++k) hop.anchor[k] = start || !hop.m.shards[k].delta.present();
   }
+  if (s.ok()) s = CheckLinks(*route);
   report->requests += cost.requests;
   report->fetched_bytes += cost.bytes;
   return UnderTrust(trust, s);
@@ -428,7 +468,7 @@ Status FetchHeads(Store* store, const StoreOptions& options, Select* select, std
       source->Add(0, std::move(head));
       f.source = source.get();
       s = Reader::Open(std::move(source), &f.reader);
-      if (s.ok()) s = CheckLayout(f.reader, name);
+      if (s.ok()) s = CheckLayout(f.reader, *f.record, name);
       if (s.ok() && trust.on()) {
         const auto ranges = StoredRanges(f.reader.manifest());
         if (ranges.size() * 32 != sums.size()) {

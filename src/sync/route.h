@@ -59,6 +59,7 @@ struct Route {
   uint64_t bytes = 0;
   uint64_t anchor_step = kNoStep;  // the target's
   std::string name;  // "chain S -> T" or "anchor A -> T"
+  std::string from_incarnation;  // a route from the region's step: that step's ("": unknown)
   // Per shard, whether its records were read (LoadRoute): every shard for a full pull, else
   // those holding a selected tensor at some hop.
   std::vector<bool> touched;
@@ -73,6 +74,7 @@ struct RouteFrom {
   // SHA-256 ("": not recorded, no chain under trust).
   std::string root_sha256;
   uint32_t count = 0;
+  std::string incarnation;  // of its step's root ("": not recorded)
   bool only_chain = false;  // the chain from it or nothing (kNotFound), whatever the anchor costs
 };
 
@@ -165,6 +167,7 @@ std::vector<std::pair<uint64_t, uint64_t>> NeededRanges(const checkpoint::Reader
 struct Fetched {
   size_t hop = 0, shard = 0;
   ObjectRef ref;
+  const ShardRecord* record = nullptr;  // the shard's record at that hop
   std::string path;  // full pulls: the downloaded object
   checkpoint::Reader reader;  // partial pulls: over the fetched ranges (a RangeSource)
   RangeSource* source = nullptr;  // the reader's
@@ -175,8 +178,9 @@ struct Fetched {
   const checkpoint::FileEntry& file() const;
 };
 
-// A shard's container holds one file (the "file" layout, PROTOCOL.md).
-Status CheckLayout(const checkpoint::Reader& reader, const std::string& name);
+// A shard's container holds one file (the "file" layout, PROTOCOL.md), the one its record
+// names: of the record's `file` name and `file_size` (kCorruptHeader naming `name`).
+Status CheckLayout(const checkpoint::Reader& reader, const ShardRecord& record, const std::string& name);
 
 
 // Fetches each container's head (checked against its ObjectRef) and opens its reader;

@@ -100,11 +100,16 @@ class ByteReader {
     return true;
   }
 
-  // false on truncation, overlong or non-minimal encodings.
-  bool ReadVarint(uint64_t* value) {
+  // false on truncation, overlong or non-minimal encodings; `ran_out` (optional) tells
+  // which: set where the bytes ended before the varint did (FORMAT.md, "Errors").
+  bool ReadVarint(uint64_t* value, bool* ran_out = nullptr) {
     uint64_t result = 0;
+    if (ran_out != nullptr) *ran_out = false;
     for (int i = 0; i < kMaxVarintBytes; ++i) {
-      if (pos_ >= size_) return false;
+      if (pos_ >= size_) {
+        if (ran_out != nullptr) *ran_out = true;
+        return false;
+      }
       const uint8_t byte = data_[pos_++];
       const uint64_t payload = byte & 0x7F;
       if (i == kMaxVarintBytes - 1 && payload > 1) return false;  // beyond 64 bits

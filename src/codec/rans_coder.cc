@@ -670,9 +670,9 @@ Status ParseRansChunk(const uint8_t* bytes, size_t size, bool with_history,
   if (!reader.ReadSpan(with_history ? kHistoryHeaderBytes : kHeaderBytes, header)) {
     return Status(ErrorCode::kTruncated, "rANS chunk: header truncated");
   }
-  if (!reader.ReadVarint(&streams->element_words)) {
-    return reader.remaining() == 0 ? Status(ErrorCode::kTruncated, "rANS chunk: header truncated")
-                                   : Corrupt("bad word count");
+  bool ran_out = false;
+  if (!reader.ReadVarint(&streams->element_words, &ran_out)) {
+    return ran_out ? Status(ErrorCode::kTruncated, "rANS chunk: header truncated") : Corrupt("bad word count");
   }
   const size_t rest = reader.remaining();
   if (rest < kElementStateBytes || streams->element_words > (rest - kElementStateBytes) / 2) {

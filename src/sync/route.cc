@@ -164,6 +164,10 @@ Status ChooseRoute(Store* store, const Walk& walk, bool only_chain, Route* route
                                             std::to_string(target));
   }
   route->from_dir = chain_cost <= anchor_cost || only_chain;
+  if (!route->from_dir && !anchor->anchor()) {
+    return Status(ErrorCode::kCorruptHeader, "step " + std::to_string(target) + " names step " + std::to_string(A) +
+                                                 " as its anchor step, whose root is not one");
+  }
   if (route->from_dir) route->from_incarnation = walk.from_incarnation;
   route->bytes = std::min(chain_cost, anchor_cost);
   const uint64_t first = route->from_dir ? S + 1 : A;
@@ -222,7 +226,7 @@ Status PlanRoute(Store* store, const RouteFrom* state, Hop target, Route* route,
     if (pruned) break;  // only what is left can be used
     back.push_back(std::move(prev));
   }
-  return ChooseRoute(store, walk, only_chain, route);
+  return UnderTrust(trust, ChooseRoute(store, walk, only_chain, route));
 }
 
 namespace {

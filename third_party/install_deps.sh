@@ -22,6 +22,8 @@ PACKAGES=(
   # The Python binding (python/) and its tests.
   pybind11-dev python3-dev python3-pip python3-setuptools python3-wheel
   python3-numpy python3-pytest python3-torch
+  # tests/from_spec/impl/: the decoder written from the specifications alone (plain Python).
+  python3-zstandard python3-lz4 python3-xxhash python3-cryptography
   "$@"
 )
 

@@ -209,6 +209,8 @@ Status GetNamed(Store* store, const std::string& key, uint64_t xxh3, uint64_t si
                                              " without a SHA-256 (an unsigned document under a signed one)");
   }
   Status s = store->Get(key, std::min(size, kMaxDocumentBytes), bytes, nullptr);
+  // Longer than named (the store refuses to read past `size`): not the object named.
+  if (s.code() == ErrorCode::kCorruptHeader) s = Status(ErrorCode::kCorruptChunk, s.message());
   if (!s.ok()) return Status(s.code(), s.message() + " (named by " + named_by + ")");
   const bool sha_differs = !sha256.empty() && DigestHex(Sha256(bytes->data(), bytes->size())) != sha256;
   if (sha_differs && trusting) {

@@ -126,11 +126,18 @@ Status ReadBaseHop(Store* store, const StepManifest& cur, const Trust& trust, Ho
   ARC_V3_RETURN_IF_ERROR(UnderTrust(trust, s));
   prev->manifest_xxh3 = checkpoint::Hash(bytes.data(), bytes.size());
   prev->root_sha256 = DigestHex(Sha256(bytes.data(), bytes.size()));
-  if (!trust.on()) return Status::Ok();
-  ARC_V3_RETURN_IF_ERROR(CheckTrusted(trust, prev->m, store->url() + "/" + RootKey(prev->m.step)));
-  if (prev->root_sha256 != cur.base_root_sha256) {
-    return Status(ErrorCode::kUntrusted, store->url() + "/" + RootKey(prev->m.step) + " is not the base root step " +
-                                             std::to_string(cur.step) + " names (its SHA-256 differs)");
+  const std::string name = store->url() + "/" + RootKey(prev->m.step);
+  if (trust.on()) {
+    ARC_V3_RETURN_IF_ERROR(CheckTrusted(trust, prev->m, name));
+    if (prev->root_sha256 != cur.base_root_sha256) {
+      return Status(ErrorCode::kUntrusted, name + " is not the base root step " + std::to_string(cur.step) +
+                                               " names (its SHA-256 differs)");
+    }
+  }
+  // The root names its base's bytes by XXH3 too: a route is a chain of hashes.
+  if (cur.base_root_xxh3 != 0 && prev->manifest_xxh3 != cur.base_root_xxh3) {
+    return UnderTrust(trust, Status(ErrorCode::kCorruptChunk, name + " is not the base root step " +
+                                                                  std::to_string(cur.step) + " names (its XXH3 differs)"));
   }
   return Status::Ok();
 }
@@ -164,9 +171,15 @@ Status ChooseRoute(Store* store, const Walk& walk, bool only_chain, Route* route
                                             std::to_string(target));
   }
   route->from_dir = chain_cost <= anchor_cost || only_chain;
-  if (!route->from_dir && !anchor->anchor()) {
-    return Status(ErrorCode::kCorruptHeader, "step " + std::to_string(target) + " names step " + std::to_string(A) +
-                                                 " as its anchor step, whose root is not one");
+  if (!route->from_dir) {
+    // The anchor route starts at an anchor step that every step after it names.
+    for (const Hop& h : walk.back) {
+      if (h.m.step >= A && h.m.anchor_step != A) {
+        return Status(ErrorCode::kCorruptHeader, "step " + std::to_string(h.m.step) + " names step " +
+                                                     std::to_string(h.m.anchor_step) + " as its anchor step, not " +
+                                                     std::to_string(A) + " as step " + std::to_string(target) + " does");
+      }
+    }
   }
   if (route->from_dir) route->from_incarnation = walk.from_incarnation;
   route->bytes = std::min(chain_cost, anchor_cost);

@@ -1402,11 +1402,16 @@ class ByteReader {
     return true;
   }
 
-  // false on truncation, overlong or non-minimal encodings.
-  bool ReadVarint(uint64_t* value) {
+  // false on truncation, overlong or non-minimal encodings; `ran_out` (optional) tells
+  // which: set where the bytes ended before the varint did (FORMAT.md, "Errors").
+  bool ReadVarint(uint64_t* value, bool* ran_out = nullptr) {
     uint64_t result = 0;
+    if (ran_out != nullptr) *ran_out = false;
     for (int i = 0; i < kMaxVarintBytes; ++i) {
-      if (pos_ >= size_) return false;
+      if (pos_ >= size_) {
+        if (ran_out != nullptr) *ran_out = true;
+        return false;
+      }
       const uint8_t byte = data_[pos_++];
       const uint64_t payload = byte & 0x7F;
       if (i == kMaxVarintBytes - 1 && payload > 1) return false;  // beyond 64 bits
@@ -3925,9 +3930,9 @@ Status ParseRansChunk(const uint8_t* bytes, size_t size, bool with_history,
   if (!reader.ReadSpan(with_history ? kHistoryHeaderBytes : kHeaderBytes, header)) {
     return Status(ErrorCode::kTruncated, "rANS chunk: header truncated");
   }
-  if (!reader.ReadVarint(&streams->element_words)) {
-    return reader.remaining() == 0 ? Status(ErrorCode::kTruncated, "rANS chunk: header truncated")
-                                   : Corrupt("bad word count");
+  bool ran_out = false;
+  if (!reader.ReadVarint(&streams->element_words, &ran_out)) {
+    return ran_out ? Status(ErrorCode::kTruncated, "rANS chunk: header truncated") : Corrupt("bad word count");
   }
   const size_t rest = reader.remaining();
   if (rest < kElementStateBytes || streams->element_words > (rest - kElementStateBytes) / 2) {
@@ -4345,9 +4350,9 @@ Status ParseFrameStart(ByteReader* in, FrameHeader* header) {
 // (ParseFrameStart) call for; then the number of chunks.
 Status ParseFrameFields(ByteReader* in, FrameHeader* header) {
   ByteReader& reader = *in;
-  if (!reader.ReadVarint(&header->element_count)) {
-    return Status(reader.remaining() == 0 ? ErrorCode::kTruncated : ErrorCode::kCorruptHeader,
-                  "bad element count");
+  bool ran_out = false;
+  if (!reader.ReadVarint(&header->element_count, &ran_out)) {
+    return Status(ran_out ? ErrorCode::kTruncated : ErrorCode::kCorruptHeader, "bad element count");
   }
   if (header->element_count > (uint64_t{1} << 62)) {
     return Status(ErrorCode::kCorruptHeader, "element count out of range");
@@ -4372,9 +4377,8 @@ Status ParseFrameFields(ByteReader* in, FrameHeader* header) {
   }
   if (header->tensors && !header->continues) {
     uint64_t tensor_count;
-    if (!reader.ReadVarint(&tensor_count)) {
-      return Status(reader.remaining() == 0 ? ErrorCode::kTruncated : ErrorCode::kCorruptHeader,
-                    "bad tensor count");
+    if (!reader.ReadVarint(&tensor_count, &ran_out)) {
+      return Status(ran_out ? ErrorCode::kTruncated : ErrorCode::kCorruptHeader, "bad tensor count");
     }
     header->tensor_count = tensor_count;
     const uint8_t* check;
@@ -4402,9 +4406,9 @@ Status ParseChunkTable(ByteReader* in, size_t size, FrameHeader* header) {
   uint64_t body_size = 0;
   for (uint64_t c = 0; c < stored_sizes; ++c) {
     uint64_t chunk_size;
-    if (!reader.ReadVarint(&chunk_size)) {
-      return Status(reader.remaining() == 0 ? ErrorCode::kTruncated : ErrorCode::kCorruptHeader,
-                    "bad chunk table entry");
+    bool ran_out = false;
+    if (!reader.ReadVarint(&chunk_size, &ran_out)) {
+      return Status(ran_out ? ErrorCode::kTruncated : ErrorCode::kCorruptHeader, "bad chunk table entry");
     }
     if (chunk_size == 0 || chunk_size > size) {
       return Status(ErrorCode::kCorruptHeader, "chunk size out of range");
@@ -4471,14 +4475,13 @@ class ChunkDecoder {
       return DecodeXorStreams(&reader, chunk_len, /*allow_empty=*/true, changes, stats);
     }
     uint8_t mode;
-    if (!reader.ReadByte(&mode)) return Corrupt(reader, "no chunk mode");
+    if (!reader.ReadByte(&mode)) return Truncated("no chunk mode");
     if (stats != nullptr) stats->mode = mode;
     switch (mode) {
       case kChunkUnchanged:
         changes->positions.clear();
         changes->xors.clear();
-        return reader.remaining() == 0 ? Status::Ok()
-                                       : Corrupt(reader, "bytes after an unchanged chunk");
+        return reader.remaining() == 0 ? Status::Ok() : Inconsistent("bytes after an unchanged chunk");
       case kChunkXorStreams:
         return DecodeXorStreams(&reader, chunk_len, /*allow_empty=*/false, changes, stats);
       case kChunkModelled: {
@@ -4534,20 +4537,20 @@ class ChunkDecoder {
                           ChunkChanges* changes, ChunkStats* stats) {
     ByteReader& reader = *chunk;
     uint64_t num_changed, num_high;
-    if (!reader.ReadVarint(&num_changed)) return Corrupt(reader, "bad change count");
-    if (num_changed > chunk_len) return Corrupt(reader, "more changes than elements");
-    if (num_changed == 0 && !allow_empty) return Corrupt(reader, "XOR-stream chunk without changes");
+    ARC_V3_RETURN_IF_ERROR(ReadCount(&reader, &num_changed, "bad change count"));
+    if (num_changed > chunk_len) return Inconsistent("more changes than elements");
+    if (num_changed == 0 && !allow_empty) return Inconsistent("XOR-stream chunk without changes");
     // The change lists grow only once the streams that back them have decoded.
     changes->positions.clear();
     changes->xors.clear();
     if (stats != nullptr) stats->mode = num_changed == 0 ? kChunkUnchanged : kChunkXorStreams;
     if (num_changed == 0) {
-      return reader.remaining() == 0 ? Status::Ok() : Corrupt(reader, "bytes after an empty chunk");
+      return reader.remaining() == 0 ? Status::Ok() : Inconsistent("bytes after an empty chunk");
     }
-    if (!reader.ReadVarint(&num_high)) return Corrupt(reader, "bad high count");
-    if (num_high > num_changed) return Corrupt(reader, "more sign/exponent changes than changes");
+    ARC_V3_RETURN_IF_ERROR(ReadCount(&reader, &num_high, "bad high count"));
+    if (num_high > num_changed) return Inconsistent("more sign/exponent changes than changes");
     uint8_t layout;
-    if (!reader.ReadByte(&layout)) return Corrupt(reader, "no layout byte");
+    if (!reader.ReadByte(&layout)) return Truncated("no layout byte");
     if ((layout & ~kPositionModeMask) != 0 || (layout & kPositionModeMask) > kPositionsGaps) {
       return Status(ErrorCode::kReservedBitsSet, "reserved chunk layout bits are set");
     }
@@ -4573,7 +4576,7 @@ class ChunkDecoder {
     UnpackMantissas(raw_.data(), n, changes->xors.data());
     // The bits past the last field must be zero (one encoding per payload).
     if ((n * 7) % 8 != 0 && (raw_[mantissa_size - 1] >> ((n * 7) % 8)) != 0) {
-      return Corrupt(reader, "nonzero padding bits in the mantissa stream");
+      return Inconsistent("nonzero padding bits in the mantissa stream");
     }
 
     // Sign/exponent records: rank gap (1..4 bytes) + 2 bytes each.
@@ -4583,16 +4586,23 @@ class ChunkDecoder {
     }
     for (size_t k = 0; k < n; ++k) {
       // A listed change must change something; a mantissa-only change has no record.
-      if (changes->xors[k] == 0) return Corrupt(reader, "a listed change has a zero XOR");
+      if (changes->xors[k] == 0) return Inconsistent("a listed change has a zero XOR");
     }
-    if (reader.remaining() != 0) return Corrupt(reader, "bytes after the last stream");
+    if (reader.remaining() != 0) return Inconsistent("bytes after the last stream");
     if (stats != nullptr) stats->high = num_high;
     return Status::Ok();
   }
 
-  static Status Corrupt(const ByteReader& reader, const char* what) {
-    return Status(reader.remaining() == 0 ? ErrorCode::kTruncated : ErrorCode::kCorruptChunk,
-                  what);
+  // A field cut short by the chunk's end is truncated; any other broken rule of a chunk
+  // is corrupt_chunk (FORMAT.md, "Errors").
+  static Status Truncated(const char* what) { return Status(ErrorCode::kTruncated, what); }
+  static Status Inconsistent(const char* what) { return Status(ErrorCode::kCorruptChunk, what); }
+  // A varint field of the chunk: truncated where the chunk ends inside it, else a
+  // malformed varint (overlong, not minimal) is corrupt_chunk.
+  static Status ReadCount(ByteReader* reader, uint64_t* value, const char* what) {
+    bool ran_out = false;
+    if (reader->ReadVarint(value, &ran_out)) return Status::Ok();
+    return ran_out ? Truncated(what) : Inconsistent(what);
   }
 
   // Reads one stream record into raw_, checking its raw size is in [min_raw, max_raw].
@@ -4601,20 +4611,18 @@ class ChunkDecoder {
     const size_t start = reader->position();
     uint8_t codec;
     uint64_t raw_size, stored_size;
-    if (!reader->ReadByte(&codec)) return Corrupt(*reader, "no stream codec");
+    if (!reader->ReadByte(&codec)) return Truncated("no stream codec");
     if (codec >= kNumStreamCodecs) {
       return Status(ErrorCode::kReservedBitsSet, "unknown stream codec id");
     }
-    if (!reader->ReadVarint(&raw_size)) return Corrupt(*reader, "bad stream size");
+    ARC_V3_RETURN_IF_ERROR(ReadCount(reader, &raw_size, "bad stream size"));
     if (raw_size < min_raw || raw_size > max_raw) {
       return Status(ErrorCode::kCorruptChunk, "stream size inconsistent with the change counts");
     }
     stored_size = raw_size;
-    if (codec != kCodecStored && !reader->ReadVarint(&stored_size)) {
-      return Corrupt(*reader, "bad stored stream size");
-    }
+    if (codec != kCodecStored) ARC_V3_RETURN_IF_ERROR(ReadCount(reader, &stored_size, "bad stored stream size"));
     const uint8_t* body;
-    if (!reader->ReadSpan(stored_size, &body)) return Corrupt(*reader, "stream body cut short");
+    if (!reader->ReadSpan(stored_size, &body)) return Truncated("stream body cut short");
     if (raw_size > MaxRawSize(codec, stored_size)) {
       return Status(ErrorCode::kCodecFailure, "stream claims more bytes than its codec can produce");
     }
@@ -4999,8 +5007,9 @@ Status DecodeTensors(const TensorOut* tensors, size_t tensor_count,
                      const SessionFrame* session_state, uint8_t* next_history,
                      uint64_t* base_checksum) {
   // Validate the header against the tensors before allocating for them.
+  // (The chunk table too, so that every call checks in one order: FORMAT.md, "Errors".)
   FrameHeader header;
-  ARC_V3_RETURN_IF_ERROR(ParseHeader(bytes, size, /*with_chunk_table=*/false, &header));
+  ARC_V3_RETURN_IF_ERROR(ParseHeader(bytes, size, /*with_chunk_table=*/true, &header));
   ARC_V3_RETURN_IF_ERROR(ResolveContinues(session_state, &header));
   ARC_V3_RETURN_IF_ERROR(CheckTensorList(header, &counts));
   // Tensors that lie back to back in memory are decoded in place; others go through

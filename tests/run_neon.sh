@@ -91,6 +91,17 @@ args_for() {
     model_coder_test:cortex-a72 | corruption_test:cortex-a72) echo skip ;;
   esac
 }
+# The parts a suite runs in, one line of doctest filters each, so that its longest test
+# cases run beside the rest (every test case is in exactly one part).
+parts_for() {
+  case "$1" in
+    model_coder_test)
+      echo "--test-case=Sessions: a change the bisection*"
+      echo "--test-case=Column signs*"
+      echo "--test-case-exclude=Sessions: a change the bisection*,Column signs*" ;;
+    *) echo "" ;;
+  esac
+}
 # The Highway targets kernels_test must run on under a CPU model (every Arm target that
 # model supports and Highway 1.0.3 compiles here); other models: what the CPU reports.
 expected_targets() {
@@ -100,43 +111,84 @@ expected_targets() {
   esac
 }
 
+# The suites (and their parts) run ARC_V3_NEON_JOBS at a time (default: one per core;
+# a qemu-user process runs mostly on one core), longest first, and are reported in order
+# once all have ended.
+run_part() {  # cpu test filter log: writes log.status ("ok N" or "FAILED N", N seconds)
+  local start=$SECONDS status=ok
+  ARC_V3_EXPECT_TARGETS="$(expected_targets "$1")" QEMU_CPU="$1" \
+    timeout "${ARC_V3_NEON_TIMEOUT:-600}" qemu-aarch64 -L / "$BUILD/$2" ${3:+"$3"} >"$4" 2>&1 || status=FAILED
+  echo "$status $((SECONDS - start))" >"$4.status"
+}
+# Lines "cpu test part filter" of every part to run, in report order.
+planned_parts() {
+  local cpu t k filter
+  for cpu in $CPUS; do
+    for t in "${TESTS[@]}"; do
+      [[ -z "${ARC_V3_NEON_FULL:-}" && "$(args_for "$t" "$cpu")" == skip ]] && continue
+      k=0
+      while IFS= read -r filter; do
+        echo "$cpu $t $k $filter"
+        k=$((k + 1))
+      done < <(parts_for "$t")
+    done
+  done
+}
+LONGEST_FIRST=(model_coder_test corruption_test kernels_test rans_coder_test session_test)
+jobs_max="${ARC_V3_NEON_JOBS:-$(nproc)}"
+running=()
+while read -r cpu t k filter; do
+  rm -f "$BUILD/$t.$cpu.$k.log.status"
+  run_part "$cpu" "$t" "$filter" "$BUILD/$t.$cpu.$k.log" &
+  running+=($!)
+  if (( ${#running[@]} >= jobs_max )); then
+    wait -n || true
+    alive=()
+    for pid in "${running[@]}"; do kill -0 "$pid" 2>/dev/null && alive+=("$pid"); done
+    running=("${alive[@]}")
+  fi
+done < <(planned_parts | awk -v longest="${LONGEST_FIRST[*]}" \
+           'BEGIN { n = split(longest, l, " "); for (i = 1; i <= n; i++) rank[l[i]] = i }
+            { print (($2 in rank) ? rank[$2] : n + 1) "\t" NR "\t" $0 }' | sort -n -k1,1 -k2,2 | cut -f3-)
+wait
+
 failed=0
 n_passed=0
 n_failed=0
 n_skipped=0
 for cpu in $CPUS; do
   for t in "${TESTS[@]}"; do
-    log="$BUILD/$t.$cpu.log"
-    args="$(args_for "$t" "$cpu")"
-    [[ -z "${ARC_V3_NEON_FULL:-}" ]] || args=""
-    if [[ "$args" == skip ]]; then
+    if [[ -z "${ARC_V3_NEON_FULL:-}" && "$(args_for "$t" "$cpu")" == skip ]]; then
       echo "neon[$cpu] $t: skipped (ARC_V3_NEON_FULL=1 runs it)"
       n_skipped=$((n_skipped + 1))
       continue
     fi
-    start=$SECONDS
-    if ARC_V3_EXPECT_TARGETS="$(expected_targets "$cpu")" QEMU_CPU="$cpu" timeout "${ARC_V3_NEON_TIMEOUT:-600}" qemu-aarch64 -L / "$BUILD/$t" ${args:+"$args"} >"$log" 2>&1; then
-      status=ok
-    else
-      status=FAILED
-      failed=1
-      tail -40 "$log"
-    fi
-    summary="$(grep -E '^\[doctest\] (test cases|assertions):' "$log" | tr -s ' ' | paste -sd' ' || true)"
-    targets="$(grep -E '^\[hwy\] targets exercised' "$log" || true)"
-    echo "neon[$cpu] $t: $status ($((SECONDS - start)) s${args:+, $args}) | $summary ${targets:+| $targets}"
-    cases="$(grep -E '^\[doctest\] test cases:' "$log" | tail -n 1 | tr -s ' ' || true)"
-    p="$(sed -nE 's/.*[|] ([0-9]+) passed.*/\1/p' <<<"$cases")"
-    f="$(sed -nE 's/.*[|] ([0-9]+) failed.*/\1/p' <<<"$cases")"
-    s="$(sed -nE 's/.*[|] ([0-9]+) skipped.*/\1/p' <<<"$cases")"
-    p=${p:-0} f=${f:-0} s=${s:-0}
-    if [[ $status == FAILED && $f -eq 0 ]]; then
-      f=1  # failed outside its test cases (crash at exit, timeout, no summary)
-    elif [[ $status == ok && $((p + f)) -eq 0 ]]; then
-      f=1  # ran no test case
-      failed=1
-    fi
-    n_passed=$((n_passed + p)) n_failed=$((n_failed + f)) n_skipped=$((n_skipped + s))
+    k=0
+    while IFS= read -r filter; do
+      log="$BUILD/$t.$cpu.$k.log"
+      k=$((k + 1))
+      read -r status seconds <"$log.status" || { status=FAILED; seconds=0; }
+      if [[ $status != ok ]]; then
+        failed=1
+        tail -40 "$log"
+      fi
+      summary="$(grep -E '^\[doctest\] (test cases|assertions):' "$log" | tr -s ' ' | paste -sd' ' || true)"
+      targets="$(grep -E '^\[hwy\] targets exercised' "$log" || true)"
+      echo "neon[$cpu] $t: $status ($seconds s${filter:+, $filter}) | $summary ${targets:+| $targets}"
+      cases="$(grep -E '^\[doctest\] test cases:' "$log" | tail -n 1 | tr -s ' ' || true)"
+      p="$(sed -nE 's/.*[|] ([0-9]+) passed.*/\1/p' <<<"$cases")"
+      f="$(sed -nE 's/.*[|] ([0-9]+) failed.*/\1/p' <<<"$cases")"
+      s="$(sed -nE 's/.*[|] ([0-9]+) skipped.*/\1/p' <<<"$cases")"
+      p=${p:-0} f=${f:-0} s=${s:-0}
+      [[ -z "$filter" ]] || s=0  # doctest counts the test cases a filter left out as skipped
+      if [[ $status == FAILED && $f -eq 0 ]]; then
+        f=1  # failed outside its test cases (crash at exit, timeout, no summary)
+      elif [[ $status == ok && $((p + f)) -eq 0 ]]; then
+        f=1  # ran no test case
+        failed=1
+      fi
+      n_passed=$((n_passed + p)) n_failed=$((n_failed + f)) n_skipped=$((n_skipped + s))
+    done < <(parts_for "$t")
   done
 done
 counted=1

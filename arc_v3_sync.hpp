@@ -103,7 +103,7 @@ struct FollowerOptions {
   // PEM public key files of the trainers to trust (several: a key rotated mid-run). With
   // any, Pull takes only steps signed by one of them whose every document and byte has
   // its signed SHA-256, never an older step than the one held nor another run (found
-  // before any byte is decoded; kUntrusted). None: steps are not authenticated.
+  // before the bytes in question are decoded; kUntrusted). None: steps are not authenticated.
   std::vector<std::string> trusted_keys;
   StoreSettings store;
 };
@@ -297,8 +297,11 @@ struct PullFilesReport {
   std::vector<uint64_t> steps;  // applied, in order
   uint64_t fetched_bytes = 0, fetched_objects = 0, requests = 0;
   uint64_t checkpoint_bytes = 0;  // of the files DIR holds now
+  // A full pull decodes each object while the next ones download: fetch_seconds runs from
+  // the first request to the last object's arrival, verify_seconds sums the objects' checks
+  // (done as each arrives), and wait_seconds is the time decoding waited for an object.
   double fetch_seconds = 0, verify_seconds = 0, decode_seconds = 0, write_seconds = 0;
-  double commit_seconds = 0, total_seconds = 0;
+  double commit_seconds = 0, total_seconds = 0, wait_seconds = 0;
   double published_at = 0, committed_at = 0;  // of the step pulled (Unix seconds)
 };
 

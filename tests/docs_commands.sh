@@ -5,7 +5,7 @@
 #      {json,csv,png} and nothing else there, no work folder left in $TMPDIR;
 #   2. the scripts docs/ names: bench/sync_bench.sh, bench/sync_scale.sh (256 shards, its
 #      limits asserted: --check), bench/scale_model.py, bench/pull_memory.sh,
-#      bench/follow_memory.sh, bench/signing_cost.sh and
+#      bench/follow_memory.sh, bench/signing_cost.sh, bench/pull_overlap.sh and
 #      bench/cross_region.py (sync.md),
 #      arc_bench and checkpoint_bench (bench.md), python/bench/bench_binding.py
 #      (python/README.md), each on a small input (their defaults take tens of minutes) and
@@ -48,7 +48,7 @@ expect() {
 temp_leftovers() {
   ls -d "${TMPDIR:-/tmp}"/arc_v3_demo.* "${TMPDIR:-/tmp}"/arc_v3_sync_bench.* "${TMPDIR:-/tmp}"/arc_v3_sync_scale.* \
     "${TMPDIR:-/tmp}"/arc_v3_pull_memory.* "${TMPDIR:-/tmp}"/arc_v3_follow_memory.* \
-    "${TMPDIR:-/tmp}"/arc_v3_signing_cost.* \
+    "${TMPDIR:-/tmp}"/arc_v3_signing_cost.* "${TMPDIR:-/tmp}"/arc_v3_pull_overlap.* \
     2> /dev/null | sort
 }
 
@@ -96,6 +96,10 @@ if check signing_cost bench/signing_cost.sh --params 2000000 --repeats 1 --out b
     "bench_out/signing_cost_ci.txt"
 fi
 expect signing_cost "[ \"\$(temp_leftovers)\" = \"$before\" ]" "work folders left: $(temp_leftovers)"
+if check pull_overlap bench/pull_overlap.sh --params 4000000 --shards 4 --repeats 1 --out bench_out/pull_overlap_ci; then
+  expect pull_overlap "grep -q '^this build  *8 ' bench_out/pull_overlap_ci.txt" "bench_out/pull_overlap_ci.txt"
+fi
+expect pull_overlap "[ \"\$(temp_leftovers)\" = \"$before\" ]" "work folders left: $(temp_leftovers)"
 if [ "$(id -u)" -eq 0 ] && command -v ip > /dev/null; then
   if check cross_region python3 bench/cross_region.py --params 2000000 --densities low --steps 3 --interval 1 \
       --regions fast:1000:20 --codecs arc_v3,full --out bench_out/cross_region_docs; then

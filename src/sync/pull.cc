@@ -7,7 +7,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -16,6 +18,7 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
+#include <thread>
 
 #include "src/common/parallel.h"
 #include "src/common/status_macros.h"
@@ -289,33 +292,94 @@ Status VerifyObject(const Fetched& f, Store* store, const Trust& trust) {
   return s.ok() ? s : Status(s.code(), name + ": " + s.message());
 }
 
-Status FetchWhole(Store* store, const PullOptions& o, const Trust& trust, std::vector<Fetched>* fetched,
-                  PullReport* report) {
-  std::mutex mutex;
-  Status first;
-  const auto start = Clock::now();
-  const Status thrown = TryParallelFor(fetched->size(), WorkerCount(std::max(1, o.store.connections), fetched->size()), [&](size_t i, size_t) {
-    Fetched& f = (*fetched)[i];
-    Status s = store->GetToFile(f.ref.key, f.path, f.ref.size, o.store);
-    std::lock_guard<std::mutex> lock(mutex);
-    report->requests += std::max<uint64_t>(1, (f.ref.size + o.store.part_bytes - 1) / o.store.part_bytes);
-    if (s.ok()) report->fetched_bytes += f.ref.size;
-    if (!s.ok() && first.ok()) first = s;
-  });
-  if (!thrown.ok()) return thrown;
-  report->fetch_seconds += Since(start);
-  if (!first.ok()) return first;
-  const auto verify = Clock::now();
-  const Status verify_thrown = TryParallelFor(fetched->size(), WorkerCount(o.run.threads, fetched->size()), [&](size_t i, size_t) {
-    Status s = VerifyObject((*fetched)[i], store, trust);
-    std::lock_guard<std::mutex> lock(mutex);
-    if (!s.ok() && first.ok()) first = s;
-  });
-  if (!verify_thrown.ok()) return verify_thrown;
-  report->verify_seconds += Since(verify);
-  report->fetched_objects += fetched->size();
-  return first;
-}
+// A full pull's objects, downloaded and verified on `connections` threads in the order
+// the route applies them (hop by hop, shard by shard), while the caller decodes each one
+// as soon as it is ready (Wait): a step costs about the larger of download and decode,
+// not their sum. Every object is downloaded whatever the decoder meets, so that Finish
+// reports what fetching all before applying would: the first failed download in route
+// order, else the first failed verification. The destructor waits for the threads.
+class ObjectFeed {
+ public:
+  ObjectFeed(Store* store, const PullOptions& o, const Trust& trust, std::vector<Fetched>* fetched,
+             PullReport* report)
+      : store_(store), o_(o), trust_(trust), fetched_(*fetched), report_(report), state_(fetched->size()) {}
+  ~ObjectFeed() { Join(); }
+
+  // Fails only if no thread could be started (any one thread downloads every object).
+  Status Start() {
+    start_ = Clock::now();
+    const size_t workers = WorkerCount(std::max(1, o_.store.connections), fetched_.size());
+    const Status s = StatusOrCaught([&] {
+      for (size_t w = 0; w < workers; ++w) threads_.emplace_back([this] { Work(); });
+      return Status::Ok();
+    });
+    return threads_.empty() && !fetched_.empty() ? s : Status::Ok();
+  }
+
+  // Object i's download and verification; the time spent waiting counts in wait_seconds.
+  Status Wait(size_t i) {
+    const auto start = Clock::now();
+    std::unique_lock<std::mutex> lock(mutex_);
+    ready_.wait(lock, [&] { return state_[i].done; });
+    report_->wait_seconds += Since(start);
+    return state_[i].fetch.ok() ? state_[i].verify : state_[i].fetch;
+  }
+
+  // Waits for every object; the error fetching all before applying would have met.
+  Status Finish() {
+    Join();
+    for (const Object& object : state_) {
+      if (!object.fetch.ok()) return object.fetch;
+    }
+    for (const Object& object : state_) {
+      if (!object.verify.ok()) return object.verify;
+    }
+    report_->fetched_objects += fetched_.size();
+    return Status::Ok();
+  }
+
+ private:
+  struct Object {
+    bool done = false;
+    Status fetch, verify;
+  };
+
+  void Work() {
+    for (size_t i = next_++; i < fetched_.size(); i = next_++) {
+      const Fetched& f = fetched_[i];
+      Status fetch = StatusOrCaught([&] { return store_->GetToFile(f.ref.key, f.path, f.ref.size, o_.store); });
+      const auto verify_start = Clock::now();
+      Status verify = fetch.ok() ? StatusOrCaught([&] { return VerifyObject(f, store_, trust_); }) : Status::Ok();
+      std::lock_guard<std::mutex> lock(mutex_);
+      report_->requests += std::max<uint64_t>(1, (f.ref.size + o_.store.part_bytes - 1) / o_.store.part_bytes);
+      if (fetch.ok()) {
+        report_->fetched_bytes += f.ref.size;
+        report_->verify_seconds += Since(verify_start);
+      }
+      state_[i] = Object{true, std::move(fetch), std::move(verify)};
+      if (++finished_ == fetched_.size()) report_->fetch_seconds += Since(start_);
+      ready_.notify_all();
+    }
+  }
+
+  void Join() {
+    for (std::thread& t : threads_) t.join();
+    threads_.clear();
+  }
+
+  Store* store_;
+  const PullOptions& o_;
+  const Trust& trust_;
+  const std::vector<Fetched>& fetched_;
+  PullReport* report_;
+  std::vector<Object> state_;  // guarded by mutex_
+  std::atomic<size_t> next_{0};
+  size_t finished_ = 0;  // guarded by mutex_
+  Clock::time_point start_;
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::vector<std::thread> threads_;
+};
 
 // Removes the stage directory (and whatever a killed pull left in it) when done.
 class Stage {
@@ -423,11 +487,13 @@ struct HopFiles {
 };
 
 // One hop of a full pull: each shard's file streamed from its base and container.
-Status ApplyFilesHop(HopFiles* files, const std::vector<Fetched>& fetched, checkpoint::RunOptions run,
-                     PullReport* report) {
+// Each object is decoded as soon as `feed` has it.
+Status ApplyFilesHop(HopFiles* files, const std::vector<Fetched>& fetched, ObjectFeed* feed,
+                     checkpoint::RunOptions run, PullReport* report) {
   const Hop& hop = *files->hop;
   run.sync = files->sync;
   for (size_t k = 0; k < hop.m.count; ++k) {
+    ARC_V3_RETURN_IF_ERROR(feed->Wait((*files->objects)[k]));
     checkpoint::RunReport applied;
     const Status s = checkpoint::Apply(hop.anchor[k] ? "" : (*files->current)[k],
                                        fetched[(*files->objects)[k]].path, files->outs[k], run, &applied);
@@ -468,7 +534,8 @@ Status ApplyRowsHop(HopFiles* files, const Select& select, const std::vector<Fet
 
 // Builds every shard's file (full) or sidecar (partial) hop by hop in the stage; `current`
 // starts as DIR's own files (a route from DIR) or empty, and ends as the last hop's.
-Status ApplyRoute(const Route& route, const Select& select, const std::vector<Fetched>& fetched,
+// A full pull's objects come from `feed`; a partial pull's pieces are all fetched before.
+Status ApplyRoute(const Route& route, const Select& select, const std::vector<Fetched>& fetched, ObjectFeed* feed,
                   const std::vector<std::vector<size_t>>& object_of, const Stage& stage, const PullOptions& o,
                   std::vector<std::string>* current, PullReport* report) {
   const bool partial = select.sel.partial();
@@ -484,7 +551,7 @@ Status ApplyRoute(const Route& route, const Select& select, const std::vector<Fe
       files.outs.push_back(partial ? stage.Path("rows/" + std::to_string(h) + "-" + name) : stage.Path(name));
     }
     ARC_V3_RETURN_IF_ERROR(partial ? ApplyRowsHop(&files, select, fetched, o.run.threads, report)
-                                   : ApplyFilesHop(&files, fetched, o.run, report));
+                                   : ApplyFilesHop(&files, fetched, feed, o.run, report));
     report->steps.push_back(files.hop->m.step);
   }
   return Status::Ok();
@@ -755,21 +822,32 @@ Status TakeRoute(Store* store, const std::string& dir, const PullOptions& o, Avo
   std::vector<std::vector<size_t>> object_of;
   ListObjects(route, stage, partial, &fetched, &object_of);
   const Trust& trust = plan->trust;  // under it, what fails a check is kUntrusted: never rerouted
-  Status s = partial ? FetchPieces(store, o.store, UINT64_MAX, &plan->select, &fetched, report, kPrefetchBudget,
-                                   trust)
-                     : FetchWhole(store, o, trust, &fetched, report);
+  std::vector<std::string> current(route.hops.back().m.count);
+  for (size_t k = 0; route.from_dir && k < current.size(); ++k) {
+    const ShardState& shard = plan->state.shards[k];
+    current[k] = (fs::path(dir) / (partial ? shard.rows.path : shard.name)).string();
+  }
+  // A full pull decodes each object as it arrives; what fetching met is still judged
+  // first, as if every object had been fetched before the first was applied.
+  Status s, applied;
+  if (partial) {
+    s = FetchPieces(store, o.store, UINT64_MAX, &plan->select, &fetched, report, kPrefetchBudget, trust);
+  } else {
+    ObjectFeed feed(store, o, trust, &fetched, report);
+    s = feed.Start();
+    if (s.ok()) {
+      applied = ApplyRoute(route, plan->select, fetched, &feed, object_of, stage, o, &current, report);
+      s = feed.Finish();
+    }
+  }
   s = UnderTrust(trust, s);
   if (s.code() == ErrorCode::kNotFound && route.from_dir && !avoid_dir) return Retry(store, dir, o, report);
   if (Damaged(s.code()) && !avoid_dir) return Reroute(store, dir, o, route, s, report);
   if (!s.ok()) return s;
   if (o.hook) ARC_V3_RETURN_IF_ERROR(o.hook("fetched"));
 
-  std::vector<std::string> current(route.hops.back().m.count);
-  for (size_t k = 0; route.from_dir && k < current.size(); ++k) {
-    const ShardState& shard = plan->state.shards[k];
-    current[k] = (fs::path(dir) / (partial ? shard.rows.path : shard.name)).string();
-  }
-  s = UnderTrust(trust, ApplyRoute(route, plan->select, fetched, object_of, stage, o, &current, report));
+  if (partial) applied = ApplyRoute(route, plan->select, fetched, nullptr, object_of, stage, o, &current, report);
+  s = UnderTrust(trust, applied);
   if (!s.ok() && partial && route.from_dir && !avoid_dir && s.code() == ErrorCode::kChecksumMismatch) {
     return Retry(store, dir, o, report);  // DIR's rows lack what this selection now needs
   }

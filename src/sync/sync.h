@@ -118,7 +118,8 @@ struct PullOptions {
   // PEM public keys of the trainers a region trusts (PROTOCOL.md, "Signed steps"); none: steps
   // are taken unauthenticated. With keys, a step that is unsigned, signed by another key,
   // differs from a signed digest, is older than DIR's or of another run is kUntrusted,
-  // found before anything is decoded (older and other-run steps are taken with `reset`).
+  // found before the bytes in question are decoded and before anything reaches DIR
+  // (older and other-run steps are taken with `reset`).
   std::vector<std::string> trust;
   // Take the anchor route even where DIR's chain costs less: a follower whose chain met a
   // refused step goes around it by the next anchor.
@@ -126,7 +127,8 @@ struct PullOptions {
   checkpoint::RunOptions run;
   StoreOptions store;
   // Test hooks. `hook` is called at "planned" (the route is chosen, nothing fetched),
-  // "fetched" (every object downloaded) and "commit" (DIR's new files complete, before
+  // "fetched" (every object downloaded; a full pull has decoded them by then, a partial
+  // pull decodes after it) and "commit" (DIR's new files complete, before
   // the first rename); an error aborts the pull. `after_move` is called after each rename
   // of the commit (a test may end the process there: the next pull finishes the commit).
   std::function<Status(const char* stage)> hook;

@@ -790,6 +790,102 @@ class CountingStore : public Store {
   Store* inner_;
 };
 
+// A store that holds back the first download of an object other than the first one asked
+// for until `watch` exists (at most 30 s), and with `damage` flips the first byte of every
+// other object: with one connection, a pull that decodes objects as they arrive has
+// finished the first shard's file in its stage by then; one that fetches everything
+// before decoding waits out the 30 s.
+class HeldStore : public Store {
+ public:
+  HeldStore(Store* inner, std::string watch, bool damage) : inner_(inner), watch_(std::move(watch)), damage_(damage) {}
+  const std::string& url() const override { return inner_->url(); }
+  bool writable() const override { return inner_->writable(); }
+  bool listable() const override { return inner_->listable(); }
+  Status Head(const std::string& key, ObjectInfo* info) override { return inner_->Head(key, info); }
+  Status GetIfChanged(const std::string& key, const std::string& etag, uint64_t max_size,
+                      std::vector<uint8_t>* data, ObjectInfo* info, bool* changed) override {
+    return inner_->GetIfChanged(key, etag, max_size, data, info, changed);
+  }
+  Status GetRange(const std::string& key, uint64_t offset, uint64_t size, uint8_t* out) override {
+    bool other = false;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (first_.empty()) first_ = key;
+      other = key != first_;
+      if (other && !held_) {
+        held_ = true;
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+        while (!fs::exists(watch_) && std::chrono::steady_clock::now() < until) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
+        released_by_decode = fs::exists(watch_);
+      }
+    }
+    const Status s = inner_->GetRange(key, offset, size, out);
+    if (s.ok() && other && damage_ && offset == 0 && size > 0) out[0] ^= 0xFF;
+    return s;
+  }
+  Status Put(const std::string& key, const uint8_t* data, uint64_t size, PutMode mode) override {
+    return inner_->Put(key, data, size, mode);
+  }
+  Status PutFile(const std::string& key, const std::string& path, PutMode mode) override {
+    return inner_->PutFile(key, path, mode);
+  }
+  Status List(const std::string& prefix, std::vector<ObjectInfo>* objects) override {
+    return inner_->List(prefix, objects);
+  }
+  Status Delete(const std::string& key) override { return inner_->Delete(key); }
+  bool released_by_decode = false;
+
+ private:
+  Store* inner_;
+  const std::string watch_;
+  const bool damage_;
+  std::mutex mutex_;
+  std::string first_;
+  bool held_ = false;
+};
+
+TEST_CASE("sync: a full pull decodes each object as it arrives; one damaged after the first leaves DIR as it was") {
+  TempDir tmp;
+  for (Backend& b : test::Backends(tmp, "overlap")) {
+    INFO("store ", b.name);
+    TrainerRun run(tmp / ("trainer-" + b.name), TwoShards(), 0.02, 9);
+    run.Write(0);
+    PublishStep(b.store.get(), run, 0);
+    const std::string region = tmp / ("region-" + b.name);
+    const std::string first_file = region + "/" + kStateDir + "/stage/" + TrainerRun::FileName(0, 2);
+    PullOptions one_connection;
+    one_connection.store = test::FastRetries();
+    one_connection.store.connections = 1;
+
+    // Shard 0's file is decoded while shard 1's object is still to come.
+    HeldStore held(b.store.get(), first_file, /*damage=*/false);
+    PullReport r;
+    REQUIRE(Pull(&held, region, one_connection, &r).ok());
+    CHECK(held.released_by_decode);
+    CheckHolds(region, run, 0);
+    CHECK(r.fetched_objects == 2);
+    CHECK(r.wait_seconds >= 0);
+
+    // Step 1's second object arrives damaged after shard 0 was decoded: both routes meet it,
+    // the pull fails with what the chain met, and DIR keeps step 0.
+    run.Advance();
+    run.Write(1);
+    PublishStep(b.store.get(), run, 1);
+    HeldStore damaged(b.store.get(), first_file, /*damage=*/true);
+    const Status s = Pull(&damaged, region, one_connection, &r);
+    INFO(s.ToString());
+    CHECK(damaged.released_by_decode);
+    CHECK(s.code() == ErrorCode::kCorruptChunk);
+    CHECK(s.message().find("does not match its record") != std::string::npos);
+    CheckHolds(region, run, 0);
+    CHECK_FALSE(fs::exists(region + "/" + kStateDir + "/stage"));
+    REQUIRE(Pull(b.store.get(), region, PullOptions(), &r).ok());
+    CheckHolds(region, run, 1);
+  }
+}
+
 TEST_CASE("sync: N shards commit a step in O(N) requests; a pull of one shard's tensor reads only its objects") {
   TempDir tmp;
   for (Backend& b : test::Backends(tmp, "commit-cost")) {

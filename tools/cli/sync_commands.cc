@@ -42,6 +42,7 @@ Json PullJson(const PullFilesReport& r) {
           {"seconds", {{"fetch", r.fetch_seconds},
                        {"verify", r.verify_seconds},
                        {"decode", r.decode_seconds},
+                       {"wait", r.wait_seconds},
                        {"write", r.write_seconds},
                        {"commit", r.commit_seconds},
                        {"total", r.total_seconds}}},
@@ -61,10 +62,10 @@ void PrintPull(const PullFilesReport& r) {
     return;
   }
   std::printf("pull: step %" PRIu64 " by %s: fetched %s in %" PRIu64 " requests, checkpoint %s, %.3f s "
-              "(fetch %.3f, verify %.3f, decode %.3f, write %.3f, commit %.3f)\n",
+              "(fetch %.3f, verify %.3f, decode %.3f, write %.3f, commit %.3f; decode waited %.3f for objects)\n",
               r.to_step, r.route.c_str(), HumanBytes(r.fetched_bytes).c_str(), r.requests,
               HumanBytes(r.checkpoint_bytes).c_str(), r.total_seconds, r.fetch_seconds, r.verify_seconds,
-              r.decode_seconds, r.write_seconds, r.commit_seconds);
+              r.decode_seconds, r.write_seconds, r.commit_seconds, r.wait_seconds);
   if (!r.rerouted.empty()) std::printf("pull: rerouted: %s\n", r.rerouted.c_str());
 }
 

@@ -4,12 +4,15 @@
 # then its delta - and reports its wall time beside its phases (download, decode, the time
 # decoding waited for objects). Decoding objects while the next ones download makes the
 # wall time approach the larger of download and decode instead of their sum.
+# --rate MBIT limits what radosgw sends to that many Mbit/s (tbf on loopback for its port
+# alone; needs root and iproute2), as a region's link would: then download and decode
+# each take their own time instead of sharing this machine's cores with the server.
 # With --baseline CLI, another build of the command (e.g. one that fetches every object
 # before decoding) pulls the same step in alternating runs; medians of --repeats each.
 # The checkpoints come from the built-in generator (one file), split into --shards files
 # of whole tensors. Writes OUT.{txt,json} (default bench_out/pull_overlap).
 #   bench/pull_overlap.sh [--params N] [--shards N] [--density low|mid|high] [--repeats R]
-#                         [--baseline PATH] [--out OUT]
+#                         [--rate MBIT] [--baseline PATH] [--out OUT]
 set -euo pipefail
 PY=/usr/bin/python3  # Debian's (a pyenv shim may come first on PATH)
 cd "$(dirname "$0")/.."
@@ -19,6 +22,7 @@ shards=8
 regime=low
 repeats=3
 baseline=""
+rate=""
 out=bench_out/pull_overlap
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -27,6 +31,7 @@ while [ $# -gt 0 ]; do
     --density) regime="$2"; shift 2 ;;
     --repeats) repeats="$2"; shift 2 ;;
     --baseline) baseline="$(realpath "$2")"; shift 2 ;;
+    --rate) rate="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
@@ -37,7 +42,12 @@ bazel build //bench:arc_bench //tools/cli:arc_v3_cli >/dev/null
 A="$PWD/bazel-bin/tools/cli/arc_v3_cli"
 work=$(mktemp -d "${TMPDIR:-/tmp}/arc_v3_pull_overlap.XXXXXX")
 rgw="$work/rgw"
-cleanup() { tests/s3/radosgw.sh stop "$rgw" >/dev/null 2>&1 || true; rm -rf "$work"; }
+shaped=""
+cleanup() {
+  [ -z "$shaped" ] || tc qdisc del dev lo root 2>/dev/null || true
+  tests/s3/radosgw.sh stop "$rgw" >/dev/null 2>&1 || true
+  rm -rf "$work"
+}
 trap cleanup EXIT
 mkdir -p "$(dirname "$out")"
 
@@ -101,6 +111,16 @@ for step in 0 1; do
   done
 done
 
+if [ -n "$rate" ]; then
+  # Loopback's other traffic keeps an unlimited class; radosgw's answers go through one
+  # of RATE.
+  shaped=1
+  tc qdisc add dev lo root handle 1: htb default 10
+  tc class add dev lo parent 1: classid 1:10 htb rate 100gbit burst 4mb
+  tc class add dev lo parent 1: classid 1:20 htb rate "${rate}mbit" ceil "${rate}mbit" burst 1mb
+  tc filter add dev lo parent 1: protocol ip prio 1 u32 match ip sport "$port" 0xffff flowid 1:20
+fi
+
 # Alternating runs into fresh directories, the page cache dropped of nothing (loopback).
 pull() {  # CLI OUT_JSON
   rm -rf "$work/region"
@@ -116,9 +136,9 @@ for r in $(seq 1 "$repeats"); do
   [ -z "$baseline" ] || pull "$baseline" "$work/old-$r.json"
 done
 
-"$PY" - "$work" "$repeats" "$out" "$params" "$shards" "$regime" "${baseline:+1}" <<'PY'
+"$PY" - "$work" "$repeats" "$out" "$params" "$shards" "$regime" "${baseline:+1}" "$rate" <<'PY'
 import json, os, statistics, subprocess, sys
-work, repeats, out, params, shards, regime, has_old = sys.argv[1:8]
+work, repeats, out, params, shards, regime, has_old, rate = sys.argv[1:9]
 repeats = int(repeats)
 commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
 rows = {}
@@ -128,8 +148,9 @@ for label, prefix in [("this build", "new")] + ([("baseline", "old")] if has_old
     rows[label] = {"runs": runs, "fetched_bytes": runs[0]["fetched_bytes"], "objects": runs[0]["fetched_objects"],
                    "median": {k: med(k) for k in ("total", "fetch", "verify", "decode", "write", "wait", "commit")}}
 lines = [f"# bench/pull_overlap.sh --params {params} --shards {shards} --density {regime} --repeats {repeats}"
-         f"{' --baseline CLI' if has_old else ''}",
-         f"# commit {commit}, {os.cpu_count()} cores; radosgw on loopback; a fresh region pulls step 1 "
+         f"{' --rate ' + rate if rate else ''}{' --baseline CLI' if has_old else ''}",
+         f"# commit {commit}, {os.cpu_count()} cores; radosgw on loopback"
+         f"{', its answers limited to ' + rate + ' Mbit/s' if rate else ''}; a fresh region pulls step 1 "
          "(anchor route: every shard's anchor, then its delta); --no-sync; medians",
          "",
          f"{'build':<12} {'objects':>7} {'fetched MB':>10} {'total s':>8} {'fetch s':>8} {'decode s':>9} "
@@ -144,6 +165,7 @@ lines.append("decode and write: summed over the decoding threads; waited: time d
 text = "\n".join(lines) + "\n"
 print(text, end="")
 open(out + ".txt", "w").write(text)
-json.dump({"params": int(params), "shards": int(shards), "density": regime, "commit": commit, "builds": rows},
+json.dump({"params": int(params), "shards": int(shards), "density": regime, "rate_mbit": int(rate) if rate else None,
+           "commit": commit, "builds": rows},
           open(out + ".json", "w"), indent=1)
 PY

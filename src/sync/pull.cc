@@ -306,9 +306,16 @@ class ObjectFeed {
   ~ObjectFeed() { Join(); }
 
   // Fails only if no thread could be started (any one thread downloads every object).
+  // Objects of several parts download one after the other, each on all connections, so
+  // that the first arrives first; objects of one part download `connections` at a time.
   Status Start() {
     start_ = Clock::now();
-    const size_t workers = WorkerCount(std::max(1, o_.store.connections), fetched_.size());
+    uint64_t bytes = 0;
+    for (const Fetched& f : fetched_) bytes += f.ref.size;
+    const uint64_t part = std::max<uint64_t>(1, o_.store.part_bytes);
+    const uint64_t parts = fetched_.empty() ? 1 : std::max<uint64_t>(1, (bytes / fetched_.size() + part - 1) / part);
+    const int connections = std::max(1, o_.store.connections);
+    const size_t workers = WorkerCount(static_cast<int>(std::max<uint64_t>(1, connections / parts)), fetched_.size());
     const Status s = StatusOrCaught([&] {
       for (size_t w = 0; w < workers; ++w) threads_.emplace_back([this] { Work(); });
       return Status::Ok();

@@ -81,7 +81,7 @@ for t in "${TESTS[@]}"; do
 done
 echo "built ${TESTS[*]} for aarch64 in $BUILD"
 
-# doctest arguments per suite and CPU model ("skip" = not run). The two longest suites
+# "skip" for a suite a CPU model does not run (ARC_V3_NEON_FULL=1 runs it). The two longest suites
 # (model_coder_test, corruption_test: ~4.5 and ~1.5 minutes each under emulation) run on
 # the `max` model only: their SIMD paths are kernels, which kernels_test checks against
 # their references on every target of both models, and encode_golden_test checks the

@@ -795,17 +795,10 @@ class CountingStore : public Store {
 // other object: with one connection, a pull that decodes objects as they arrive has
 // finished the first shard's file in its stage by then; one that fetches everything
 // before decoding waits out the 30 s.
-class HeldStore : public Store {
+class HeldStore : public CountingStore {
  public:
-  HeldStore(Store* inner, std::string watch, bool damage) : inner_(inner), watch_(std::move(watch)), damage_(damage) {}
-  const std::string& url() const override { return inner_->url(); }
-  bool writable() const override { return inner_->writable(); }
-  bool listable() const override { return inner_->listable(); }
-  Status Head(const std::string& key, ObjectInfo* info) override { return inner_->Head(key, info); }
-  Status GetIfChanged(const std::string& key, const std::string& etag, uint64_t max_size,
-                      std::vector<uint8_t>* data, ObjectInfo* info, bool* changed) override {
-    return inner_->GetIfChanged(key, etag, max_size, data, info, changed);
-  }
+  HeldStore(Store* inner, std::string watch, bool damage)
+      : CountingStore(inner), watch_(std::move(watch)), damage_(damage) {}
   Status GetRange(const std::string& key, uint64_t offset, uint64_t size, uint8_t* out) override {
     bool other = false;
     {
@@ -821,24 +814,13 @@ class HeldStore : public Store {
         released_by_decode = fs::exists(watch_);
       }
     }
-    const Status s = inner_->GetRange(key, offset, size, out);
+    const Status s = CountingStore::GetRange(key, offset, size, out);
     if (s.ok() && other && damage_ && offset == 0 && size > 0) out[0] ^= 0xFF;
     return s;
   }
-  Status Put(const std::string& key, const uint8_t* data, uint64_t size, PutMode mode) override {
-    return inner_->Put(key, data, size, mode);
-  }
-  Status PutFile(const std::string& key, const std::string& path, PutMode mode) override {
-    return inner_->PutFile(key, path, mode);
-  }
-  Status List(const std::string& prefix, std::vector<ObjectInfo>* objects) override {
-    return inner_->List(prefix, objects);
-  }
-  Status Delete(const std::string& key) override { return inner_->Delete(key); }
   bool released_by_decode = false;
 
  private:
-  Store* inner_;
   const std::string watch_;
   const bool damage_;
   std::mutex mutex_;

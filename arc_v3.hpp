@@ -81,7 +81,10 @@ enum class ErrorCode : uint16_t {
   // A signed step that fails its trust rules: unsigned, signed by an untrusted key, a
   // digest that differs, another run, or older than the step held.
   kUntrusted = 20,
-  kMaxCode = 21            // sentinel: never returned, may grow
+  // A local file could not be read, written, synced, resized or renamed (a full disk, a
+  // failing device, permissions): the checkpoint and sync layers'.
+  kIoError = 21,
+  kMaxCode = 22            // sentinel: never returned, may grow
 };
 
 // Stable name of an error code, e.g. "checksum_mismatch".

@@ -56,6 +56,8 @@ EXCLUDED = {
     "src/codec/FORMAT.md": "the payload format specification",
     "src/common/BUILD": "build file",
     "src/common/build_defs.bzl": "build settings (the Highway policy is read from it)",
+    "src/common/clock.h": "report clocks of the checkpoint and sync layers, not the codec",
+    "src/common/file_io.h": "local file writes of the checkpoint and sync layers, not the codec",
     "src/checkpoint/": "the checkpoint layer (//src/checkpoint), not the codec",
     "src/sync/": "the sync layer (object stores over libcurl), not the codec",
 }

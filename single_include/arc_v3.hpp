@@ -119,7 +119,10 @@ enum class ErrorCode : uint16_t {
   // A signed step that fails its trust rules: unsigned, signed by an untrusted key, a
   // digest that differs, another run, or older than the step held.
   kUntrusted = 20,
-  kMaxCode = 21            // sentinel: never returned, may grow
+  // A local file could not be read, written, synced, resized or renamed (a full disk, a
+  // failing device, permissions): the checkpoint and sync layers'.
+  kIoError = 21,
+  kMaxCode = 22            // sentinel: never returned, may grow
 };
 
 // Stable name of an error code, e.g. "checksum_mismatch".
@@ -2939,6 +2942,7 @@ const char* ErrorName(ErrorCode code) {
     case ErrorCode::kUnavailable: return "unavailable";
     case ErrorCode::kPermissionDenied: return "permission_denied";
     case ErrorCode::kUntrusted: return "untrusted";
+    case ErrorCode::kIoError: return "io_error";
     case ErrorCode::kMaxCode: break;
   }
   return "unknown_error";

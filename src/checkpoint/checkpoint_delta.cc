@@ -17,6 +17,7 @@
 #include <set>
 
 #include "src/common/parallel.h"
+#include "src/common/file_io.h"
 #include "src/common/status_macros.h"
 
 namespace arc_v3 {
@@ -27,9 +28,7 @@ namespace fs = std::filesystem;
 
 constexpr char kIndexName[] = "model.safetensors.index.json";
 
-Status IoError(const std::string& path, const char* what) {
-  return Status(ErrorCode::kInvalidArgument, path + ": " + what + ": " + std::strerror(errno));
-}
+Status IoError(const std::string& path, const char* what) { return file_io::Error(path, what); }
 
 // Maps the pages of a mapped input range in one call instead of one fault per page (on a
 // warm page cache the faults otherwise cost about a fifth of diff's time). Best effort:
@@ -62,20 +61,6 @@ void Release(const uint8_t* data, uint64_t size) {
 
 std::string BaseName(const std::string& path) { return fs::path(path).filename().string(); }
 
-Status WriteAll(int fd, const uint8_t* data, uint64_t size, uint64_t offset, const std::string& path) {
-  while (size > 0) {
-    const ssize_t n = pwrite(fd, data, std::min<uint64_t>(size, 1u << 30), static_cast<off_t>(offset));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return IoError(path, "cannot write");
-    }
-    data += n;
-    size -= static_cast<uint64_t>(n);
-    offset += static_cast<uint64_t>(n);
-  }
-  return Status::Ok();
-}
-
 // Starts writing [offset, offset + size) of a file to disk without waiting, so that the disk
 // works while the other pieces are decoded and the final fsync has little left to do.
 // Only a hint: fsync still decides durability, and a failure here is ignored.
@@ -87,17 +72,6 @@ void StartWriteback(int fd, uint64_t offset, uint64_t size) {
 #endif
 }
 
-Status SyncDirectory(const std::string& dir) {
-  const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return IoError(dir, "cannot open directory");
-  const int rc = fsync(fd);
-  close(fd);
-  return rc == 0 ? Status::Ok() : IoError(dir, "cannot sync directory");
-}
-
-// Output files written aside (".NAME.arc_v3-tmp-PID" in the target directory) and renamed
-// over their final names only once all of them are complete and synced. Whatever was not
-// committed is unlinked on destruction.
 // An output path must be in a folder that exists, and may replace a file only when
 // `overwrite`.
 Status CheckOutput(const std::string& path, bool overwrite) {
@@ -113,6 +87,9 @@ Status CheckOutput(const std::string& path, bool overwrite) {
   return Status::Ok();
 }
 
+// Output files written aside (".NAME.arc_v3-tmp-PID" in the target directory) and renamed
+// over their final names only once all of them are complete and synced. Whatever was not
+// committed is unlinked on destruction.
 class AsideFiles {
  public:
   explicit AsideFiles(bool overwrite) : overwrite_(overwrite) {}
@@ -135,17 +112,7 @@ class AsideFiles {
     e.fd = open(e.temp.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
     if (e.fd < 0) return IoError(e.temp, "cannot create");
     entries_.push_back(e);
-    if (size > 0) {
-      const int rc = posix_fallocate(entries_.back().fd, 0, static_cast<off_t>(size));
-      if (rc == EOPNOTSUPP || rc == EINVAL) {
-        if (ftruncate(entries_.back().fd, static_cast<off_t>(size)) != 0) {
-          return IoError(e.temp, "cannot resize");
-        }
-      } else if (rc != 0) {
-        errno = rc;
-        return IoError(e.temp, "cannot reserve space");
-      }
-    }
+    ARC_V3_RETURN_IF_ERROR(file_io::Reserve(entries_.back().fd, size, e.temp));
     *index = entries_.size() - 1;
     return Status::Ok();
   }
@@ -174,7 +141,7 @@ class AsideFiles {
     }
     if (sync) {
       for (const std::string& d : dirs) {
-        ARC_V3_RETURN_IF_ERROR(SyncDirectory(d.empty() ? "." : d));
+        ARC_V3_RETURN_IF_ERROR(file_io::SyncDirectory(d.empty() ? "." : d));
       }
     }
     return Status::Ok();
@@ -797,10 +764,10 @@ Status Diff(const Checkpoint& prev, const Checkpoint& next, const std::string& d
   AsideFiles out(options.overwrite);
   size_t index = 0;
   ARC_V3_RETURN_IF_ERROR(out.Create(fs::absolute(delta_path).string(), size, &index));
-  ARC_V3_RETURN_IF_ERROR(WriteAll(out.fd(index), head.data(), head.size(), 0, out.temp(index)));
+  ARC_V3_RETURN_IF_ERROR(file_io::WriteAt(out.fd(index), head.data(), head.size(), 0, out.temp(index)));
   uint64_t at = head.size();
   for (const auto& o : outputs) {
-    ARC_V3_RETURN_IF_ERROR(WriteAll(out.fd(index), o.data(), o.size(), at, out.temp(index)));
+    ARC_V3_RETURN_IF_ERROR(file_io::WriteAt(out.fd(index), o.data(), o.size(), at, out.temp(index)));
     at += o.size();
   }
   ARC_V3_RETURN_IF_ERROR(out.SyncAndClose(options.sync));
@@ -868,14 +835,14 @@ Status WriteHeaderAndFills(const Reader& reader, const FileEntry& f, const Aside
   std::vector<uint8_t> bytes;
   Status s = DecodeBytes(reader, f.header, &bytes);
   if (!s.ok()) return Status(s.code(), f.name + " header: " + s.message());
-  ARC_V3_RETURN_IF_ERROR(WriteAll(out.fd(index), bytes.data(), bytes.size(), 0, out.temp(index)));
+  ARC_V3_RETURN_IF_ERROR(file_io::WriteAt(out.fd(index), bytes.data(), bytes.size(), 0, out.temp(index)));
   if (f.fills.empty()) return Status::Ok();
   s = DecodeBytes(reader, f.fill, &bytes);
   if (!s.ok()) return Status(s.code(), f.name + " fill: " + s.message());
   uint64_t at = 0;
   for (const auto& r : f.fills) {
     ARC_V3_RETURN_IF_ERROR(
-        WriteAll(out.fd(index), bytes.data() + at, r.second, r.first, out.temp(index)));
+        file_io::WriteAt(out.fd(index), bytes.data() + at, r.second, r.first, out.temp(index)));
     at += r.second;
   }
   return Status::Ok();
@@ -937,7 +904,7 @@ Status ApplyGroupTask(const Task& task, size_t w, ApplyRun* run) {
   const int fd = run->out.fd(task.file);
   for (size_t k = 0; k < task.group->members.size() && st.ok(); ++k) {
     const TensorEntry& t = f.tensors[task.group->members[k]];
-    st = WriteAll(fd, decoded, t.bytes(), f.data_start + t.data_offset, run->out.temp(task.file));
+    st = file_io::WriteAt(fd, decoded, t.bytes(), f.data_start + t.data_offset, run->out.temp(task.file));
     if (run->sync) StartWriteback(fd, f.data_start + t.data_offset, t.bytes());
     decoded += t.bytes();
   }
@@ -976,7 +943,7 @@ Status ApplyPieceTask(const Task& task, size_t w, ApplyRun* run) {
   const FileEntry& f = run->reader.manifest().files[task.file];
   const uint64_t at = f.data_start + t.data_offset + p.row_begin * t.row_bytes();
   if (run->base.mapped()) Release(task.base, bytes);
-  st = WriteAll(run->out.fd(task.file), buffer.data(), bytes, at, run->out.temp(task.file));
+  st = file_io::WriteAt(run->out.fd(task.file), buffer.data(), bytes, at, run->out.temp(task.file));
   run->write_ns += NanosecondsSince(decoded);
   if (!st.ok()) return named(st);
   if (run->sync) StartWriteback(run->out.fd(task.file), at, bytes);
@@ -1245,7 +1212,7 @@ Status WriteSelected(const DeltaAndBase& inputs, const PartialSelection& selecte
     ARC_V3_RETURN_IF_ERROR(ApplyRowsCached(inputs.base, inputs.reader, *selected.tensors[i],
                                            selected.ranges[i].first, selected.ranges[i].second,
                                            buffer.data(), options.threads, &cache));
-    ARC_V3_RETURN_IF_ERROR(WriteAll(out.fd(index), buffer.data(), buffer.size(),
+    ARC_V3_RETURN_IF_ERROR(file_io::WriteAt(out.fd(index), buffer.data(), buffer.size(),
                                     header + selected.infos[i].begin, out.temp(index)));
     if (options.progress_done != nullptr) *options.progress_done += buffer.size();
   }
@@ -1298,7 +1265,7 @@ Status ApplyPartial(const std::string& prev_path, const std::string& delta_path,
   size_t index = 0;
   ARC_V3_RETURN_IF_ERROR(
       out.Create(fs::absolute(out_path).string(), header.size() + total, &index));
-  ARC_V3_RETURN_IF_ERROR(WriteAll(out.fd(index), header.data(), header.size(), 0, out.temp(index)));
+  ARC_V3_RETURN_IF_ERROR(file_io::WriteAt(out.fd(index), header.data(), header.size(), 0, out.temp(index)));
   ARC_V3_RETURN_IF_ERROR(WriteSelected(inputs, selected, header.size(), options, out, index));
   ARC_V3_RETURN_IF_ERROR(out.SyncAndClose(options.sync));
   ARC_V3_RETURN_IF_ERROR(out.Commit(options.sync));

@@ -15,6 +15,7 @@
 
 #include "src/checkpoint/strict_json.h"
 #include "src/checkpoint/safetensors.h"
+#include "src/common/file_io.h"
 #include "src/common/status_macros.h"
 #include "src/common/xxh3.h"
 
@@ -482,7 +483,7 @@ Status MappedFile::Open(const std::string& path, std::unique_ptr<MappedFile>* fi
   result->path_ = path;
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
-    return Status(ErrorCode::kInvalidArgument, path + ": cannot open: " + std::strerror(errno));
+    return file_io::Error(path, "cannot open");
   }
   struct stat st;
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -494,7 +495,7 @@ Status MappedFile::Open(const std::string& path, std::unique_ptr<MappedFile>* fi
     void* map = mmap(nullptr, result->size_, PROT_READ, MAP_PRIVATE, fd, 0);
     if (map == MAP_FAILED) {
       close(fd);
-      return Status(ErrorCode::kInvalidArgument, path + ": cannot map: " + std::strerror(errno));
+      return file_io::Error(path, "cannot map");
     }
     result->data_ = static_cast<const uint8_t*>(map);
   }

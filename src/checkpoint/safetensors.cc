@@ -14,6 +14,7 @@
 #include <set>
 
 #include "src/checkpoint/strict_json.h"
+#include "src/common/file_io.h"
 #include "src/common/status_macros.h"
 
 namespace arc_v3 {
@@ -137,12 +138,12 @@ Status File::Open(const std::string& path, File* file) {
   result.path_ = path;
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
-    return Status(ErrorCode::kInvalidArgument, path + ": cannot open: " + std::strerror(errno));
+    return file_io::Error(path, "cannot open");
   }
   struct stat st;
   if (fstat(fd, &st) != 0) {
     close(fd);
-    return Status(ErrorCode::kInvalidArgument, path + ": cannot stat");
+    return file_io::Error(path, "cannot stat");
   }
   result.size_ = static_cast<uint64_t>(st.st_size);
   if (result.size_ < 8) {
@@ -153,7 +154,7 @@ Status File::Open(const std::string& path, File* file) {
   close(fd);
   if (map == MAP_FAILED) {
     result.size_ = 0;
-    return Status(ErrorCode::kInvalidArgument, path + ": cannot map: " + std::strerror(errno));
+    return file_io::Error(path, "cannot map");
   }
   result.map_ = static_cast<const uint8_t*>(map);
 

@@ -41,6 +41,7 @@ const char* ErrorName(ErrorCode code) {
     case ErrorCode::kUnavailable: return "unavailable";
     case ErrorCode::kPermissionDenied: return "permission_denied";
     case ErrorCode::kUntrusted: return "untrusted";
+    case ErrorCode::kIoError: return "io_error";
     case ErrorCode::kMaxCode: break;
   }
   return "unknown_error";

@@ -7,6 +7,7 @@
 #include <system_error>
 #include <utility>
 
+#include "src/common/clock.h"
 #include "src/common/parallel.h"
 #include "src/common/status_macros.h"
 
@@ -15,7 +16,6 @@ namespace sync {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double Since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 // Fetches the batches' pieces: batch 0 when it is asked for, each next one in the
 // background while the one before is decoded.
@@ -102,7 +102,7 @@ Status DecodeBatches(const HopRun& run, HopSink* sink, std::vector<checkpoint::T
       if (!s.ok()) break;
       ++*applied;
     }
-    times->decode_seconds += Since(decode);
+    times->decode_seconds += SecondsSince(decode);
   }
   return s;
 }
@@ -124,7 +124,7 @@ Status ApplyHop(const HopRun& run, HopSink* sink, PullReport* report, HopTimes* 
     const Status committed = sink->Commit(shards[i], &applies[i]);
     if (!committed.ok()) return InShard(*run.hop, shards[i], committed);
   }
-  times->commit_seconds += Since(commit);
+  times->commit_seconds += SecondsSince(commit);
   return Status::Ok();
 }
 

@@ -16,6 +16,7 @@
 #include "src/checkpoint/checkpoint_delta.h"
 #include "src/checkpoint/safetensors.h"
 #include "src/checkpoint/strict_json.h"
+#include "src/common/file_io.h"
 #include "src/common/status_macros.h"
 
 namespace arc_v3 {
@@ -33,17 +34,8 @@ std::string StatePath(const std::string& dir, const char* name) {
   return (fs::path(dir) / kStateDir / name).string();
 }
 
-Status Errno(const std::string& what) {
-  return Status(ErrorCode::kInvalidArgument, what + ": " + std::strerror(errno));
-}
-
-Status SyncDir(const std::string& dir) {
-  const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return Errno(dir + ": cannot open");
-  const int rc = fsync(fd);
-  close(fd);
-  return rc == 0 ? Status::Ok() : Errno(dir + ": cannot sync");
-}
+// A local file operation that failed: kIoError naming `what` and the system's reason.
+Status Errno(const std::string& what) { return Status(ErrorCode::kIoError, what + ": " + std::strerror(errno)); }
 
 // Writes `text` to `path` atomically and durably.
 Status WriteDurably(const std::string& path, const std::string& text) {
@@ -62,7 +54,7 @@ Status WriteDurably(const std::string& path, const std::string& text) {
   }
   if (fsync(fd) != 0 || close(fd) != 0) return Errno(temp + ": cannot sync");
   if (rename(temp.c_str(), path.c_str()) != 0) return Errno(path + ": cannot replace");
-  return SyncDir(fs::path(path).parent_path().string());
+  return file_io::SyncDirectory(fs::path(path).parent_path().string());
 }
 
 Status ReadText(const std::string& path, std::string* text) {
@@ -213,7 +205,7 @@ DirLock::~DirLock() {
 Status DirLock::Acquire(const std::string& dir) {
   std::error_code ec;
   fs::create_directories(fs::path(dir) / kStateDir, ec);
-  if (ec) return Status(ErrorCode::kInvalidArgument, dir + ": cannot create " + kStateDir + ": " + ec.message());
+  if (ec) return Status(ErrorCode::kIoError, dir + ": cannot create " + kStateDir + ": " + ec.message());
   const std::string path = StatePath(dir, "lock");
   fd_ = open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
   if (fd_ < 0) return Errno(path + ": cannot open");
@@ -310,15 +302,15 @@ Status RunJournal(const std::string& dir, const Journal& j,
     if (after_move) after_move(i + 1);
   }
   for (const std::string& r : j.removes) fs::remove(Relative(dir, r), ec);
-  ARC_V3_RETURN_IF_ERROR(SyncDir(dir));
-  ARC_V3_RETURN_IF_ERROR(SyncDir((fs::path(dir) / kStateDir).string()));
+  ARC_V3_RETURN_IF_ERROR(file_io::SyncDirectory(dir));
+  ARC_V3_RETURN_IF_ERROR(file_io::SyncDirectory((fs::path(dir) / kStateDir).string()));
   if (fs::is_directory(fs::path(dir) / kStateDir / "rows", ec)) {
-    ARC_V3_RETURN_IF_ERROR(SyncDir((fs::path(dir) / kStateDir / "rows").string()));
+    ARC_V3_RETURN_IF_ERROR(file_io::SyncDirectory((fs::path(dir) / kStateDir / "rows").string()));
   }
   ARC_V3_RETURN_IF_ERROR(WriteState(dir, j.state));
   fs::remove(StatePath(dir, kJournalFile), ec);
   fs::remove_all(fs::path(dir) / kStateDir / "stage", ec);  // what the journal moved out of
-  return SyncDir((fs::path(dir) / kStateDir).string());
+  return file_io::SyncDirectory((fs::path(dir) / kStateDir).string());
 }
 
 }  // namespace
@@ -357,7 +349,7 @@ Status DropJournal(const std::string& dir) {
   fs::remove(StatePath(dir, kJournalFile), ec);
   fs::remove_all(fs::path(dir) / kStateDir / "stage", ec);
   return ec ? Status(ErrorCode::kInvalidArgument, dir + ": cannot drop its commit journal: " + ec.message())
-            : SyncDir((fs::path(dir) / kStateDir).string());
+            : file_io::SyncDirectory((fs::path(dir) / kStateDir).string());
 }
 
 Status RecoverJournal(const std::string& dir) {

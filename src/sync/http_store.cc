@@ -17,6 +17,7 @@
 #include <random>
 #include <thread>
 
+#include "src/common/file_io.h"
 #include "src/common/parallel.h"
 #include "src/common/status_macros.h"
 #include "src/sync/s3_answers.h"
@@ -471,11 +472,12 @@ class S3Store : public CurlStore {
   Status PutFile(const std::string& key, const std::string& path, PutMode mode) override {
     ARC_V3_RETURN_IF_ERROR(Check(key));
     const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return Status(ErrorCode::kInvalidArgument, path + ": cannot open: " + std::strerror(errno));
+    if (fd < 0) return file_io::Error(path, "cannot open");
     struct stat st;
     if (fstat(fd, &st) != 0) {
+      const Status s = file_io::Error(path, "cannot stat");
       close(fd);
-      return Status(ErrorCode::kInvalidArgument, path + ": cannot stat");
+      return s;
     }
     const uint64_t size = static_cast<uint64_t>(st.st_size);
     Status s;

@@ -12,6 +12,7 @@
 #include <set>
 #include <thread>
 
+#include "src/common/clock.h"
 #include "src/common/parallel.h"
 #include "src/common/status_macros.h"
 #include "src/checkpoint/safetensors.h"
@@ -26,13 +27,6 @@ namespace fs = std::filesystem;
 using checkpoint::Reader;
 using checkpoint::TensorEntry;
 using checkpoint::TensorKind;
-
-double Now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-double Since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
 
 // A private directory for the containers of one publish, removed with everything in it.
 class WorkDir {
@@ -409,7 +403,7 @@ Status Superseded(Store* store, uint64_t step, const std::string& winner, const 
 constexpr double kClaimStale = 30;
 
 Status Claim(Store* store, const std::string& key, bool* mine) {
-  const std::string json = "{\"claimed_at\": " + std::to_string(Now()) + "}\n";
+  const std::string json = "{\"claimed_at\": " + std::to_string(UnixSeconds()) + "}\n";
   Status s = store->Put(key, reinterpret_cast<const uint8_t*>(json.data()), json.size(), PutMode::kCreateOnly);
   *mine = s.ok();
   if (s.code() != ErrorCode::kAlreadyExists) return s;
@@ -424,7 +418,7 @@ Status Claim(Store* store, const std::string& key, bool* mine) {
   } catch (...) {  // not one JSON reading: stale, as any damaged claim
   }
   const bool dated = doc.is_object() && doc.contains("claimed_at") && doc["claimed_at"].is_number();
-  *mine = !dated || Now() - doc["claimed_at"].get<double>() > kClaimStale;
+  *mine = !dated || UnixSeconds() - doc["claimed_at"].get<double>() > kClaimStale;
   return Status::Ok();
 }
 
@@ -675,7 +669,7 @@ Status WriteRoot(Store* store, const ShardRecord* ours, const Signer& signer, St
   uint64_t latest = 0;
   Status s = ReadLatest(store, &latest, nullptr);
   if (!s.ok() && s.code() != ErrorCode::kNotFound && s.code() != ErrorCode::kCorruptHeader) return s;
-  m->committed_at = Now();
+  m->committed_at = UnixSeconds();
   const std::string json = RootJson(*m, signer.get());
   // Our own root must pass the rules every puller checks.
   StepManifest check;
@@ -851,7 +845,7 @@ Status NewRecord(const PublishOptions& o, const checkpoint::Checkpoint& prev, co
   r->count = o.count;
   r->file = next.files()[0].name;
   r->file_size = next.files()[0].size;
-  r->published_at = Now();
+  r->published_at = UnixSeconds();
   if (r->file.empty() || r->file[0] == '.' || r->file.size() > 255 || r->file.find('/') != std::string::npos) {
     return Status(ErrorCode::kInvalidArgument, next.path() + ": a published file's name must not start with '.' "
                                                    "and must have at most 255 bytes");
@@ -921,11 +915,11 @@ Status Encode(const PublishOptions& o, const checkpoint::Checkpoint& prev, const
       source = std::move(file);
     }
     ARC_V3_RETURN_IF_ERROR(s);
-    report->encode_seconds += Since(t);
+    report->encode_seconds += SecondsSince(t);
     const auto h = std::chrono::steady_clock::now();
     ARC_V3_RETURN_IF_ERROR(
         Describe(std::move(source), o.step, o.shard, o.count, kind, p->signer.get() != nullptr, &built));
-    report->hash_seconds += Since(h);
+    report->hash_seconds += SecondsSince(h);
     (delta ? p->r.delta : p->r.anchor) = built.ref;
   }
   const auto h = std::chrono::steady_clock::now();
@@ -939,7 +933,7 @@ Status Encode(const PublishOptions& o, const checkpoint::Checkpoint& prev, const
     p->r.index.xxh3 = xxh3;
     if (p->signer.get() != nullptr) p->r.index.sha256 = DigestHex(Sha256(p->index.data(), p->index.size()));
   }
-  report->hash_seconds += Since(h);
+  report->hash_seconds += SecondsSince(h);
   return Status::Ok();
 }
 
@@ -1015,16 +1009,16 @@ Status PublishCheckpoints(Store* store, const PublishOptions& o, const checkpoin
   ARC_V3_RETURN_IF_ERROR(FindPublished(store, &p, &published, report));
   const auto u = std::chrono::steady_clock::now();
   if (!published) ARC_V3_RETURN_IF_ERROR(UploadAll(store, p, report));
-  report->upload_seconds = Since(u);
+  report->upload_seconds = SecondsSince(u);
 
   const auto c = std::chrono::steady_clock::now();
   CommitResult commit;
   ARC_V3_RETURN_IF_ERROR(CommitFrom(store, p.r.step, p.r.count, p.r.incarnation, &p.r, p.signer, &commit));
-  report->commit_seconds = Since(c);
+  report->commit_seconds = SecondsSince(c);
   report->committed = commit.committed;
   report->pending = commit.pending;
   report->record = std::move(p.r);
-  report->total_seconds = Since(start);
+  report->total_seconds = SecondsSince(start);
   return Status::Ok();
 }
 

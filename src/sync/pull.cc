@@ -20,6 +20,8 @@
 #include <set>
 #include <thread>
 
+#include "src/common/clock.h"
+#include "src/common/file_io.h"
 #include "src/common/parallel.h"
 #include "src/common/status_macros.h"
 #include "src/checkpoint/safetensors.h"
@@ -46,7 +48,6 @@ using checkpoint::TensorEntry;
 using checkpoint::TensorKind;
 using Clock = std::chrono::steady_clock;
 
-double Since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 // Sidecar metadata: per tensor, the rows [begin, end) it holds.
 constexpr char kRowsKey[] = "arc_v3_rows";
@@ -80,18 +81,6 @@ struct Held {
   }
 };
 
-Status WriteAt(int fd, const uint8_t* data, uint64_t size, uint64_t offset, const std::string& path) {
-  while (size > 0) {
-    const ssize_t n = pwrite(fd, data, std::min<uint64_t>(size, 1u << 30), static_cast<off_t>(offset));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return Status(ErrorCode::kInvalidArgument, path + ": cannot write: " + std::strerror(errno));
-    data += n;
-    size -= static_cast<uint64_t>(n);
-    offset += static_cast<uint64_t>(n);
-  }
-  return Status::Ok();
-}
-
 // A new file of known size, written at offsets or through a mapping, synced on Close.
 class OutFile {
  public:
@@ -106,17 +95,19 @@ class OutFile {
     path_ = path;
     size_ = size;
     fd_ = open(path.c_str(), O_CREAT | O_TRUNC | O_RDWR | O_CLOEXEC, 0644);
-    if (fd_ < 0) return Status(ErrorCode::kInvalidArgument, path + ": cannot create: " + std::strerror(errno));
-    if (ftruncate(fd_, static_cast<off_t>(size)) != 0) {
-      return Status(ErrorCode::kInvalidArgument, path + ": cannot resize: " + std::strerror(errno));
-    }
+    if (fd_ < 0) return file_io::Error(path, "cannot create");
+    // Reserved, not only sized: a full disk is an error here, never a SIGBUS on a write
+    // through the mapping.
+    ARC_V3_RETURN_IF_ERROR(file_io::Reserve(fd_, size, path));
     return Write(header.data(), header.size(), 0);
   }
-  Status Write(const uint8_t* data, uint64_t size, uint64_t offset) { return WriteAt(fd_, data, size, offset, path_); }
+  Status Write(const uint8_t* data, uint64_t size, uint64_t offset) {
+    return file_io::WriteAt(fd_, data, size, offset, path_);
+  }
   // Maps the whole file for writing (after Create).
   Status Map() {
     void* map = mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
-    if (map == MAP_FAILED) return Status(ErrorCode::kInvalidArgument, path_ + ": cannot map: " + std::strerror(errno));
+    if (map == MAP_FAILED) return file_io::Error(path_, "cannot map");
     map_ = static_cast<uint8_t*>(map);
     return Status::Ok();
   }
@@ -129,10 +120,11 @@ class OutFile {
     const int fd = fd_;
     fd_ = -1;
     if (sync && fsync(fd) != 0) {
+      const Status s = file_io::Error(path_, "cannot sync");
       close(fd);
-      return Status(ErrorCode::kInvalidArgument, path_ + ": cannot sync");
+      return s;
     }
-    return close(fd) == 0 ? Status::Ok() : Status(ErrorCode::kInvalidArgument, path_ + ": cannot close");
+    return close(fd) == 0 ? Status::Ok() : file_io::Error(path_, "cannot close");
   }
 
  private:
@@ -328,7 +320,7 @@ class ObjectFeed {
     const auto start = Clock::now();
     std::unique_lock<std::mutex> lock(mutex_);
     ready_.wait(lock, [&] { return state_[i].done; });
-    report_->wait_seconds += Since(start);
+    report_->wait_seconds += SecondsSince(start);
     return state_[i].fetch.ok() ? state_[i].verify : state_[i].fetch;
   }
 
@@ -361,10 +353,10 @@ class ObjectFeed {
       report_->requests += std::max<uint64_t>(1, (f.ref.size + o_.store.part_bytes - 1) / o_.store.part_bytes);
       if (fetch.ok()) {
         report_->fetched_bytes += f.ref.size;
-        report_->verify_seconds += Since(verify_start);
+        report_->verify_seconds += SecondsSince(verify_start);
       }
       state_[i] = Object{true, std::move(fetch), std::move(verify)};
-      if (++finished_ == fetched_.size()) report_->fetch_seconds += Since(start_);
+      if (++finished_ == fetched_.size()) report_->fetch_seconds += SecondsSince(start_);
       ready_.notify_all();
     }
   }
@@ -863,7 +855,7 @@ Status TakeRoute(Store* store, const std::string& dir, const PullOptions& o, Avo
   if (!partial) {
     const auto verify = Clock::now();
     s = UnderTrust(trust, VerifyResults(route.hops.back(), fetched, object_of.back(), current));
-    report->verify_seconds += Since(verify);
+    report->verify_seconds += SecondsSince(verify);
     if (Damaged(s.code()) && !avoid_dir) return Reroute(store, dir, o, route, s, report);
     if (!s.ok()) return s;
   }
@@ -876,8 +868,8 @@ Status TakeRoute(Store* store, const std::string& dir, const PullOptions& o, Avo
   stage.HandOver();
   ARC_V3_RETURN_IF_ERROR(Commit(dir, journal, o.after_move));
   if (partial) SaveLayoutCache(dir, plan->layouts, route.hops.back().m);
-  report->commit_seconds = Since(commit);
-  report->total_seconds = Since(plan->start);
+  report->commit_seconds = SecondsSince(commit);
+  report->total_seconds = SecondsSince(plan->start);
   return Status::Ok();
 }
 
@@ -908,14 +900,14 @@ Status PullLocked(Store* store, const std::string& dir, const PullOptions& o, Av
     // DIR's own files must be what it records before anything is applied onto them.
     const auto verify = Clock::now();
     const Status s = CheckDirectory(dir, &plan.state);
-    report->verify_seconds += Since(verify);
+    report->verify_seconds += SecondsSince(verify);
     ARC_V3_RETURN_IF_ERROR(s);
     if (state.step == target.m.step && state.manifest_xxh3 == target.manifest_xxh3 && dir_verified &&
         (!plan.trust.on() || state.root_sha256 == target.root_sha256) && state.selection == plan.select.sel) {
       report->up_to_date = true;
       report->route = "up to date";
       for (const ShardState& sh : state.shards) report->checkpoint_bytes += sh.file.size;
-      report->total_seconds = Since(plan.start);
+      report->total_seconds = SecondsSince(plan.start);
       return Status::Ok();
     }
   }

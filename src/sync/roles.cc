@@ -11,6 +11,7 @@
 #include "arc_v3_sync.hpp"
 #include "src/checkpoint/checkpoint_delta.h"
 #include "src/checkpoint/tensor_apply.h"
+#include "src/common/clock.h"
 #include "src/common/parallel.h"
 #include "src/common/status_macros.h"
 #include "src/sync/apply_hop.h"
@@ -22,7 +23,6 @@ namespace arc_v3 {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double Since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 }  // namespace
 
@@ -309,7 +309,7 @@ Status Follower::Impl::ApplyHop(const sync::Hop& hop, const std::vector<bool>& t
                              counted);
   };
   job.threads = options.threads;
-  result->fetch_seconds += Since(fetch);
+  result->fetch_seconds += SecondsSince(fetch);
   // A changed shard count starts from nothing held (the anchor route).
   const bool same_count = shards.size() == hop.m.count;
   TensorSink sink(same_count ? &shards : nullptr, allocator, hop.m.count);
@@ -332,7 +332,7 @@ Status Follower::Impl::ApplyHop(const sync::Hop& hop, const std::vector<bool>& t
   root_sha256 = hop.root_sha256;
   incarnation = hop.m.incarnation;
   run = hop.m.run;
-  result->commit_seconds += times.commit_seconds + Since(commit);
+  result->commit_seconds += times.commit_seconds + SecondsSince(commit);
   result->steps.push_back(hop.m.step);
   return Status::Ok();
 }
@@ -397,7 +397,7 @@ Status Follower::Pull(uint64_t step, FollowResult* result) {
   }
   result->fetched_bytes = report.fetched_bytes;
   result->requests = report.requests;
-  result->total_seconds = Since(start);
+  result->total_seconds = SecondsSince(start);
   return s;
 }
 

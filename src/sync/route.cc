@@ -5,6 +5,7 @@
 #include <chrono>
 #include <set>
 
+#include "src/common/clock.h"
 #include "src/common/parallel.h"
 #include "src/common/status_macros.h"
 
@@ -18,7 +19,6 @@ using checkpoint::Reader;
 using checkpoint::TensorEntry;
 using Clock = std::chrono::steady_clock;
 
-double Since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 }  // namespace
 
@@ -518,7 +518,7 @@ Status FetchHeads(Store* store, const StoreOptions& options, Select* select, std
     }
   }
   for (const Fetched& f : *fetched) report->fetched_objects += !f.skipped;
-  report->fetch_seconds += Since(start);
+  report->fetch_seconds += SecondsSince(start);
   return Status::Ok();
 }
 
@@ -566,7 +566,7 @@ Status FetchRanges(Store* store, const StoreOptions& options, uint64_t prefetch_
     (*fetched)[ranges[i].object].source->Add(ranges[i].offset, std::move(data[i]));
   }
   report->requests += ranges.size();
-  report->fetch_seconds += Since(start);
+  report->fetch_seconds += SecondsSince(start);
   return Status::Ok();
 }
 

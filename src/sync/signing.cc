@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "src/checkpoint/strict_json.h"
+#include "src/common/file_io.h"
 #include "src/common/status_macros.h"
 
 namespace arc_v3 {
@@ -113,21 +114,13 @@ Status WriteNew(const std::string& path, const std::string& text, mode_t mode) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
   if (fd < 0) {
     if (errno == EEXIST) return Status(ErrorCode::kAlreadyExists, path + " exists");
-    return Status(ErrorCode::kInvalidArgument, "cannot create " + path + ": " + std::strerror(errno));
+    return file_io::Error(path, "cannot create");
   }
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n <= 0) break;
-    done += static_cast<size_t>(n);
-  }
-  const bool ok = done == text.size() && ::fsync(fd) == 0;
+  Status s = file_io::WriteAt(fd, reinterpret_cast<const uint8_t*>(text.data()), text.size(), 0, path);
+  if (s.ok() && ::fsync(fd) != 0) s = file_io::Error(path, "cannot sync");
   ::close(fd);
-  if (!ok) {
-    ::unlink(path.c_str());
-    return Status(ErrorCode::kInvalidArgument, "cannot write " + path);
-  }
-  return Status::Ok();
+  if (!s.ok()) ::unlink(path.c_str());
+  return s;
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include <mutex>
 #include <random>
 
+#include "src/common/file_io.h"
 #include "src/common/parallel.h"
 #include "src/common/status_macros.h"
 
@@ -26,6 +27,13 @@ namespace fs = std::filesystem;
 
 Status Errno(ErrorCode code, const std::string& what) {
   return Status(code, what + ": " + std::strerror(errno));
+}
+
+// A local file that could not be created or put in place: access refused (or a read-only
+// file system) is kPermissionDenied, anything else (a full disk) kIoError.
+Status CreateError(const std::string& what) {
+  const bool refused = errno == EACCES || errno == EPERM || errno == EROFS;
+  return Errno(refused ? ErrorCode::kPermissionDenied : ErrorCode::kIoError, what);
 }
 
 Status ReadAll(int fd, uint8_t* out, uint64_t size, uint64_t offset, const std::string& path) {
@@ -41,30 +49,10 @@ Status ReadAll(int fd, uint8_t* out, uint64_t size, uint64_t offset, const std::
   return Status::Ok();
 }
 
-Status WriteAll(int fd, const uint8_t* data, uint64_t size, uint64_t offset, const std::string& path) {
-  while (size > 0) {
-    const ssize_t n = pwrite(fd, data, std::min<uint64_t>(size, 1u << 30), static_cast<off_t>(offset));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return Errno(ErrorCode::kInvalidArgument, path + ": cannot write");
-    data += n;
-    size -= static_cast<uint64_t>(n);
-    offset += static_cast<uint64_t>(n);
-  }
-  return Status::Ok();
-}
-
 // A file's etag: it changes whenever a write or a rename replaces the file.
 std::string StatTag(const struct stat& st) {
   return std::to_string(st.st_ino) + "-" + std::to_string(st.st_size) + "-" +
          std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec);
-}
-
-Status SyncDirectory(const std::string& dir) {
-  const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return Errno(ErrorCode::kInvalidArgument, dir + ": cannot open directory");
-  const int rc = fsync(fd);
-  close(fd);
-  return rc == 0 ? Status::Ok() : Errno(ErrorCode::kInvalidArgument, dir + ": cannot sync");
 }
 
 // Keys are files below the root; a write goes to a hidden temporary file in the key's
@@ -128,14 +116,14 @@ class LocalStore : public Store {
   Status Put(const std::string& key, const uint8_t* data, uint64_t size, PutMode mode) override {
     ARC_V3_RETURN_IF_ERROR(CheckKey(key));
     std::string temp;
-    ARC_V3_RETURN_IF_ERROR(WriteTemp(key, &temp, [&](int fd) { return WriteAll(fd, data, size, 0, temp); }));
+    ARC_V3_RETURN_IF_ERROR(WriteTemp(key, &temp, [&](int fd) { return file_io::WriteAt(fd, data, size, 0, temp); }));
     return Publish(key, temp, mode);
   }
 
   Status PutFile(const std::string& key, const std::string& path, PutMode mode) override {
     ARC_V3_RETURN_IF_ERROR(CheckKey(key));
     const int in = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (in < 0) return Errno(ErrorCode::kInvalidArgument, path + ": cannot open");
+    if (in < 0) return Errno(ErrorCode::kIoError, path + ": cannot open");
     std::string temp;
     Status s = WriteTemp(key, &temp, [&](int fd) {
       std::vector<uint8_t> buffer(size_t{1} << 20);
@@ -143,9 +131,9 @@ class LocalStore : public Store {
       for (;;) {
         const ssize_t n = read(in, buffer.data(), buffer.size());
         if (n < 0 && errno == EINTR) continue;
-        if (n < 0) return Errno(ErrorCode::kInvalidArgument, path + ": cannot read");
+        if (n < 0) return Errno(ErrorCode::kIoError, path + ": cannot read");
         if (n == 0) return Status::Ok();
-        ARC_V3_RETURN_IF_ERROR(WriteAll(fd, buffer.data(), static_cast<uint64_t>(n), at, temp));
+        ARC_V3_RETURN_IF_ERROR(file_io::WriteAt(fd, buffer.data(), static_cast<uint64_t>(n), at, temp));
         at += static_cast<uint64_t>(n);
       }
     });
@@ -252,10 +240,10 @@ class LocalStore : public Store {
                                    std::to_string(getpid()) + "-" + std::to_string(counter++)))
                 .string();
     const int fd = open(temp->c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
-    if (fd < 0) return Errno(ErrorCode::kPermissionDenied, *temp + ": cannot create");
+    if (fd < 0) return CreateError(*temp + ": cannot create");
     Status s = fill(fd);
-    if (s.ok() && fsync(fd) != 0) s = Errno(ErrorCode::kUnavailable, *temp + ": cannot sync");
-    if (close(fd) != 0 && s.ok()) s = Errno(ErrorCode::kUnavailable, *temp + ": cannot close");
+    if (s.ok() && fsync(fd) != 0) s = Errno(ErrorCode::kIoError, *temp + ": cannot sync");
+    if (close(fd) != 0 && s.ok()) s = Errno(ErrorCode::kIoError, *temp + ": cannot close");
     if (!s.ok()) unlink(temp->c_str());
     return s;
   }
@@ -266,15 +254,15 @@ class LocalStore : public Store {
     if (mode == PutMode::kCreateOnly) {
       if (link(temp.c_str(), path.c_str()) != 0) {
         s = errno == EEXIST ? Status(ErrorCode::kAlreadyExists, Name(key) + ": already exists")
-                            : Errno(ErrorCode::kPermissionDenied, Name(key) + ": cannot create");
+                            : CreateError(Name(key) + ": cannot create");
       }
       unlink(temp.c_str());
     } else if (rename(temp.c_str(), path.c_str()) != 0) {
-      s = Errno(ErrorCode::kPermissionDenied, Name(key) + ": cannot replace");
+      s = CreateError(Name(key) + ": cannot replace");
       unlink(temp.c_str());
     }
     if (!s.ok()) return s;
-    return SyncDirectory(fs::path(path).parent_path().string());
+    return file_io::SyncDirectory(fs::path(path).parent_path().string());
   }
 
   std::string root_, url_;
@@ -394,11 +382,8 @@ Status Store::GetToFile(const std::string& key, const std::string& path, uint64_
     size = info.size;
   }
   const int fd = open(path.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0644);
-  if (fd < 0) return Errno(ErrorCode::kInvalidArgument, path + ": cannot create");
-  Status s;
-  if (size > 0 && ftruncate(fd, static_cast<off_t>(size)) != 0) {
-    s = Errno(ErrorCode::kInvalidArgument, path + ": cannot resize");
-  }
+  if (fd < 0) return file_io::Error(path, "cannot create");
+  Status s = file_io::Reserve(fd, size, path);
   const uint64_t part = std::max<uint64_t>(options.part_bytes, 1);
   const size_t parts = static_cast<size_t>((size + part - 1) / part);
   std::mutex mutex;
@@ -411,14 +396,14 @@ Status Store::GetToFile(const std::string& key, const std::string& path, uint64_
       const uint64_t offset = i * part, bytes = std::min(part, size - offset);
       std::vector<uint8_t> buffer(bytes);
       Status st = GetRange(key, offset, bytes, buffer.data());
-      if (st.ok()) st = WriteAll(fd, buffer.data(), bytes, offset, path);
+      if (st.ok()) st = file_io::WriteAt(fd, buffer.data(), bytes, offset, path);
       if (!st.ok()) {
         std::lock_guard<std::mutex> lock(mutex);
         if (s.ok()) s = st;
       }
     });
   }
-  if (close(fd) != 0 && s.ok()) s = Errno(ErrorCode::kInvalidArgument, path + ": cannot close");
+  if (close(fd) != 0 && s.ok()) s = file_io::Error(path, "cannot close");
   if (!s.ok()) unlink(path.c_str());
   return s;
 }

@@ -13,7 +13,7 @@ PAYLOAD_ERRORS = (
 STORE_ERRORS = (
     "not_found", "already_exists", "unavailable", "permission_denied",
     "checksum_mismatch", "corrupt_chunk", "corrupt_header", "unsupported_version",
-    "truncated", "untrusted", "invalid_argument", "internal",
+    "truncated", "untrusted", "io_error", "invalid_argument", "internal",
 )
 
 

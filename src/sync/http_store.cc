@@ -590,8 +590,8 @@ class S3Store : public CurlStore {
       if (s.code() != ErrorCode::kNotFound) return s;
     }
     std::string initiated;
-    ARC_V3_RETURN_IF_ERROR(
-        Call("POST", Url(key) + Query({{"uploads", ""}}), "", key, &initiated, {CacheControl(mode)}));
+    ARC_V3_RETURN_IF_ERROR(Call("POST", Url(key) + Query({{"uploads", ""}}), "", key, &initiated,
+                                {CacheControl(mode)}));
     std::string upload_id;
     Status s = ParseUploadId(initiated.data(), initiated.size(), Name(key), &upload_id);
     if (!s.ok()) return s;

@@ -424,7 +424,8 @@ std::string CacheControlOf(const std::string& url) {
 }
 
 TEST_CASE("stores: S3 writes say what HTTP caches may keep: write-once for a year, latest never") {
-  const std::string bucket = test::Env("ARC_V3_TEST_PUBLIC_S3"), http = test::Env("ARC_V3_TEST_PUBLIC_HTTP");
+  const std::string bucket = test::Env("ARC_V3_TEST_PUBLIC_S3");
+  const std::string http = test::Env("ARC_V3_TEST_PUBLIC_HTTP");
   if (test::S3Bucket().empty()) return;
   REQUIRE(!bucket.empty());
   REQUIRE(!http.empty());
@@ -452,7 +453,8 @@ TEST_CASE("stores: S3 writes say what HTTP caches may keep: write-once for a yea
   // An overwrite keeps saying no-cache.
   REQUIRE(s3->Put("latest", big.data(), 100, PutMode::kOverwrite).ok());
   CHECK(CacheControlOf(base + "latest") == "no-cache");
-  for (const char* key : {"o/once.a3d", "o/file.a3d", "o/parts.a3d", "latest", "pointer", "pointer.big"}) {
+  for (const char* key :
+       {"o/once.a3d", "o/file.a3d", "o/parts.a3d", "latest", "pointer", "pointer.big"}) {
     CHECK(s3->Delete(key).ok());
   }
 }

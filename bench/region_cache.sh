@@ -41,15 +41,24 @@ cp docs/regions.md "$work/documented.md"
 sed 's/^        slice 1m;/        slice 4m;/' docs/regions.md > "$work/slice_4m.md"
 sed -e '/^        slice 1m;/d' -e '/proxy_set_header Range \$slice_range;/d' \
     -e 's/\$slice_range;/;/' docs/regions.md > "$work/no_slice.md"
+for variant in slice_4m no_slice; do
+  ! cmp -s docs/regions.md "$work/$variant.md" ||
+    { echo "docs/regions.md's block changed: no $variant variant made of it" >&2; exit 1; }
+done
 {
   echo "bench/region_cache.sh ($(date -u +%Y-%m-%d), commit $(git rev-parse --short HEAD)," \
        "$(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg))"
+  echo "Counts of bytes and requests, not timings: the machine's load does not change them."
+  echo "documented: docs/regions.md's block as written; slice_4m: its slice 1m made 4m;"
+  echo "no_slice: its slice lines removed (a plain proxy_cache). A variant that misses one of"
+  echo "the test's bounds says which."
   echo
 } > "$work/all.txt"
 for variant in documented slice_4m no_slice; do
   status=PASS
   bash tests/regions/region_cache_test.sh bazel-bin/tools/cli/arc_v3_cli "$work/$variant.md" \
-    "$work/$variant.txt" > "$work/$variant.log" 2>&1 || status="FAIL: $(grep '^FAIL' "$work/$variant.log" | head -1)"
+    "$work/$variant.txt" > "$work/$variant.log" 2>&1 ||
+    status="misses the test's bounds: $(sed -n 's/^FAIL: //p' "$work/$variant.log" | head -1)"
   {
     echo "== $variant: $status"
     cat "$work/$variant.txt" 2> /dev/null || tail -5 "$work/$variant.log"

@@ -13,7 +13,8 @@
 #      the origin less than half of one whole copy: no whole-object fetches, each slice once;
 #   3. `latest` read through the cache right after a commit names the new step (never an
 #      old pointer), and a follower reading through the cache reaches it; through a cache
-#      configured to keep `latest` anyway, a pull still finds the new step.
+#      configured to keep `latest` anyway, a pull still finds the new step;
+#   4. a byte of the cache's copy of an object flipped: a pull through it is refused.
 #
 #   bash tests/regions/region_cache_test.sh PATH/TO/arc_v3_cli PATH/TO/docs/regions.md [RESULTS]
 #
@@ -359,6 +360,24 @@ wait "$follower"; rc=$?
 same_step follower 3
 curl -sI "$CACHED/latest" | grep -qi '^cache-control: no-cache' ||
   fail "latest through the cache does not say no-cache"
+
+# 4. A cache is not trusted for bytes: one byte of its copy of a step-3 delta flipped, a
+# pull through it fails as corrupt (exit 4) and leaves the host's directory as it was.
+entry="$(grep -rlas 'KEY: .*/000000000003-[0-9]*-[0-9]*/delta-[0-9a-f]*\.a3d' nginx/cache | head -1)"
+[ -n "$entry" ] || fail "no cached delta of step 3 in the cache's folder"
+"$PY" - "$entry" <<'PY'
+import os, sys
+with open(sys.argv[1], "r+b") as f:
+    f.seek(os.path.getsize(sys.argv[1]) - 100)  # inside the object's bytes (the file's tail)
+    b = f.read(1)
+    f.seek(-1, 1)
+    f.write(bytes([b[0] ^ 0x10]))
+PY
+cp -a stale-host tampered
+"$CLI" pull "$CACHED" tampered -q > tampered.out 2>&1; rc=$?
+[ "$rc" -eq 4 ] || { cat tampered.out; fail "a pull of a damaged cached object exited $rc, want 4"; }
+same_step tampered 2
+grep -q . tampered.out && echo "refused: $(head -c 300 tampered.out)"
 
 ratio() { "$PY" -c "import sys; print('%.3f' % (int(sys.argv[1]) / int(sys.argv[2])))" "$@"; }
 # row LABEL NAME [BASE WHAT]: a line of the table: NAME's figures (and bytes / BASE's).

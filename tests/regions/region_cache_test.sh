@@ -363,7 +363,7 @@ curl -sI "$CACHED/latest" | grep -qi '^cache-control: no-cache' ||
 
 # 4. A cache is not trusted for bytes: one byte of its copy of a step-3 delta flipped, a
 # pull through it fails as corrupt (exit 4) and leaves the host's directory as it was.
-entry="$(grep -rlas 'KEY: .*/000000000003-[0-9]*-[0-9]*/delta-[0-9a-f]*\.a3d' nginx/cache | head -1)"
+entry="$(grep -rlas 'KEY: .*/000000000003-[0-9-]*/delta-[0-9a-f]*\.a3d' nginx/cache | head -1)"
 [ -n "$entry" ] || fail "no cached delta of step 3 in the cache's folder"
 "$PY" - "$entry" <<'PY'
 import os, sys
@@ -375,7 +375,7 @@ with open(sys.argv[1], "r+b") as f:
 PY
 cp -a stale-host tampered
 "$CLI" pull "$CACHED" tampered -q > tampered.out 2>&1; rc=$?
-[ "$rc" -eq 4 ] || { cat tampered.out; fail "a pull of a damaged cached object exited $rc, want 4"; }
+[ "$rc" -eq 4 ] || { cat tampered.out; fail "a pull of a damaged cached object exited $rc"; }
 same_step tampered 2
 grep -q . tampered.out && echo "refused: $(head -c 300 tampered.out)"
 

@@ -54,7 +54,7 @@ cleanup() {
   for pid in "${BG_PIDS[@]}"; do kill "$pid" 2> /dev/null; done
   for pid in "${BG_PIDS[@]}"; do wait "$pid" 2> /dev/null; done
   [ -f "$T/nginx/nginx.pid" ] &&
-    "$NGINX" -p "$T/nginx" -c "$T/nginx/nginx.conf" -s stop 2> /dev/null
+    "$NGINX" -p "$T/nginx" -e "$T/nginx/error.log" -c "$T/nginx/nginx.conf" -s stop 2> /dev/null
   if [ -x "$AWS" ]; then
     timeout 60 "$AWS" --endpoint-url "$AWS_ENDPOINT_URL" s3 rm --recursive --quiet \
       "$ARC_V3_TEST_PUBLIC_S3/$PREFIX/" > /dev/null 2>&1
@@ -228,9 +228,9 @@ http {
     }
 }
 EOF
-"$NGINX" -p "$T/nginx" -c "$T/nginx/nginx.conf" -t > nginx/test.out 2>&1 ||
+"$NGINX" -p "$T/nginx" -e "$T/nginx/error.log" -c "$T/nginx/nginx.conf" -t > nginx/test.out 2>&1 ||
   { cat nginx/test.out; fail "nginx refuses the configuration"; }
-"$NGINX" -p "$T/nginx" -c "$T/nginx/nginx.conf" 2> nginx/start.err ||
+"$NGINX" -p "$T/nginx" -e "$T/nginx/error.log" -c "$T/nginx/nginx.conf" 2> nginx/start.err ||
   { cat nginx/start.err; fail "nginx did not start"; }
 
 BUCKET_PATH="${ARC_V3_TEST_PUBLIC_S3#s3://}"

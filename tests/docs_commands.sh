@@ -6,7 +6,7 @@
 #   2. the scripts docs/ names: bench/sync_bench.sh, bench/sync_scale.sh (256 shards, its
 #      limits asserted: --check), bench/scale_model.py, bench/pull_memory.sh,
 #      bench/follow_memory.sh, bench/signing_cost.sh, bench/pull_overlap.sh and
-#      bench/cross_region.py (sync.md),
+#      bench/cross_region.py (sync.md), bench/region_cache.sh (regions.md),
 #      arc_bench and checkpoint_bench (bench.md), python/bench/bench_binding.py
 #      (python/README.md), each on a small input (their defaults take tens of minutes) and
 #      checked for its output files.
@@ -49,6 +49,7 @@ temp_leftovers() {
   ls -d "${TMPDIR:-/tmp}"/arc_v3_demo.* "${TMPDIR:-/tmp}"/arc_v3_sync_bench.* "${TMPDIR:-/tmp}"/arc_v3_sync_scale.* \
     "${TMPDIR:-/tmp}"/arc_v3_pull_memory.* "${TMPDIR:-/tmp}"/arc_v3_follow_memory.* \
     "${TMPDIR:-/tmp}"/arc_v3_signing_cost.* "${TMPDIR:-/tmp}"/arc_v3_pull_overlap.* \
+    "${TMPDIR:-/tmp}"/arc_v3_region_cache.* \
     2> /dev/null | sort
 }
 
@@ -79,6 +80,11 @@ expect sync_bench "[ \"\$(temp_leftovers)\" = \"$before\" ]" "work folders left:
 # with the limits the protocol holds asserted and every pulled tensor compared bit for bit.
 check sync_scale bench/sync_scale.sh --shards 256 --check --out bench_out/sync_scale_ci
 expect sync_scale "[ \"\$(temp_leftovers)\" = \"$before\" ]" "work folders left: $(temp_leftovers)"
+# ... what crosses a region's link through the region cache of docs/regions.md (nginx).
+if check region_cache bench/region_cache.sh --out bench_out/region_cache_ci.txt; then
+  expect region_cache "grep -q '^== documented: PASS' bench_out/region_cache_ci.txt" \
+    "bench_out/region_cache_ci.txt: the documented configuration"
+fi
 # ... the model built on the committed results, and a host's memory at two small sizes.
 if check scale_model /usr/bin/python3 bench/scale_model.py --out bench_out/scale_model_ci; then
   expect scale_model "grep -q '^3. Trained -> served' bench_out/scale_model_ci.txt" "bench_out/scale_model_ci.txt"

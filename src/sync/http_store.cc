@@ -543,9 +543,16 @@ class S3Store : public CurlStore {
   }
 
  private:
+  // What HTTP caches may do with the object (PutMode): stored with it, sent with every GET.
+  static std::string CacheControl(PutMode mode) {
+    return mode == PutMode::kCreateOnly ? "Cache-Control: public, max-age=31536000, immutable"
+                                        : "Cache-Control: no-cache";
+  }
+
   // A single PUT; write-once through If-None-Match (412 when the key exists).
   Status Upload(Request& q, const std::string& key, PutMode mode) {
     if (mode == PutMode::kCreateOnly) q.headers.push_back("If-None-Match: *");
+    q.headers.push_back(CacheControl(mode));
     std::vector<uint8_t> answer;
     q.out_vec = &answer;
     q.max_size = 1u << 20;
@@ -557,10 +564,11 @@ class S3Store : public CurlStore {
 
   // One POST / DELETE of the multipart protocol; the answer's body into *answer_out.
   Status Call(const char* method, const std::string& url, const std::string& body, const std::string& key,
-              std::string* answer_out) {
+              std::string* answer_out, std::vector<std::string> headers = {}) {
     Request q;
     q.method = method;
     q.url = url;
+    q.headers = std::move(headers);
     q.body = reinterpret_cast<const uint8_t*>(body.data());
     q.body_size = body.size();
     std::vector<uint8_t> answer;
@@ -584,7 +592,8 @@ class S3Store : public CurlStore {
       if (s.code() != ErrorCode::kNotFound) return s;
     }
     std::string initiated;
-    ARC_V3_RETURN_IF_ERROR(Call("POST", Url(key) + Query({{"uploads", ""}}), "", key, &initiated));
+    ARC_V3_RETURN_IF_ERROR(Call("POST", Url(key) + Query({{"uploads", ""}}), "", key, &initiated,
+                                {CacheControl(mode)}));
     std::string upload_id;
     Status s = ParseUploadId(initiated.data(), initiated.size(), Name(key), &upload_id);
     if (!s.ok()) return s;

@@ -26,9 +26,16 @@ struct ObjectInfo {
   std::string etag;  // opaque version tag; changes whenever the object does
 };
 
+// How a write treats an existing key, and what HTTP caches in front of the store may do
+// with the object (an S3 store sends the Cache-Control header; see PROTOCOL.md, "Roles
+// and stores").
 enum class PutMode {
-  kOverwrite,   // replaces the object atomically: readers see the old or the new bytes
-  kCreateOnly,  // write-once: kAlreadyExists if the key exists (atomic against racing writers)
+  // Replaces the object atomically: readers see the old or the new bytes. For mutable keys
+  // (`latest`): Cache-Control: no-cache, so a cache asks the store on every read.
+  kOverwrite,
+  // Write-once: kAlreadyExists if the key exists (atomic against racing writers). For keys
+  // whose bytes never change: Cache-Control: public, max-age=31536000, immutable.
+  kCreateOnly,
 };
 
 // How a store retries and how wide it transfers. The defaults suit a trainer and a region.

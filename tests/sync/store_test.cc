@@ -1,6 +1,7 @@
 // The stores, each against a real backend: a directory, and radosgw (Ceph's S3 gateway,
 // booted by tests/run_tests.sh) for s3:// and for the read-only http:// store.
 #include <arpa/inet.h>
+#include <curl/curl.h>
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <sys/socket.h>
@@ -13,6 +14,7 @@
 #include <fstream>
 #include <mutex>
 #include <optional>
+#include <sstream>
 #include <thread>
 
 #include "src/sync/s3_answers.h"
@@ -383,6 +385,78 @@ TEST_CASE("stores: a read-only http store reads what was published to the bucket
   CHECK(web->Put("steps/b", data.data(), 1, PutMode::kOverwrite).code() == ErrorCode::kInvalidArgument);
   std::vector<ObjectInfo> list;
   CHECK(web->List("", &list).code() == ErrorCode::kInvalidArgument);
+}
+
+// The Cache-Control header of a plain GET of `url` (libcurl, as any HTTP cache reads it);
+// empty if the answer has none, "HTTP <status>" if it is not a 200.
+std::string CacheControlOf(const std::string& url) {
+  CURL* curl = curl_easy_init();
+  REQUIRE(curl != nullptr);
+  std::string headers;
+  auto on_header = +[](char* data, size_t size, size_t count, void* out) -> size_t {
+    static_cast<std::string*>(out)->append(data, size * count);
+    return size * count;
+  };
+  auto on_body = +[](char*, size_t size, size_t count, void*) -> size_t { return size * count; };
+  curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, on_header);
+  curl_easy_setopt(curl, CURLOPT_HEADERDATA, &headers);
+  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_body);
+  curl_easy_setopt(curl, CURLOPT_TIMEOUT, 30L);
+  const CURLcode code = curl_easy_perform(curl);
+  long status = 0;
+  curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
+  curl_easy_cleanup(curl);
+  REQUIRE(code == CURLE_OK);
+  if (status != 200) return "HTTP " + std::to_string(status);
+  std::istringstream lines(headers);
+  for (std::string line; std::getline(lines, line);) {
+    const std::string name = "cache-control:";
+    std::string lower = line.substr(0, name.size());
+    for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (lower != name) continue;
+    std::string value = line.substr(name.size());
+    while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) value.erase(0, 1);
+    while (!value.empty() && (value.back() == '\r' || value.back() == ' ')) value.pop_back();
+    return value;
+  }
+  return "";
+}
+
+TEST_CASE("stores: S3 writes say what HTTP caches may keep: write-once for a year, latest never") {
+  const std::string bucket = test::Env("ARC_V3_TEST_PUBLIC_S3");
+  const std::string http = test::Env("ARC_V3_TEST_PUBLIC_HTTP");
+  if (test::S3Bucket().empty()) return;
+  REQUIRE(!bucket.empty());
+  REQUIRE(!http.empty());
+  TempDir tmp;
+  const std::string prefix = test::UniqueName("cache");
+  std::unique_ptr<Store> s3;
+  REQUIRE(OpenStore(bucket + "/" + prefix, test::FastRetries(), &s3).ok());
+  const std::vector<uint8_t> small = Random(1000, 5), big = Random((10u << 20) + 7, 6);
+  test::WriteBytes(tmp / "big.bin", big);
+  test::WriteBytes(tmp / "small.bin", small);
+  REQUIRE(s3->Put("o/once.a3d", small.data(), small.size(), PutMode::kCreateOnly).ok());
+  REQUIRE(s3->PutFile("o/file.a3d", tmp / "small.bin", PutMode::kCreateOnly).ok());
+  REQUIRE(s3->PutFile("o/parts.a3d", tmp / "big.bin", PutMode::kCreateOnly).ok());  // multipart
+  REQUIRE(s3->Put("latest", small.data(), small.size(), PutMode::kOverwrite).ok());
+  REQUIRE(s3->PutFile("pointer", tmp / "small.bin", PutMode::kOverwrite).ok());
+  REQUIRE(s3->PutFile("pointer.big", tmp / "big.bin", PutMode::kOverwrite).ok());   // multipart
+  const std::string immutable = "public, max-age=31536000, immutable";
+  const std::string base = http + "/" + prefix + "/";
+  CHECK(CacheControlOf(base + "o/once.a3d") == immutable);
+  CHECK(CacheControlOf(base + "o/file.a3d") == immutable);
+  CHECK(CacheControlOf(base + "o/parts.a3d") == immutable);
+  CHECK(CacheControlOf(base + "latest") == "no-cache");
+  CHECK(CacheControlOf(base + "pointer") == "no-cache");
+  CHECK(CacheControlOf(base + "pointer.big") == "no-cache");
+  // An overwrite keeps saying no-cache.
+  REQUIRE(s3->Put("latest", big.data(), 100, PutMode::kOverwrite).ok());
+  CHECK(CacheControlOf(base + "latest") == "no-cache");
+  for (const char* key :
+       {"o/once.a3d", "o/file.a3d", "o/parts.a3d", "latest", "pointer", "pointer.big"}) {
+    CHECK(s3->Delete(key).ok());
+  }
 }
 
 TEST_CASE("stores: a registered scheme opens its own stores by URL") {

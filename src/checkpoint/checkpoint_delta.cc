@@ -82,7 +82,7 @@ Status CheckOutput(const std::string& path, bool overwrite) {
                                                    " does not exist");
   }
   if (!overwrite && fs::exists(path, ec)) {
-    return Status(ErrorCode::kAlreadyExists, path + " already exists (not replaced without --force)");
+    return Status(ErrorCode::kAlreadyExists, path + " already exists: it is not replaced unless asked to overwrite");
   }
   return Status::Ok();
 }
@@ -1234,7 +1234,8 @@ Status ApplyPartial(const std::string& prev_path, const std::string& delta_path,
   try {
     pattern = std::regex(tensor_regex, std::regex::ECMAScript);
   } catch (const std::regex_error& e) {
-    return Status(ErrorCode::kInvalidArgument, "bad --tensors regex '" + tensor_regex + "': " + e.what());
+    return Status(ErrorCode::kInvalidArgument,
+                  "tensor pattern '" + tensor_regex + "' is not a regular expression: " + e.what());
   }
   if (row_begin > row_end) return Status(ErrorCode::kInvalidArgument, "row range is reversed");
   DeltaAndBase inputs;

@@ -78,7 +78,7 @@ Status VerifySteps(Store* store, const std::vector<std::string>& trust_files, st
   verdicts->clear();
   Trust trust;
   ARC_V3_RETURN_IF_ERROR(LoadTrust(trust_files, &trust));
-  if (!trust.on()) return Status(ErrorCode::kInvalidArgument, "verifying needs a trusted public key (--trust)");
+  if (!trust.on()) return Status(ErrorCode::kInvalidArgument, "verifying needs at least one trusted public key");
   std::vector<ObjectInfo> roots;
   ARC_V3_RETURN_IF_ERROR(store->List("steps/", &roots));
   for (const ObjectInfo& o : roots) {
@@ -130,7 +130,7 @@ Status ListSteps(Store* store, std::vector<StepListing>* steps, bool load_record
 
 Status Prune(Store* store, uint32_t keep_anchors, bool dry_run, PruneReport* report, double min_age_seconds) {
   *report = PruneReport();
-  if (keep_anchors == 0) return Status(ErrorCode::kInvalidArgument, "--keep-anchors must be at least 1");
+  if (keep_anchors == 0) return Status(ErrorCode::kInvalidArgument, "pruning must keep at least one anchor");
   std::vector<StepListing> steps;
   ARC_V3_RETURN_IF_ERROR(ListSteps(store, &steps, false));
   std::vector<uint64_t> anchors;  // committed anchor steps, newest first

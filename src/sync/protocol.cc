@@ -64,6 +64,12 @@ OrderedJson OptionalHexJson(uint64_t xxh3) {
   return xxh3 == 0 ? OrderedJson(nullptr) : OrderedJson(checkpoint::HexU64(xxh3));
 }
 
+// A document of another protocol version, thrown by the parsers below and returned by
+// Parse as kUnsupportedVersion (nothing here throws past Parse).
+struct VersionError {
+  std::string what;
+};
+
 void CheckEnvelope(const Json& doc, const char* kind, const std::string& where) {
   if (!doc.is_object()) Fail(where + " is not an object");
   if (Str(Field(doc, "format", where), where + ".format") != kProtocolName) {
@@ -71,12 +77,11 @@ void CheckEnvelope(const Json& doc, const char* kind, const std::string& where) 
   }
   const uint64_t version = U64(Field(doc, "version", where), where + ".version");
   if (version != kProtocolVersion) {
-    throw Status(ErrorCode::kUnsupportedVersion,
-                 where + ": sync protocol version " + std::to_string(version) + "; this build reads version " +
-                     std::to_string(kProtocolVersion) +
-                     (version == 1 ? " only (a store arc_v3 1.x published to: publish this run to a new store or "
-                                     "prefix, see CHANGELOG.md, 2.0)"
-                                   : ""));
+    throw VersionError{where + ": sync protocol version " + std::to_string(version) + "; this build reads version " +
+                       std::to_string(kProtocolVersion) +
+                       (version == 1 ? " only (a store arc_v3 1.x published to: publish this run to a new store or "
+                                       "prefix, see CHANGELOG.md, 2.0)"
+                                     : "")};
   }
   if (Str(Field(doc, "kind", where), where + ".kind") != kind) Fail(where + " is not a " + kind + " document");
 }
@@ -175,8 +180,8 @@ Status ParseDocument(const std::vector<uint8_t>& bytes, const std::string& where
     return Status::Ok();
   } catch (const strict_json::Error& e) {
     return Status(ErrorCode::kCorruptHeader, e.what);
-  } catch (const Status& s) {
-    return s;
+  } catch (const VersionError& e) {
+    return Status(ErrorCode::kUnsupportedVersion, e.what);
   } catch (const Json::exception& e) {
     return Status(ErrorCode::kCorruptHeader, where + ": not valid JSON (" + e.what() + ")");
   } catch (const std::bad_alloc&) {

@@ -148,8 +148,7 @@ Status CheckBase(const Reader& delta, const ShardRecord& base, const std::string
   const auto wrong = [&](const std::string& why) {
     return Status(ErrorCode::kChecksumMismatch,
                   prev + " is not the file shard " + std::to_string(base.shard) + " published for step " +
-                      std::to_string(base.step) + ": " + why +
-                      " (publish an anchor instead: leave out --prev)");
+                      std::to_string(base.step) + ": " + why);
   };
   const checkpoint::Manifest& m = delta.manifest();
   std::set<std::string> names(m.removed_tensors.begin(), m.removed_tensors.end());
@@ -277,8 +276,8 @@ Status Conflict(Store* store, const ShardRecord& record, const std::string& diff
                     (committed ? RootKey(record.step) : ShardRecordKey(record.step, record.shard, record.count,
                                                                        record.incarnation)) +
                     (committed ? "): a committed step never changes"
-                               : "): a restarted trainer publishes with a new incarnation (--incarnation), whose "
-                                 "records supersede this one's until the step is committed"));
+                               : "): a restarted trainer publishes under a new incarnation, whose records "
+                                 "supersede this one's until the step is committed"));
 }
 
 // Writes the record once; a record already there (a racing retry of this same publish)
@@ -638,7 +637,7 @@ Status LinkBase(Store* store, int depth, const Signer& signer, Top* top, std::st
                       " of incarnation " + top->base_incarnation + ", but incarnation " + base.incarnation +
                       " committed that step (incarnation " + top->base_incarnation +
                       " was superseded): publish step " + std::to_string(m.step) +
-                      " as an anchor (leave out --prev) to go on from these files");
+                      " as an anchor to go on from these files");
   }
   if (base.count != m.count) {
     return Status(ErrorCode::kInvalidArgument, "step " + std::to_string(m.step) + " has " + std::to_string(m.count) +
@@ -826,9 +825,14 @@ struct Publication {
 Status NewRecord(const PublishOptions& o, const checkpoint::Checkpoint& prev, const checkpoint::Checkpoint& next,
                  ShardRecord* r) {
   if (o.count == 0 || o.count > kMaxShards || o.shard >= o.count) {
-    return Status(ErrorCode::kInvalidArgument, "--shard K/COUNT needs 0 <= K < COUNT <= " + std::to_string(kMaxShards));
+    return Status(ErrorCode::kInvalidArgument, "shard " + std::to_string(o.shard) + " of " + std::to_string(o.count) +
+                                                   ": a shard is below its count, at most " +
+                                                   std::to_string(kMaxShards));
   }
-  if (o.step > kMaxStep) return Status(ErrorCode::kInvalidArgument, "--step is above " + std::to_string(kMaxStep));
+  if (o.step > kMaxStep) {
+    return Status(ErrorCode::kInvalidArgument,
+                  "step " + std::to_string(o.step) + " is above the last step, " + std::to_string(kMaxStep));
+  }
   if (next.directory() || next.files().size() != 1) {
     return Status(ErrorCode::kInvalidArgument, next.path() + ": a shard publishes one .safetensors file");
   }
@@ -851,7 +855,8 @@ Status NewRecord(const PublishOptions& o, const checkpoint::Checkpoint& prev, co
                                                    "and must have at most 255 bytes");
   }
   if (!ValidIncarnation(o.incarnation)) {
-    return Status(ErrorCode::kInvalidArgument, "--incarnation needs 1 to 64 of [A-Za-z0-9._-]");
+    return Status(ErrorCode::kInvalidArgument,
+                  "incarnation '" + o.incarnation + "' is not 1 to 64 of [A-Za-z0-9._-] (nor . or ..)");
   }
   r->incarnation = o.incarnation;
   return Status::Ok();
@@ -872,15 +877,14 @@ Status ReadBase(Store* store, const PublishOptions& o, uint64_t base_step, Shard
     return Status(ErrorCode::kNotFound,
                   "step " + std::to_string(base_step) + " is not committed in " + store->url() + " and shard " +
                       std::to_string(o.shard) + " of " + std::to_string(o.count) + " (incarnation " + o.incarnation +
-                      ") never published it: publish an anchor (leave out --prev) or name a committed base with "
-                      "--base-step");
+                      ") never published it: publish an anchor, or a delta from a committed base step");
   }
   ARC_V3_RETURN_IF_ERROR(s);
   if (base_root.count != o.count) {
     return Status(ErrorCode::kInvalidArgument, "step " + std::to_string(base_step) + " was committed with " +
                                                    std::to_string(base_root.count) + " shards, not " +
                                                    std::to_string(o.count) +
-                                                   " (a new shard count starts with an anchor: leave out --prev)");
+                                                   " (a new shard count starts with an anchor)");
   }
   return CommittedRecord(store, base_root, o.shard, base);
 }

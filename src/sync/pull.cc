@@ -418,8 +418,7 @@ Status CheckDirectory(const std::string& dir, DirState* state) {
       bool retimed = false;
       Status s = CheckFile(dir, f, &retimed);
       if (!s.ok()) {
-        return Status(s.code(), s.message() + " (it records step " + std::to_string(state->step) +
-                                    "; pull --reset rebuilds it from an anchor)");
+        return Status(s.code(), s.message() + " (it records step " + std::to_string(state->step) + ")");
       }
       retimed_any = retimed_any || retimed;
     }
@@ -753,9 +752,13 @@ Status CompileSelect(const PullOptions& o, Select* select) {
   try {
     select->pattern = std::regex(select->sel.partial() ? select->sel.tensors : ".*", std::regex::ECMAScript);
   } catch (const std::regex_error& e) {
-    return Status(ErrorCode::kInvalidArgument, "bad --tensors regex '" + select->sel.tensors + "': " + e.what());
+    return Status(ErrorCode::kInvalidArgument,
+                  "tensor pattern '" + select->sel.tensors + "' is not a regular expression: " + e.what());
   }
-  if (o.row_begin > o.row_end) return Status(ErrorCode::kInvalidArgument, "--rows A:B needs A <= B");
+  if (o.row_begin > o.row_end) {
+    return Status(ErrorCode::kInvalidArgument, "rows " + std::to_string(o.row_begin) + ":" +
+                                                   std::to_string(o.row_end) + " are reversed");
+  }
   return Status::Ok();
 }
 
@@ -775,13 +778,13 @@ struct PullPlan {
 Status ReadDirState(const std::string& dir, const PullOptions& o, PullPlan* plan, PullReport* report) {
   Status s = RecoverJournal(dir);
   if (!s.ok() && o.reset) s = DropJournal(dir);
-  if (!s.ok()) return Status(s.code(), s.message() + " (pull --reset rebuilds the directory from an anchor)");
+  if (!s.ok()) return s;
   s = ReadState(dir, &plan->state);
   if (s.ok()) {
     plan->have_state = true;
     report->from_step = plan->state.step;
   } else if (s.code() != ErrorCode::kNotFound && !o.reset) {
-    return Status(s.code(), s.message() + " (pull --reset rebuilds it from an anchor)");
+    return s;
   }
   return Status::Ok();
 }
@@ -896,7 +899,7 @@ Status PullLocked(Store* store, const std::string& dir, const PullOptions& o, Av
   ARC_V3_RETURN_IF_ERROR(ReadTarget(store, o.step, &target, report, plan.trust));
   if (have_state) {
     // A signed step is still refused where it would take DIR back, or to another run.
-    ARC_V3_RETURN_IF_ERROR(CheckProgress(plan.trust, state.step, state.run, target.m, dir, " (--reset takes it)"));
+    ARC_V3_RETURN_IF_ERROR(CheckProgress(plan.trust, state.step, state.run, target.m, dir));
     // DIR's own files must be what it records before anything is applied onto them.
     const auto verify = Clock::now();
     const Status s = CheckDirectory(dir, &plan.state);
@@ -944,7 +947,7 @@ Status Pull(Store* store, const std::string& dir, const PullOptions& options, Pu
   if (existed && !had_state_dir && !options.force && !options.reset &&
       fs::directory_iterator(dir, ec) != fs::directory_iterator()) {
     return Status(ErrorCode::kAlreadyExists,
-                  dir + " holds files but was never pulled into (not replaced without --force)");
+                  dir + " holds files but was never pulled into: they are not replaced unless forced");
   }
   fs::create_directories(dir, ec);
   if (!fs::is_directory(dir, ec)) return Status(ErrorCode::kInvalidArgument, dir + ": cannot create the directory");

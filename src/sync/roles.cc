@@ -346,8 +346,7 @@ Status Follower::Pull(uint64_t step, FollowResult* result) {
   sync::Hop target;
   ARC_V3_RETURN_IF_ERROR(
       sync::ReadTarget(f.store.get(), step == kLatestStep ? sync::kNoStep : step, &target, &report, f.trust));
-  ARC_V3_RETURN_IF_ERROR(sync::CheckProgress(f.trust, f.step, f.run,
-                                             target.m, "the follower", ""));
+  ARC_V3_RETURN_IF_ERROR(sync::CheckProgress(f.trust, f.step, f.run, target.m, "the follower"));
   result->step = target.m.step;
   result->published_at = target.m.published_at;
   result->committed_at = target.m.committed_at;

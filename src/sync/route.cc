@@ -75,17 +75,17 @@ Status CheckTrusted(const Trust& trust, const StepManifest& root, const std::str
 }
 
 Status CheckProgress(const Trust& trust, uint64_t held_step, uint64_t held_run, const StepManifest& target,
-                     const std::string& holder, const std::string& hint) {
+                     const std::string& holder) {
   if (!trust.on() || held_step == kNoStep) return Status::Ok();
   if (target.step < held_step) {
     return Status(ErrorCode::kUntrusted, "step " + std::to_string(target.step) + " is older than step " +
                                              std::to_string(held_step) + ", which " + holder +
-                                             " holds: a trusting reader never goes back" + hint);
+                                             " holds: a trusting reader never goes back");
   }
   if (held_run != 0 && target.run != held_run) {
     return Status(ErrorCode::kUntrusted, "step " + std::to_string(target.step) + " is of run " +
                                              checkpoint::HexU64(target.run) + ", not of run " +
-                                             checkpoint::HexU64(held_run) + " that " + holder + " holds" + hint);
+                                             checkpoint::HexU64(held_run) + " that " + holder + " holds");
   }
   return Status::Ok();
 }

@@ -36,9 +36,9 @@ Status UnderTrust(const Trust& trust, Status s);
 // Under trust: the root of `hop` signed by a trusted key (kUntrusted otherwise).
 Status CheckTrusted(const Trust& trust, const StepManifest& root, const std::string& where);
 // Under trust, a holder of `held_step` of run `held_run` (0: not recorded) takes no older
-// step and no step of another run (kUntrusted naming `holder`, then `hint`).
+// step and no step of another run (kUntrusted naming `holder`).
 Status CheckProgress(const Trust& trust, uint64_t held_step, uint64_t held_run, const StepManifest& target,
-                     const std::string& holder, const std::string& hint);
+                     const std::string& holder);
 
 // Ranges of a partial pull closer than this are fetched as one request.
 constexpr uint64_t kMergeGap = uint64_t{256} << 10;

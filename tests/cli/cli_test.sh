@@ -100,7 +100,8 @@ grep -q "Exit codes" out.txt || fail "--help documents the exit codes"
 # An output that exists is replaced only with -f/--force (exit 7 otherwise, untouched).
 cp d.a3d keep.a3d
 expect_rc 7 "$CLI" diff -q prev.safetensors next.safetensors -o d2.a3d
-grep -q "d2.a3d already exists (not replaced without --force)" err.txt || { cat err.txt; fail "diff names the output"; }
+grep -q "d2.a3d already exists" err.txt || { cat err.txt; fail "diff names the output"; }
+grep -q "hint: give -f/--force to replace it" err.txt || { cat err.txt; fail "diff gives the flag that replaces it"; }
 expect_rc 7 "$CLI" apply -q prev.safetensors d.a3d -o out.safetensors
 cp prev.safetensors other.safetensors
 expect_rc 7 "$CLI" apply -q next.safetensors d.a3d -o other.safetensors -T 1

@@ -323,7 +323,8 @@ run_store() {
   # A folder of the user's own files is taken only with --force.
   mkdir -p "$W/Mine" && echo notes > "$W/Mine/notes.txt"
   expect_rc 7 "$CLI" pull "$S" "$W/Mine" --step 2
-  grep -q "never pulled into (not replaced without --force)" err.txt || fail "pull into other files: $(cat err.txt)"
+  grep -q "never pulled into" err.txt || fail "pull into other files: $(cat err.txt)"
+  grep -q "hint: give -f/--force to pull into it anyway" err.txt || fail "pull into other files, hint: $(cat err.txt)"
   [ "$(ls -A "$W/Mine")" = notes.txt ] || fail "a refused pull changed the folder"
   expect_rc 0 "$CLI" pull "$S" "$W/Mine" --step 2 --force
   same_step "$W/Mine" 2 "pull --force"

@@ -53,6 +53,38 @@ inline int ExitCodeFor(const Status& s) {
   }
 }
 
+// What the command line adds to a library error: the flag that changes the outcome, where
+// one may ("" where none). The library's messages say what is wrong, never which flag.
+inline std::string HintFor(const std::string& command, const Status& s) {
+  const ErrorCode c = s.code();
+  if ((command == "diff" || command == "apply") && c == ErrorCode::kAlreadyExists) {
+    return "give -f/--force to replace it";
+  }
+  if (command == "pull" || command == "follow") {
+    if (c == ErrorCode::kAlreadyExists) return "give -f/--force to pull into it anyway";
+    if (c == ErrorCode::kChecksumMismatch || c == ErrorCode::kCorruptHeader) {
+      return "if DIR's own files or state are what is wrong, 'arc_v3 pull --reset STORE DIR' rebuilds DIR "
+             "from an anchor";
+    }
+    if (c == ErrorCode::kUntrusted) return "a step older than DIR's, or of another run, is taken only with --reset";
+  }
+  if (command == "publish") {
+    if (c == ErrorCode::kChecksumMismatch) return "leave out --prev to publish the step as an anchor";
+    if (c == ErrorCode::kNotFound) {
+      return "leave out --prev to publish an anchor, or name a committed base with --base-step";
+    }
+    if (c == ErrorCode::kAlreadyExists) return "a restarted trainer publishes under a new --incarnation";
+  }
+  return "";
+}
+
+// Prints "arc_v3 COMMAND: error: ..." and the command line's hint, if any, to stderr.
+inline void PrintError(const char* command, const Status& s) {
+  std::fprintf(stderr, "arc_v3 %s: error: %s\n", command, s.ToString().c_str());
+  const std::string hint = HintFor(command, s);
+  if (!hint.empty()) std::fprintf(stderr, "arc_v3 %s: hint: %s\n", command, hint.c_str());
+}
+
 inline std::string HumanBytes(double bytes) {
   const char* units[] = {"B", "KB", "MB", "GB", "TB"};
   int u = 0;

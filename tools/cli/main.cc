@@ -109,10 +109,11 @@ double Seconds(std::chrono::steady_clock::time_point start) {
 
 int Report(const char* command, const Common& c, const Status& s, const CheckpointReport& r, double secs) {
   if (!s.ok()) {
-    std::fprintf(stderr, "arc_v3 %s: error: %s\n", command, s.ToString().c_str());
+    PrintError(command, s);
     if (c.json) {
       Json j = {{"command", command}, {"ok", false}, {"error", ErrorName(s.code())},
                 {"message", s.message()}, {"exit_code", ExitCodeFor(s)}};
+      if (!HintFor(command, s).empty()) j["hint"] = HintFor(command, s);
       std::cout << j.dump(2) << "\n";
     }
     return ExitCodeFor(s);

@@ -17,10 +17,11 @@ namespace {
 using Json = nlohmann::ordered_json;
 
 int Fail(const char* command, bool json, const Status& s) {
-  std::fprintf(stderr, "arc_v3 %s: error: %s\n", command, s.ToString().c_str());
+  PrintError(command, s);
   if (json) {
-    const Json j = {{"command", command}, {"ok", false}, {"error", ErrorName(s.code())},
-                    {"message", s.message()}, {"exit_code", ExitCodeFor(s)}};
+    Json j = {{"command", command}, {"ok", false}, {"error", ErrorName(s.code())},
+              {"message", s.message()}, {"exit_code", ExitCodeFor(s)}};
+    if (!HintFor(command, s).empty()) j["hint"] = HintFor(command, s);
     std::cout << j.dump() << std::endl;
   }
   return ExitCodeFor(s);

@@ -287,9 +287,7 @@ Status DecodeBytes(const Reader& reader, const Piece& p, std::vector<uint8_t>* o
 Status OpenDelta(const std::string& path, Reader* reader) {
   std::unique_ptr<MappedFile> file;
   ARC_V3_RETURN_IF_ERROR(MappedFile::Open(path, &file));
-  const Status s = Reader::Open(std::move(file), reader);
-  if (!s.ok()) return Status(s.code(), path + ": " + s.message());
-  return Status::Ok();
+  return InContext(path, Reader::Open(std::move(file), reader));
 }
 
 // One piece of work: a piece of one tensor of one output file, or a group of tensors.
@@ -315,9 +313,7 @@ Status ApplyGroup(const Checkpoint& base, const Reader& reader, const FileEntry&
   Status s = reader.ReadGroup(g, &scratch, &stored);
   if (s.ok()) s = DecodeGroup(g, stored, base_data, bytes, decoded);
   for (size_t k = 0; k < base_data.size() && base.mapped(); ++k) Release(base_data[k], bytes[k]);
-  if (!s.ok()) {
-    return Status(s.code(), "group of tensor '" + f.tensors[g.members[0]].name + "': " + s.message());
-  }
+  ARC_V3_RETURN_IF_ERROR_IN("group of tensor '" + f.tensors[g.members[0]].name + "'", s);
   return Status::Ok();
 }
 
@@ -833,12 +829,10 @@ Status OutputPaths(const Manifest& m, const std::string& out_path,
 Status WriteHeaderAndFills(const Reader& reader, const FileEntry& f, const AsideFiles& out,
                            size_t index) {
   std::vector<uint8_t> bytes;
-  Status s = DecodeBytes(reader, f.header, &bytes);
-  if (!s.ok()) return Status(s.code(), f.name + " header: " + s.message());
+  ARC_V3_RETURN_IF_ERROR_IN(f.name + " header", DecodeBytes(reader, f.header, &bytes));
   ARC_V3_RETURN_IF_ERROR(file_io::WriteAt(out.fd(index), bytes.data(), bytes.size(), 0, out.temp(index)));
   if (f.fills.empty()) return Status::Ok();
-  s = DecodeBytes(reader, f.fill, &bytes);
-  if (!s.ok()) return Status(s.code(), f.name + " fill: " + s.message());
+  ARC_V3_RETURN_IF_ERROR_IN(f.name + " fill", DecodeBytes(reader, f.fill, &bytes));
   uint64_t at = 0;
   for (const auto& r : f.fills) {
     ARC_V3_RETURN_IF_ERROR(
@@ -921,9 +915,7 @@ Status ApplyPieceTask(const Task& task, size_t w, ApplyRun* run) {
   const Piece& p = *task.piece;
   const uint64_t bytes = PieceBytes(t, p);
   const auto named = [&](const Status& e) {
-    return e.code() == ErrorCode::kChecksumMismatch
-               ? e
-               : Status(e.code(), "tensor '" + t.name + "': " + e.message());
+    return e.code() == ErrorCode::kChecksumMismatch ? e : InContext("tensor '" + t.name + "'", e);
   };
   const auto checking_base = [&](const Status& e) {
     const Status base_check = task.base != nullptr ? CheckBaseRows(t, p, task.base) : Status::Ok();
@@ -1071,10 +1063,7 @@ Status Verify(const std::string& prev_path, const std::string& delta_path, const
       error.Set(i, GroupBases(base, f, *task.group, "", &member_bases, &bytes));
       const uint8_t* stored = nullptr;
       const Status st = reader.ReadGroup(*task.group, &scratch[w], &stored);
-      if (!st.ok()) {
-        error.Set(i, Status(st.code(), "group of tensor '" + f.tensors[task.group->members[0]].name +
-                                           "': " + st.message()));
-      }
+      if (!st.ok()) error.Set(i, InContext("group of tensor '" + f.tensors[task.group->members[0]].name + "'", st));
       if (options.progress_done != nullptr) *options.progress_done += GroupBytes(*task.group);
       return;
     }

@@ -277,7 +277,7 @@ Status InspectDeltaFile(const std::string& delta_path, const std::string& base_p
   std::unique_ptr<checkpoint::MappedFile> file;
   Status s = checkpoint::MappedFile::Open(delta_path, &file);
   if (s.ok()) s = checkpoint::Reader::Open(std::move(file), &reader);
-  if (!s.ok()) return Status(s.code(), delta_path + ": " + s.message());
+  ARC_V3_RETURN_IF_ERROR_IN(delta_path, s);
   checkpoint::Checkpoint base;
   if (!base_path.empty()) ARC_V3_RETURN_IF_ERROR(checkpoint::Checkpoint::Open(base_path, &base));
   return checkpoint::Inspect(reader, true, base_path.empty() ? nullptr : &base, threads, info);

@@ -63,8 +63,10 @@ class Prefetch {
 
 // An error of shard `k`, naming the step, the shard and its file.
 Status InShard(const Hop& hop, size_t k, const Status& s) {
-  return Status(s.code(), "step " + std::to_string(hop.m.step) + ", shard " + std::to_string(k) + " (" +
-                              hop.m.shards[k].file + "): " + s.message());
+  if (s.ok()) return s;
+  return InContext("step " + std::to_string(hop.m.step) + ", shard " + std::to_string(k) + " (" +
+                       hop.m.shards[k].file + ")",
+                   s);
 }
 
 // Plans and decodes shard `k` into `apply` (nothing for a skipped shard).

@@ -98,7 +98,7 @@ Status Describe(std::unique_ptr<checkpoint::ByteSource> source, uint64_t step, u
   const uint64_t xxh3 = checkpoint::Hash(all, source->size());
   const uint64_t size = source->size();
   Status s = Reader::Open(std::move(source), &built->reader);
-  if (!s.ok()) return Status(s.code(), std::string(kind) + " container: " + s.message());
+  ARC_V3_RETURN_IF_ERROR_IN(std::string(kind) + " container", s);
   if (built->reader.manifest().directory || built->reader.manifest().files.size() != 1) {
     return Status(ErrorCode::kInternal, std::string(kind) + " container: a shard's container holds one file");
   }

@@ -281,7 +281,7 @@ Status VerifyObject(const Fetched& f, Store* store, const Trust& trust) {
   Reader reader;
   Status s = Reader::Open(std::move(file), &reader);
   if (s.ok()) s = CheckLayout(reader, *f.record, name);
-  return s.ok() ? s : Status(s.code(), name + ": " + s.message());
+  return InContext(name, s);
 }
 
 // A full pull's objects, downloaded and verified on `connections` threads in the order
@@ -497,10 +497,9 @@ Status ApplyFilesHop(HopFiles* files, const std::vector<Fetched>& fetched, Objec
                                        fetched[(*files->objects)[k]].path, files->outs[k], run, &applied);
     report->decode_seconds += applied.decode_seconds;
     report->write_seconds += applied.write_seconds + applied.sync_seconds;
-    if (!s.ok()) {
-      return Status(s.code(), "step " + std::to_string(hop.m.step) + ", shard " + std::to_string(k) + " (" +
-                                  hop.m.shards[k].file + "): " + s.message());
-    }
+    ARC_V3_RETURN_IF_ERROR_IN("step " + std::to_string(hop.m.step) + ", shard " + std::to_string(k) + " (" +
+                                  hop.m.shards[k].file + ")",
+                              s);
     files->Advance(k);
   }
   return Status::Ok();

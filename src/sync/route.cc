@@ -70,8 +70,7 @@ Status CheckTrusted(const Trust& trust, const StepManifest& root, const std::str
   if (!trust.on()) return Status::Ok();
   std::string keyid;
   Status s = VerifySigned(root.signatures, trust.keys, where, &keyid);
-  if (!s.ok()) return Status(s.code(), "step " + std::to_string(root.step) + ": " + s.message());
-  return s;
+  return InContext("step " + std::to_string(root.step), s);
 }
 
 Status CheckProgress(const Trust& trust, uint64_t held_step, uint64_t held_run, const StepManifest& target,
@@ -500,7 +499,7 @@ Status FetchHeads(Store* store, const StoreOptions& options, Select* select, std
           f.source->SetDigests(std::move(digests));
         }
       }
-      if (!s.ok()) s = Status(s.code(), name + ": " + s.message());
+      s = InContext(name, s);
     }
     s = UnderTrust(trust, s);
     std::lock_guard<std::mutex> lock(mutex);

@@ -361,8 +361,8 @@ struct MirrorReport {
 // kCorruptChunk / kCorruptHeader / kTruncated (SRC's bytes are not what its documents
 // name: nothing of them is written), kUntrusted (trusted_keys refuse a step), the stores'.
 // On an error the steps copied before stay, and DST is valid.
-Status MirrorSteps(const std::string& src_url, const std::string& dst_url, const MirrorOptions& options,
-                   MirrorReport* report);
+Status MirrorSteps(const std::string& src_url, const std::string& dst_url,
+                   const MirrorOptions& options, MirrorReport* report);
 
 // Keeps DST at SRC's newest step: MirrorSteps (options.step ignored) for each step of SRC
 // newer than DST's latest, in the loop of Follower::Follow, which says how it polls, waits
@@ -370,9 +370,10 @@ Status MirrorSteps(const std::string& src_url, const std::string& dst_url, const
 // exist yet is waited for. With trusted keys, a step that does not verify is a kRefused
 // event and the loop goes on. `on_event` (may be empty) is told every event, with the
 // mirror's report for a kPulled one; false ends the loop.
-Status FollowMirror(const std::string& src_url, const std::string& dst_url, const MirrorOptions& options,
-                    const FollowOptions& follow,
-                    const std::function<bool(const FollowEvent& event, const MirrorReport* mirrored)>& on_event);
+Status FollowMirror(const std::string& src_url, const std::string& dst_url,
+                    const MirrorOptions& options, const FollowOptions& follow,
+                    const std::function<bool(const FollowEvent& event,
+                                             const MirrorReport* mirrored)>& on_event);
 
 // --- Looking after a store ---
 

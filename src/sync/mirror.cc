@@ -34,8 +34,8 @@ class RecordingStore : public Store {
   bool writable() const override { return false; }
   bool listable() const override { return false; }
   Status Head(const std::string& key, ObjectInfo* info) override { return inner_->Head(key, info); }
-  Status GetIfChanged(const std::string& key, const std::string& etag, uint64_t max_size, std::vector<uint8_t>* data,
-                      ObjectInfo* info, bool* changed) override {
+  Status GetIfChanged(const std::string& key, const std::string& etag, uint64_t max_size,
+                      std::vector<uint8_t>* data, ObjectInfo* info, bool* changed) override {
     ARC_V3_RETURN_IF_ERROR(inner_->GetIfChanged(key, etag, max_size, data, info, changed));
     std::lock_guard<std::mutex> lock(mutex_);
     if (*changed) read_[key] = *data;
@@ -44,9 +44,15 @@ class RecordingStore : public Store {
   Status GetRange(const std::string& key, uint64_t offset, uint64_t size, uint8_t* out) override {
     return inner_->GetRange(key, offset, size, out);
   }
-  Status Put(const std::string& key, const uint8_t*, uint64_t, PutMode) override { return ReadOnly(key); }
-  Status PutFile(const std::string& key, const std::string&, PutMode) override { return ReadOnly(key); }
-  Status List(const std::string& prefix, std::vector<ObjectInfo>*) override { return ReadOnly(prefix); }
+  Status Put(const std::string& key, const uint8_t*, uint64_t, PutMode) override {
+    return ReadOnly(key);
+  }
+  Status PutFile(const std::string& key, const std::string&, PutMode) override {
+    return ReadOnly(key);
+  }
+  Status List(const std::string& prefix, std::vector<ObjectInfo>*) override {
+    return ReadOnly(prefix);
+  }
   Status Delete(const std::string& key) override { return ReadOnly(key); }
   // The bytes read at `key` (empty if none were).
   const std::vector<uint8_t>& read(const std::string& key) const {
@@ -57,7 +63,8 @@ class RecordingStore : public Store {
 
  private:
   Status ReadOnly(const std::string& key) const {
-    return Status(ErrorCode::kInternal, url() + "/" + key + ": a mirror never writes or lists its source");
+    return Status(ErrorCode::kInternal,
+                  url() + "/" + key + ": a mirror never writes or lists its source");
   }
   Store* inner_;
   std::mutex mutex_;
@@ -84,7 +91,9 @@ class TempFile {
  public:
   explicit TempFile(const std::string& dir) {
     static std::atomic<uint64_t> counter{0};
-    path_ = (fs::path(dir) / (".arc_v3-mirror-" + std::to_string(getpid()) + "-" + std::to_string(counter++))).string();
+    path_ = (fs::path(dir) /
+             (".arc_v3-mirror-" + std::to_string(getpid()) + "-" + std::to_string(counter++)))
+                .string();
   }
   ~TempFile() { unlink(path_.c_str()); }
   const std::string& path() const { return path_; }
@@ -143,7 +152,8 @@ class Mirrorer {
     }
     std::error_code ec;
     if (!fs::is_directory(work_dir_, ec)) {
-      return Status(ErrorCode::kInvalidArgument, work_dir_ + ": not a directory (the mirror's work directory)");
+      return Status(ErrorCode::kInvalidArgument,
+                    work_dir_ + ": not a directory (the mirror's work directory)");
     }
     return Status::Ok();
   }
@@ -173,16 +183,18 @@ class Mirrorer {
     }
     ARC_V3_RETURN_IF_ERROR(s);
     if (*bytes != p.bytes) {
-      return Status(ErrorCode::kAlreadyExists, dst_->url() + "/" + key + " is another step " +
-                                                   std::to_string(p.root.step) + " than " + src_->url() +
-                                                   "'s (another run's): a mirror never overwrites a root");
+      return Status(ErrorCode::kAlreadyExists,
+                    dst_->url() + "/" + key + " is another step " + std::to_string(p.root.step) +
+                        " than " + src_->url() +
+                        "'s (another run's): a mirror never overwrites a root");
     }
     return Status::Ok();
   }
 
   // The steps to copy, ascending (PROTOCOL.md, "Mirroring", "Which steps"); `joined` gets
   // DST's root where the walk met a step DST holds.
-  Status Walk(uint64_t target, bool anchor_route, std::vector<Planned>* steps, std::vector<uint8_t>* joined) {
+  Status Walk(uint64_t target, bool anchor_route, std::vector<Planned>* steps,
+              std::vector<uint8_t>* joined) {
     const uint64_t held = report_->from_step;
     uint64_t anchor = kNoStep;
     bool below = false;  // may walk below the anchor step, towards `held`
@@ -216,12 +228,14 @@ class Mirrorer {
     if (base == nullptr || root.base_step == kNoStep) return Status::Ok();
     const std::string where = src_->url() + "/" + RootKey(root.step);
     if (checkpoint::Hash(base->data(), base->size()) != root.base_root_xxh3) {
-      return Status(ErrorCode::kCorruptChunk, where + " names another root of step " + std::to_string(root.base_step) +
+      return Status(ErrorCode::kCorruptChunk, where + " names another root of step " +
+                                                  std::to_string(root.base_step) +
                                                   " (base_root_xxh3) than the one it continues");
     }
     if ((trust_.on() || !root.base_root_sha256.empty()) &&
         DigestHex(Sha256(base->data(), base->size())) != root.base_root_sha256) {
-      return Status(ErrorCode::kUntrusted, where + " names another root of step " + std::to_string(root.base_step) +
+      return Status(ErrorCode::kUntrusted, where + " names another root of step " +
+                                               std::to_string(root.base_step) +
                                                " (base_root_sha256) than the one it continues");
     }
     return Status::Ok();
@@ -250,28 +264,31 @@ class Mirrorer {
     ARC_V3_RETURN_IF_ERROR(ListJobs(root, &jobs));
     ARC_V3_RETURN_IF_ERROR(Parallel(jobs.size(), [&](size_t i) { return CopyObject(jobs[i]); }));
     for (const auto* docs : {&records, &layouts, &groups}) {
-      ARC_V3_RETURN_IF_ERROR(Parallel(docs->size(), [&](size_t i) { return PutDocument((*docs)[i]); }));
+      ARC_V3_RETURN_IF_ERROR(
+          Parallel(docs->size(), [&](size_t i) { return PutDocument((*docs)[i]); }));
     }
     ARC_V3_RETURN_IF_ERROR(PutDocument({RootKey(root.step), p->bytes}));
     return MoveLatest(root.step);
   }
 
   // Each distinct layout the root names, read as a named document and parsed.
-  Status ReadLayouts(const StepManifest& root, std::vector<std::pair<std::string, std::vector<uint8_t>>>* out) {
+  Status ReadLayouts(const StepManifest& root,
+                     std::vector<std::pair<std::string, std::vector<uint8_t>>>* out) {
     std::set<uint64_t> seen;
     for (uint32_t g = 0; g < root.groups.size(); ++g) {
       const StepManifest::Group& named = root.groups[g];
       const std::string key = LayoutKey(named.layout_xxh3);
       std::vector<uint8_t> bytes;
-      ARC_V3_RETURN_IF_ERROR(GetNamed(src_, key, named.layout_xxh3, named.layout_size, named.layout_sha256,
-                                      trust_.on(), &bytes, src_->url() + "/" + RootKey(root.step)));
+      ARC_V3_RETURN_IF_ERROR(GetNamed(src_, key, named.layout_xxh3, named.layout_size,
+                                      named.layout_sha256, trust_.on(), &bytes,
+                                      src_->url() + "/" + RootKey(root.step)));
       Add(&report_->fetched_bytes, bytes.size());
       Layout layout;
       ARC_V3_RETURN_IF_ERROR(ParseLayout(bytes, src_->url() + "/" + key, &layout));
       if (layout.shards.size() != std::min(kFanIn, root.count - g * kFanIn)) {
-        return Status(ErrorCode::kCorruptHeader, src_->url() + "/" + key + " lists " +
-                                                     std::to_string(layout.shards.size()) +
-                                                     " shards, not as many as group " + std::to_string(g) + "'s");
+        return Status(ErrorCode::kCorruptHeader,
+                      src_->url() + "/" + key + " lists " + std::to_string(layout.shards.size()) +
+                          " shards, not as many as group " + std::to_string(g) + "'s");
       }
       if (seen.insert(named.layout_xxh3).second) out->emplace_back(key, std::move(bytes));
     }
@@ -281,14 +298,18 @@ class Mirrorer {
   // The objects the step's records name; under trust, each must be named by its SHA-256.
   Status ListJobs(const StepManifest& root, std::vector<Job>* jobs) const {
     for (const ShardRecord& r : root.shards) {
-      const std::string record = src_->url() + "/" + ShardRecordKey(root.step, r.shard, root.count, r.incarnation);
+      const std::string record =
+          src_->url() + "/" + ShardRecordKey(root.step, r.shard, root.count, r.incarnation);
       for (const ObjectRef* ref : {&r.delta, &r.anchor, &r.index}) {
         if (!ref->present()) continue;
         const bool index = ref == &r.index;
-        if (trust_.on() && (ref->sha256.empty() || (!index && (ref->head_sha256.empty() || ref->sums_sha256.empty())))) {
-          return Status(ErrorCode::kUntrusted, record + " names " + ref->key + " without its SHA-256");
+        if (trust_.on() && (ref->sha256.empty() ||
+                            (!index && (ref->head_sha256.empty() || ref->sums_sha256.empty())))) {
+          return Status(ErrorCode::kUntrusted,
+                        record + " names " + ref->key + " without its SHA-256");
         }
-        jobs->push_back({ref, index ? Job::Kind::kIndex : Job::Kind::kContainer, ref->key, ref->size, record});
+        jobs->push_back(
+            {ref, index ? Job::Kind::kIndex : Job::Kind::kContainer, ref->key, ref->size, record});
         if (!index && !ref->sums_sha256.empty()) {
           jobs->push_back({ref, Job::Kind::kSums, SumsKey(ref->key), ref->sums_size, record});
         }
@@ -302,15 +323,16 @@ class Mirrorer {
   Status Parallel(size_t n, const Copy& copy) {
     Status first;
     std::mutex mutex;
-    const Status thrown = TryParallelFor(n, WorkerCount(std::max(1, o_.parallel), n), [&](size_t i, size_t) {
-      {
-        std::lock_guard<std::mutex> lock(mutex);
-        if (!first.ok()) return;
-      }
-      const Status s = copy(i);
-      std::lock_guard<std::mutex> lock(mutex);
-      if (!s.ok() && first.ok()) first = s;
-    });
+    const Status thrown =
+        TryParallelFor(n, WorkerCount(std::max(1, o_.parallel), n), [&](size_t i, size_t) {
+          {
+            std::lock_guard<std::mutex> lock(mutex);
+            if (!first.ok()) return;
+          }
+          const Status s = copy(i);
+          std::lock_guard<std::mutex> lock(mutex);
+          if (!s.ok() && first.ok()) first = s;
+        });
     return thrown.ok() ? first : thrown;
   }
 
@@ -333,9 +355,9 @@ class Mirrorer {
     if (s.code() == ErrorCode::kNotFound) return Status::Ok();
     ARC_V3_RETURN_IF_ERROR(s);
     if (info.size != j.size) {
-      return Status(ErrorCode::kAlreadyExists, dst_->url() + "/" + j.key + " holds " + std::to_string(info.size) +
-                                                   " bytes, not the " + std::to_string(j.size) + " " + j.record +
-                                                   " names");
+      return Status(ErrorCode::kAlreadyExists,
+                    dst_->url() + "/" + j.key + " holds " + std::to_string(info.size) +
+                        " bytes, not the " + std::to_string(j.size) + " " + j.record + " names");
     }
     return Status::Ok();
   }
@@ -351,12 +373,14 @@ class Mirrorer {
     }
     TempFile file(work_dir_);
     Status s = src_->GetToFile(j.key, file.path(), j.size, ToStoreOptions(o_.store));
-    if (s.code() == ErrorCode::kNotFound) s = Status(s.code(), s.message() + " (named by " + j.record + ")");
+    if (s.code() == ErrorCode::kNotFound)
+      s = Status(s.code(), s.message() + " (named by " + j.record + ")");
     ARC_V3_RETURN_IF_ERROR(s);
     Add(&report_->fetched_bytes, j.size);
     ARC_V3_RETURN_IF_ERROR(CheckObject(j, file.path()));
     s = dst_->PutFile(j.key, file.path(), PutMode::kCreateOnly);
-    if (s.code() == ErrorCode::kAlreadyExists) {  // a racing or retried write: the same size is the same object
+    if (s.code() ==
+        ErrorCode::kAlreadyExists) {  // a racing or retried write: the same size is the same object
       ARC_V3_RETURN_IF_ERROR(DstHolds(j, &held));
       if (held) {
         Counted(false, j.size);
@@ -378,14 +402,16 @@ class Mirrorer {
     const uint64_t size = file->size();
     if (j.kind == Job::Kind::kSums) {  // named by its SHA-256 only
       if (size != ref.sums_size || DigestHex(Sha256(data, size)) != ref.sums_sha256) {
-        return Status(ErrorCode::kUntrusted, name + " is not the piece digests " + j.record + " names");
+        return Status(ErrorCode::kUntrusted,
+                      name + " is not the piece digests " + j.record + " names");
       }
       return Status::Ok();
     }
     // Trusting, the SHA-256 decides before the XXH3.
     const bool sha_differs = !ref.sha256.empty() && DigestHex(Sha256(data, size)) != ref.sha256;
     if (trust_.on() && sha_differs) {
-      return Status(ErrorCode::kUntrusted, name + " differs from the SHA-256 " + j.record + " names");
+      return Status(ErrorCode::kUntrusted,
+                    name + " differs from the SHA-256 " + j.record + " names");
     }
     if (size != ref.size || checkpoint::Hash(data, size) != ref.xxh3) {
       return Status(size < ref.size ? ErrorCode::kTruncated : ErrorCode::kCorruptChunk,
@@ -396,10 +422,13 @@ class Mirrorer {
         return Status(ErrorCode::kCorruptChunk, name + ": its head does not match " + j.record);
       }
       if (!ref.head_sha256.empty() && DigestHex(Sha256(data, ref.head_size)) != ref.head_sha256) {
-        return Status(ErrorCode::kUntrusted, name + ": its head differs from the SHA-256 " + j.record + " names");
+        return Status(ErrorCode::kUntrusted,
+                      name + ": its head differs from the SHA-256 " + j.record + " names");
       }
     }
-    if (sha_differs) return Status(ErrorCode::kUntrusted, name + " differs from the SHA-256 " + j.record + " names");
+    if (sha_differs)
+      return Status(ErrorCode::kUntrusted,
+                    name + " differs from the SHA-256 " + j.record + " names");
     return Status::Ok();
   }
 
@@ -407,14 +436,16 @@ class Mirrorer {
   Status PutDocument(const std::pair<std::string, std::vector<uint8_t>>& doc) {
     const std::string& key = doc.first;
     const std::vector<uint8_t>& bytes = doc.second;
-    if (bytes.empty()) return Status(ErrorCode::kInternal, src_->url() + "/" + key + " was not read");
+    if (bytes.empty())
+      return Status(ErrorCode::kInternal, src_->url() + "/" + key + " was not read");
     const Status s = dst_->Put(key, bytes.data(), bytes.size(), PutMode::kCreateOnly);
     if (s.code() == ErrorCode::kAlreadyExists) {
       std::vector<uint8_t> theirs;
       ARC_V3_RETURN_IF_ERROR(dst_->Get(key, kMaxDocumentBytes, &theirs, nullptr));
       if (theirs != bytes) {
-        return Status(ErrorCode::kAlreadyExists, dst_->url() + "/" + key + " holds another document than " +
-                                                     src_->url() + "'s (another run's)");
+        return Status(ErrorCode::kAlreadyExists, dst_->url() + "/" + key +
+                                                     " holds another document than " + src_->url() +
+                                                     "'s (another run's)");
       }
       Counted(false, bytes.size());
       return Status::Ok();
@@ -428,13 +459,13 @@ class Mirrorer {
   Status MoveLatest(uint64_t step) {
     uint64_t current = kNoStep;
     const Status s = ReadLatest(dst_, &current, nullptr);
-    const bool replace = s.code() == ErrorCode::kNotFound || s.code() == ErrorCode::kCorruptHeader ||
-                         (s.ok() && current < step);
+    const bool replace = s.code() == ErrorCode::kNotFound ||
+                         s.code() == ErrorCode::kCorruptHeader || (s.ok() && current < step);
     if (!s.ok() && !replace) return s;
     if (replace) {
       const std::string latest = LatestJson(step);
-      ARC_V3_RETURN_IF_ERROR(dst_->Put(kLatestKey, reinterpret_cast<const uint8_t*>(latest.data()), latest.size(),
-                                       PutMode::kOverwrite));
+      ARC_V3_RETURN_IF_ERROR(dst_->Put(kLatestKey, reinterpret_cast<const uint8_t*>(latest.data()),
+                                       latest.size(), PutMode::kOverwrite));
       current = step;
     }
     report_->to_step = current;
@@ -452,12 +483,15 @@ class Mirrorer {
 
 }  // namespace
 
-Status Mirror(Store* src, Store* dst, const MirrorOptions& options, bool anchor_route, MirrorReport* report) {
+Status Mirror(Store* src, Store* dst, const MirrorOptions& options, bool anchor_route,
+              MirrorReport* report) {
   const auto start = std::chrono::steady_clock::now();
   *report = MirrorReport();
   if (!dst->writable()) {
-    return Status(ErrorCode::kInvalidArgument, dst->url() + " cannot be written: a mirror's copy must be a store "
-                                                            "it writes (s3:// or local)");
+    return Status(ErrorCode::kInvalidArgument,
+                  dst->url() +
+                      " cannot be written: a mirror's copy must be a store "
+                      "it writes (s3:// or local)");
   }
   Mirrorer mirrorer(src, dst, options, report);
   const Status s = mirrorer.Run(anchor_route);
@@ -465,9 +499,10 @@ Status Mirror(Store* src, Store* dst, const MirrorOptions& options, bool anchor_
   return s;
 }
 
-Status FollowMirror(const std::string& src_url, const std::string& dst_url, const MirrorOptions& options,
-                    const FollowOptions& follow,
-                    const std::function<bool(const FollowEvent& event, const MirrorReport* mirrored)>& on_event) {
+Status FollowMirror(
+    const std::string& src_url, const std::string& dst_url, const MirrorOptions& options,
+    const FollowOptions& follow,
+    const std::function<bool(const FollowEvent& event, const MirrorReport* mirrored)>& on_event) {
   std::unique_ptr<Store> dst, src;
   ARC_V3_RETURN_IF_ERROR(OpenStore(dst_url, ToStoreOptions(options.store, /*create=*/true), &dst));
   uint64_t held = kNoStep;
@@ -475,7 +510,8 @@ Status FollowMirror(const std::string& src_url, const std::string& dst_url, cons
   if (latest.code() == ErrorCode::kUnsupportedVersion) return latest;
   held = latest.ok() ? ProbeLater(dst.get(), held) : kNoStep;
   const auto open = [&](Store** out) {
-    if (src == nullptr) ARC_V3_RETURN_IF_ERROR(OpenStore(src_url, ToStoreOptions(options.store), &src));
+    if (src == nullptr)
+      ARC_V3_RETURN_IF_ERROR(OpenStore(src_url, ToStoreOptions(options.store), &src));
     *out = src.get();
     return Status::Ok();
   };

@@ -207,8 +207,9 @@ Status ParseLatest(const std::vector<uint8_t>& bytes, const std::string& where, 
 // named without one): absent is kNotFound, other bytes kCorruptChunk, or kUntrusted where
 // only the SHA-256 differs (or, `trusting`, it differs at all, or none names it). Errors
 // say it is named by `named_by`.
-Status GetNamed(Store* store, const std::string& key, uint64_t xxh3, uint64_t size, const std::string& sha256,
-                bool trusting, std::vector<uint8_t>* bytes, const std::string& named_by);
+Status GetNamed(Store* store, const std::string& key, uint64_t xxh3, uint64_t size,
+                const std::string& sha256, bool trusting, std::vector<uint8_t>* bytes,
+                const std::string& named_by);
 
 // Reads a step's root (kNotFound: the step is not committed) and checks it is the step
 // asked for; `bytes` gets its bytes (their XXH3 names the step in a region's state).

@@ -123,7 +123,7 @@ class Mirrorer {
     }
     std::vector<Planned> steps;
     std::vector<uint8_t> joined;  // DST's root where the walk met it (empty: none)
-    ARC_V3_RETURN_IF_ERROR(Walk(target, anchor_route, &steps, &joined));
+    ARC_V3_RETURN_IF_ERROR(UnderTrust(trust_, Walk(target, anchor_route, &steps, &joined)));
     // DST holds the target (a mirror stopped after its root has not moved `latest` yet).
     if (steps.empty()) {
       report_->up_to_date = true;

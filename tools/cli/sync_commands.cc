@@ -486,6 +486,10 @@ int SyncCommands::RunFollow(const PullFilesOptions& pull) {
 }
 
 int SyncCommands::RunMirror() {
+  if (follow_loop_ && step_ != UINT64_MAX) {
+    std::fprintf(stderr, "arc_v3 mirror: --step is for a single copy; with --follow, use --until\n");
+    return kExitUsage;
+  }
   MirrorOptions o;
   o.trusted_keys = trust_;
   o.work_dir = work_dir_;

@@ -178,6 +178,34 @@ TEST_CASE(
   }
 }
 
+TEST_CASE("mirror: an object over the part size is uploaded in parts into S3, and read out of it") {
+  TempDir tmp;
+  if (test::S3Bucket().empty()) return;
+  // One shard whose anchor is over S3's 5 MiB part (FastRetries' part_bytes): a
+  // multipart upload into an S3 DST; out of an S3 SRC, a download of the whole object.
+  const std::vector<std::vector<test::TensorSpec>> big = {{{"w", {4096, 1024}}}};
+  for (const bool s3_src : {false, true}) {
+    std::vector<Backend> srcs = test::Backends(tmp, "mirror-big-src");
+    std::vector<Backend> dsts = test::Backends(tmp, "mirror-big-dst");
+    Backend& src = srcs[s3_src ? 1 : 0];
+    Backend& dst = dsts[s3_src ? 0 : 1];
+    INFO(src.name, " -> ", dst.name);
+    TrainerRun run(tmp / test::UniqueName("run"), big, 0.02, 31);
+    PublishSteps(src.store.get(), &run, 1, "");
+    StepManifest m;
+    REQUIRE(ReadManifest(src.store.get(), 0, &m, nullptr).ok());
+    REQUIRE(m.shards[0].anchor.size > (uint64_t{5} << 20));
+    MirrorOptions o;
+    o.store.connections = 4;
+    MirrorReport report;
+    const Status s = Mirror(src.store.get(), dst.store.get(), o, false, &report);
+    INFO(s.ToString());
+    REQUIRE(s.ok());
+    CHECK(report.steps == std::vector<uint64_t>{0, 1});
+    CheckPull(dst.store.get(), tmp, run, 1);
+  }
+}
+
 // A directory store whose writes fail once `budget` of them were made: before the write
 // lands, or (`after`) once it landed, as when the answer to a write is lost.
 class FaultStore : public Store {

@@ -206,6 +206,60 @@ TEST_CASE("mirror: an object over the part size is uploaded in parts into S3, an
   }
 }
 
+TEST_CASE(
+    "mirror: following with trust, a step that does not verify is refused and the next anchor "
+    "taken") {
+  TempDir tmp;
+  Keys keys(tmp);
+  const std::string pub = keys.trainer + ".pub";
+  std::unique_ptr<Store> src, dst;
+  StoreOptions create = test::FastRetries();
+  create.create = true;
+  const std::string src_dir = tmp / "src", dst_dir = tmp / "dst";
+  REQUIRE(OpenStore(src_dir, create, &src).ok());
+  REQUIRE(OpenStore(dst_dir, create, &dst).ok());
+  TrainerRun run(tmp / "run", SmallShards(), 0.05, 37);
+  PublishSteps(src.get(), &run, 4, keys.trainer);  // step 4 carries anchors
+  MirrorOk(src.get(), dst.get(), 2, {pub});
+  // Step 3's delta of shard 0 damaged in SRC: its SHA-256 no longer matches.
+  StepManifest m;
+  REQUIRE(ReadManifest(src.get(), 3, &m, nullptr).ok());
+  const std::string damaged = m.shards[0].delta.key;
+  std::vector<uint8_t> bytes = test::ReadBytes(src_dir + "/" + damaged);
+  bytes[bytes.size() - 3] ^= 0x10;
+  fs::remove(src_dir + "/" + damaged);
+  test::WriteBytes(src_dir + "/" + damaged, bytes);
+  // DST holds 2: the chain 3, 4 runs through the damage; refused, then step 4 by its
+  // anchors alone.
+  FollowOptions follow;
+  follow.interval_seconds = 0.05;
+  follow.until = 4;
+  MirrorOptions o;
+  o.trusted_keys = {pub};
+  std::vector<std::string> refused;
+  std::vector<uint64_t> copied;
+  const Status s = arc_v3::FollowMirror(
+      src_dir, dst_dir, o, follow, [&](const FollowEvent& e, const MirrorReport* r) {
+        if (e.kind == FollowEvent::Kind::kRefused) {
+          refused.push_back(e.message);
+        }
+        if (r != nullptr) {
+          copied.insert(copied.end(), r->steps.begin(), r->steps.end());
+        }
+        return true;
+      });
+  INFO(s.ToString());
+  REQUIRE(s.ok());
+  REQUIRE(refused.size() == 1);
+  CHECK(refused[0].find(damaged) != std::string::npos);
+  CHECK(copied == std::vector<uint64_t>{4});
+  ObjectInfo info;
+  CHECK(dst->Head(RootKey(3), &info).code() == ErrorCode::kNotFound);
+  CHECK(dst->Head(damaged, &info).code() == ErrorCode::kNotFound);
+  CheckValid(dst.get());
+  CheckPull(dst.get(), tmp, run, 4, {pub});
+}
+
 // A directory store whose writes fail once `budget` of them were made: before the write
 // lands, or (`after`) once it landed, as when the answer to a write is lost.
 class FaultStore : public Store {

@@ -322,6 +322,59 @@ Status FollowFiles(const std::string& store_url, const std::string& dir, const P
                    const FollowOptions& follow,
                    const std::function<bool(const FollowEvent& event, const PullFilesReport* pulled)>& on_event);
 
+// --- A regional mirror ---
+// Copies the committed steps of the trainer's store SRC into a store DST in a region, byte
+// for byte (src/sync/PROTOCOL.md, "Mirroring"): the region's hosts then pull and follow DST
+// as they would SRC, signed steps included, and each step crosses into the region once.
+// SRC is any store a puller reads (http(s):// included: a mirror never lists); DST any
+// writable store (a local one is created if missing). DST stays a valid store at every
+// moment, a mirror stopped anywhere resumes where it was, and DST is pruned on its own.
+
+struct MirrorOptions {
+  uint64_t step = kLatestStep;  // mirror up to this step (kLatestStep: SRC's newest)
+  // As FollowerOptions::trusted_keys: with any, only steps signed by one of them whose
+  // every document and byte has its signed SHA-256 are copied (kUntrusted otherwise,
+  // before a byte of what fails reaches DST). None: the XXH3s and any SHA-256 are checked.
+  std::vector<std::string> trusted_keys;
+  std::string work_dir;  // where objects wait between the stores ("": $TMPDIR or /tmp)
+  int parallel = 8;      // objects copied at once
+  StoreSettings store;   // for both stores
+};
+
+struct MirrorReport {
+  uint64_t from_step = kNoStep;  // DST's latest before (kNoStep: none)
+  uint64_t to_step = kNoStep;    // DST's latest after
+  bool up_to_date = false;       // DST already held the step
+  std::vector<uint64_t> steps;   // copied, ascending
+  // Keys written into DST (objects and documents), and those DST already held (an
+  // earlier run stopped midway, or a retried write) and were not fetched or written again.
+  uint64_t copied_objects = 0, copied_bytes = 0, skipped_objects = 0, skipped_bytes = 0;
+  uint64_t fetched_bytes = 0;  // read from SRC (what crossed into the region)
+  double total_seconds = 0;
+  double published_at = 0, committed_at = 0;  // of to_step (Unix seconds)
+};
+
+// Mirrors SRC into DST up to options.step: the steps on its chain after the one DST holds
+// (from its anchor step when DST holds none of them), in ascending order, each one's
+// objects, then its documents, then its root, then DST's `latest`. Errors: kNotFound (no
+// such step in SRC), kAlreadyExists (DST holds other bytes at a key: another run's step),
+// kCorruptChunk / kCorruptHeader / kTruncated (SRC's bytes are not what its documents
+// name: nothing of them is written), kUntrusted (trusted_keys refuse a step), the stores'.
+// On an error the steps copied before stay, and DST is valid.
+Status MirrorSteps(const std::string& src_url, const std::string& dst_url,
+                   const MirrorOptions& options, MirrorReport* report);
+
+// Keeps DST at SRC's newest step: MirrorSteps (options.step ignored) for each step of SRC
+// newer than DST's latest, in the loop of Follower::Follow, which says how it polls, waits
+// and gives up; a kPulled event's step is the step mirrored. A local SRC that does not
+// exist yet is waited for. With trusted keys, a step that does not verify is a kRefused
+// event and the loop goes on. `on_event` (may be empty) is told every event, with the
+// mirror's report for a kPulled one; false ends the loop.
+Status FollowMirror(const std::string& src_url, const std::string& dst_url,
+                    const MirrorOptions& options, const FollowOptions& follow,
+                    const std::function<bool(const FollowEvent& event,
+                                             const MirrorReport* mirrored)>& on_event);
+
 // --- Looking after a store ---
 
 struct StepShardInfo {

@@ -586,6 +586,106 @@ class PyPublisher {
 // allocate(name, dtype, shape, row_begin, row_end) -> a writable C-contiguous buffer of
 // exactly the rows' bytes (a tensor's numpy view). The object is kept while the follower
 // holds the tensor.
+// MirrorSteps / FollowMirror (arc_v3_sync.hpp): a report as a dict.
+py::dict MirrorDict(const arc_v3::MirrorReport& r) {
+  py::dict d;
+  const auto step = [](uint64_t s) {
+    return s == arc_v3::kNoStep ? py::object(py::none()) : py::object(py::int_(s));
+  };
+  d["from_step"] = step(r.from_step);
+  d["step"] = step(r.to_step);
+  d["up_to_date"] = r.up_to_date;
+  d["steps_copied"] = r.steps;
+  d["copied_objects"] = r.copied_objects;
+  d["copied_bytes"] = r.copied_bytes;
+  d["skipped_objects"] = r.skipped_objects;
+  d["skipped_bytes"] = r.skipped_bytes;
+  d["fetched_bytes"] = r.fetched_bytes;
+  d["seconds"] = r.total_seconds;
+  d["published_at"] = r.published_at;
+  d["committed_at"] = r.committed_at;
+  return d;
+}
+
+arc_v3::MirrorOptions MirrorOptionsOf(py::object step, const std::vector<std::string>& trusted_keys,
+                                      const std::string& work_dir, int parallel, int retries,
+                                      int connections) {
+  arc_v3::MirrorOptions o;
+  o.step = step.is_none() ? arc_v3::kLatestStep : step.cast<uint64_t>();
+  o.trusted_keys = trusted_keys;
+  o.work_dir = work_dir;
+  o.parallel = parallel;
+  o.store.retries = retries;
+  o.store.connections = connections;
+  return o;
+}
+
+py::dict Mirror(const std::string& src, const std::string& dst, py::object step,
+                const std::vector<std::string>& trusted_keys, const std::string& work_dir, int parallel,
+                int retries, int connections) {
+  const arc_v3::MirrorOptions o = MirrorOptionsOf(step, trusted_keys, work_dir, parallel, retries, connections);
+  arc_v3::MirrorReport r;
+  arc_v3::Status status;
+  {
+    py::gil_scoped_release release;
+    status = arc_v3::MirrorSteps(src, dst, o, &r);
+  }
+  if (!status.ok()) throw CodecError{status};
+  return MirrorDict(r);
+}
+
+// FollowMirror. `on_event(kind, report, message, failures)` as Follower.follow's: kind
+// "pulled" (report: as mirror's, with lag_seconds), "waiting", "retrying" or "refused"; a
+// false return stops. A signal (Ctrl-C) ends the wait between polls with its exception.
+void MirrorFollow(const std::string& src, const std::string& dst,
+                  const std::vector<std::string>& trusted_keys, const std::string& work_dir, int parallel,
+                  int retries, int connections, double interval, py::object until, int max_failures,
+                  py::object on_event) {
+  const arc_v3::MirrorOptions o =
+      MirrorOptionsOf(py::none(), trusted_keys, work_dir, parallel, retries, connections);
+  arc_v3::FollowOptions f;
+  f.interval_seconds = interval;
+  f.until = until.is_none() ? arc_v3::kNoStep : until.cast<uint64_t>();
+  f.max_failures = max_failures;
+  std::unique_ptr<py::error_already_set> error;
+  f.stop_requested = [&error] {
+    py::gil_scoped_acquire gil;
+    if (PyErr_CheckSignals() == 0) return false;
+    error = std::make_unique<py::error_already_set>();
+    return true;
+  };
+  const auto note = [&](const arc_v3::FollowEvent& e, const arc_v3::MirrorReport* r) {
+    py::gil_scoped_acquire gil;
+    try {
+      py::object report = py::none();
+      if (r != nullptr) {
+        py::dict d = MirrorDict(*r);
+        d["lag_seconds"] = e.lag_seconds;
+        report = d;
+      }
+      const char* kind = e.kind == arc_v3::FollowEvent::Kind::kPulled    ? "pulled"
+                         : e.kind == arc_v3::FollowEvent::Kind::kWaiting ? "waiting"
+                         : e.kind == arc_v3::FollowEvent::Kind::kRefused ? "refused"
+                                                                         : "retrying";
+      const std::string message = e.kind == arc_v3::FollowEvent::Kind::kRefused
+                                      ? "step " + std::to_string(e.step) + " refused: " + e.message
+                                      : e.message;
+      const py::object keep = on_event(kind, report, message, e.failures);
+      return keep.is_none() || py::bool_(keep).cast<bool>();
+    } catch (py::error_already_set& err) {
+      error = std::make_unique<py::error_already_set>(std::move(err));
+      return false;
+    }
+  };
+  arc_v3::Status status;
+  {
+    py::gil_scoped_release release;
+    status = arc_v3::FollowMirror(src, dst, o, f, note);
+  }
+  if (error) throw std::move(*error);
+  if (!status.ok()) throw CodecError{status};
+}
+
 class PyFollower {
  public:
   PyFollower(const std::string& store, const std::string& tensors, uint64_t row_begin, uint64_t row_end, int threads,
@@ -776,6 +876,11 @@ PYBIND11_MODULE(_arc_v3, m) {
         return id;
       },
       py::arg("path"));
+  m.def("mirror", &Mirror, py::arg("src"), py::arg("dst"), py::arg("step"), py::arg("trusted_keys"),
+        py::arg("work_dir"), py::arg("parallel"), py::arg("retries"), py::arg("connections"));
+  m.def("mirror_follow", &MirrorFollow, py::arg("src"), py::arg("dst"), py::arg("trusted_keys"),
+        py::arg("work_dir"), py::arg("parallel"), py::arg("retries"), py::arg("connections"),
+        py::arg("interval"), py::arg("until"), py::arg("max_failures"), py::arg("on_event"));
   py::class_<PyPublisher>(m, "Publisher")
       .def(py::init<const std::string&, uint32_t, uint32_t, uint64_t, int, int, const std::string&, int, int,
                     const std::string&, const std::string&>(),

@@ -35,7 +35,7 @@ import numpy as np
 
 from arc_v3 import _arc_v3 as _ext
 
-__all__ = ["Follower", "Publisher", "keygen"]
+__all__ = ["Follower", "Publisher", "keygen", "mirror"]
 
 # safetensors dtype <-> torch dtype name / numpy dtype.
 _TORCH = {"BF16": "bfloat16", "F16": "float16", "F32": "float32", "F64": "float64", "I8": "int8",
@@ -84,6 +84,46 @@ def keygen(path):
     PEM files as ``openssl genpkey -algorithm ed25519`` writes; neither may exist. Returns
     the key id that signatures name."""
     return _ext.keygen(str(path))
+
+
+def mirror(src, dst, *, step=None, trusted_keys=None, follow=False, interval=2.0, until=None,
+           max_failures=10, on_step=None, on_wait=None, work_dir=None, parallel=8, retries=5,
+           connections=8):
+    """Copies the trainer's committed steps from store ``src`` into store ``dst`` in a
+    region, byte for byte, as ``arc_v3 mirror`` does (src/sync/PROTOCOL.md, "Mirroring"):
+    hosts then pull and follow ``dst`` as they would ``src``, signed steps included. ``dst``
+    is a valid store at every moment; a mirror stopped anywhere resumes; prune ``dst`` on
+    its own. ``src`` may be a read-only ``http(s)://`` URL; a local ``dst`` is created.
+
+    Once (``follow=False``): copies up to ``step`` (None: the newest) and returns a dict:
+    ``from_step`` and ``step`` (``dst``'s latest before and after), ``up_to_date``,
+    ``steps_copied``, ``copied_objects`` / ``copied_bytes``, ``skipped_objects`` /
+    ``skipped_bytes`` (already in ``dst``), ``fetched_bytes`` (read from ``src``) and
+    ``seconds``.
+
+    ``follow=True``: mirrors each new step in the loop ``Follower.follow`` runs and returns
+    ``dst``'s step once it is ``until`` or later, or when ``on_step(step, report)`` returns
+    False; ``on_wait(kind, message)`` as for ``Follower.follow``.
+
+    ``trusted_keys``: PEM public key files; with any, only steps signed by one of them
+    whose every document and byte has its signed SHA-256 are copied (``untrusted``
+    otherwise; following, such a step is reported to ``on_wait`` as ``"refused"``)."""
+    keys = [str(k) for k in (trusted_keys or [])]
+    args = (str(src), str(dst))
+    tail = (str(work_dir or ""), int(parallel), int(retries), int(connections))
+    if not follow:
+        return _ext.mirror(*args, None if step is None else int(step), keys, *tail)
+    held = [None]
+
+    def on_event(kind, report, message, failures):
+        if kind != "pulled":
+            return on_wait is None or on_wait(kind, message) is not False
+        held[0] = report["step"]
+        return on_step is None or on_step(report["step"], report) is not False
+
+    _ext.mirror_follow(*args, keys, *tail, float(interval), None if until is None else int(until),
+                       int(max_failures), on_event)
+    return held[0]
 
 
 class Publisher:

@@ -361,3 +361,44 @@ def test_signed_steps_a_trusting_follower_takes_only_its_trainers_steps(store, t
     assert heard and heard[0][0] == "refused" and "step 3" in heard[0][1]
     for name, value in only_trainer.state_dict.items():
         assert torch.equal(value, held[name])
+
+
+def test_mirror_copies_steps_that_a_follower_of_the_copy_pulls_bit_exactly(store, tmp_path):
+    """Two ranks publish signed steps; arc_v3.sync.mirror copies them into a region's store
+    (once, then following), and a trusting Follower of the copy holds the trainer's tensors."""
+    key = str(tmp_path / "trainer.key")
+    arc_v3.sync.keygen(key)
+    g = torch.Generator().manual_seed(21)
+    ranks = [_rank_state(r, g) for r in range(2)]
+    publishers = [Publisher(store, rank=r, world_size=2, sign_key=key, anchor_every=3) for r in range(2)]
+    region = str(tmp_path / "region")
+
+    def publish(step):
+        if step:
+            for state in ranks:
+                _step(state, g)
+        assert [p.publish(step, state) for p, state in zip(publishers, ranks)][-1]["committed"]
+
+    for step in range(2):
+        publish(step)
+    report = arc_v3.sync.mirror(store, region, trusted_keys=[key + ".pub"])
+    assert report["steps_copied"] == [0, 1] and report["step"] == 1
+    assert report["copied_objects"] > 0 and report["fetched_bytes"] >= report["copied_bytes"]
+    follower = Follower(region, trusted_keys=[key + ".pub"])
+    assert follower.pull() == 1
+    _check(follower.state_dict, ranks)
+    for step in range(2, 5):
+        publish(step)
+    seen = []
+    held = arc_v3.sync.mirror(store, region, follow=True, until=4, interval=0.05,
+                              trusted_keys=[key + ".pub"], on_step=lambda s, r: seen.append(s))
+    assert held == 4 and seen == [4]
+    assert follower.pull() == 4
+    _check(follower.state_dict, ranks)
+    again = arc_v3.sync.mirror(store, region)
+    assert again["up_to_date"] and again["steps_copied"] == []
+    other = str(tmp_path / "other.key")
+    arc_v3.sync.keygen(other)
+    with pytest.raises(arc_v3.ArcV3Error) as refused:
+        arc_v3.sync.mirror(store, str(tmp_path / "elsewhere"), trusted_keys=[other + ".pub"])
+    assert refused.value.name == "untrusted"

@@ -1,6 +1,6 @@
 // The file-level sync calls of arc_v3_sync.hpp (PublishFile, PullFiles, FollowFiles,
-// ListSteps, VerifySteps, PruneSteps): stores opened by URL, public options turned into
-// the sync layer's own (sync.h).
+// MirrorSteps, FollowMirror, ListSteps, VerifySteps, PruneSteps): stores opened by URL,
+// public options turned into the sync layer's own (sync.h).
 #include <memory>
 #include <string>
 #include <vector>
@@ -134,6 +134,22 @@ Status FollowFiles(const std::string& store_url, const std::string& dir, const P
                    const FollowOptions& follow,
                    const std::function<bool(const FollowEvent& event, const PullFilesReport* pulled)>& on_event) {
   return sync::Follow(store_url, dir, ToPullOptions(options), follow, on_event);
+}
+
+Status MirrorSteps(const std::string& src_url, const std::string& dst_url,
+                   const MirrorOptions& options, MirrorReport* report) {
+  *report = MirrorReport();
+  std::unique_ptr<sync::Store> src, dst;
+  ARC_V3_RETURN_IF_ERROR(Open(src_url, options.store, false, &src));
+  ARC_V3_RETURN_IF_ERROR(Open(dst_url, options.store, true, &dst));
+  return sync::Mirror(src.get(), dst.get(), options, /*anchor_route=*/false, report);
+}
+
+Status FollowMirror(const std::string& src_url, const std::string& dst_url,
+                    const MirrorOptions& options, const FollowOptions& follow,
+                    const std::function<bool(const FollowEvent& event,
+                                             const MirrorReport* mirrored)>& on_event) {
+  return sync::FollowMirror(src_url, dst_url, options, follow, on_event);
 }
 
 Status ListSteps(const std::string& store_url, const StoreSettings& settings, bool shards,

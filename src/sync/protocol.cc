@@ -204,9 +204,9 @@ std::string Document(const char* kind, OrderedJson body) {
   return doc.dump(1) + "\n";
 }
 
-// A document read by the hashes that name it (`sha256` "": not named by one): absent is
-// kNotFound, other bytes kCorruptChunk, or kUntrusted where only the SHA-256 differs (or,
-// `trusting`, it differs at all, or none names it: the XXH3 is never the only check).
+}  // namespace
+
+// Trusting, the XXH3 is never the only check.
 Status GetNamed(Store* store, const std::string& key, uint64_t xxh3, uint64_t size, const std::string& sha256,
                 bool trusting, std::vector<uint8_t>* bytes, const std::string& named_by) {
   if (trusting && sha256.empty()) {
@@ -235,8 +235,6 @@ Status GetNamed(Store* store, const std::string& key, uint64_t xxh3, uint64_t si
   }
   return Status::Ok();
 }
-
-}  // namespace
 
 bool ValidIncarnation(const std::string& name) {
   if (name.empty() || name.size() > 64 || name == "." || name == "..") return false;

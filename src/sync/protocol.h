@@ -203,6 +203,14 @@ Status ParseLayout(const std::vector<uint8_t>& bytes, const std::string& where, 
 Status ParseRoot(const std::vector<uint8_t>& bytes, const std::string& where, StepManifest* root);
 Status ParseLatest(const std::vector<uint8_t>& bytes, const std::string& where, uint64_t* step);
 
+// A document read by the hashes that name it (PROTOCOL.md, "Named document"; `sha256` "":
+// named without one): absent is kNotFound, other bytes kCorruptChunk, or kUntrusted where
+// only the SHA-256 differs (or, `trusting`, it differs at all, or none names it). Errors
+// say it is named by `named_by`.
+Status GetNamed(Store* store, const std::string& key, uint64_t xxh3, uint64_t size,
+                const std::string& sha256, bool trusting, std::vector<uint8_t>* bytes,
+                const std::string& named_by);
+
 // Reads a step's root (kNotFound: the step is not committed) and checks it is the step
 // asked for; `bytes` gets its bytes (their XXH3 names the step in a region's state).
 Status ReadRoot(Store* store, uint64_t step, StepManifest* root, std::vector<uint8_t>* bytes);

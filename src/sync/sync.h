@@ -149,6 +149,21 @@ Status Follow(const std::string& store_url, const std::string& dir, const PullOp
               const FollowOptions& options,
               const std::function<bool(const FollowEvent& event, const PullReport* pulled)>& on_event);
 
+using ::arc_v3::MirrorOptions;
+using ::arc_v3::MirrorReport;
+
+// Copies SRC's committed steps up to options.step into DST (PROTOCOL.md, "Mirroring").
+// `anchor_route`: start at the target's anchor step unless DST holds a step above it
+// (never walk below the anchor step). options.store is not used: the stores are open.
+Status Mirror(Store* src, Store* dst, const MirrorOptions& options, bool anchor_route,
+              MirrorReport* report);
+
+// Mirror for each step of SRC newer than DST's latest, in the loop of FollowLatest.
+Status FollowMirror(const std::string& src_url, const std::string& dst_url,
+                    const MirrorOptions& options, const FollowOptions& follow,
+                    const std::function<bool(const FollowEvent& event,
+                                             const MirrorReport* mirrored)>& on_event);
+
 // kUntrusted where `dir` was pulled trusting keys and `options` name none (and no reset):
 // trust is not switched off by leaving the keys out (PROTOCOL.md, "Trust is kept").
 Status CheckTrustKept(const std::string& dir, const PullOptions& options);

@@ -76,12 +76,46 @@ constexpr char kStoreHelp[] =
     "AWS_SESSION_TOKEN, AWS_REGION), or a read-only http(s):// URL in front of the bucket\n"
     "(pull, follow)";
 
+Json MirrorJson(const MirrorReport& r) {
+  return {{"command", "mirror"},
+          {"ok", true},
+          {"from_step", r.from_step == kNoStep ? Json(nullptr) : Json(r.from_step)},
+          {"step", r.to_step == kNoStep ? Json(nullptr) : Json(r.to_step)},
+          {"up_to_date", r.up_to_date},
+          {"steps_copied", r.steps},
+          {"copied_objects", r.copied_objects},
+          {"copied_bytes", r.copied_bytes},
+          {"skipped_objects", r.skipped_objects},
+          {"skipped_bytes", r.skipped_bytes},
+          {"fetched_bytes", r.fetched_bytes},
+          {"seconds", r.total_seconds},
+          {"published_at", r.published_at},
+          {"committed_at", r.committed_at}};
+}
+
+void PrintMirror(const char* command, const MirrorReport& r, const std::string& dst) {
+  if (r.steps.empty()) {
+    std::printf("%s: %s already holds step %" PRIu64 "\n", command, dst.c_str(), r.to_step);
+    return;
+  }
+  std::string steps;
+  for (uint64_t step : r.steps) steps += (steps.empty() ? "" : ", ") + std::to_string(step);
+  std::printf("%s: step%s %s into %s: copied %" PRIu64 " objects (%s), skipped %" PRIu64
+              " already there (%s), fetched %s, %.3f s\n",
+              command, r.steps.size() > 1 ? "s" : "", steps.c_str(), dst.c_str(), r.copied_objects,
+              HumanBytes(r.copied_bytes).c_str(), r.skipped_objects,
+              HumanBytes(r.skipped_bytes).c_str(), HumanBytes(r.fetched_bytes).c_str(),
+              r.total_seconds);
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 SyncCommands::SyncCommands(CLI::App* app) {
   AddPublish(app);
   AddPull(app);
   AddFollow(app);
+  AddMirror(app);
   AddLog(app);
   AddKeygen(app);
   AddPrune(app);
@@ -195,6 +229,41 @@ void SyncCommands::AddFollow(CLI::App* app) {
   AddCommon(follow_, true);
 }
 
+void SyncCommands::AddMirror(CLI::App* app) {
+  mirror_ = app->add_subcommand(
+      "mirror",
+      "Copy the trainer's committed steps from SRC into DST, a store in the region, byte for\n"
+      "byte (each step crosses into the region once; hosts then pull and follow DST as they\n"
+      "would SRC). DST is a valid store at every moment: a mirror stopped anywhere resumes.\n"
+      "Prune DST on its own (arc_v3 prune DST).");
+  mirror_->add_option("SRC", store_,
+                      "The trainer's store (s3://, local, or a read-only http(s):// URL)")
+      ->required();
+  mirror_->add_option("DST", dst_, "The region's store (s3:// or local; a local one is created)")
+      ->required();
+  mirror_->add_flag("--follow", follow_loop_,
+                    "Keep mirroring each new step (polls SRC's `latest`, as follow)");
+  mirror_->add_option("--step", step_,
+                      "Mirror up to this step (default: SRC's newest; not with --follow)");
+  mirror_->add_option("--interval", interval_, "With --follow: seconds between polls (default 2)")
+      ->check(CLI::PositiveNumber);
+  mirror_->add_option("--until", until_,
+                      "With --follow: exit once DST holds this step or a later one");
+  mirror_->add_option("--max-failures", max_failures_,
+                      "With --follow: give up after this many failed polls in a row (default 10)")
+      ->check(CLI::PositiveNumber);
+  mirror_->add_option("--trust", trust_,
+                      "Copy only steps signed by this public key (repeatable), every byte\n"
+                      "checked against its signed SHA-256 (exit 8 otherwise; with --follow,\n"
+                      "reported and skipped)")
+      ->envname("ARC_V3_TRUST");
+  mirror_->add_option("--work-dir", work_dir_,
+                      "Where objects wait between the stores (default $TMPDIR)");
+  mirror_->add_option("--parallel", parallel_, "Objects copied at once (default 8)")
+      ->check(CLI::Range(1, 256));
+  AddCommon(mirror_, false);
+}
+
 void SyncCommands::AddLog(CLI::App* app) {
   log_ = app->add_subcommand("log", "The store's steps: base, anchors, bytes per step and shard");
   log_->add_option("STORE", store_, "s3:// or local store (http(s):// cannot list)")->required();
@@ -231,8 +300,8 @@ void SyncCommands::AddPrune(CLI::App* app) {
 }
 
 bool SyncCommands::parsed() const {
-  return publish_->parsed() || pull_->parsed() || follow_->parsed() || log_->parsed() || prune_->parsed() ||
-         keygen_->parsed();
+  return publish_->parsed() || pull_->parsed() || follow_->parsed() || mirror_->parsed() ||
+         log_->parsed() || prune_->parsed() || keygen_->parsed();
 }
 
 int SyncCommands::Run() {
@@ -252,7 +321,9 @@ int SyncCommands::Run() {
   // An emptied variable is no way to switch trust off: a region's settings that lose the
   // key must not quietly take anyone's steps.
   const char* env_trust = std::getenv("ARC_V3_TRUST");
-  if ((pull_->parsed() || follow_->parsed() || (log_->parsed() && verify_)) && trust_.empty() && env_trust != nullptr &&
+  const bool trusting_command =
+      pull_->parsed() || follow_->parsed() || mirror_->parsed() || (log_->parsed() && verify_);
+  if (trusting_command && trust_.empty() && env_trust != nullptr &&
       std::string(env_trust).find_first_not_of(" \t\n") == std::string::npos) {
     return Fail(Name(), json_, Status(ErrorCode::kUntrusted,
                                       "ARC_V3_TRUST is set but empty: name the trusted public key file(s), or unset "
@@ -260,6 +331,7 @@ int SyncCommands::Run() {
   }
   if (pull_->parsed()) return RunPull(pull);
   if (follow_->parsed()) return RunFollow(pull);
+  if (mirror_->parsed()) return RunMirror();
   if (log_->parsed()) return verify_ ? RunVerify() : RunLog();
   return RunPrune();
 }
@@ -275,6 +347,7 @@ const char* SyncCommands::Name() const {
   return publish_->parsed()  ? "publish"
          : pull_->parsed()   ? "pull"
          : follow_->parsed() ? "follow"
+         : mirror_->parsed() ? "mirror"
          : log_->parsed()    ? "log"
          : keygen_->parsed() ? "keygen"
                              : "prune";
@@ -409,6 +482,61 @@ int SyncCommands::RunFollow(const PullFilesOptions& pull) {
     }
     return true;
   });
+  if (!s.ok()) return Fail(Name(), json_, s);
+  return kExitOk;
+}
+
+int SyncCommands::RunMirror() {
+  if (follow_loop_ && step_ != UINT64_MAX) {
+    std::fprintf(stderr, "arc_v3 mirror: --step is for a single copy; with --follow, use --until\n");
+    return kExitUsage;
+  }
+  MirrorOptions o;
+  o.trusted_keys = trust_;
+  o.work_dir = work_dir_;
+  o.parallel = parallel_;
+  o.store = Settings();
+  if (trust_.empty()) {
+    std::fprintf(stderr,
+                 "arc_v3 mirror: steps are not authenticated (no --trust): the mirror checks "
+                 "their hashes, and hosts of %s check what they pull as from %s\n",
+                 dst_.c_str(), store_.c_str());
+  }
+  if (!follow_loop_) {
+    o.step = step_;
+    MirrorReport r;
+    const Status s = MirrorSteps(store_, dst_, o, &r);
+    if (!s.ok()) return Fail(Name(), json_, s);
+    if (json_) {
+      std::cout << MirrorJson(r).dump(2) << std::endl;
+    } else if (!quiet_) {
+      PrintMirror("mirror", r, dst_);
+    }
+    return kExitOk;
+  }
+  FollowOptions follow;
+  follow.interval_seconds = interval_;
+  follow.until = until_;
+  follow.max_failures = max_failures_;
+  const auto note = [&](const FollowEvent& e, const MirrorReport* r) {
+    if (e.kind == FollowEvent::Kind::kWaiting) {
+      std::fprintf(stderr, "arc_v3 mirror: waiting: %s\n", e.message.c_str());
+    } else if (e.kind == FollowEvent::Kind::kRefused) {
+      std::fprintf(stderr, "arc_v3 mirror: refused step %" PRIu64 " (%s keeps what it holds): %s\n",
+                   e.step, dst_.c_str(), e.message.c_str());
+    } else if (e.kind == FollowEvent::Kind::kRetrying) {
+      std::fprintf(stderr, "arc_v3 mirror: retrying (%d of %d): %s\n", e.failures, max_failures_,
+                   e.message.c_str());
+    } else if (json_) {
+      Json j = MirrorJson(*r);
+      j["lag_seconds"] = e.lag_seconds;
+      std::cout << j.dump() << std::endl;
+    } else if (!quiet_) {
+      PrintMirror("mirror", *r, dst_);
+    }
+    return true;
+  };
+  const Status s = FollowMirror(store_, dst_, o, follow, note);
   if (!s.ok()) return Fail(Name(), json_, s);
   return kExitOk;
 }

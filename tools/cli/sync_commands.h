@@ -1,5 +1,5 @@
-// The arc_v3 command's sync subcommands (publish, pull, follow, log, prune, keygen) over the
-// file-level calls of arc_v3_sync.hpp.
+// The arc_v3 command's sync subcommands (publish, pull, follow, mirror, log, prune, keygen)
+// over the file-level calls of arc_v3_sync.hpp.
 #ifndef ARC_V3_TOOLS_CLI_SYNC_COMMANDS_H_
 #define ARC_V3_TOOLS_CLI_SYNC_COMMANDS_H_
 
@@ -29,6 +29,7 @@ class SyncCommands {
   void AddPublish(CLI::App* app);
   void AddPull(CLI::App* app);
   void AddFollow(CLI::App* app);
+  void AddMirror(CLI::App* app);
   void AddLog(CLI::App* app);
   void AddKeygen(CLI::App* app);
   void AddPrune(CLI::App* app);
@@ -36,11 +37,12 @@ class SyncCommands {
   int RunPublish();
   int RunPull(PullFilesOptions pull);
   int RunFollow(const PullFilesOptions& pull);
+  int RunMirror();
   int RunVerify();
   int RunLog();
   int RunPrune();
 
-  CLI::App *publish_, *pull_, *follow_, *log_, *prune_, *keygen_;
+  CLI::App *publish_, *pull_, *follow_, *mirror_, *log_, *prune_, *keygen_;
   std::string store_, dir_, next_, prev_, shard_ = "0/1", incarnation_, work_dir_, tensors_, rows_, format_ = "arc_v3", index_;
   uint64_t step_ = UINT64_MAX, base_step_ = UINT64_MAX, anchor_every_ = 10, until_ = UINT64_MAX;
   double interval_ = 2;
@@ -48,7 +50,9 @@ class SyncCommands {
   uint32_t keep_anchors_ = 2;
   std::string min_age_ = "0";
   bool json_ = false, quiet_ = false, reset_ = false, dry_run_ = false, no_sync_ = false, force_ = false;
-  bool no_index_ = false, verify_ = false;
+  bool no_index_ = false, verify_ = false, follow_loop_ = false;
+  std::string dst_;
+  int parallel_ = 8;
   std::string sign_key_, key_path_;
   std::vector<std::string> trust_;
 };

@@ -12,6 +12,7 @@
 #include <set>
 
 #include "src/checkpoint/container.h"
+#include "src/common/clock.h"
 #include "src/common/parallel.h"
 #include "src/common/status_macros.h"
 #include "src/sync/follow.h"
@@ -101,10 +102,6 @@ class TempFile {
  private:
   std::string path_;
 };
-
-double Since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
 
 class Mirrorer {
  public:
@@ -495,7 +492,7 @@ Status Mirror(Store* src, Store* dst, const MirrorOptions& options, bool anchor_
   }
   Mirrorer mirrorer(src, dst, options, report);
   const Status s = mirrorer.Run(anchor_route);
-  report->total_seconds = Since(start);
+  report->total_seconds = SecondsSince(start);
   return s;
 }
 

@@ -17,6 +17,7 @@ PACKAGES=(
   # The sync layer (src/sync/): S3 over libcurl, XML answers; its tests run a real S3
   # server (Ceph radosgw, booted by tests/s3/radosgw.sh) and a client nobody here wrote (awscli).
   libcurl4-openssl-dev libpugixml-dev ceph-mon ceph-osd radosgw ceph-common awscli iproute2
+  libmicrohttpd-dev   # follow --events: the endpoint a store's bucket notifications reach
   # Signed steps: Ed25519 and SHA-256 from OpenSSL's libcrypto; its command line in tests.
   libssl-dev openssl
   # The Python binding (python/) and its tests.

@@ -233,8 +233,8 @@ class Follower:
             return on_step is None or on_step(result["step"], result) is not False
 
         try:
-            self._ext.follow(float(interval), None if until is None else int(until), int(max_failures),
-                             "" if events is None else str(events), on_event)
+            self._ext.follow(float(interval), None if until is None else int(until),
+                             int(max_failures), "" if events is None else str(events), on_event)
         finally:
             self._refresh()
         return self.step

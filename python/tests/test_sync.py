@@ -394,7 +394,8 @@ def test_follow_with_events_pulls_a_step_when_told(store):
     follower = Follower(store)
     seen, waits = [], []
     thread = threading.Thread(target=lambda: follower.follow(
-        interval=60, until=1, events=f"127.0.0.1:{port}", on_step=lambda step, result: seen.append(step),
+        interval=60, until=1, events=f"127.0.0.1:{port}",
+        on_step=lambda step, result: seen.append(step),
         on_wait=lambda kind, message: waits.append(kind)))
     thread.start()
     start = time.monotonic()

@@ -145,6 +145,11 @@ struct FollowOptions {
   // Called between polls (every 0.1 s at most); true stops the loop (it returns Ok). For a
   // caller that must react to a signal while the loop waits.
   std::function<bool()> stop_requested;
+  // "HOST:PORT" to take the store's bucket notifications on (radosgw's push endpoint, S3
+  // events through an SNS HTTP subscription: docs/regions.md); empty: none. An event naming
+  // `latest` or a step root ends the wait early: it only triggers the next poll, which
+  // stays the truth (src/sync/PROTOCOL.md, Pulling). kInvalidArgument if it cannot listen.
+  std::string events_listen;
 };
 
 // What a follow loop reports as it goes.

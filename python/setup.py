@@ -25,7 +25,7 @@ HWY_POLICY_DEFINES = ["HWY_COMPILE_ALL_ATTAINABLE", "HWY_BROKEN_EMU128=0",
                       "HWY_DISABLED_TARGETS=HWY_SSSE3", "HWY_WANT_AVX3_DL"]
 ARC_V3_COPTS = ["-Wall", "-Wextra", "-Wshadow", "-Wvla"]
 # What the layers link (third_party/BUILD).
-LIBRARIES = ["hwy", "zstd", "lz4", "xxhash", "curl", "crypto", "pugixml"]
+LIBRARIES = ["hwy", "zstd", "lz4", "xxhash", "curl", "crypto", "pugixml", "microhttpd"]
 
 
 def _layer_files(suffixes):

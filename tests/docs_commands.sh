@@ -6,7 +6,8 @@
 #   2. the scripts docs/ names: bench/sync_bench.sh, bench/sync_scale.sh (256 shards, its
 #      limits asserted: --check), bench/scale_model.py, bench/pull_memory.sh,
 #      bench/follow_memory.sh, bench/signing_cost.sh, bench/pull_overlap.sh and
-#      bench/cross_region.py (sync.md), bench/region_cache.sh (regions.md),
+#      bench/cross_region.py (sync.md), bench/region_cache.sh, bench/notify_latency.sh,
+#      bench/regions_bench.py (regions.md),
 #      arc_bench and checkpoint_bench (bench.md), python/bench/bench_binding.py
 #      (python/README.md), each on a small input (their defaults take tens of minutes) and
 #      checked for its output files.
@@ -50,6 +51,7 @@ temp_leftovers() {
     "${TMPDIR:-/tmp}"/arc_v3_pull_memory.* "${TMPDIR:-/tmp}"/arc_v3_follow_memory.* \
     "${TMPDIR:-/tmp}"/arc_v3_signing_cost.* "${TMPDIR:-/tmp}"/arc_v3_pull_overlap.* \
     "${TMPDIR:-/tmp}"/arc_v3_region_cache.* \
+    "${TMPDIR:-/tmp}"/arc_v3_notify.* \
     2> /dev/null | sort
 }
 
@@ -106,6 +108,11 @@ if check pull_overlap bench/pull_overlap.sh --params 4000000 --shards 4 --repeat
   expect pull_overlap "grep -q '^this build  *8 ' bench_out/pull_overlap_ci.txt" "bench_out/pull_overlap_ci.txt"
 fi
 expect pull_overlap "[ \"\$(temp_leftovers)\" = \"$before\" ]" "work folders left: $(temp_leftovers)"
+if check notify_latency bench/notify_latency.sh --steps 2 --out bench_out/notify_latency_ci; then
+  expect notify_latency "grep -q '^--events .* 2 ' bench_out/notify_latency_ci.txt" \
+    "bench_out/notify_latency_ci.txt"
+fi
+expect notify_latency "[ \"\$(temp_leftovers)\" = \"$before\" ]" "work folders left: $(temp_leftovers)"
 if [ "$(id -u)" -eq 0 ] && command -v ip > /dev/null; then
   if check cross_region python3 bench/cross_region.py --params 2000000 --densities low --steps 3 --interval 1 \
       --regions fast:1000:20 --codecs arc_v3,full --out bench_out/cross_region_docs; then

@@ -19,6 +19,7 @@ PACKAGES=(
   libcurl4-openssl-dev libpugixml-dev ceph-mon ceph-osd radosgw ceph-common awscli iproute2
   # tests/regions: the region cache of docs/regions.md (nginx with the slice module), curl.
   nginx-light curl
+  libmicrohttpd-dev   # follow --events: the endpoint a store's bucket notifications reach
   # Signed steps: Ed25519 and SHA-256 from OpenSSL's libcrypto; its command line in tests.
   libssl-dev openssl
   # The Python binding (python/) and its tests.

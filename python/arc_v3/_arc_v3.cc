@@ -738,9 +738,12 @@ class PyFollower {
   // as pull's, with steps_behind and lag_seconds), "waiting", "retrying" or "refused" (a
   // step that failed verification under trust; result None);
   // a false return stops. A signal (Ctrl-C) ends the wait between polls with its exception.
-  void Follow(double interval, py::object until, int max_failures, py::object on_event) {
+  // `events`: FollowOptions::events_listen ("" for none).
+  void Follow(double interval, py::object until, int max_failures, const std::string& events,
+              py::object on_event) {
     arc_v3::FollowOptions o;
     o.interval_seconds = interval;
+    o.events_listen = events;
     o.until = until.is_none() ? arc_v3::kNoStep : until.cast<uint64_t>();
     o.max_failures = max_failures;
     std::unique_ptr<py::error_already_set> error;
@@ -897,7 +900,7 @@ PYBIND11_MODULE(_arc_v3, m) {
            py::arg("retries"), py::arg("connections"), py::arg("trusted_keys"), py::arg("allocate"))
       .def("pull", &PyFollower::Pull, py::arg("step"))
       .def("follow", &PyFollower::Follow, py::arg("interval"), py::arg("until"), py::arg("max_failures"),
-           py::arg("on_event"))
+           py::arg("events"), py::arg("on_event"))
       .def_property_readonly("step", &PyFollower::step)
       .def("tensors", &PyFollower::tensors);
   m.def("_time_direct", &TimeDirect, py::arg("src"), py::arg("dst"), py::arg("format"),

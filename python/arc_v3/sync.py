@@ -247,11 +247,14 @@ class Follower:
             self._refresh()  # a long route that failed half-way holds the last complete step
         return self.last_result["step"]
 
-    def follow(self, *, interval=2.0, until=None, max_failures=10, on_step=None, on_wait=None):
+    def follow(self, *, interval=2.0, until=None, max_failures=10, on_step=None, on_wait=None,
+               events=None):
         """Pulls each newer step as it is committed, in the loop ``arc_v3 follow`` runs: a
         conditional poll of the store's ``latest`` pointer every ``interval`` seconds; a
         store or step not there yet is waited for; a store failing ``max_failures`` polls
-        in a row raises ``ArcV3Error`` (``unavailable``).
+        in a row raises ``ArcV3Error`` (``unavailable``). ``events="HOST:PORT"`` also
+        listens there for the store's bucket notifications (``follow --events``,
+        docs/regions.md): one naming ``latest`` or a step root polls at once.
 
         Returns the step held once it is ``until`` or later, or when ``on_step(step, result)``
         (called after each pull, ``state_dict`` already updated; ``result`` as
@@ -270,7 +273,8 @@ class Follower:
             return on_step is None or on_step(result["step"], result) is not False
 
         try:
-            self._ext.follow(float(interval), None if until is None else int(until), int(max_failures), on_event)
+            self._ext.follow(float(interval), None if until is None else int(until),
+                             int(max_failures), "" if events is None else str(events), on_event)
         finally:
             self._refresh()
         return self.step

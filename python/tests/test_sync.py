@@ -402,3 +402,63 @@ def test_mirror_copies_steps_that_a_follower_of_the_copy_pulls_bit_exactly(store
     with pytest.raises(arc_v3.ArcV3Error) as refused:
         arc_v3.sync.mirror(store, str(tmp_path / "elsewhere"), trusted_keys=[other + ".pub"])
     assert refused.value.name == "untrusted"
+
+
+def test_follow_with_events_pulls_a_step_when_told(store):
+    """follow(events=...) pulls at once when a bucket notification names the store's
+    `latest` (posted here as radosgw would; tests/cli/events_cli_test.sh has radosgw send
+    them), though it polls only every 60 s; a notification for another key does not."""
+    import json
+    import socket
+    import threading
+    import time
+    import urllib.request
+
+    if not store.startswith("s3://"):
+        pytest.skip("events name a bucket and key: an S3 store's")
+    bucket, prefix = store[len("s3://"):].split("/", 1)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+
+    def notify(key):
+        body = {"Records": [{"eventName": "ObjectCreated:Put",
+                             "s3": {"bucket": {"name": bucket}, "object": {"key": key}}}]}
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/", json.dumps(body).encode(),
+                                         method="POST")
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            assert answer.status == 200
+
+    g = torch.Generator().manual_seed(56)
+    state = _rank_state(0, g)
+    publisher = Publisher(store)
+    follower = Follower(store)
+    seen, waits = [], []
+    thread = threading.Thread(target=lambda: follower.follow(
+        interval=60, until=1, events=f"127.0.0.1:{port}",
+        on_step=lambda step, result: seen.append(step),
+        on_wait=lambda kind, message: waits.append(kind)))
+    thread.start()
+    start = time.monotonic()
+    try:
+        while "waiting" not in waits and time.monotonic() - start < 20:
+            time.sleep(0.05)
+        assert "waiting" in waits  # it polled once, found nothing, and waits 60 s
+        for step in range(2):
+            if step:
+                _step(state, g)
+            publisher.publish(step, state)
+            notify(f"{prefix}/o/00/not-latest")
+            time.sleep(0.5)
+            assert step not in seen  # another key's event woke nothing
+            notify(f"{prefix}/latest")
+            told = time.monotonic()
+            while step not in seen and time.monotonic() - told < 20:
+                time.sleep(0.05)
+            assert step in seen
+    finally:
+        thread.join(60)
+    assert not thread.is_alive()
+    assert time.monotonic() - start < 60  # only the events explain the pulls
+    assert follower.step == 1
+    _check(follower.state_dict, [state])

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
 #include <thread>
 #include <vector>
 
 #include "src/common/status_macros.h"
+#include "src/sync/events.h"
 #include "src/sync/protocol.h"
 #include "src/sync/sync.h"
 
@@ -19,7 +21,8 @@ double UnixSeconds() {
 namespace {
 
 // Sleeps `seconds` in slices of at most 0.1 s; true if a stop was asked for meanwhile.
-bool Wait(double seconds, const FollowOptions& options) {
+// Ends early (false) once `events` has woken since `seen`.
+bool Wait(double seconds, const FollowOptions& options, EventListener* events, uint64_t seen) {
   using Clock = std::chrono::steady_clock;
   const Clock::time_point end =
       Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
@@ -27,10 +30,38 @@ bool Wait(double seconds, const FollowOptions& options) {
     if (options.stop_requested && options.stop_requested()) return true;
     const Clock::time_point now = Clock::now();
     if (now >= end) return false;
-    const Clock::duration slice = std::chrono::milliseconds(100);
-    std::this_thread::sleep_for(std::min(end - now, slice));
+    const Clock::duration slice =
+        std::min<Clock::duration>(end - now, std::chrono::milliseconds(100));
+    if (events == nullptr) {
+      std::this_thread::sleep_for(slice);
+    } else if (events->WaitForWake(seen, std::chrono::duration<double>(slice).count())) {
+      return false;
+    }
   }
 }
+
+// The store events that may end a wait early (FollowOptions::events_listen), if any.
+class Wakeups {
+ public:
+  Status Start(const std::string& listen) {
+    return listen.empty() ? Status::Ok() : EventListener::Start(listen, &events_);
+  }
+  // Called before each poll of `store` (null: none opened): events for it that arrive from
+  // now on wake the wait after the poll (none is lost while the poll runs).
+  uint64_t Before(Store* store) {
+    if (events_ == nullptr) return 0;
+    if (store != nullptr && store->url() != watched_) {
+      watched_ = store->url();
+      events_->Watch(watched_);
+    }
+    return events_->wakes();
+  }
+  EventListener* events() const { return events_.get(); }
+
+ private:
+  std::unique_ptr<EventListener> events_;
+  std::string watched_;
+};
 
 }  // namespace
 
@@ -40,6 +71,8 @@ Status FollowLatest(const std::function<Status(Store** store)>& open, uint64_t h
                                                bool* stop)>& pull,
                     const std::function<bool(const FollowEvent& event)>& note) {
   const auto reached = [&] { return options.until != kNoStep && held != kNoStep && held >= options.until; };
+  Wakeups wakeups;
+  ARC_V3_RETURN_IF_ERROR(wakeups.Start(options.events_listen));
   std::string etag;
   uint64_t latest = kNoStep;
   uint64_t refused = kNoStep;  // refused under trust; tried again once `latest` changes
@@ -59,6 +92,7 @@ Status FollowLatest(const std::function<Status(Store** store)>& open, uint64_t h
     Store* store = nullptr;
     bool changed = false;
     Status s = open(&store);
+    const uint64_t seen = wakeups.Before(s.ok() ? store : nullptr);
     if (s.ok()) {
       std::vector<uint8_t> bytes;
       ObjectInfo info;
@@ -121,7 +155,7 @@ Status FollowLatest(const std::function<Status(Store** store)>& open, uint64_t h
       return s;
     }
     if (reached()) return Status::Ok();
-    if (Wait(options.interval_seconds, options)) return Status::Ok();
+    if (Wait(options.interval_seconds, options, wakeups.events(), seen)) return Status::Ok();
   }
 }
 

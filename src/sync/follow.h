@@ -21,7 +21,9 @@ namespace sync {
 // kRefused events; false ends the loop. `trusting`: a step `pull` refuses as kUntrusted is
 // a kRefused event, and the loop goes on: it pulls that step again only once `latest`
 // changes, and later steps by their anchor route until one is held (the chain from the
-// step held runs through the refused one).
+// step held runs through the refused one). Between polls it waits options.interval_seconds,
+// less when options.events_listen is set and the store's events name a new step (events.h):
+// those only wake the next poll; kInvalidArgument at once if it cannot listen there.
 Status FollowLatest(const std::function<Status(Store** store)>& open, uint64_t held, bool trusting,
                     const FollowOptions& options,
                     const std::function<Status(Store* store, uint64_t step, bool anchor, FollowEvent* event,

@@ -2,7 +2,7 @@
 # Builds the libFuzzer targets of tests/fuzz/ with clang (ASan + UBSan + libFuzzer) into
 # $ARC_V3_FUZZ_OUT (default /tmp/arc_v3_fuzz): fuzz_decode, fuzz_roundtrip, fuzz_kernels,
 # fuzz_container, fuzz_documents, fuzz_region_state, fuzz_safetensors, fuzz_s3_answers,
-# fuzz_store_faults, and make_seeds (the seed-corpus writer).
+# fuzz_store_faults, fuzz_events, and make_seeds (the seed-corpus writer).
 #   tests/fuzz/build.sh            build
 #   tests/fuzz/build.sh --seeds    build, then write fresh seed corpora to $OUT/seeds/
 #   ARC_V3_FUZZ_FAST=1 tests/fuzz/build.sh   throughput build for long campaigns: -O2,
@@ -12,7 +12,7 @@
 #                                  a corpus the full build grew), into /tmp/arc_v3_fuzz_fast
 #                                  unless ARC_V3_FUZZ_OUT is set
 # Needs: clang, libclang-rt-14-dev, libhwy-dev, libzstd-dev, liblz4-dev, libxxhash-dev,
-# nlohmann-json3-dev, libcurl4-openssl-dev, libpugixml-dev, libssl-dev. Run a target: tests/fuzz/run.sh TARGET [libFuzzer flags].
+# nlohmann-json3-dev, libcurl4-openssl-dev, libpugixml-dev, libssl-dev, libmicrohttpd-dev. Run a target: tests/fuzz/run.sh TARGET [libFuzzer flags].
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 if [[ -n "${ARC_V3_FUZZ_FAST:-}" ]]; then
@@ -31,7 +31,7 @@ mkdir -p "$OUT/obj"
 DEFINES=(-DHWY_COMPILE_ALL_ATTAINABLE -DHWY_BROKEN_EMU128=0 -DHWY_DISABLED_TARGETS=HWY_SSSE3
          -DHWY_WANT_AVX3_DL)
 FLAGS=(-std=c++17 -g -fno-omit-frame-pointer -I. "${DEFINES[@]}" "${SANITIZE[@]}")
-LIBS=(-lhwy -lzstd -llz4 -lxxhash -lcurl -lpugixml -lcrypto -pthread)
+LIBS=(-lhwy -lzstd -llz4 -lxxhash -lcurl -lpugixml -lcrypto -lmicrohttpd -pthread)
 
 # The library: every source of its layer folders.
 LIB_SRCS=(src/codec/*.cc src/checkpoint/*.cc src/sync/*.cc)
@@ -50,7 +50,8 @@ for src in "${LIB_SRCS[@]}"; do
 done
 for pid in "${pids[@]}"; do wait "$pid"; done
 
-for target in decode roundtrip kernels container documents region_state safetensors s3_answers store_faults; do
+for target in decode roundtrip kernels container documents region_state safetensors s3_answers store_faults \
+    events; do
   "$CXX" "${FLAGS[@]}" -fsanitize=fuzzer "tests/fuzz/fuzz_$target.cc" "${OBJS[@]}" "${LIBS[@]}" \
     -o "$OUT/fuzz_$target"
   echo "built $OUT/fuzz_$target"

@@ -24,6 +24,7 @@ int FuzzRegionState(const uint8_t* data, size_t size);
 int FuzzSafetensors(const uint8_t* data, size_t size);
 int FuzzS3Answers(const uint8_t* data, size_t size);
 int FuzzStoreFaults(const uint8_t* data, size_t size);
+int FuzzEvents(const uint8_t* data, size_t size);
 
 namespace {
 
@@ -57,6 +58,7 @@ TEST_CASE("fuzz corpus: region_state") { CHECK(Replay("region_state", FuzzRegion
 TEST_CASE("fuzz corpus: safetensors") { CHECK(Replay("safetensors", FuzzSafetensors) >= 4); }
 TEST_CASE("fuzz corpus: s3_answers") { CHECK(Replay("s3_answers", FuzzS3Answers) >= 4); }
 TEST_CASE("fuzz corpus: store_faults") { CHECK(Replay("store_faults", FuzzStoreFaults) >= 8); }
+TEST_CASE("fuzz corpus: events") { CHECK(Replay("events", FuzzEvents) >= 8); }
 
 }  // namespace
 }  // namespace fuzz

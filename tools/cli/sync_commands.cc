@@ -215,6 +215,9 @@ void SyncCommands::AddFollow(CLI::App* app) {
   follow_->add_option("STORE", store_, kStoreHelp)->required();
   follow_->add_option("DIR", dir_, "The region's checkpoint directory")->required();
   follow_->add_option("--interval", interval_, "Seconds between polls (default 2)")->check(CLI::PositiveNumber);
+  follow_->add_option("--events", events_,
+                      "Also listen on HOST:PORT for the store's bucket notifications (docs/regions.md):\n"
+                      "one naming `latest` or a step root triggers a poll at once; polling goes on");
   follow_->add_option("--until", until_, "Exit once DIR holds this step or a later one");
   follow_->add_option("--tensors", tensors_, "As pull --tensors");
   follow_->add_option("--rows", rows_, "As pull --rows");
@@ -453,6 +456,7 @@ int SyncCommands::RunFollow(const PullFilesOptions& pull) {
   follow.interval_seconds = interval_;
   follow.until = until_;
   follow.max_failures = max_failures_;
+  follow.events_listen = events_;
   const Status s = FollowFiles(store_, dir_, pull, follow, [&](const FollowEvent& e, const PullFilesReport* r) {
     if (e.kind == FollowEvent::Kind::kWaiting) {
       std::fprintf(stderr, "arc_v3 follow: waiting: %s\n", e.message.c_str());

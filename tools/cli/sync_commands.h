@@ -46,6 +46,7 @@ class SyncCommands {
   std::string store_, dir_, next_, prev_, shard_ = "0/1", incarnation_, work_dir_, tensors_, rows_, format_ = "arc_v3", index_;
   uint64_t step_ = UINT64_MAX, base_step_ = UINT64_MAX, anchor_every_ = 10, until_ = UINT64_MAX;
   double interval_ = 2;
+  std::string events_;  // follow --events HOST:PORT
   int threads_ = 0, effort_ = kDefaultEffort, retries_ = 5, connections_ = 8, max_failures_ = 10;
   uint32_t keep_anchors_ = 2;
   std::string min_age_ = "0";

@@ -640,13 +640,14 @@ py::dict Mirror(const std::string& src, const std::string& dst, py::object step,
 void MirrorFollow(const std::string& src, const std::string& dst,
                   const std::vector<std::string>& trusted_keys, const std::string& work_dir, int parallel,
                   int retries, int connections, double interval, py::object until, int max_failures,
-                  py::object on_event) {
+                  const std::string& events, py::object on_event) {
   const arc_v3::MirrorOptions o =
       MirrorOptionsOf(py::none(), trusted_keys, work_dir, parallel, retries, connections);
   arc_v3::FollowOptions f;
   f.interval_seconds = interval;
   f.until = until.is_none() ? arc_v3::kNoStep : until.cast<uint64_t>();
   f.max_failures = max_failures;
+  f.events_listen = events;
   std::unique_ptr<py::error_already_set> error;
   f.stop_requested = [&error] {
     py::gil_scoped_acquire gil;
@@ -883,7 +884,8 @@ PYBIND11_MODULE(_arc_v3, m) {
         py::arg("work_dir"), py::arg("parallel"), py::arg("retries"), py::arg("connections"));
   m.def("mirror_follow", &MirrorFollow, py::arg("src"), py::arg("dst"), py::arg("trusted_keys"),
         py::arg("work_dir"), py::arg("parallel"), py::arg("retries"), py::arg("connections"),
-        py::arg("interval"), py::arg("until"), py::arg("max_failures"), py::arg("on_event"));
+        py::arg("interval"), py::arg("until"), py::arg("max_failures"), py::arg("events"),
+        py::arg("on_event"));
   py::class_<PyPublisher>(m, "Publisher")
       .def(py::init<const std::string&, uint32_t, uint32_t, uint64_t, int, int, const std::string&, int, int,
                     const std::string&, const std::string&>(),

@@ -88,7 +88,7 @@ def keygen(path):
 
 def mirror(src, dst, *, step=None, trusted_keys=None, follow=False, interval=2.0, until=None,
            max_failures=10, on_step=None, on_wait=None, work_dir=None, parallel=8, retries=5,
-           connections=8):
+           connections=8, events=None):
     """Copies the trainer's committed steps from store ``src`` into store ``dst`` in a
     region, byte for byte, as ``arc_v3 mirror`` does (src/sync/PROTOCOL.md, "Mirroring"):
     hosts then pull and follow ``dst`` as they would ``src``, signed steps included. ``dst``
@@ -103,7 +103,8 @@ def mirror(src, dst, *, step=None, trusted_keys=None, follow=False, interval=2.0
 
     ``follow=True``: mirrors each new step in the loop ``Follower.follow`` runs and returns
     ``dst``'s step once it is ``until`` or later, or when ``on_step(step, report)`` returns
-    False; ``on_wait(kind, message)`` as for ``Follower.follow``.
+    False; ``on_wait(kind, message)`` as for ``Follower.follow``. ``events="HOST:PORT"``
+    also listens there for ``src``'s bucket notifications, as ``Follower.follow`` does.
 
     ``trusted_keys``: PEM public key files; with any, only steps signed by one of them
     whose every document and byte has its signed SHA-256 are copied (``untrusted``
@@ -112,6 +113,8 @@ def mirror(src, dst, *, step=None, trusted_keys=None, follow=False, interval=2.0
     args = (str(src), str(dst))
     tail = (str(work_dir or ""), int(parallel), int(retries), int(connections))
     if not follow:
+        if events is not None:
+            raise ValueError("events wakes a following mirror: give follow=True too")
         return _ext.mirror(*args, None if step is None else int(step), keys, *tail)
     held = [None]
 
@@ -122,7 +125,7 @@ def mirror(src, dst, *, step=None, trusted_keys=None, follow=False, interval=2.0
         return on_step is None or on_step(report["step"], report) is not False
 
     _ext.mirror_follow(*args, keys, *tail, float(interval), None if until is None else int(until),
-                       int(max_failures), on_event)
+                       int(max_failures), "" if events is None else str(events), on_event)
     return held[0]
 
 

@@ -1,8 +1,9 @@
 #!/bin/bash
-# End-to-end test of `arc_v3 follow --events` against radosgw's own bucket notifications:
-# a topic pushing to the follower's endpoint and a notification filtered to the run's
-# `latest` key, set up with awscli as docs/regions.md shows; a follower polling only every
-# 60 s must pull each new step, bit for bit, long before its next poll would have.
+# End-to-end test of `arc_v3 follow --events` and `arc_v3 mirror --follow --events` against
+# radosgw's own bucket notifications: a topic pushing to each one's endpoint and
+# notifications filtered to the run's `latest` key, set up with awscli as docs/regions.md
+# shows; a follower and a mirror polling only every 60 s must take each new step, bit for
+# bit, long before their next poll would have.
 #
 #   bash tests/cli/events_cli_test.sh bazel-bin/tools/cli/arc_v3_cli
 #
@@ -31,11 +32,15 @@ T="$(mktemp -d)"
 mkdir -p "$T/tmp" && export TMPDIR="$T/tmp"
 BUCKET="arc-v3-events-$$-$RANDOM"
 TOPIC_ARN=
+MIRROR_TOPIC_ARN=
 FOLLOWER=
+MIRROR=
 cleanup() {
   [ -n "$FOLLOWER" ] && { kill "$FOLLOWER" 2> /dev/null; wait "$FOLLOWER" 2> /dev/null; }
+  [ -n "$MIRROR" ] && { kill "$MIRROR" 2> /dev/null; wait "$MIRROR" 2> /dev/null; }
   aws_ s3 rb --force "s3://$BUCKET" > /dev/null 2>&1
   [ -n "$TOPIC_ARN" ] && aws_ sns delete-topic --topic-arn "$TOPIC_ARN" > /dev/null 2>&1
+  [ -n "$MIRROR_TOPIC_ARN" ] && aws_ sns delete-topic --topic-arn "$MIRROR_TOPIC_ARN" > /dev/null 2>&1
   rm -rf "$T"
 }
 trap cleanup EXIT
@@ -92,13 +97,21 @@ mkdir data && tool gen data 3 || fail "test data"
 # The store's events: a bucket of its own, a topic pushing to the follower's endpoint and a
 # notification of objects created under RUN/latest (radosgw filters by key prefix).
 PORT="$(tool port)" || fail "no free port"
+MIRROR_PORT="$(tool port)" || fail "no free port"
+[ "$PORT" != "$MIRROR_PORT" ] || fail "the same port twice"
 STORE="s3://$BUCKET/run"
 aws_ s3api create-bucket --bucket "$BUCKET" > /dev/null || fail "create-bucket $BUCKET"
 TOPIC_ARN="$(aws_ sns create-topic --name "$BUCKET" \
   --attributes "push-endpoint=http://127.0.0.1:$PORT" --query TopicArn --output text)" ||
   fail "sns create-topic"
+MIRROR_TOPIC_ARN="$(aws_ sns create-topic --name "$BUCKET-mirror" \
+  --attributes "push-endpoint=http://127.0.0.1:$MIRROR_PORT" --query TopicArn --output text)" ||
+  fail "sns create-topic (mirror)"
 cat > notification.json <<EOF
 {"TopicConfigurations": [{"Id": "arc-v3-latest", "TopicArn": "$TOPIC_ARN",
+  "Events": ["s3:ObjectCreated:*"],
+  "Filter": {"Key": {"FilterRules": [{"Name": "prefix", "Value": "run/latest"}]}}},
+ {"Id": "arc-v3-latest-mirror", "TopicArn": "$MIRROR_TOPIC_ARN",
   "Events": ["s3:ObjectCreated:*"],
   "Filter": {"Key": {"FilterRules": [{"Name": "prefix", "Value": "run/latest"}]}}}]}
 EOF
@@ -122,6 +135,16 @@ while ! grep -qs "waiting" follow.err && [ $((SECONDS - START)) -lt 30 ]; do
   sleep 0.1
 done
 grep -qs "waiting" follow.err || fail "the follower never polled"
+# The mirror, likewise, into a local store M in the region.
+"$CLI" mirror "$STORE" M --follow --events "127.0.0.1:$MIRROR_PORT" --interval "$INTERVAL" \
+  --until 2 --json > mirror.log 2> mirror.err &
+MIRROR=$!
+while ! grep -qs "waiting" mirror.err && [ $((SECONDS - START)) -lt 30 ]; do
+  kill -0 "$MIRROR" 2> /dev/null || { cat mirror.err; fail "the mirror exited"; }
+  sleep 0.1
+done
+grep -qs "waiting" mirror.err || { cat mirror.err; fail "the mirror never polled"; }
+mirrored() { grep -Eq "\"step\":$1[,}]" mirror.log; }  # mirror --json has reported STEP
 
 for step in 0 1 2; do
   prev=()
@@ -134,12 +157,19 @@ for step in 0 1 2; do
   holds "$step" || fail "step $step not pulled within 30 s of its commit"
   cmp -s F/model.safetensors "data/step$step/model.safetensors" ||
     fail "step $step: the follower's file differs from the trainer's"
+  while ! mirrored "$step" && [ $((SECONDS - committed)) -lt 30 ]; do sleep 0.1; done
+  mirrored "$step" || { cat mirror.err; fail "step $step not mirrored within 30 s of its commit"; }
 done
 wait "$FOLLOWER"; rc=$?
 FOLLOWER=
 [ "$rc" -eq 0 ] || fail "follow exited $rc"
+wait "$MIRROR"; rc=$?
+MIRROR=
+[ "$rc" -eq 0 ] || { cat mirror.err; fail "mirror exited $rc"; }
+"$CLI" pull M R -q || fail "pull of the mirror's copy"
+cmp -s R/model.safetensors data/step2/model.safetensors || fail "the mirror's step 2 differs"
 elapsed=$((SECONDS - START))
 [ "$elapsed" -lt "$INTERVAL" ] ||
   fail "steps 0..2 took $elapsed s: not before the first poll after the start"
-echo "PASS: follow --events pulled steps 0..2 from radosgw's notifications in $elapsed s" \
-  "(polling every $INTERVAL s)"
+echo "PASS: follow --events and mirror --follow --events took steps 0..2 from radosgw's" \
+  "notifications in $elapsed s (polling every $INTERVAL s)"

@@ -250,6 +250,9 @@ void SyncCommands::AddMirror(CLI::App* app) {
                       "Mirror up to this step (default: SRC's newest; not with --follow)");
   mirror_->add_option("--interval", interval_, "With --follow: seconds between polls (default 2)")
       ->check(CLI::PositiveNumber);
+  mirror_->add_option("--events", events_,
+                      "With --follow: also listen on HOST:PORT for SRC's bucket notifications\n"
+                      "(docs/regions.md): one naming `latest` or a step root triggers a poll at once");
   mirror_->add_option("--until", until_,
                       "With --follow: exit once DST holds this step or a later one");
   mirror_->add_option("--max-failures", max_failures_,
@@ -495,6 +498,10 @@ int SyncCommands::RunMirror() {
     std::fprintf(stderr, "arc_v3 mirror: --step is for a single copy; with --follow, use --until\n");
     return kExitUsage;
   }
+  if (!follow_loop_ && !events_.empty()) {
+    std::fprintf(stderr, "arc_v3 mirror: --events wakes a --follow loop; give --follow too\n");
+    return kExitUsage;
+  }
   MirrorOptions o;
   o.trusted_keys = trust_;
   o.work_dir = work_dir_;
@@ -522,6 +529,7 @@ int SyncCommands::RunMirror() {
   follow.interval_seconds = interval_;
   follow.until = until_;
   follow.max_failures = max_failures_;
+  follow.events_listen = events_;
   const auto note = [&](const FollowEvent& e, const MirrorReport* r) {
     if (e.kind == FollowEvent::Kind::kWaiting) {
       std::fprintf(stderr, "arc_v3 mirror: waiting: %s\n", e.message.c_str());

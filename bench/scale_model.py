@@ -5,8 +5,9 @@ Reads bench/results/sync_scale.json (N = 8..1024 shards of 4 tensors: requests, 
 metadata, prefix shares, commit times, counted in radosgw's access log),
 bench/results/sync_scale_t64.json (64 shards of 64 tensors with the same elements: what a
 tensor adds to a step's documents and container heads) and bench/results/arc_bench.json
-(per-core encode and decode rates). Writes OUT.{txt,json,png} (default
-bench/results/scale_model):
+(per-core encode and decode rates) and bench/results/regions_bench.json (what crosses a
+region's link per step behind the region cache, against one host's bytes). Writes
+OUT.{txt,json,png} (default bench/results/scale_model):
 
 1. the measured table, per N;
 2. the same counts extrapolated to 1,024 ranks x 10,000 tensors per rank and 4 regions x 64
@@ -63,10 +64,12 @@ def main():
     ap.add_argument("--out", default=os.path.join(RESULTS, "scale_model"))
     args = ap.parse_args()
     scale, t64, bench = load("sync_scale.json"), load("sync_scale_t64.json"), load("arc_bench.json")
+    regions = load("regions_bench.json")
     m, m64 = phases(scale), phases(t64)
     ns = sorted(m)
     lines = [f"# bench/scale_model.py: from sync_scale.json (commit {scale['commit']}), sync_scale_t64.json "
-             f"(commit {t64['commit']}), arc_bench.json (arc_v3 {bench['arc_v3_version']})", ""]
+             f"(commit {t64['commit']}), arc_bench.json (arc_v3 {bench['arc_v3_version']}), "
+             f"regions_bench.json (commit {regions['commit']})", ""]
 
     # 1. Measured.
     lines.append("1. Measured per step (radosgw on loopback; 4 BF16 tensors of 64x256 per shard, ~2% changed;")
@@ -137,16 +140,23 @@ def main():
               f"{ext['gets_per_step_all_hosts']:>16,} {regions * hosts * (N + 2):>22,}",
               f"{'  of them on the busiest key prefix':<46} {ext['top_prefix_share']:>16.1%} {'100%':>22}"]
 
-    # 3. Trained -> served for a 1 TB checkpoint.
+    # 3. Trained -> served for a 1 TB checkpoint. What crosses a region's link per step: the
+    # most that one region of the most hosts measured sent through the region cache, per
+    # one host's own bytes.
+    cached = [c for c in regions["cases"] if c["mode"] == "cache"]
+    most = max(c["hosts"] for c in cached)
+    crossings = max(max(c["ratio"].values()) for c in cached if c["hosts"] == most)
     rates = {d["name"]: next(c for c in d["codecs"] if c["codec"] == "arc_v3") for d in bench["datasets"]}
     A = {"checkpoint_bytes": 1e12, "ranks": N, "trainer_cores_per_rank": 8, "host_cores": 64,
          "rank_upload_gbit": 12.5, "s3_rtt_s": 0.020, "commit_round_trips": 22, "host_connections": 64,
-         "host_nic_gbit": 100, "host_memory_gbps": 150, "regional_cache": True}
+         "host_nic_gbit": 100, "host_memory_gbps": 150, "regional_cache": True,
+         "link_crossings": round(crossings, 3)}
     lines += ["", "3. Trained -> served, 1 TB BF16 checkpoint, modelled (stages in sequence, no overlap):",
               "   assumptions: " + ", ".join(f"{k}={v}" for k, v in A.items()),
               "   encode/decode per core and payload from arc_bench (gen_low at 0.2%, gen_mid at 2% changed);",
-              "   the delta crosses each region's link once (a read-only HTTPS cache in front of the bucket,",
-              "   docs/sync.md), then every host fetches it in the region; documents and heads as in 2.",
+              f"   the delta crosses each region's link {crossings:.2f} times (bench/regions_bench.py: {most} hosts",
+              "   behind the region cache of docs/regions.md), then every host fetches it in the region;",
+              "   documents and heads as in 2.",
               f"{'changed':>8} {'link':>9} {'delta':>9} {'encode':>7} {'upload':>7} {'commit':>7} "
               f"{'link':>7} {'fetch':>7} {'decode':>7} {'total s':>8}"]
     projections = []
@@ -162,7 +172,7 @@ def main():
         decode = A["checkpoint_bytes"] / min(r["decompress_gbps_1t"] * 1e9 * A["host_cores"],
                                              A["host_memory_gbps"] * 1e9)
         for link in (10, 100):
-            over = delta / (link / 8 * 1e9)
+            over = crossings * delta / (link / 8 * 1e9)
             total = encode + upload + commit + over + fetch + decode
             projections.append({"changed": label, "link_gbit": link, "delta_bytes": delta, "encode_s": encode,
                                 "upload_s": upload, "commit_s": commit, "link_s": over, "fetch_s": fetch,

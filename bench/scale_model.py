@@ -64,12 +64,12 @@ def main():
     ap.add_argument("--out", default=os.path.join(RESULTS, "scale_model"))
     args = ap.parse_args()
     scale, t64, bench = load("sync_scale.json"), load("sync_scale_t64.json"), load("arc_bench.json")
-    regions = load("regions_bench.json")
+    region_bench = load("regions_bench.json")
     m, m64 = phases(scale), phases(t64)
     ns = sorted(m)
     lines = [f"# bench/scale_model.py: from sync_scale.json (commit {scale['commit']}), sync_scale_t64.json "
              f"(commit {t64['commit']}), arc_bench.json (arc_v3 {bench['arc_v3_version']}), "
-             f"regions_bench.json (commit {regions['commit']})", ""]
+             f"regions_bench.json (commit {region_bench['commit']})", ""]
 
     # 1. Measured.
     lines.append("1. Measured per step (radosgw on loopback; 4 BF16 tensors of 64x256 per shard, ~2% changed;")
@@ -143,7 +143,7 @@ def main():
     # 3. Trained -> served for a 1 TB checkpoint. What crosses a region's link per step: the
     # most that one region of the most hosts measured sent through the region cache, per
     # one host's own bytes.
-    cached = [c for c in regions["cases"] if c["mode"] == "cache"]
+    cached = [c for c in region_bench["cases"] if c["mode"] == "cache"]
     most = max(c["hosts"] for c in cached)
     crossings = max(max(c["ratio"].values()) for c in cached if c["hosts"] == most)
     rates = {d["name"]: next(c for c in d["codecs"] if c["codec"] == "arc_v3") for d in bench["datasets"]}

@@ -141,7 +141,9 @@ struct FollowResult {
 struct FollowOptions {
   double interval_seconds = 2;  // between polls of the store's `latest` pointer
   uint64_t until = kNoStep;  // return once this step or a later one is held (kNoStep: never)
-  int max_failures = 10;  // polls failing in a row (the store unavailable) before giving up
+  // Polls failing in a row before giving up: the store unavailable, or a committed step
+  // that cannot be pulled because something it names is missing (kNotFound).
+  int max_failures = 10;
   // Called between polls (every 0.1 s at most); true stops the loop (it returns Ok). For a
   // caller that must react to a signal while the loop waits.
   std::function<bool()> stop_requested;
@@ -203,7 +205,7 @@ class Follower {
   // while the pointer stands still, one HEAD for the step after it, which a racing commit
   // may have left it behind). With trusted keys a step that fails verification is a
   // kRefused event, not an error: whoever can write the store cannot stop the loop (it is
-  // tried again once `latest` changes). Errors: Pull's, or kUnavailable after
+  // tried again once `latest` changes). Errors: Pull's, or kUnavailable / kNotFound after
   // max_failures polls failed in a row; on an error the tensors hold the last step pulled.
   Status Follow(const FollowOptions& options,
                 const std::function<bool(const FollowEvent& event, const FollowResult* pulled)>& on_event);

@@ -63,6 +63,139 @@ class Wakeups {
   std::string watched_;
 };
 
+// The state of one follow loop between its polls (FollowLatest).
+class FollowLoop {
+ public:
+  using Pull = std::function<Status(Store* store, uint64_t step, bool anchor, FollowEvent* event, bool* stop)>;
+  using Note = std::function<bool(const FollowEvent& event)>;
+
+  FollowLoop(uint64_t held, bool trusting, const FollowOptions& options, const Pull& pull, const Note& note)
+      : held_(held), trusting_(trusting), options_(options), pull_(pull), note_(note) {}
+
+  bool reached() const { return options_.until != kNoStep && held_ != kNoStep && held_ >= options_.until; }
+
+  // One poll of `store` (`opened`: whether it could be opened): reads `latest`, pulls a
+  // newer step. Ok with *end to return Ok (told to stop, or done); else the loop's error.
+  Status Poll(const Status& opened, Store* store, bool* end) {
+    bool changed = false;
+    Status s = opened;
+    if (s.ok()) s = ReadPointer(store, &changed);
+    if (s.code() == ErrorCode::kNotFound) {  // no store yet, or nothing committed (or not readable)
+      if (!Wait(s)) return Stop(end);
+      s = Status::Ok();
+    }
+    // The pointer may lag a racing commit: while it stands still, a committed step after
+    // it counts too.
+    if (s.ok() && !changed && latest_ != kNoStep) latest_ = ProbeLater(store, latest_);
+    if (s.ok() && latest_ != kNoStep && (held_ == kNoStep || latest_ > held_) && latest_ != refused_) {
+      bool stop = false;
+      s = PullLatest(store, &stop, end);
+      if (*end) return Status::Ok();
+      if (s.ok() && stop) return Stop(end);
+      // Named by the pointer but not committed (no root) yet: waited for. A committed
+      // step whose documents or objects are missing is damage: a failed poll (below).
+      if (s.code() == ErrorCode::kNotFound && !Committed(store, latest_)) {
+        if (!Wait(s)) return Stop(end);
+        s = Status::Ok();
+      }
+    }
+    return Failed(s, end);
+  }
+
+ private:
+  Status ReadPointer(Store* store, bool* changed) {
+    std::vector<uint8_t> bytes;
+    ObjectInfo info;
+    Status s = store->GetIfChanged(kLatestKey, etag_, kMaxDocumentBytes, &bytes, &info, changed);
+    if (s.ok() && *changed) {
+      s = ParseLatest(bytes, store->url() + "/" + kLatestKey, &latest_);
+      if (s.ok()) etag_ = info.etag;
+      refused_ = kNoStep;
+    }
+    return s;
+  }
+
+  // Pulls `latest_`. Refused under trust: reported, and tried once more by its anchor
+  // route (the chain from the step held may run through what was refused); refused again,
+  // it is kept out until `latest` changes.
+  Status PullLatest(Store* store, bool* stop, bool* end) {
+    FollowEvent e;
+    e.kind = FollowEvent::Kind::kPulled;
+    e.steps_behind = held_ == kNoStep ? 0 : latest_ - held_;
+    Status s = pull_(store, latest_, around_, &e, stop);
+    for (int tries = 0; trusting_ && s.code() == ErrorCode::kUntrusted && tries < 2; ++tries) {
+      FollowEvent r;
+      r.kind = FollowEvent::Kind::kRefused;
+      r.step = latest_;
+      r.message = s.message() + (around_ ? "" : " (its anchor route is tried next)");
+      if (note_ && !note_(r)) return Stop(end);
+      s = Status::Ok();
+      if (around_) {
+        refused_ = latest_;
+        break;
+      }
+      around_ = true;
+      s = pull_(store, latest_, around_, &e, stop);
+    }
+    if (s.ok() && refused_ != latest_) {
+      held_ = e.step;
+      waiting_ = false;
+      around_ = false;
+    }
+    return s;
+  }
+
+  // Whether the root of `step` exists (a store that cannot tell counts as not).
+  static bool Committed(Store* store, uint64_t step) {
+    ObjectInfo info;
+    return store->Head(RootKey(step), &info).ok();
+  }
+
+  // A poll's outcome: ok resets the failures; an unreachable store, or a committed step
+  // that cannot be pulled for what is missing, is retried up to max_failures polls in a row.
+  Status Failed(const Status& s, bool* end) {
+    if (s.ok()) {
+      failures_ = 0;
+      return s;
+    }
+    const bool retried = s.code() == ErrorCode::kUnavailable || s.code() == ErrorCode::kNotFound;
+    if (!retried || ++failures_ >= std::max(1, options_.max_failures)) return s;
+    FollowEvent e;
+    e.kind = FollowEvent::Kind::kRetrying;
+    e.message = s.ToString();
+    e.failures = failures_;
+    if (note_ && !note_(e)) return Stop(end);
+    return Status::Ok();
+  }
+
+  // A kWaiting event, once per wait; false: the caller stops.
+  bool Wait(const Status& why) {
+    if (waiting_) return true;
+    waiting_ = true;
+    FollowEvent e;
+    e.kind = FollowEvent::Kind::kWaiting;
+    e.message = why.message();
+    return !note_ || note_(e);
+  }
+
+  static Status Stop(bool* end) {
+    *end = true;
+    return Status::Ok();
+  }
+
+  uint64_t held_;
+  const bool trusting_;
+  const FollowOptions& options_;
+  const Pull& pull_;
+  const Note& note_;
+  std::string etag_;
+  uint64_t latest_ = kNoStep;
+  uint64_t refused_ = kNoStep;  // refused under trust; tried again once `latest` changes
+  bool around_ = false;         // a step was refused since the last pull: go by anchors
+  int failures_ = 0;
+  bool waiting_ = false;  // a kWaiting event was given for the current wait
+};
+
 }  // namespace
 
 Status FollowLatest(const std::function<Status(Store** store)>& open, uint64_t held, bool trusting,
@@ -70,91 +203,17 @@ Status FollowLatest(const std::function<Status(Store** store)>& open, uint64_t h
                     const std::function<Status(Store* store, uint64_t step, bool anchor, FollowEvent* event,
                                                bool* stop)>& pull,
                     const std::function<bool(const FollowEvent& event)>& note) {
-  const auto reached = [&] { return options.until != kNoStep && held != kNoStep && held >= options.until; };
   Wakeups wakeups;
   ARC_V3_RETURN_IF_ERROR(wakeups.Start(options.events_listen));
-  std::string etag;
-  uint64_t latest = kNoStep;
-  uint64_t refused = kNoStep;  // refused under trust; tried again once `latest` changes
-  bool around = false;         // a step was refused since the last pull: go by anchors
-  int failures = 0;
-  bool waiting = false;  // a kWaiting event was given for the current wait
-  const auto wait = [&](const Status& why) {
-    if (waiting) return true;
-    waiting = true;
-    FollowEvent e;
-    e.kind = FollowEvent::Kind::kWaiting;
-    e.message = why.message();
-    return !note || note(e);
-  };
+  FollowLoop loop(held, trusting, options, pull, note);
   for (;;) {
-    if (reached()) return Status::Ok();
+    if (loop.reached()) return Status::Ok();
     Store* store = nullptr;
-    bool changed = false;
-    Status s = open(&store);
-    const uint64_t seen = wakeups.Before(s.ok() ? store : nullptr);
-    if (s.ok()) {
-      std::vector<uint8_t> bytes;
-      ObjectInfo info;
-      s = store->GetIfChanged(kLatestKey, etag, kMaxDocumentBytes, &bytes, &info, &changed);
-      if (s.ok() && changed) {
-        s = ParseLatest(bytes, store->url() + "/" + kLatestKey, &latest);
-        if (s.ok()) etag = info.etag;
-        refused = kNoStep;
-      }
-    }
-    if (s.code() == ErrorCode::kNotFound) {  // no store yet, or nothing committed (or not readable)
-      if (!wait(s)) return Status::Ok();
-      s = Status::Ok();
-    }
-    // The pointer may lag a racing commit: while it stands still, a committed step after
-    // it counts too.
-    if (s.ok() && !changed && latest != kNoStep) latest = ProbeLater(store, latest);
-    if (s.ok() && latest != kNoStep && (held == kNoStep || latest > held) && latest != refused) {
-      FollowEvent e;
-      e.kind = FollowEvent::Kind::kPulled;
-      e.steps_behind = held == kNoStep ? 0 : latest - held;
-      bool stop = false;
-      s = pull(store, latest, around, &e, &stop);
-      // Refused under trust: reported, and tried once more by its anchor route (the chain
-      // from the step held may run through what was refused); refused again, it is kept
-      // out until `latest` changes.
-      for (int tries = 0; trusting && s.code() == ErrorCode::kUntrusted && tries < 2; ++tries) {
-        FollowEvent r;
-        r.kind = FollowEvent::Kind::kRefused;
-        r.step = latest;
-        r.message = s.message() + (around ? "" : " (its anchor route is tried next)");
-        if (note && !note(r)) return Status::Ok();
-        s = Status::Ok();
-        if (around) {
-          refused = latest;
-          break;
-        }
-        around = true;
-        s = pull(store, latest, around, &e, &stop);
-      }
-      if (s.ok() && refused != latest) {
-        held = e.step;
-        waiting = false;
-        around = false;
-        if (stop) return Status::Ok();
-      } else if (s.code() == ErrorCode::kNotFound) {  // named by the pointer, not committed yet
-        if (!wait(s)) return Status::Ok();
-        s = Status::Ok();
-      }
-    }
-    if (s.ok()) {
-      failures = 0;
-    } else if (s.code() == ErrorCode::kUnavailable && ++failures < std::max(1, options.max_failures)) {
-      FollowEvent e;
-      e.kind = FollowEvent::Kind::kRetrying;
-      e.message = s.ToString();
-      e.failures = failures;
-      if (note && !note(e)) return Status::Ok();
-    } else {
-      return s;
-    }
-    if (reached()) return Status::Ok();
+    const Status opened = open(&store);
+    const uint64_t seen = wakeups.Before(opened.ok() ? store : nullptr);
+    bool end = false;
+    ARC_V3_RETURN_IF_ERROR(loop.Poll(opened, store, &end));
+    if (end || loop.reached()) return Status::Ok();
     if (Wait(options.interval_seconds, options, wakeups.events(), seen)) return Status::Ok();
   }
 }

@@ -3,6 +3,7 @@
 // and radosgw.
 #include <doctest/doctest.h>
 
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -165,6 +166,32 @@ TEST_CASE("following files: a region keeps up, and a store that is not there is 
   REQUIRE(s.ok());
   CHECK(pulled == std::vector<uint64_t>{3});
   sync::test::CheckHolds(tmp / "region", run, 3);
+
+  // A committed step whose objects are missing is not waited for as a step still being
+  // written: each poll that cannot pull it is a failure, and max_failures of them in a
+  // row end the follow with not_found; the region keeps step 3.
+  run.Advance();
+  run.Write(4);
+  PublishStep(url, run, 4, true, "", &reports);
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(std::string(tmp / "store") + "/o")) {
+    if (entry.path().string().find("/000000000004-") != std::string::npos && entry.is_regular_file()) {
+      std::filesystem::remove(entry.path());
+    }
+  }
+  follow.until = 4;
+  follow.max_failures = 3;
+  int retries = 0, waited = 0;
+  const Status missing = FollowFiles(url, tmp / "region", PullFilesOptions(), follow,
+                                     [&](const FollowEvent& e, const PullFilesReport*) {
+                                       retries += e.kind == FollowEvent::Kind::kRetrying;
+                                       waited += e.kind == FollowEvent::Kind::kWaiting;
+                                       return waited == 0;  // a wait here would be for ever
+                                     });
+  CHECK_MESSAGE(missing.code() == ErrorCode::kNotFound, missing.ToString());
+  CHECK(retries == 2);
+  CHECK(waited == 0);
+  sync::test::CheckHolds(tmp / "region", run, 3);
+  follow.max_failures = 10;
 
   // Pull and list refuse a local store that does not exist; follow waits for it (and here
   // stops when told).

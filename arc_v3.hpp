@@ -90,7 +90,8 @@ enum class ErrorCode : uint16_t {
 // Stable name of an error code, e.g. "checksum_mismatch".
 const char* ErrorName(ErrorCode code);
 
-class Status {
+// [[nodiscard]]: a Status that is dropped unread is a warning; (void) says it was meant.
+class [[nodiscard]] Status {
  public:
   Status() = default;
   Status(ErrorCode code, std::string message) : code_(code), message_(std::move(message)) {}

@@ -128,7 +128,8 @@ enum class ErrorCode : uint16_t {
 // Stable name of an error code, e.g. "checksum_mismatch".
 const char* ErrorName(ErrorCode code);
 
-class Status {
+// [[nodiscard]]: a Status that is dropped unread is a warning; (void) says it was meant.
+class [[nodiscard]] Status {
  public:
   Status() = default;
   Status(ErrorCode code, std::string message) : code_(code), message_(std::move(message)) {}
@@ -3276,11 +3277,22 @@ Status DecodeChunkRans(const uint16_t* src, size_t len, const uint8_t* bytes, si
 #include <limits>
 
 // ---- src/common/status_macros.h ---------------------------------------------------------
-// ARC_V3_RETURN_IF_ERROR: the one way the library passes an error up. Internal to the
+// ARC_V3_RETURN_IF_ERROR: the one way the library passes an error up, and
+// ARC_V3_RETURN_IF_ERROR_IN, which says where it happened on the way. Internal to the
 // library (users of arc_v3.hpp get no macros from it).
 #ifndef ARC_V3_SRC_COMMON_STATUS_MACROS_H_
 #define ARC_V3_SRC_COMMON_STATUS_MACROS_H_
 
+
+
+namespace arc_v3 {
+
+// `s` with "CONTEXT: " put before its message (the code kept; an ok `s` unchanged).
+inline Status InContext(const std::string& context, const Status& s) {
+  return s.ok() ? s : Status(s.code(), context + ": " + s.message());
+}
+
+}  // namespace arc_v3
 
 // Evaluates `expr` (an arc_v3::Status) once and returns it from the enclosing function
 // unless it is ok.
@@ -3288,6 +3300,14 @@ Status DecodeChunkRans(const uint16_t* src, size_t len, const uint8_t* bytes, si
   do {                                              \
     ::arc_v3::Status arc_v3_status_ = (expr);       \
     if (!arc_v3_status_.ok()) return arc_v3_status_; \
+  } while (0)
+
+// As ARC_V3_RETURN_IF_ERROR, the error returned with "CONTEXT: " before its message;
+// `context` (a std::string expression) is evaluated only on an error.
+#define ARC_V3_RETURN_IF_ERROR_IN(context, expr)                              \
+  do {                                                                        \
+    ::arc_v3::Status arc_v3_status_ = (expr);                                 \
+    if (!arc_v3_status_.ok()) return ::arc_v3::InContext((context), arc_v3_status_); \
   } while (0)
 
 #endif  // ARC_V3_SRC_COMMON_STATUS_MACROS_H_

@@ -223,7 +223,7 @@ Status Follow(const std::string& store_url, const std::string& dir, const PullOp
               const std::function<bool(const FollowEvent& event, const PullReport* pulled)>& on_event) {
   ARC_V3_RETURN_IF_ERROR(CheckTrustKept(dir, pull));
   uint64_t held = kNoStep;
-  DirectoryStep(dir, &held);  // none yet: kNoStep
+  (void)DirectoryStep(dir, &held);  // none yet, or unreadable (the pull says why): kNoStep
   std::unique_ptr<Store> store;
   const auto open = [&](Store** out) {
     if (store == nullptr) {

@@ -631,7 +631,8 @@ class S3Store : public CurlStore {
       body += "</CompleteMultipartUpload>";
       s = Call("POST", Url(key) + Query({{"uploadId", upload_id}}), body, key, nullptr);
     }
-    if (!s.ok()) Call("DELETE", Url(key) + Query({{"uploadId", upload_id}}), "", key, nullptr);
+    // Best effort: the upload's own error is the one returned.
+    if (!s.ok()) (void)Call("DELETE", Url(key) + Query({{"uploadId", upload_id}}), "", key, nullptr);
     return s;
   }
 

@@ -720,7 +720,8 @@ Status CommitTop(Store* store, uint64_t step, uint32_t count, const std::string&
     const std::string& key;
     const CommitResult& result;
     ~Release() {
-      if (!key.empty() && !result.committed) store->Delete(key);
+      // Best effort: a claim left behind goes stale and is taken over.
+      if (!key.empty() && !result.committed) (void)store->Delete(key);
     }
   } release{store, claimed, *result};
   std::vector<std::string> keys;

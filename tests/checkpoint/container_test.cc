@@ -740,7 +740,7 @@ void ApplyAndDie(const std::string& prev, const std::string& delta, const std::s
       if (std::strcmp(at, stage) == 0 && calls++ >= after) raise(SIGKILL);
       return Status::Ok();
     };
-    Apply(prev, delta, out, o, nullptr);
+    (void)Apply(prev, delta, out, o, nullptr);  // killed by the hook first
     _exit(0);
   }
   int status = 0;

@@ -117,7 +117,7 @@ Status CheckSane(const std::vector<uint16_t>& src, const uint8_t* bytes, size_t 
 const chunk_coder_cases::ChunkCoder kModelledCoder = {
     CheckAllBlockSizes,
     [](const std::vector<uint16_t>& src, const uint8_t* bytes, size_t size) {
-      CheckSane(src, bytes, size);
+      (void)CheckSane(src, bytes, size);
     },
     /*max_junk=*/40};
 
@@ -289,7 +289,7 @@ TEST_CASE("Rate caps: written where they change a rate, raised on very sparse ch
   // Any cap in range decodes to something well-formed (or an error), never a crash.
   for (int cap = 0; cap <= 32; ++cap) {
     bad[2] = static_cast<uint8_t>(cap);
-    CheckSane(src, bad.data(), bad.size());
+    (void)CheckSane(src, bad.data(), bad.size());
   }
 }
 
@@ -384,10 +384,10 @@ TEST_CASE("Column signs: the encoder finds the row length, round-trips, and pays
     bad = columns;
     bad[2] = static_cast<uint8_t>(period);
     bad[3] = static_cast<uint8_t>(period >> 8);
-    CheckSane(src, bad.data(), bad.size());
+    (void)CheckSane(src, bad.data(), bad.size());
   }
   test::ForEachDamagedChunk(columns, 40, &rng, [&](const uint8_t* bytes, size_t size) {
-    CheckSane(src, bytes, size);
+    (void)CheckSane(src, bytes, size);
   });
 }
 
@@ -544,18 +544,18 @@ TEST_CASE("Sessions: corrupt bytes and arbitrary history never crash") {
   const auto& src = session.steps[1];
   const std::vector<uint8_t> good = CheckRoundTrip(src, session.steps[2], 0, history.data());
   for (size_t size = 0; size < good.size(); ++size) {
-    CheckSane(src, good.data(), size, history.data());
+    (void)CheckSane(src, good.data(), size, history.data());
   }
   std::vector<uint8_t> flipped = good;
   for (size_t bit = 0; bit < 8 * good.size(); ++bit) {
     flipped[bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));
-    CheckSane(src, flipped.data(), flipped.size(), history.data());
+    (void)CheckSane(src, flipped.data(), flipped.size(), history.data());
     flipped[bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));
   }
   std::uniform_int_distribution<int> byte(0, 255);
   std::vector<uint8_t> junk_history(200);
   for (auto& h : junk_history) h = static_cast<uint8_t>(byte(rng));
-  CheckSane(src, good.data(), good.size(), junk_history.data());
+  (void)CheckSane(src, good.data(), good.size(), junk_history.data());
   CheckRoundTrip(src, session.steps[2], 0, junk_history.data());  // any history codes
 }
 
@@ -602,7 +602,7 @@ TEST_CASE("Sessions: a carried model round-trips, pays, and is needed to decode"
       std::vector<uint8_t> flipped = bytes;
       for (size_t bit = 0; bit < 8 * std::min<size_t>(bytes.size(), 64); ++bit) {
         flipped[bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));
-        CheckSane(src, flipped.data(), flipped.size(), step_history, {carried.get(), nullptr});
+        (void)CheckSane(src, flipped.data(), flipped.size(), step_history, {carried.get(), nullptr});
         flipped[bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));
       }
     }

@@ -6,6 +6,7 @@
 #include <thread>
 #include <vector>
 
+#include "src/common/clock.h"
 #include "src/common/status_macros.h"
 #include "src/sync/events.h"
 #include "src/sync/protocol.h"
@@ -13,10 +14,6 @@
 
 namespace arc_v3 {
 namespace sync {
-
-double UnixSeconds() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 namespace {
 

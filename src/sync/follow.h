@@ -30,8 +30,6 @@ Status FollowLatest(const std::function<Status(Store** store)>& open, uint64_t h
                                                bool* stop)>& pull,
                     const std::function<bool(const FollowEvent& event)>& note);
 
-// Seconds since the Unix epoch, as records' published_at.
-double UnixSeconds();
 
 }  // namespace sync
 }  // namespace arc_v3

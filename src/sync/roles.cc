@@ -413,7 +413,7 @@ Status Follower::Follow(const FollowOptions& options,
     impl_->anchor_route = false;
     ARC_V3_RETURN_IF_ERROR(s);
     event->step = result.step;
-    event->lag_seconds = sync::UnixSeconds() - result.published_at;
+    event->lag_seconds = UnixSeconds() - result.published_at;
     *stop = on_event && !on_event(*event, &result);
     return Status::Ok();
   };

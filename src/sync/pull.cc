@@ -742,6 +742,20 @@ Status Reroute(Store* store, const std::string& dir, const PullOptions& o, const
   return s;
 }
 
+// A pull that failed on `route` (`s`): pulled once more another way where the rules allow
+// (PROTOCOL.md, Pulling, "Route"), else `s` as it is. A chain route from DIR whose pieces
+// vanished (not_found), or, applying, whose rows do not suffice (`rows_may_lack`), is
+// pulled again by an anchor route; a route that met damage takes the other route. A retry
+// (`retried`) is never retried.
+Status Recover(Store* store, const std::string& dir, const PullOptions& o, const Route& route, bool retried,
+               bool rows_may_lack, const Status& s, PullReport* report) {
+  if (s.ok() || retried) return s;
+  const bool lacks = rows_may_lack && s.code() == ErrorCode::kChecksumMismatch;
+  if (route.from_dir && (s.code() == ErrorCode::kNotFound || lacks)) return Retry(store, dir, o, report);
+  if (Damaged(s.code()) && !route.hops.empty()) return Reroute(store, dir, o, route, s, report);
+  return s;
+}
+
 // A pull's selection of tensors and rows, compiled from its options.
 Status CompileSelect(const PullOptions& o, Select* select) {
   select->sel.tensors = o.tensors;
@@ -842,24 +856,17 @@ Status TakeRoute(Store* store, const std::string& dir, const PullOptions& o, Avo
     }
   }
   s = UnderTrust(trust, s);
-  if (s.code() == ErrorCode::kNotFound && route.from_dir && !avoid_dir) return Retry(store, dir, o, report);
-  if (Damaged(s.code()) && !avoid_dir) return Reroute(store, dir, o, route, s, report);
-  if (!s.ok()) return s;
+  if (!s.ok()) return Recover(store, dir, o, route, avoid_dir, false, s, report);
   if (o.hook) ARC_V3_RETURN_IF_ERROR(o.hook("fetched"));
 
   if (partial) applied = ApplyRoute(route, plan->select, fetched, nullptr, object_of, stage, o, &current, report);
   s = UnderTrust(trust, applied);
-  if (!s.ok() && partial && route.from_dir && !avoid_dir && s.code() == ErrorCode::kChecksumMismatch) {
-    return Retry(store, dir, o, report);  // DIR's rows lack what this selection now needs
-  }
-  if (Damaged(s.code()) && !avoid_dir) return Reroute(store, dir, o, route, s, report);
-  if (!s.ok()) return s;
+  if (!s.ok()) return Recover(store, dir, o, route, avoid_dir, partial, s, report);
   if (!partial) {
     const auto verify = Clock::now();
     s = UnderTrust(trust, VerifyResults(route.hops.back(), fetched, object_of.back(), current));
     report->verify_seconds += SecondsSince(verify);
-    if (Damaged(s.code()) && !avoid_dir) return Reroute(store, dir, o, route, s, report);
-    if (!s.ok()) return s;
+    if (!s.ok()) return Recover(store, dir, o, route, avoid_dir, false, s, report);
   }
 
   Journal journal;
@@ -922,9 +929,7 @@ Status PullLocked(Store* store, const std::string& dir, const PullOptions& o, Av
   Status s = PlanRoute(store, usable ? &from : nullptr, std::move(target), &route, report, plan.trust);
   if (partial) LoadLayoutCache(dir, &plan.layouts);
   if (s.ok()) s = LoadRoute(store, partial ? &plan.select : nullptr, &plan.layouts, &route, report, plan.trust);
-  if (s.code() == ErrorCode::kNotFound && route.from_dir && !avoid_dir) return Retry(store, dir, o, report);
-  if (Damaged(s.code()) && !avoid_dir && !route.hops.empty()) return Reroute(store, dir, o, route, s, report);
-  if (!s.ok()) return s;
+  if (!s.ok()) return Recover(store, dir, o, route, avoid_dir, false, s, report);
   report->route = route.name;
   if (o.hook) ARC_V3_RETURN_IF_ERROR(o.hook("planned"));
   return TakeRoute(store, dir, o, avoid, &plan, report);

@@ -634,6 +634,20 @@ py::dict Mirror(const std::string& src, const std::string& dst, py::object step,
   return MirrorDict(r);
 }
 
+// Calls a follow loop's Python `on_event(kind, report, message, failures)` for `e` (kind
+// "pulled", "waiting", "refused" or "retrying"); whether the loop goes on (None: it does).
+bool TellEvent(const py::object& on_event, const arc_v3::FollowEvent& e, const py::object& report) {
+  using Kind = arc_v3::FollowEvent::Kind;
+  const char* kind = e.kind == Kind::kPulled    ? "pulled"
+                     : e.kind == Kind::kWaiting ? "waiting"
+                     : e.kind == Kind::kRefused ? "refused"
+                                                : "retrying";
+  const std::string message =
+      e.kind == Kind::kRefused ? "step " + std::to_string(e.step) + " refused: " + e.message : e.message;
+  const py::object keep = on_event(kind, report, message, e.failures);
+  return keep.is_none() || py::bool_(keep).cast<bool>();
+}
+
 // FollowMirror. `on_event(kind, report, message, failures)` as Follower.follow's: kind
 // "pulled" (report: as mirror's, with lag_seconds), "waiting", "retrying" or "refused"; a
 // false return stops. A signal (Ctrl-C) ends the wait between polls with its exception.
@@ -664,15 +678,7 @@ void MirrorFollow(const std::string& src, const std::string& dst,
         d["lag_seconds"] = e.lag_seconds;
         report = d;
       }
-      const char* kind = e.kind == arc_v3::FollowEvent::Kind::kPulled    ? "pulled"
-                         : e.kind == arc_v3::FollowEvent::Kind::kWaiting ? "waiting"
-                         : e.kind == arc_v3::FollowEvent::Kind::kRefused ? "refused"
-                                                                         : "retrying";
-      const std::string message = e.kind == arc_v3::FollowEvent::Kind::kRefused
-                                      ? "step " + std::to_string(e.step) + " refused: " + e.message
-                                      : e.message;
-      const py::object keep = on_event(kind, report, message, e.failures);
-      return keep.is_none() || py::bool_(keep).cast<bool>();
+      return TellEvent(on_event, e, report);
     } catch (py::error_already_set& err) {
       error = std::make_unique<py::error_already_set>(std::move(err));
       return false;
@@ -767,15 +773,7 @@ class PyFollower {
             d["lag_seconds"] = e.lag_seconds;
             result = d;
           }
-          const char* kind = e.kind == arc_v3::FollowEvent::Kind::kPulled    ? "pulled"
-                             : e.kind == arc_v3::FollowEvent::Kind::kWaiting ? "waiting"
-                             : e.kind == arc_v3::FollowEvent::Kind::kRefused ? "refused"
-                                                                             : "retrying";
-          const std::string message = e.kind == arc_v3::FollowEvent::Kind::kRefused
-                                          ? "step " + std::to_string(e.step) + " refused: " + e.message
-                                          : e.message;
-          const py::object keep = on_event(kind, result, message, e.failures);
-          return keep.is_none() || py::bool_(keep).cast<bool>();
+          return TellEvent(on_event, e, result);
         } catch (py::error_already_set& err) {
           error = std::make_unique<py::error_already_set>(std::move(err));
           return false;

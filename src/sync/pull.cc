@@ -426,29 +426,26 @@ Status CheckDirectory(const std::string& dir, DirState* state) {
   return retimed_any ? WriteState(dir, *state) : Status::Ok();
 }
 
-// Checks the step manifest's result checksums against the last hop's containers (the
-// pieces' checksums, which apply verified) and, for tensors a group checks together,
-// against the rebuilt files themselves.
-Status VerifyResults(const Hop& hop, const std::vector<Fetched>& fetched, const std::vector<size_t>& objects,
+// The result checksums of the last hop's files (ungrouped tensors: the containers'
+// target_xxh3, which apply verified; grouped ones hashed from the rebuilt files), kept in
+// each record's `results`, and their tensor-list checksums checked against the records'.
+Status VerifyResults(Hop* hop, const std::vector<Fetched>& fetched, const std::vector<size_t>& objects,
                      const std::vector<std::string>& files) {
-  for (size_t k = 0; k < hop.m.count; ++k) {
-    const ShardRecord& r = hop.m.shards[k];
+  for (size_t k = 0; k < hop->m.count; ++k) {
+    ShardRecord& r = hop->m.shards[k];
     const std::string path = files[k];
     std::unique_ptr<checkpoint::MappedFile> object;
     checkpoint::Reader reader;
     ARC_V3_RETURN_IF_ERROR(checkpoint::MappedFile::Open(fetched[objects[k]].path, &object));
     ARC_V3_RETURN_IF_ERROR(Reader::Open(std::move(object), &reader));
-    const std::vector<TensorEntry>& tensors = reader.manifest().files[0].tensors;
-    const auto differs = [&](const std::string& what) {
-      return Status(ErrorCode::kCorruptHeader, "step " + std::to_string(hop.m.step) + " shard " +
-                                                   std::to_string(k) + ": the record's " + what);
-    };
-    if (tensors.size() != r.tensors.size()) return differs("tensor list differs from the delta's");
+    std::vector<TensorEntry> tensors = reader.manifest().files[0].tensors;
+    std::stable_sort(tensors.begin(), tensors.end(), [](const TensorEntry& a, const TensorEntry& b) {
+      return a.data_offset != b.data_offset ? a.data_offset < b.data_offset : a.name < b.name;
+    });
     safetensors::File file;
     bool opened = false;
-    for (size_t i = 0; i < tensors.size(); ++i) {
-      const TensorEntry& t = tensors[i];
-      if (t.name != r.tensors[i].name) return differs("tensor list differs from the delta's");
+    r.results.clear();
+    for (const TensorEntry& t : tensors) {
       uint64_t sum = t.target_xxh3;
       if (t.grouped()) {
         if (!opened) {
@@ -456,10 +453,19 @@ Status VerifyResults(const Hop& hop, const std::vector<Fetched>& fetched, const 
           opened = true;
         }
         const safetensors::TensorInfo* info = file.Find(t.name);
-        if (info == nullptr) return differs("tensor '" + t.name + "' is missing from the result");
+        if (info == nullptr) {
+          return Status(ErrorCode::kCorruptHeader, "step " + std::to_string(hop->m.step) + " shard " +
+                                                       std::to_string(k) + ": tensor '" + t.name +
+                                                       "' is missing from the result");
+        }
         sum = checkpoint::TensorChecksum(t, file.data(*info));
       }
-      if (sum != r.tensors[i].xxh3) return differs("checksum of tensor '" + t.name + "' is not its result's");
+      r.results.push_back({t.name, sum});
+    }
+    if (TensorListChecksum(r.results) != r.tensors_xxh3) {
+      return Status(ErrorCode::kCorruptHeader, "step " + std::to_string(hop->m.step) + " shard " + std::to_string(k) +
+                                                   ": the results' tensor-list checksum is not the record's "
+                                                   "tensors_xxh3");
     }
   }
   return Status::Ok();
@@ -612,7 +618,7 @@ Status BuildJournal(Store* store, const std::string& dir, const DirState* old, c
       shard.rows.path = std::string(kStateDir) + "/rows/" + r.file;
       journal->moves.emplace_back(Stage::Relative(staged_rows), shard.rows.path);
     } else {
-      shard.file.tensors = r.tensors;
+      shard.file.tensors = r.results;
       struct stat st;
       const std::string staged = stage.Path(r.file);
       if (::stat(staged.c_str(), &st) != 0) return Status(ErrorCode::kInternal, staged + " is missing");
@@ -864,7 +870,7 @@ Status TakeRoute(Store* store, const std::string& dir, const PullOptions& o, Avo
   if (!s.ok()) return Recover(store, dir, o, route, avoid_dir, partial, s, report);
   if (!partial) {
     const auto verify = Clock::now();
-    s = UnderTrust(trust, VerifyResults(route.hops.back(), fetched, object_of.back(), current));
+    s = UnderTrust(trust, VerifyResults(&plan->route.hops.back(), fetched, object_of.back(), current));
     report->verify_seconds += SecondsSince(verify);
     if (!s.ok()) return Recover(store, dir, o, route, avoid_dir, false, s, report);
   }

@@ -287,8 +287,8 @@ Status LoadRoute(Store* store, const Select* select, LayoutCache* layouts, Route
       s = LoadShards(store, &hop.m, &none, layouts, &cost, trust.on());
       if (!s.ok()) break;
       for (size_t k = 0; k < hop.m.count && k < count; ++k) {
-        for (const TensorChecksum& t : hop.m.shards[k].tensors) {
-          if (!route->touched[k] && std::regex_match(t.name, select->pattern)) route->touched[k] = true;
+        for (const std::string& name : hop.m.shards[k].names) {
+          if (!route->touched[k] && std::regex_match(name, select->pattern)) route->touched[k] = true;
         }
       }
     }

@@ -87,10 +87,13 @@ def copy_writable(src, dst):
 
 
 def flip_one(store, step):
-    """Flips a byte in the middle of shard 0's delta object of `step`; returns its key."""
-    keys = sorted(glob.glob(os.path.join(store, "o", "*", "%012d-*-00000" % step, "delta-*.a3d")))
+    """Flips a byte in the middle of a delta object of `step` (the first by key: a shard's
+    delta-*.a3d under a folder named for the step); returns its key."""
+    keys = sorted(os.path.join(d, f) for d, _, files in os.walk(store) for f in files
+                  if f.startswith("delta-") and f.endswith(".a3d")
+                  and os.path.basename(d).startswith("%012d-" % step))
     if not keys:
-        raise SystemExit("FAIL: no delta object of step %d shard 0 in %s" % (step, store))
+        raise SystemExit("FAIL: no delta object of step %d in %s" % (step, store))
     with open(keys[0], "r+b") as f:
         data = bytearray(f.read())
         data[len(data) // 2] ^= 0x10

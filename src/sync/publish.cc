@@ -29,7 +29,6 @@ namespace {
 namespace fs = std::filesystem;
 using checkpoint::Reader;
 using checkpoint::TensorEntry;
-using checkpoint::TensorKind;
 
 // A private directory for the containers of one publish, removed with everything in it.
 class WorkDir {

@@ -41,12 +41,7 @@ namespace {
 constexpr uint64_t kPrefetchBudget = uint64_t{64} << 20;
 
 namespace fs = std::filesystem;
-using checkpoint::FileEntry;
 using checkpoint::Group;
-using checkpoint::Piece;
-using checkpoint::Reader;
-using checkpoint::TensorEntry;
-using checkpoint::TensorKind;
 
 // Checks DIR's files against its state (cheaply, by size and time; by contents where
 // those changed). Refreshes the recorded times of files whose contents still match.

@@ -40,11 +40,8 @@ namespace {
 
 namespace fs = std::filesystem;
 using checkpoint::FileEntry;
-using checkpoint::Group;
-using checkpoint::Piece;
 using checkpoint::Reader;
 using checkpoint::TensorEntry;
-using checkpoint::TensorKind;
 
 
 

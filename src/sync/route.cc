@@ -11,15 +11,6 @@
 
 namespace arc_v3 {
 namespace sync {
-namespace {
-
-using checkpoint::FileEntry;
-using checkpoint::Piece;
-using checkpoint::Reader;
-using checkpoint::TensorEntry;
-using Clock = std::chrono::steady_clock;
-
-}  // namespace
 
 const ObjectRef& RefOf(const Hop& hop, size_t shard) {
   return hop.anchor[shard] ? hop.m.shards[shard].anchor : hop.m.shards[shard].delta;

@@ -29,7 +29,7 @@ StoredObject Stored(const sync::ObjectRef& ref) {
 
 sync::PullOptions ToPullOptions(const PullFilesOptions& options) {
   sync::PullOptions o;
-  o.step = options.step;
+  o.step = options.step == kLatestStep ? kNoStep : options.step;  // kNoStep: the latest
   o.tensors = options.tensors;
   o.row_begin = options.row_begin;
   o.row_end = options.row_end;
@@ -77,10 +77,10 @@ StepInfo ToStepInfo(const sync::StepListing& l) {
 
 }  // namespace
 
-Status PublishFile(const std::string& store_url, const PublishFileOptions& options, PublishFileReport* report) {
-  *report = PublishFileReport();
+Status PublishFile(const std::string& store_url, const PublishFileOptions& options, PublishFileResult* report) {
+  *report = PublishFileResult();
   // The keys first: a publish that cannot sign leaves no new store directory behind.
-  ARC_V3_RETURN_IF_ERROR(sync::CheckPublishKeys(options.sign_key, options.trust));
+  ARC_V3_RETURN_IF_ERROR(sync::CheckPublishKeys(options.sign_key, options.trusted_keys));
   std::unique_ptr<sync::Store> store;
   ARC_V3_RETURN_IF_ERROR(Open(store_url, options.store, true, &store));
   sync::PublishOptions o;
@@ -97,7 +97,7 @@ Status PublishFile(const std::string& store_url, const PublishFileOptions& optio
   o.work_dir = options.work_dir;
   o.run = checkpoint::RunOptions(options.checkpoint);
   o.sign_key = options.sign_key;
-  o.trust = options.trust;
+  o.trust = options.trusted_keys;
   sync::PublishReport r;
   ARC_V3_RETURN_IF_ERROR(sync::Publish(store.get(), o, &r));
   report->step = r.record.step;
@@ -123,8 +123,8 @@ Status PublishFile(const std::string& store_url, const PublishFileOptions& optio
 }
 
 Status PullFiles(const std::string& store_url, const std::string& dir, const PullFilesOptions& options,
-                 PullFilesReport* report) {
-  *report = PullFilesReport();
+                 PullFilesResult* report) {
+  *report = PullFilesResult();
   std::unique_ptr<sync::Store> store;
   ARC_V3_RETURN_IF_ERROR(Open(store_url, options.store, false, &store));
   return sync::Pull(store.get(), dir, ToPullOptions(options), report);
@@ -132,13 +132,13 @@ Status PullFiles(const std::string& store_url, const std::string& dir, const Pul
 
 Status FollowFiles(const std::string& store_url, const std::string& dir, const PullFilesOptions& options,
                    const FollowOptions& follow,
-                   const std::function<bool(const FollowEvent& event, const PullFilesReport* pulled)>& on_event) {
+                   const std::function<bool(const FollowEvent& event, const PullFilesResult* pulled)>& on_event) {
   return sync::Follow(store_url, dir, ToPullOptions(options), follow, on_event);
 }
 
 Status MirrorSteps(const std::string& src_url, const std::string& dst_url,
-                   const MirrorOptions& options, MirrorReport* report) {
-  *report = MirrorReport();
+                   const MirrorOptions& options, MirrorResult* report) {
+  *report = MirrorResult();
   std::unique_ptr<sync::Store> src, dst;
   ARC_V3_RETURN_IF_ERROR(Open(src_url, options.store, false, &src));
   ARC_V3_RETURN_IF_ERROR(Open(dst_url, options.store, true, &dst));
@@ -148,7 +148,7 @@ Status MirrorSteps(const std::string& src_url, const std::string& dst_url,
 Status FollowMirror(const std::string& src_url, const std::string& dst_url,
                     const MirrorOptions& options, const FollowOptions& follow,
                     const std::function<bool(const FollowEvent& event,
-                                             const MirrorReport* mirrored)>& on_event) {
+                                             const MirrorResult* mirrored)>& on_event) {
   return sync::FollowMirror(src_url, dst_url, options, follow, on_event);
 }
 
@@ -172,8 +172,8 @@ Status VerifySteps(const std::string& store_url, const StoreSettings& settings,
 }
 
 Status PruneSteps(const std::string& store_url, const StoreSettings& settings, uint32_t keep_anchors,
-                  bool dry_run, double min_age_seconds, PruneReport* report) {
-  *report = PruneReport();
+                  bool dry_run, double min_age_seconds, PruneResult* report) {
+  *report = PruneResult();
   std::unique_ptr<sync::Store> store;
   ARC_V3_RETURN_IF_ERROR(Open(store_url, settings, false, &store));
   return sync::Prune(store.get(), keep_anchors, dry_run, report, min_age_seconds);

@@ -100,8 +100,9 @@ Status CommitStep(Store* store, uint64_t step, uint32_t count, const std::string
 // StoreOptions::create.
 StoreOptions ToStoreOptions(const StoreSettings& settings, bool create = false);
 
-using PullReport = PullFilesReport;  // of arc_v3_sync.hpp
-using ::arc_v3::PruneReport;
+using PullReport = PullFilesResult;  // of arc_v3_sync.hpp
+using ::arc_v3::PruneResult;
+using PruneReport = PruneResult;  // admin.cc's name until it is renamed
 using ::arc_v3::StepVerdict;
 
 struct PullOptions {
@@ -150,19 +151,19 @@ Status Follow(const std::string& store_url, const std::string& dir, const PullOp
               const std::function<bool(const FollowEvent& event, const PullReport* pulled)>& on_event);
 
 using ::arc_v3::MirrorOptions;
-using ::arc_v3::MirrorReport;
+using ::arc_v3::MirrorResult;
 
 // Copies SRC's committed steps up to options.step into DST (PROTOCOL.md, "Mirroring").
 // `anchor_route`: start at the target's anchor step unless DST holds a step above it
 // (never walk below the anchor step). options.store is not used: the stores are open.
 Status Mirror(Store* src, Store* dst, const MirrorOptions& options, bool anchor_route,
-              MirrorReport* report);
+              MirrorResult* report);
 
 // Mirror for each step of SRC newer than DST's latest, in the loop of FollowLatest.
 Status FollowMirror(const std::string& src_url, const std::string& dst_url,
                     const MirrorOptions& options, const FollowOptions& follow,
                     const std::function<bool(const FollowEvent& event,
-                                             const MirrorReport* mirrored)>& on_event);
+                                             const MirrorResult* mirrored)>& on_event);
 
 // kUntrusted where `dir` was pulled trusting keys and `options` name none (and no reset):
 // trust is not switched off by leaving the keys out (PROTOCOL.md, "Trust is kept").
@@ -200,7 +201,7 @@ Status GenerateKey(const std::string& path, std::string* key_id);
 // pieces are gone. `dry_run` only reports. With `min_age_seconds`, a step committed less
 // than that long ago keeps everything back to its anchor step: a slow region may still be
 // fetching the route that step's root named when it started.
-Status Prune(Store* store, uint32_t keep_anchors, bool dry_run, PruneReport* report, double min_age_seconds = 0);
+Status Prune(Store* store, uint32_t keep_anchors, bool dry_run, PruneResult* report, double min_age_seconds = 0);
 
 }  // namespace sync
 }  // namespace arc_v3

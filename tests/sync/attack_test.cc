@@ -432,7 +432,7 @@ TEST_CASE("attack: a publisher whose key cannot sign leaves no store behind") {
   o.next = run.Path(0, 0);
   o.count = 2;
   o.sign_key = tmp / "bad.key";
-  PublishFileReport report;
+  PublishFileResult report;
   const std::string store = tmp / "store";
   CHECK(PublishFile(store, o, &report).code() == ErrorCode::kInvalidArgument);
   CHECK(!fs::exists(store));

@@ -98,8 +98,8 @@ std::vector<std::unique_ptr<Publisher>> Publishers(const std::string& url, uint3
   std::vector<std::unique_ptr<Publisher>> publishers(ranks);
   for (uint32_t r = 0; r < ranks; ++r) {
     PublisherOptions o;
-    o.rank = r;
-    o.world_size = ranks;
+    o.shard = r;
+    o.count = ranks;
     o.anchor_every = anchor_every;
     REQUIRE(Publisher::Open(url, o, &publishers[r]).ok());
   }

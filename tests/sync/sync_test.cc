@@ -186,7 +186,7 @@ TEST_CASE("sync: two trainer shards publish a run; regions take every step, miss
 
     // prune: keeping one anchor keeps the one before it too (steps 3..6); a region at a
     // pruned step comes back through an anchor.
-    PruneReport pruned;
+    PruneResult pruned;
     // Every step was committed within the hour: with --min-age 1h, the chain of each back
     // to its anchor stays (step 0 on).
     REQUIRE(Prune(store, 1, false, &pruned, 3600).ok());
@@ -223,7 +223,7 @@ TEST_CASE("sync: a region whose chain was pruned recovers through an anchor") {
         REQUIRE(PullStep(b.store.get(), dir, 1, &r).ok());
       }
     }
-    PruneReport pruned;
+    PruneResult pruned;
     REQUIRE(Prune(b.store.get(), 2, false, &pruned).ok());  // anchors 6 and 3 stay
     CHECK(pruned.keep_from == 3);
     PullReport r;
@@ -258,7 +258,7 @@ TEST_CASE("sync: prune racing a slow pull: the pull replans through an anchor; w
     int plans = 0;
     o.hook = [&](const char* stage) {
       if (std::string(stage) == "planned" && plans++ == 0) {
-        PruneReport pruned;
+        PruneResult pruned;
         REQUIRE(Prune(store, 1, false, &pruned, min_age).ok());
         deleted = pruned.deleted_steps;
       }

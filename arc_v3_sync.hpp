@@ -197,7 +197,10 @@ class Follower {
   ~Follower();
   // Where new tensors' memory comes from (default: the follower allocates it).
   void set_allocator(Allocator allocator);
-  // Makes the tensors step `step` (kLatestStep: the newest) by the cheapest route.
+  // Makes the tensors step `step` (kLatestStep: the newest) by the cheapest route. Each
+  // step of the route applies all or nothing; on an error the follower holds the step it
+  // held or a newer one of the route, never an older one (an anchor route that starts at
+  // or below the held step is built in new memory until it passes it).
   // Errors: kNotFound (no such step), kChecksumMismatch (wrong base), kCorrupt*,
   // kUnavailable / kPermissionDenied (the store), kUntrusted (trusted_keys refuse it).
   Status Pull(uint64_t step, FollowResult* result);

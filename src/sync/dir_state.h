@@ -1,6 +1,6 @@
 // What a pulled directory records of itself (DIR/.arc_v3/state.json), its lock, and the
-// journal that makes a pull's renames all-or-nothing across a crash (src/sync/PROTOCOL.md,
-// "A region's directory"). Internal to the sync layer.
+// journal that makes a pull's renames all-or-nothing across a crash (specified in
+// src/sync/REGION_STATE.md). Internal to the sync layer.
 #ifndef ARC_V3_SRC_SYNC_DIR_STATE_H_
 #define ARC_V3_SRC_SYNC_DIR_STATE_H_
 

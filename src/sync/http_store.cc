@@ -191,18 +191,6 @@ bool Retryable(CURLcode code) {
 
 std::string S3Error(const std::string& body) { return S3ErrorText(body.data(), body.size()); }
 
-// `text` as XML character data.
-std::string XmlText(const std::string& text) {
-  std::string out;
-  for (char c : text) {
-    if (c == '&') out += "&amp;";
-    else if (c == '<') out += "&lt;";
-    else if (c == '>') out += "&gt;";
-    else out += c;
-  }
-  return out;
-}
-
 // HTTP over a pool of libcurl handles (kept for their open connections), with retries.
 class HttpClient {
  public:

@@ -115,25 +115,31 @@ uint64_t Publisher::held_bytes() const {
   return bytes;
 }
 
+// What a follower holds: one step's tensors and the root they are of.
+struct Held {
+  uint64_t step = kNoStep;
+  uint64_t manifest_xxh3 = 0;  // of the step's root
+  std::string root_sha256;     // of the step's root, in hex
+  std::string incarnation;     // of the step's root
+  uint64_t run = 0;            // of the step
+  std::vector<checkpoint::HeldTensors> shards;  // per shard
+  std::vector<std::string> order;              // names in shard-then-file order
+};
+
 struct Follower::Impl {
   std::unique_ptr<sync::Store> store;
   FollowerOptions options;
   sync::StoreOptions store_options;
   sync::Select select;
   Allocator allocator;
-  uint64_t step = kNoStep;
-  uint64_t manifest_xxh3 = 0;  // of the step's root
-  std::string root_sha256;     // of the step's root, in hex
-  std::string incarnation;     // of the step's root
-  uint64_t run = 0;            // of the step
+  Held held;
   sync::Trust trust;
   sync::LayoutCache layouts;   // kept across steps: a run's layout rarely changes
   bool anchor_route = false;   // Follow: the next Pull goes by the anchor route
-  std::vector<checkpoint::HeldTensors> shards;  // per shard
-  std::vector<std::string> order;              // names in shard-then-file order
 
-  Status ApplyHop(const sync::Hop& hop, const std::vector<bool>& touched, FollowResult* result,
+  Status ApplyHop(const sync::Hop& hop, const std::vector<bool>& touched, Held* into, FollowResult* result,
                   sync::PullReport* report);
+  Status ApplyRoute(const sync::Route& route, FollowResult* result, sync::PullReport* report);
 };
 
 Follower::Follower(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -169,19 +175,19 @@ Status Follower::Open(const std::string& store_url, const FollowerOptions& optio
 
 void Follower::set_allocator(Allocator allocator) { impl_->allocator = std::move(allocator); }
 
-uint64_t Follower::step() const { return impl_->step; }
+uint64_t Follower::step() const { return impl_->held.step; }
 
 std::vector<FollowedTensor> Follower::tensors() const {
   std::vector<FollowedTensor> out;
-  for (size_t k = 0; k < impl_->shards.size(); ++k) {
-    for (const auto& entry : impl_->shards[k]) {
+  for (size_t k = 0; k < impl_->held.shards.size(); ++k) {
+    for (const auto& entry : impl_->held.shards[k]) {
       const checkpoint::HeldTensor& h = entry.second;
       out.push_back({entry.first, h.dtype, h.shape, h.row_begin, h.row_end, h.data, k,
                      std::regex_match(entry.first, impl_->select.pattern)});
     }
   }
   std::map<std::string, size_t> rank;
-  for (size_t i = 0; i < impl_->order.size(); ++i) rank[impl_->order[i]] = i;
+  for (size_t i = 0; i < impl_->held.order.size(); ++i) rank[impl_->held.order[i]] = i;
   std::stable_sort(out.begin(), out.end(), [&](const FollowedTensor& a, const FollowedTensor& b) {
     return rank[a.name] < rank[b.name];
   });
@@ -279,12 +285,13 @@ std::vector<std::vector<size_t>> Batches(const std::vector<sync::Fetched>& fetch
 
 }  // namespace
 
-// Applies one step to every shard, all or nothing, by sync::ApplyHop. The shards' pieces
-// are fetched ahead in batches of at most options.fetch_ahead_bytes, the next batch while
-// the last one is decoded; each verified piece is written in place, the old values kept in
-// the shard's undo record until every shard is done (Rollback on any error).
-Status Follower::Impl::ApplyHop(const sync::Hop& hop, const std::vector<bool>& touched, FollowResult* result,
-                                sync::PullReport* report) {
+// Applies one step to every shard of `into`, all or nothing, by sync::ApplyHop. The shards'
+// pieces are fetched ahead in batches of at most options.fetch_ahead_bytes, the next batch
+// while the last one is decoded; each verified piece is written in place, the old values
+// kept in the shard's undo record until every shard is done (Rollback on any error).
+Status Follower::Impl::ApplyHop(const sync::Hop& hop, const std::vector<bool>& touched, Held* into,
+                                FollowResult* result, sync::PullReport* report) {
+  std::vector<checkpoint::HeldTensors>& shards = into->shards;
   const auto fetch = Clock::now();
   std::vector<sync::Fetched> fetched(hop.m.count);
   std::vector<size_t> object(hop.m.count);  // fetched[k] is shard k's
@@ -324,16 +331,34 @@ Status Follower::Impl::ApplyHop(const sync::Hop& hop, const std::vector<bool>& t
     if (same_count && fetched[k].skipped) next[k] = std::move(shards[k]);  // not read: kept as held
   }
   shards.swap(next);
-  order.swap(sink.order());
+  into->order.swap(sink.order());
   result->changed_elements = std::max(result->changed_elements, sink.changed());
   result->undo_bytes = std::max(result->undo_bytes, sink.undo_bytes());
-  step = hop.m.step;
-  manifest_xxh3 = hop.manifest_xxh3;
-  root_sha256 = hop.root_sha256;
-  incarnation = hop.m.incarnation;
-  run = hop.m.run;
+  into->step = hop.m.step;
+  into->manifest_xxh3 = hop.manifest_xxh3;
+  into->root_sha256 = hop.root_sha256;
+  into->incarnation = hop.m.incarnation;
+  into->run = hop.m.run;
   result->commit_seconds += times.commit_seconds + SecondsSince(commit);
   result->steps.push_back(hop.m.step);
+  return Status::Ok();
+}
+
+// Applies a route's hops. A route that starts at or below the step held (an anchor route)
+// is applied to new memory until it passes that step, and only then replaces what is held:
+// a route that fails leaves the follower at the step it held or a newer one, never older.
+Status Follower::Impl::ApplyRoute(const sync::Route& route, FollowResult* result, sync::PullReport* report) {
+  const bool behind = held.step != kNoStep && !route.hops.empty() && route.hops.front().m.step <= held.step;
+  Held ahead;
+  Held* into = behind ? &ahead : &held;
+  for (const sync::Hop& hop : route.hops) {
+    ARC_V3_RETURN_IF_ERROR(ApplyHop(hop, route.touched, into, result, report));
+    if (into == &ahead && ahead.step > held.step) {
+      held = std::move(ahead);
+      into = &held;
+    }
+  }
+  if (into == &ahead) held = std::move(ahead);  // a route to an older step, which passed
   return Status::Ok();
 }
 
@@ -341,17 +366,17 @@ Status Follower::Pull(uint64_t step, FollowResult* result) {
   const auto start = Clock::now();
   *result = FollowResult();
   Impl& f = *impl_;
-  result->from_step = f.step;
+  result->from_step = f.held.step;
   sync::PullReport report;
   sync::Hop target;
   ARC_V3_RETURN_IF_ERROR(
       sync::ReadTarget(f.store.get(), step == kLatestStep ? sync::kNoStep : step, &target, &report, f.trust));
-  ARC_V3_RETURN_IF_ERROR(sync::CheckProgress(f.trust, f.step, f.run, target.m, "the follower"));
+  ARC_V3_RETURN_IF_ERROR(sync::CheckProgress(f.trust, f.held.step, f.held.run, target.m, "the follower"));
   result->step = target.m.step;
   result->published_at = target.m.published_at;
   result->committed_at = target.m.committed_at;
   Status s;
-  if (f.step == target.m.step && f.manifest_xxh3 == target.manifest_xxh3 && f.root_sha256 == target.root_sha256) {
+  if (f.held.step == target.m.step && f.held.manifest_xxh3 == target.manifest_xxh3 && f.held.root_sha256 == target.root_sha256) {
     result->up_to_date = true;
     result->route = "up to date";
   } else {
@@ -364,26 +389,23 @@ Status Follower::Pull(uint64_t step, FollowResult* result) {
       }
       if (!st.ok()) return sync::UnderTrust(f.trust, st);
       result->route = route->name;
-      for (const sync::Hop& hop : route->hops) {
-        st = f.ApplyHop(hop, route->touched, result, &report);
-        if (!st.ok()) break;
-      }
+      st = f.ApplyRoute(*route, result, &report);
       // Under trust what fails a check is kUntrusted, which is never routed around.
       return sync::UnderTrust(f.trust, st);
     };
-    const sync::RouteFrom from{f.step, f.manifest_xxh3, f.root_sha256, static_cast<uint32_t>(f.shards.size()),
-                               f.incarnation};
+    const sync::RouteFrom from{f.held.step, f.held.manifest_xxh3, f.held.root_sha256, static_cast<uint32_t>(f.held.shards.size()),
+                               f.held.incarnation};
     sync::Route route;
-    s = go(f.step == kNoStep || f.anchor_route ? nullptr : &from, target, &route);
+    s = go(f.held.step == kNoStep || f.anchor_route ? nullptr : &from, target, &route);
     if (sync::Damaged(s.code()) && !route.hops.empty()) {
       // The other route around what was met: a chain's step by the anchor route, an
       // anchor's by the chain from the step held now (whatever either costs).
-      sync::RouteFrom now{f.step, f.manifest_xxh3, f.root_sha256, static_cast<uint32_t>(f.shards.size()),
-                          f.incarnation};
+      sync::RouteFrom now{f.held.step, f.held.manifest_xxh3, f.held.root_sha256, static_cast<uint32_t>(f.held.shards.size()),
+                          f.held.incarnation};
       now.only_chain = true;
       sync::Route other;
       const Status again = route.from_dir ? go(nullptr, target, &other)
-                           : f.step != kNoStep ? go(&now, target, &other)
+                           : f.held.step != kNoStep ? go(&now, target, &other)
                                                    : Status(ErrorCode::kNotFound, "no step held");
       if (again.ok()) {
         result->rerouted = sync::ReroutedNote(s, other.name, route.name);
@@ -418,7 +440,7 @@ Status Follower::Follow(const FollowOptions& options,
     return Status::Ok();
   };
   const auto note = [&](const FollowEvent& event) { return !on_event || on_event(event, nullptr); };
-  return sync::FollowLatest(open, impl_->step, impl_->trust.on(), options, pull_step, note);
+  return sync::FollowLatest(open, impl_->held.step, impl_->trust.on(), options, pull_step, note);
 }
 
 Status GenerateSigningKey(const std::string& path, std::string* key_id) { return sync::GenerateKey(path, key_id); }

@@ -137,5 +137,16 @@ Status ParseUploadId(const char* data, size_t size, const std::string& what, std
   return Status::Ok();
 }
 
+std::string XmlText(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '&') out += "&amp;";
+    else if (c == '<') out += "&lt;";
+    else if (c == '>') out += "&gt;";
+    else out += c;
+  }
+  return out;
+}
+
 }  // namespace sync
 }  // namespace arc_v3

@@ -1,6 +1,6 @@
 // What the S3 and HTTP stores read of a server's answers (http_store.cc): header fields,
-// S3's XML documents (errors, listings, multipart uploads) and the Content-Range check of a
-// range request. Apart from the transport so that they can be fuzzed (tests/fuzz). Every
+// S3's XML documents (errors, listings, multipart uploads; and the escaping of what the
+// client writes into one) and the Content-Range check of a range request. Apart from the transport so that they can be fuzzed (tests/fuzz). Every
 // parser takes any bytes: what it cannot read is an error or an empty field, never a guess.
 // Internal to src/sync.
 #ifndef ARC_V3_SRC_SYNC_S3_ANSWERS_H_
@@ -53,6 +53,10 @@ Status ParseListing(const char* data, size_t size, const std::string& prefix, co
 
 // The UploadId of an InitiateMultipartUploadResult; kUnavailable if there is none.
 Status ParseUploadId(const char* data, size_t size, const std::string& what, std::string* upload_id);
+
+// `text` as XML character data (an ETag in the CompleteMultipartUpload document the
+// client writes).
+std::string XmlText(const std::string& text);
 
 }  // namespace sync
 }  // namespace arc_v3

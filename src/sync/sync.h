@@ -19,6 +19,7 @@
 #include "arc_v3_sync.hpp"
 #include "src/checkpoint/checkpoint_delta.h"
 #include "src/sync/protocol.h"
+#include "src/sync/step_reader.h"
 #include "src/sync/store.h"
 
 namespace arc_v3 {

@@ -1,5 +1,5 @@
 // Fuzz target: what a region reads back of itself after a crash or from a tampered disk
-// (src/sync/dir_state.h; src/sync/PROTOCOL.md, "A region's directory"): `state.json`
+// (src/sync/dir_state.h; src/sync/REGION_STATE.md): `state.json`
 // and the commit journal `commit.json`. Input: one byte choosing which, then its text.
 // Promises checked: no crash or out-of-bounds access; a refusal is an error with a
 // message; every path accepted stays inside the directory (relative, no `..`); what is

@@ -321,6 +321,49 @@ TEST_CASE("roles: a follower refuses a corrupt piece and keeps its tensors, or r
   }
 }
 
+TEST_CASE("roles: a follower whose anchor route fails below the step it held keeps that step") {
+  TempDir tmp;
+  for (Backend& b : sync::test::Backends(tmp, "roles-never-older")) {
+    INFO("store ", b.name);
+    Rank rank(0, 5);
+    std::unique_ptr<Publisher> publisher;
+    PublisherOptions po;
+    po.anchor_every = 0;  // one anchor, at step 0: the anchor route replays every step
+    REQUIRE(Publisher::Open(b.url, po, &publisher).ok());
+    std::unique_ptr<Follower> follower;
+    REQUIRE(Follower::Open(b.url, {}, &follower).ok());
+    std::mt19937 rng(2);
+    PublishResult published;
+    FollowResult pulled;
+    std::vector<Rank> at5;
+    for (uint64_t step = 0; step <= 6; ++step) {
+      if (step > 0) rank.Step(&rng);
+      REQUIRE(publisher->Publish(step, rank.Tensors(), &published).ok());
+      if (step == 5) {
+        REQUIRE(follower->Pull(kLatestStep, &pulled).ok());
+        at5 = {rank};
+      }
+    }
+    REQUIRE(follower->step() == 5);
+    // The chain 5 -> 6 fails at 6; the anchor route 0 -> 6 it takes instead fails at 2.
+    const auto [key6, bytes6] = DamageDelta(b.store.get(), 6, 0);
+    const auto [key2, bytes2] = DamageDelta(b.store.get(), 2, 0);
+    const Status s = follower->Pull(kLatestStep, &pulled);
+    CHECK(s.code() == ErrorCode::kCorruptChunk);
+    CHECK(follower->step() == 5);
+    CheckHolds(*follower, at5);
+    // With step 2 repaired, both routes still fail at step 6: the follower keeps step 5.
+    REQUIRE(b.store->Put(key2, bytes2.data(), bytes2.size(), sync::PutMode::kOverwrite).ok());
+    const Status again = follower->Pull(kLatestStep, &pulled);
+    CHECK(again.code() == ErrorCode::kCorruptChunk);
+    CHECK(follower->step() == 5);
+    REQUIRE(b.store->Put(key6, bytes6.data(), bytes6.size(), sync::PutMode::kOverwrite).ok());
+    REQUIRE(follower->Pull(kLatestStep, &pulled).ok());
+    CHECK(follower->step() == 6);
+    CheckHolds(*follower, {rank});
+  }
+}
+
 TEST_CASE("roles: a step whose second shard is damaged changes no tensor of the first, fetched ahead or not") {
   TempDir tmp;
   for (Backend& b : sync::test::Backends(tmp, "roles-undo")) {

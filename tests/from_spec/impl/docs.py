@@ -182,16 +182,8 @@ def parse_record(raw, what="shard record"):
     d.file_size = o.u64("file_size")
     d.delta = _object_ref(o, "delta", d, d.signed)
     d.anchor = _object_ref(o, "anchor", d, d.signed)
-    tensors = o.list_("tensors")
-    d.tensors = []
-    for t in tensors:
-        if not isinstance(t, list) or len(t) != 2 or not isinstance(t[0], str) or not t[0] \
-                or not is_hex16(t[1]):
-            o.bad("tensors entry is not [name, hex]")
-        d.tensors.append((t[0], int(t[1], 16)))
-    names = [n for n, _ in d.tensors]
-    if len(set(names)) != len(names):
-        o.bad("tensor names repeat")
+    d.tensors_xxh3 = o.hex("tensors_xxh3")
+    d.layout = _named(o, o.get("layout"), d.signed, "layout")  # the shard layout; readers need not read it
     o.time("published_at")
     d.index = None
     iv = o.get("index", optional=True)

@@ -22,3 +22,13 @@ def hex16(value):
 
 def sha256_hex(data):
     return hashlib.sha256(data).hexdigest()
+
+
+def tensor_list_checksum(tensors):
+    """A file's tensor-list checksum (PROTOCOL.md, Documents): XXH3 of each (name,
+    result checksum) in data-section order as u64 LE name length, name bytes, u64 LE sum."""
+    out = bytearray()
+    for name, sum_ in tensors:
+        b = name.encode()
+        out += struct.pack("<Q", len(b)) + b + struct.pack("<Q", sum_)
+    return xxh3(bytes(out))

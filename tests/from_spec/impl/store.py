@@ -8,7 +8,7 @@ import re
 
 from . import apply, container as ctr, docs
 from .errors import ArcError, fail
-from .hashing import hex16, xxh3
+from .hashing import hex16, tensor_list_checksum, xxh3
 from .localstore import LocalStore
 from .trust import load_trust_file, verify_envelope
 
@@ -315,18 +315,18 @@ class Puller:
         return out
 
     def check_results(self, f, held, data, rec, what):
-        """T's result checksums against the record's `tensors`, same names in the same
-        order (`corrupt_header`)."""
+        """The tensor-list checksum of T's results against the record's `tensors_xxh3`
+        (`corrupt_header`)."""
         # data-section order: ascending offset, then name bytewise ("Shard record")
-        ts = sorted(f.tensors, key=lambda t: (t.data_offset, t.name.encode()))
+        ts = _data_order(f.tensors)
         got = []
         for t in ts:
             if t.group is None:
                 got.append((t.name, t.target_xxh3))
             else:
                 got.append((t.name, apply.result_checksum(t.shape, t.esize, held[t.name].data)))
-        if got != rec.tensors:
-            fail("corrupt_header", "%s: results differ from the record's tensors" % what)
+        if tensor_list_checksum(got) != rec.tensors_xxh3:
+            fail("corrupt_header", "%s: results differ from the record's tensors_xxh3" % what)
 
     def matches(self, name):
         return self.regex is None or self.regex.fullmatch(name) is not None
@@ -352,7 +352,7 @@ class Puller:
                     gis[g] = self.group_index(r, g)
                 rec = self.record(r, gis[g], k)
                 fname, names = ls[g].shards[k - docs.FAN_IN * g]
-                if rec.file != fname or [n for n, _ in rec.tensors] != names:  # rule 5
+                if rec.file != fname:  # rule 5
                     fail("corrupt_header", "record of shard %d differs from its layout" % k)
                 step_recs[k] = rec
             files = [lay_f for ls_g in ls for lay_f, _ in ls_g.shards]
@@ -369,6 +369,9 @@ class Puller:
                 what = "%s of shard %d of step %d" % (ref.kind, k, r.step)
                 self.check_onto(route, si, rec, ref, what)
                 c, fetch = self.container_head(ref, what, rec)
+                lay = lays[si][k // docs.FAN_IN].shards[k % docs.FAN_IN]
+                if [t.name for t in _data_order(c.files[0].tensors)] != lay[1]:
+                    fail("corrupt_header", "%s: its tensors are not its layout's" % what)
                 step_heads[k] = (ref, c.files[0], fetch, what)
             heads.append(step_heads)
         # what each container needs ("Partial pulls")
@@ -416,6 +419,11 @@ class Puller:
                     hi = p.r1
             return (lo, hi)
         return need
+
+
+def _data_order(tensors):
+    """Data-section order ("Tensor-list checksum"): ascending offset, then name bytewise."""
+    return sorted(tensors, key=lambda t: (t.data_offset, t.name.encode()))
 
 
 def pull(store_dir, step=None, trust=(), tensors=None, rows=None):

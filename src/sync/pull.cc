@@ -294,7 +294,8 @@ class ObjectFeed {
  public:
   ObjectFeed(Store* store, const PullOptions& o, const Trust& trust, std::vector<Fetched>* fetched,
              PullReport* report)
-      : store_(store), o_(o), trust_(trust), fetched_(*fetched), report_(report), state_(fetched->size()) {}
+      : store_(store), transfer_(o.transfer_options()), trust_(trust), fetched_(*fetched), report_(report),
+        state_(fetched->size()) {}
   ~ObjectFeed() { Join(); }
 
   // Fails only if no thread could be started (any one thread downloads every object).
@@ -304,9 +305,9 @@ class ObjectFeed {
     start_ = Clock::now();
     uint64_t bytes = 0;
     for (const Fetched& f : fetched_) bytes += f.ref.size;
-    const uint64_t part = std::max<uint64_t>(1, o_.store.part_bytes);
+    const uint64_t part = std::max<uint64_t>(1, transfer_.part_bytes);
     const uint64_t parts = fetched_.empty() ? 1 : std::max<uint64_t>(1, (bytes / fetched_.size() + part - 1) / part);
-    const int connections = std::max(1, o_.store.connections);
+    const int connections = std::max(1, transfer_.connections);
     const size_t workers = WorkerCount(static_cast<int>(std::max<uint64_t>(1, connections / parts)), fetched_.size());
     const Status s = StatusOrCaught([&] {
       for (size_t w = 0; w < workers; ++w) threads_.emplace_back([this] { Work(); });
@@ -346,11 +347,11 @@ class ObjectFeed {
   void Work() {
     for (size_t i = next_++; i < fetched_.size(); i = next_++) {
       const Fetched& f = fetched_[i];
-      Status fetch = StatusOrCaught([&] { return store_->GetToFile(f.ref.key, f.path, f.ref.size, o_.store); });
+      Status fetch = StatusOrCaught([&] { return store_->GetToFile(f.ref.key, f.path, f.ref.size, transfer_); });
       const auto verify_start = Clock::now();
       Status verify = fetch.ok() ? StatusOrCaught([&] { return VerifyObject(f, store_, trust_); }) : Status::Ok();
       std::lock_guard<std::mutex> lock(mutex_);
-      report_->requests += std::max<uint64_t>(1, (f.ref.size + o_.store.part_bytes - 1) / o_.store.part_bytes);
+      report_->requests += std::max<uint64_t>(1, (f.ref.size + transfer_.part_bytes - 1) / transfer_.part_bytes);
       if (fetch.ok()) {
         report_->fetched_bytes += f.ref.size;
         report_->verify_seconds += SecondsSince(verify_start);
@@ -367,7 +368,7 @@ class ObjectFeed {
   }
 
   Store* store_;
-  const PullOptions& o_;
+  const StoreOptions transfer_;
   const Trust& trust_;
   const std::vector<Fetched>& fetched_;
   PullReport* report_;
@@ -542,13 +543,13 @@ Status ApplyRoute(const Route& route, const Select& select, const std::vector<Fe
     files.objects = &object_of[h];
     files.current = current;
     files.stage = stage.Path("");
-    files.sync = h + 1 == route.hops.size() && o.run.sync;
+    files.sync = h + 1 == route.hops.size() && o.checkpoint.sync;
     for (size_t k = 0; k < files.hop->m.count; ++k) {
       const std::string& name = files.hop->m.shards[k].file;
       files.outs.push_back(partial ? stage.Path("rows/" + std::to_string(h) + "-" + name) : stage.Path(name));
     }
-    ARC_V3_RETURN_IF_ERROR(partial ? ApplyRowsHop(&files, select, fetched, o.run.threads, report)
-                                   : ApplyFilesHop(&files, fetched, feed, o.run, report));
+    ARC_V3_RETURN_IF_ERROR(partial ? ApplyRowsHop(&files, select, fetched, o.checkpoint.threads, report)
+                                   : ApplyFilesHop(&files, fetched, feed, checkpoint::RunOptions(o.checkpoint), report));
     report->steps.push_back(files.hop->m.step);
   }
   return Status::Ok();
@@ -846,7 +847,7 @@ Status TakeRoute(Store* store, const std::string& dir, const PullOptions& o, Avo
   // first, as if every object had been fetched before the first was applied.
   Status s, applied;
   if (partial) {
-    s = FetchPieces(store, o.store, UINT64_MAX, &plan->select, &fetched, report, kPrefetchBudget, trust);
+    s = FetchPieces(store, o.transfer_options(), UINT64_MAX, &plan->select, &fetched, report, kPrefetchBudget, trust);
   } else {
     ObjectFeed feed(store, o, trust, &fetched, report);
     s = feed.Start();
@@ -896,7 +897,7 @@ Status PullLocked(Store* store, const std::string& dir, const PullOptions& o, Av
   const DirState& state = plan.state;
   const bool have_state = plan.have_state && !o.reset;
 
-  ARC_V3_RETURN_IF_ERROR(LoadTrust(o.trust, &plan.trust));
+  ARC_V3_RETURN_IF_ERROR(LoadTrust(o.trusted_keys, &plan.trust));
   if (have_state) ARC_V3_RETURN_IF_ERROR(KeptTrust(dir, state, plan.trust.on()));
   // Under trust DIR's files are a base only if a trusting pull wrote them: the chain from
   // them then links by SHA-256 (PlanRoute); else the pull goes by an anchor.
@@ -970,7 +971,7 @@ Status Pull(Store* store, const std::string& dir, const PullOptions& options, Pu
 
 Status CheckTrustKept(const std::string& dir, const PullOptions& options) {
   DirState state;
-  if (options.reset || !options.trust.empty() || !ReadState(dir, &state).ok()) return Status::Ok();
+  if (options.reset || !options.trusted_keys.empty() || !ReadState(dir, &state).ok()) return Status::Ok();
   return KeptTrust(dir, state, false);
 }
 

@@ -82,8 +82,8 @@ Status Publisher::Publish(uint64_t step, const std::vector<NamedTensor>& tensors
   o.anchor_every = p.options.anchor_every;
   o.incarnation = p.options.incarnation.empty() ? sync::DefaultIncarnation() : p.options.incarnation;
   o.sign_key = p.options.sign_key;
-  o.run.threads = p.options.threads;
-  o.run.effort = p.options.effort;
+  o.checkpoint.threads = p.options.threads;
+  o.checkpoint.effort = p.options.effort;
   sync::PublishReport report;
   ARC_V3_RETURN_IF_ERROR(sync::PublishCheckpoints(p.store.get(), o, prev, next, /*in_memory=*/true, &report));
   // The base of the next delta: a copy of what was just published.
@@ -370,7 +370,7 @@ Status Follower::Pull(uint64_t step, FollowResult* result) {
   sync::PullReport report;
   sync::Hop target;
   ARC_V3_RETURN_IF_ERROR(
-      sync::ReadTarget(f.store.get(), step == kLatestStep ? sync::kNoStep : step, &target, &report, f.trust));
+      sync::ReadTarget(f.store.get(), step, &target, &report, f.trust));
   ARC_V3_RETURN_IF_ERROR(sync::CheckProgress(f.trust, f.held.step, f.held.run, target.m, "the follower"));
   result->step = target.m.step;
   result->published_at = target.m.published_at;

@@ -106,7 +106,8 @@ struct Select;
 Status LoadRoute(Store* store, const Select* select, LayoutCache* layouts, Route* route, PullReport* report,
                  const Trust& trust = Trust());
 
-// Reads the root of `step` (kNoStep: the latest, probing past the pointer).
+// Reads the root of `step` (kLatestStep: the latest, probing past the pointer); a step
+// above kMaxStep is kInvalidArgument.
 Status ReadTarget(Store* store, uint64_t step, Hop* target, PullReport* report, const Trust& trust = Trust());
 
 // A container of which some byte ranges were fetched ahead; other reads go to the store

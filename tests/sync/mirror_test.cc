@@ -48,7 +48,7 @@ MirrorResult MirrorOk(Store* src, Store* dst, uint64_t step = kLatestStep,
   return report;
 }
 
-// Pulls `step` (kNoStep: the latest) of `store` into a fresh directory and checks it
+// Pulls `step` (kLatestStep: the latest) of `store` into a fresh directory and checks it
 // holds the run's step bit for bit.
 void CheckPull(Store* store, const TempDir& tmp, const TrainerRun& run, uint64_t step,
                const std::vector<std::string>& trust = {}) {
@@ -432,7 +432,7 @@ TEST_CASE(
   CHECK(dst->Head(damaged, &info).code() == ErrorCode::kNotFound);
   CHECK(dst->Head(RootKey(3), &info).code() == ErrorCode::kNotFound);
   CheckValid(dst.get());
-  CheckPull(dst.get(), tmp, run, kNoStep);  // step 2
+  CheckPull(dst.get(), tmp, run, kLatestStep);  // step 2
   // Another run's steps of the same numbers: DST's roots are never replaced.
   REQUIRE(OpenStore(tmp / "other", create, &other).ok());
   TrainerRun run2(tmp / "run2", TwoShards(), 0.02, 19);

@@ -75,7 +75,7 @@ Status PullStep(Store* store, const std::string& dir, uint64_t step, PullReport*
                 const PullOptions& base = PullOptions()) {
   PullOptions o = base;
   o.step = step;
-  o.store = test::FastRetries();
+  o.transfers = test::FastRetries();
   return Pull(store, dir, o, report);
 }
 
@@ -332,7 +332,7 @@ TEST_CASE("sync: publishing checks its base and is idempotent") {
     // The same file coded otherwise (effort, an anchor asked for now): a no-op that keeps
     // the first publish's objects and says so.
     other = Shard(run, 1, 0, true);
-    other.run.effort = 3;
+    other.checkpoint.effort = 3;
     REQUIRE(Publish(store, other, &r).ok());
     CHECK(r.already_published);
     CHECK(r.uploaded_bytes == 0);
@@ -839,8 +839,8 @@ TEST_CASE("sync: a full pull decodes each object as it arrives; one damaged afte
     const std::string region = tmp / ("region-" + b.name);
     const std::string first_file = region + "/" + kStateDir + "/stage/" + TrainerRun::FileName(0, 2);
     PullOptions one_connection;
-    one_connection.store = test::FastRetries();
-    one_connection.store.connections = 1;
+    one_connection.transfers = test::FastRetries();
+    one_connection.transfers->connections = 1;
 
     // Shard 0's file is decoded while shard 1's object is still to come.
     HeldStore held(b.store.get(), first_file, /*damage=*/false);
@@ -1100,7 +1100,7 @@ struct FaultScene {
 void ExpectRefused(Store* store, const std::string& dir, PullOptions o, ErrorCode code, const char* says = "") {
   const auto before = Snapshot(dir);
   PullReport r;
-  o.store = test::FastRetries();
+  o.transfers = test::FastRetries();
   const Status s = Pull(store, dir, o, &r);
   INFO("pull: ", s.ToString());
   CHECK(s.code() == code);
@@ -1374,7 +1374,7 @@ TEST_CASE("sync faults: a pull that fails or dies while committing leaves all ol
     REQUIRE(child >= 0);
     if (child == 0) {
       PullOptions dying = At(4);
-      dying.store = test::FastRetries();
+      dying.transfers = test::FastRetries();
       dying.after_move = [](size_t moved) {
         if (moved == 1) _exit(42);
       };

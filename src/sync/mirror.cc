@@ -114,6 +114,10 @@ class Mirrorer {
     ARC_V3_RETURN_IF_ERROR(DstLatest(&report_->from_step));
     report_->to_step = report_->from_step;
     uint64_t target = o_.step;
+    if (target != kLatestStep && target > kMaxStep) {
+      return Status(ErrorCode::kInvalidArgument, "there is no step " + std::to_string(target) +
+                                                     " (kLatestStep asks for the newest)");
+    }
     if (target == kLatestStep) {
       ARC_V3_RETURN_IF_ERROR(ReadLatest(src_, &target, nullptr));
       target = ProbeLater(src_, target);

@@ -89,6 +89,14 @@ TEST_CASE("publish files, pull them into a checkpoint directory, list, verify an
       REQUIRE(PullFiles(url, dir, pull, &pulled).ok());
       CHECK(pulled.route == "anchor 3 -> 5");
       sync::test::CheckHolds(dir, run, 5);
+      // kNoStep is no step: not "the newest" (kLatestStep), and DIR stays as it was.
+      pull.step = kNoStep;
+      CHECK(PullFiles(url, dir, pull, &pulled).code() == ErrorCode::kInvalidArgument);
+      sync::test::CheckHolds(dir, run, 5);
+      MirrorOptions none;
+      none.step = kNoStep;
+      MirrorResult mirrored;
+      CHECK(MirrorSteps(url, tmp / ("mirror-" + b.name), none, &mirrored).code() == ErrorCode::kInvalidArgument);
       pull.step = kLatestStep;
       REQUIRE(PullFiles(url, dir, pull, &pulled).ok());
       CHECK(pulled.from_step == 5);

@@ -51,16 +51,9 @@ std::string FileDifference(const ShardRecord& existing, const ShardRecord& recor
   if (existing.file_size != record.file_size) {
     return "the file had " + std::to_string(existing.file_size) + " bytes, now " + std::to_string(record.file_size);
   }
-  std::map<std::string, uint64_t> before;
-  for (const TensorChecksum& t : existing.tensors) before[t.name] = t.xxh3;
-  for (const TensorChecksum& t : record.tensors) {
-    const auto it = before.find(t.name);
-    if (it == before.end()) return "tensor '" + t.name + "' is new";
-    if (it->second != t.xxh3) return "tensor '" + t.name + "' differs";
-  }
-  if (existing.tensors.size() != record.tensors.size()) return "tensors were removed";
-  for (size_t i = 0; i < record.tensors.size(); ++i) {
-    if (existing.tensors[i].name != record.tensors[i].name) return "the tensors are in another order";
+  if (existing.tensors_xxh3 != record.tensors_xxh3) {
+    return "its tensors (names, order or contents) differ: tensors_xxh3 " + checkpoint::HexU64(existing.tensors_xxh3) +
+           ", now " + checkpoint::HexU64(record.tensors_xxh3);
   }
   if (existing.index.xxh3 != record.index.xxh3 || existing.index.present() != record.index.present()) {
     return "its model.safetensors.index.json differs";
@@ -230,10 +223,10 @@ Status TakeTurn(Store* store, const std::string& key, const std::string& claim, 
   return Status::Ok();
 }
 
-// The index of a group (`index` names it) from its members' records, and the layout of
-// their files (checked: each record is its shard's, of one base, signed under signing).
+// The index of a group (`index` names it) from its members' records (checked: each record
+// is its shard's, of one base, signed under signing).
 Status IndexGroup(Store* store, const std::vector<std::string>& keys, const Docs<ShardRecord>& records,
-                  const Signer& signer, GroupIndex* index, Layout* layout) {
+                  const Signer& signer, GroupIndex* index) {
   const uint32_t first = index->group * kFanIn;
   index->anchors = true;
   index->published_at = records.docs[0].published_at;
@@ -263,10 +256,33 @@ Status IndexGroup(Store* store, const std::vector<std::string>& keys, const Docs
     index->published_at = std::min(index->published_at, r.published_at);
     index->records.emplace_back(records.hashes[i], records.sizes[i]);
     index->record_sha256.push_back(records.shas[i]);
-    layout->shards.push_back({r.file, {}});
-    for (const TensorChecksum& t : r.tensors) layout->shards.back().tensors.push_back(t.name);
   }
   if (!index->anchors) index->anchor_bytes = 0;
+  return Status::Ok();
+}
+
+// The group layout: the shard layout each member's record names (a named document of one
+// shard, the record's file), in member order.
+Status GroupLayout(Store* store, const std::vector<std::string>& keys, const Docs<ShardRecord>& records,
+                   const Signer& signer, Layout* layout) {
+  std::vector<Layout> shards(keys.size());
+  std::vector<Status> statuses(keys.size(), Status::Ok());
+  ARC_V3_RETURN_IF_ERROR(TryParallelFor(keys.size(), WorkerCount(16, keys.size()), [&](size_t i, size_t) {
+    const ShardRecord& r = records.docs[i];
+    const std::string key = LayoutKey(r.layout_xxh3), where = store->url() + "/" + key;
+    std::vector<uint8_t> bytes;
+    Status s = GetNamed(store, key, r.layout_xxh3, r.layout_size, r.layout_sha256, signer.get() != nullptr, &bytes,
+                        store->url() + "/" + keys[i]);
+    if (s.ok()) s = ParseLayout(bytes, where, &shards[i]);
+    if (s.ok() && (shards[i].shards.size() != 1 || shards[i].shards[0].file != r.file)) {
+      s = Status(ErrorCode::kCorruptHeader, where + " is not the layout of one shard with " + keys[i] + "'s file");
+    }
+    statuses[i] = s;
+  }));
+  for (size_t i = 0; i < keys.size(); ++i) {
+    ARC_V3_RETURN_IF_ERROR(statuses[i]);
+    layout->shards.push_back(std::move(shards[i].shards[0]));
+  }
   return Status::Ok();
 }
 
@@ -323,7 +339,8 @@ Status CompleteGroup(Store* store, uint64_t step, uint32_t count, const std::str
   index.incarnation = inc;
   index.group = g;
   Layout layout;
-  ARC_V3_RETURN_IF_ERROR(IndexGroup(store, keys, records, signer, &index, &layout));
+  ARC_V3_RETURN_IF_ERROR(IndexGroup(store, keys, records, signer, &index));
+  ARC_V3_RETURN_IF_ERROR(GroupLayout(store, keys, records, signer, &layout));
   ARC_V3_RETURN_IF_ERROR(WriteGroup(store, index_key, layout, signer, &index));
   *done = true;
   return Status::Ok();

@@ -269,16 +269,19 @@ class Mirrorer {
           Parallel(docs->size(), [&](size_t i) { return PutDocument((*docs)[i]); }));
     }
     ARC_V3_RETURN_IF_ERROR(PutDocument({RootKey(root.step), p->bytes}));
+    for (const auto& layout : layouts) copied_layouts_.insert(layout.first);
     return MoveLatest(root.step);
   }
 
-  // Each distinct layout the root names, read as a named document and parsed.
+  // Each distinct layout the step names (the root its group layouts, the records their
+  // shard layouts) and this run has not copied yet, read as a named document and checked.
   Status ReadLayouts(const StepManifest& root,
                      std::vector<std::pair<std::string, std::vector<uint8_t>>>* out) {
     std::set<uint64_t> seen;
     for (uint32_t g = 0; g < root.groups.size(); ++g) {
       const StepManifest::Group& named = root.groups[g];
       const std::string key = LayoutKey(named.layout_xxh3);
+      if (copied_layouts_.count(key) != 0 || !seen.insert(named.layout_xxh3).second) continue;
       std::vector<uint8_t> bytes;
       ARC_V3_RETURN_IF_ERROR(GetNamed(src_, key, named.layout_xxh3, named.layout_size,
                                       named.layout_sha256, trust_.on(), &bytes,
@@ -291,7 +294,30 @@ class Mirrorer {
                       src_->url() + "/" + key + " lists " + std::to_string(layout.shards.size()) +
                           " shards, not as many as group " + std::to_string(g) + "'s");
       }
-      if (seen.insert(named.layout_xxh3).second) out->emplace_back(key, std::move(bytes));
+      out->emplace_back(key, std::move(bytes));
+    }
+    std::vector<const ShardRecord*> shards;
+    for (const ShardRecord& r : root.shards) {
+      if (copied_layouts_.count(LayoutKey(r.layout_xxh3)) == 0 && seen.insert(r.layout_xxh3).second) {
+        shards.push_back(&r);
+      }
+    }
+    std::vector<std::vector<uint8_t>> read(shards.size());
+    ARC_V3_RETURN_IF_ERROR(Parallel(shards.size(), [&](size_t i) { return ReadShardLayout(root, *shards[i], &read[i]); }));
+    for (size_t i = 0; i < shards.size(); ++i) out->emplace_back(LayoutKey(shards[i]->layout_xxh3), std::move(read[i]));
+    return Status::Ok();
+  }
+
+  // A record's shard layout: one shard, the record's file.
+  Status ReadShardLayout(const StepManifest& root, const ShardRecord& r, std::vector<uint8_t>* bytes) {
+    const std::string key = LayoutKey(r.layout_xxh3), where = src_->url() + "/" + key;
+    ARC_V3_RETURN_IF_ERROR(GetNamed(src_, key, r.layout_xxh3, r.layout_size, r.layout_sha256, trust_.on(), bytes,
+                                    src_->url() + "/" + ShardRecordKey(root.step, r.shard, root.count, r.incarnation)));
+    Add(&report_->fetched_bytes, bytes->size());
+    Layout layout;
+    ARC_V3_RETURN_IF_ERROR(ParseLayout(*bytes, where, &layout));
+    if (layout.shards.size() != 1 || layout.shards[0].file != r.file) {
+      return Status(ErrorCode::kCorruptHeader, where + " is not the layout of one shard with its record's file");
     }
     return Status::Ok();
   }
@@ -479,6 +505,7 @@ class Mirrorer {
   MirrorResult* report_;
   Trust trust_;
   std::string work_dir_;
+  std::set<std::string> copied_layouts_;  // layout keys this run wrote to DST (or found there)
   std::mutex mutex_;
 };
 

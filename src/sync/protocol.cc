@@ -268,9 +268,22 @@ uint64_t StepOfKey(const std::string& key) {
 
 namespace {
 
+// A named document's [xxh3, size], and in a signed document [xxh3, size, sha256].
+OrderedJson HashSize(uint64_t xxh3, uint64_t size, const std::string* sha256) {
+  OrderedJson j = OrderedJson::array({checkpoint::HexU64(xxh3), size});
+  if (sha256 != nullptr) j.push_back(*sha256);
+  return j;
+}
+std::pair<uint64_t, uint64_t> ParseHashSize(const Json& j, const std::string& where, std::string* sha256) {
+  if (sha256 == nullptr && (!j.is_array() || j.size() != 2)) Fail(where + " is not [xxh3, size]");
+  if (sha256 != nullptr) {
+    if (!j.is_array() || j.size() != 3) Fail(where + " is not [xxh3, size, sha256]");
+    *sha256 = Sha(j[2], where + "[2]");
+  }
+  return {Hex(j[0], where + "[0]"), U64(j[1], where + "[1]")};
+}
+
 OrderedJson RecordBody(const ShardRecord& r, bool with_digests) {
-  OrderedJson tensors = OrderedJson::array();
-  for (const TensorChecksum& t : r.tensors) tensors.push_back({t.name, checkpoint::HexU64(t.xxh3)});
   OrderedJson body = {{"step", r.step},
                       {"base_step", OptionalStepJson(r.base_step)},
                       {"shard", r.shard},
@@ -282,7 +295,8 @@ OrderedJson RecordBody(const ShardRecord& r, bool with_digests) {
                       {"file_size", r.file_size},
                       {"delta", RefJson(r.delta, with_digests)},
                       {"anchor", RefJson(r.anchor, with_digests)},
-                      {"tensors", tensors},
+                      {"tensors_xxh3", checkpoint::HexU64(r.tensors_xxh3)},
+                      {"layout", HashSize(r.layout_xxh3, r.layout_size, with_digests ? &r.layout_sha256 : nullptr)},
                       {"published_at", r.published_at}};
   if (r.index.present()) {
     body["index"] = {{"key", r.index.key}, {"size", r.index.size}, {"xxh3", checkpoint::HexU64(r.index.xxh3)}};
@@ -312,33 +326,14 @@ ShardRecord ParseRecordBody(const Json& j, const std::string& where, bool signed
   r.anchor = ParseRef(Field(j, "anchor", where), r, "anchor", where + ".anchor", signed_doc);
   if (r.delta.present() != (r.base_step != kNoStep)) Fail(where + " has a delta iff it has a base_step");
   if (!r.delta.present() && !r.anchor.present()) Fail(where + " has neither a delta nor an anchor");
-  const Json& tensors = Field(j, "tensors", where);
-  if (!tensors.is_array()) Fail(where + ".tensors is not an array");
-  std::set<std::string> names;
-  for (const Json& t : tensors) {
-    if (!t.is_array() || t.size() != 2) Fail(where + ".tensors holds a non-pair");
-    TensorChecksum c{Str(t[0], where + ".tensors[].name"), Hex(t[1], where + ".tensors[].xxh3")};
-    if (c.name.empty() || !names.insert(c.name).second) Fail(where + ".tensors names '" + c.name + "' twice or empty");
-    r.tensors.push_back(std::move(c));
-  }
+  r.tensors_xxh3 = Hex(Field(j, "tensors_xxh3", where), where + ".tensors_xxh3");
+  const auto layout =
+      ParseHashSize(Field(j, "layout", where), where + ".layout", signed_doc ? &r.layout_sha256 : nullptr);
+  r.layout_xxh3 = layout.first;
+  r.layout_size = layout.second;
   r.published_at = Time(Field(j, "published_at", where), where + ".published_at");
   if (j.contains("index")) r.index = ParseIndexRef(j.at("index"), r, where + ".index", signed_doc);
   return r;
-}
-
-// A named document's [xxh3, size], and in a signed document [xxh3, size, sha256].
-OrderedJson HashSize(uint64_t xxh3, uint64_t size, const std::string* sha256) {
-  OrderedJson j = OrderedJson::array({checkpoint::HexU64(xxh3), size});
-  if (sha256 != nullptr) j.push_back(*sha256);
-  return j;
-}
-std::pair<uint64_t, uint64_t> ParseHashSize(const Json& j, const std::string& where, std::string* sha256) {
-  if (sha256 == nullptr && (!j.is_array() || j.size() != 2)) Fail(where + " is not [xxh3, size]");
-  if (sha256 != nullptr) {
-    if (!j.is_array() || j.size() != 3) Fail(where + " is not [xxh3, size, sha256]");
-    *sha256 = Sha(j[2], where + "[2]");
-  }
-  return {Hex(j[0], where + "[0]"), U64(j[1], where + "[1]")};
 }
 
 // The document's bytes, in a DSSE envelope signed by `key` if given.
@@ -400,6 +395,30 @@ std::string GroupIndexJson(const GroupIndex& g, const SigningKey* key) {
               key);
 }
 
+uint64_t TensorListChecksum(const std::vector<TensorChecksum>& tensors) {
+  std::vector<uint8_t> bytes;
+  const auto u64 = [&](uint64_t v) {
+    for (int i = 0; i < 8; ++i) bytes.push_back(static_cast<uint8_t>(v >> (8 * i)));
+  };
+  for (const TensorChecksum& t : tensors) {
+    u64(t.name.size());
+    bytes.insert(bytes.end(), t.name.begin(), t.name.end());
+    u64(t.xxh3);
+  }
+  return checkpoint::Hash(bytes.data(), bytes.size());
+}
+
+std::vector<std::string> DataOrderNames(const std::vector<checkpoint::TensorEntry>& tensors) {
+  std::vector<const checkpoint::TensorEntry*> order;
+  for (const checkpoint::TensorEntry& t : tensors) order.push_back(&t);
+  std::stable_sort(order.begin(), order.end(), [](const checkpoint::TensorEntry* a, const checkpoint::TensorEntry* b) {
+    return a->data_offset != b->data_offset ? a->data_offset < b->data_offset : a->name < b->name;
+  });
+  std::vector<std::string> names;
+  for (const checkpoint::TensorEntry* t : order) names.push_back(t->name);
+  return names;
+}
+
 std::string LayoutJson(const Layout& layout) {
   OrderedJson shards = OrderedJson::array();
   for (const Layout::Shard& s : layout.shards) shards.push_back({{"file", s.file}, {"tensors", s.tensors}});
@@ -449,7 +468,7 @@ Status ParseRecord(const std::vector<uint8_t>& bytes, const std::string& where, 
   return ParseDocument(bytes, where, [&](const Json& doc, Signatures signatures) {
     CheckEnvelope(doc, "shard", where);
     CheckFields(doc, {"format", "version", "kind", "step", "base_step", "shard", "count", "incarnation", "base_incarnation", "file",
-                      "file_size", "delta", "anchor", "tensors", "published_at", "index"},
+                      "file_size", "delta", "anchor", "tensors_xxh3", "layout", "published_at", "index"},
                 where);
     *record = ParseRecordBody(doc, where, signatures != nullptr);
     record->signatures = std::move(signatures);

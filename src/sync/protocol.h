@@ -18,6 +18,7 @@
 namespace arc_v3 {
 namespace checkpoint {
 struct Manifest;
+struct TensorEntry;
 }  // namespace checkpoint
 namespace sync {
 
@@ -91,6 +92,11 @@ struct TensorChecksum {
   std::string name;
   uint64_t xxh3 = 0;  // the tensor's result checksum (TensorResultChecksum)
 };
+// A file's tensor-list checksum (PROTOCOL.md, Documents) of its tensors in data-section
+// order: what a record holds of them.
+uint64_t TensorListChecksum(const std::vector<TensorChecksum>& tensors);
+// A container's tensors' names in data-section order (data_offset, then name).
+std::vector<std::string> DataOrderNames(const std::vector<checkpoint::TensorEntry>& tensors);
 
 // What one trainer shard published for a step: its file rebuilt as a delta against the
 // same shard's file of `base_step`, and/or as an anchor (against nothing).
@@ -108,7 +114,15 @@ struct ShardRecord {
   // The sharded checkpoint's model.safetensors.index.json beside the file, carried to
   // regions verbatim (key, size and xxh3 only; absent: none).
   ObjectRef index;
-  std::vector<TensorChecksum> tensors;  // in file order
+  uint64_t tensors_xxh3 = 0;  // TensorListChecksum of the file's tensors
+  // Names the shard layout (its file and tensor names); layout_sha256 in signed records only.
+  uint64_t layout_xxh3 = 0, layout_size = 0;
+  std::string layout_sha256;
+  // In memory only: the tensor names, in data-section order, where a layout was read
+  // (empty otherwise: a full read takes them from the containers).
+  std::vector<std::string> names;
+  // In memory only: the result checksums a full pull computed, in data-section order.
+  std::vector<TensorChecksum> results;
   double published_at = 0;  // Unix time the shard started publishing (informative)
   // In memory only: false when only the layout was read (file and tensor names, no
   // checksums or objects): a partial pull reads no record of a shard it does not need.

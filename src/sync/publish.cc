@@ -115,31 +115,37 @@ Status ResultChecksums(const Reader& reader, const checkpoint::Checkpoint& next,
   return Status::Ok();
 }
 
-// Checks that the delta's base is the file this shard published for the base step: the
-// same tensors, each delta tensor with the checksum the base record gives its result.
-Status CheckBase(const Reader& delta, const ShardRecord& base, const std::string& prev) {
-  std::map<std::string, uint64_t> published;
-  for (const TensorChecksum& t : base.tensors) published[t.name] = t.xxh3;
-  const auto wrong = [&](const std::string& why) {
-    return Status(ErrorCode::kChecksumMismatch,
-                  prev + " is not the file shard " + std::to_string(base.shard) + " published for step " +
-                      std::to_string(base.step) + ": " + why);
-  };
-  const checkpoint::Manifest& m = delta.manifest();
-  std::set<std::string> names(m.removed_tensors.begin(), m.removed_tensors.end());
-  for (const TensorEntry& t : m.files[0].tensors) {
-    if (t.kind == TensorKind::kAdded) continue;
-    names.insert(t.name);
-    if (t.kind != TensorKind::kDelta) continue;
-    const auto it = published.find(t.name);
-    if (it == published.end()) return wrong("tensor '" + t.name + "' was not in it");
-    const uint64_t sum = t.grouped() ? checkpoint::CombineHashes({t.base_xxh3}) : t.base_xxh3;
-    if (sum != it->second) return wrong("tensor '" + t.name + "' differs");
+// Checks that `prev` is the file this shard published for the base step: its tensor-list
+// checksum, its tensors' result checksums hashed from its bytes, is the base record's.
+Status CheckBase(const checkpoint::Checkpoint& prev, const ShardRecord& base) {
+  std::vector<checkpoint::TensorView> views = prev.files()[0].tensors;
+  std::stable_sort(views.begin(), views.end(), [](const checkpoint::TensorView& a, const checkpoint::TensorView& b) {
+    return a.offset != b.offset ? a.offset < b.offset : a.name < b.name;
+  });
+  std::vector<TensorChecksum> sums;
+  for (const checkpoint::TensorView& v : views) {
+    TensorEntry t;
+    t.dtype = v.dtype;
+    t.shape = v.shape;
+    sums.push_back({v.name, checkpoint::TensorChecksum(t, v.data)});
   }
-  for (const auto& p : published) {
-    if (names.count(p.first) == 0) return wrong("tensor '" + p.first + "' is missing");
-  }
-  return Status::Ok();
+  if (TensorListChecksum(sums) == base.tensors_xxh3) return Status::Ok();
+  return Status(ErrorCode::kChecksumMismatch, prev.path() + " is not the file shard " + std::to_string(base.shard) +
+                                                  " published for step " + std::to_string(base.step) +
+                                                  ": its tensors (names, order or contents) differ");
+}
+
+// The record's tensors_xxh3 and shard layout (its file and tensor names; `json`, the
+// layout's bytes) from the result checksums.
+void DescribeTensors(const std::vector<TensorChecksum>& sums, bool signing, ShardRecord* r, std::string* json) {
+  r->tensors_xxh3 = TensorListChecksum(sums);
+  Layout layout;
+  layout.shards.push_back({r->file, {}});
+  for (const TensorChecksum& t : sums) layout.shards[0].tensors.push_back(t.name);
+  *json = LayoutJson(layout);
+  r->layout_xxh3 = checkpoint::Hash(json->data(), json->size());
+  r->layout_size = json->size();
+  if (signing) r->layout_sha256 = DigestHex(Sha256(*json));
 }
 
 // Reads the index file a shard carries: valid JSON with a "weight_map" object, at most
@@ -237,6 +243,7 @@ struct Publication {
   WorkDir work;      // the containers' files (none in memory)
   std::vector<Built> built;    // the delta's, then the anchor's
   std::vector<uint8_t> index;  // the model.safetensors.index.json it carries
+  std::string layout_json;     // the shard layout the record names
   std::string record_json;
 };
 
@@ -347,8 +354,10 @@ Status Encode(const PublishOptions& o, const checkpoint::Checkpoint& prev, const
     (delta ? p->r.delta : p->r.anchor) = built.ref;
   }
   const auto h = std::chrono::steady_clock::now();
-  ARC_V3_RETURN_IF_ERROR(ResultChecksums(p->built[0].reader, next, &p->r.tensors));
-  if (p->r.delta.present()) ARC_V3_RETURN_IF_ERROR(CheckBase(p->built[0].reader, p->base, prev.path()));
+  std::vector<TensorChecksum> sums;
+  ARC_V3_RETURN_IF_ERROR(ResultChecksums(p->built[0].reader, next, &sums));
+  DescribeTensors(sums, p->signer.get() != nullptr, &p->r, &p->layout_json);
+  if (p->r.delta.present()) ARC_V3_RETURN_IF_ERROR(CheckBase(prev, p->base));
   if (!o.no_index && !o.index.empty()) {
     ARC_V3_RETURN_IF_ERROR(ReadIndex(o.index, &p->index));
     const uint64_t xxh3 = checkpoint::Hash(p->index.data(), p->index.size());
@@ -399,6 +408,15 @@ Status UploadAll(Store* store, const Publication& p, PublishReport* report) {
     const Status s = store->Put(p.r.index.key, p.index.data(), p.index.size(), PutMode::kCreateOnly);
     if (!s.ok() && s.code() != ErrorCode::kAlreadyExists) return s;
     report->uploaded_bytes += p.index.size();
+    ++report->uploaded_objects;
+  }
+  // The shard layout, named by its XXH3 (one already there is this one); not again where
+  // the base record names it (layouts are never pruned).
+  if (p.base.layout_xxh3 != p.r.layout_xxh3 || p.base.layout_size != p.r.layout_size) {
+    const Status s = store->Put(LayoutKey(p.r.layout_xxh3), reinterpret_cast<const uint8_t*>(p.layout_json.data()),
+                                p.layout_json.size(), PutMode::kCreateOnly);
+    if (!s.ok() && s.code() != ErrorCode::kAlreadyExists) return s;
+    report->uploaded_bytes += p.layout_json.size();
     ++report->uploaded_objects;
   }
   ARC_V3_RETURN_IF_ERROR(PutRecord(store, p.r, p.record_json));

@@ -112,7 +112,7 @@ class ShardLoader {
         r.count = m_->count;
         r.incarnation = m_->incarnation;
         r.file = layout.shards[i].file;
-        for (const std::string& name : layout.shards[i].tensors) r.tensors.push_back({name, 0});
+        r.names = layout.shards[i].tensors;
         r.loaded = false;
       }
     }
@@ -152,7 +152,10 @@ class ShardLoader {
       ShardRecord r;
       if (s.ok()) s = ParseRecord(bytes, where, &r);
       if (s.ok()) s = CheckRecord(k, r, group, where);
-      if (s.ok()) m_->shards[k] = std::move(r);
+      if (s.ok()) {
+        r.names = std::move(m_->shards[k].names);  // the layout's, where it was read
+        m_->shards[k] = std::move(r);
+      }
       return s;
     });
   }
@@ -214,10 +217,8 @@ class ShardLoader {
     if (!r.anchor.present() && m.anchor()) {
       return Status(ErrorCode::kCorruptHeader, where + " has no anchor in an anchor step");
     }
-    if (!m.shards[k].loaded) {  // read with its layout: they must agree
-      bool same = r.file == m.shards[k].file && r.tensors.size() == m.shards[k].tensors.size();
-      for (size_t t = 0; same && t < r.tensors.size(); ++t) same = r.tensors[t].name == m.shards[k].tensors[t].name;
-      if (!same) return Status(ErrorCode::kCorruptHeader, where + " is not the file its layout names");
+    if (!m.shards[k].loaded && r.file != m.shards[k].file) {  // read with its layout: they must agree
+      return Status(ErrorCode::kCorruptHeader, where + " is not the file its layout names");
     }
     return Status::Ok();
   }

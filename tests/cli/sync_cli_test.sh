@@ -349,7 +349,7 @@ run_store() {
     fail "republish with --anchor-every 5: $(cat out.txt)"
   mkdir -p other && cp "data/step6/$F0" "other/$F0"              # same name, other contents
   expect_rc 7 "$CLI" "${pub[@]}" --next "other/$F0"
-  grep -q "already published with another file (tensor '.*' differs" err.txt || fail "conflict message: $(cat err.txt)"
+  grep -q "already published with another file (its tensors (names, order or contents) differ" err.txt || fail "conflict message: $(cat err.txt)"
   expect_rc 3 "$CLI" publish "$S" --step 6 --next "data/step6/$F0" --prev "data/step4/$F0" --shard 0/2
   grep -q "is not the file shard 0 published for step 5" err.txt || fail "wrong --prev message: $(cat err.txt)"
   # A DIR whose file was changed after its pull is refused (and left alone) until --reset.

@@ -6,6 +6,7 @@ compare bit for bit with the expected results and error names.
 """
 import argparse
 import glob
+import hashlib
 import json
 import os
 import sys
@@ -83,6 +84,18 @@ def _read_tree(root):
     return out
 
 
+def _compare_sha256(files, want):
+    """What differs between files {name: bytes} and want {name: [sha256 hex, size]}."""
+    want = {os.path.normpath(k): v for k, v in want.items()}
+    if set(want) != set(files):
+        return "files %s, expected %s" % (sorted(files), sorted(want))
+    for name in sorted(want):
+        got = [hashlib.sha256(files[name]).hexdigest(), len(files[name])]
+        if got != want[name]:
+            return "%s is %s, expected %s" % (name, got, want[name])
+    return None
+
+
 def run_store_case(case_dir):
     with open(os.path.join(case_dir, "case.json")) as f:
         case = json.load(f)
@@ -102,6 +115,11 @@ def run_store_case(case_dir):
         if got != expect:
             problems.append("pull %d: got %s, expected %s%s" % (
                 i, got, expect, (" (%s)" % detail) if got != "ok" else ""))
+            continue
+        if got == "ok" and pl.get("sha256") is not None:
+            problem = _compare_sha256(files, pl["sha256"])
+            if problem:
+                problems.append("pull %d: %s" % (i, problem))
             continue
         if got == "ok" and pl.get("files"):
             want = _read_tree(os.path.join(case_dir, pl["files"]))
@@ -154,6 +172,9 @@ def main():
     for line in summary:
         print(line)
     print("%d passed, %d failed" % (total_pass, total_fail))
+    if total_pass + total_fail == 0:
+        print("no case under %s" % args.cases)
+        return 1
     return 0 if total_fail == 0 else 1
 
 

@@ -494,7 +494,8 @@ pull "latest"
 end_case
 
 damaged damaged-layout-edited "the layout edited (a tensor renamed): only partial pulls read layouts"
-for K in $(cd "$CASE/store" && find l -type f -name '*.json'); do
+# every layout naming it: the group layouts and shard 0's shard layout
+for K in $(cd "$CASE/store" && grep -rlF 'layers.0.norm' l); do
   tool replace "$CASE/store/$K" 'layers.0.norm' 'layers.0.NORM'
 done
 pull "latest"

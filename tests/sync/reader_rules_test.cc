@@ -65,9 +65,10 @@ void RewriteRecord(Store* store, uint64_t step, uint32_t k, const Edit& edit, bo
     Layout l;
     for (uint32_t i = g * kFanIn; i < std::min(m.count, (g + 1) * kFanIn); ++i) {
       const ShardRecord& s = i == k ? r : m.shards[i];
-      Layout::Shard shard{s.file, {}};
-      for (const TensorChecksum& t : s.tensors) shard.tensors.push_back(t.name);
-      l.shards.push_back(shard);
+      Layout shard;  // the shard layout its record names
+      REQUIRE(ParseLayout(Get(store, LayoutKey(s.layout_xxh3)), "shard layout", &shard).ok());
+      REQUIRE(shard.shards.size() == 1);
+      l.shards.push_back({s.file, shard.shards[0].tensors});
     }
     const std::string text = LayoutJson(l);
     gi.layout_xxh3 = checkpoint::Hash(text.data(), text.size());
@@ -202,8 +203,9 @@ TEST_CASE("reader rules: tensors in data-section order, those starting at one of
   test::PublishSteps(s.store.get(), &run, 0, "");
   StepManifest m;
   REQUIRE(ReadManifest(s.store.get(), 0, &m, nullptr).ok());
-  std::vector<std::string> names;
-  for (const TensorChecksum& t : m.shards[0].tensors) names.push_back(t.name);
+  Layout shard;  // the shard layout the record names
+  REQUIRE(ParseLayout(Get(s.store.get(), LayoutKey(m.shards[0].layout_xxh3)), "shard layout", &shard).ok());
+  const std::vector<std::string> names = shard.shards.at(0).tensors;
   // w at 0; v, za and zb (these two without bytes) all start where w ends: by name.
   CHECK(names == std::vector<std::string>{"w", "v", "za", "zb"});
   REQUIRE(PullTo(s.store.get(), tmp / "region", 0).ok());

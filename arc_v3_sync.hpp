@@ -51,7 +51,8 @@ struct PublisherOptions {
   uint64_t anchor_every = 10;     // also the whole tensors when step % anchor_every == 0
   int effort = kDefaultEffort;    // codec effort 0..3
   int threads = 0;                // 0: all cores
-  std::string file_name;          // the shard's name in a region ("": model-KKKKK-of-NNNNN.safetensors)
+  // The shard's name in a region ("": model-KKKKK-of-NNNNN.safetensors, K = shard + 1).
+  std::string file_name;
   // Which start of the trainer this is ("": $ARC_V3_INCARNATION, else torchrun's restart
   // count, else "0"): after a restart mid-step, the new records supersede the old ones.
   std::string incarnation;

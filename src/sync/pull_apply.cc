@@ -417,8 +417,9 @@ Status ApplyRoute(StagedRoute* plan, ObjectFeed* feed, const PullOptions& o, Pul
       const std::string& name = files.hop->m.shards[k].file;
       files.outs.push_back(partial ? stage.Path("rows/" + std::to_string(h) + "-" + name) : stage.Path(name));
     }
-    ARC_V3_RETURN_IF_ERROR(partial ? ApplyRowsHop(&files, select, fetched, o.checkpoint.threads, report)
-                                   : ApplyFilesHop(&files, fetched, feed, checkpoint::RunOptions(o.checkpoint), report));
+    const checkpoint::RunOptions run(o.checkpoint);
+    ARC_V3_RETURN_IF_ERROR(partial ? ApplyRowsHop(&files, select, fetched, run.threads, report)
+                                   : ApplyFilesHop(&files, fetched, feed, run, report));
     report->steps.push_back(files.hop->m.step);
   }
   return Status::Ok();

@@ -33,7 +33,7 @@
 
 //------------------------------------------------------------------------------
 // Version
-#define ARC_V3_VERSION_MAJOR 1
+#define ARC_V3_VERSION_MAJOR 2
 #define ARC_V3_VERSION_MINOR 0
 #define ARC_V3_VERSION_PATCH 0
 #define ARC_V3_VERSION_NUMBER \
@@ -42,9 +42,9 @@
 namespace arc_v3 {
 
 // The library's version (may differ from the header's ARC_V3_VERSION_NUMBER if the
-// library was rebuilt separately), e.g. 10000 for 1.0.0.
+// library was rebuilt separately), e.g. 20000 for 2.0.0.
 uint32_t VersionNumber();
-// "1.0.0".
+// "2.0.0".
 const char* VersionString();
 // The payload format version this library writes by default (Format::kDefault) and reads
 // (src/codec/FORMAT.md): 16. It also writes and reads version 1, ARCv3 as published.

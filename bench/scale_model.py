@@ -104,8 +104,10 @@ def main():
     name_extra = 26  # bytes: real names ("model.layers.12.self_attn.q_proj.weight") over the bench's
     N, T, regions, hosts = 1024, 10_000, 4, 64
     G = math.ceil(N / 32)
-    record = meta_a + (T - 4) * (per_tensor_meta + name_extra)  # a shard's documents per step
-    head_extra = (per_tensor_all - per_tensor_meta) * (T - 4)  # its container head
+    # A shard's documents per step: its record names its tensors by one checksum and a
+    # layout, so a tensor adds only what was measured (names are in layouts and heads).
+    record = meta_a + (T - 4) * per_tensor_meta
+    head_extra = (per_tensor_all - per_tensor_meta + name_extra) * (T - 4)  # its container head
     ext = {
         "ranks": N, "tensors_per_rank": T, "hosts": regions * hosts,
         "publish_requests": pub_a * N + pub_b,
@@ -122,8 +124,9 @@ def main():
     ext["top_prefix_share"] = m[max(ns)]["pull full"]["wire"]["top_prefix_share"]
     lines += ["", f"2. Extrapolated to {N:,} ranks x {T:,} tensors per rank, {regions} regions x {hosts} hosts "
               f"(requests linear in N, fitted over N = {', '.join(map(str, big))}; a tensor adds "
-              f"{per_tensor_meta:.0f} B to its shard's documents (+{name_extra} B for real names) and "
-              f"{per_tensor_all - per_tensor_meta:.0f} B to its container head, measured at 64 shards):",
+              f"{per_tensor_meta:.0f} B to its shard's documents and "
+              f"{per_tensor_all - per_tensor_meta:.0f} B to its container head (+{name_extra} B for real names), "
+              f"measured at 64 shards):",
               f"{'per step':<46} {'protocol 2':>16} {'protocol 1':>22}",
               f"{'publish and commit: requests':<46} {ext['publish_requests']:>16,.0f} {ext['v1_publish_requests']:>22,}",
               f"{'  largest share of one key prefix':<46} {m[max(ns)]['publish step 1']['wire']['top_prefix_share']:>16.1%} "

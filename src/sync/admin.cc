@@ -1,4 +1,7 @@
-// Listing a store's steps and pruning old ones, keys, store settings (see sync.h).
+// Administering a store (sync.h): listing its committed steps, verifying them (under trust),
+// pruning the steps no reader needs, and the small calls around them (a new signing key,
+// store settings to StoreOptions). One job: what an operator runs against a store, not a
+// region; each part is too small to stand alone.
 #include <algorithm>
 #include <chrono>
 #include <map>

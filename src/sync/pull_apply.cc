@@ -457,8 +457,6 @@ Status BuildJournal(Store* store, const std::string& dir, const DirState* old, c
   const Route& route = *plan.route;
   const Select& select = *plan.select;
   const Stage& stage = *plan.stage;
-  const std::vector<Fetched>& fetched = plan.fetched;
-  const std::vector<std::vector<size_t>>& object_of = plan.object_of;
   const std::vector<std::string>& current = plan.current;
   const Hop& final_hop = route.hops.back();
   const bool partial = select.sel.partial();
@@ -483,7 +481,8 @@ Status BuildJournal(Store* store, const std::string& dir, const DirState* old, c
       Held held;
       s = safetensors::File::Open(current[k], &rows_file);
       if (s.ok()) s = held.Load(&rows_file);
-      if (s.ok()) s = ExportSelection(rows_file, held, fetched[object_of.back()[k]].file(), select, stage.Path(r.file));
+      if (s.ok()) s = ExportSelection(rows_file, held, plan.fetched[plan.object_of.back()[k]].file(), select,
+                                         stage.Path(r.file));
       const std::string staged_rows = "rows/" + fs::path(current[k]).filename().string();
       if (s.ok()) s = RecordFile(dir, Stage::Relative(staged_rows), &shard.rows);
       if (s.ok()) s = RecordFile(dir, Stage::Relative(r.file), &shard.file);

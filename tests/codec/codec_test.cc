@@ -298,8 +298,8 @@ TEST_CASE("bad options and arguments are rejected") {
 }
 
 TEST_CASE("version and error names") {
-  CHECK(std::string(VersionString()) == "1.0.0");
-  // The number encodes the string as major * 10000 + minor * 100 + patch (10000 for 1.0.0).
+  CHECK(std::string(VersionString()) == "2.0.0");
+  // The number encodes the string as major * 10000 + minor * 100 + patch (20000 for 2.0.0).
   unsigned v_major = 0, v_minor = 0, v_patch = 0;
   REQUIRE(std::sscanf(VersionString(), "%u.%u.%u", &v_major, &v_minor, &v_patch) == 3);
   CHECK(VersionNumber() == v_major * 10000 + v_minor * 100 + v_patch);

@@ -408,14 +408,18 @@ uint64_t TensorListChecksum(const std::vector<TensorChecksum>& tensors) {
   return checkpoint::Hash(bytes.data(), bytes.size());
 }
 
-std::vector<std::string> DataOrderNames(const std::vector<checkpoint::TensorEntry>& tensors) {
+std::vector<const checkpoint::TensorEntry*> DataOrder(const std::vector<checkpoint::TensorEntry>& tensors) {
   std::vector<const checkpoint::TensorEntry*> order;
   for (const checkpoint::TensorEntry& t : tensors) order.push_back(&t);
   std::stable_sort(order.begin(), order.end(), [](const checkpoint::TensorEntry* a, const checkpoint::TensorEntry* b) {
     return a->data_offset != b->data_offset ? a->data_offset < b->data_offset : a->name < b->name;
   });
+  return order;
+}
+
+std::vector<std::string> DataOrderNames(const std::vector<checkpoint::TensorEntry>& tensors) {
   std::vector<std::string> names;
-  for (const checkpoint::TensorEntry* t : order) names.push_back(t->name);
+  for (const checkpoint::TensorEntry* t : DataOrder(tensors)) names.push_back(t->name);
   return names;
 }
 

@@ -95,7 +95,8 @@ struct TensorChecksum {
 // A file's tensor-list checksum (PROTOCOL.md, Documents) of its tensors in data-section
 // order: what a record holds of them.
 uint64_t TensorListChecksum(const std::vector<TensorChecksum>& tensors);
-// A container's tensors' names in data-section order (data_offset, then name).
+// A container's tensors in data-section order (data_offset, then name), and their names.
+std::vector<const checkpoint::TensorEntry*> DataOrder(const std::vector<checkpoint::TensorEntry>& tensors);
 std::vector<std::string> DataOrderNames(const std::vector<checkpoint::TensorEntry>& tensors);
 
 // What one trainer shard published for a step: its file rebuilt as a delta against the

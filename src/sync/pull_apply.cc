@@ -296,10 +296,6 @@ Status VerifyResults(Hop* hop, const std::vector<Fetched>& fetched, const std::v
     checkpoint::Reader reader;
     ARC_V3_RETURN_IF_ERROR(checkpoint::MappedFile::Open(fetched[objects[k]].path, &object));
     ARC_V3_RETURN_IF_ERROR(Reader::Open(std::move(object), &reader));
-    std::vector<TensorEntry> tensors = reader.manifest().files[0].tensors;
-    std::stable_sort(tensors.begin(), tensors.end(), [](const TensorEntry& a, const TensorEntry& b) {
-      return a.data_offset != b.data_offset ? a.data_offset < b.data_offset : a.name < b.name;
-    });
     const auto differs = [&](const std::string& what) {
       return Status(ErrorCode::kCorruptHeader,
                     "step " + std::to_string(hop->m.step) + " shard " + std::to_string(k) + ": " + what);
@@ -307,7 +303,8 @@ Status VerifyResults(Hop* hop, const std::vector<Fetched>& fetched, const std::v
     safetensors::File file;
     bool opened = false;
     r.results.clear();
-    for (const TensorEntry& t : tensors) {
+    for (const TensorEntry* entry : DataOrder(reader.manifest().files[0].tensors)) {
+      const TensorEntry& t = *entry;
       uint64_t sum = t.target_xxh3;
       if (t.grouped()) {
         if (!opened) {

@@ -5,7 +5,7 @@
 //
 //   // each trainer rank, after each optimizer step:
 //   std::unique_ptr<arc_v3::Publisher> publisher;
-//   arc_v3::Publisher::Open("s3://bucket/run7", {/*rank=*/r, /*world_size=*/n}, &publisher);
+//   arc_v3::Publisher::Open("s3://bucket/run7", {/*shard=*/r, /*count=*/n}, &publisher);
 //   publisher->Publish(step, {{"layers.0.w", "BF16", {4096, 4096}, w0}, ...}, &result);
 //
 //   // each rollout engine:
@@ -31,11 +31,13 @@
 
 namespace arc_v3 {
 
-// Pull's "the newest step".
-constexpr uint64_t kLatestStep = UINT64_MAX;
-// "No step": what step() and last_step() return before there is one, and a result's
-// from_step for a first pull. The same value as kLatestStep: no step number reaches it.
+// "No step": what step() and last_step() return before there is one, a result's from_step
+// for a first pull, a base_step of none. No step number reaches it (steps are at most
+// 999999999999, src/sync/PROTOCOL.md).
 constexpr uint64_t kNoStep = UINT64_MAX;
+// A request for "the newest step" (Follower::Pull, PullFilesOptions::step,
+// MirrorOptions::step). Never a field's value in a result: a result names the step taken.
+constexpr uint64_t kLatestStep = UINT64_MAX - 1;
 
 // How a store is reached: tries per request (timeouts, lost connections, 5xx) and
 // parallel transfers per object.
@@ -45,11 +47,12 @@ struct StoreSettings {
 };
 
 struct PublisherOptions {
-  uint32_t rank = 0, world_size = 1;  // this trainer rank publishes shard `rank` of `world_size`
-  uint64_t anchor_every = 10;         // also the whole tensors when step % anchor_every == 0
-  int effort = kDefaultEffort;        // codec effort 0..3
-  int threads = 0;                    // 0: all cores
-  std::string file_name;              // the shard's name in a region ("": model-RRRRR-of-NNNNN.safetensors)
+  uint32_t shard = 0, count = 1;  // this trainer rank publishes shard `shard` of `count`
+  uint64_t anchor_every = 10;     // also the whole tensors when step % anchor_every == 0
+  int effort = kDefaultEffort;    // codec effort 0..3
+  int threads = 0;                // 0: all cores
+  // The shard's name in a region ("": model-KKKKK-of-NNNNN.safetensors, K = shard + 1).
+  std::string file_name;
   // Which start of the trainer this is ("": $ARC_V3_INCARNATION, else torchrun's restart
   // count, else "0"): after a restart mid-step, the new records supersede the old ones.
   std::string incarnation;
@@ -244,10 +247,10 @@ struct PublishFileOptions {
   // Threads, effort, format and grouping of the delta (its pieces are always stored by
   // row, and scratch files are not synced: row_order, sync and overwrite do not apply).
   CheckpointOptions checkpoint;
-  // As PublisherOptions::sign_key; `trust`: public keys whose signed records a completer
-  // also takes (a key rotated mid-step).
+  // As PublisherOptions::sign_key; `trusted_keys`: PEM public key files whose signed records
+  // a completer also takes (a key rotated mid-step).
   std::string sign_key;
-  std::vector<std::string> trust;
+  std::vector<std::string> trusted_keys;
   StoreSettings store;
 };
 
@@ -257,7 +260,7 @@ struct StoredObject {
   uint64_t bytes = 0;
 };
 
-struct PublishFileReport {
+struct PublishFileResult {
   uint64_t step = 0;
   uint32_t shard = 0, count = 0;
   std::string file;  // the shard's name in a region
@@ -278,7 +281,7 @@ struct PublishFileReport {
 // store is created if missing. Errors: kChecksumMismatch (`prev` is not what this shard
 // published for the base step), kNotFound (a base step it never published),
 // kAlreadyExists (another file for a published shard, naming what differs), the store's.
-Status PublishFile(const std::string& store_url, const PublishFileOptions& options, PublishFileReport* report);
+Status PublishFile(const std::string& store_url, const PublishFileOptions& options, PublishFileResult* result);
 
 struct PullFilesOptions {
   uint64_t step = kLatestStep;
@@ -296,7 +299,7 @@ struct PullFilesOptions {
   StoreSettings store;
 };
 
-struct PullFilesReport {
+struct PullFilesResult {
   uint64_t from_step = kNoStep;  // DIR's step before (kNoStep: none)
   uint64_t to_step = kNoStep;
   bool up_to_date = false;  // DIR already held the step
@@ -321,16 +324,16 @@ struct PullFilesReport {
 // Follower::Pull's, kChecksumMismatch for a DIR whose files are not the step it records
 // (reset rebuilds it), kAlreadyExists for a DIR of other files (see force).
 Status PullFiles(const std::string& store_url, const std::string& dir, const PullFilesOptions& options,
-                 PullFilesReport* report);
+                 PullFilesResult* result);
 
 // Keeps DIR at the newest committed step: PullFiles (its options.step ignored) for each
 // step newer than the one held, in the loop of Follower::Follow, which says how it polls,
 // waits and gives up. A local store that does not exist yet is waited for. `on_event`
-// (may be empty) is told every event, with the pull's report for a kPulled one; false
+// (may be empty) is told every event, with the pull's result for a kPulled one; false
 // ends the loop.
 Status FollowFiles(const std::string& store_url, const std::string& dir, const PullFilesOptions& options,
                    const FollowOptions& follow,
-                   const std::function<bool(const FollowEvent& event, const PullFilesReport* pulled)>& on_event);
+                   const std::function<bool(const FollowEvent& event, const PullFilesResult* pulled)>& on_event);
 
 // --- A regional mirror ---
 // Copies the committed steps of the trainer's store SRC into a store DST in a region, byte
@@ -351,7 +354,7 @@ struct MirrorOptions {
   StoreSettings store;   // for both stores
 };
 
-struct MirrorReport {
+struct MirrorResult {
   uint64_t from_step = kNoStep;  // DST's latest before (kNoStep: none)
   uint64_t to_step = kNoStep;    // DST's latest after
   bool up_to_date = false;       // DST already held the step
@@ -372,18 +375,18 @@ struct MirrorReport {
 // name: nothing of them is written), kUntrusted (trusted_keys refuse a step), the stores'.
 // On an error the steps copied before stay, and DST is valid.
 Status MirrorSteps(const std::string& src_url, const std::string& dst_url,
-                   const MirrorOptions& options, MirrorReport* report);
+                   const MirrorOptions& options, MirrorResult* result);
 
 // Keeps DST at SRC's newest step: MirrorSteps (options.step ignored) for each step of SRC
 // newer than DST's latest, in the loop of Follower::Follow, which says how it polls, waits
 // and gives up; a kPulled event's step is the step mirrored. A local SRC that does not
 // exist yet is waited for. With trusted keys, a step that does not verify is a kRefused
 // event and the loop goes on. `on_event` (may be empty) is told every event, with the
-// mirror's report for a kPulled one; false ends the loop.
+// mirror's result for a kPulled one; false ends the loop.
 Status FollowMirror(const std::string& src_url, const std::string& dst_url,
                     const MirrorOptions& options, const FollowOptions& follow,
                     const std::function<bool(const FollowEvent& event,
-                                             const MirrorReport* mirrored)>& on_event);
+                                             const MirrorResult* mirrored)>& on_event);
 
 // --- Looking after a store ---
 
@@ -430,7 +433,7 @@ struct StepVerdict {
 Status VerifySteps(const std::string& store_url, const StoreSettings& settings,
                    const std::vector<std::string>& trusted_keys, std::vector<StepVerdict>* verdicts);
 
-struct PruneReport {
+struct PruneResult {
   uint64_t keep_from = kNoStep;  // steps before it were deleted (kNoStep: nothing to prune)
   std::vector<uint64_t> deleted_steps;
   uint64_t deleted_objects = 0, deleted_bytes = 0;
@@ -441,7 +444,7 @@ struct PruneReport {
 // gone. `dry_run` only reports. A step committed less than `min_age_seconds` ago keeps
 // everything back to its anchor step (a slow region may still be fetching its route).
 Status PruneSteps(const std::string& store_url, const StoreSettings& settings, uint32_t keep_anchors,
-                  bool dry_run, double min_age_seconds, PruneReport* report);
+                  bool dry_run, double min_age_seconds, PruneResult* result);
 
 // Writes a new Ed25519 key pair for signed steps: `path`, the private key (mode 0600, for
 // PublisherOptions::sign_key) and `path`.pub (for FollowerOptions::trusted_keys), PEM files

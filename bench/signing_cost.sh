@@ -2,7 +2,7 @@
 # What signing a run costs: SHA-256 and Ed25519 on this machine (bench/signing_primitives),
 # then one checkpoint (the generator's BF16 run at 0.2% changed, one shard, a directory
 # store) published unsigned and signed (step 0 an anchor, step 1 a delta), and pulled full
-# and as a row slice without and with --trust. Medians of --repeats runs. Writes
+# and as a row slice without and with --trusted-keys. Medians of --repeats runs. Writes
 # OUT.{txt,json} (default bench_out/signing_cost).
 #   bench/signing_cost.sh [--params P] [--repeats N] [--out OUT]
 set -euo pipefail
@@ -38,7 +38,7 @@ for r in $(seq "$repeats"); do
   for mode in unsigned signed; do
     key=()
     trust=()
-    [ "$mode" = signed ] && key=(--sign-key "$work/trainer.key") && trust=(--trust "$work/trainer.key.pub")
+    [ "$mode" = signed ] && key=(--sign-key "$work/trainer.key") && trust=(--trusted-keys "$work/trainer.key.pub")
     rm -rf "$work/store" "$work/full" "$work/rows"
     for step in 0 1; do
       prev=()

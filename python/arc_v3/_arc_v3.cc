@@ -536,12 +536,12 @@ py::list DictsApply(const py::list& prev, const py::buffer& delta, const py::obj
 
 class PyPublisher {
  public:
-  PyPublisher(const std::string& store, uint32_t rank, uint32_t world_size, uint64_t anchor_every, int effort,
+  PyPublisher(const std::string& store, uint32_t shard, uint32_t count, uint64_t anchor_every, int effort,
               int threads, const std::string& file_name, int retries, int connections,
               const std::string& incarnation, const std::string& sign_key) {
     arc_v3::PublisherOptions o;
-    o.rank = rank;
-    o.world_size = world_size;
+    o.shard = shard;
+    o.count = count;
     o.anchor_every = anchor_every;
     o.effort = effort;
     o.threads = threads;
@@ -587,7 +587,7 @@ class PyPublisher {
 // exactly the rows' bytes (a tensor's numpy view). The object is kept while the follower
 // holds the tensor.
 // MirrorSteps / FollowMirror (arc_v3_sync.hpp): a report as a dict.
-py::dict MirrorDict(const arc_v3::MirrorReport& r) {
+py::dict MirrorDict(const arc_v3::MirrorResult& r) {
   py::dict d;
   const auto step = [](uint64_t s) {
     return s == arc_v3::kNoStep ? py::object(py::none()) : py::object(py::int_(s));
@@ -624,7 +624,7 @@ py::dict Mirror(const std::string& src, const std::string& dst, py::object step,
                 const std::vector<std::string>& trusted_keys, const std::string& work_dir, int parallel,
                 int retries, int connections) {
   const arc_v3::MirrorOptions o = MirrorOptionsOf(step, trusted_keys, work_dir, parallel, retries, connections);
-  arc_v3::MirrorReport r;
+  arc_v3::MirrorResult r;
   arc_v3::Status status;
   {
     py::gil_scoped_release release;
@@ -669,7 +669,7 @@ void MirrorFollow(const std::string& src, const std::string& dst,
     error = std::make_unique<py::error_already_set>();
     return true;
   };
-  const auto note = [&](const arc_v3::FollowEvent& e, const arc_v3::MirrorReport* r) {
+  const auto note = [&](const arc_v3::FollowEvent& e, const arc_v3::MirrorResult* r) {
     py::gil_scoped_acquire gil;
     try {
       py::object report = py::none();
@@ -887,7 +887,7 @@ PYBIND11_MODULE(_arc_v3, m) {
   py::class_<PyPublisher>(m, "Publisher")
       .def(py::init<const std::string&, uint32_t, uint32_t, uint64_t, int, int, const std::string&, int, int,
                     const std::string&, const std::string&>(),
-           py::arg("store"), py::arg("rank"), py::arg("world_size"), py::arg("anchor_every"), py::arg("effort"),
+           py::arg("store"), py::arg("shard"), py::arg("count"), py::arg("anchor_every"), py::arg("effort"),
            py::arg("threads"), py::arg("file_name"), py::arg("retries"), py::arg("connections"),
            py::arg("incarnation"), py::arg("sign_key"))
       .def("publish", &PyPublisher::Publish, py::arg("step"), py::arg("tensors"))

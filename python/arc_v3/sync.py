@@ -4,7 +4,7 @@ tensors in place (src/sync/PROTOCOL.md: the same protocol as ``arc_v3 publish`` 
 ``arc_v3 pull``, so both sides mix freely with the command line).
 
     # each trainer rank (its FSDP/TP slice: whatever tensors it holds)
-    publisher = arc_v3.sync.Publisher("s3://bucket/run7", rank=rank, world_size=world)
+    publisher = arc_v3.sync.Publisher("s3://bucket/run7", shard=rank, count=world)
     publisher.publish(step, model.state_dict())
 
     # each rollout engine
@@ -102,7 +102,7 @@ def mirror(src, dst, *, step=None, trusted_keys=None, follow=False, interval=2.0
     ``seconds``.
 
     ``follow=True``: mirrors each new step in the loop ``Follower.follow`` runs and returns
-    ``dst``'s step once it is ``until`` or later, or when ``on_step(step, report)`` returns
+    ``dst``'s step once it is ``until`` or later, or when ``on_step(step, result)`` returns
     False; ``on_wait(kind, message)`` as for ``Follower.follow``. ``events="HOST:PORT"``
     also listens there for ``src``'s bucket notifications, as ``Follower.follow`` does.
 
@@ -118,11 +118,11 @@ def mirror(src, dst, *, step=None, trusted_keys=None, follow=False, interval=2.0
         return _ext.mirror(*args, None if step is None else int(step), keys, *tail)
     held = [None]
 
-    def on_event(kind, report, message, failures):
+    def on_event(kind, result, message, failures):
         if kind != "pulled":
             return on_wait is None or on_wait(kind, message) is not False
-        held[0] = report["step"]
-        return on_step is None or on_step(report["step"], report) is not False
+        held[0] = result["step"]
+        return on_step is None or on_step(result["step"], result) is not False
 
     _ext.mirror_follow(*args, keys, *tail, float(interval), None if until is None else int(until),
                        int(max_failures), "" if events is None else str(events), on_event)
@@ -134,12 +134,12 @@ class Publisher:
 
     Args:
         store: the store URL (see the module's docstring).
-        rank, world_size: this rank publishes shard ``rank`` of ``world_size``; the rank
-            that completes a step commits it.
+        shard, count: this rank publishes shard ``shard`` of ``count`` (its rank and the
+            world size, for a rank per shard); the rank that completes a step commits it.
         anchor_every: every this many steps (and at a rank's first step) the tensors also
             travel whole, so that a region that fell behind or starts fresh needs no chain.
         effort: codec effort 0..3 (None: the library default); threads: 0 = all cores; file_name: the shard's file name
-            in a region's directory (default ``model-RRRRR-of-NNNNN.safetensors``).
+            in a region's directory (default ``model-KKKKK-of-NNNNN.safetensors``).
         incarnation: which start of the trainer this is (default ``$ARC_V3_INCARNATION``,
             else torchrun's ``restart-$TORCHELASTIC_RESTART_COUNT``, else ``"0"``): a trainer
             restarted mid-step publishes under a new one, whose records supersede the old
@@ -149,11 +149,11 @@ class Publisher:
             step it completes once the records it read are signed by the same key.
     """
 
-    def __init__(self, store, rank=0, world_size=1, *, anchor_every=10, effort=None, threads=0,
+    def __init__(self, store, shard=0, count=1, *, anchor_every=10, effort=None, threads=0,
                  file_name=None, retries=5, connections=8, incarnation=None, sign_key=None):
         if sign_key is None:
             sign_key = os.environ.get("ARC_V3_SIGN_KEY", "")
-        self._ext = _ext.Publisher(str(store), int(rank), int(world_size), int(anchor_every),
+        self._ext = _ext.Publisher(str(store), int(shard), int(count), int(anchor_every),
                                    _ext.DEFAULT_EFFORT if effort is None else int(effort), int(threads), file_name or "", int(retries),
                                    int(connections), incarnation or "", str(sign_key))
 

@@ -69,7 +69,7 @@ def _check(follower_state, ranks):
 def test_publish_from_memory_follow_in_place_and_catch_up(store):
     g = torch.Generator().manual_seed(1)
     ranks = [_rank_state(r, g) for r in range(2)]
-    publishers = [Publisher(store, rank=r, world_size=2, anchor_every=4) for r in range(2)]
+    publishers = [Publisher(store, shard=r, count=2, anchor_every=4) for r in range(2)]
     follower = Follower(store)
     late = Follower(store)
     objects = None
@@ -108,7 +108,7 @@ def test_follow_waits_for_the_first_step_then_pulls_each_as_committed(store):
 
     g = torch.Generator().manual_seed(3)
     ranks = [_rank_state(r, g) for r in range(2)]
-    publishers = [Publisher(store, rank=r, world_size=2, anchor_every=4) for r in range(2)]
+    publishers = [Publisher(store, shard=r, count=2, anchor_every=4) for r in range(2)]
     published = {}  # step -> the ranks' tensors as published
     follower = Follower(store)
     seen, waits, errors = [], [], []
@@ -289,7 +289,7 @@ def test_a_restarted_trainer_publishes_under_a_new_incarnation(store):
     under another incarnation: the committed step holds only the new start's tensors."""
     g = torch.Generator().manual_seed(7)
     ranks = [_rank_state(r, g) for r in range(2)]
-    first = [Publisher(store, rank=r, world_size=2, incarnation="start-1") for r in range(2)]
+    first = [Publisher(store, shard=r, count=2, incarnation="start-1") for r in range(2)]
     assert [p.publish(0, state)["committed"] for p, state in zip(first, ranks)][-1]
     follower = Follower(store)
     assert follower.pull() == 0
@@ -298,13 +298,13 @@ def test_a_restarted_trainer_publishes_under_a_new_incarnation(store):
     assert first[0].publish(1, lost)["committed"] is False  # rank 1 dies before its step 1
     for state in ranks:  # the restarted trainer's step 1: other values
         _step(state, g)
-    second = [Publisher(store, rank=r, world_size=2, incarnation="start-2") for r in range(2)]
+    second = [Publisher(store, shard=r, count=2, incarnation="start-2") for r in range(2)]
     results = [p.publish(1, state) for p, state in zip(second, ranks)]
     assert results[-1]["committed"]
     assert follower.pull() == 1
     _check(follower.state_dict, ranks)
     with pytest.raises(arc_v3.ArcV3Error, match="incarnation"):
-        Publisher(store, rank=0, world_size=2, incarnation="no/slash").publish(2, ranks[0])
+        Publisher(store, shard=0, count=2, incarnation="no/slash").publish(2, ranks[0])
 
 
 def test_signed_steps_a_trusting_follower_takes_only_its_trainers_steps(store, tmp_path):
@@ -321,7 +321,7 @@ def test_signed_steps_a_trusting_follower_takes_only_its_trainers_steps(store, t
     subprocess.run(["openssl", "pkey", "-in", other, "-pubout", "-out", other + ".pub"], check=True)
     g = torch.Generator().manual_seed(11)
     ranks = [_rank_state(r, g) for r in range(2)]
-    publishers = [Publisher(store, rank=r, world_size=2, sign_key=key) for r in range(2)]
+    publishers = [Publisher(store, shard=r, count=2, sign_key=key) for r in range(2)]
     trusting = Follower(store, trusted_keys=[other + ".pub", key + ".pub"])  # a rotation
     wrong = Follower(store, trusted_keys=[other + ".pub"])
     for step in range(3):
@@ -339,7 +339,7 @@ def test_signed_steps_a_trusting_follower_takes_only_its_trainers_steps(store, t
     held = {k: v.clone() for k, v in trusting.state_dict.items()}
     for state in ranks:
         _step(state, g)
-    evil = [Publisher(store, rank=r, world_size=2, sign_key=other, incarnation="evil") for r in range(2)]
+    evil = [Publisher(store, shard=r, count=2, sign_key=other, incarnation="evil") for r in range(2)]
     assert [p.publish(3, state) for p, state in zip(evil, ranks)][-1]["committed"]
     only_trainer = Follower(store, trusted_keys=[key + ".pub"])
     assert only_trainer.pull(2) == 2
@@ -370,7 +370,7 @@ def test_mirror_copies_steps_that_a_follower_of_the_copy_pulls_bit_exactly(store
     arc_v3.sync.keygen(key)
     g = torch.Generator().manual_seed(21)
     ranks = [_rank_state(r, g) for r in range(2)]
-    publishers = [Publisher(store, rank=r, world_size=2, sign_key=key, anchor_every=3) for r in range(2)]
+    publishers = [Publisher(store, shard=r, count=2, sign_key=key, anchor_every=3) for r in range(2)]
     region = str(tmp_path / "region")
 
     def publish(step):
@@ -381,9 +381,9 @@ def test_mirror_copies_steps_that_a_follower_of_the_copy_pulls_bit_exactly(store
 
     for step in range(2):
         publish(step)
-    report = arc_v3.sync.mirror(store, region, trusted_keys=[key + ".pub"])
-    assert report["steps_copied"] == [0, 1] and report["step"] == 1
-    assert report["copied_objects"] > 0 and report["fetched_bytes"] >= report["copied_bytes"]
+    result = arc_v3.sync.mirror(store, region, trusted_keys=[key + ".pub"])
+    assert result["steps_copied"] == [0, 1] and result["step"] == 1
+    assert result["copied_objects"] > 0 and result["fetched_bytes"] >= result["copied_bytes"]
     follower = Follower(region, trusted_keys=[key + ".pub"])
     assert follower.pull() == 1
     _check(follower.state_dict, ranks)

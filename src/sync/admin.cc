@@ -131,8 +131,8 @@ Status ListSteps(Store* store, std::vector<StepListing>* steps, bool load_record
   return Status::Ok();
 }
 
-Status Prune(Store* store, uint32_t keep_anchors, bool dry_run, PruneReport* report, double min_age_seconds) {
-  *report = PruneReport();
+Status Prune(Store* store, uint32_t keep_anchors, bool dry_run, PruneResult* report, double min_age_seconds) {
+  *report = PruneResult();
   if (keep_anchors == 0) return Status(ErrorCode::kInvalidArgument, "pruning must keep at least one anchor");
   std::vector<StepListing> steps;
   ARC_V3_RETURN_IF_ERROR(ListSteps(store, &steps, false));

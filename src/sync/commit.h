@@ -16,7 +16,7 @@ namespace sync {
 // What a publisher signs with, and whose signatures its completers take.
 struct Signer {
   std::unique_ptr<SigningKey> key;  // null: nothing is signed
-  std::vector<PublicKey> trusted;   // the key's public half, and PublishOptions::trust
+  std::vector<PublicKey> trusted;   // the key's public half, and PublishFileOptions::trusted_keys
   const SigningKey* get() const { return key.get(); }
 };
 

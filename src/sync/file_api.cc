@@ -1,6 +1,6 @@
 // The file-level sync calls of arc_v3_sync.hpp (PublishFile, PullFiles, FollowFiles,
 // MirrorSteps, FollowMirror, ListSteps, VerifySteps, PruneSteps): stores opened by URL,
-// public options turned into the sync layer's own (sync.h).
+// the public options are the sync layer's own (sync.h) less its test hooks.
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,29 +16,6 @@ namespace {
 
 Status Open(const std::string& url, const StoreSettings& settings, bool create, std::unique_ptr<sync::Store>* store) {
   return sync::OpenStore(url, sync::ToStoreOptions(settings, create), store);
-}
-
-StoredObject Stored(const sync::ObjectRef& ref) {
-  StoredObject o;
-  if (ref.present()) {
-    o.key = ref.key;
-    o.bytes = ref.size;
-  }
-  return o;
-}
-
-sync::PullOptions ToPullOptions(const PullFilesOptions& options) {
-  sync::PullOptions o;
-  o.step = options.step;
-  o.tensors = options.tensors;
-  o.row_begin = options.row_begin;
-  o.row_end = options.row_end;
-  o.reset = options.reset;
-  o.force = options.force;
-  o.trust = options.trusted_keys;
-  o.run = checkpoint::RunOptions(options.checkpoint);
-  o.store = sync::ToStoreOptions(options.store);
-  return o;
 }
 
 StepInfo ToStepInfo(const sync::StepListing& l) {
@@ -77,78 +54,45 @@ StepInfo ToStepInfo(const sync::StepListing& l) {
 
 }  // namespace
 
-Status PublishFile(const std::string& store_url, const PublishFileOptions& options, PublishFileReport* report) {
-  *report = PublishFileReport();
+Status PublishFile(const std::string& store_url, const PublishFileOptions& options, PublishFileResult* result) {
+  *result = PublishFileResult();
   // The keys first: a publish that cannot sign leaves no new store directory behind.
-  ARC_V3_RETURN_IF_ERROR(sync::CheckPublishKeys(options.sign_key, options.trust));
+  ARC_V3_RETURN_IF_ERROR(sync::CheckPublishKeys(options.sign_key, options.trusted_keys));
   std::unique_ptr<sync::Store> store;
   ARC_V3_RETURN_IF_ERROR(Open(store_url, options.store, true, &store));
-  sync::PublishOptions o;
-  o.step = options.step;
-  o.next = options.next;
-  o.prev = options.prev;
-  o.base_step = options.base_step;
-  o.shard = options.shard;
-  o.count = options.count;
-  o.incarnation = options.incarnation.empty() ? sync::DefaultIncarnation() : options.incarnation;
-  o.anchor_every = options.anchor_every;
-  o.index = options.index;
-  o.no_index = options.no_index;
-  o.work_dir = options.work_dir;
-  o.run = checkpoint::RunOptions(options.checkpoint);
-  o.sign_key = options.sign_key;
-  o.trust = options.trust;
   sync::PublishReport r;
-  ARC_V3_RETURN_IF_ERROR(sync::Publish(store.get(), o, &r));
-  report->step = r.record.step;
-  report->shard = r.record.shard;
-  report->count = r.record.count;
-  report->file = r.record.file;
-  report->file_bytes = r.record.file_size;
-  report->delta = Stored(r.record.delta);
-  report->anchor = Stored(r.record.anchor);
-  report->index = Stored(r.record.index);
-  report->committed = r.committed;
-  report->pending = r.pending;
-  report->already_published = r.already_published;
-  report->note = r.note;
-  report->uploaded_bytes = r.uploaded_bytes;
-  report->uploaded_objects = r.uploaded_objects;
-  report->encode_seconds = r.encode_seconds;
-  report->hash_seconds = r.hash_seconds;
-  report->upload_seconds = r.upload_seconds;
-  report->commit_seconds = r.commit_seconds;
-  report->total_seconds = r.total_seconds;
+  ARC_V3_RETURN_IF_ERROR(sync::Publish(store.get(), sync::PublishOptions(options), &r));
+  *result = r;  // the public part
   return Status::Ok();
 }
 
 Status PullFiles(const std::string& store_url, const std::string& dir, const PullFilesOptions& options,
-                 PullFilesReport* report) {
-  *report = PullFilesReport();
+                 PullFilesResult* result) {
+  *result = PullFilesResult();
   std::unique_ptr<sync::Store> store;
   ARC_V3_RETURN_IF_ERROR(Open(store_url, options.store, false, &store));
-  return sync::Pull(store.get(), dir, ToPullOptions(options), report);
+  return sync::Pull(store.get(), dir, sync::PullOptions(options), result);
 }
 
 Status FollowFiles(const std::string& store_url, const std::string& dir, const PullFilesOptions& options,
                    const FollowOptions& follow,
-                   const std::function<bool(const FollowEvent& event, const PullFilesReport* pulled)>& on_event) {
-  return sync::Follow(store_url, dir, ToPullOptions(options), follow, on_event);
+                   const std::function<bool(const FollowEvent& event, const PullFilesResult* pulled)>& on_event) {
+  return sync::Follow(store_url, dir, sync::PullOptions(options), follow, on_event);
 }
 
 Status MirrorSteps(const std::string& src_url, const std::string& dst_url,
-                   const MirrorOptions& options, MirrorReport* report) {
-  *report = MirrorReport();
+                   const MirrorOptions& options, MirrorResult* result) {
+  *result = MirrorResult();
   std::unique_ptr<sync::Store> src, dst;
   ARC_V3_RETURN_IF_ERROR(Open(src_url, options.store, false, &src));
   ARC_V3_RETURN_IF_ERROR(Open(dst_url, options.store, true, &dst));
-  return sync::Mirror(src.get(), dst.get(), options, /*anchor_route=*/false, report);
+  return sync::Mirror(src.get(), dst.get(), options, /*anchor_route=*/false, result);
 }
 
 Status FollowMirror(const std::string& src_url, const std::string& dst_url,
                     const MirrorOptions& options, const FollowOptions& follow,
                     const std::function<bool(const FollowEvent& event,
-                                             const MirrorReport* mirrored)>& on_event) {
+                                             const MirrorResult* mirrored)>& on_event) {
   return sync::FollowMirror(src_url, dst_url, options, follow, on_event);
 }
 
@@ -172,11 +116,11 @@ Status VerifySteps(const std::string& store_url, const StoreSettings& settings,
 }
 
 Status PruneSteps(const std::string& store_url, const StoreSettings& settings, uint32_t keep_anchors,
-                  bool dry_run, double min_age_seconds, PruneReport* report) {
-  *report = PruneReport();
+                  bool dry_run, double min_age_seconds, PruneResult* result) {
+  *result = PruneResult();
   std::unique_ptr<sync::Store> store;
   ARC_V3_RETURN_IF_ERROR(Open(store_url, settings, false, &store));
-  return sync::Prune(store.get(), keep_anchors, dry_run, report, min_age_seconds);
+  return sync::Prune(store.get(), keep_anchors, dry_run, result, min_age_seconds);
 }
 
 }  // namespace arc_v3

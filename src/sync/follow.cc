@@ -224,7 +224,7 @@ Status Follow(const std::string& store_url, const std::string& dir, const PullOp
   std::unique_ptr<Store> store;
   const auto open = [&](Store** out) {
     if (store == nullptr) {
-      ARC_V3_RETURN_IF_ERROR(OpenStore(store_url, pull.store, &store));
+      ARC_V3_RETURN_IF_ERROR(OpenStore(store_url, pull.transfer_options(), &store));
     }
     *out = store.get();
     return Status::Ok();
@@ -241,7 +241,7 @@ Status Follow(const std::string& store_url, const std::string& dir, const PullOp
     return Status::Ok();
   };
   const auto note = [&](const FollowEvent& event) { return !on_event || on_event(event, nullptr); };
-  return FollowLatest(open, held, !pull.trust.empty(), options, pull_step, note);
+  return FollowLatest(open, held, !pull.trusted_keys.empty(), options, pull_step, note);
 }
 
 }  // namespace sync

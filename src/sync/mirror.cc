@@ -105,7 +105,7 @@ class TempFile {
 
 class Mirrorer {
  public:
-  Mirrorer(Store* src, Store* dst, const MirrorOptions& o, MirrorReport* report)
+  Mirrorer(Store* src, Store* dst, const MirrorOptions& o, MirrorResult* report)
       : src_(src), dst_(dst), o_(o), report_(report) {}
 
   Status Run(bool anchor_route) {
@@ -114,6 +114,10 @@ class Mirrorer {
     ARC_V3_RETURN_IF_ERROR(DstLatest(&report_->from_step));
     report_->to_step = report_->from_step;
     uint64_t target = o_.step;
+    if (target != kLatestStep && target > kMaxStep) {
+      return Status(ErrorCode::kInvalidArgument, "there is no step " + std::to_string(target) +
+                                                     " (kLatestStep asks for the newest)");
+    }
     if (target == kLatestStep) {
       ARC_V3_RETURN_IF_ERROR(ReadLatest(src_, &target, nullptr));
       target = ProbeLater(src_, target);
@@ -498,7 +502,7 @@ class Mirrorer {
   Store* src_;
   Store* dst_;
   const MirrorOptions& o_;
-  MirrorReport* report_;
+  MirrorResult* report_;
   Trust trust_;
   std::string work_dir_;
   std::set<std::string> copied_layouts_;  // layout keys this run wrote to DST (or found there)
@@ -508,9 +512,9 @@ class Mirrorer {
 }  // namespace
 
 Status Mirror(Store* src, Store* dst, const MirrorOptions& options, bool anchor_route,
-              MirrorReport* report) {
+              MirrorResult* report) {
   const auto start = std::chrono::steady_clock::now();
-  *report = MirrorReport();
+  *report = MirrorResult();
   if (!dst->writable()) {
     return Status(ErrorCode::kInvalidArgument,
                   dst->url() +
@@ -526,7 +530,7 @@ Status Mirror(Store* src, Store* dst, const MirrorOptions& options, bool anchor_
 Status FollowMirror(
     const std::string& src_url, const std::string& dst_url, const MirrorOptions& options,
     const FollowOptions& follow,
-    const std::function<bool(const FollowEvent& event, const MirrorReport* mirrored)>& on_event) {
+    const std::function<bool(const FollowEvent& event, const MirrorResult* mirrored)>& on_event) {
   std::unique_ptr<Store> dst, src;
   ARC_V3_RETURN_IF_ERROR(OpenStore(dst_url, ToStoreOptions(options.store, /*create=*/true), &dst));
   uint64_t held = kNoStep;
@@ -542,7 +546,7 @@ Status FollowMirror(
   const auto mirror = [&](Store* from, uint64_t step, bool anchor, FollowEvent* event, bool* stop) {
     MirrorOptions o = options;
     o.step = step;
-    MirrorReport report;
+    MirrorResult report;
     ARC_V3_RETURN_IF_ERROR(Mirror(from, dst.get(), o, anchor, &report));
     event->step = report.to_step;
     event->lag_seconds = report.published_at > 0 ? UnixSeconds() - report.published_at : 0;

@@ -319,7 +319,7 @@ Status ReadBase(Store* store, const PublishOptions& o, uint64_t base_step, Shard
 // them in the record, and checks them against `next` and the base; reads the index.
 Status Encode(const PublishOptions& o, const checkpoint::Checkpoint& prev, const checkpoint::Checkpoint& next,
               bool in_memory, Publication* p, PublishReport* report) {
-  checkpoint::RunOptions run = o.run;
+  checkpoint::RunOptions run(o.checkpoint);
   run.sync = false;  // scratch files, uploaded and deleted
   run.row_order = true;  // a region's row slice reads few ranges of each object
   const bool anchor = prev.empty() || (o.anchor_every > 0 && o.step % o.anchor_every == 0);
@@ -424,6 +424,28 @@ Status UploadAll(Store* store, const Publication& p, PublishReport* report) {
   return Status::Ok();
 }
 
+StoredObject Stored(const ObjectRef& ref) {
+  StoredObject o;
+  if (ref.present()) {
+    o.key = ref.key;
+    o.bytes = ref.size;
+  }
+  return o;
+}
+
+// The public result's view of report->record.
+void Describe(PublishReport* report) {
+  const ShardRecord& r = report->record;
+  report->step = r.step;
+  report->shard = r.shard;
+  report->count = r.count;
+  report->file = r.file;
+  report->file_bytes = r.file_size;
+  report->delta = Stored(r.delta);
+  report->anchor = Stored(r.anchor);
+  report->index = Stored(r.index);
+}
+
 }  // namespace
 
 Status PublishCheckpoints(Store* store, const PublishOptions& o, const checkpoint::Checkpoint& prev,
@@ -433,7 +455,7 @@ Status PublishCheckpoints(Store* store, const PublishOptions& o, const checkpoin
   if (!store->writable()) return Status(ErrorCode::kInvalidArgument, store->url() + " is read-only");
   Publication p;
   ARC_V3_RETURN_IF_ERROR(NewRecord(o, prev, next, &p.r));
-  ARC_V3_RETURN_IF_ERROR(LoadSigner(o.sign_key, o.trust, &p.signer));
+  ARC_V3_RETURN_IF_ERROR(LoadSigner(o.sign_key, o.trusted_keys, &p.signer));
   if (p.r.base_step != kNoStep) {
     ARC_V3_RETURN_IF_ERROR(ReadBase(store, o, p.r.base_step, &p.base));
     p.r.base_incarnation = p.base.incarnation;
@@ -459,6 +481,7 @@ Status PublishCheckpoints(Store* store, const PublishOptions& o, const checkpoin
   report->committed = commit.committed;
   report->pending = commit.pending;
   report->record = std::move(p.r);
+  Describe(report);
   report->total_seconds = SecondsSince(start);
   return Status::Ok();
 }
@@ -471,9 +494,9 @@ std::string DefaultIncarnation() {
   return kDefaultIncarnation;
 }
 
-Status CheckPublishKeys(const std::string& sign_key, const std::vector<std::string>& trust) {
+Status CheckPublishKeys(const std::string& sign_key, const std::vector<std::string>& trusted_keys) {
   Signer signer;
-  return LoadSigner(sign_key, trust, &signer);
+  return LoadSigner(sign_key, trusted_keys, &signer);
 }
 
 Status Publish(Store* store, const PublishOptions& o, PublishReport* report) {

@@ -255,7 +255,7 @@ Status TakeRoute(Store* store, const std::string& dir, const PullOptions& o, Avo
   // first, as if every object had been fetched before the first was applied.
   Status s, applied;
   if (partial) {
-    s = FetchPieces(store, o.store, UINT64_MAX, &plan->select, &staged.fetched, report, kPrefetchBudget, trust);
+    s = FetchPieces(store, o.transfer_options(), UINT64_MAX, &plan->select, &staged.fetched, report, kPrefetchBudget, trust);
   } else {
     ObjectFeed feed(store, o, trust, &staged.fetched, report);
     s = feed.Start();
@@ -305,7 +305,7 @@ Status PullLocked(Store* store, const std::string& dir, const PullOptions& o, Av
   const DirState& state = plan.state;
   const bool have_state = plan.have_state && !o.reset;
 
-  ARC_V3_RETURN_IF_ERROR(LoadTrust(o.trust, &plan.trust));
+  ARC_V3_RETURN_IF_ERROR(LoadTrust(o.trusted_keys, &plan.trust));
   if (have_state) ARC_V3_RETURN_IF_ERROR(KeptTrust(dir, state, plan.trust.on()));
   // Under trust DIR's files are a base only if a trusting pull wrote them: the chain from
   // them then links by SHA-256 (PlanRoute); else the pull goes by an anchor.
@@ -379,7 +379,7 @@ Status Pull(Store* store, const std::string& dir, const PullOptions& options, Pu
 
 Status CheckTrustKept(const std::string& dir, const PullOptions& options) {
   DirState state;
-  if (options.reset || !options.trust.empty() || !ReadState(dir, &state).ok()) return Status::Ok();
+  if (options.reset || !options.trusted_keys.empty() || !ReadState(dir, &state).ok()) return Status::Ok();
   return KeptTrust(dir, state, false);
 }
 

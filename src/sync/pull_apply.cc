@@ -406,13 +406,14 @@ Status ApplyRoute(StagedRoute* plan, ObjectFeed* feed, const PullOptions& o, Pul
     files.objects = &object_of[h];
     files.current = current;
     files.stage = stage.Path("");
-    files.sync = h + 1 == route.hops.size() && o.run.sync;
+    files.sync = h + 1 == route.hops.size() && o.checkpoint.sync;
     for (size_t k = 0; k < files.hop->m.count; ++k) {
       const std::string& name = files.hop->m.shards[k].file;
       files.outs.push_back(partial ? stage.Path("rows/" + std::to_string(h) + "-" + name) : stage.Path(name));
     }
-    ARC_V3_RETURN_IF_ERROR(partial ? ApplyRowsHop(&files, select, fetched, o.run.threads, report)
-                                   : ApplyFilesHop(&files, fetched, feed, o.run, report));
+    const checkpoint::RunOptions run(o.checkpoint);
+    ARC_V3_RETURN_IF_ERROR(partial ? ApplyRowsHop(&files, select, fetched, run.threads, report)
+                                   : ApplyFilesHop(&files, fetched, feed, run, report));
     report->steps.push_back(files.hop->m.step);
   }
   return Status::Ok();

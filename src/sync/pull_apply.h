@@ -40,7 +40,8 @@ class ObjectFeed {
  public:
   ObjectFeed(Store* store, const PullOptions& o, const Trust& trust, std::vector<Fetched>* fetched,
              PullReport* report)
-      : store_(store), o_(o), trust_(trust), fetched_(*fetched), report_(report), state_(fetched->size()) {}
+      : store_(store), transfer_(o.transfer_options()), trust_(trust), fetched_(*fetched), report_(report),
+        state_(fetched->size()) {}
   ~ObjectFeed() { Join(); }
 
   // Fails only if no thread could be started (any one thread downloads every object).
@@ -50,9 +51,9 @@ class ObjectFeed {
     start_ = Clock::now();
     uint64_t bytes = 0;
     for (const Fetched& f : fetched_) bytes += f.ref.size;
-    const uint64_t part = std::max<uint64_t>(1, o_.store.part_bytes);
+    const uint64_t part = std::max<uint64_t>(1, transfer_.part_bytes);
     const uint64_t parts = fetched_.empty() ? 1 : std::max<uint64_t>(1, (bytes / fetched_.size() + part - 1) / part);
-    const int connections = std::max(1, o_.store.connections);
+    const int connections = std::max(1, transfer_.connections);
     const size_t workers = WorkerCount(static_cast<int>(std::max<uint64_t>(1, connections / parts)), fetched_.size());
     const Status s = StatusOrCaught([&] {
       for (size_t w = 0; w < workers; ++w) threads_.emplace_back([this] { Work(); });
@@ -92,11 +93,11 @@ class ObjectFeed {
   void Work() {
     for (size_t i = next_++; i < fetched_.size(); i = next_++) {
       const Fetched& f = fetched_[i];
-      Status fetch = StatusOrCaught([&] { return store_->GetToFile(f.ref.key, f.path, f.ref.size, o_.store); });
+      Status fetch = StatusOrCaught([&] { return store_->GetToFile(f.ref.key, f.path, f.ref.size, transfer_); });
       const auto verify_start = Clock::now();
       Status verify = fetch.ok() ? StatusOrCaught([&] { return VerifyObject(f, store_, trust_); }) : Status::Ok();
       std::lock_guard<std::mutex> lock(mutex_);
-      report_->requests += std::max<uint64_t>(1, (f.ref.size + o_.store.part_bytes - 1) / o_.store.part_bytes);
+      report_->requests += std::max<uint64_t>(1, (f.ref.size + transfer_.part_bytes - 1) / transfer_.part_bytes);
       if (fetch.ok()) {
         report_->fetched_bytes += f.ref.size;
         report_->verify_seconds += SecondsSince(verify_start);
@@ -113,7 +114,7 @@ class ObjectFeed {
   }
 
   Store* store_;
-  const PullOptions& o_;
+  const StoreOptions transfer_;
   const Trust& trust_;
   const std::vector<Fetched>& fetched_;
   PullReport* report_;

@@ -40,8 +40,8 @@ Publisher::~Publisher() = default;
 
 Status Publisher::Open(const std::string& store_url, const PublisherOptions& options,
                        std::unique_ptr<Publisher>* publisher) {
-  if (options.world_size == 0 || options.rank >= options.world_size || options.world_size > sync::kMaxShards) {
-    return Status(ErrorCode::kInvalidArgument, "rank must be below world_size (at most " +
+  if (options.count == 0 || options.shard >= options.count || options.count > sync::kMaxShards) {
+    return Status(ErrorCode::kInvalidArgument, "shard must be below count (at most " +
                                                    std::to_string(sync::kMaxShards) + ")");
   }
   // The key first: a publisher that cannot sign leaves no new store directory behind.
@@ -55,7 +55,7 @@ Status Publisher::Open(const std::string& store_url, const PublisherOptions& opt
   impl->file_name = options.file_name;
   if (impl->file_name.empty()) {
     char name[64];
-    std::snprintf(name, sizeof(name), "model-%05u-of-%05u.safetensors", options.rank + 1, options.world_size);
+    std::snprintf(name, sizeof(name), "model-%05u-of-%05u.safetensors", options.shard + 1, options.count);
     impl->file_name = name;
   }
   publisher->reset(new Publisher(std::move(impl)));
@@ -77,13 +77,13 @@ Status Publisher::Publish(uint64_t step, const std::vector<NamedTensor>& tensors
   sync::PublishOptions o;
   o.step = step;
   o.base_step = p.last_step;
-  o.shard = p.options.rank;
-  o.count = p.options.world_size;
+  o.shard = p.options.shard;
+  o.count = p.options.count;
   o.anchor_every = p.options.anchor_every;
   o.incarnation = p.options.incarnation.empty() ? sync::DefaultIncarnation() : p.options.incarnation;
   o.sign_key = p.options.sign_key;
-  o.run.threads = p.options.threads;
-  o.run.effort = p.options.effort;
+  o.checkpoint.threads = p.options.threads;
+  o.checkpoint.effort = p.options.effort;
   sync::PublishReport report;
   ARC_V3_RETURN_IF_ERROR(sync::PublishCheckpoints(p.store.get(), o, prev, next, /*in_memory=*/true, &report));
   // The base of the next delta: a copy of what was just published.
@@ -362,7 +362,7 @@ Status Follower::Pull(uint64_t step, FollowResult* result) {
   sync::PullReport report;
   sync::Hop target;
   ARC_V3_RETURN_IF_ERROR(
-      sync::ReadTarget(f.store.get(), step == kLatestStep ? sync::kNoStep : step, &target, &report, f.trust));
+      sync::ReadTarget(f.store.get(), step, &target, &report, f.trust));
   ARC_V3_RETURN_IF_ERROR(sync::CheckProgress(f.trust, f.held.step, f.held.run, target.m, "the follower"));
   result->step = target.m.step;
   result->published_at = target.m.published_at;

@@ -231,7 +231,12 @@ Status LoadRoute(Store* store, const Select* select, LayoutCache* layouts, Route
 
 
 Status ReadTarget(Store* store, uint64_t step, Hop* target, PullReport* report, const Trust& trust) {
-  const bool latest = step == kNoStep;
+  const bool latest = step == kLatestStep;
+  if (!latest && step > kMaxStep) {
+    return Status(ErrorCode::kInvalidArgument,
+                  "there is no step " + std::to_string(step) + ": steps are at most " +
+                      std::to_string(kMaxStep) + " (kLatestStep asks for the newest)");
+  }
   if (latest) {
     Status s = ReadLatest(store, &step, nullptr);
     report->requests += 1;

@@ -84,7 +84,8 @@ inline Status NoOtherRoute(const Status& met, const std::string& route, const St
 Status LoadRoute(Store* store, const Select* select, LayoutCache* layouts, Route* route, PullReport* report,
                  const Trust& trust = Trust());
 
-// Reads the root of `step` (kNoStep: the latest, probing past the pointer).
+// Reads the root of `step` (kLatestStep: the latest, probing past the pointer); a step
+// above kMaxStep is kInvalidArgument.
 Status ReadTarget(Store* store, uint64_t step, Hop* target, PullReport* report, const Trust& trust = Trust());
 
 

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,46 +26,29 @@
 namespace arc_v3 {
 namespace sync {
 
-struct PublishOptions {
-  uint64_t step = 0;
-  std::string next;  // this shard's safetensors file of `step`
-  std::string prev;  // its file of the base step; empty: publish an anchor only
-  uint64_t base_step = kNoStep;  // the step `prev` is; kNoStep: step - 1
-  uint32_t shard = 0, count = 1;
-  // Which start of the trainer publishes (1 to 64 of [A-Za-z0-9._-]): a trainer restarted
-  // mid-step publishes under a new one, whose records supersede the old ones' until the
-  // step is committed (a committed step never changes).
-  std::string incarnation = kDefaultIncarnation;
-  // An anchor is also written when step % anchor_every == 0 (0: only without `prev`).
-  uint64_t anchor_every = 10;
-  // A sharded checkpoint's model.safetensors.index.json, carried to full pulls verbatim.
-  // "": Publish takes the one beside `next` if its weight_map names next's file.
-  std::string index;
-  bool no_index = false;  // carry none
-  std::string work_dir;  // where containers are written before upload ("": $TMPDIR or /tmp)
-  checkpoint::RunOptions run;  // threads, effort
-  // A PEM Ed25519 private key ("": none): the shard signs its record, and a completer
-  // signs the group indexes and the root it writes, after checking that the records (and
-  // group indexes) it read are signed by this key or one of `trust` (PROTOCOL.md, "Signed steps").
-  std::string sign_key;
-  std::vector<std::string> trust;  // PEM public keys whose signed records a completer takes too
-};
+// The documents' "no step" (protocol.h) is the public one; kLatestStep is no step number.
+static_assert(kNoStep == ::arc_v3::kNoStep && ::arc_v3::kLatestStep > kMaxStep, "step sentinels");
 
 // The incarnation a publisher names when not told: $ARC_V3_INCARNATION, else
 // "restart-" + $TORCHELASTIC_RESTART_COUNT (torchrun), else "0".
 std::string DefaultIncarnation();
 
-struct PublishReport {
+// What Publish takes: the public PublishFileOptions (arc_v3_sync.hpp). Its `incarnation`
+// is 1 to 64 of [A-Za-z0-9._-] (a trainer restarted mid-step publishes under a new one,
+// whose records supersede the old ones' until the step is committed): "0" by default,
+// DefaultIncarnation() where a public caller left it empty. Its `store` is not read (the
+// store is open), nor the checkpoint options that do not apply to publishing.
+struct PublishOptions : PublishFileOptions {
+  PublishOptions() { incarnation = kDefaultIncarnation; }
+  explicit PublishOptions(const PublishFileOptions& options) : PublishFileOptions(options) {
+    if (incarnation.empty()) incarnation = DefaultIncarnation();
+  }
+};
+
+// What Publish says: the public PublishFileResult (arc_v3_sync.hpp), and the record it
+// describes (with already_published: the first publish's).
+struct PublishReport : PublishFileResult {
   ShardRecord record;
-  bool committed = false;  // the step is committed (by this call or another shard)
-  std::string pending;     // why not, e.g. "waiting for shards 1, 3 of 4"
-  // The shard had published this same file for the step before (same name, base step and
-  // tensors): nothing was uploaded and `record` is the first publish's.
-  bool already_published = false;
-  std::string note;  // what of this call's options the first publish's objects override
-  uint64_t uploaded_bytes = 0, uploaded_objects = 0;
-  double encode_seconds = 0, hash_seconds = 0, upload_seconds = 0, commit_seconds = 0;
-  double total_seconds = 0;
 };
 
 // Publishes one shard's file for a step and commits the step if it is complete.
@@ -77,7 +61,7 @@ Status Publish(Store* store, const PublishOptions& options, PublishReport* repor
 // Loads a publisher's signing key and trusted keys as Publish would (kInvalidArgument
 // naming a file that is not one): for a caller that checks them before opening (and so
 // creating) a store.
-Status CheckPublishKeys(const std::string& sign_key, const std::vector<std::string>& trust);
+Status CheckPublishKeys(const std::string& sign_key, const std::vector<std::string>& trusted_keys);
 // The same from opened checkpoints (options.next and options.prev unused): `prev` empty
 // for an anchor alone, `next` one file (e.g. Checkpoint::FromMemory of a trainer rank's
 // tensors). `in_memory`: containers stay in memory instead of options.work_dir.
@@ -93,7 +77,7 @@ struct CommitResult {
 // base step is committed (committing the base first when it can): completes each group,
 // then writes the step root. Racing committers write one root: the first wins, the others
 // find it. Then moves `latest` forward.
-// `sign_key`: as PublishOptions::sign_key.
+// `sign_key`: as PublishFileOptions::sign_key.
 Status CommitStep(Store* store, uint64_t step, uint32_t count, const std::string& incarnation,
                   CommitResult* result, const std::string& sign_key = "");
 
@@ -101,32 +85,22 @@ Status CommitStep(Store* store, uint64_t step, uint32_t count, const std::string
 // StoreOptions::create.
 StoreOptions ToStoreOptions(const StoreSettings& settings, bool create = false);
 
-using PullReport = PullFilesReport;  // of arc_v3_sync.hpp
-using ::arc_v3::PruneReport;
+using PullReport = PullFilesResult;  // of arc_v3_sync.hpp
+using ::arc_v3::PruneResult;
 using ::arc_v3::StepVerdict;
 
-struct PullOptions {
-  uint64_t step = kNoStep;  // kNoStep: the latest
-  // Partial pull: only tensors whose whole name matches this ECMAScript regex ("": all),
-  // and of them rows [row_begin, row_end) of the first dimension.
-  std::string tensors;
-  uint64_t row_begin = 0, row_end = UINT64_MAX;
-  // Rebuild from the nearest anchor whatever DIR holds (its files are replaced).
-  bool reset = false;
-  // Take a DIR that holds files but was never pulled into (kAlreadyExists otherwise):
-  // files of the step's names are replaced, others left alone.
-  bool force = false;
-  // PEM public keys of the trainers a region trusts (PROTOCOL.md, "Signed steps"); none: steps
-  // are taken unauthenticated. With keys, a step that is unsigned, signed by another key,
-  // differs from a signed digest, is older than DIR's or of another run is kUntrusted,
-  // found before the bytes in question are decoded and before anything reaches DIR
-  // (older and other-run steps are taken with `reset`).
-  std::vector<std::string> trust;
+// What Pull takes: the public PullFilesOptions (arc_v3_sync.hpp), and what only the library
+// and its tests set.
+struct PullOptions : PullFilesOptions {
+  PullOptions() = default;
+  explicit PullOptions(const PullFilesOptions& options) : PullFilesOptions(options) {}
+  // The pull's transfers where a test needs other timings or part sizes than `store` gives
+  // (unset: ToStoreOptions(store)).
+  std::optional<StoreOptions> transfers;
+  StoreOptions transfer_options() const { return transfers ? *transfers : ToStoreOptions(store); }
   // Take the anchor route even where DIR's chain costs less: a follower whose chain met a
   // refused step goes around it by the next anchor.
   bool anchor_route = false;
-  checkpoint::RunOptions run;
-  StoreOptions store;
   // Test hooks. `hook` is called at "planned" (the route is chosen, nothing fetched),
   // "fetched" (every object downloaded; a full pull has decoded them by then, a partial
   // pull decodes after it) and "commit" (DIR's new files complete, before
@@ -151,19 +125,19 @@ Status Follow(const std::string& store_url, const std::string& dir, const PullOp
               const std::function<bool(const FollowEvent& event, const PullReport* pulled)>& on_event);
 
 using ::arc_v3::MirrorOptions;
-using ::arc_v3::MirrorReport;
+using ::arc_v3::MirrorResult;
 
 // Copies SRC's committed steps up to options.step into DST (PROTOCOL.md, "Mirroring").
 // `anchor_route`: start at the target's anchor step unless DST holds a step above it
 // (never walk below the anchor step). options.store is not used: the stores are open.
 Status Mirror(Store* src, Store* dst, const MirrorOptions& options, bool anchor_route,
-              MirrorReport* report);
+              MirrorResult* report);
 
 // Mirror for each step of SRC newer than DST's latest, in the loop of FollowLatest.
 Status FollowMirror(const std::string& src_url, const std::string& dst_url,
                     const MirrorOptions& options, const FollowOptions& follow,
                     const std::function<bool(const FollowEvent& event,
-                                             const MirrorReport* mirrored)>& on_event);
+                                             const MirrorResult* mirrored)>& on_event);
 
 // kUntrusted where `dir` was pulled trusting keys and `options` name none (and no reset):
 // trust is not switched off by leaving the keys out (PROTOCOL.md, "Trust is kept").
@@ -185,11 +159,12 @@ struct StepListing {
 Status ListSteps(Store* store, std::vector<StepListing>* steps, bool load_records = true);
 
 // Checks every committed step's documents as a trusting region would (PROTOCOL.md, "Signed
-// steps"): its root signed by one of `trust` (PEM public key files), its group indexes,
+// steps"): its root signed by one of `trusted_keys` (PEM public key files), its group indexes,
 // layouts and records of their signed SHA-256, each record naming its objects by SHA-256,
 // and its link to its base root. Objects are not downloaded (a pull checks them). An
 // error naming a key file is returned; a step that fails is a verdict.
-Status VerifySteps(Store* store, const std::vector<std::string>& trust, std::vector<StepVerdict>* verdicts);
+Status VerifySteps(Store* store, const std::vector<std::string>& trusted_keys,
+                   std::vector<StepVerdict>* verdicts);
 
 // Writes a new Ed25519 key pair: `path` (private, mode 0600) and `path`.pub (neither may
 // exist: kAlreadyExists); `key_id` gets the id signatures name.
@@ -201,7 +176,7 @@ Status GenerateKey(const std::string& path, std::string* key_id);
 // pieces are gone. `dry_run` only reports. With `min_age_seconds`, a step committed less
 // than that long ago keeps everything back to its anchor step: a slow region may still be
 // fetching the route that step's root named when it started.
-Status Prune(Store* store, uint32_t keep_anchors, bool dry_run, PruneReport* report, double min_age_seconds = 0);
+Status Prune(Store* store, uint32_t keep_anchors, bool dry_run, PruneResult* report, double min_age_seconds = 0);
 
 }  // namespace sync
 }  // namespace arc_v3

@@ -7,7 +7,7 @@ For every case: the store is copied (the committed one is only read), each recor
 runs into a fresh directory (a chained one into a copy of its earlier pull's directory),
 and must exit as recorded, with every file outside .arc_v3/ of the recorded SHA-256 and
 size and no other file. Then one byte of a copied object is flipped: a signed store pulled
-with --trust must refuse it as untrusted (exit 8), an unsigned one as damaged (exit 4),
+with --trusted-keys must refuse it as untrusted (exit 8), an unsigned one as damaged (exit 4),
 each leaving the directory without a file.
 """
 import glob
@@ -43,7 +43,7 @@ def run_pull(cli, store, dest, case_dir, pl, step="default", trust="default"):
     if step is not None:
         args += ["--step", str(step)]
     for key in (pl.get("trust") or []) if trust == "default" else trust:
-        args += ["--trust", os.path.join(case_dir, key)]
+        args += ["--trusted-keys", os.path.join(case_dir, key)]
     if pl.get("tensors") is not None:
         args += ["--tensors", pl["tensors"]]
     if pl.get("rows") is not None:
@@ -103,7 +103,7 @@ def flip_one(store, step):
 
 
 def check_tamper(cli, work, case_dir, case):
-    """A flipped byte in the latest step's delta: exit 8 when signed (with --trust), 4 else."""
+    """A flipped byte in the latest step's delta: exit 8 when signed (with --trusted-keys), 4 else."""
     trusted = [pl for pl in case["pulls"] if pl["expect"] == "ok" and pl.get("step") is None
                and pl.get("tensors") is None and pl.get("rows") is None and pl.get("after") is None]
     if not trusted:
@@ -129,7 +129,7 @@ def main():
         print(__doc__.strip().splitlines()[2].strip())
         return 2
     cli, golden = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
-    for var in ("ARC_V3_TRUST", "ARC_V3_SIGN_KEY"):
+    for var in ("ARC_V3_TRUST", "ARC_V3_TRUSTED_KEYS", "ARC_V3_SIGN_KEY"):
         os.environ.pop(var, None)
     cases = sorted(glob.glob(os.path.join(golden, "stores", "*", "case.json")))
     if len(cases) < 4:

@@ -1,7 +1,7 @@
 #!/bin/bash
 # End-to-end test of `arc_v3 mirror` with real processes: a trainer publishes signed steps
-# into SRC while `arc_v3 mirror --follow --trust` copies them into DST and a region's
-# `arc_v3 follow --trust` follows DST. The mirror is killed with SIGKILL in the middle of
+# into SRC while `arc_v3 mirror --follow --trusted-keys` copies them into DST and a region's
+# `arc_v3 follow --trusted-keys` follows DST. The mirror is killed with SIGKILL in the middle of
 # copying steps (some of a step's objects in DST, not its root) and restarted; after each
 # kill DST is a valid store (a pull of its latest succeeds and is bit-exact), and the
 # region reaches the trainer's last step bit-exactly. Then DST is pruned on its own.
@@ -162,7 +162,7 @@ publish_step() {  # STORE STEP: both shards, signed (the second commits)
 valid() {
   local dst="$1" w="$2"
   rm -rf "$w/check"
-  "$CLI" pull "$dst" "$w/check" --trust trainer.key.pub --json > "$w/check.json" 2> "$w/check.err"
+  "$CLI" pull "$dst" "$w/check" --trusted-keys trainer.key.pub --json > "$w/check.json" 2> "$w/check.err"
   local rc=$?
   if [ "$rc" = 6 ] && grep -q "no committed step yet" "$w/check.err"; then return 0; fi
   [ "$rc" = 0 ] || { cat "$w/check.err"; fail "a pull of $dst after the kill exited $rc"; }
@@ -172,7 +172,7 @@ valid() {
 }
 
 start_mirror() {  # SRC DST LOG
-  "$CLI" mirror "$1" "$2" --follow --trust trainer.key.pub --interval 0.05 --parallel 1 --json \
+  "$CLI" mirror "$1" "$2" --follow --trusted-keys trainer.key.pub --interval 0.05 --parallel 1 --json \
     > "$3" 2>> "$W/mirror.err" &
   MIRROR=$!
   BG_PIDS+=("$MIRROR")
@@ -184,7 +184,7 @@ run_kind() {
   W="$T/$KIND" && mkdir -p "$W"
   publish_step "$src" 0
   start_mirror "$src" "$dst" "$W/mirror.0.log"
-  timeout 120 "$CLI" follow "$dst" "$W/region" --trust trainer.key.pub --interval 0.05 --until "$LAST" \
+  timeout 120 "$CLI" follow "$dst" "$W/region" --trusted-keys trainer.key.pub --interval 0.05 --until "$LAST" \
     --json > "$W/follow.log" 2> "$W/follow.err" &
   local follower=$!
   BG_PIDS+=("$follower")
@@ -228,19 +228,19 @@ run_kind() {
     [ "$skipped" -ge 1 ] || fail "no restarted mirror skipped an object the killed one had copied"
   fi
   # A one-shot mirror now has nothing to do; DST verifies as signed; DST is pruned on its own.
-  expect_rc 0 "$CLI" mirror "$src" "$dst" --trust trainer.key.pub --json
+  expect_rc 0 "$CLI" mirror "$src" "$dst" --trusted-keys trainer.key.pub --json
   grep -q '"up_to_date": true' out.txt || { cat out.txt; fail "a second mirror copied again"; }
-  expect_rc 0 "$CLI" log "$dst" --verify --trust trainer.key.pub
+  expect_rc 0 "$CLI" log "$dst" --verify --trusted-keys trainer.key.pub
   expect_rc 0 "$CLI" prune "$dst" --keep-anchors 1 --json
   expect_rc 0 "$CLI" log "$src" --json
   "$PY" -c 'import json,sys; s=json.load(open(sys.argv[1])); sys.exit(0 if s[0]["step"] == 0 else 1)' out.txt ||
     fail "pruning DST touched SRC"
   rm -rf "$W/fresh"
-  expect_rc 0 "$CLI" pull "$dst" "$W/fresh" --trust trainer.key.pub
+  expect_rc 0 "$CLI" pull "$dst" "$W/fresh" --trusted-keys trainer.key.pub
   cmp -s "$W/fresh/$F0" "data/step$LAST/$F0" || fail "a pull of the pruned DST is not step $LAST"
   # Another trust: refused (exit 8), DST untouched.
   expect_rc 0 "$CLI" keygen other.key
-  expect_rc 8 "$CLI" mirror "$src" "$W/other-dst" --trust other.key.pub
+  expect_rc 8 "$CLI" mirror "$src" "$W/other-dst" --trusted-keys other.key.pub
   rm -f other.key other.key.pub
   echo "ok [$KIND]: $killed kills seen mid-step, $((runs - 1)) restarts, region at step $LAST bit-exact"
 }

@@ -441,7 +441,7 @@ run_store() {
 }
 
 # run_signed KIND STORE: the README's three commands with keys (keygen, publish
-# --sign-key, pull/follow --trust), log --verify, and an attacker with the bucket's
+# --sign-key, pull/follow --trusted-keys), log --verify, and an attacker with the bucket's
 # credentials (arc_v3 itself, and awscli or plain files) that a trusting region refuses.
 run_signed() {
   KIND="$1-signed"
@@ -463,35 +463,41 @@ run_signed() {
         --next "data/step$step/${FILES[$k]}" "${prev[@]}" --shard "$k/2" "${key[@]}" -q
     done
   done
-  expect_rc 0 "$CLI" pull "$S" "$W/R" --step 1 --trust "$W/trainer.key.pub"
+  expect_rc 0 "$CLI" pull "$S" "$W/R" --step 1 --trusted-keys "$W/trainer.key.pub"
   same_step "$W/R" 1 "trusting pull"
-  expect_rc 0 timeout 60 "$CLI" follow "$S" "$W/R" --interval 0.2 --until 2 --trust "$W/trainer.key.pub" -q
+  expect_rc 0 timeout 60 "$CLI" follow "$S" "$W/R" --interval 0.2 --until 2 --trusted-keys "$W/trainer.key.pub" -q
   same_step "$W/R" 2 "trusting follow"
   ! grep -q "not authenticated" err.txt || fail "a trusting follow says steps are not authenticated"
   expect_rc 0 timeout 60 "$CLI" follow "$S" "$W/Plain" --interval 0.2 --until 2 -q
-  grep -q "steps are not authenticated" err.txt || fail "follow without --trust says nothing: $(cat err.txt)"
+  grep -q "steps are not authenticated" err.txt || fail "follow without --trusted-keys says nothing: $(cat err.txt)"
   # Trust stays on: the trusting DIR refuses a pull or follow without keys, and an emptied
-  # ARC_V3_TRUST is no way to switch it off (exit 8, DIR unchanged).
+  # ARC_V3_TRUSTED_KEYS is no way to switch it off (exit 8, DIR unchanged).
   local held
   held="$(cd "$W/R" && find . -type f ! -name lock -exec sha256sum {} + | sort)"
   expect_rc 8 "$CLI" pull "$S" "$W/R"
-  grep -q "pulled trusting key" err.txt || fail "a pull without --trust of a trusting DIR: $(cat err.txt)"
+  grep -q "pulled trusting key" err.txt || fail "a pull without --trusted-keys of a trusting DIR: $(cat err.txt)"
   expect_rc 8 timeout 60 "$CLI" follow "$S" "$W/R" --interval 0.2 --until 2
-  ARC_V3_TRUST= expect_rc 8 "$CLI" pull "$S" "$W/R"
-  grep -q "ARC_V3_TRUST is set but empty" err.txt || fail "an empty ARC_V3_TRUST: $(cat err.txt)"
+  ARC_V3_TRUSTED_KEYS= expect_rc 8 "$CLI" pull "$S" "$W/R"
+  grep -q "ARC_V3_TRUSTED_KEYS is set but empty" err.txt || fail "an empty ARC_V3_TRUSTED_KEYS: $(cat err.txt)"
+  ARC_V3_TRUSTED_KEYS= expect_rc 8 "$CLI" pull "$S" "$W/Fresh"
+  [ ! -e "$W/Fresh" ] || fail "an empty ARC_V3_TRUSTED_KEYS made a directory"
+  # 1.x's spelling, ARC_V3_TRUST, is read too (and so refused empty).
   ARC_V3_TRUST= expect_rc 8 "$CLI" pull "$S" "$W/Fresh"
-  [ ! -e "$W/Fresh" ] || fail "an empty ARC_V3_TRUST made a directory"
+  grep -q "ARC_V3_TRUST is set but empty" err.txt || fail "an empty ARC_V3_TRUST: $(cat err.txt)"
   [ "$(cd "$W/R" && find . -type f ! -name lock -exec sha256sum {} + | sort)" = "$held" ] ||
     fail "a refused pull without keys changed DIR"
   # A trust file holds every key it lists (here the trainer's second); a private key
   # given for trust is refused, saying what to give.
   cat "$W/evil.key.pub" "$W/trainer.key.pub" > "$W/both.pub"
+  # --trust, 1.x's spelling of --trusted-keys, still works (hidden from --help).
   expect_rc 0 "$CLI" pull "$S" "$W/R" --trust "$W/both.pub"
-  expect_rc 1 "$CLI" pull "$S" "$W/R" --trust "$W/trainer.key"
-  grep -q "is a private key: trust takes the public half" err.txt || fail "a private key for --trust: $(cat err.txt)"
-  expect_rc 0 "$CLI" log "$S" --verify --trust "$W/trainer.key.pub"
+  "$CLI" pull --help | grep -q -- "--trusted-keys" || fail "pull --help names no --trusted-keys"
+  ! "$CLI" pull --help | grep -q -- "--trust " || fail "pull --help shows the old --trust"
+  expect_rc 1 "$CLI" pull "$S" "$W/R" --trusted-keys "$W/trainer.key"
+  grep -q "is a private key: trust takes the public half" err.txt || fail "a private key for --trusted-keys: $(cat err.txt)"
+  expect_rc 0 "$CLI" log "$S" --verify --trusted-keys "$W/trainer.key.pub"
   [ "$(grep -c ' verified (key ' out.txt)" = 3 ] || fail "log --verify: $(cat out.txt)"
-  expect_rc 8 "$CLI" log "$S" --verify --trust "$W/evil.key.pub"
+  expect_rc 8 "$CLI" log "$S" --verify --trusted-keys "$W/evil.key.pub"
   grep -q "NOT verified" out.txt || fail "log --verify with another key: $(cat out.txt)"
   # The attacker publishes its own step 3 (signed by its key, then unsigned): refused,
   # exit 8, DIR unchanged.
@@ -501,13 +507,13 @@ run_signed() {
     expect_rc 0 "$CLI" publish "$S" --step 3 --next "data/step3/${FILES[$k]}" --shard "$k/2" \
       --incarnation evil --sign-key "$W/evil.key" -q
   done
-  expect_rc 8 "$CLI" pull "$S" "$W/R" --trust "$W/trainer.key.pub" --json
+  expect_rc 8 "$CLI" pull "$S" "$W/R" --trusted-keys "$W/trainer.key.pub" --json
   [ "$(tool get out.txt error)" = untrusted ] || fail "pull of the attacker's step: $(cat out.txt)"
   [ "$(cd "$W/R" && find . -type f ! -name lock -exec sha256sum {} + | sort)" = "$before" ] ||
     fail "a refused pull changed DIR"
   # A trusting follow reports the step it refuses and goes on watching (stopped here by
   # timeout's TERM, exit 124), DIR unchanged.
-  expect_rc 124 timeout 3 "$CLI" follow "$S" "$W/R" --interval 0.2 --trust "$W/trainer.key.pub"
+  expect_rc 124 timeout 3 "$CLI" follow "$S" "$W/R" --interval 0.2 --trusted-keys "$W/trainer.key.pub"
   grep -q "refused step 3" err.txt || fail "a trusting follow of a forged step: $(cat err.txt)"
   [ "$(cd "$W/R" && find . -type f ! -name lock -exec sha256sum {} + | sort)" = "$before" ] ||
     fail "a refusing follow changed DIR"
@@ -525,7 +531,7 @@ run_signed() {
   "${get[@]}" "$W/root2.json" || fail "reading the root of step 2"
   tool unsign "$W/root2.json" "$W/plain.json"
   "${put[@]}" || fail "rewriting the root of step 2"
-  expect_rc 8 "$CLI" pull "$S" "$W/New" --step 2 --trust "$W/trainer.key.pub"
+  expect_rc 8 "$CLI" pull "$S" "$W/New" --step 2 --trusted-keys "$W/trainer.key.pub"
   grep -q "not signed" err.txt || fail "an unsigned root: $(cat err.txt)"
   [ ! -e "$W/New" ] || fail "a refused first pull left $W/New"
   expect_rc 0 "$CLI" pull "$S" "$W/Unauthenticated" --step 2

@@ -33,7 +33,7 @@ trap 'rm -rf "$W"' EXIT
 # publish's scratch containers go under $W too.
 mkdir -p "$W/tmp" && export TMPDIR="$W/tmp"
 export ARC_V3_INCARNATION=0
-unset ARC_V3_SIGN_KEY ARC_V3_TRUST
+unset ARC_V3_SIGN_KEY ARC_V3_TRUST ARC_V3_TRUSTED_KEYS
 
 fail() { echo "make_stores: $*" >&2; exit 1; }
 
@@ -293,7 +293,7 @@ pull() {
   while [ $# -gt 0 ]; do
     case "$1" in
       --step) step="$2"; args+=(--step "$2") ;;
-      --trust) trust="${trust:+$trust }$2"; args+=(--trust "$CASE/$2") ;;
+      --trust) trust="${trust:+$trust }$2"; args+=(--trusted-keys "$CASE/$2") ;;
       --tensors) tensors="$2"; args+=(--tensors "$2") ;;
       --rows) rows="$2"; args+=(--rows "$2") ;;
       --want) want="$2" ;;

@@ -280,7 +280,7 @@ World& GetWorld() {
         o.anchor_every = 3;
         o.no_index = true;
         o.work_dir = root;
-        o.run.threads = 1;
+        o.checkpoint.threads = 1;
         if (r == 1) o.sign_key = root + "/key";
         sync::PublishReport report;
         const Status s = sync::Publish(store.get(), o, &report);
@@ -291,8 +291,8 @@ World& GetWorld() {
         const std::string region = root + "/region" + std::to_string(r) + "_" + std::to_string(step);
         fs::create_directories(region);
         sync::PullOptions o;
-        o.run.threads = 1;
-        o.trust = run.trust;
+        o.checkpoint.threads = 1;
+        o.trusted_keys = run.trust;
         sync::PullReport report;
         const Status s = sync::Pull(store.get(), region, o, &report);
         FUZZ_CHECK(s.ok(), s.message().c_str());
@@ -316,7 +316,7 @@ std::map<std::string, std::vector<uint8_t>> Snapshot(const std::string& dir) {
 // Whether the follower holds `step` of the run, byte for byte, and nothing else.
 void CheckFollower(const World& w, const Follower& follower, uint64_t step) {
   const std::vector<FollowedTensor> tensors = follower.tensors();
-  if (step == kLatestStep) {
+  if (step == kNoStep) {
     FUZZ_CHECK(tensors.empty(), "a follower that holds no step holds tensors");
     return;
   }
@@ -347,7 +347,7 @@ void FuzzFollower(const World& w, const Run& run, uint64_t start, uint64_t ask, 
   options.fetch_ahead_bytes = (data[0] & 0x80) ? 1 : (uint64_t{64} << 20);  // piece by piece, or all at once
   std::unique_ptr<Follower> follower;
   FUZZ_CHECK(Follower::Open("fault://run", options, &follower).ok(), "cannot open the follower");
-  if (start != kLatestStep) {
+  if (start != kNoStep) {
     FollowResult result;
     const Status s = follower->Pull(start, &result);
     FUZZ_CHECK(s.ok(), s.message().c_str());
@@ -378,8 +378,8 @@ void FuzzDirectory(const World& w, const Run& run, const std::string& start, uin
   sync::PullOptions options;
   options.step = ask;
   options.reset = reset;
-  options.trust = run.trust;
-  options.run.threads = 1;
+  options.trusted_keys = run.trust;
+  options.checkpoint.threads = 1;
   options.store.connections = 1;
   const std::string dir = w.root + "/work";
   std::error_code ec;
@@ -387,7 +387,7 @@ void FuzzDirectory(const World& w, const Run& run, const std::string& start, uin
   CopyDir(start, dir);
   const auto before = Snapshot(dir);
   std::unique_ptr<sync::Store> store;
-  FUZZ_CHECK(sync::OpenStore("fault://run", options.store, &store).ok(), "cannot open the store");
+  FUZZ_CHECK(sync::OpenStore("fault://run", options.transfer_options(), &store).ok(), "cannot open the store");
   current.armed = true;
   current.script = data + 1;
   current.size = size - 1;
@@ -410,7 +410,7 @@ void FuzzDirectory(const World& w, const Run& run, const std::string& start, uin
     return;
   }
   FUZZ_CHECK(report.to_step >= 1 && report.to_step <= kSteps, "a pull ended at a step never published");
-  FUZZ_CHECK(ask == sync::kNoStep || report.to_step == ask, "a pull ended at another step");
+  FUZZ_CHECK(ask == kLatestStep || report.to_step == ask, "a pull ended at another step");
   uint64_t held = sync::kNoStep;
   FUZZ_CHECK(sync::DirectoryStep(dir, &held).ok() && held == report.to_step, "the directory records another step");
   for (uint32_t k = 0; k < kShards; ++k) {
@@ -436,7 +436,7 @@ int FuzzStoreFaults(const uint8_t* data, size_t size) {
   current.armed = false;
   current.previous.clear();
   if (choice & 0x40) {
-    FuzzFollower(w, run, start == 0 ? kLatestStep : start, ask, data, size);
+    FuzzFollower(w, run, start == 0 ? kNoStep : start, ask, data, size);
   } else {
     FuzzDirectory(w, run, run.regions[start], ask, (choice & 0x20) != 0, data, size);
   }

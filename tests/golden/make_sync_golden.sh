@@ -32,7 +32,7 @@ W="$(mktemp -d)"
 trap 'rm -rf "$W"' EXIT
 mkdir -p "$W/tmp" && export TMPDIR="$W/tmp"
 export ARC_V3_INCARNATION=0
-unset ARC_V3_SIGN_KEY ARC_V3_TRUST
+unset ARC_V3_SIGN_KEY ARC_V3_TRUST ARC_V3_TRUSTED_KEYS
 
 fail() { echo "make_sync_golden: $*" >&2; exit 1; }
 
@@ -236,7 +236,7 @@ pull() {
   while [ $# -gt 0 ]; do
     case "$1" in
       --step) step="$2"; args+=(--step "$2") ;;
-      --trust) trust="${trust:+$trust }$2"; args+=(--trust "$CASE/$2") ;;
+      --trust) trust="${trust:+$trust }$2"; args+=(--trusted-keys "$CASE/$2") ;;
       --tensors) tensors="$2"; args+=(--tensors "$2") ;;
       --rows) rows="$2"; args+=(--rows "$2") ;;
       --after) after="$2" ;;
@@ -336,7 +336,7 @@ that pulling them must give, bit for bit. Every later reader of protocol 2 must 
   `golden_sync_test`): the current CLI's `pull` of every case into a fresh directory (a
   chained case into the directory of its earlier pull), each file's SHA-256 and size as
   recorded, no other file; and a byte flipped in a copied object is refused (exit 8 from a
-  signed store with `--trust`, exit 4 from an unsigned one).
+  signed store with `--trusted-keys`, exit 4 from an unsigned one).
 - `tests/from_spec/check.py` (Bazel `//tests/from_spec:golden_from_spec_test`, CMake
   `golden_from_spec_test`): the implementation written from the specifications alone.
 

@@ -207,19 +207,19 @@ TEST_CASE("attack: trust stays on once taken; emptied keys are no way to switch 
     run.Write(2);
     PublishStep(store, run, 2, "", false, "plain");
     const auto before = Snapshot(dir);
-    Status s = PullTrusting(store, dir, kNoStep, {}, &r);
+    Status s = PullTrusting(store, dir, kLatestStep, {}, &r);
     CHECK(s.code() == ErrorCode::kUntrusted);
     CHECK(s.message().find("pulled trusting key") != std::string::npos);
     CHECK(Snapshot(dir) == before);
     PullOptions o;
-    o.store = test::FastRetries();
+    o.transfers = test::FastRetries();
     FollowOptions fo;
     fo.interval_seconds = 0.05;
     fo.until = 2;
     CHECK(Follow(b.url, dir, o, fo, nullptr).code() == ErrorCode::kUntrusted);
     CHECK(Snapshot(dir) == before);
     // The region's keys again: the unsigned step is refused, the trainer's taken.
-    CHECK(PullTrusting(store, dir, kNoStep, {pub}, &r).code() == ErrorCode::kUntrusted);
+    CHECK(PullTrusting(store, dir, kLatestStep, {pub}, &r).code() == ErrorCode::kUntrusted);
     REQUIRE(PullTrusting(store, dir, 1, {pub}, &r).ok());
     // Said explicitly, by a reset: the directory is pulled without trust from then on.
     o.reset = true;
@@ -360,8 +360,8 @@ TEST_CASE("attack: a trusting follower refuses a bad step, keeps what it holds, 
     // The same for a region's directory, by the same loop.
     events.clear();
     PullOptions o;
-    o.trust = {pub};
-    o.store = test::FastRetries();
+    o.trusted_keys = {pub};
+    o.transfers = test::FastRetries();
     s = Follow(b.url, dir, o, options, [&](const FollowEvent& e, const PullReport*) {
       events.push_back(e);
       return true;
@@ -403,10 +403,10 @@ TEST_CASE("attack: a FIFO or a member named twice in the store is refused at onc
     PullReport r;
     // `latest` naming two steps: one reading only.
     Put(store, "latest", "{\"format\":\"arc_v3-sync\",\"version\":2,\"kind\":\"latest\",\"step\":0,\"step\":7}\n");
-    Status s = PullTrusting(store, tmp / ("twice-" + b.name), kNoStep, {}, &r);
+    Status s = PullTrusting(store, tmp / ("twice-" + b.name), kLatestStep, {}, &r);
     CHECK(s.code() == ErrorCode::kCorruptHeader);
     CHECK(s.message().find("'step' twice") != std::string::npos);
-    CHECK(PullTrusting(store, tmp / ("twice-" + b.name), kNoStep, {pub}, &r).code() == ErrorCode::kUntrusted);
+    CHECK(PullTrusting(store, tmp / ("twice-" + b.name), kLatestStep, {pub}, &r).code() == ErrorCode::kUntrusted);
     Put(store, "latest", LatestJson(0));
     if (b.name != "local") continue;
     // A FIFO where `latest` is: no reader waits on it.
@@ -414,10 +414,10 @@ TEST_CASE("attack: a FIFO or a member named twice in the store is refused at onc
     REQUIRE(fs::remove(latest));
     REQUIRE(mkfifo(latest.c_str(), 0644) == 0);
     const auto start = std::chrono::steady_clock::now();
-    s = PullTrusting(store, tmp / "fifo", kNoStep, {}, &r);
+    s = PullTrusting(store, tmp / "fifo", kLatestStep, {}, &r);
     CHECK(s.code() == ErrorCode::kCorruptHeader);
     CHECK(s.message().find("not a regular file") != std::string::npos);
-    CHECK(PullTrusting(store, tmp / "fifo", kNoStep, {pub}, &r).code() == ErrorCode::kUntrusted);
+    CHECK(PullTrusting(store, tmp / "fifo", kLatestStep, {pub}, &r).code() == ErrorCode::kUntrusted);
     CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(20));
     CHECK(!fs::exists(tmp / "fifo"));
   }
@@ -432,7 +432,7 @@ TEST_CASE("attack: a publisher whose key cannot sign leaves no store behind") {
   o.next = run.Path(0, 0);
   o.count = 2;
   o.sign_key = tmp / "bad.key";
-  PublishFileReport report;
+  PublishFileResult report;
   const std::string store = tmp / "store";
   CHECK(PublishFile(store, o, &report).code() == ErrorCode::kInvalidArgument);
   CHECK(!fs::exists(store));

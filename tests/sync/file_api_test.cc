@@ -24,7 +24,7 @@ std::vector<std::vector<sync::test::TensorSpec>> TwoShards() {
 
 // Publishes both shards of `step` (`prev` from the step before; anchors without).
 void PublishStep(const std::string& url, const TrainerRun& run, uint64_t step, bool with_prev,
-                 const std::string& sign_key, std::vector<PublishFileReport>* reports) {
+                 const std::string& sign_key, std::vector<PublishFileResult>* reports) {
   reports->clear();
   for (uint32_t k = 0; k < run.shards(); ++k) {
     PublishFileOptions o;
@@ -36,7 +36,7 @@ void PublishStep(const std::string& url, const TrainerRun& run, uint64_t step, b
     o.anchor_every = 3;
     o.sign_key = sign_key;
     o.store.retries = 3;
-    PublishFileReport r;
+    PublishFileResult r;
     const Status s = PublishFile(url, o, &r);
     REQUIRE_MESSAGE(s.ok(), s.ToString());
     reports->push_back(r);
@@ -52,7 +52,7 @@ TEST_CASE("publish files, pull them into a checkpoint directory, list, verify an
     SUBCASE(b.name.c_str()) {
       // A local store that does not exist yet is made by the first publish.
       const std::string url = b.name == "local" ? b.url + "/new" : b.url;
-      std::vector<PublishFileReport> reports;
+      std::vector<PublishFileResult> reports;
       for (uint64_t step = 1; step <= 7; ++step) {
         if (step > 1) run.Advance();
         run.Write(step);
@@ -75,7 +75,7 @@ TEST_CASE("publish files, pull them into a checkpoint directory, list, verify an
       again.shard = 1;
       again.count = 2;
       again.sign_key = tmp / "key";
-      PublishFileReport r;
+      PublishFileResult r;
       REQUIRE(PublishFile(url, again, &r).ok());
       CHECK(r.already_published);
       CHECK(r.uploaded_bytes == 0);
@@ -85,10 +85,18 @@ TEST_CASE("publish files, pull them into a checkpoint directory, list, verify an
       PullFilesOptions pull;
       pull.step = 5;
       pull.trusted_keys = {tmp / "key.pub"};
-      PullFilesReport pulled;
+      PullFilesResult pulled;
       REQUIRE(PullFiles(url, dir, pull, &pulled).ok());
       CHECK(pulled.route == "anchor 3 -> 5");
       sync::test::CheckHolds(dir, run, 5);
+      // kNoStep is no step: not "the newest" (kLatestStep), and DIR stays as it was.
+      pull.step = kNoStep;
+      CHECK(PullFiles(url, dir, pull, &pulled).code() == ErrorCode::kInvalidArgument);
+      sync::test::CheckHolds(dir, run, 5);
+      MirrorOptions none;
+      none.step = kNoStep;
+      MirrorResult mirrored;
+      CHECK(MirrorSteps(url, tmp / ("mirror-" + b.name), none, &mirrored).code() == ErrorCode::kInvalidArgument);
       pull.step = kLatestStep;
       REQUIRE(PullFiles(url, dir, pull, &pulled).ok());
       CHECK(pulled.from_step == 5);
@@ -126,7 +134,7 @@ TEST_CASE("publish files, pull them into a checkpoint directory, list, verify an
       for (const StepVerdict& v : verdicts) CHECK(v.status.code() == ErrorCode::kUntrusted);
 
       // Anchors at 1, 3, 6: keeping 2 deletes steps 1 and 2; a dry run deletes nothing.
-      PruneReport pruned;
+      PruneResult pruned;
       REQUIRE(PruneSteps(url, StoreSettings(), 2, true, 0, &pruned).ok());
       CHECK(pruned.keep_from == 3);
       CHECK(pruned.deleted_steps == std::vector<uint64_t>{1, 2});
@@ -145,7 +153,7 @@ TEST_CASE("following files: a region keeps up, and a store that is not there is 
   TempDir tmp;
   TrainerRun run(tmp / "run", TwoShards(), 0.01, 12);
   const std::string url = tmp / "store";
-  std::vector<PublishFileReport> reports;
+  std::vector<PublishFileResult> reports;
   for (uint64_t step = 1; step <= 3; ++step) {
     if (step > 1) run.Advance();
     run.Write(step);
@@ -156,7 +164,7 @@ TEST_CASE("following files: a region keeps up, and a store that is not there is 
   follow.until = 3;
   std::vector<uint64_t> pulled;
   const Status s = FollowFiles(url, tmp / "region", PullFilesOptions(), follow,
-                               [&](const FollowEvent& e, const PullFilesReport* r) {
+                               [&](const FollowEvent& e, const PullFilesResult* r) {
                                  if (e.kind == FollowEvent::Kind::kPulled) {
                                    REQUIRE(r != nullptr);
                                    pulled.push_back(r->to_step);
@@ -182,7 +190,7 @@ TEST_CASE("following files: a region keeps up, and a store that is not there is 
   follow.max_failures = 3;
   int retries = 0, waited = 0;
   const Status missing = FollowFiles(url, tmp / "region", PullFilesOptions(), follow,
-                                     [&](const FollowEvent& e, const PullFilesReport*) {
+                                     [&](const FollowEvent& e, const PullFilesResult*) {
                                        retries += e.kind == FollowEvent::Kind::kRetrying;
                                        waited += e.kind == FollowEvent::Kind::kWaiting;
                                        return waited == 0;  // a wait here would be for ever
@@ -195,14 +203,14 @@ TEST_CASE("following files: a region keeps up, and a store that is not there is 
 
   // Pull and list refuse a local store that does not exist; follow waits for it (and here
   // stops when told).
-  PullFilesReport report;
+  PullFilesResult report;
   CHECK(PullFiles(tmp / "nowhere", tmp / "region2", PullFilesOptions(), &report).code() == ErrorCode::kNotFound);
   std::vector<StepInfo> steps;
   CHECK(ListSteps(tmp / "nowhere", StoreSettings(), false, &steps).code() == ErrorCode::kNotFound);
   int waits = 0;
   follow.stop_requested = [&] { return waits > 0; };
   CHECK(FollowFiles(tmp / "nowhere", tmp / "region2", PullFilesOptions(), follow,
-                    [&](const FollowEvent& e, const PullFilesReport*) {
+                    [&](const FollowEvent& e, const PullFilesResult*) {
                       waits += e.kind == FollowEvent::Kind::kWaiting;
                       return true;
                     }).ok());

@@ -36,19 +36,19 @@ std::vector<std::vector<test::TensorSpec>> SmallShards() {
   return {{{"embed", {256, 64}}, {"norm", {64}}}, {{"head", {192, 64}}}};
 }
 
-MirrorReport MirrorOk(Store* src, Store* dst, uint64_t step = kLatestStep,
+MirrorResult MirrorOk(Store* src, Store* dst, uint64_t step = kLatestStep,
                       const std::vector<std::string>& trust = {}, bool anchor_route = false) {
   MirrorOptions o;
   o.step = step;
   o.trusted_keys = trust;
-  MirrorReport report;
+  MirrorResult report;
   const Status s = Mirror(src, dst, o, anchor_route, &report);
   INFO(s.ToString());
   REQUIRE(s.ok());
   return report;
 }
 
-// Pulls `step` (kNoStep: the latest) of `store` into a fresh directory and checks it
+// Pulls `step` (kLatestStep: the latest) of `store` into a fresh directory and checks it
 // holds the run's step bit for bit.
 void CheckPull(Store* store, const TempDir& tmp, const TrainerRun& run, uint64_t step,
                const std::vector<std::string>& trust = {}) {
@@ -112,7 +112,7 @@ TEST_CASE(
   EachPair(tmp, "mirror", [&](Backend& src, Backend& dst) {
     TrainerRun run(tmp / test::UniqueName("run"), TwoShards(), 0.02, 7);
     PublishSteps(src.store.get(), &run, 2, "");
-    MirrorReport first = MirrorOk(src.store.get(), dst.store.get());
+    MirrorResult first = MirrorOk(src.store.get(), dst.store.get());
     CHECK(first.from_step == kNoStep);
     CHECK(first.to_step == 2);
     CHECK(first.steps == std::vector<uint64_t>{0, 1, 2});
@@ -127,19 +127,19 @@ TEST_CASE(
     }
     // DST holds 2, SRC's newest is 9 (anchor step 8): the walk goes below the anchor
     // to DST's step, so that regions at 2 follow by deltas.
-    MirrorReport second = MirrorOk(src.store.get(), dst.store.get());
+    MirrorResult second = MirrorOk(src.store.get(), dst.store.get());
     CHECK(second.from_step == 2);
     CHECK(second.steps == std::vector<uint64_t>{3, 4, 5, 6, 7, 8, 9});
     CHECK(second.skipped_objects == 3);  // in DST already: the group layout, 2 shard layouts
     CheckPull(dst.store.get(), tmp, run, 9);
     CheckPull(dst.store.get(), tmp, run, 5);
     // Nothing new: nothing fetched but roots, nothing written.
-    MirrorReport third = MirrorOk(src.store.get(), dst.store.get());
+    MirrorResult third = MirrorOk(src.store.get(), dst.store.get());
     CHECK(third.up_to_date);
     CHECK(third.steps.empty());
     CHECK(third.copied_objects == 0);
     // DST is pruned on its own: SRC keeps everything.
-    PruneReport pruned;
+    PruneResult pruned;
     REQUIRE(Prune(dst.store.get(), 1, false, &pruned).ok());
     CHECK(!pruned.deleted_steps.empty());
     CheckValid(dst.store.get());
@@ -161,7 +161,7 @@ TEST_CASE(
     StoreOptions create = test::FastRetries();
     create.create = true;
     REQUIRE(OpenStore(dst_dir, create, &dst).ok());
-    MirrorReport r = MirrorOk(src.store.get(), dst.get(), 2);
+    MirrorResult r = MirrorOk(src.store.get(), dst.get(), 2);
     CHECK(r.steps == std::vector<uint64_t>{0, 1, 2});
     // Held 2, target 6 of anchor step 4: the anchor route copies 4 to 6 only.
     r = MirrorOk(src.store.get(), dst.get(), 6, {}, /*anchor_route=*/true);
@@ -197,7 +197,7 @@ TEST_CASE("mirror: an object over the part size is uploaded in parts into S3, an
     REQUIRE(m.shards[0].anchor.size > (uint64_t{5} << 20));
     MirrorOptions o;
     o.store.connections = 4;
-    MirrorReport report;
+    MirrorResult report;
     const Status s = Mirror(src.store.get(), dst.store.get(), o, false, &report);
     INFO(s.ToString());
     REQUIRE(s.ok());
@@ -239,7 +239,7 @@ TEST_CASE(
   std::vector<std::string> refused;
   std::vector<uint64_t> copied;
   const Status s = arc_v3::FollowMirror(
-      src_dir, dst_dir, o, follow, [&](const FollowEvent& e, const MirrorReport* r) {
+      src_dir, dst_dir, o, follow, [&](const FollowEvent& e, const MirrorResult* r) {
         if (e.kind == FollowEvent::Kind::kRefused) {
           refused.push_back(e.message);
         }
@@ -335,7 +335,7 @@ TEST_CASE(
       std::unique_ptr<Store> inner, dst;
       REQUIRE(OpenStore(dir, create, &inner).ok());
       FaultStore faulty(std::move(inner), n, after);
-      MirrorReport report;
+      MirrorResult report;
       const Status s = Mirror(src.get(), &faulty, MirrorOptions(), false, &report);
       CHECK(s.ok() == (n >= total));
       failed += !s.ok();
@@ -343,7 +343,7 @@ TEST_CASE(
       CheckValid(dst.get());
       uint64_t latest = kNoStep;
       if (ReadLatest(dst.get(), &latest, nullptr).ok()) CheckPull(dst.get(), tmp, run, latest);
-      MirrorReport rerun = MirrorOk(src.get(), dst.get());
+      MirrorResult rerun = MirrorOk(src.get(), dst.get());
       CHECK(rerun.to_step == 5);
       skipped += rerun.skipped_objects;
       CheckValid(dst.get());
@@ -367,7 +367,7 @@ TEST_CASE(
     // Not the trainer's key: nothing is written.
     MirrorOptions o;
     o.trusted_keys = {evil_pub};
-    MirrorReport report;
+    MirrorResult report;
     CHECK(Mirror(src.store.get(), dst.store.get(), o, false, &report).code() ==
           ErrorCode::kUntrusted);
     for (const char* prefix : {"o/", "r/", "steps/"}) {
@@ -422,7 +422,7 @@ TEST_CASE(
     fs::remove(src_dir + "/" + damaged);
     test::WriteBytes(src_dir + "/" + damaged, bytes);
   }
-  MirrorReport report;
+  MirrorResult report;
   const Status s = Mirror(src.get(), dst.get(), MirrorOptions(), false, &report);
   INFO(s.ToString());
   CHECK(s.code() == ErrorCode::kCorruptChunk);
@@ -432,7 +432,7 @@ TEST_CASE(
   CHECK(dst->Head(damaged, &info).code() == ErrorCode::kNotFound);
   CHECK(dst->Head(RootKey(3), &info).code() == ErrorCode::kNotFound);
   CheckValid(dst.get());
-  CheckPull(dst.get(), tmp, run, kNoStep);  // step 2
+  CheckPull(dst.get(), tmp, run, kLatestStep);  // step 2
   // Another run's steps of the same numbers: DST's roots are never replaced.
   REQUIRE(OpenStore(tmp / "other", create, &other).ok());
   TrainerRun run2(tmp / "run2", TwoShards(), 0.02, 19);
@@ -456,7 +456,7 @@ TEST_CASE(
     std::vector<uint64_t> mirrored;
     MirrorOptions o;
     o.store.retries = 2;
-    const auto note = [&](const FollowEvent& e, const MirrorReport* r) {
+    const auto note = [&](const FollowEvent& e, const MirrorResult* r) {
       if (e.kind == FollowEvent::Kind::kPulled) {
         REQUIRE(r != nullptr);
         mirrored.insert(mirrored.end(), r->steps.begin(), r->steps.end());
@@ -490,7 +490,7 @@ TEST_CASE(
   TrainerRun run(tmp / "http-run", SmallShards(), 0.05, 29);
   PublishSteps(writer.get(), &run, 3, "");
   MirrorOptions o;
-  MirrorReport report;
+  MirrorResult report;
   const std::string dst_dir = tmp / "http-dst";
   const Status s = MirrorSteps(public_http + "/" + prefix, dst_dir, o, &report);
   INFO(s.ToString());

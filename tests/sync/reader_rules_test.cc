@@ -125,15 +125,15 @@ TEST_CASE("reader rules: latest leads to the last committed step after it, and t
   test::PublishSteps(store, &run, 4, "");  // step 4 is an anchor step (anchor_every 4)
   PullReport r;
   Put(store, "latest", LatestJson(0));  // behind: steps 1 to 4 are probed
-  REQUIRE(PullTrusting(store, tmp / "behind", kNoStep, {}, &r).ok());
+  REQUIRE(PullTrusting(store, tmp / "behind", kLatestStep, {}, &r).ok());
   CHECK(r.to_step == 4);
   // Ahead of the roots: step 5 has none, nor has step 6.
   Put(store, "latest", LatestJson(5));
-  CHECK(PullTrusting(store, tmp / "ahead", kNoStep, {}, &r).code() == ErrorCode::kNotFound);
+  CHECK(PullTrusting(store, tmp / "ahead", kLatestStep, {}, &r).code() == ErrorCode::kNotFound);
   // Naming a step without a root whose successor has one: the successor (by its anchor).
   REQUIRE(store->Delete(RootKey(3)).ok());
   Put(store, "latest", LatestJson(3));
-  REQUIRE(PullTrusting(store, tmp / "past", kNoStep, {}, &r).ok());
+  REQUIRE(PullTrusting(store, tmp / "past", kLatestStep, {}, &r).ok());
   CHECK(r.to_step == 4);
 }
 
@@ -147,7 +147,7 @@ TEST_CASE("reader rules: a row slice holds a rank-0 tensor whole, in the manifes
   o.tensors = ".*";
   o.row_begin = 5;
   o.row_end = 10;
-  o.store = test::FastRetries();
+  o.transfers = test::FastRetries();
   PullReport r;
   const std::string dir = tmp / "slice";
   REQUIRE(Pull(s.store.get(), dir, o, &r).ok());

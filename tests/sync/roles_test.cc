@@ -98,8 +98,8 @@ std::vector<std::unique_ptr<Publisher>> Publishers(const std::string& url, uint3
   std::vector<std::unique_ptr<Publisher>> publishers(ranks);
   for (uint32_t r = 0; r < ranks; ++r) {
     PublisherOptions o;
-    o.rank = r;
-    o.world_size = ranks;
+    o.shard = r;
+    o.count = ranks;
     o.anchor_every = anchor_every;
     REQUIRE(Publisher::Open(url, o, &publishers[r]).ok());
   }
@@ -273,6 +273,30 @@ TEST_CASE("roles: Follow gives up on a store that keeps failing, after max_failu
   });
   CHECK(s.code() == ErrorCode::kUnavailable);
   CHECK(retries == 2);
+}
+
+TEST_CASE("roles: kLatestStep asks for the newest step; kNoStep, no step number, is refused as one") {
+  TempDir tmp;
+  const std::string url = tmp / "store";
+  Rank rank(0, 3);
+  std::unique_ptr<Publisher> publisher;
+  REQUIRE(Publisher::Open(url, {}, &publisher).ok());
+  CHECK(publisher->last_step() == kNoStep);
+  PublishResult published;
+  CHECK(publisher->Publish(kLatestStep, rank.Tensors(), &published).code() == ErrorCode::kInvalidArgument);
+  REQUIRE(publisher->Publish(4, rank.Tensors(), &published).ok());
+  std::unique_ptr<Follower> follower;
+  REQUIRE(Follower::Open(url, {}, &follower).ok());
+  CHECK(follower->step() == kNoStep);
+  FollowResult pulled;
+  const Status none = follower->Pull(kNoStep, &pulled);
+  CHECK(none.code() == ErrorCode::kInvalidArgument);
+  CHECK(none.message().find("kLatestStep") != std::string::npos);
+  CHECK(follower->step() == kNoStep);
+  REQUIRE(follower->Pull(kLatestStep, &pulled).ok());
+  CHECK(pulled.step == 4);
+  CHECK(pulled.from_step == kNoStep);
+  CHECK(follower->step() == 4);
 }
 
 TEST_CASE("roles: a follower refuses a corrupt piece and keeps its tensors, or routes around it where it can") {

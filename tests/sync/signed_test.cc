@@ -128,7 +128,7 @@ TEST_CASE("signed steps: a trusting region takes its trainer's signed steps only
     Put(store, "latest", LatestJson(1));
     REQUIRE(store->Delete(RootKey(3)).ok());
     REQUIRE(store->Delete(RootKey(2)).ok());
-    s = PullTrusting(store, full, kNoStep, {pub}, &r);
+    s = PullTrusting(store, full, kLatestStep, {pub}, &r);
     CHECK(s.code() == ErrorCode::kUntrusted);
     CHECK(s.message().find("older") != std::string::npos);
     CHECK(PullTrusting(store, full, 1, {pub}, &r).code() == ErrorCode::kUntrusted);
@@ -144,12 +144,12 @@ TEST_CASE("signed steps: a trusting region takes its trainer's signed steps only
     run.Advance();
     run.Write(4);
     PublishStep(store, run, 4, keys.attacker, false, "evil");
-    s = PullTrusting(store, full, kNoStep, {pub}, &r);
+    s = PullTrusting(store, full, kLatestStep, {pub}, &r);
     CHECK(s.code() == ErrorCode::kUntrusted);
     CHECK(Snapshot(full) == at3);
     REQUIRE(store->Delete(RootKey(4)).ok());
     PublishStep(store, run, 4, "", false, "plain");
-    s = PullTrusting(store, full, kNoStep, {pub}, &r);
+    s = PullTrusting(store, full, kLatestStep, {pub}, &r);
     CHECK(s.code() == ErrorCode::kUntrusted);
     CHECK(s.message().find("not signed") != std::string::npos);
     CHECK(Snapshot(full) == at3);
@@ -158,13 +158,13 @@ TEST_CASE("signed steps: a trusting region takes its trainer's signed steps only
     // A new run signed by the trainer's own key (an anchor step starting over): another
     // run, refused where DIR holds the old one, taken with --reset or by a new region.
     PublishStep(store, run, 4, keys.trainer, false, "run2");
-    s = PullTrusting(store, full, kNoStep, {pub}, &r);
+    s = PullTrusting(store, full, kLatestStep, {pub}, &r);
     CHECK(s.code() == ErrorCode::kUntrusted);
     CHECK(s.message().find("run") != std::string::npos);
     PullOptions reset;
-    reset.trust = {pub};
+    reset.trusted_keys = {pub};
     reset.reset = true;
-    reset.store = test::FastRetries();
+    reset.transfers = test::FastRetries();
     REQUIRE(Pull(store, full, reset, &r).ok());
     CheckHolds(full, run, 4);
 
@@ -173,12 +173,12 @@ TEST_CASE("signed steps: a trusting region takes its trainer's signed steps only
     run.Advance();
     run.Write(5);
     PublishStep(store, run, 5, keys.rotated, true, "run2");
-    REQUIRE(PullTrusting(store, full, kNoStep, {pub, rotated_pub}, &r).ok());
+    REQUIRE(PullTrusting(store, full, kLatestStep, {pub, rotated_pub}, &r).ok());
     CHECK(r.route == "chain 4 -> 5");
     CheckHolds(full, run, 5);
     const std::string old_only = tmp / ("old-" + b.name);
     REQUIRE(PullTrusting(store, old_only, 4, {pub}, &r).ok());
-    CHECK(PullTrusting(store, old_only, kNoStep, {pub}, &r).code() == ErrorCode::kUntrusted);
+    CHECK(PullTrusting(store, old_only, kLatestStep, {pub}, &r).code() == ErrorCode::kUntrusted);
   }
 }
 

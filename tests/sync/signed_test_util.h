@@ -73,8 +73,8 @@ inline Status PullTrusting(Store* store, const std::string& dir, uint64_t step, 
                     PullReport* report, const std::string& rows = "") {
   PullOptions o;
   o.step = step;
-  o.trust = trust;
-  o.store = FastRetries();
+  o.trusted_keys = trust;
+  o.transfers = FastRetries();
   if (!rows.empty()) {
     o.tensors = ".*";
     o.row_begin = 0;

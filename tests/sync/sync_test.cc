@@ -75,7 +75,7 @@ Status PullStep(Store* store, const std::string& dir, uint64_t step, PullReport*
                 const PullOptions& base = PullOptions()) {
   PullOptions o = base;
   o.step = step;
-  o.store = test::FastRetries();
+  o.transfers = test::FastRetries();
   return Pull(store, dir, o, report);
 }
 
@@ -186,7 +186,7 @@ TEST_CASE("sync: two trainer shards publish a run; regions take every step, miss
 
     // prune: keeping one anchor keeps the one before it too (steps 3..6); a region at a
     // pruned step comes back through an anchor.
-    PruneReport pruned;
+    PruneResult pruned;
     // Every step was committed within the hour: with --min-age 1h, the chain of each back
     // to its anchor stays (step 0 on).
     REQUIRE(Prune(store, 1, false, &pruned, 3600).ok());
@@ -223,7 +223,7 @@ TEST_CASE("sync: a region whose chain was pruned recovers through an anchor") {
         REQUIRE(PullStep(b.store.get(), dir, 1, &r).ok());
       }
     }
-    PruneReport pruned;
+    PruneResult pruned;
     REQUIRE(Prune(b.store.get(), 2, false, &pruned).ok());  // anchors 6 and 3 stay
     CHECK(pruned.keep_from == 3);
     PullReport r;
@@ -258,7 +258,7 @@ TEST_CASE("sync: prune racing a slow pull: the pull replans through an anchor; w
     int plans = 0;
     o.hook = [&](const char* stage) {
       if (std::string(stage) == "planned" && plans++ == 0) {
-        PruneReport pruned;
+        PruneResult pruned;
         REQUIRE(Prune(store, 1, false, &pruned, min_age).ok());
         deleted = pruned.deleted_steps;
       }
@@ -332,7 +332,7 @@ TEST_CASE("sync: publishing checks its base and is idempotent") {
     // The same file coded otherwise (effort, an anchor asked for now): a no-op that keeps
     // the first publish's objects and says so.
     other = Shard(run, 1, 0, true);
-    other.run.effort = 3;
+    other.checkpoint.effort = 3;
     REQUIRE(Publish(store, other, &r).ok());
     CHECK(r.already_published);
     CHECK(r.uploaded_bytes == 0);
@@ -839,8 +839,8 @@ TEST_CASE("sync: a full pull decodes each object as it arrives; one damaged afte
     const std::string region = tmp / ("region-" + b.name);
     const std::string first_file = region + "/" + kStateDir + "/stage/" + TrainerRun::FileName(0, 2);
     PullOptions one_connection;
-    one_connection.store = test::FastRetries();
-    one_connection.store.connections = 1;
+    one_connection.transfers = test::FastRetries();
+    one_connection.transfers->connections = 1;
 
     // Shard 0's file is decoded while shard 1's object is still to come.
     HeldStore held(b.store.get(), first_file, /*damage=*/false);
@@ -1100,7 +1100,7 @@ struct FaultScene {
 void ExpectRefused(Store* store, const std::string& dir, PullOptions o, ErrorCode code, const char* says = "") {
   const auto before = Snapshot(dir);
   PullReport r;
-  o.store = test::FastRetries();
+  o.transfers = test::FastRetries();
   const Status s = Pull(store, dir, o, &r);
   INFO("pull: ", s.ToString());
   CHECK(s.code() == code);
@@ -1374,7 +1374,7 @@ TEST_CASE("sync faults: a pull that fails or dies while committing leaves all ol
     REQUIRE(child >= 0);
     if (child == 0) {
       PullOptions dying = At(4);
-      dying.store = test::FastRetries();
+      dying.transfers = test::FastRetries();
       dying.after_move = [](size_t moved) {
         if (moved == 1) _exit(42);
       };

@@ -18,7 +18,8 @@ constexpr int kExitCorrupt = 4;      // a delta file or store object is corrupt,
 constexpr int kExitUnreachable = 5;  // the store cannot be reached or refuses the credentials
 constexpr int kExitNotFound = 6;     // the store lacks the step or object asked for
 constexpr int kExitConflict = 7;     // the output exists (no --force), or the store holds other contents
-constexpr int kExitUntrusted = 8;    // a step fails --trust: unsigned, another key, a digest, older, another run
+// Refused by --trusted-keys: unsigned, another key or digest, older, another run.
+constexpr int kExitUntrusted = 8;
 
 constexpr char kExitCodesHelp[] =
     "Exit codes: 0 success; 1 I/O or other error; 2 usage error; 3 wrong base (PREV, or the\n"
@@ -26,9 +27,9 @@ constexpr char kExitCodesHelp[] =
     "truncated or unsupported delta file or store object; 5 store unreachable or access\n"
     "denied; 6 no such step or object in the store; 7 the output already exists (give\n"
     "-f/--force to replace it), or a shard of the step was already published with another\n"
-    "file; 8 a step refused by --trust (unsigned, signed by another key, a digest that\n"
-    "differs, older than DIR's step or of another run). On any error no output file is\n"
-    "changed.";
+    "file; 8 a step refused by --trusted-keys (unsigned, signed by another key, a digest\n"
+    "that differs, older than DIR's step or of another run). On any error no output file\n"
+    "is changed.";
 
 inline int ExitCodeFor(const Status& s) {
   switch (s.code()) {

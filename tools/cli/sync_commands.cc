@@ -27,7 +27,7 @@ int Fail(const char* command, bool json, const Status& s) {
   return ExitCodeFor(s);
 }
 
-Json PullJson(const PullFilesReport& r) {
+Json PullJson(const PullFilesResult& r) {
   return {{"command", "pull"},
           {"ok", true},
           {"from_step", r.from_step == kNoStep ? Json(nullptr) : Json(r.from_step)},
@@ -57,7 +57,7 @@ std::string Hex16(uint64_t value) {
   return text;
 }
 
-void PrintPull(const PullFilesReport& r) {
+void PrintPull(const PullFilesResult& r) {
   if (r.up_to_date) {
     std::printf("pull: already at step %" PRIu64 " (%s)\n", r.to_step, HumanBytes(r.checkpoint_bytes).c_str());
     return;
@@ -76,7 +76,7 @@ constexpr char kStoreHelp[] =
     "AWS_SESSION_TOKEN, AWS_REGION), or a read-only http(s):// URL in front of the bucket\n"
     "(pull, follow)";
 
-Json MirrorJson(const MirrorReport& r) {
+Json MirrorJson(const MirrorResult& r) {
   return {{"command", "mirror"},
           {"ok", true},
           {"from_step", r.from_step == kNoStep ? Json(nullptr) : Json(r.from_step)},
@@ -93,7 +93,7 @@ Json MirrorJson(const MirrorReport& r) {
           {"committed_at", r.committed_at}};
 }
 
-void PrintMirror(const char* command, const MirrorReport& r, const std::string& dst) {
+void PrintMirror(const char* command, const MirrorResult& r, const std::string& dst) {
   if (r.steps.empty()) {
     std::printf("%s: %s already holds step %" PRIu64 "\n", command, dst.c_str(), r.to_step);
     return;
@@ -134,6 +134,15 @@ void SyncCommands::AddCommon(CLI::App* cmd, bool threads) {
   }
 }
 
+void SyncCommands::AddTrustedKeys(CLI::App* cmd, const std::string& help, bool env) {
+  CLI::Option* keys = cmd->add_option("--trusted-keys", trusted_keys_, help);
+  CLI::Option* alias = cmd->add_option("--trust", trust_alias_, "1.x's --trusted-keys")->group("");
+  if (env) {
+    keys->envname("ARC_V3_TRUSTED_KEYS");
+    alias->envname("ARC_V3_TRUST");
+  }
+}
+
 void SyncCommands::AddPublish(CLI::App* app) {
   publish_ = app->add_subcommand(
       "publish",
@@ -167,9 +176,10 @@ void SyncCommands::AddPublish(CLI::App* app) {
                         "Sign the step with this Ed25519 private key (`arc_v3 keygen`; default\n"
                         "$ARC_V3_SIGN_KEY): every shard of the run holds it")
       ->envname("ARC_V3_SIGN_KEY");
-  publish_->add_option("--trust", trust_,
-                       "A completer also takes records signed by this public key (a key rotated\n"
-                       "mid-step; repeatable)");
+  AddTrustedKeys(publish_,
+                 "A completer also takes records signed by a key of this PEM file of public keys\n"
+                 "(a key rotated mid-step; repeatable)",
+                 false);
   publish_->add_option("--format", format_,
                        "Payload format of BF16 deltas: arc_v3 (default) or arc_v3_published (ARCv3 as\n"
                        "published: XOR fields and a zstd/lz4 race; smaller tensors are not grouped)")
@@ -196,13 +206,14 @@ void SyncCommands::AddPull(CLI::App* app) {
                   "Pull into a DIR that holds other files (refused otherwise): files of the\n"
                   "step's names are replaced, others left alone");
   pull_->add_flag("--no-sync", no_sync_, "Skip fsync (benchmarks only: not crash-safe)");
-  pull_->add_option("--trust", trust_,
-                    "Take only steps signed by a key of this PEM file of public keys (repeatable: a\n"
-                    "rotation), every byte checked against its signed SHA-256, never an older step or\n"
-                    "another run than DIR's (--reset takes them); else exit 8, DIR unchanged. DIR then\n"
-                    "stays trusting: a later pull without --trust is refused (exit 8) unless --reset.\n"
-                    "ARC_V3_TRUST set but empty is refused (exit 8)")
-      ->envname("ARC_V3_TRUST");
+  AddTrustedKeys(pull_,
+                 "Take only steps signed by a key of this PEM file of public keys (repeatable:\n"
+                 "a rotation), every byte checked against its signed SHA-256, never an older\n"
+                 "step or another run than DIR's (--reset takes them); else exit 8, DIR\n"
+                 "unchanged. DIR then stays trusting: a later pull without --trusted-keys is\n"
+                 "refused (exit 8) unless --reset. ARC_V3_TRUSTED_KEYS set but empty is refused\n"
+                 "(exit 8)",
+                 true);
   AddCommon(pull_, true);
 }
 
@@ -223,10 +234,10 @@ void SyncCommands::AddFollow(CLI::App* app) {
   follow_->add_option("--rows", rows_, "As pull --rows");
   follow_->add_flag("--no-sync", no_sync_, "Skip fsync (benchmarks only: not crash-safe)");
   follow_->add_flag("-f,--force", force_, "As pull --force");
-  follow_->add_option("--trust", trust_,
-                      "As pull --trust (without it, steps are not authenticated); a step that does not\n"
-                      "verify is reported and skipped, DIR kept, and the follow goes on")
-      ->envname("ARC_V3_TRUST");
+  AddTrustedKeys(follow_,
+                 "As pull --trusted-keys (without it, steps are not authenticated); a step that\n"
+                 "does not verify is reported and skipped, DIR kept, and the follow goes on",
+                 true);
   follow_->add_option("--max-failures", max_failures_, "Give up after this many failed polls in a row (default 10)")
       ->check(CLI::PositiveNumber);
   AddCommon(follow_, true);
@@ -258,11 +269,11 @@ void SyncCommands::AddMirror(CLI::App* app) {
   mirror_->add_option("--max-failures", max_failures_,
                       "With --follow: give up after this many failed polls in a row (default 10)")
       ->check(CLI::PositiveNumber);
-  mirror_->add_option("--trust", trust_,
-                      "Copy only steps signed by this public key (repeatable), every byte\n"
-                      "checked against its signed SHA-256 (exit 8 otherwise; with --follow,\n"
-                      "reported and skipped)")
-      ->envname("ARC_V3_TRUST");
+  AddTrustedKeys(mirror_,
+                 "Copy only steps signed by a key of this PEM file of public keys (repeatable),\n"
+                 "every byte checked against its signed SHA-256 (exit 8 otherwise; with --follow,\n"
+                 "reported and skipped)",
+                 true);
   mirror_->add_option("--work-dir", work_dir_,
                       "Where objects wait between the stores (default $TMPDIR)");
   mirror_->add_option("--parallel", parallel_, "Objects copied at once (default 8)")
@@ -274,9 +285,10 @@ void SyncCommands::AddLog(CLI::App* app) {
   log_ = app->add_subcommand("log", "The store's steps: base, anchors, bytes per step and shard");
   log_->add_option("STORE", store_, "s3:// or local store (http(s):// cannot list)")->required();
   log_->add_flag("--verify", verify_,
-                 "Say of each committed step whether it verifies against --trust: its root's\n"
-                 "signature and the SHA-256 of every document it names (exit 8 if one does not)");
-  log_->add_option("--trust", trust_, "A trusted public key (repeatable)")->envname("ARC_V3_TRUST");
+                 "Say of each committed step whether it verifies against --trusted-keys: its\n"
+                 "root's signature and the SHA-256 of every document it names (exit 8 if one\n"
+                 "does not)");
+  AddTrustedKeys(log_, "A PEM file of trusted public keys (repeatable)", true);
   AddCommon(log_, false);
 }
 
@@ -284,7 +296,7 @@ void SyncCommands::AddKeygen(CLI::App* app) {
   keygen_ = app->add_subcommand(
       "keygen",
       "Write a new Ed25519 key pair for signed steps: KEY (the private key, mode 0600, for\n"
-      "publish --sign-key) and KEY.pub (for pull/follow --trust). PEM files, as `openssl\n"
+      "publish --sign-key) and KEY.pub (for pull/follow --trusted-keys). PEM files, as `openssl\n"
       "genpkey -algorithm ed25519` writes; neither may exist.");
   keygen_->add_option("KEY", key_path_, "The private key's path")->required();
   keygen_->add_flag("--json", json_, "Print a JSON summary on stdout instead of text");
@@ -311,6 +323,7 @@ bool SyncCommands::parsed() const {
 }
 
 int SyncCommands::Run() {
+  trusted_keys_.insert(trusted_keys_.end(), trust_alias_.begin(), trust_alias_.end());
   if (keygen_->parsed()) return RunKeygen();
   if (publish_->parsed()) return RunPublish();
   PullFilesOptions pull;
@@ -323,17 +336,19 @@ int SyncCommands::Run() {
     return kExitUsage;
   }
   pull.force = force_;
-  pull.trusted_keys = trust_;
+  pull.trusted_keys = trusted_keys_;
   // An emptied variable is no way to switch trust off: a region's settings that lose the
   // key must not quietly take anyone's steps.
-  const char* env_trust = std::getenv("ARC_V3_TRUST");
   const bool trusting_command =
       pull_->parsed() || follow_->parsed() || mirror_->parsed() || (log_->parsed() && verify_);
-  if (trusting_command && trust_.empty() && env_trust != nullptr &&
-      std::string(env_trust).find_first_not_of(" \t\n") == std::string::npos) {
-    return Fail(Name(), json_, Status(ErrorCode::kUntrusted,
-                                      "ARC_V3_TRUST is set but empty: name the trusted public key file(s), or unset "
-                                      "it to pull without trust"));
+  for (const char* name : {"ARC_V3_TRUSTED_KEYS", "ARC_V3_TRUST"}) {
+    const char* env = std::getenv(name);
+    if (trusting_command && trusted_keys_.empty() && env != nullptr &&
+        std::string(env).find_first_not_of(" \t\n") == std::string::npos) {
+      return Fail(Name(), json_, Status(ErrorCode::kUntrusted,
+                                        std::string(name) + " is set but empty: name the trusted public key "
+                                        "file(s), or unset it to pull without trust"));
+    }
   }
   if (pull_->parsed()) return RunPull(pull);
   if (follow_->parsed()) return RunFollow(pull);
@@ -368,7 +383,8 @@ int SyncCommands::RunKeygen() {
                       {"public_key", key_path_ + ".pub"}, {"key_id", id}}.dump(2)
               << std::endl;
   } else {
-    std::printf("keygen: wrote %s (private: keep it with the trainer) and %s.pub (for --trust); key id %s\n",
+    std::printf("keygen: wrote %s (private: keep it with the trainer) and %s.pub "
+                "(for --trusted-keys); key id %s\n",
                 key_path_.c_str(), key_path_.c_str(), id.c_str());
   }
   return kExitOk;
@@ -398,8 +414,8 @@ int SyncCommands::RunPublish() {
   o.checkpoint.format = format_ == "arc_v3_published" ? Format::kPublished : Format::kDefault;
   o.store = Settings();
   o.sign_key = sign_key_;
-  o.trust = trust_;
-  PublishFileReport r;
+  o.trusted_keys = trusted_keys_;
+  PublishFileResult r;
   const Status s = PublishFile(store_, o, &r);
   if (!s.ok()) return Fail(Name(), json_, s);
   const auto ref = [](const StoredObject& object) {
@@ -439,7 +455,7 @@ int SyncCommands::RunPublish() {
 int SyncCommands::RunPull(PullFilesOptions pull) {
   pull.step = step_;
   pull.reset = reset_;
-  PullFilesReport r;
+  PullFilesResult r;
   const Status s = PullFiles(store_, dir_, pull, &r);
   if (!s.ok()) return Fail(Name(), json_, s);
   if (json_) {
@@ -451,8 +467,8 @@ int SyncCommands::RunPull(PullFilesOptions pull) {
 }
 
 int SyncCommands::RunFollow(const PullFilesOptions& pull) {
-  if (trust_.empty()) {
-    std::fprintf(stderr, "arc_v3 follow: steps are not authenticated (no --trust): whoever can write to %s "
+  if (trusted_keys_.empty()) {
+    std::fprintf(stderr, "arc_v3 follow: steps are not authenticated (no --trusted-keys): whoever can write to %s "
                          "chooses what %s holds\n", store_.c_str(), dir_.c_str());
   }
   FollowOptions follow;
@@ -460,7 +476,7 @@ int SyncCommands::RunFollow(const PullFilesOptions& pull) {
   follow.until = until_;
   follow.max_failures = max_failures_;
   follow.events_listen = events_;
-  const Status s = FollowFiles(store_, dir_, pull, follow, [&](const FollowEvent& e, const PullFilesReport* r) {
+  const Status s = FollowFiles(store_, dir_, pull, follow, [&](const FollowEvent& e, const PullFilesResult* r) {
     if (e.kind == FollowEvent::Kind::kWaiting) {
       std::fprintf(stderr, "arc_v3 follow: waiting: %s\n", e.message.c_str());
     } else if (e.kind == FollowEvent::Kind::kRefused) {
@@ -494,7 +510,7 @@ int SyncCommands::RunFollow(const PullFilesOptions& pull) {
 }
 
 int SyncCommands::RunMirror() {
-  if (follow_loop_ && step_ != UINT64_MAX) {
+  if (follow_loop_ && step_ != kLatestStep) {
     std::fprintf(stderr, "arc_v3 mirror: --step is for a single copy; with --follow, use --until\n");
     return kExitUsage;
   }
@@ -503,19 +519,19 @@ int SyncCommands::RunMirror() {
     return kExitUsage;
   }
   MirrorOptions o;
-  o.trusted_keys = trust_;
+  o.trusted_keys = trusted_keys_;
   o.work_dir = work_dir_;
   o.parallel = parallel_;
   o.store = Settings();
-  if (trust_.empty()) {
+  if (trusted_keys_.empty()) {
     std::fprintf(stderr,
-                 "arc_v3 mirror: steps are not authenticated (no --trust): the mirror checks "
+                 "arc_v3 mirror: steps are not authenticated (no --trusted-keys): the mirror checks "
                  "their hashes, and hosts of %s check what they pull as from %s\n",
                  dst_.c_str(), store_.c_str());
   }
   if (!follow_loop_) {
     o.step = step_;
-    MirrorReport r;
+    MirrorResult r;
     const Status s = MirrorSteps(store_, dst_, o, &r);
     if (!s.ok()) return Fail(Name(), json_, s);
     if (json_) {
@@ -530,7 +546,7 @@ int SyncCommands::RunMirror() {
   follow.until = until_;
   follow.max_failures = max_failures_;
   follow.events_listen = events_;
-  const auto note = [&](const FollowEvent& e, const MirrorReport* r) {
+  const auto note = [&](const FollowEvent& e, const MirrorResult* r) {
     if (e.kind == FollowEvent::Kind::kWaiting) {
       std::fprintf(stderr, "arc_v3 mirror: waiting: %s\n", e.message.c_str());
     } else if (e.kind == FollowEvent::Kind::kRefused) {
@@ -555,7 +571,7 @@ int SyncCommands::RunMirror() {
 
 int SyncCommands::RunVerify() {
   std::vector<StepVerdict> verdicts;
-  const Status s = VerifySteps(store_, Settings(), trust_, &verdicts);
+  const Status s = VerifySteps(store_, Settings(), trusted_keys_, &verdicts);
   if (!s.ok()) return Fail(Name(), json_, s);
   bool all = true;
   Json list = Json::array();
@@ -618,7 +634,7 @@ int SyncCommands::RunLog() {
 }
 
 int SyncCommands::RunPrune() {
-  PruneReport r;
+  PruneResult r;
   // DURATION: a number of seconds, or of minutes, hours or days with m, h or d after it.
   double min_age = -1;
   {

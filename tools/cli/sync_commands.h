@@ -26,6 +26,9 @@ class SyncCommands {
   StoreSettings Settings() const;  // --retries, --connections
   // The options every subcommand takes (--json, -q, --retries, --connections; -T).
   void AddCommon(CLI::App* cmd, bool threads);
+  // --trusted-keys FILE (repeatable; with `env`, $ARC_V3_TRUSTED_KEYS too), and 1.x's
+  // spelling --trust ($ARC_V3_TRUST), hidden: Run() adds what it names to trusted_keys_.
+  void AddTrustedKeys(CLI::App* cmd, const std::string& help, bool env);
   void AddPublish(CLI::App* app);
   void AddPull(CLI::App* app);
   void AddFollow(CLI::App* app);
@@ -44,7 +47,7 @@ class SyncCommands {
 
   CLI::App *publish_, *pull_, *follow_, *mirror_, *log_, *prune_, *keygen_;
   std::string store_, dir_, next_, prev_, shard_ = "0/1", incarnation_, work_dir_, tensors_, rows_, format_ = "arc_v3", index_;
-  uint64_t step_ = UINT64_MAX, base_step_ = UINT64_MAX, anchor_every_ = 10, until_ = UINT64_MAX;
+  uint64_t step_ = kLatestStep, base_step_ = kNoStep, anchor_every_ = 10, until_ = kNoStep;
   double interval_ = 2;
   std::string events_;  // follow --events HOST:PORT
   int threads_ = 0, effort_ = kDefaultEffort, retries_ = 5, connections_ = 8, max_failures_ = 10;
@@ -55,7 +58,7 @@ class SyncCommands {
   std::string dst_;
   int parallel_ = 8;
   std::string sign_key_, key_path_;
-  std::vector<std::string> trust_;
+  std::vector<std::string> trusted_keys_, trust_alias_;
 };
 
 }  // namespace arc_v3

@@ -57,21 +57,21 @@ uint32_t FormatVersion();
 // never renumbered, only appended.
 enum class ErrorCode : uint16_t {
   kOk = 0,
-  kInvalidArgument = 1,    // null pointer with a nonzero count, bad option value
-  kSizeMismatch = 2,       // element count differs from the payload's
-  kTruncated = 3,          // payload ends before its fields do
-  kBadMagic = 4,           // not an arc_v3 payload
-  kUnsupportedVersion = 5, // a format version this library does not read
-  kReservedBitsSet = 6,    // a reserved field is nonzero
-  kCorruptHeader = 7,      // frame header or chunk table inconsistent
-  kCorruptChunk = 8,       // a chunk's streams are inconsistent
-  kCodecFailure = 9,       // zstd / lz4 failed on a stream
-  kChecksumMismatch = 10,  // result differs from the checksum: wrong src or corrupt payload
-  kOutputTooSmall = 11,    // out has room for fewer elements than the payload holds
+  kInvalidArgument = 1,     // null pointer with a nonzero count, bad option value
+  kSizeMismatch = 2,        // element count differs from the payload's
+  kTruncated = 3,           // payload ends before its fields do
+  kBadMagic = 4,            // not an arc_v3 payload
+  kUnsupportedVersion = 5,  // a format version this library does not read
+  kReservedBitsSet = 6,     // a reserved field is nonzero
+  kCorruptHeader = 7,       // frame header or chunk table inconsistent
+  kCorruptChunk = 8,        // a chunk's streams are inconsistent
+  kCodecFailure = 9,        // zstd / lz4 failed on a stream
+  kChecksumMismatch = 10,   // result differs from the checksum: wrong src or corrupt payload
+  kOutputTooSmall = 11,     // out has room for fewer elements than the payload holds
   kOutOfMemory = 12,
-  kInternal = 13,          // a bug; please report
-  kWrongBase = 14,         // a session payload was made from another base than src
-  kHistoryMismatch = 15,   // session payload vs. stateless call, or sessions out of step
+  kInternal = 13,         // a bug; please report
+  kWrongBase = 14,        // a session payload was made from another base than src
+  kHistoryMismatch = 15,  // session payload vs. stateless call, or sessions out of step
   // The sync layer's (arc_v3_sync.hpp: object stores and the protocol); the codes above
   // are every layer's.
   kNotFound = 16,          // no such object, step or file
@@ -84,7 +84,7 @@ enum class ErrorCode : uint16_t {
   // A local file could not be read, written, synced, resized or renamed (a full disk, a
   // failing device, permissions): the checkpoint and sync layers'.
   kIoError = 21,
-  kMaxCode = 22            // sentinel: never returned, may grow
+  kMaxCode = 22  // sentinel: never returned, may grow
 };
 
 // Stable name of an error code, e.g. "checksum_mismatch".
@@ -171,8 +171,7 @@ Status delta_decompress(const uint16_t* src, size_t count, const uint8_t* bytes,
 // differs from the payload's count, kOutputTooSmall when it exceeds `out_capacity`.
 // `threads`: 0 = all hardware threads.
 Status delta_decompress(const uint16_t* src, size_t count, const uint8_t* bytes, size_t size,
-                        uint64_t checksum, uint16_t* out, size_t out_capacity,
-                        int threads = 0);
+                        uint64_t checksum, uint16_t* out, size_t out_capacity, int threads = 0);
 
 // Convenience overloads on vectors.
 Status delta_compress(const std::vector<uint16_t>& src, const std::vector<uint16_t>& dst,
@@ -217,9 +216,8 @@ struct TensorOut {
 // `src`; otherwise it must not overlap any tensor's src or out. All or nothing: on error
 // no `out` is written.
 // `threads`: 0 = all hardware threads.
-Status delta_decompress_tensors(const TensorOut* tensors, size_t tensor_count,
-                                const uint8_t* bytes, size_t size, uint64_t checksum,
-                                int threads = 0);
+Status delta_decompress_tensors(const TensorOut* tensors, size_t tensor_count, const uint8_t* bytes,
+                                size_t size, uint64_t checksum, int threads = 0);
 
 // What a payload's header says, read without decoding it. Fields from untrusted input:
 // the element count may be a lie until delta_decompress has verified the checksum.
@@ -254,8 +252,8 @@ struct PayloadStats {
   // Bytes by kind, summed over chunks, as stored (after compression); they add up to the
   // payload size.
   uint64_t position_bytes = 0, mantissa_bytes = 0, high_bytes = 0;  // XOR streams
-  uint64_t modelled_bytes = 0;  // context-modelled chunks
-  uint64_t rans_bytes = 0;      // rANS chunks
+  uint64_t modelled_bytes = 0;                                      // context-modelled chunks
+  uint64_t rans_bytes = 0;                                          // rANS chunks
   uint64_t overhead_bytes = 0;  // frame header, chunk table, chunk and stream headers
   // How often each compressor won an XOR stream: [stored, lz4, zstd].
   uint64_t codec_wins[3] = {0, 0, 0};

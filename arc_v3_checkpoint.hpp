@@ -37,7 +37,7 @@ constexpr char kDeltaMagic[4] = {'A', '3', 'D', 'C'};
 struct StateDictOptions {
   Format format = Format::kDefault;
   int effort = kDefaultEffort;  // codec effort 0..3 (Options::effort) for the BF16 tensors
-  int threads = 0;  // 0: all cores; the bytes do not depend on it
+  int threads = 0;              // 0: all cores; the bytes do not depend on it
 };
 
 // The delta of `next` against `prev` (tensors matched by name; each list names a tensor
@@ -94,7 +94,7 @@ struct CheckpointOptions {
 
 struct CheckpointReport {
   uint64_t files = 0, tensors = 0, pieces = 0;  // pieces: groups included
-  uint64_t target_bytes = 0;  // of the checkpoint produced or described
+  uint64_t target_bytes = 0;                    // of the checkpoint produced or described
   uint64_t delta_bytes = 0;
   std::vector<std::string> written;  // output paths
   // Apply: decoding (checksums verified) and writing, summed over threads; the final sync
@@ -105,8 +105,9 @@ struct CheckpointReport {
 // Writes the delta from checkpoint `prev` to `next` (both files or both directories) to
 // `delta_path`. An empty `prev` writes an anchor: every tensor whole, needing no base.
 // Errors: kInvalidArgument (missing or malformed inputs), kAlreadyExists (see overwrite).
-Status DiffCheckpoints(const std::string& prev, const std::string& next, const std::string& delta_path,
-                       const CheckpointOptions& options, CheckpointReport* report);
+Status DiffCheckpoints(const std::string& prev, const std::string& next,
+                       const std::string& delta_path, const CheckpointOptions& options,
+                       CheckpointReport* report);
 
 // Rebuilds the checkpoint `delta_path` leads to from `prev` into `out`: a file (or a
 // directory to put it in) for the delta of a file, a directory (created if needed) for a
@@ -120,14 +121,15 @@ Status ApplyDelta(const std::string& prev, const std::string& delta_path, const 
 // name matches the ECMAScript regex `tensor_regex`, cut to rows [row_begin, row_end) of
 // their first dimension (rank-0 tensors whole). Reads only the pieces they overlap, and
 // checks only the base rows those cover.
-Status ApplyDeltaPart(const std::string& prev, const std::string& delta_path, const std::string& tensor_regex,
-                      uint64_t row_begin, uint64_t row_end, const std::string& out_path,
-                      const CheckpointOptions& options, CheckpointReport* report);
+Status ApplyDeltaPart(const std::string& prev, const std::string& delta_path,
+                      const std::string& tensor_regex, uint64_t row_begin, uint64_t row_end,
+                      const std::string& out_path, const CheckpointOptions& options,
+                      CheckpointReport* report);
 
 // Checks that `prev` is the base of `delta_path` and that every piece decodes and verifies;
 // writes nothing.
-Status VerifyDelta(const std::string& prev, const std::string& delta_path, const CheckpointOptions& options,
-                   CheckpointReport* report);
+Status VerifyDelta(const std::string& prev, const std::string& delta_path,
+                   const CheckpointOptions& options, CheckpointReport* report);
 
 // --- What a delta holds ---
 
@@ -142,8 +144,8 @@ struct DeltaTensorInfo {
   std::string kind;  // "delta" (coded against the base), "added" or "reshaped" (carried whole)
   std::string dtype;
   std::vector<uint64_t> shape;
-  std::vector<std::string> coders;  // per stored piece; a grouped tensor: its group's ("arc_v3")
-  int64_t group = -1;               // its index in DeltaInfo::groups, or -1
+  std::vector<std::string> coders;   // per stored piece; a grouped tensor: its group's ("arc_v3")
+  int64_t group = -1;                // its index in DeltaInfo::groups, or -1
   uint64_t elements = 0, bytes = 0;  // of the target tensor
   uint64_t pieces = 0;
   uint64_t delta_bytes = 0;  // of its pieces (0 for a grouped tensor: see its group)
@@ -167,7 +169,7 @@ struct DeltaGroupInfo {
   uint64_t tensors = 0, elements = 0, delta_bytes = 0;
   bool chunks_known = false;  // its payload was read: `chunks` is known
   ArcV3Chunks chunks;
-  std::string coder_summary;  // "arc_v3:rans+modelled", or "arc_v3" where not read
+  std::string coder_summary;   // "arc_v3:rans+modelled", or "arc_v3" where not read
   bool changes_known = false;  // counted on the decoded group (InspectDeltaFile with a base)
   uint64_t changed = 0;
 };
@@ -176,9 +178,9 @@ struct DeltaGroupInfo {
 struct DeltaInfo {
   bool directory = false;  // the delta of a sharded checkpoint directory
   uint32_t container_version = 0;
-  uint64_t files = 0;       // checkpoint files it rebuilds
+  uint64_t files = 0;                            // checkpoint files it rebuilds
   uint64_t delta_bytes = 0, manifest_bytes = 0;  // the container's, and its manifest's
-  std::vector<DeltaTensorInfo> tensors;  // by file, in manifest order
+  std::vector<DeltaTensorInfo> tensors;          // by file, in manifest order
   std::vector<DeltaGroupInfo> groups;
   std::vector<std::string> removed_tensors, removed_files;
 };

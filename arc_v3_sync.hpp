@@ -84,7 +84,7 @@ class Publisher {
   // again with the same tensors are no-ops; other tensors: kAlreadyExists. On error
   // nothing it keeps changes.
   Status Publish(uint64_t step, const std::vector<NamedTensor>& tensors, PublishResult* result);
-  uint64_t last_step() const;  // kNoStep if none
+  uint64_t last_step() const;   // kNoStep if none
   uint64_t held_bytes() const;  // the copy it keeps
 
  private:
@@ -127,7 +127,7 @@ struct FollowedTensor {
 struct FollowResult {
   uint64_t from_step = kNoStep, step = kNoStep;
   bool up_to_date = false;
-  std::string route;           // "chain 11 -> 13" or "anchor 10 -> 13"
+  std::string route;  // "chain 11 -> 13" or "anchor 10 -> 13"
   // Set when the cheaper route met a damaged object or document and the other route was
   // taken: what was met, and which route replaced which.
   std::string rerouted;
@@ -143,7 +143,7 @@ struct FollowResult {
 // How a follow loop polls: Follower::Follow and FollowFiles.
 struct FollowOptions {
   double interval_seconds = 2;  // between polls of the store's `latest` pointer
-  uint64_t until = kNoStep;  // return once this step or a later one is held (kNoStep: never)
+  uint64_t until = kNoStep;     // return once this step or a later one is held (kNoStep: never)
   // Polls failing in a row before giving up: the store unavailable, or a committed step
   // that cannot be pulled because something it names is missing (kNotFound).
   int max_failures = 10;
@@ -188,10 +188,10 @@ class Follower {
  public:
   // Memory for a tensor the follower holds anew (first pull, added or reshaped tensors):
   // `bytes` bytes for rows [row_begin, row_end) of `shape`; `owner` keeps them alive.
-  using Allocator = std::function<Status(const std::string& name, const std::string& dtype,
-                                         const std::vector<uint64_t>& shape, uint64_t row_begin,
-                                         uint64_t row_end, uint64_t bytes, void** data,
-                                         std::shared_ptr<void>* owner)>;
+  using Allocator =
+      std::function<Status(const std::string& name, const std::string& dtype,
+                           const std::vector<uint64_t>& shape, uint64_t row_begin, uint64_t row_end,
+                           uint64_t bytes, void** data, std::shared_ptr<void>* owner)>;
 
   static Status Open(const std::string& store_url, const FollowerOptions& options,
                      std::unique_ptr<Follower>* follower);
@@ -213,8 +213,9 @@ class Follower {
   // kRefused event, not an error: whoever can write the store cannot stop the loop (it is
   // tried again once `latest` changes). Errors: Pull's, or kUnavailable / kNotFound after
   // max_failures polls failed in a row; on an error the tensors hold the last step pulled.
-  Status Follow(const FollowOptions& options,
-                const std::function<bool(const FollowEvent& event, const FollowResult* pulled)>& on_event);
+  Status Follow(
+      const FollowOptions& options,
+      const std::function<bool(const FollowEvent& event, const FollowResult* pulled)>& on_event);
   uint64_t step() const;  // kNoStep before the first pull
   // The tensors held, by shard then file order. Pointers stay valid across pulls unless
   // a tensor is added, reshaped or dropped by a step.
@@ -233,12 +234,13 @@ class Follower {
 
 struct PublishFileOptions {
   uint64_t step = 0;
-  std::string next;  // this shard's safetensors file of `step`
-  std::string prev;  // its file of the base step; "": an anchor only
-  uint64_t base_step = kNoStep;  // the step `prev` is; kNoStep: step - 1
+  std::string next;               // this shard's safetensors file of `step`
+  std::string prev;               // its file of the base step; "": an anchor only
+  uint64_t base_step = kNoStep;   // the step `prev` is; kNoStep: step - 1
   uint32_t shard = 0, count = 1;  // this is shard `shard` of `count`
   std::string incarnation;        // as PublisherOptions::incarnation
-  uint64_t anchor_every = 10;     // also an anchor when step % anchor_every == 0 (0: only without prev)
+  uint64_t anchor_every =
+      10;  // also an anchor when step % anchor_every == 0 (0: only without prev)
   // The sharded checkpoint's model.safetensors.index.json, carried to full pulls ("": the
   // one beside `next` if it names next's file; no_index: none).
   std::string index;
@@ -266,22 +268,24 @@ struct PublishFileResult {
   std::string file;  // the shard's name in a region
   uint64_t file_bytes = 0;
   StoredObject delta, anchor, index;  // its containers, and the index it carries
-  bool committed = false;  // the step is committed (by this call or another shard)
-  std::string pending;     // why not, e.g. "waiting for shards 1, 3 of 4"
+  bool committed = false;             // the step is committed (by this call or another shard)
+  std::string pending;                // why not, e.g. "waiting for shards 1, 3 of 4"
   // The shard had published this same file for the step before (same name, base step and
   // tensors): nothing was uploaded, the figures are the first publish's, and `note` says
   // what of this call's options that publish overrides.
   bool already_published = false;
   std::string note;
   uint64_t uploaded_bytes = 0, uploaded_objects = 0;
-  double encode_seconds = 0, hash_seconds = 0, upload_seconds = 0, commit_seconds = 0, total_seconds = 0;
+  double encode_seconds = 0, hash_seconds = 0, upload_seconds = 0, commit_seconds = 0,
+         total_seconds = 0;
 };
 
 // Publishes one shard's file for a step and commits the step if it is complete. A local
 // store is created if missing. Errors: kChecksumMismatch (`prev` is not what this shard
 // published for the base step), kNotFound (a base step it never published),
 // kAlreadyExists (another file for a published shard, naming what differs), the store's.
-Status PublishFile(const std::string& store_url, const PublishFileOptions& options, PublishFileResult* result);
+Status PublishFile(const std::string& store_url, const PublishFileOptions& options,
+                   PublishFileResult* result);
 
 struct PullFilesOptions {
   uint64_t step = kLatestStep;
@@ -323,17 +327,18 @@ struct PullFilesResult {
 // the step only after a verified apply; on any error it is left exactly as it was. Errors:
 // Follower::Pull's, kChecksumMismatch for a DIR whose files are not the step it records
 // (reset rebuilds it), kAlreadyExists for a DIR of other files (see force).
-Status PullFiles(const std::string& store_url, const std::string& dir, const PullFilesOptions& options,
-                 PullFilesResult* result);
+Status PullFiles(const std::string& store_url, const std::string& dir,
+                 const PullFilesOptions& options, PullFilesResult* result);
 
 // Keeps DIR at the newest committed step: PullFiles (its options.step ignored) for each
 // step newer than the one held, in the loop of Follower::Follow, which says how it polls,
 // waits and gives up. A local store that does not exist yet is waited for. `on_event`
 // (may be empty) is told every event, with the pull's result for a kPulled one; false
 // ends the loop.
-Status FollowFiles(const std::string& store_url, const std::string& dir, const PullFilesOptions& options,
-                   const FollowOptions& follow,
-                   const std::function<bool(const FollowEvent& event, const PullFilesResult* pulled)>& on_event);
+Status FollowFiles(
+    const std::string& store_url, const std::string& dir, const PullFilesOptions& options,
+    const FollowOptions& follow,
+    const std::function<bool(const FollowEvent& event, const PullFilesResult* pulled)>& on_event);
 
 // --- A regional mirror ---
 // Copies the committed steps of the trainer's store SRC into a store DST in a region, byte
@@ -383,10 +388,10 @@ Status MirrorSteps(const std::string& src_url, const std::string& dst_url,
 // exist yet is waited for. With trusted keys, a step that does not verify is a kRefused
 // event and the loop goes on. `on_event` (may be empty) is told every event, with the
 // mirror's result for a kPulled one; false ends the loop.
-Status FollowMirror(const std::string& src_url, const std::string& dst_url,
-                    const MirrorOptions& options, const FollowOptions& follow,
-                    const std::function<bool(const FollowEvent& event,
-                                             const MirrorResult* mirrored)>& on_event);
+Status FollowMirror(
+    const std::string& src_url, const std::string& dst_url, const MirrorOptions& options,
+    const FollowOptions& follow,
+    const std::function<bool(const FollowEvent& event, const MirrorResult* mirrored)>& on_event);
 
 // --- Looking after a store ---
 
@@ -404,10 +409,10 @@ struct StepInfo {
   uint64_t objects = 0, bytes = 0;  // every object of the step, and their sizes
   // Of a committed step, from its root:
   uint64_t base_step = kNoStep, anchor_step = kNoStep;  // base: kNoStep for an anchor alone
-  bool anchor = false;  // every shard carries an anchor
-  uint32_t count = 0;   // shards
+  bool anchor = false;                                  // every shard carries an anchor
+  uint32_t count = 0;                                   // shards
   std::string incarnation;
-  uint64_t run = 0;     // the run id its first step drew
+  uint64_t run = 0;                            // the run id its first step drew
   uint64_t delta_bytes = 0, anchor_bytes = 0;  // summed over its shards
   double published_at = 0, committed_at = 0;
   std::vector<StepShardInfo> shards;  // with ListSteps' `shards` only
@@ -431,7 +436,8 @@ struct StepVerdict {
 // downloaded (a pull checks them). A step that fails is a verdict; an error names a key
 // file or the store.
 Status VerifySteps(const std::string& store_url, const StoreSettings& settings,
-                   const std::vector<std::string>& trusted_keys, std::vector<StepVerdict>* verdicts);
+                   const std::vector<std::string>& trusted_keys,
+                   std::vector<StepVerdict>* verdicts);
 
 struct PruneResult {
   uint64_t keep_from = kNoStep;  // steps before it were deleted (kNoStep: nothing to prune)
@@ -443,8 +449,8 @@ struct PruneResult {
 // it may still need its chain). Roots go first, so no puller finds a step whose pieces are
 // gone. `dry_run` only reports. A step committed less than `min_age_seconds` ago keeps
 // everything back to its anchor step (a slow region may still be fetching its route).
-Status PruneSteps(const std::string& store_url, const StoreSettings& settings, uint32_t keep_anchors,
-                  bool dry_run, double min_age_seconds, PruneResult* result);
+Status PruneSteps(const std::string& store_url, const StoreSettings& settings,
+                  uint32_t keep_anchors, bool dry_run, double min_age_seconds, PruneResult* result);
 
 // Writes a new Ed25519 key pair for signed steps: `path`, the private key (mode 0600, for
 // PublisherOptions::sign_key) and `path`.pub (for FollowerOptions::trusted_keys), PEM files

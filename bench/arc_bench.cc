@@ -47,7 +47,8 @@ namespace arc_v3 {
 namespace bench {
 namespace {
 
-constexpr char kUsage[] = R"(arc_bench: arc_v3 vs. published BF16-delta codecs, with entropy bounds and bandwidth limits.
+constexpr char kUsage[] =
+    R"(arc_bench: arc_v3 vs. published BF16-delta codecs, with entropy bounds and bandwidth limits.
 
 Usage: arc_bench [flags]
   --generated        benchmark the built-in generator's three regimes (0.2%, 2%, 10% changed);
@@ -350,8 +351,8 @@ bool RunGrouped(const Dataset& dataset, int effort, SessionResult* result) {
       t0 = NowSeconds();
       const Status decompressed =
           compressed.ok()
-              ? delta_decompress_tensors(group.slots.data(), group.slots.size(),
-                                         delta.bytes.data(), delta.bytes.size(), delta.checksum, 1)
+              ? delta_decompress_tensors(group.slots.data(), group.slots.size(), delta.bytes.data(),
+                                         delta.bytes.size(), delta.checksum, 1)
               : compressed;
       result->grouped_decompress_seconds += NowSeconds() - t0;
       if (!decompressed.ok() || !group.Exact()) {
@@ -416,7 +417,8 @@ struct Task {
 
 // Saves a failing tensor so the failure can be replayed: its element count (uint64), then
 // prev and next as raw BF16 bits, under /tmp/bench_out/.
-std::string SaveReproducer(const std::string& codec, const std::string& dataset, const TensorPair& t) {
+std::string SaveReproducer(const std::string& codec, const std::string& dataset,
+                           const TensorPair& t) {
   std::string name = "repro_" + codec + "_" + dataset + "_" + t.name + ".bin";
   std::replace(name.begin(), name.end(), '/', '_');
   std::error_code ec;
@@ -432,7 +434,8 @@ std::string SaveReproducer(const std::string& codec, const std::string& dataset,
   return ok ? path + " (uint64 count, prev[count], next[count])" : "(could not write " + path + ")";
 }
 
-CodecResult RunCodec(const Codec& codec, const Dataset& dataset, const Flags& flags, size_t workers) {
+CodecResult RunCodec(const Codec& codec, const Dataset& dataset, const Flags& flags,
+                     size_t workers) {
   CodecResult result;
   result.codec = codec.Name();
   std::vector<Task> tasks;
@@ -449,7 +452,8 @@ CodecResult RunCodec(const Codec& codec, const Dataset& dataset, const Flags& fl
   }
   // Largest first, so that the parallel runs balance.
   std::stable_sort(tasks.begin(), tasks.end(), [&](const Task& a, const Task& b) {
-    return dataset.pairs[a.pair].tensors[a.tensor].count > dataset.pairs[b.pair].tensors[b.tensor].count;
+    return dataset.pairs[a.pair].tensors[a.tensor].count >
+           dataset.pairs[b.pair].tensors[b.tensor].count;
   });
   auto view = [&](const Task& task) {
     const TensorPair& t = dataset.pairs[task.pair].tensors[task.tensor];
@@ -481,7 +485,8 @@ CodecResult RunCodec(const Codec& codec, const Dataset& dataset, const Flags& fl
   auto verify = [&](const char* when) {
     for (size_t k = 0; k < tasks.size(); ++k) {
       const TensorPair& t = tensor_of(tasks[k]);
-      if (std::memcmp(outputs[tasks[k].pair].data() + tasks[k].out_offset, t.next, 2 * t.count) != 0) {
+      if (std::memcmp(outputs[tasks[k].pair].data() + tasks[k].out_offset, t.next, 2 * t.count) !=
+          0) {
         result.ok = false;
         result.error = std::string("round trip not bit-exact (") + when + ") on " + t.name +
                        "; reproducer: " + SaveReproducer(codec.Name(), dataset.name, t);
@@ -494,8 +499,8 @@ CodecResult RunCodec(const Codec& codec, const Dataset& dataset, const Flags& fl
   for (size_t k = 0; k < tasks.size(); ++k) {
     if (!decompress_task(k)) {
       result.ok = false;
-      result.error = "decompress failed on " + tensor_of(tasks[k]).name +
-                     "; reproducer: " + SaveReproducer(codec.Name(), dataset.name, tensor_of(tasks[k]));
+      result.error = "decompress failed on " + tensor_of(tasks[k]).name + "; reproducer: " +
+                     SaveReproducer(codec.Name(), dataset.name, tensor_of(tasks[k]));
       return result;
     }
   }
@@ -510,9 +515,8 @@ CodecResult RunCodec(const Codec& codec, const Dataset& dataset, const Flags& fl
   auto gbps = [&](double seconds) { return seconds > 0 ? input_bytes / seconds * 1e-9 : 0; };
   std::vector<std::vector<uint8_t>> scratch(workers);
   auto compress_all = [&](size_t num_workers) {
-    ParallelFor(tasks.size(), num_workers, [&](size_t k, size_t worker) {
-      codec.Compress(view(tasks[k]), &scratch[worker]);
-    });
+    ParallelFor(tasks.size(), num_workers,
+                [&](size_t k, size_t worker) { codec.Compress(view(tasks[k]), &scratch[worker]); });
   };
   std::atomic<bool> decompress_ok{true};
   auto decompress_all = [&](size_t num_workers) {
@@ -587,8 +591,7 @@ SessionResult RunSessions(const Dataset& dataset, const std::vector<DeltaStats>&
         result.history_decompress_seconds += decompress_seconds;
         result.history_elements += tensor.count;
       }
-      if (!decompressed.ok() ||
-          std::memcmp(out.data(), tensor.next, 2 * tensor.count) != 0) {
+      if (!decompressed.ok() || std::memcmp(out.data(), tensor.next, 2 * tensor.count) != 0) {
         result.ok = false;
         result.error = "session round trip failed on " + tensor.name + " (step pair " +
                        std::to_string(p) + "): " + decompressed.ToString();
@@ -666,12 +669,15 @@ std::vector<KernelResult> RunKernels(const KernelInput& in, const Flags& flags, 
       });
     });
   };
-  auto copy_slice = [&](size_t, size_t b, size_t c) { std::memcpy(copy.data() + b, in.prev.data() + b, 2 * c); };
+  auto copy_slice = [&](size_t, size_t b, size_t c) {
+    std::memcpy(copy.data() + b, in.prev.data() + b, 2 * c);
+  };
   const double memcpy_1t = run(1, copy_slice);
   const double memcpy_nt = run(workers, copy_slice);
   std::vector<KernelResult> results;
   const double bytes = 2.0 * n;
-  results.push_back(KernelResult{"-", "memcpy", bytes / memcpy_1t * 1e-9, bytes / memcpy_nt * 1e-9, 1, 1});
+  results.push_back(
+      KernelResult{"-", "memcpy", bytes / memcpy_1t * 1e-9, bytes / memcpy_nt * 1e-9, 1, 1});
   // What every decoder that verifies its result does at the least: write the result
   // (here a copy of prev) and hash it, tile by tile as the library's decoder does. A
   // codec without a checksum (the competitors) is bounded by memcpy alone.
@@ -689,8 +695,9 @@ std::vector<KernelResult> RunKernels(const KernelInput& in, const Flags& flags, 
     XXH3_freeState(state);
   };
   const double verified_1t = run(1, copy_hash_slice), verified_nt = run(workers, copy_hash_slice);
-  results.push_back(KernelResult{"-", "memcpy+XXH3", bytes / verified_1t * 1e-9, bytes / verified_nt * 1e-9,
-                                 memcpy_1t / verified_1t, memcpy_nt / verified_nt});
+  results.push_back(KernelResult{"-", "memcpy+XXH3", bytes / verified_1t * 1e-9,
+                                 bytes / verified_nt * 1e-9, memcpy_1t / verified_1t,
+                                 memcpy_nt / verified_nt});
   const std::vector<int64_t> targets = hwy::SupportedAndGeneratedTargets();
   for (const int64_t target : targets) {
     hwy::SetSupportedTargetsForTest(target);
@@ -698,20 +705,26 @@ std::vector<KernelResult> RunKernels(const KernelInput& in, const Flags& flags, 
     Progress("kernels on " + name);
     auto add = [&](const std::string& kernel, const auto& func) {
       const double t1 = run(1, func), tn = run(workers, func);
-      results.push_back(KernelResult{name, kernel, bytes / t1 * 1e-9, bytes / tn * 1e-9, memcpy_1t / t1, memcpy_nt / tn});
+      results.push_back(KernelResult{name, kernel, bytes / t1 * 1e-9, bytes / tn * 1e-9,
+                                     memcpy_1t / t1, memcpy_nt / tn});
     };
     std::vector<uint64_t> changed(workers);  // per slice, so that the call is not elided
     add("ClassifyChanges", [&](size_t s, size_t b, size_t c) {
       changed[s] = ClassifyChanges(in.prev.data() + b, in.next.data() + b, c).changed;
     });
     add("CompactChanges", [&](size_t, size_t b, size_t c) {
-      CompactChanges(in.prev.data() + b, in.next.data() + b, c, positions.data() + b, xors_out.data() + b);
+      CompactChanges(in.prev.data() + b, in.next.data() + b, c, positions.data() + b,
+                     xors_out.data() + b);
     });
-    add("PackMantissas", [&](size_t, size_t b, size_t c) { PackMantissas(xors.data() + b, c, packed.data() + b / 8 * 7); });
+    add("PackMantissas", [&](size_t, size_t b, size_t c) {
+      PackMantissas(xors.data() + b, c, packed.data() + b / 8 * 7);
+    });
     add("UnpackMantissas", [&](size_t, size_t b, size_t c) {
       UnpackMantissas(packed.data() + b / 8 * 7, c, xors_out.data() + b);
     });
-    add("ApplyXor", [&](size_t, size_t b, size_t c) { ApplyXor(in.prev.data() + b, xors.data() + b, c, out.data() + b); });
+    add("ApplyXor", [&](size_t, size_t b, size_t c) {
+      ApplyXor(in.prev.data() + b, xors.data() + b, c, out.data() + b);
+    });
     add("GroupRateSums", [&](size_t, size_t b, size_t c) {
       GroupRateSums(in.prev.data() + b, c / 4, /*rate_cap=*/24, rate_sums.data() + b / 4);
     });
@@ -762,11 +775,13 @@ void PrintDatasetStats(const DatasetResult& d) {
   std::printf("\n== %s: %llu params, %llu step pairs, %.3f%% changed per step\n", d.name.c_str(),
               static_cast<unsigned long long>(d.params), static_cast<unsigned long long>(s.pairs),
               100 * s.Density());
-  std::printf("   changes: %.2f%% mantissa-only, %.2f%% exponent, %.3f%% sign; |d|=1: %.2f%%; "
-              "slope log2 P(change) vs exponent %.3f; P(changed | changed prev) %.2f%% "
-              "(| unchanged prev %.3f%%)\n",
-              100 * s.OfChanged(s.mantissa_only), 100 * s.OfChanged(s.exponent), 100 * s.OfChanged(s.sign),
-              100 * s.OfChanged(s.unit_steps), s.ExponentSlope(), 100 * s.Overlap(), 100 * s.OverlapUnchanged());
+  std::printf(
+      "   changes: %.2f%% mantissa-only, %.2f%% exponent, %.3f%% sign; |d|=1: %.2f%%; "
+      "slope log2 P(change) vs exponent %.3f; P(changed | changed prev) %.2f%% "
+      "(| unchanged prev %.3f%%)\n",
+      100 * s.OfChanged(s.mantissa_only), 100 * s.OfChanged(s.exponent), 100 * s.OfChanged(s.sign),
+      100 * s.OfChanged(s.unit_steps), s.ExponentSlope(), 100 * s.Overlap(),
+      100 * s.OverlapUnchanged());
   std::printf("   bounds (%% of BF16): (a) %.3f%%  (b) %.3f%%  (b2) %.3f%%  (b2 learned) %.3f%%",
               s.BitsToPercent(s.bits_a), s.BitsToPercent(s.bits_b), s.BitsToPercent(s.bits_b2),
               s.BitsToPercent(s.bits_b2_learned));
@@ -779,7 +794,9 @@ void PrintDatasetStats(const DatasetResult& d) {
 
 // payload / bound (0 when the bound is 0: nothing changed).
 double BoundRatio(double bits, double bound_bits) { return bound_bits > 0 ? bits / bound_bits : 0; }
-std::string Ratio(double bits, double bound_bits) { return Format("%.2f", BoundRatio(bits, bound_bits)); }
+std::string Ratio(double bits, double bound_bits) {
+  return Format("%.2f", BoundRatio(bits, bound_bits));
+}
 
 double PayloadPercent(const DatasetResult& d, uint64_t bytes) {
   return d.stats.elements ? 100.0 * bytes / (2.0 * d.stats.elements) : 0;
@@ -789,9 +806,10 @@ void PrintCodecTable(const DatasetResult& d) {
   const DeltaStats& s = d.stats;
   std::vector<Row> rows;
   auto bound_row = [&](const char* name, double bits) {
-    rows.push_back(Row{{name, Format("%.4f%%", s.BitsToPercent(bits)),
-                        Format("%.3f", s.changed ? bits / s.changed : 0), Format("%.3f%%", 100 * s.Density()),
-                        Ratio(bits, s.bits_b), Ratio(bits, s.bits_b2), "", "", "", "", "bound"}});
+    rows.push_back(
+        Row{{name, Format("%.4f%%", s.BitsToPercent(bits)),
+             Format("%.3f", s.changed ? bits / s.changed : 0), Format("%.3f%%", 100 * s.Density()),
+             Ratio(bits, s.bits_b), Ratio(bits, s.bits_b2), "", "", "", "", "bound"}});
   };
   bound_row("(a) iid + H(d)", s.bits_a);
   bound_row("(b) p|exp + H(d)", s.bits_b);
@@ -803,13 +821,16 @@ void PrintCodecTable(const DatasetResult& d) {
       continue;
     }
     const double bits = 8.0 * c.payload_bytes;
-    rows.push_back(Row{{c.codec, Format("%.4f%%", PayloadPercent(d, c.payload_bytes)),
-                        Format("%.3f", s.changed ? bits / s.changed : 0), Format("%.3f%%", 100 * s.Density()),
-                        Ratio(bits, s.bits_b), Ratio(bits, s.bits_b2), Format("%.2f", c.compress_1t),
-                        Format("%.2f", c.compress_nt), Format("%.2f", c.decompress_1t),
-                        Format("%.2f", c.decompress_nt), c.ok ? "ok" : "FAILED"}});
+    rows.push_back(
+        Row{{c.codec, Format("%.4f%%", PayloadPercent(d, c.payload_bytes)),
+             Format("%.3f", s.changed ? bits / s.changed : 0), Format("%.3f%%", 100 * s.Density()),
+             Ratio(bits, s.bits_b), Ratio(bits, s.bits_b2), Format("%.2f", c.compress_1t),
+             Format("%.2f", c.compress_nt), Format("%.2f", c.decompress_1t),
+             Format("%.2f", c.decompress_nt), c.ok ? "ok" : "FAILED"}});
   }
-  PrintTable({d.name, "payload", "bits/chg", "density", "x(b)", "x(b2)", "C 1T", "C nT", "D 1T", "D nT", "exact"}, rows);
+  PrintTable({d.name, "payload", "bits/chg", "density", "x(b)", "x(b2)", "C 1T", "C nT", "D 1T",
+              "D nT", "exact"},
+             rows);
   for (const CodecResult& c : d.codecs) {
     if (!c.ok) std::printf("   %s: %s\n", c.codec.c_str(), c.error.c_str());
   }
@@ -822,11 +843,12 @@ void PrintCodecTable(const DatasetResult& d) {
 void PrintSessionTable(const DatasetResult& d) {
   const SessionResult& r = d.session;
   if (!r.ran) return;
-  std::printf("\n   per step pair, effort %d: default (one payload per tensor), grouped (small sparse "
-              "tensors share one payload: delta_compress_tensors),\n   session mode (arc_v3::Session "
-              "per tensor; step k coded with the history of steps 0..k-1), grp sess (one Session "
-              "over the small tensors):\n\n",
-              r.effort);
+  std::printf(
+      "\n   per step pair, effort %d: default (one payload per tensor), grouped (small sparse "
+      "tensors share one payload: delta_compress_tensors),\n   session mode (arc_v3::Session "
+      "per tensor; step k coded with the history of steps 0..k-1), grp sess (one Session "
+      "over the small tensors):\n\n",
+      r.effort);
   if (!r.ok) {
     std::printf("   FAILED: %s\n", r.error.c_str());
     return;
@@ -849,22 +871,21 @@ void PrintSessionTable(const DatasetResult& d) {
   auto row = [&](const std::string& name, const SessionStep& step) {
     const double bf16 = 2.0 * static_cast<double>(step.elements);
     const bool with_c = step.pairs > 0 && step.pairs_with_history == step.pairs;
-    rows.push_back(Row{{name, Format("%.3f%%", step.elements ? 100.0 * step.changed / step.elements : 0),
-                        Format("%.4f%%", bf16 > 0 ? 100.0 * step.bits_b2 / 8 / bf16 : 0),
-                        Format("%.4f%%", bf16 > 0 ? 100.0 * step.bits_b2_learned / 8 / bf16 : 0),
-                        with_c ? Format("%.4f%%", bf16 > 0 ? 100.0 * step.bits_c / 8 / bf16 : 0) : "-",
-                        Format("%.4f%%", bf16 > 0 ? 100.0 * step.stateless_bytes / bf16 : 0),
-                        Format("%.3f", BoundRatio(8.0 * step.stateless_bytes, step.bits_b2)),
-                        Format("%.4f%%", bf16 > 0 ? 100.0 * step.grouped_bytes / bf16 : 0),
-                        Format("%.3f", BoundRatio(8.0 * step.grouped_bytes, step.bits_b2)),
-                        Format("%.4f%%", bf16 > 0 ? 100.0 * step.session_bytes / bf16 : 0),
-                        Format("%.3f", BoundRatio(8.0 * step.session_bytes, step.bits_b2)),
-                        Format("%.4f%%",
-                               bf16 > 0 ? 100.0 * step.grouped_session_bytes / bf16 : 0),
-                        Format("%.3f",
-                               BoundRatio(8.0 * step.grouped_session_bytes, step.bits_b2)),
-                        with_c ? Format("%.3f", BoundRatio(8.0 * step.grouped_session_bytes, step.bits_c))
-                               : "-"}});
+    rows.push_back(
+        Row{{name, Format("%.3f%%", step.elements ? 100.0 * step.changed / step.elements : 0),
+             Format("%.4f%%", bf16 > 0 ? 100.0 * step.bits_b2 / 8 / bf16 : 0),
+             Format("%.4f%%", bf16 > 0 ? 100.0 * step.bits_b2_learned / 8 / bf16 : 0),
+             with_c ? Format("%.4f%%", bf16 > 0 ? 100.0 * step.bits_c / 8 / bf16 : 0) : "-",
+             Format("%.4f%%", bf16 > 0 ? 100.0 * step.stateless_bytes / bf16 : 0),
+             Format("%.3f", BoundRatio(8.0 * step.stateless_bytes, step.bits_b2)),
+             Format("%.4f%%", bf16 > 0 ? 100.0 * step.grouped_bytes / bf16 : 0),
+             Format("%.3f", BoundRatio(8.0 * step.grouped_bytes, step.bits_b2)),
+             Format("%.4f%%", bf16 > 0 ? 100.0 * step.session_bytes / bf16 : 0),
+             Format("%.3f", BoundRatio(8.0 * step.session_bytes, step.bits_b2)),
+             Format("%.4f%%", bf16 > 0 ? 100.0 * step.grouped_session_bytes / bf16 : 0),
+             Format("%.3f", BoundRatio(8.0 * step.grouped_session_bytes, step.bits_b2)),
+             with_c ? Format("%.3f", BoundRatio(8.0 * step.grouped_session_bytes, step.bits_c))
+                    : "-"}});
   };
   for (size_t p = 0; p < r.steps.size(); ++p) {
     row("pair " + std::to_string(p), r.steps[p]);
@@ -880,29 +901,32 @@ void PrintSessionTable(const DatasetResult& d) {
   const auto speed = [](uint64_t elements, double seconds) {
     return seconds > 0 ? 2.0 * static_cast<double>(elements) / seconds * 1e-9 : 0.0;
   };
-  std::printf("   session 1 thread, one pass: compress %.2f GB/s, decompress %.2f GB/s; steps "
-              "with history: %.2f, %.2f GB/s\n",
-              speed(all.elements, r.compress_seconds), speed(all.elements, r.decompress_seconds),
-              speed(r.history_elements, r.history_compress_seconds),
-              speed(r.history_elements, r.history_decompress_seconds));
+  std::printf(
+      "   session 1 thread, one pass: compress %.2f GB/s, decompress %.2f GB/s; steps "
+      "with history: %.2f, %.2f GB/s\n",
+      speed(all.elements, r.compress_seconds), speed(all.elements, r.decompress_seconds),
+      speed(r.history_elements, r.history_compress_seconds),
+      speed(r.history_elements, r.history_decompress_seconds));
   // Shares of all the steps' elements.
   const auto share = [&all](uint64_t elements) {
     return all.elements > 0 ? 100.0 * static_cast<double>(elements) / all.elements : 0.0;
   };
-  std::printf("   grouped (tensors under %zu elements with under %zu changes in one "
-              "delta_compress_tensors call per step, %.0f%% of the elements), 1 thread, one pass: "
-              "compress %.2f GB/s, decompress %.2f GB/s\n",
-              kGroupBelowElements, kGroupMaxChanges, share(r.grouped_elements),
-              speed(r.grouped_elements, r.grouped_compress_seconds),
-              speed(r.grouped_elements, r.grouped_decompress_seconds));
-  std::printf("   grp sess (tensors under %zu elements in one Session, %.0f%% of the elements), "
-              "1 thread, one pass: compress %.2f GB/s, decompress %.2f GB/s; steps "
-              "with history: %.2f, %.2f GB/s (the first step also allocates the history)\n",
-              kGroupBelowElements, share(r.grouped_session_elements),
-              speed(r.grouped_session_elements, r.grouped_session_compress_seconds),
-              speed(r.grouped_session_elements, r.grouped_session_decompress_seconds),
-              speed(r.grouped_history_elements, r.grouped_history_compress_seconds),
-              speed(r.grouped_history_elements, r.grouped_history_decompress_seconds));
+  std::printf(
+      "   grouped (tensors under %zu elements with under %zu changes in one "
+      "delta_compress_tensors call per step, %.0f%% of the elements), 1 thread, one pass: "
+      "compress %.2f GB/s, decompress %.2f GB/s\n",
+      kGroupBelowElements, kGroupMaxChanges, share(r.grouped_elements),
+      speed(r.grouped_elements, r.grouped_compress_seconds),
+      speed(r.grouped_elements, r.grouped_decompress_seconds));
+  std::printf(
+      "   grp sess (tensors under %zu elements in one Session, %.0f%% of the elements), "
+      "1 thread, one pass: compress %.2f GB/s, decompress %.2f GB/s; steps "
+      "with history: %.2f, %.2f GB/s (the first step also allocates the history)\n",
+      kGroupBelowElements, share(r.grouped_session_elements),
+      speed(r.grouped_session_elements, r.grouped_session_compress_seconds),
+      speed(r.grouped_session_elements, r.grouped_session_decompress_seconds),
+      speed(r.grouped_history_elements, r.grouped_history_compress_seconds),
+      speed(r.grouped_history_elements, r.grouped_history_decompress_seconds));
 }
 
 // The closing summary, the README's table: per dataset, arc_v3's payload (% of the BF16
@@ -912,10 +936,11 @@ void PrintSessionTable(const DatasetResult& d) {
 // other codec, by how much. "-": the codec did not run (--codecs) or failed.
 void PrintHeadline(const std::vector<DatasetResult>& datasets) {
   constexpr char kPeer[] = "slime_zstd";
-  std::printf("\n== Headline, the README's table: payload as %% of the BF16 bytes (smaller is "
-              "better) of %s (the library's default), %s (ARCv3 as published) and the smallest "
-              "other codec; one-thread GB/s\n\n",
-              kDefaultCodec, kPublishedCodec);
+  std::printf(
+      "\n== Headline, the README's table: payload as %% of the BF16 bytes (smaller is "
+      "better) of %s (the library's default), %s (ARCv3 as published) and the smallest "
+      "other codec; one-thread GB/s\n\n",
+      kDefaultCodec, kPublishedCodec);
   std::vector<Row> rows;
   std::vector<std::string> notes;
   for (const DatasetResult& d : datasets) {
@@ -925,7 +950,8 @@ void PrintHeadline(const std::vector<DatasetResult>& datasets) {
       if (c.codec == kDefaultCodec) arc = &c;
       if (c.codec == kPublishedCodec) published = &c;
       if (c.codec == kPeer) peer = &c;
-      if (!IsArcV3Codec(c.codec) && (smallest == nullptr || c.payload_bytes < smallest->payload_bytes)) {
+      if (!IsArcV3Codec(c.codec) &&
+          (smallest == nullptr || c.payload_bytes < smallest->payload_bytes)) {
         smallest = &c;
       }
     }
@@ -934,31 +960,36 @@ void PrintHeadline(const std::vector<DatasetResult>& datasets) {
       return c ? Format("%.3f%%", PayloadPercent(d, c->payload_bytes)) : std::string("-");
     };
     auto speeds = [&](double CodecResult::*field) {
-      return (arc ? Format("%.2f", arc->*field) : "-") + " / " + (peer ? Format("%.2f", peer->*field) : "-");
+      return (arc ? Format("%.2f", arc->*field) : "-") + " / " +
+             (peer ? Format("%.2f", peer->*field) : "-");
     };
-    rows.push_back(Row{{d.name, Format("%.2f%%", 100 * d.stats.Density()), percent(arc), percent(published),
-                        smallest ? percent(smallest) + " (" + smallest->codec + ")" : "-", Format("%.3f%%", b2),
-                        arc && b2 > 0 ? Format("%.2f", PayloadPercent(d, arc->payload_bytes) / b2) : "-",
-                        speeds(&CodecResult::decompress_1t), speeds(&CodecResult::compress_1t)}});
+    rows.push_back(Row{
+        {d.name, Format("%.2f%%", 100 * d.stats.Density()), percent(arc), percent(published),
+         smallest ? percent(smallest) + " (" + smallest->codec + ")" : "-", Format("%.3f%%", b2),
+         arc && b2 > 0 ? Format("%.2f", PayloadPercent(d, arc->payload_bytes) / b2) : "-",
+         speeds(&CodecResult::decompress_1t), speeds(&CodecResult::compress_1t)}});
     if (smallest == nullptr) continue;
     std::string larger;
     for (const CodecResult& c : d.codecs) {
       if (c.ok && IsArcV3Codec(c.codec) && c.payload_bytes > smallest->payload_bytes) {
-        larger += " " + c.codec + Format(" +%.1f%%", 100.0 * c.payload_bytes / smallest->payload_bytes - 100);
+        larger += " " + c.codec +
+                  Format(" +%.1f%%", 100.0 * c.payload_bytes / smallest->payload_bytes - 100);
       }
     }
     if (!larger.empty()) notes.push_back(d.name + ":" + larger);
   }
-  PrintTable({"dataset", "changed", kDefaultCodec, kPublishedCodec, "smallest other", "bound (b2)",
-              std::string(kDefaultCodec) + "/(b2)", std::string("decode ") + kDefaultCodec + " / " + kPeer,
-              std::string("encode ") + kDefaultCodec + " / " + kPeer},
-             rows);
-  if (!notes.empty()) std::printf("   %s's rows larger than the smallest other codec:\n", kDefaultCodec);
+  PrintTable(
+      {"dataset", "changed", kDefaultCodec, kPublishedCodec, "smallest other", "bound (b2)",
+       std::string(kDefaultCodec) + "/(b2)", std::string("decode ") + kDefaultCodec + " / " + kPeer,
+       std::string("encode ") + kDefaultCodec + " / " + kPeer},
+      rows);
+  if (!notes.empty())
+    std::printf("   %s's rows larger than the smallest other codec:\n", kDefaultCodec);
   for (const std::string& note : notes) std::printf("     %s\n", note.c_str());
 }
 
-nlohmann::json ToJson(const std::vector<DatasetResult>& datasets, const std::vector<KernelResult>& kernels,
-                      size_t workers) {
+nlohmann::json ToJson(const std::vector<DatasetResult>& datasets,
+                      const std::vector<KernelResult>& kernels, size_t workers) {
   nlohmann::json root;
   root["arc_v3_version"] = VersionString();
   root["threads_all"] = workers;
@@ -979,8 +1010,10 @@ nlohmann::json ToJson(const std::vector<DatasetResult>& datasets, const std::vec
     j["unit_step_share"] = s.OfChanged(s.unit_steps);
     j["exponent_slope"] = s.ExponentSlope();
     if (!std::isnan(s.Overlap())) j["p_changed_given_changed_prev"] = s.Overlap();
-    if (s.pairs_with_history > 0) j["bound_c_ratio_to_b2"] = BoundRatio(s.bits_c, s.bits_b2_with_history);
-    j["bound_percent"] = {{"a", s.BitsToPercent(s.bits_a)}, {"b", s.BitsToPercent(s.bits_b)},
+    if (s.pairs_with_history > 0)
+      j["bound_c_ratio_to_b2"] = BoundRatio(s.bits_c, s.bits_b2_with_history);
+    j["bound_percent"] = {{"a", s.BitsToPercent(s.bits_a)},
+                          {"b", s.BitsToPercent(s.bits_b)},
                           {"b2", s.BitsToPercent(s.bits_b2)},
                           {"b2_learned", s.BitsToPercent(s.bits_b2_learned)}};
     for (const CodecResult& c : d.codecs) {
@@ -1004,24 +1037,28 @@ nlohmann::json ToJson(const std::vector<DatasetResult>& datasets, const std::vec
       session["ok"] = d.session.ok;
       if (!d.session.ok) session["error"] = d.session.error;
       for (const SessionStep& step : d.session.steps) {
-        session["pairs"].push_back({{"elements", step.elements},
-                                    {"changed", step.changed},
-                                    {"bound_b2_bits", step.bits_b2},
-                                    {"bound_b2_learned_bits", step.bits_b2_learned},
-                                    {"bound_c_bits", step.pairs_with_history ? nlohmann::json(step.bits_c)
-                                                                             : nlohmann::json()},
-                                    {"default_bytes", step.stateless_bytes},
-                                    {"grouped_bytes", step.grouped_bytes},
-                                    {"grouped_session_bytes", step.grouped_session_bytes},
-                                    {"session_bytes", step.session_bytes}});
+        session["pairs"].push_back(
+            {{"elements", step.elements},
+             {"changed", step.changed},
+             {"bound_b2_bits", step.bits_b2},
+             {"bound_b2_learned_bits", step.bits_b2_learned},
+             {"bound_c_bits",
+              step.pairs_with_history ? nlohmann::json(step.bits_c) : nlohmann::json()},
+             {"default_bytes", step.stateless_bytes},
+             {"grouped_bytes", step.grouped_bytes},
+             {"grouped_session_bytes", step.grouped_session_bytes},
+             {"session_bytes", step.session_bytes}});
       }
       j["session"] = session;
     }
     root["datasets"].push_back(j);
   }
   for (const KernelResult& k : kernels) {
-    root["kernels"].push_back({{"target", k.target}, {"kernel", k.kernel}, {"gbps_1t", k.gbps_1t},
-                               {"gbps_nt", k.gbps_nt}, {"of_memcpy_1t", k.of_memcpy_1t},
+    root["kernels"].push_back({{"target", k.target},
+                               {"kernel", k.kernel},
+                               {"gbps_1t", k.gbps_1t},
+                               {"gbps_nt", k.gbps_nt},
+                               {"of_memcpy_1t", k.of_memcpy_1t},
                                {"of_memcpy_nt", k.of_memcpy_nt}});
   }
   return root;
@@ -1029,25 +1066,27 @@ nlohmann::json ToJson(const std::vector<DatasetResult>& datasets, const std::vec
 
 bool WriteCsv(const std::string& path, const std::vector<DatasetResult>& datasets) {
   std::ofstream out(path);
-  out << "dataset,codec,ok,payload_bytes,payload_percent,bits_per_change,density,ratio_to_b,ratio_to_b2,"
+  out << "dataset,codec,ok,payload_bytes,payload_percent,bits_per_change,density,ratio_to_b,ratio_"
+         "to_b2,"
          "compress_gbps_1t,compress_gbps_nt,decompress_gbps_1t,decompress_gbps_nt\n";
   for (const DatasetResult& d : datasets) {
     const DeltaStats& s = d.stats;
     auto bound = [&](const char* name, double bits) {
       out << d.name << "," << name << ",bound," << bits / 8 << "," << s.BitsToPercent(bits) << ","
-          << (s.changed ? bits / s.changed : 0) << "," << s.Density() << "," << BoundRatio(bits, s.bits_b) << ","
-          << BoundRatio(bits, s.bits_b2) << ",,,,\n";
+          << (s.changed ? bits / s.changed : 0) << "," << s.Density() << ","
+          << BoundRatio(bits, s.bits_b) << "," << BoundRatio(bits, s.bits_b2) << ",,,,\n";
     };
     bound("bound_a", s.bits_a);
     bound("bound_b", s.bits_b);
     bound("bound_b2", s.bits_b2);
     bound("bound_b2_learned", s.bits_b2_learned);
     for (const CodecResult& c : d.codecs) {
-      out << d.name << "," << c.codec << "," << (c.ok ? "ok" : "FAILED") << "," << c.payload_bytes << ","
-          << PayloadPercent(d, c.payload_bytes) << "," << (s.changed ? 8.0 * c.payload_bytes / s.changed : 0)
-          << "," << s.Density() << "," << BoundRatio(8.0 * c.payload_bytes, s.bits_b) << ","
-          << BoundRatio(8.0 * c.payload_bytes, s.bits_b2) << ","
-          << c.compress_1t << "," << c.compress_nt << "," << c.decompress_1t << "," << c.decompress_nt << "\n";
+      out << d.name << "," << c.codec << "," << (c.ok ? "ok" : "FAILED") << "," << c.payload_bytes
+          << "," << PayloadPercent(d, c.payload_bytes) << ","
+          << (s.changed ? 8.0 * c.payload_bytes / s.changed : 0) << "," << s.Density() << ","
+          << BoundRatio(8.0 * c.payload_bytes, s.bits_b) << ","
+          << BoundRatio(8.0 * c.payload_bytes, s.bits_b2) << "," << c.compress_1t << ","
+          << c.compress_nt << "," << c.decompress_1t << "," << c.decompress_nt << "\n";
     }
   }
   return static_cast<bool>(out);
@@ -1097,13 +1136,15 @@ void WriteChart(const std::string& png, const std::vector<DatasetResult>& datase
   dat.close();
   const bool cairo = std::system("gnuplot -e 'set terminal pngcairo' >/dev/null 2>&1") == 0;
   std::ofstream gp(script);
-  gp << "set terminal " << (cairo ? "pngcairo size 1200,800 font ',10'" : "png size 1200,800") << "\n"
+  gp << "set terminal " << (cairo ? "pngcairo size 1200,800 font ',10'" : "png size 1200,800")
+     << "\n"
      << "set output " << quoted(png) << "\n"
      << "set title 'BF16 weight-update payload vs density (lower is better)'\n"
      << "set xlabel 'changed values per step (%)'\nset ylabel 'payload (% of BF16 bytes)'\n"
      << "set termoption noenhanced\nset logscale xy\nset grid\nset key outside right top\n"
      << "plot for [i=0:" << order.size() - 1 << "] " << quoted(data)
-     << " index i using 1:2 with linespoints lw (i == 0 ? 3 : 1) pt (i % 13 + 1) dashtype i / 8 + 1 title columnheader(1)\n";
+     << " index i using 1:2 with linespoints lw (i == 0 ? 3 : 1) pt (i % 13 + 1) dashtype i / 8 + "
+        "1 title columnheader(1)\n";
   gp.close();
   // The folder's name is mkdtemp's: no quote in it.
   const int rc = std::system(("gnuplot '" + script + "'").c_str());
@@ -1134,8 +1175,10 @@ int Main(int argc, char** argv) {
                  codecs.end());
   }
 
-  std::printf("arc_bench: arc_v3 %s, dispatch target %s, %zu threads for nT; throughput in GB/s of BF16 input\n",
-              VersionString(), ActiveTarget(), workers);
+  std::printf(
+      "arc_bench: arc_v3 %s, dispatch target %s, %zu threads for nT; throughput in GB/s of BF16 "
+      "input\n",
+      VersionString(), ActiveTarget(), workers);
   // Datasets are loaded (or generated) one at a time, to keep memory at one dataset.
   struct Source {
     std::string dir;  // empty: generator
@@ -1155,7 +1198,8 @@ int Main(int argc, char** argv) {
   for (size_t si = 0; si < sources.size(); ++si) {
     const Source& source = sources[si];
     Dataset dataset;
-    const std::string tag = "[" + std::to_string(si + 1) + "/" + std::to_string(sources.size()) + "] ";
+    const std::string tag =
+        "[" + std::to_string(si + 1) + "/" + std::to_string(sources.size()) + "] ";
     if (source.dir.empty()) {
       Progress(tag + "generating " + source.regime);
       GeneratorOptions options;
@@ -1173,7 +1217,8 @@ int Main(int argc, char** argv) {
       std::printf("\n%s: generated %zu snapshots in %.1f s (lr %.3g)\n", source.regime.c_str(),
                   run.snapshots.size(), NowSeconds() - t0, run.learning_rate);
       if (!flags.save_generated.empty()) {
-        const Status saved = WriteSnapshots(flags.save_generated + "/" + source.regime, run.layout, run.snapshots);
+        const Status saved =
+            WriteSnapshots(flags.save_generated + "/" + source.regime, run.layout, run.snapshots);
         if (!saved.ok()) {
           std::fprintf(stderr, "arc_bench: %s\n", saved.ToString().c_str());
           return 1;
@@ -1215,20 +1260,23 @@ int Main(int argc, char** argv) {
     PrintSessionTable(d);
     std::fflush(stdout);
     if (flags.kernels && si + 1 == sources.size()) {
-      const KernelInput input = MakeKernelInput(dataset, flags.quick ? (size_t{1} << 22) : (size_t{1} << 24));
+      const KernelInput input =
+          MakeKernelInput(dataset, flags.quick ? (size_t{1} << 22) : (size_t{1} << 24));
       kernel_results = RunKernels(input, flags, workers);
     }
     results.push_back(std::move(d));
   }
 
   if (!kernel_results.empty()) {
-    std::printf("\n== Speed ceiling: kernels vs memcpy on %zu BF16 values (GB/s of BF16 input; "
-                "fraction = memcpy time / kernel time for the same count)\n\n",
-                static_cast<size_t>(flags.quick ? (size_t{1} << 22) : (size_t{1} << 24)));
+    std::printf(
+        "\n== Speed ceiling: kernels vs memcpy on %zu BF16 values (GB/s of BF16 input; "
+        "fraction = memcpy time / kernel time for the same count)\n\n",
+        static_cast<size_t>(flags.quick ? (size_t{1} << 22) : (size_t{1} << 24)));
     std::vector<Row> rows;
     for (const KernelResult& k : kernel_results) {
-      rows.push_back(Row{{k.target, k.kernel, Format("%.2f", k.gbps_1t), Format("%.2f", k.of_memcpy_1t),
-                          Format("%.2f", k.gbps_nt), Format("%.2f", k.of_memcpy_nt)}});
+      rows.push_back(
+          Row{{k.target, k.kernel, Format("%.2f", k.gbps_1t), Format("%.2f", k.of_memcpy_1t),
+               Format("%.2f", k.gbps_nt), Format("%.2f", k.of_memcpy_nt)}});
     }
     PrintTable({"target", "kernel", "GB/s 1T", "x memcpy", "GB/s nT", "x memcpy"}, rows);
   }

@@ -65,15 +65,17 @@ bool SameCheckpoint(const std::string& a, const std::string& b, std::string* why
   std::error_code ec;
   if (fs::is_directory(a, ec)) {
     for (const auto& e : fs::directory_iterator(a, ec)) {
-      if (e.is_regular_file()) pairs.emplace_back(e.path().string(), (fs::path(b) / e.path().filename()).string());
+      if (e.is_regular_file())
+        pairs.emplace_back(e.path().string(), (fs::path(b) / e.path().filename()).string());
     }
   } else {
     pairs.emplace_back(a, b);
   }
   for (const auto& p : pairs) {
     std::unique_ptr<checkpoint::MappedFile> x, y;
-    if (!checkpoint::MappedFile::Open(p.first, &x).ok() || !checkpoint::MappedFile::Open(p.second, &y).ok() ||
-        x->size() != y->size() || (x->size() && std::memcmp(x->data(), y->data(), x->size()) != 0)) {
+    if (!checkpoint::MappedFile::Open(p.first, &x).ok() ||
+        !checkpoint::MappedFile::Open(p.second, &y).ok() || x->size() != y->size() ||
+        (x->size() && std::memcmp(x->data(), y->data(), x->size()) != 0)) {
       *why = p.first + " differs from " + p.second;
       return false;
     }
@@ -137,14 +139,21 @@ void PrintBench(const std::vector<BenchTimes>& times, const RunReport& r, const 
   if (c.json) {
     const auto timing = [gb](const BenchTimes& t) {
       return Json{{"threads", t.threads},
-                  {"diff_seconds", Median(t.diff)},    {"apply_seconds", Median(t.apply)},
-                  {"diff_gb_per_s", gb / Median(t.diff)}, {"apply_gb_per_s", gb / Median(t.apply)},
-                  {"diff_best_seconds", Best(t.diff)}, {"apply_best_seconds", Best(t.apply)}};
+                  {"diff_seconds", Median(t.diff)},
+                  {"apply_seconds", Median(t.apply)},
+                  {"diff_gb_per_s", gb / Median(t.diff)},
+                  {"apply_gb_per_s", gb / Median(t.apply)},
+                  {"diff_best_seconds", Best(t.diff)},
+                  {"apply_best_seconds", Best(t.apply)}};
     };
     Json j = timing(all);
-    j.update({{"command", "bench"}, {"ok", same}, {"repeats", repeats},
-              {"checkpoint_bytes", r.target_bytes}, {"delta_bytes", r.delta_bytes},
-              {"fsync", !c.no_sync}, {"identical", same}});
+    j.update({{"command", "bench"},
+              {"ok", same},
+              {"repeats", repeats},
+              {"checkpoint_bytes", r.target_bytes},
+              {"delta_bytes", r.delta_bytes},
+              {"fsync", !c.no_sync},
+              {"identical", same}});
     if (scaling) {
       j["one_thread"] = timing(times[0]);
       j["diff_speedup"] = diff_speedup;
@@ -157,10 +166,11 @@ void PrintBench(const std::vector<BenchTimes>& times, const RunReport& r, const 
                 HumanBytes(r.target_bytes).c_str(), HumanBytes(r.delta_bytes).c_str(),
                 100.0 * r.delta_bytes / r.target_bytes);
     for (auto t = times.rbegin(); t != times.rend(); ++t) {
-      std::printf("  %2zu thread%s  diff %6.3f s %5.2f GB/s (best %.3f s)  "
-                  "apply %6.3f s %5.2f GB/s (best %.3f s)\n",
-                  t->threads, t->threads == 1 ? " " : "s", Median(t->diff), gb / Median(t->diff),
-                  Best(t->diff), Median(t->apply), gb / Median(t->apply), Best(t->apply));
+      std::printf(
+          "  %2zu thread%s  diff %6.3f s %5.2f GB/s (best %.3f s)  "
+          "apply %6.3f s %5.2f GB/s (best %.3f s)\n",
+          t->threads, t->threads == 1 ? " " : "s", Median(t->diff), gb / Median(t->diff),
+          Best(t->diff), Median(t->apply), gb / Median(t->apply), Best(t->apply));
     }
     if (scaling) {
       std::printf("  speed-up 1 -> %zu threads: diff %.2fx, apply %.2fx\n", all.threads,
@@ -177,7 +187,8 @@ int Bench(const std::string& prev, const std::string& next, const Common& c, int
   if (scaling) {
     times[0].threads = 1;
     if (times[1].threads < 2) {
-      std::fprintf(stderr, "checkpoint_bench: --scaling needs -T 2 or more (or a machine with 2+ cores)\n");
+      std::fprintf(stderr,
+                   "checkpoint_bench: --scaling needs -T 2 or more (or a machine with 2+ cores)\n");
       return kExitUsage;
     }
   }
@@ -185,7 +196,8 @@ int Bench(const std::string& prev, const std::string& next, const Common& c, int
   const fs::path dir = fs::temp_directory_path() / ("arc_v3_bench_" + std::to_string(getpid()));
   fs::create_directories(dir, ec);
   const std::string delta = (dir / "delta.a3d").string();
-  const std::string out = (dir / (fs::is_directory(next, ec) ? "next" : "next.safetensors")).string();
+  const std::string out =
+      (dir / (fs::is_directory(next, ec) ? "next" : "next.safetensors")).string();
   RunReport r;
   const Status s = BenchRuns(prev, next, delta, out, c, repeats, &times, &r);
   std::string why;
@@ -219,7 +231,8 @@ int Main(int argc, char** argv) {
   app.add_flag("--json", common.json, "Print a JSON summary on stdout instead of text");
   app.add_flag("--no-sync", common.no_sync, "Skip fsync (measures CPU work, not the disk)");
   app.add_flag("--no-group", common.no_group, "As diff --no-group (version-1 delta)");
-  app.add_flag("--scaling", scaling, "Also time 1 thread, alternating with -T, and print the speed-up");
+  app.add_flag("--scaling", scaling,
+               "Also time 1 thread, alternating with -T, and print the speed-up");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

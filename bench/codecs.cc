@@ -22,7 +22,8 @@ class ArcV3Codec : public Codec {
   std::string Name() const override { return name_; }
   bool Compress(const TensorView& tensor, std::vector<uint8_t>* payload) const override {
     Delta delta;
-    if (!delta_compress(tensor.prev, tensor.next, tensor.count, &delta, options_).ok()) return false;
+    if (!delta_compress(tensor.prev, tensor.next, tensor.count, &delta, options_).ok())
+      return false;
     *payload = std::move(delta.bytes);
     const size_t at = payload->size();
     payload->resize(at + sizeof(delta.checksum));
@@ -35,7 +36,9 @@ class ArcV3Codec : public Codec {
     if (size < sizeof(checksum)) return false;
     size -= sizeof(checksum);
     std::memcpy(&checksum, payload + size, sizeof(checksum));
-    return delta_decompress(tensor.prev, tensor.count, payload, size, checksum, out, tensor.count, 1).ok();
+    return delta_decompress(tensor.prev, tensor.count, payload, size, checksum, out, tensor.count,
+                            1)
+        .ok();
   }
 
  private:

@@ -71,7 +71,8 @@ const uint16_t* AlignedBf16(const uint8_t* bytes, size_t count, Dataset* dataset
 Status LoadCheckpointDir(const std::string& dir, Dataset* dataset) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  if (!fs::is_directory(dir, ec)) return Status(ErrorCode::kInvalidArgument, dir + ": not a directory");
+  if (!fs::is_directory(dir, ec))
+    return Status(ErrorCode::kInvalidArgument, dir + ": not a directory");
   std::vector<std::string> steps;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     if (entry.is_directory() ||
@@ -123,7 +124,8 @@ Status LoadCheckpointDir(const std::string& dir, Dataset* dataset) {
     std::stable_sort(pair.tensors.begin(), pair.tensors.end(),
                      [](const TensorPair& a, const TensorPair& b) { return a.prev < b.prev; });
     if (pair.tensors.empty()) {
-      return Status(ErrorCode::kInvalidArgument, steps[s] + ": no BF16 tensor shared with the previous step");
+      return Status(ErrorCode::kInvalidArgument,
+                    steps[s] + ": no BF16 tensor shared with the previous step");
     }
     dataset->pairs.push_back(std::move(pair));
   }
@@ -140,11 +142,13 @@ Status WriteSnapshots(const std::string& dir, const std::vector<TensorLayout>& l
     safetensors::TensorInfo info;
     info.name = t.name;
     info.dtype = "BF16";
-    info.shape = t.cols == 1 ? std::vector<uint64_t>{t.rows} : std::vector<uint64_t>{t.rows, t.cols};
+    info.shape =
+        t.cols == 1 ? std::vector<uint64_t>{t.rows} : std::vector<uint64_t>{t.rows, t.cols};
     info.end = 2 * t.count();  // BuildHeader lays the tensors out by their sizes
     infos.push_back(std::move(info));
   }
-  const std::vector<uint8_t> header = safetensors::BuildHeader(&infos, {{"generator", "arc_bench"}});
+  const std::vector<uint8_t> header =
+      safetensors::BuildHeader(&infos, {{"generator", "arc_bench"}});
   for (size_t s = 0; s < snapshots.size(); ++s) {
     char name[48];
     std::snprintf(name, sizeof(name), "step_%03zu.safetensors", s);

@@ -125,7 +125,8 @@ double DeltaStats::ExponentSlope() const {
     sxy += n * e * y;
   }
   const double denominator = sw * sxx - sx * sx;
-  return denominator > 0 ? (sw * sxy - sx * sy) / denominator : std::numeric_limits<double>::quiet_NaN();
+  return denominator > 0 ? (sw * sxy - sx * sy) / denominator
+                         : std::numeric_limits<double>::quiet_NaN();
 }
 
 DeltaStats AnalyzePair(const StepPair& pair, const StepPair* previous) {
@@ -138,8 +139,8 @@ DeltaStats AnalyzePair(const StepPair& pair, const StepPair* previous) {
   for (size_t ti = 0; ti < pair.tensors.size(); ++ti) {
     const TensorPair& t = pair.tensors[ti];
     const TensorPair* before = nullptr;
-    if (previous != nullptr && ti < previous->tensors.size() && previous->tensors[ti].name == t.name &&
-        previous->tensors[ti].count == t.count) {
+    if (previous != nullptr && ti < previous->tensors.size() &&
+        previous->tensors[ti].name == t.name && previous->tensors[ti].count == t.count) {
       before = &previous->tensors[ti];
     }
     uint64_t total[256] = {}, changed[256] = {};
@@ -155,12 +156,14 @@ DeltaStats AnalyzePair(const StepPair& pair, const StepPair* previous) {
       int state = 0;
       if (before != nullptr) {
         ++(was_changed ? stats.prev_changed : stats.prev_unchanged);
-        if (was_changed) state = MonotoneKey(before->next[i]) > MonotoneKey(before->prev[i]) ? 1 : 2;
+        if (was_changed)
+          state = MonotoneKey(before->next[i]) > MonotoneKey(before->prev[i]) ? 1 : 2;
         ++state_total[3 * e + state];
       }
       if (a == b) continue;
       ++changed[e];
-      if (before != nullptr) ++(was_changed ? stats.prev_changed_now_changed : stats.prev_unchanged_now_changed);
+      if (before != nullptr)
+        ++(was_changed ? stats.prev_changed_now_changed : stats.prev_unchanged_now_changed);
       const uint16_t x = a ^ b;
       if (x & 0x8000) {
         ++stats.sign;
@@ -175,15 +178,18 @@ DeltaStats AnalyzePair(const StepPair& pair, const StepPair* previous) {
       if (before != nullptr) {
         ++state_changed[3 * e + state];
         ++changed_in_state[state];
-        state_and_d.push_back((static_cast<uint64_t>(state) << 20) | static_cast<uint64_t>(d + (1 << 17)));
+        state_and_d.push_back((static_cast<uint64_t>(state) << 20) |
+                              static_cast<uint64_t>(d + (1 << 17)));
       }
-      exponent_and_d.push_back((static_cast<uint64_t>(e) << 20) | static_cast<uint64_t>(d + (1 << 17)));
+      exponent_and_d.push_back((static_cast<uint64_t>(e) << 20) |
+                               static_cast<uint64_t>(d + (1 << 17)));
     }
     const double c = static_cast<double>(d_values.size());
     const double d_bits = SampleBits(&d_values);
     double exponent_position_bits = 0;
     for (int e = 0; e < 256; ++e) {
-      exponent_position_bits += PositionBits(static_cast<double>(total[e]), static_cast<double>(changed[e]));
+      exponent_position_bits +=
+          PositionBits(static_cast<double>(total[e]), static_cast<double>(changed[e]));
       if (total[e] > 0) {
         learned_position_bits +=
             LearnedPositionBits(static_cast<double>(total[e]), static_cast<double>(changed[e]));
@@ -200,7 +206,8 @@ DeltaStats AnalyzePair(const StepPair& pair, const StepPair* previous) {
       // Positions per (exponent, state) + H(d | state), all within the tensor.
       double bits = 0;
       for (size_t k = 0; k < 256 * 3; ++k) {
-        bits += PositionBits(static_cast<double>(state_total[k]), static_cast<double>(state_changed[k]));
+        bits += PositionBits(static_cast<double>(state_total[k]),
+                             static_cast<double>(state_changed[k]));
       }
       CountBits state_bits;
       for (const uint64_t count : changed_in_state) state_bits.Add(static_cast<double>(count));
@@ -211,7 +218,8 @@ DeltaStats AnalyzePair(const StepPair& pair, const StepPair* previous) {
   }
   // H(d | exponent) over the pair = H(exponent, d) - H(exponent), in total bits.
   CountBits exponent_bits;
-  for (int e = 0; e < 256; ++e) exponent_bits.Add(static_cast<double>(stats.by_exponent_changed[e]));
+  for (int e = 0; e < 256; ++e)
+    exponent_bits.Add(static_cast<double>(stats.by_exponent_changed[e]));
   stats.bits_b2 = b2_position_bits + SampleBits(&exponent_and_d) - exponent_bits.Bits();  // sorts
   if (with_history) {
     stats.pairs_with_history = 1;
@@ -224,8 +232,8 @@ DeltaStats AnalyzePair(const StepPair& pair, const StepPair* previous) {
   std::vector<uint64_t> distinct_d;
   for (const uint64_t key : exponent_and_d) distinct_d.push_back(key & ((uint64_t{1} << 20) - 1));
   std::sort(distinct_d.begin(), distinct_d.end());
-  const double alphabet = static_cast<double>(
-      std::unique(distinct_d.begin(), distinct_d.end()) - distinct_d.begin());
+  const double alphabet =
+      static_cast<double>(std::unique(distinct_d.begin(), distinct_d.end()) - distinct_d.begin());
   double learned_value_bits = 0;
   for (size_t i = 0; i < exponent_and_d.size();) {  // runs of one exponent, then of one d
     LearnedBits bits(alphabet);

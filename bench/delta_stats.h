@@ -44,7 +44,9 @@ struct DeltaStats {
   void Add(const DeltaStats& other);
   double Density() const { return elements ? static_cast<double>(changed) / elements : 0; }
   // Share of `count` among the changed elements.
-  double OfChanged(uint64_t count) const { return changed ? static_cast<double>(count) / changed : 0; }
+  double OfChanged(uint64_t count) const {
+    return changed ? static_cast<double>(count) / changed : 0;
+  }
   // P(changed | changed in the previous pair); NaN without a previous pair.
   double Overlap() const;
   double OverlapUnchanged() const;  // P(changed | unchanged in the previous pair)
@@ -52,7 +54,9 @@ struct DeltaStats {
   // bins holding >= 1e-4 of the weights, nonzero rate, weights = bin sizes).
   double ExponentSlope() const;
   // A bound as % of the BF16 bytes.
-  double BitsToPercent(double bits) const { return elements ? 100.0 * bits / (16.0 * elements) : 0; }
+  double BitsToPercent(double bits) const {
+    return elements ? 100.0 * bits / (16.0 * elements) : 0;
+  }
 };
 
 // Statistics of one step pair. `previous` (may be null) is the pair before it, over the

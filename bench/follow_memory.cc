@@ -34,7 +34,9 @@ int Fail(const arc_v3::Status& s, const char* what) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: follow_memory STORE [--from 0] [--to 1] [--threads N] [--fetch-ahead BYTES]\n");
+    std::fprintf(
+        stderr,
+        "usage: follow_memory STORE [--from 0] [--to 1] [--threads N] [--fetch-ahead BYTES]\n");
     return 2;
   }
   const std::string store = argv[1];
@@ -67,7 +69,9 @@ int main(int argc, char** argv) {
     uint64_t elements = 1;
     for (uint64_t d : t.shape) elements *= d;
     model += elements / (t.shape.empty() ? 1 : t.shape[0]) * (t.row_end - t.row_begin) *
-             (t.dtype == "F32" || t.dtype == "I32" ? 4 : t.dtype == "F64" || t.dtype == "I64" ? 8 : 2);
+             (t.dtype == "F32" || t.dtype == "I32"   ? 4
+              : t.dtype == "F64" || t.dtype == "I64" ? 8
+                                                     : 2);
   }
   const uint64_t held = Status("VmRSS");
   {
@@ -78,11 +82,15 @@ int main(int argc, char** argv) {
   if (!s.ok()) return Fail(s, "second pull");
   const uint64_t peak = Status("VmHWM");
   std::printf(
-      "{\"model_bytes\": %llu, \"held_rss\": %llu, \"peak_rss\": %llu, \"route\": \"%s\", \"changed_elements\": "
-      "%llu, \"undo_bytes\": %llu, \"fetched_bytes\": %llu, \"requests\": %llu, \"seconds\": %.3f}\n",
+      "{\"model_bytes\": %llu, \"held_rss\": %llu, \"peak_rss\": %llu, \"route\": \"%s\", "
+      "\"changed_elements\": "
+      "%llu, \"undo_bytes\": %llu, \"fetched_bytes\": %llu, \"requests\": %llu, \"seconds\": "
+      "%.3f}\n",
       static_cast<unsigned long long>(model), static_cast<unsigned long long>(held),
-      static_cast<unsigned long long>(peak), next.route.c_str(), static_cast<unsigned long long>(next.changed_elements),
-      static_cast<unsigned long long>(next.undo_bytes), static_cast<unsigned long long>(next.fetched_bytes),
+      static_cast<unsigned long long>(peak), next.route.c_str(),
+      static_cast<unsigned long long>(next.changed_elements),
+      static_cast<unsigned long long>(next.undo_bytes),
+      static_cast<unsigned long long>(next.fetched_bytes),
       static_cast<unsigned long long>(next.requests), next.total_seconds);
   return 0;
 }

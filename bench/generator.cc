@@ -16,10 +16,10 @@ namespace {
 
 // AdamW hyper-parameters of the corpus runs (gen_rl_deltas.py / synth.py defaults).
 constexpr double kBeta1 = 0.9, kBeta2 = 0.999, kAdamEps = 1e-8, kWeightDecay = 0.01;
-constexpr int kAdamStepsBefore = 200;     // moments start as after this many steps
+constexpr int kAdamStepsBefore = 200;        // moments start as after this many steps
 constexpr double kSignalCorrelation = 0.95;  // AR(1) step correlation of the gradient signal
-constexpr double kMedianSnr = 0.3;        // per-tensor median signal/noise of gradients
-constexpr double kTokensPerStep = 32768;  // sets how many embedding rows are idle
+constexpr double kMedianSnr = 0.3;           // per-tensor median signal/noise of gradients
+constexpr double kTokensPerStep = 32768;     // sets how many embedding rows are idle
 constexpr size_t kCalibrationSamples = 1 << 20;
 
 uint64_t SplitMix64(uint64_t* state) {
@@ -53,8 +53,8 @@ class Rng {
   // outliers below make up for; one random word per sample keeps 50M-parameter steps fast.
   float Normal() {
     const uint64_t r = Next();
-    const uint32_t sum = static_cast<uint32_t>(r & 0xFFFF) + ((r >> 16) & 0xFFFF) +
-                         ((r >> 32) & 0xFFFF) + (r >> 48);
+    const uint32_t sum =
+        static_cast<uint32_t>(r & 0xFFFF) + ((r >> 16) & 0xFFFF) + ((r >> 32) & 0xFFFF) + (r >> 48);
     return (static_cast<float>(sum) * (1.0f / 65536.0f) - 2.0f + 2.0f / 65536.0f) * 1.7320508f;
   }
   float LogNormal(double sigma) { return static_cast<float>(std::exp(sigma * Normal())); }
@@ -85,7 +85,22 @@ struct UninitializedAllocator : std::allocator<T> {
 };
 using FloatArray = std::vector<float, UninitializedAllocator<float>>;
 
-enum class Kind { kEmbed, kHead, kNormAttn, kNormMlp, kNormFinal, kBias, kBiasK, kQ, kK, kV, kO, kGate, kUp, kDown };
+enum class Kind {
+  kEmbed,
+  kHead,
+  kNormAttn,
+  kNormMlp,
+  kNormFinal,
+  kBias,
+  kBiasK,
+  kQ,
+  kK,
+  kV,
+  kO,
+  kGate,
+  kUp,
+  kDown
+};
 
 struct TensorState {
   TensorLayout layout;
@@ -102,8 +117,8 @@ struct TensorState {
 
 // A LLaMA-like dense model of about `params` parameters.
 std::vector<TensorState> BuildModel(uint64_t params, uint64_t seed, uint64_t* d_model) {
-  const uint64_t d = std::clamp<uint64_t>(
-      64 * static_cast<uint64_t>(std::sqrt(params / 28.0) / 64), 64, 4096);
+  const uint64_t d =
+      std::clamp<uint64_t>(64 * static_cast<uint64_t>(std::sqrt(params / 28.0) / 64), 64, 4096);
   const uint64_t ffn = std::max<uint64_t>(64, (8 * d / 3 + 32) / 64 * 64);
   const uint64_t vocab = 8 * d;
   const double per_layer = 4.0 * d * d + 3.0 * d * ffn + 5.0 * d;
@@ -175,26 +190,29 @@ void InitWeights(TensorState* t, const std::vector<uint64_t>& massive_cols, uint
       }
       return;
     }
-    default:
-      break;
+    default: break;
   }
   double base;
   switch (t->kind) {
     case Kind::kEmbed: base = 0.018; break;
     case Kind::kHead: base = 0.022; break;
-    case Kind::kQ: case Kind::kK: base = 0.8; break;
-    case Kind::kV: case Kind::kDown: base = 0.55; break;
+    case Kind::kQ:
+    case Kind::kK: base = 0.8; break;
+    case Kind::kV:
+    case Kind::kDown: base = 0.55; break;
     case Kind::kO: base = 0.5; break;
     case Kind::kGate: base = 0.9; break;
     default: base = 0.7; break;  // kUp
   }
-  if (t->kind != Kind::kEmbed && t->kind != Kind::kHead) base /= std::sqrt(static_cast<double>(cols));
+  if (t->kind != Kind::kEmbed && t->kind != Kind::kHead)
+    base /= std::sqrt(static_cast<double>(cols));
   if (t->kind == Kind::kO || t->kind == Kind::kDown) base /= std::sqrt(1 + t->depth);
   const double row_sigma = (t->kind == Kind::kQ || t->kind == Kind::kK) ? 0.45 : 0.3;
   std::vector<float> col_factor(cols, 1.0f);
   const bool vocab = t->kind == Kind::kEmbed || t->kind == Kind::kHead;
   if (vocab) {
-    for (size_t i = 0; i < std::min<size_t>(2, massive_cols.size()); ++i) col_factor[massive_cols[i]] = 3;
+    for (size_t i = 0; i < std::min<size_t>(2, massive_cols.size()); ++i)
+      col_factor[massive_cols[i]] = 3;
   } else if (cols == d_model) {
     for (uint64_t c : massive_cols) col_factor[c] = 4;
   }
@@ -204,8 +222,8 @@ void InitWeights(TensorState* t, const std::vector<uint64_t>& massive_cols, uint
     for (size_t c = 0; c < cols; ++c) {
       float z = rng.Normal();
       const uint64_t bits = rng.Next();
-      if ((bits & 0xFFFF) < 1966) z *= 2.5f;             // 3% wide-tail mixture
-      if ((bits >> 32) < 42950) z *= 10.0f;               // 1e-5 outliers
+      if ((bits & 0xFFFF) < 1966) z *= 2.5f;  // 3% wide-tail mixture
+      if ((bits >> 32) < 42950) z *= 10.0f;   // 1e-5 outliers
       w[c] = z * row_scale * col_factor[c];
     }
   }
@@ -242,7 +260,8 @@ void InitGradientModel(TensorState* t) {
     for (double& f : freq) f /= sum;
     if (t->kind == Kind::kHead) {
       // The head's gradient for a token row scales with its probability mass.
-      for (size_t r = 0; r < rows; ++r) t->g_row[r] *= static_cast<float>(std::sqrt(freq[r] * rows));
+      for (size_t r = 0; r < rows; ++r)
+        t->g_row[r] *= static_cast<float>(std::sqrt(freq[r] * rows));
     } else {
       t->p_active.resize(rows);
       for (size_t r = 0; r < rows; ++r) {
@@ -290,7 +309,8 @@ void Step(TensorState* t, double gamma, int k, double lr, float* u_out) {
   const float inv_bc1 = static_cast<float>(1 / (1 - std::pow(kBeta1, k)));
   const float inv_bc2 = static_cast<float>(1 / (1 - std::pow(kBeta2, k)));
   const float phi = static_cast<float>(kSignalCorrelation);
-  const float innovation = static_cast<float>(std::sqrt(1 - kSignalCorrelation * kSignalCorrelation));
+  const float innovation =
+      static_cast<float>(std::sqrt(1 - kSignalCorrelation * kSignalCorrelation));
   const float decay = static_cast<float>(1 - lr * kWeightDecay), rate = static_cast<float>(lr);
   const float eps = static_cast<float>(kAdamEps);
   Rng& rng = t->rng;
@@ -353,7 +373,8 @@ Status Generate(const GeneratorOptions& options, GeneratedRun* run) {
   std::vector<uint64_t> massive_cols;  // a few "massive activation" input channels
   while (massive_cols.size() < std::max<uint64_t>(2, d_model / 300)) {
     const uint64_t c = main_rng.Next() % d_model;
-    if (std::find(massive_cols.begin(), massive_cols.end(), c) == massive_cols.end()) massive_cols.push_back(c);
+    if (std::find(massive_cols.begin(), massive_cols.end(), c) == massive_cols.end())
+      massive_cols.push_back(c);
   }
   for_each_tensor([&](TensorState* t) {
     InitWeights(t, massive_cols, d_model);
@@ -363,8 +384,8 @@ Status Generate(const GeneratorOptions& options, GeneratedRun* run) {
   // pre-clip norms above 1 makes it a near-constant factor, folded in here).
   double total = 0;
   for (const TensorState& t : model) {
-    total += t.layout.count() * t.gamma_rel * t.gamma_rel * MeanSquare(t.g_row) * MeanSquare(t.g_col) *
-             (MeanSquare(t.kap_row) * MeanSquare(t.kap_col) + 1);
+    total += t.layout.count() * t.gamma_rel * t.gamma_rel * MeanSquare(t.g_row) *
+             MeanSquare(t.g_col) * (MeanSquare(t.kap_row) * MeanSquare(t.kap_col) + 1);
   }
   const double gamma = 1 / std::sqrt(total);
   for_each_tensor([&](TensorState* t) { InitMoments(t, gamma); });

@@ -24,7 +24,7 @@ namespace arc_v3 {
 namespace bench {
 
 struct GeneratorOptions {
-  uint64_t params = 4'000'000;  // approximate model size (a LLaMA-like dense layout)
+  uint64_t params = 4'000'000;   // approximate model size (a LLaMA-like dense layout)
   double target_density = 0.02;  // fraction of BF16 values changed per step
   int deltas = 3;                // saved step pairs (deltas + 1 snapshots)
   int burnin_steps = 3;          // unsaved steps after calibration

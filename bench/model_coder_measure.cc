@@ -44,9 +44,8 @@ arc_v3::Status EncodeChunk(const uint16_t* src, const uint16_t* dst, size_t len,
   arc_v3::Status s = arc_v3::Status::Ok();
   if (g_coder != Coder::kRans) {
     out->push_back(2);
-    s = block_log > 0
-            ? arc_v3::EncodeChunkModelledWithBlock(src, dst, len, block_log, out, history)
-            : arc_v3::EncodeChunkModelled(src, dst, len, out, history);
+    s = block_log > 0 ? arc_v3::EncodeChunkModelledWithBlock(src, dst, len, block_log, out, history)
+                      : arc_v3::EncodeChunkModelled(src, dst, len, out, history);
     if (!s.ok() || g_coder == Coder::kModelled) return s;
   }
   const size_t changes = arc_v3::ClassifyChanges(src, dst, len).changed;
@@ -58,8 +57,8 @@ arc_v3::Status EncodeChunk(const uint16_t* src, const uint16_t* dst, size_t len,
   std::vector<uint8_t> rans = {3};
   static arc_v3::RansScratch scratch;  // as the frame encoder's, reused
   bool with_history = false;
-  s = arc_v3::EncodeChunkRans(src, dst, len, positions.data(), changes, &rans, &scratch,
-                              history, &with_history);
+  s = arc_v3::EncodeChunkRans(src, dst, len, positions.data(), changes, &rans, &scratch, history,
+                              &with_history);
   if (with_history) rans[0] = 4;
   if (s.ok() && (out->empty() || rans.size() < out->size())) out->swap(rans);
   return s;
@@ -74,10 +73,9 @@ arc_v3::Status DecodeChunk(const uint16_t* src, size_t len, const std::vector<ui
     return arc_v3::Status::Ok();
   }
   return chunk[0] >= 3 ? arc_v3::DecodeChunkRans(src, len, chunk.data() + 1, chunk.size() - 1,
-                                                 positions, xors,
-                                                 chunk[0] == 4 ? history : nullptr)
-                       : arc_v3::DecodeChunkModelled(src, len, chunk.data() + 1,
-                                                     chunk.size() - 1, positions, xors, history);
+                                                 positions, xors, chunk[0] == 4 ? history : nullptr)
+                       : arc_v3::DecodeChunkModelled(src, len, chunk.data() + 1, chunk.size() - 1,
+                                                     positions, xors, history);
 }
 
 // Thread CPU time: the shared build machine is loaded, and time spent descheduled is not
@@ -127,8 +125,7 @@ bool MeasureTensor(const uint16_t* src, const uint16_t* dst, size_t n, int block
     for (size_t begin = 0; begin < n; begin += kChunk, ++c) {
       const size_t len = std::min(kChunk, n - begin);
       const arc_v3::Status s = DecodeChunk(src + begin, len, chunks[c],
-                                           history ? history + begin : nullptr, &positions,
-                                           &xors);
+                                           history ? history + begin : nullptr, &positions, &xors);
       if (!s.ok()) {
         std::fprintf(stderr, "decode: %s\n", s.ToString().c_str());
         return false;
@@ -173,7 +170,6 @@ bool MeasureTensor(const uint16_t* src, const uint16_t* dst, size_t n, int block
 }
 
 void Print(const char* label, const Totals& t) {
-
   const double bf16 = 2.0 * static_cast<double>(t.elements);
   const double model_pct = 100.0 * t.model_bytes / bf16;
   const double arc_pct = 100.0 * t.arc_bytes / bf16;
@@ -212,8 +208,10 @@ int main(int argc, char** argv) {
     }
   }
   if (dirs.empty()) {
-    std::fprintf(stderr, "usage: %s [--block=LOG2] [--reps=N] [--verbose] [--history] "
-                 "[--coder=rans|best] CORPUS_DIR...\n", argv[0]);
+    std::fprintf(stderr,
+                 "usage: %s [--block=LOG2] [--reps=N] [--verbose] [--history] "
+                 "[--coder=rans|best] CORPUS_DIR...\n",
+                 argv[0]);
     return 2;
   }
   for (const std::string& dir : dirs) {
@@ -274,8 +272,7 @@ int main(int argc, char** argv) {
       }
       const auto it = b2_bits.find(files[p]);
       pair.b2_bits = it == b2_bits.end() ? 0 : it->second;
-      Print((dir.substr(dir.find_last_of('/') + 1) + " " + files[p].substr(5, 3)).c_str(),
-            pair);
+      Print((dir.substr(dir.find_last_of('/') + 1) + " " + files[p].substr(5, 3)).c_str(), pair);
       run.elements += pair.elements;
       run.changed += pair.changed;
       run.model_bytes += pair.model_bytes;

@@ -35,7 +35,8 @@ int main(int argc, char** argv) {
   std::vector<uint8_t> data(mib << 20);
   for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<uint8_t>(i * 2654435761u >> 13);
   arc_v3::sync::Digest sink{};
-  const double hash = MedianSeconds(7, [&] { sink = arc_v3::sync::Sha256(data.data(), data.size()); });
+  const double hash =
+      MedianSeconds(7, [&] { sink = arc_v3::sync::Sha256(data.data(), data.size()); });
   arc_v3::sync::SigningKey key;
   if (!arc_v3::sync::SigningKey::Generate(&key).ok()) return 1;
   const std::string message(2048, 'r');  // about a root of a few hundred shards
@@ -48,8 +49,11 @@ int main(int argc, char** argv) {
   const double verify = MedianSeconds(7, [&] {
     for (int i = 0; i < ops; ++i) ok = key.public_key().Verify(message, sig) && ok;
   });
-  std::printf("{\"sha256_gb_per_s\": %.3f, \"ed25519_sign_us\": %.1f, \"ed25519_verify_us\": %.1f, \"ok\": %s, "
-              "\"digest_byte\": %d}\n",
-              data.size() / hash / 1e9, sign / ops * 1e6, verify / ops * 1e6, ok ? "true" : "false", sink[0]);
+  std::printf(
+      "{\"sha256_gb_per_s\": %.3f, \"ed25519_sign_us\": %.1f, \"ed25519_verify_us\": %.1f, \"ok\": "
+      "%s, "
+      "\"digest_byte\": %d}\n",
+      data.size() / hash / 1e9, sign / ops * 1e6, verify / ops * 1e6, ok ? "true" : "false",
+      sink[0]);
   return ok ? 0 : 1;
 }

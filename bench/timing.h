@@ -10,8 +10,7 @@ namespace arc_v3 {
 namespace bench {
 
 inline double NowSeconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 // Runs `func` at least once and at most `max_reps` times, stopping early once

@@ -71,7 +71,7 @@
 
 //------------------------------------------------------------------------------
 // Version
-#define ARC_V3_VERSION_MAJOR 1
+#define ARC_V3_VERSION_MAJOR 2
 #define ARC_V3_VERSION_MINOR 0
 #define ARC_V3_VERSION_PATCH 0
 #define ARC_V3_VERSION_NUMBER \
@@ -80,9 +80,9 @@
 namespace arc_v3 {
 
 // The library's version (may differ from the header's ARC_V3_VERSION_NUMBER if the
-// library was rebuilt separately), e.g. 10000 for 1.0.0.
+// library was rebuilt separately), e.g. 20000 for 2.0.0.
 uint32_t VersionNumber();
-// "1.0.0".
+// "2.0.0".
 const char* VersionString();
 // The payload format version this library writes by default (Format::kDefault) and reads
 // (src/codec/FORMAT.md): 16. It also writes and reads version 1, ARCv3 as published.
@@ -95,21 +95,21 @@ uint32_t FormatVersion();
 // never renumbered, only appended.
 enum class ErrorCode : uint16_t {
   kOk = 0,
-  kInvalidArgument = 1,    // null pointer with a nonzero count, bad option value
-  kSizeMismatch = 2,       // element count differs from the payload's
-  kTruncated = 3,          // payload ends before its fields do
-  kBadMagic = 4,           // not an arc_v3 payload
-  kUnsupportedVersion = 5, // a format version this library does not read
-  kReservedBitsSet = 6,    // a reserved field is nonzero
-  kCorruptHeader = 7,      // frame header or chunk table inconsistent
-  kCorruptChunk = 8,       // a chunk's streams are inconsistent
-  kCodecFailure = 9,       // zstd / lz4 failed on a stream
-  kChecksumMismatch = 10,  // result differs from the checksum: wrong src or corrupt payload
-  kOutputTooSmall = 11,    // out has room for fewer elements than the payload holds
+  kInvalidArgument = 1,     // null pointer with a nonzero count, bad option value
+  kSizeMismatch = 2,        // element count differs from the payload's
+  kTruncated = 3,           // payload ends before its fields do
+  kBadMagic = 4,            // not an arc_v3 payload
+  kUnsupportedVersion = 5,  // a format version this library does not read
+  kReservedBitsSet = 6,     // a reserved field is nonzero
+  kCorruptHeader = 7,       // frame header or chunk table inconsistent
+  kCorruptChunk = 8,        // a chunk's streams are inconsistent
+  kCodecFailure = 9,        // zstd / lz4 failed on a stream
+  kChecksumMismatch = 10,   // result differs from the checksum: wrong src or corrupt payload
+  kOutputTooSmall = 11,     // out has room for fewer elements than the payload holds
   kOutOfMemory = 12,
-  kInternal = 13,          // a bug; please report
-  kWrongBase = 14,         // a session payload was made from another base than src
-  kHistoryMismatch = 15,   // session payload vs. stateless call, or sessions out of step
+  kInternal = 13,         // a bug; please report
+  kWrongBase = 14,        // a session payload was made from another base than src
+  kHistoryMismatch = 15,  // session payload vs. stateless call, or sessions out of step
   // The sync layer's (arc_v3_sync.hpp: object stores and the protocol); the codes above
   // are every layer's.
   kNotFound = 16,          // no such object, step or file
@@ -122,7 +122,7 @@ enum class ErrorCode : uint16_t {
   // A local file could not be read, written, synced, resized or renamed (a full disk, a
   // failing device, permissions): the checkpoint and sync layers'.
   kIoError = 21,
-  kMaxCode = 22            // sentinel: never returned, may grow
+  kMaxCode = 22  // sentinel: never returned, may grow
 };
 
 // Stable name of an error code, e.g. "checksum_mismatch".
@@ -209,8 +209,7 @@ Status delta_decompress(const uint16_t* src, size_t count, const uint8_t* bytes,
 // differs from the payload's count, kOutputTooSmall when it exceeds `out_capacity`.
 // `threads`: 0 = all hardware threads.
 Status delta_decompress(const uint16_t* src, size_t count, const uint8_t* bytes, size_t size,
-                        uint64_t checksum, uint16_t* out, size_t out_capacity,
-                        int threads = 0);
+                        uint64_t checksum, uint16_t* out, size_t out_capacity, int threads = 0);
 
 // Convenience overloads on vectors.
 Status delta_compress(const std::vector<uint16_t>& src, const std::vector<uint16_t>& dst,
@@ -255,9 +254,8 @@ struct TensorOut {
 // `src`; otherwise it must not overlap any tensor's src or out. All or nothing: on error
 // no `out` is written.
 // `threads`: 0 = all hardware threads.
-Status delta_decompress_tensors(const TensorOut* tensors, size_t tensor_count,
-                                const uint8_t* bytes, size_t size, uint64_t checksum,
-                                int threads = 0);
+Status delta_decompress_tensors(const TensorOut* tensors, size_t tensor_count, const uint8_t* bytes,
+                                size_t size, uint64_t checksum, int threads = 0);
 
 // What a payload's header says, read without decoding it. Fields from untrusted input:
 // the element count may be a lie until delta_decompress has verified the checksum.
@@ -292,8 +290,8 @@ struct PayloadStats {
   // Bytes by kind, summed over chunks, as stored (after compression); they add up to the
   // payload size.
   uint64_t position_bytes = 0, mantissa_bytes = 0, high_bytes = 0;  // XOR streams
-  uint64_t modelled_bytes = 0;  // context-modelled chunks
-  uint64_t rans_bytes = 0;      // rANS chunks
+  uint64_t modelled_bytes = 0;                                      // context-modelled chunks
+  uint64_t rans_bytes = 0;                                          // rANS chunks
   uint64_t overhead_bytes = 0;  // frame header, chunk table, chunk and stream headers
   // How often each compressor won an XOR stream: [stored, lz4, zstd].
   uint64_t codec_wins[3] = {0, 0, 0};
@@ -636,8 +634,8 @@ ChangeCounts ClassifyChanges(const uint16_t* src, const uint16_t* dst, size_t co
 // Compaction: writes, in element order, the index i (< count <= 2^32) and src[i] ^ dst[i]
 // of every changed element to positions[] / xors[], which must hold as many entries as
 // there are changes. Returns the number of changes. Writes nothing beyond them.
-size_t CompactChanges(const uint16_t* src, const uint16_t* dst, size_t count,
-                      uint32_t* positions, uint16_t* xors);
+size_t CompactChanges(const uint16_t* src, const uint16_t* dst, size_t count, uint32_t* positions,
+                      uint16_t* xors);
 
 // Mantissa packing: the low 7 bits of xors[k] go to bits [7k, 7k+7) of out
 // (bit b = bit b%8 of byte b/8). Writes exactly PackedMantissaBytes(count) bytes.
@@ -757,11 +755,10 @@ constexpr size_t kRansWordsExhausted = ~size_t{0};
 constexpr int RansHistoryClass(uint8_t history) {
   return (history & kHistoryAgeMask) == 0 ? 0 : (history & kHistoryUp) ? 1 : 2;
 }
-size_t DecodeRansChanges(const uint16_t* src, size_t count, int class_base,
-                         const uint32_t* probs, const uint32_t* splits,
-                         uint32_t states[kRansLanes],
-                         const uint8_t* words, size_t num_words, size_t* words_used,
-                         uint32_t* positions, uint32_t* xors, const uint8_t* history = nullptr);
+size_t DecodeRansChanges(const uint16_t* src, size_t count, int class_base, const uint32_t* probs,
+                         const uint32_t* splits, uint32_t states[kRansLanes], const uint8_t* words,
+                         size_t num_words, size_t* words_used, uint32_t* positions, uint32_t* xors,
+                         const uint8_t* history = nullptr);
 
 // The encoder of the element symbols DecodeRansChanges decodes: elements count-1 down to
 // 0 of src -> dst, element i on state i % kRansLanes (states start at kRansLow for a new
@@ -782,8 +779,8 @@ const char* DispatchedTargetName();
 
 namespace ref {
 ChangeCounts ClassifyChanges(const uint16_t* src, const uint16_t* dst, size_t count);
-size_t CompactChanges(const uint16_t* src, const uint16_t* dst, size_t count,
-                      uint32_t* positions, uint16_t* xors);
+size_t CompactChanges(const uint16_t* src, const uint16_t* dst, size_t count, uint32_t* positions,
+                      uint16_t* xors);
 void PackMantissas(const uint16_t* xors, size_t count, uint8_t* out);
 void UnpackMantissas(const uint8_t* packed, size_t count, uint16_t* xors);
 void ApplyXor(const uint16_t* src, const uint16_t* xors, size_t count, uint16_t* out);
@@ -792,11 +789,10 @@ void HistoryRateSums(const uint16_t* src, const uint8_t* history, const int8_t b
                      size_t groups, int rate_cap, uint64_t* sums);
 size_t RecentPositions(const uint8_t* history, size_t count, uint32_t* positions);
 void AdvanceHistory(const uint16_t* src, const uint16_t* dst, size_t count, uint8_t* history);
-size_t DecodeRansChanges(const uint16_t* src, size_t count, int class_base,
-                         const uint32_t* probs, const uint32_t* splits,
-                         uint32_t states[kRansLanes],
-                         const uint8_t* words, size_t num_words, size_t* words_used,
-                         uint32_t* positions, uint32_t* xors, const uint8_t* history = nullptr);
+size_t DecodeRansChanges(const uint16_t* src, size_t count, int class_base, const uint32_t* probs,
+                         const uint32_t* splits, uint32_t states[kRansLanes], const uint8_t* words,
+                         size_t num_words, size_t* words_used, uint32_t* positions, uint32_t* xors,
+                         const uint8_t* history = nullptr);
 size_t EncodeRansElements(const uint16_t* src, const uint16_t* dst, size_t count, int class_base,
                           const uint32_t* probs, const uint32_t* splits,
                           uint32_t states[kRansLanes], uint16_t* pushed,
@@ -994,8 +990,8 @@ ChangeCounts ClassifyChanges(const uint16_t* src, const uint16_t* dst, size_t co
   return HWY_DYNAMIC_DISPATCH(ClassifyChanges)(src, dst, count);
 }
 
-size_t CompactChanges(const uint16_t* src, const uint16_t* dst, size_t count,
-                      uint32_t* positions, uint16_t* xors) {
+size_t CompactChanges(const uint16_t* src, const uint16_t* dst, size_t count, uint32_t* positions,
+                      uint16_t* xors) {
   return HWY_DYNAMIC_DISPATCH(CompactChanges)(src, dst, count, positions, xors);
 }
 
@@ -1028,10 +1024,9 @@ void AdvanceHistory(const uint16_t* src, const uint16_t* dst, size_t count, uint
   HWY_DYNAMIC_DISPATCH(AdvanceHistory)(src, dst, count, history);
 }
 
-size_t DecodeRansChanges(const uint16_t* src, size_t count, int class_base,
-                         const uint32_t* probs, const uint32_t* splits,
-                         uint32_t states[kRansLanes], const uint8_t* words, size_t num_words,
-                         size_t* words_used, uint32_t* positions, uint32_t* xors,
+size_t DecodeRansChanges(const uint16_t* src, size_t count, int class_base, const uint32_t* probs,
+                         const uint32_t* splits, uint32_t states[kRansLanes], const uint8_t* words,
+                         size_t num_words, size_t* words_used, uint32_t* positions, uint32_t* xors,
                          const uint8_t* history) {
   return HWY_DYNAMIC_DISPATCH(DecodeRansChanges)(src, count, class_base, probs, splits, states,
                                                  words, num_words, words_used, positions, xors,
@@ -1040,15 +1035,12 @@ size_t DecodeRansChanges(const uint16_t* src, size_t count, int class_base,
 
 size_t EncodeRansElements(const uint16_t* src, const uint16_t* dst, size_t count, int class_base,
                           const uint32_t* probs, const uint32_t* splits,
-                          uint32_t states[kRansLanes], uint16_t* pushed,
-                          const uint8_t* history) {
+                          uint32_t states[kRansLanes], uint16_t* pushed, const uint8_t* history) {
   return HWY_DYNAMIC_DISPATCH(EncodeRansElements)(src, dst, count, class_base, probs, splits,
                                                   states, pushed, history);
 }
 
-const char* DispatchedTargetName() {
-  return hwy::TargetName(HWY_DYNAMIC_DISPATCH(TargetId)());
-}
+const char* DispatchedTargetName() { return hwy::TargetName(HWY_DYNAMIC_DISPATCH(TargetId)()); }
 
 }  // namespace arc_v3
 #endif  // HWY_ONCE
@@ -1071,8 +1063,8 @@ ChangeCounts ClassifyChanges(const uint16_t* src, const uint16_t* dst, size_t co
   return counts;
 }
 
-size_t CompactChanges(const uint16_t* src, const uint16_t* dst, size_t count,
-                      uint32_t* positions, uint16_t* xors) {
+size_t CompactChanges(const uint16_t* src, const uint16_t* dst, size_t count, uint32_t* positions,
+                      uint16_t* xors) {
   size_t n = 0;
   for (size_t i = 0; i < count; ++i) {
     const uint16_t x = src[i] ^ dst[i];
@@ -1169,11 +1161,10 @@ void AdvanceHistory(const uint16_t* src, const uint16_t* dst, size_t count, uint
   }
 }
 
-size_t DecodeRansChanges(const uint16_t* src, size_t count, int class_base,
-                         const uint32_t* probs, const uint32_t* splits,
-                         uint32_t states[kRansLanes],
-                         const uint8_t* words, size_t num_words, size_t* words_used,
-                         uint32_t* positions, uint32_t* xors, const uint8_t* history) {
+size_t DecodeRansChanges(const uint16_t* src, size_t count, int class_base, const uint32_t* probs,
+                         const uint32_t* splits, uint32_t states[kRansLanes], const uint8_t* words,
+                         size_t num_words, size_t* words_used, uint32_t* positions, uint32_t* xors,
+                         const uint8_t* history) {
   size_t changes = 0;
   size_t word = *words_used;
   for (size_t i = 0; i < count; ++i) {
@@ -1211,8 +1202,7 @@ size_t DecodeRansChanges(const uint16_t* src, size_t count, int class_base,
 
 size_t EncodeRansElements(const uint16_t* src, const uint16_t* dst, size_t count, int class_base,
                           const uint32_t* probs, const uint32_t* splits,
-                          uint32_t states[kRansLanes], uint16_t* pushed,
-                          const uint8_t* history) {
+                          uint32_t states[kRansLanes], uint16_t* pushed, const uint8_t* history) {
   size_t num_pushed = 0;
   for (size_t i = count; i-- > 0;) {
     uint32_t& x = states[i % kRansLanes];
@@ -1388,7 +1378,6 @@ inline uint64_t LoadU64(const uint8_t* bytes) {
   return value;
 }
 
-
 // Bounds-checked reader over untrusted bytes: every read reports failure instead of
 // reading past the end. Varints must be minimal (no redundant 0x80 continuation bytes)
 // so that each value has exactly one encoding.
@@ -1466,9 +1455,10 @@ constexpr uint8_t kModelCarried = 0x20;
 // sign period (the row length) in the header (model_coder.cc, ColumnSigns).
 constexpr uint8_t kModelColumnSigns = 0x40;
 
-// Chunk byte 0, bit 7: the rates are capped at 2^Rate_Cap, a header byte: a weight so small that its rate would promise a change in most steps changes in
-// about half of them on the corpus (its sign hovers around zero), and the rates above
-// that only blur the blocks' rate sums. Without it the cap is kMaxRateLog.
+// Chunk byte 0, bit 7: the rates are capped at 2^Rate_Cap, a header byte: a weight so small that
+// its rate would promise a change in most steps changes in about half of them on the corpus (its
+// sign hovers around zero), and the rates above that only blur the blocks' rate sums. Without it
+// the cap is kMaxRateLog.
 constexpr uint8_t kModelRateCap = 0x80;
 
 // A modelled chunk's adaptive probabilities after its last decision. A session keeps one
@@ -1600,15 +1590,15 @@ inline uint64_t CappedRate(uint16_t bits, int rate_cap) {
 // 4 * log2(x) for x >= 1, the fraction taken linearly from the two bits below the top bit.
 inline int Log2Q4(uint64_t x) {
   const int top = 63 - __builtin_clzll(x);
-  const int frac = top >= 2 ? static_cast<int>((x >> (top - 2)) & 3)
-                            : static_cast<int>((x << (2 - top)) & 3);
+  const int frac =
+      top >= 2 ? static_cast<int>((x >> (top - 2)) & 3) : static_cast<int>((x << (2 - top)) & 3);
   return 4 * top + frac;
 }
 
 // 2^(q/4) in Q16, clamped to [1, 2^48].
 inline uint64_t Pow2Q4(int q) {
   static constexpr uint64_t kQuarter[4] = {65536, 77936, 92682, 110218};  // 2^(j/4) Q16
-  int octave = q >> 2;  // floor
+  int octave = q >> 2;                                                    // floor
   const uint64_t base = kQuarter[q & 3];
   if (octave >= 32) return uint64_t{1} << 48;
   if (octave >= 0) return base << octave;
@@ -1815,13 +1805,13 @@ constexpr int kUnaryBits = 15;         // |d| < 2^16: log2 class 0..15
 namespace model_coder {
 
 struct Model {
-  Prob block[kBlockBuckets];  // the block has a change
+  Prob block[kBlockBuckets];               // the block has a change
   Prob split[kNodeLevels][kSplitBuckets];  // left half changed | node changed
   Prob also[kAlsoBuckets];                 // right half changed | left half changed
   Prob unary[kRateLogs][kUnaryBits];
-  Prob bits[16][16];  // [log2 class][bit position]
-  Prob sign[3][2][kRateLogs];  // [history hint][sign of prev][rate log]
-  Prob column_sign[3][4];      // [history hint][column state -2, -1, +1, +2]
+  Prob bits[16][16];                    // [log2 class][bit position]
+  Prob sign[3][2][kRateLogs];           // [history hint][sign of prev][rate log]
+  Prob column_sign[3][4];               // [history hint][column state -2, -1, +1, +2]
   Prob recent[kRecentAges][kRateLogs];  // [age - 1][rate log]: a recent element changed
 
   // Priors from the chunk's rate prior L: elements with summed rate S expect
@@ -1836,8 +1826,7 @@ struct Model {
       // share of the rate.
       for (int t = 0; t < kSplitBuckets; ++t) {
         const uint64_t share = Pow2Q4(-(t < 32 ? 31 - t : t - 32));
-        level[t].Set(ClampProb(t < 32 ? share : kProbOne - share), split_seen,
-                     kPositionShift);
+        level[t].Set(ClampProb(t < 32 ? share : kProbOne - share), split_seen, kPositionShift);
       }
     }
     for (int t = 0; t < kAlsoBuckets; ++t) {
@@ -1874,8 +1863,7 @@ struct Model {
     }
     for (auto& by_rate : recent) {
       for (int a = 0; a < kRateLogs; ++a) {
-        by_rate[a].Set(std::max(ProbFromLog(4 * a - L), kRecentPrior), kValueSeen,
-                       kPositionShift);
+        by_rate[a].Set(std::max(ProbFromLog(4 * a - L), kRecentPrior), kValueSeen, kPositionShift);
       }
     }
   }
@@ -2043,9 +2031,8 @@ class HistoryRates {
 // the right half has one too (from its own rate). `prefix` holds the block's prefix rate
 // sums, indexed from the block's start `base`.
 template <class Io, class Rates>
-void CodeNode(Io* io, Model* model, const uint16_t* src, const Rates& rates,
-              ColumnSigns* columns, const uint64_t* prefix, size_t base, size_t begin,
-              size_t end, int L) {
+void CodeNode(Io* io, Model* model, const uint16_t* src, const Rates& rates, ColumnSigns* columns,
+              const uint64_t* prefix, size_t base, size_t begin, size_t end, int L) {
   while (end - begin > 1) {
     const size_t mid = begin + (end - begin) / 2;
     const uint64_t left = prefix[mid - base] - prefix[begin - base];
@@ -2072,20 +2059,18 @@ void CodeNode(Io* io, Model* model, const uint16_t* src, const Rates& rates,
 
 // Whether each recent element changed, in ascending order, and if so its value.
 template <class Io>
-void CodeRecent(Io* io, Model* model, const uint16_t* src, const uint8_t* history,
-                size_t len, ColumnSigns* columns) {
+void CodeRecent(Io* io, Model* model, const uint16_t* src, const uint8_t* history, size_t len,
+                ColumnSigns* columns) {
   constexpr size_t kWindow = 4096;
   uint32_t recent[kWindow];
   for (size_t begin = 0; begin < len; begin += kWindow) {
-    const size_t found =
-        RecentPositions(history + begin, std::min(kWindow, len - begin), recent);
+    const size_t found = RecentPositions(history + begin, std::min(kWindow, len - begin), recent);
     for (size_t k = 0; k < found; ++k) {
       const size_t i = begin + recent[k];
       const uint8_t h = history[i];
       Prob* prob = &model->recent[(h & kHistoryAgeMask) - 1][kRates.log[ExponentOf(src[i])]];
       if (io->Code(prob, io->RecentChanged(i))) {
-        io->EmitRecent(i, CodeValue(io, model, src[i], io->Target(i), HintOf(h),
-                                    columns->At(i)));
+        io->EmitRecent(i, CodeValue(io, model, src[i], io->Target(i), HintOf(h), columns->At(i)));
       }
     }
   }
@@ -2097,13 +2082,11 @@ void CodeRecent(Io* io, Model* model, const uint16_t* src, const uint8_t* histor
 // `block_sums`, if not null, holds rates.Sum of every block (the encoder has them already).
 template <class Io, class Rates>
 void CodeChunk(const uint16_t* src, Rates& rates, size_t len, int log2_block, int L,
-               bool value_priors, uint32_t sign_period,
-               const CarriedModel& carried, Io* io, const uint64_t* block_sums = nullptr,
-               const uint8_t* recent_history = nullptr) {
+               bool value_priors, uint32_t sign_period, const CarriedModel& carried, Io* io,
+               const uint64_t* block_sums = nullptr, const uint8_t* recent_history = nullptr) {
   ColumnSigns columns(sign_period);
-  auto model = carried.start != nullptr
-                   ? std::make_unique<Model>(carried.start->model)
-                   : std::make_unique<Model>(L, value_priors);
+  auto model = carried.start != nullptr ? std::make_unique<Model>(carried.start->model)
+                                        : std::make_unique<Model>(L, value_priors);
   if (recent_history != nullptr) {
     CodeRecent(io, model.get(), src, recent_history, len, &columns);
   }
@@ -2250,8 +2233,8 @@ uint8_t EstimateBoost(uint64_t changes, uint64_t rate_sum, uint64_t base_changes
                       uint64_t base_rate_sum) {
   if (changes == 0) return 0;
   if (base_changes == 0) return 15;
-  const int q = (Log2Q4(changes) - Log2Q4(rate_sum)) - (Log2Q4(base_changes) -
-                                                         Log2Q4(base_rate_sum));
+  const int q =
+      (Log2Q4(changes) - Log2Q4(rate_sum)) - (Log2Q4(base_changes) - Log2Q4(base_rate_sum));
   return static_cast<uint8_t>(std::min(std::max((q + 2) / 4, 0), 15));
 }
 
@@ -2288,8 +2271,7 @@ uint32_t ChooseSignPeriod(const uint16_t* src, const uint16_t* dst,
     counters.assign(std::max<uint32_t>(period, 1), 0);
     // i mod period without a division: for i < 2^24 and period <= 2^16, the quotient is
     // i * ceil(2^40 / period) >> 40 exactly.
-    const uint64_t reciprocal =
-        period != 0 ? ((uint64_t{1} << 40) + period - 1) / period : 0;
+    const uint64_t reciprocal = period != 0 ? ((uint64_t{1} << 40) + period - 1) / period : 0;
     uint64_t counts[3][2 * kColumnLimit + 1][2] = {};
     for (size_t k = 0; k < n; ++k) {
       const uint32_t row = static_cast<uint32_t>((changed[k] * reciprocal) >> 40);
@@ -2369,8 +2351,8 @@ int SumRates(const uint16_t* src, size_t len, int rate_cap, size_t step, uint64_
 
 // The Rate_Cap of a chunk with `total` changes, its rate sums in *all_rates and (not null)
 // step_sums as SumRates writes them.
-int ChooseRateCap(const uint16_t* src, size_t len, uint64_t total, size_t step,
-                  uint64_t* step_sums, uint64_t* all_rates) {
+int ChooseRateCap(const uint16_t* src, size_t len, uint64_t total, size_t step, uint64_t* step_sums,
+                  uint64_t* all_rates) {
   int rate_cap = kDefaultRateCap;
   const int largest = SumRates(src, len, rate_cap, step, step_sums, all_rates);
   if (largest <= rate_cap) return kMaxRateLog;  // the cap changes no rate: left out
@@ -2431,8 +2413,8 @@ int RatePriorOf(const HistoryTallies& t, uint8_t boost, bool with_history, uint6
   if (with_history) rate_sum += t.recent_elements;  // never 0 in all
   const uint64_t bisected_total = with_history ? t.bisected.size() : total;
   // rate_sum >= len >= changes, so L >= 0 up to the Log2Q4 rounding; <= 4 * 62.
-  return std::min(
-      std::max(Log2Q4(rate_sum) - Log2Q4(std::max<uint64_t>(bisected_total, 1)), 0), 255);
+  return std::min(std::max(Log2Q4(rate_sum) - Log2Q4(std::max<uint64_t>(bisected_total, 1)), 0),
+                  255);
 }
 
 // The chunk header's fields (see the top of this file).
@@ -2446,12 +2428,10 @@ struct ModelledHeader {
   uint8_t boost;
 
   void AppendTo(std::vector<uint8_t>* out) const {
-    out->push_back(static_cast<uint8_t>((log2_block - kMinModelBlockLog) |
-                                        (with_history ? kModelHistory : 0) |
-                                        (carried ? kModelCarried : 0) |
-                                        (sign_period != 0 ? kModelColumnSigns : 0) |
-                                        (rate_cap < kMaxRateLog ? kModelRateCap : 0) |
-                                        kModelValuePriors));
+    out->push_back(static_cast<uint8_t>(
+        (log2_block - kMinModelBlockLog) | (with_history ? kModelHistory : 0) |
+        (carried ? kModelCarried : 0) | (sign_period != 0 ? kModelColumnSigns : 0) |
+        (rate_cap < kMaxRateLog ? kModelRateCap : 0) | kModelValuePriors));
     out->push_back(static_cast<uint8_t>(rate_prior));
     if (with_history) out->push_back(boost);
     if (sign_period != 0) {
@@ -2475,8 +2455,7 @@ Status EncodeChunk(const uint16_t* src, const uint16_t* dst, size_t len, int log
   if (log2_block >= 0 && (log2_block < kMinModelBlockLog || log2_block > kMaxModelBlockLog)) {
     return Status(ErrorCode::kInvalidArgument, "EncodeChunkModelled: bad block size");
   }
-  const uint64_t total =
-      counted != kUncounted ? counted : ClassifyChanges(src, dst, len).changed;
+  const uint64_t total = counted != kUncounted ? counted : ClassifyChanges(src, dst, len).changed;
   if (total == 0) return Status::Ok();  // the empty chunk
   std::vector<uint32_t> changed(total);
   std::vector<uint16_t> unused_xors(total);
@@ -2507,15 +2486,18 @@ Status EncodeChunk(const uint16_t* src, const uint16_t* dst, size_t len, int log
   }
   // With a history the recent elements (classes 1 and 2) are coded first (CodeRecent), and
   // the bisection codes the rest: class 0 and class 3 with its boost.
-  const uint8_t boost =
-      history != nullptr ? EstimateBoost(tallies.changes[3], tallies.rate_sums[3],
-                                         tallies.changes[0], tallies.rate_sums[0])
-                         : 0;
+  const uint8_t boost = history != nullptr ? EstimateBoost(tallies.changes[3], tallies.rate_sums[3],
+                                                           tallies.changes[0], tallies.rate_sums[0])
+                                           : 0;
   if (history != nullptr && choose_block) log2_block = ChooseBlockLog(tallies.bisected.size(), len);
   const ModelledHeader header = {
-      log2_block, history != nullptr, carried.start != nullptr,
+      log2_block,
+      history != nullptr,
+      carried.start != nullptr,
       sign_periods != nullptr ? ChooseSignPeriod(src, dst, changed, history, *sign_periods) : 0,
-      rate_cap, RatePriorOf(tallies, boost, history != nullptr, total), boost};
+      rate_cap,
+      RatePriorOf(tallies, boost, history != nullptr, total),
+      boost};
   header.AppendTo(out);
   EncoderIo io(src, dst, history != nullptr ? &tallies.bisected : &changed, out);
   if (history == nullptr) {
@@ -2541,14 +2523,12 @@ Status EncodeChunkModelledWithBlock(const uint16_t* src, const uint16_t* dst, si
   if (log2_block < 0) {
     return Status(ErrorCode::kInvalidArgument, "EncodeChunkModelled: bad block size");
   }
-  return EncodeChunk(src, dst, len, log2_block, out, history, kUncounted, CarriedModel(),
-                     nullptr);
+  return EncodeChunk(src, dst, len, log2_block, out, history, kUncounted, CarriedModel(), nullptr);
 }
 
 Status EncodeChunkModelled(const uint16_t* src, const uint16_t* dst, size_t len,
-                           std::vector<uint8_t>* out, const uint8_t* history,
-                           uint64_t changes, const CarriedModel& carried,
-                           const std::vector<uint32_t>* sign_periods) {
+                           std::vector<uint8_t>* out, const uint8_t* history, uint64_t changes,
+                           const CarriedModel& carried, const std::vector<uint32_t>* sign_periods) {
   return EncodeChunk(src, dst, len, -1, out, history, changes, carried, sign_periods);
 }
 
@@ -2729,9 +2709,9 @@ struct SessionFrame {
 // are first read. `tensors`: for a group of tensors, the element count of each (src and
 // dst are their concatenations), named in the frame header (by its check); nullptr for
 // one tensor.
-Status EncodeFrame(const uint16_t* src, const uint16_t* dst, size_t count,
-                   const Options& options, const uint8_t* history, const SessionFrame* session,
-                   Delta* out, uint64_t* base_checksum = nullptr,
+Status EncodeFrame(const uint16_t* src, const uint16_t* dst, size_t count, const Options& options,
+                   const uint8_t* history, const SessionFrame* session, Delta* out,
+                   uint64_t* base_checksum = nullptr,
                    const std::vector<uint64_t>* tensors = nullptr);
 
 // `expected` / `history` as above. With a session, `next_history` (count bytes) receives
@@ -2742,8 +2722,8 @@ Status EncodeFrame(const uint16_t* src, const uint16_t* dst, size_t count,
 // which refuses frames of several tensors.
 Status DecodeFrame(const uint16_t* src, size_t count, const uint8_t* bytes, size_t size,
                    uint64_t checksum, uint16_t* out, size_t out_capacity, int threads,
-                   const uint8_t* history, const SessionFrame* expected,
-                   uint8_t* next_history, const std::vector<uint64_t>* tensors = nullptr);
+                   const uint8_t* history, const SessionFrame* expected, uint8_t* next_history,
+                   const std::vector<uint64_t>* tensors = nullptr);
 
 // The element counts of the tensors of delta_compress_tensors / delta_decompress_tensors
 // and their total, after checking that every tensor with elements has both its arrays
@@ -2793,8 +2773,8 @@ auto BackToBack(const Tensor* tensors, size_t tensor_count, const Field& field)
 
 // The tensors' arrays that `field` picks, copied one after the other into `copy`.
 template <class Tensor, class Field>
-const uint16_t* Gather(const Tensor* tensors, size_t tensor_count, size_t total,
-                       const Field& field, std::vector<uint16_t>* copy) {
+const uint16_t* Gather(const Tensor* tensors, size_t tensor_count, size_t total, const Field& field,
+                       std::vector<uint16_t>* copy) {
   copy->resize(total);
   size_t at = 0;
   for (size_t t = 0; t < tensor_count; ++t) {
@@ -2825,8 +2805,7 @@ Status ConcatenateTensors(const TensorDelta* tensors, size_t tensor_count,
 Status DecodeTensors(const TensorOut* tensors, size_t tensor_count,
                      const std::vector<uint64_t>& counts, size_t total, const uint8_t* bytes,
                      size_t size, uint64_t checksum, int threads, const uint8_t* history,
-                     const SessionFrame* session, uint8_t* next_history,
-                     uint64_t* base_checksum);
+                     const SessionFrame* session, uint8_t* next_history, uint64_t* base_checksum);
 
 // Checksum() of values given in consecutive pieces (XXH3-64 streaming, seed 0).
 class ChecksumStream {
@@ -2973,7 +2952,7 @@ namespace arc_v3 {
 // Which compressors race at an effort level (Options::effort, 0..3).
 struct RaceEntrants {
   bool lz4 = false;
-  int lz4hc_level = 0;  // 0: plain LZ4 (when lz4), otherwise LZ4HC at this level
+  int lz4hc_level = 0;          // 0: plain LZ4 (when lz4), otherwise LZ4HC at this level
   int zstd_levels[2] = {0, 0};  // 0 = unused slot
 };
 RaceEntrants EntrantsForEffort(int effort);
@@ -3009,8 +2988,7 @@ class StreamDecompressor {
   // Decodes `in` (stored with `codec`) into exactly `raw_size` bytes at `out`.
   // Fails (kCodecFailure / kCorruptChunk) unless the input decodes to exactly raw_size
   // bytes and is consumed entirely. Never writes beyond out + raw_size.
-  Status Decode(uint8_t codec, const uint8_t* in, size_t in_size, uint8_t* out,
-                size_t raw_size);
+  Status Decode(uint8_t codec, const uint8_t* in, size_t in_size, uint8_t* out, size_t raw_size);
 
  private:
   void* zstd_ = nullptr;  // ZSTD_DCtx
@@ -3035,9 +3013,7 @@ namespace arc_v3 {
 RaceEntrants EntrantsForEffort(int effort) {
   RaceEntrants e;
   switch (effort) {
-    case 0:
-      e.lz4 = true;
-      break;
+    case 0: e.lz4 = true; break;
     case 1:
       e.lz4 = true;
       e.zstd_levels[0] = 3;
@@ -3062,9 +3038,8 @@ RaceEntrants EntrantsForEffort(int effort) {
 StreamCompressor::StreamCompressor() = default;
 StreamCompressor::~StreamCompressor() { ZSTD_freeCCtx(static_cast<ZSTD_CCtx*>(zstd_)); }
 
-bool StreamCompressor::AppendStream(const uint8_t* raw, size_t size,
-                                    const RaceEntrants& entrants, std::vector<uint8_t>* out,
-                                    uint8_t* codec) {
+bool StreamCompressor::AppendStream(const uint8_t* raw, size_t size, const RaceEntrants& entrants,
+                                    std::vector<uint8_t>* out, uint8_t* codec) {
   uint8_t best_codec = kCodecStored;
   size_t best_size = size;  // stored
   // Strictly smaller wins, so ties keep the codec tried first (stored, lz4, zstd).
@@ -3088,8 +3063,7 @@ bool StreamCompressor::AppendStream(const uint8_t* raw, size_t size,
             ? LZ4_compress_HC_extStateHC(lz4hc_state.get(), reinterpret_cast<const char*>(raw),
                                          reinterpret_cast<char*>(candidate_.data()),
                                          static_cast<int>(size),
-                                         static_cast<int>(candidate_.size()),
-                                         entrants.lz4hc_level)
+                                         static_cast<int>(candidate_.size()), entrants.lz4hc_level)
             : LZ4_compress_default(reinterpret_cast<const char*>(raw),
                                    reinterpret_cast<char*>(candidate_.data()),
                                    static_cast<int>(size), static_cast<int>(candidate_.size()));
@@ -3123,8 +3097,8 @@ bool StreamCompressor::AppendStream(const uint8_t* raw, size_t size,
 StreamDecompressor::StreamDecompressor() = default;
 StreamDecompressor::~StreamDecompressor() { ZSTD_freeDCtx(static_cast<ZSTD_DCtx*>(zstd_)); }
 
-Status StreamDecompressor::Decode(uint8_t codec, const uint8_t* in, size_t in_size,
-                                  uint8_t* out, size_t raw_size) {
+Status StreamDecompressor::Decode(uint8_t codec, const uint8_t* in, size_t in_size, uint8_t* out,
+                                  size_t raw_size) {
   switch (codec) {
     case kCodecStored:
       if (in_size != raw_size) {
@@ -3138,9 +3112,9 @@ Status StreamDecompressor::Decode(uint8_t codec, const uint8_t* in, size_t in_si
         return Status(ErrorCode::kCorruptChunk, "lz4 stream larger than lz4 allows");
       }
       // LZ4_decompress_safe never reads or writes outside the given buffers.
-      const int n = LZ4_decompress_safe(reinterpret_cast<const char*>(in),
-                                        reinterpret_cast<char*>(out), static_cast<int>(in_size),
-                                        static_cast<int>(raw_size));
+      const int n =
+          LZ4_decompress_safe(reinterpret_cast<const char*>(in), reinterpret_cast<char*>(out),
+                              static_cast<int>(in_size), static_cast<int>(raw_size));
       if (n < 0 || static_cast<size_t>(n) != raw_size) {
         return Status(ErrorCode::kCodecFailure, "lz4 stream is corrupt");
       }
@@ -3162,14 +3136,14 @@ Status StreamDecompressor::Decode(uint8_t codec, const uint8_t* in, size_t in_si
       }
       return Status::Ok();
     }
-    default:
-      return Status(ErrorCode::kReservedBitsSet, "unknown stream codec id");
+    default: return Status(ErrorCode::kReservedBitsSet, "unknown stream codec id");
   }
 }
 
 }  // namespace arc_v3
 // ---- src/codec/rans_coder.cc ------------------------------------------------------------
-// rANS chunk coder (see rans_coder.h; the bytes are specified in src/codec/FORMAT.md, "rANS chunk").
+// rANS chunk coder (see rans_coder.h; the bytes are specified in src/codec/FORMAT.md, "rANS
+// chunk").
 //
 // Chunk bytes (after the frame's Chunk_Mode byte):
 //   Class_Base    1 byte   e0: element i is in class clamp(exponent(src[i]) - e0, 0, 15)
@@ -3296,17 +3270,17 @@ inline Status InContext(const std::string& context, const Status& s) {
 
 // Evaluates `expr` (an arc_v3::Status) once and returns it from the enclosing function
 // unless it is ok.
-#define ARC_V3_RETURN_IF_ERROR(expr)                \
-  do {                                              \
-    ::arc_v3::Status arc_v3_status_ = (expr);       \
+#define ARC_V3_RETURN_IF_ERROR(expr)                 \
+  do {                                               \
+    ::arc_v3::Status arc_v3_status_ = (expr);        \
     if (!arc_v3_status_.ok()) return arc_v3_status_; \
   } while (0)
 
 // As ARC_V3_RETURN_IF_ERROR, the error returned with "CONTEXT: " before its message;
 // `context` (a std::string expression) is evaluated only on an error.
-#define ARC_V3_RETURN_IF_ERROR_IN(context, expr)                              \
-  do {                                                                        \
-    ::arc_v3::Status arc_v3_status_ = (expr);                                 \
+#define ARC_V3_RETURN_IF_ERROR_IN(context, expr)                                     \
+  do {                                                                               \
+    ::arc_v3::Status arc_v3_status_ = (expr);                                        \
     if (!arc_v3_status_.ok()) return ::arc_v3::InContext((context), arc_v3_status_); \
   } while (0)
 
@@ -3318,8 +3292,8 @@ namespace {
 
 constexpr int kClasses = kRansClasses;
 constexpr int kEscapeLanes = 2;
-constexpr int kUnaryDecisions = 15;  // |d| <= 2^15: log2 class 0..15
-constexpr int kEscapeClasses = 15;   // an escape's log2 class: 1..15
+constexpr int kUnaryDecisions = 15;             // |d| <= 2^15: log2 class 0..15
+constexpr int kEscapeClasses = 15;              // an escape's log2 class: 1..15
 constexpr int kValueZ = 256 + kUnaryDecisions;  // z = exponent + j
 constexpr uint32_t kProbScale = 1u << 16;
 constexpr size_t kHeaderBytes = 1 + kClasses + 4 + 2;
@@ -3349,9 +3323,9 @@ constexpr HistoryOffsets kHistoryOffsets = MakeHistoryOffsets();
 
 // 2^(t/16) in units of 2^-16, for |t| <= 16 * 24 (rounded; 0 only far below 1).
 inline uint64_t Pow2Sixteenths(int t) {
-  static constexpr uint64_t kPow2[16] = {65536, 68438, 71468,  74632,  77936,  81386,
-                                       84990, 88752, 92682,  96785,  101070, 105545,
-                                       110218, 115098, 120194, 125515};
+  static constexpr uint64_t kPow2[16] = {65536,  68438,  71468,  74632, 77936,  81386,
+                                         84990,  88752,  92682,  96785, 101070, 105545,
+                                         110218, 115098, 120194, 125515};
   const int octave = t >> 4;  // floor
   const uint64_t base = kPow2[t & 15];
   if (octave >= 0) return base << octave;
@@ -3466,8 +3440,8 @@ uint8_t BestChangeQ(uint64_t n, uint64_t k, uint64_t* cost) {
     return q;
   }
   // q ~ 16 log2(n / k), then the neighbours (rounding of the Q16 logs and of ProbOfQ).
-  const int guess = std::min(
-      static_cast<int>(((uint64_t{Log2Q16(n)} - Log2Q16(k)) * 16 + 32768) >> 16), 255);
+  const int guess =
+      std::min(static_cast<int>(((uint64_t{Log2Q16(n)} - Log2Q16(k)) * 16 + 32768) >> 16), 255);
   uint8_t best = 0;
   *cost = std::numeric_limits<uint64_t>::max();
   for (int q = std::max(guess - 1, 0); q <= std::min(guess + 1, 255); ++q) {
@@ -3630,8 +3604,7 @@ ValueCurve ChooseValueCurve(const uint64_t* ones, const uint64_t* zeros) {
 // equal exponents in a row do not wait for each other. A template parameter: the loop
 // without a history must not test for one per element.
 template <bool kWithHistory>
-void TallyElements(const uint16_t* src, size_t len, const uint8_t* history,
-                   uint64_t (*all)[256]) {
+void TallyElements(const uint16_t* src, size_t len, const uint8_t* history, uint64_t (*all)[256]) {
   uint32_t partial[4][kRansHistoryClasses * 256] = {};
   // Each element's histogram offset: 256 * its history class.
   const auto offset = [&](size_t i) -> int {
@@ -3676,9 +3649,10 @@ class RansEncoder {
       words_->push_back(static_cast<uint16_t>(*x));
       *x >>= 16;
     }
-    const uint32_t q = symbol.freq == 1 ? *x
-                                        : static_cast<uint32_t>(
-                                              (static_cast<unsigned __int128>(*x) * symbol.rcp) >> 64);
+    const uint32_t q =
+        symbol.freq == 1
+            ? *x
+            : static_cast<uint32_t>((static_cast<unsigned __int128>(*x) * symbol.rcp) >> 64);
     *x = (q << 16) + (*x - q * symbol.freq) + symbol.start;
   }
   // `bits` uniform bits (1..16): a power-of-two frequency divides by shifting.
@@ -3696,8 +3670,8 @@ class RansEncoder {
 };
 
 // The states, then the words in decoding order (the reverse of their coding order).
-void AppendStream(const uint32_t* states, int num_states, const uint16_t* words,
-                  size_t num_words, std::vector<uint8_t>* out) {
+void AppendStream(const uint32_t* states, int num_states, const uint16_t* words, size_t num_words,
+                  std::vector<uint8_t>* out) {
   for (int s = 0; s < num_states; ++s) PutU32(states[s], out);
   const size_t at = out->size();
   out->resize(at + 2 * num_words);
@@ -3948,23 +3922,23 @@ struct RansChunkStreams {
 
 // Reads the header (kHistoryHeaderBytes with a history, kHeaderBytes without) and the
 // element word count, and checks that the streams fit the bytes.
-Status ParseRansChunk(const uint8_t* bytes, size_t size, bool with_history,
-                      const uint8_t** header, RansChunkStreams* streams) {
+Status ParseRansChunk(const uint8_t* bytes, size_t size, bool with_history, const uint8_t** header,
+                      RansChunkStreams* streams) {
   ByteReader reader(bytes, size);
   if (!reader.ReadSpan(with_history ? kHistoryHeaderBytes : kHeaderBytes, header)) {
     return Status(ErrorCode::kTruncated, "rANS chunk: header truncated");
   }
   bool ran_out = false;
   if (!reader.ReadVarint(&streams->element_words, &ran_out)) {
-    return ran_out ? Status(ErrorCode::kTruncated, "rANS chunk: header truncated") : Corrupt("bad word count");
+    return ran_out ? Status(ErrorCode::kTruncated, "rANS chunk: header truncated")
+                   : Corrupt("bad word count");
   }
   const size_t rest = reader.remaining();
   if (rest < kElementStateBytes || streams->element_words > (rest - kElementStateBytes) / 2) {
     return Status(ErrorCode::kTruncated, "rANS chunk: streams truncated");
   }
   streams->element_stream = reader.current();
-  streams->escape_tail =
-      streams->element_stream + kElementStateBytes + 2 * streams->element_words;
+  streams->escape_tail = streams->element_stream + kElementStateBytes + 2 * streams->element_words;
   streams->tail_bytes = static_cast<size_t>(bytes + size - streams->escape_tail);
   if (streams->tail_bytes % 2 != 0) return Corrupt("odd escape stream");
   return Status::Ok();
@@ -3998,19 +3972,18 @@ struct RansDecodeOutput {
 // buffers: the outputs grow by the changes only. Escapes are noted with their src value
 // while the slice is in cache. Returns the words used, or kRansWordsExhausted.
 size_t DecodeRansSlices(const uint16_t* src, size_t len, const uint8_t* history,
-                        const RansModel& model, const RansChunkStreams& streams,
-                        uint32_t* states, RansDecodeOutput& out) {
+                        const RansModel& model, const RansChunkStreams& streams, uint32_t* states,
+                        RansDecodeOutput& out) {
   constexpr size_t kSlice = 4096;
   uint32_t found_positions[kSlice + kRansLanes], found_xors[kSlice + kRansLanes];
   RansEscapeAt found_escapes[kSlice + kRansLanes + 1];
   size_t words_used = 0;
   for (size_t begin = 0; begin < len; begin += kSlice) {
     const size_t count = std::min(kSlice, len - begin);
-    const size_t n = DecodeRansChanges(src + begin, count, model.class_base, model.change,
-                                       model.splits, states,
-                                       streams.element_stream + kElementStateBytes,
-                                       streams.element_words, &words_used, found_positions,
-                                       found_xors, history != nullptr ? history + begin : nullptr);
+    const size_t n = DecodeRansChanges(
+        src + begin, count, model.class_base, model.change, model.splits, states,
+        streams.element_stream + kElementStateBytes, streams.element_words, &words_used,
+        found_positions, found_xors, history != nullptr ? history + begin : nullptr);
     if (n == kRansWordsExhausted) return kRansWordsExhausted;
     const size_t old_size = out.positions->size();
     out.positions->resize(old_size + n);
@@ -4074,8 +4047,7 @@ const char* DecodeRansEscapes(const RansModel& model, const RansChunkStreams& st
 
 Status EncodeChunkRans(const uint16_t* src, const uint16_t* dst, size_t len,
                        const uint32_t* positions, size_t changes, std::vector<uint8_t>* out,
-                       RansScratch* scratch, const uint8_t* history,
-                       bool* coded_with_history) {
+                       RansScratch* scratch, const uint8_t* history, bool* coded_with_history) {
   if (out == nullptr || src == nullptr || dst == nullptr || positions == nullptr) {
     return Status(ErrorCode::kInvalidArgument, "EncodeChunkRans: null pointer");
   }
@@ -4402,7 +4374,8 @@ Status ParseFrameFields(ByteReader* in, FrameHeader* header) {
   if (header->tensors && !header->continues) {
     uint64_t tensor_count;
     if (!reader.ReadVarint(&tensor_count, &ran_out)) {
-      return Status(ran_out ? ErrorCode::kTruncated : ErrorCode::kCorruptHeader, "bad tensor count");
+      return Status(ran_out ? ErrorCode::kTruncated : ErrorCode::kCorruptHeader,
+                    "bad tensor count");
     }
     header->tensor_count = tensor_count;
     const uint8_t* check;
@@ -4432,7 +4405,8 @@ Status ParseChunkTable(ByteReader* in, size_t size, FrameHeader* header) {
     uint64_t chunk_size;
     bool ran_out = false;
     if (!reader.ReadVarint(&chunk_size, &ran_out)) {
-      return Status(ran_out ? ErrorCode::kTruncated : ErrorCode::kCorruptHeader, "bad chunk table entry");
+      return Status(ran_out ? ErrorCode::kTruncated : ErrorCode::kCorruptHeader,
+                    "bad chunk table entry");
     }
     if (chunk_size == 0 || chunk_size > size) {
       return Status(ErrorCode::kCorruptHeader, "chunk size out of range");
@@ -4462,8 +4436,7 @@ Status ParseChunkTable(ByteReader* in, size_t size, FrameHeader* header) {
   return Status::Ok();
 }
 
-Status ParseHeader(const uint8_t* bytes, size_t size, bool with_chunk_table,
-                   FrameHeader* header) {
+Status ParseHeader(const uint8_t* bytes, size_t size, bool with_chunk_table, FrameHeader* header) {
   if (bytes == nullptr && size > 0) return Status(ErrorCode::kInvalidArgument, "bytes is null");
   ByteReader reader(bytes, size);
   ARC_V3_RETURN_IF_ERROR(ParseFrameStart(&reader, header));
@@ -4505,18 +4478,19 @@ class ChunkDecoder {
       case kChunkUnchanged:
         changes->positions.clear();
         changes->xors.clear();
-        return reader.remaining() == 0 ? Status::Ok() : Inconsistent("bytes after an unchanged chunk");
+        return reader.remaining() == 0 ? Status::Ok()
+                                       : Inconsistent("bytes after an unchanged chunk");
       case kChunkXorStreams:
         return DecodeXorStreams(&reader, chunk_len, /*allow_empty=*/false, changes, stats);
       case kChunkModelled: {
         if (src == nullptr) return Status::Ok();  // statistics without the base
-        const Status status = DecodeChunkModelled(src, chunk_len, reader.current(),
-                                                  reader.remaining(), &changes->positions,
-                                                  &changes->xors, history, carried);
+        const Status status =
+            DecodeChunkModelled(src, chunk_len, reader.current(), reader.remaining(),
+                                &changes->positions, &changes->xors, history, carried);
         if (!status.ok()) {
           // The coding is predicted from src, so a wrong base derails it like corruption.
-          return Status(status.code(), status.message() +
-                                           " (the payload is corrupt, or src is not its base)");
+          return Status(status.code(),
+                        status.message() + " (the payload is corrupt, or src is not its base)");
         }
         if (changes->positions.empty()) {
           return Status(ErrorCode::kCorruptChunk, "modelled chunk without changes");
@@ -4535,13 +4509,12 @@ class ChunkDecoder {
           return Status(ErrorCode::kCorruptChunk,
                         "rANS chunk coded with a session history outside a session");
         }
-        const Status status = DecodeChunkRans(src, chunk_len, reader.current(),
-                                              reader.remaining(), &changes->positions,
-                                              &changes->xors,
-                                              with_history ? history : nullptr);
+        const Status status =
+            DecodeChunkRans(src, chunk_len, reader.current(), reader.remaining(),
+                            &changes->positions, &changes->xors, with_history ? history : nullptr);
         if (!status.ok()) {
-          return Status(status.code(), status.message() +
-                                           " (the payload is corrupt, or src is not its base)");
+          return Status(status.code(),
+                        status.message() + " (the payload is corrupt, or src is not its base)");
         }
         if (stats != nullptr) {
           stats->modelled_bytes = size;
@@ -4549,8 +4522,7 @@ class ChunkDecoder {
         }
         return Status::Ok();
       }
-      default:
-        return Status(ErrorCode::kReservedBitsSet, "unknown chunk mode");
+      default: return Status(ErrorCode::kReservedBitsSet, "unknown chunk mode");
     }
   }
 
@@ -4644,11 +4616,13 @@ class ChunkDecoder {
       return Status(ErrorCode::kCorruptChunk, "stream size inconsistent with the change counts");
     }
     stored_size = raw_size;
-    if (codec != kCodecStored) ARC_V3_RETURN_IF_ERROR(ReadCount(reader, &stored_size, "bad stored stream size"));
+    if (codec != kCodecStored)
+      ARC_V3_RETURN_IF_ERROR(ReadCount(reader, &stored_size, "bad stored stream size"));
     const uint8_t* body;
     if (!reader->ReadSpan(stored_size, &body)) return Truncated("stream body cut short");
     if (raw_size > MaxRawSize(codec, stored_size)) {
-      return Status(ErrorCode::kCodecFailure, "stream claims more bytes than its codec can produce");
+      return Status(ErrorCode::kCodecFailure,
+                    "stream claims more bytes than its codec can produce");
     }
     raw_.resize(raw_size);
     ARC_V3_RETURN_IF_ERROR(decompressor_.Decode(codec, body, stored_size, raw_.data(), raw_size));
@@ -4757,20 +4731,17 @@ Status DecodeChunks(const uint8_t* bytes, const FrameHeader& header, const uint1
     try {
       chunk_changes->positions.clear();
       chunk_changes->xors.clear();
-      status[c] = decoders[worker]->Decode(header.version, bytes + header.chunk_offset[c],
-                                           header.chunk_size[c],
-                                           src != nullptr ? src + begin : nullptr,
-                                           history != nullptr ? history + begin : nullptr,
-                                           carried, len, chunk_changes,
-                                           stats != nullptr ? &(*stats)[c] : nullptr);
+      status[c] = decoders[worker]->Decode(
+          header.version, bytes + header.chunk_offset[c], header.chunk_size[c],
+          src != nullptr ? src + begin : nullptr, history != nullptr ? history + begin : nullptr,
+          carried, len, chunk_changes, stats != nullptr ? &(*stats)[c] : nullptr);
       if (stats != nullptr) (*stats)[c].changed = chunk_changes->positions.size();
     } catch (const std::bad_alloc&) {
       status[c] = Status(ErrorCode::kOutOfMemory, "out of memory while decoding");
     }
     if (!status[c].ok()) {
       size_t seen = first_failed.load();
-      while (c < seen && !first_failed.compare_exchange_weak(seen, c)) {
-      }
+      while (c < seen && !first_failed.compare_exchange_weak(seen, c)) {}
     }
   });
   for (size_t c = 0; c < num_chunks; ++c) {
@@ -4849,17 +4820,17 @@ Status CheckTensorList(const FrameHeader& header, const std::vector<uint64_t>* t
   if (tensors != nullptr) {
     const uint64_t listed = header.tensors ? header.tensor_count : 1;
     if (tensors->size() != listed) {
-      return Status(ErrorCode::kSizeMismatch,
-                    "payload holds " + std::to_string(listed) + " tensor(s), the call passes " +
-                        std::to_string(tensors->size()));
+      return Status(ErrorCode::kSizeMismatch, "payload holds " + std::to_string(listed) +
+                                                  " tensor(s), the call passes " +
+                                                  std::to_string(tensors->size()));
     }
     if (header.has_list_check) {
       uint64_t total = 0;
       for (const uint64_t elements : *tensors) total += elements;
       if (total != header.element_count) {
-        return Status(ErrorCode::kSizeMismatch,
-                      "the tensors hold " + std::to_string(total) +
-                          " elements in all, the payload " + std::to_string(header.element_count));
+        return Status(ErrorCode::kSizeMismatch, "the tensors hold " + std::to_string(total) +
+                                                    " elements in all, the payload " +
+                                                    std::to_string(header.element_count));
       }
       if (TensorListCheck(*tensors) != header.tensor_list_check) {
         return Status(ErrorCode::kSizeMismatch,
@@ -4871,10 +4842,10 @@ Status CheckTensorList(const FrameHeader& header, const std::vector<uint64_t>* t
     for (size_t t = 0; t < listed; ++t) {
       const uint64_t elements = header.tensors ? header.tensor_elements[t] : header.element_count;
       if ((*tensors)[t] != elements) {
-        return Status(ErrorCode::kSizeMismatch,
-                      "tensor " + std::to_string(t) + ": payload holds " +
-                          std::to_string(elements) + " elements, the call passes " +
-                          std::to_string((*tensors)[t]));
+        return Status(ErrorCode::kSizeMismatch, "tensor " + std::to_string(t) + ": payload holds " +
+                                                    std::to_string(elements) +
+                                                    " elements, the call passes " +
+                                                    std::to_string((*tensors)[t]));
       }
     }
   }
@@ -4895,14 +4866,14 @@ void Scatter(const uint16_t* result, const TensorOut* tensors, size_t tensor_cou
 Status CheckFrameFitsCall(const FrameHeader& header, size_t count, size_t out_capacity,
                           const SessionFrame* expected) {
   if (header.element_count != count) {
-    return Status(ErrorCode::kSizeMismatch,
-                  "payload holds " + std::to_string(header.element_count) +
-                      " elements, src has " + std::to_string(count));
+    return Status(ErrorCode::kSizeMismatch, "payload holds " +
+                                                std::to_string(header.element_count) +
+                                                " elements, src has " + std::to_string(count));
   }
   if (count > out_capacity) {
-    return Status(ErrorCode::kOutputTooSmall,
-                  "payload holds " + std::to_string(count) + " elements, out has room for " +
-                      std::to_string(out_capacity));
+    return Status(ErrorCode::kOutputTooSmall, "payload holds " + std::to_string(count) +
+                                                  " elements, out has room for " +
+                                                  std::to_string(out_capacity));
   }
   if (header.session && expected == nullptr) return SessionPayloadForStatelessDecoder();
   if (!header.session && expected != nullptr) {
@@ -4934,14 +4905,14 @@ uint64_t HashFrameResult(const uint16_t* src, size_t count, int chunk_log,
   for (size_t c = 0; c < changes.size(); ++c) {
     const size_t begin = c * chunk_elements;
     const size_t len = std::min(chunk_elements, count - begin);
-    ForEachResultTile(src, begin, len, changes[c],
-                      [&](size_t) { return result_tile.data(); },
-                      [&](size_t at, size_t n, const uint16_t* result) {
-                        hash.Update(result, n);
-                        if (next_history != nullptr) {
-                          AdvanceHistory(src + at, result, n, next_history + at);
-                        }
-                      });
+    ForEachResultTile(
+        src, begin, len, changes[c], [&](size_t) { return result_tile.data(); },
+        [&](size_t at, size_t n, const uint16_t* result) {
+          hash.Update(result, n);
+          if (next_history != nullptr) {
+            AdvanceHistory(src + at, result, n, next_history + at);
+          }
+        });
   }
   return hash.Digest();
 }
@@ -4960,8 +4931,9 @@ void WriteFrameResult(const uint16_t* src, size_t count, int chunk_log,
       }
       return;
     }
-    ForEachResultTile(src, begin, len, changes[c], [&](size_t at) { return out + at; },
-                      [](size_t, size_t, const uint16_t*) {});
+    ForEachResultTile(
+        src, begin, len, changes[c], [&](size_t at) { return out + at; },
+        [](size_t, size_t, const uint16_t*) {});
   });
 }
 
@@ -4969,8 +4941,8 @@ void WriteFrameResult(const uint16_t* src, size_t count, int chunk_log,
 
 Status DecodeFrame(const uint16_t* src, size_t count, const uint8_t* bytes, size_t size,
                    uint64_t checksum, uint16_t* out, size_t out_capacity, int threads,
-                   const uint8_t* history, const SessionFrame* expected,
-                   uint8_t* next_history, const std::vector<uint64_t>* tensors) {
+                   const uint8_t* history, const SessionFrame* expected, uint8_t* next_history,
+                   const std::vector<uint64_t>* tensors) {
   if (count > 0 && (src == nullptr || out == nullptr)) {
     return Status(ErrorCode::kInvalidArgument, "src or out is null");
   }
@@ -5061,9 +5033,8 @@ Status DecodeTensors(const TensorOut* tensors, size_t tensor_count,
                      next_history, &counts);
 }
 
-Status delta_decompress_tensors(const TensorOut* tensors, size_t tensor_count,
-                                const uint8_t* bytes, size_t size, uint64_t checksum,
-                                int threads) {
+Status delta_decompress_tensors(const TensorOut* tensors, size_t tensor_count, const uint8_t* bytes,
+                                size_t size, uint64_t checksum, int threads) {
   try {
     std::vector<uint64_t> counts;
     size_t total;
@@ -5174,7 +5145,7 @@ struct EncoderScratch {
   StreamCompressor compressor;
   std::vector<uint32_t> positions;
   std::vector<uint16_t> xors;
-  std::vector<uint8_t> raw;     // one stream before compression
+  std::vector<uint8_t> raw;  // one stream before compression
   std::vector<uint8_t> bitmap_stream, gaps_stream;
   std::vector<uint8_t> modelled;
   RansScratch rans_words;  // EncodeChunkRans' scratch
@@ -5185,8 +5156,7 @@ struct EncoderScratch {
 
 // ClassifyChanges of a chunk. With checksum streams, each slice is also hashed right after
 // it is counted, while it is in cache: one pass over memory for both.
-ChangeCounts CountChanges(const uint16_t* src, const uint16_t* dst, size_t len,
-                          EncoderScratch* s) {
+ChangeCounts CountChanges(const uint16_t* src, const uint16_t* dst, size_t len, EncoderScratch* s) {
   if (s->target_stream == nullptr) return ClassifyChanges(src, dst, len);
   constexpr size_t kSlice = 16384;
   ChangeCounts total;
@@ -5201,8 +5171,7 @@ ChangeCounts CountChanges(const uint16_t* src, const uint16_t* dst, size_t len,
   return total;
 }
 
-void BuildBitmap(const uint32_t* positions, size_t n, size_t chunk_len,
-                 std::vector<uint8_t>* raw) {
+void BuildBitmap(const uint32_t* positions, size_t n, size_t chunk_len, std::vector<uint8_t>* raw) {
   raw->assign((chunk_len + 7) / 8, 0);
   for (size_t k = 0; k < n; ++k) (*raw)[positions[k] >> 3] |= 1u << (positions[k] & 7);
 }
@@ -5233,7 +5202,8 @@ void BuildHighRecords(const uint16_t* xors, size_t n, std::vector<uint8_t>* raw)
 
 // Density above which a bitmap is chosen without trying gaps (effort < 2): beyond 1/8 a
 // raw bitmap costs less than a byte per change, which LZ4 (no entropy stage) cannot beat
-// with byte-sized gaps. See src/codec/FORMAT.md "Choosing the position mode" (measurements: docs/format_notes.md, "Payload format, Choosing the position mode").
+// with byte-sized gaps. See src/codec/FORMAT.md "Choosing the position mode" (measurements:
+// docs/format_notes.md, "Payload format, Choosing the position mode").
 constexpr double kBitmapDensity = 1.0 / 8;
 
 // Appends the XOR-stream chunk body (src/codec/FORMAT.md "XOR-stream chunk") for a chunk with
@@ -5264,8 +5234,7 @@ void EncodeXorStreams(const uint16_t* src, const uint16_t* dst, size_t chunk_len
     s->gaps_stream.clear();
     s->compressor.AppendStream(s->raw.data(), s->raw.size(), entrants, &s->gaps_stream, &codec);
   }
-  const bool use_bitmap =
-      try_both ? s->bitmap_stream.size() <= s->gaps_stream.size() : dense;
+  const bool use_bitmap = try_both ? s->bitmap_stream.size() <= s->gaps_stream.size() : dense;
   mode = use_bitmap ? kPositionsBitmap : kPositionsGaps;
   out->push_back(mode);
   const std::vector<uint8_t>& positions = use_bitmap ? s->bitmap_stream : s->gaps_stream;
@@ -5283,10 +5252,10 @@ void EncodeXorStreams(const uint16_t* src, const uint16_t* dst, size_t chunk_len
 
 // Version 1 chunk: the XOR streams, or a lone 0 when nothing changed.
 Status EncodeChunkPublished(const uint16_t* src, const uint16_t* dst, size_t chunk_len,
-                     const uint8_t* /*history*/, const CarriedModel& /*carried*/,
-                     const std::vector<uint32_t>* /*sign_periods*/,
-                     const RaceEntrants& entrants, int effort, EncoderScratch* s,
-                     std::vector<uint8_t>* out) {
+                            const uint8_t* /*history*/, const CarriedModel& /*carried*/,
+                            const std::vector<uint32_t>* /*sign_periods*/,
+                            const RaceEntrants& entrants, int effort, EncoderScratch* s,
+                            std::vector<uint8_t>* out) {
   out->clear();
   const ChangeCounts counts = CountChanges(src, dst, chunk_len, s);
   if (counts.changed == 0) {
@@ -5313,9 +5282,8 @@ bool PreferRans(uint64_t changes, size_t chunk_len, bool with_history) {
 // Versions 2 to 8 chunk: a mode byte, then the coding chosen by the effort level.
 Status RaceChunkCodings(const uint16_t* src, const uint16_t* dst, size_t chunk_len,
                         const uint8_t* history, const CarriedModel& carried,
-                        const std::vector<uint32_t>* sign_periods,
-                        const RaceEntrants& entrants, int effort, EncoderScratch* s,
-                        std::vector<uint8_t>* out) {
+                        const std::vector<uint32_t>* sign_periods, const RaceEntrants& entrants,
+                        int effort, EncoderScratch* s, std::vector<uint8_t>* out) {
   out->clear();
   const ChangeCounts counts = CountChanges(src, dst, chunk_len, s);
   if (counts.changed == 0) {
@@ -5348,9 +5316,8 @@ Status RaceChunkCodings(const uint16_t* src, const uint16_t* dst, size_t chunk_l
     s->modelled.clear();
     s->modelled.push_back(kChunkRans);
     bool with_history = false;
-    ARC_V3_RETURN_IF_ERROR(EncodeChunkRans(src, dst, chunk_len, s->positions.data(),
-                                           counts.changed, &s->modelled, &s->rans_words,
-                                           history, &with_history));
+    ARC_V3_RETURN_IF_ERROR(EncodeChunkRans(src, dst, chunk_len, s->positions.data(), counts.changed,
+                                           &s->modelled, &s->rans_words, history, &with_history));
     if (with_history) s->modelled[0] = kChunkRansHistory;
     if (out->empty() || s->modelled.size() < out->size()) out->swap(s->modelled);
   }
@@ -5360,9 +5327,9 @@ Status RaceChunkCodings(const uint16_t* src, const uint16_t* dst, size_t chunk_l
 // `carried`: a session's model for this chunk (its `end` is reset unless the chunk ends up
 // modelled, the only coding a decoder learns a state from).
 Status EncodeChunkDefault(const uint16_t* src, const uint16_t* dst, size_t chunk_len,
-                     const uint8_t* history, const CarriedModel& carried,
-                     const std::vector<uint32_t>* sign_periods, const RaceEntrants& entrants,
-                     int effort, EncoderScratch* s, std::vector<uint8_t>* out) {
+                          const uint8_t* history, const CarriedModel& carried,
+                          const std::vector<uint32_t>* sign_periods, const RaceEntrants& entrants,
+                          int effort, EncoderScratch* s, std::vector<uint8_t>* out) {
   const Status status = RaceChunkCodings(src, dst, chunk_len, history, carried, sign_periods,
                                          entrants, effort, s, out);
   if (carried.end != nullptr && (!status.ok() || (*out)[0] != kChunkModelled)) {
@@ -5458,8 +5425,7 @@ Status ChooseFrameChunkLog(const FrameToEncode& in, int* chunk_log) {
   // A second chunk of under an eighth of the first would pay its own header and learn its
   // probabilities again for little (docs/format_notes.md): one chunk of twice the size.
   const size_t requested = options.chunk_elements;
-  if (in.count > requested && in.count - requested <= requested / 8 &&
-      *chunk_log < kMaxChunkLog) {
+  if (in.count > requested && in.count - requested <= requested / 8 && *chunk_log < kMaxChunkLog) {
     ++*chunk_log;
   }
   return Status::Ok();
@@ -5492,10 +5458,9 @@ Status EncodeFrameChunks(const FrameToEncode& in, size_t chunk_elements,
     const std::vector<uint32_t>* periods =
         published ? nullptr : &sign_periods.candidates[sign_periods.of_chunk[c]];
     try {
-      status[c] = encode_chunk(in.src + begin, in.dst + begin, len,
-                               in.history != nullptr ? in.history + begin : nullptr, carried,
-                               periods, entrants, in.options.effort, scratch[worker].get(),
-                               &(*chunks)[c]);
+      status[c] = encode_chunk(
+          in.src + begin, in.dst + begin, len, in.history != nullptr ? in.history + begin : nullptr,
+          carried, periods, entrants, in.options.effort, scratch[worker].get(), &(*chunks)[c]);
     } catch (const std::bad_alloc&) {
       status[c] = Status(ErrorCode::kOutOfMemory, "out of memory while encoding");
     }
@@ -5553,10 +5518,9 @@ void AppendFrameHeader(const FrameToEncode& in, int chunk_log,
 
 }  // namespace
 
-Status EncodeFrame(const uint16_t* src, const uint16_t* dst, size_t count,
-                   const Options& options, const uint8_t* history, const SessionFrame* session,
-                   Delta* out, uint64_t* base_checksum,
-                   const std::vector<uint64_t>* tensors) {
+Status EncodeFrame(const uint16_t* src, const uint16_t* dst, size_t count, const Options& options,
+                   const uint8_t* history, const SessionFrame* session, Delta* out,
+                   uint64_t* base_checksum, const std::vector<uint64_t>* tensors) {
   if (out == nullptr) return Status(ErrorCode::kInvalidArgument, "out is null");
   if (count > 0 && (src == nullptr || dst == nullptr)) {
     return Status(ErrorCode::kInvalidArgument, "src or dst is null");
@@ -5567,8 +5531,8 @@ Status EncodeFrame(const uint16_t* src, const uint16_t* dst, size_t count,
   try {
     std::vector<std::vector<uint8_t>> chunks;
     uint64_t target_checksum = 0;
-    ARC_V3_RETURN_IF_ERROR(EncodeFrameChunks(in, size_t{1} << chunk_log, &chunks,
-                                             &target_checksum, base_checksum));
+    ARC_V3_RETURN_IF_ERROR(
+        EncodeFrameChunks(in, size_t{1} << chunk_log, &chunks, &target_checksum, base_checksum));
     std::vector<uint8_t>& bytes = out->bytes;
     bytes.clear();
     AppendFrameHeader(in, chunk_log, chunks, &bytes);
@@ -5619,8 +5583,8 @@ Status delta_compress_tensors(const TensorDelta* tensors, size_t tensor_count, D
   try {
     ConcatenatedTensors group;
     ARC_V3_RETURN_IF_ERROR(ConcatenateTensors(tensors, tensor_count, &group));
-    return EncodeFrame(group.src, group.dst, group.total, options, nullptr, nullptr, out,
-                       nullptr, &group.counts);
+    return EncodeFrame(group.src, group.dst, group.total, options, nullptr, nullptr, out, nullptr,
+                       &group.counts);
   } catch (const std::bad_alloc&) {
     return Status(ErrorCode::kOutOfMemory, "out of memory while encoding");
   }
@@ -5901,8 +5865,8 @@ uint64_t SumLanes(D d, hn::Vec<D> v) {
   return sum;
 }
 
-ChangeCounts ClassifyChanges(const uint16_t* HWY_RESTRICT src,
-                             const uint16_t* HWY_RESTRICT dst, size_t count) {
+ChangeCounts ClassifyChanges(const uint16_t* HWY_RESTRICT src, const uint16_t* HWY_RESTRICT dst,
+                             size_t count) {
   const hn::ScalableTag<uint16_t> d;
   const size_t N = hn::Lanes(d);
   const auto zero = hn::Zero(d);
@@ -5934,8 +5898,7 @@ ChangeCounts ClassifyChanges(const uint16_t* HWY_RESTRICT src,
 // stores are emulated lane by lane, its mask is stored as bits (lane 0 = bit 0, whatever
 // the width) and its set bits walked. Either way nothing beyond the changes is written.
 size_t CompactChanges(const uint16_t* HWY_RESTRICT src, const uint16_t* HWY_RESTRICT dst,
-                      size_t count, uint32_t* HWY_RESTRICT positions,
-                      uint16_t* HWY_RESTRICT xors) {
+                      size_t count, uint32_t* HWY_RESTRICT positions, uint16_t* HWY_RESTRICT xors) {
   size_t n = 0;
   size_t i = 0;
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
@@ -5987,8 +5950,7 @@ size_t CompactChanges(const uint16_t* HWY_RESTRICT src, const uint16_t* HWY_REST
 // N/8 groups. Three shift-and-merge steps halve the fields per lane while doubling the
 // lane width: u32 lanes hold 2 fields (14 bits), u64 lanes 4 (28 bits), and the even
 // u64 lane of each pair then takes its odd neighbour's 28 bits on top.
-void PackMantissas(const uint16_t* HWY_RESTRICT xors, size_t count,
-                   uint8_t* HWY_RESTRICT out) {
+void PackMantissas(const uint16_t* HWY_RESTRICT xors, size_t count, uint8_t* HWY_RESTRICT out) {
   const hn::ScalableTag<uint16_t> d16;
   const hn::Repartition<uint32_t, decltype(d16)> d32;
   const hn::Repartition<uint64_t, decltype(d16)> d64;
@@ -6003,8 +5965,7 @@ void PackMantissas(const uint16_t* HWY_RESTRICT xors, size_t count,
       const auto v32 = hn::BitCast(d32, m16);
       const auto t32 = hn::Or(hn::And(v32, hn::Set(d32, 0x7Fu)), hn::ShiftRight<9>(v32));
       const auto v64 = hn::BitCast(d64, t32);
-      const auto t64 =
-          hn::Or(hn::And(v64, hn::Set(d64, 0x3FFFull)), hn::ShiftRight<18>(v64));
+      const auto t64 = hn::Or(hn::And(v64, hn::Set(d64, 0x3FFFull)), hn::ShiftRight<18>(v64));
       const auto merged = hn::Or(t64, hn::ShiftLeft<28>(hn::ShiftRightLanes<1>(d64, t64)));
       hn::Store(merged, d64, groups);
       uint8_t* group_out = out + i / 8 * 7;
@@ -6035,7 +5996,7 @@ void UnpackMantissas(const uint8_t* HWY_RESTRICT packed, size_t count,
       for (size_t g = 0; g < N / 8; ++g) {
         uint64_t value;
         std::memcpy(&value, group_in + 7 * g, 8);
-        halves[2 * g] = value;        // fields 0..3 in the low 28 bits
+        halves[2 * g] = value;            // fields 0..3 in the low 28 bits
         halves[2 * g + 1] = value >> 28;  // fields 4..7
       }
       const auto v64 = hn::And(hn::Load(d64, halves), hn::Set(d64, 0xFFFFFFFull));
@@ -6125,8 +6086,8 @@ void HistoryRateSums(const uint16_t* HWY_RESTRICT src, const uint8_t* HWY_RESTRI
     const auto looked_up = hn::TableLookupBytes(table, hn::BitCast(bytes, age));
     const auto boost = hn::ShiftRight<8>(hn::ShiftLeft<8>(hn::BitCast(di16, looked_up)));
     const auto capped = hn::BitCast(di16, hn::Min(hn::SaturatedSub(top, exponent), cap));
-    const auto rate_log = hn::Min(hn::Max(hn::Add(capped, boost), hn::Zero(di16)),
-                                  hn::BitCast(di16, cap));
+    const auto rate_log =
+        hn::Min(hn::Max(hn::Add(capped, boost), hn::Zero(di16)), hn::BitCast(di16, cap));
     hn::StoreU(GroupSumOfPowers(d64, hn::BitCast(d64, rate_log)), d64, sums + i / 4);
   }
   ref::HistoryRateSums(src + i, history + i, boosts, groups - i / 4, rate_cap, sums + i / 4);
@@ -6261,8 +6222,7 @@ HWY_INLINE hn::Vec<D> ClassOf(D d32, hn::Vec<D> bits, hn::Vec<D> class_base) {
 template <bool kWithHistory, class D>
 HWY_INLINE void LookupSymbols(D d32, const uint32_t* HWY_RESTRICT probs,
                               const uint32_t* HWY_RESTRICT splits, hn::Vec<D> cls,
-                              const uint8_t* HWY_RESTRICT history, hn::Vec<D>* p,
-                              hn::Vec<D>* ab) {
+                              const uint8_t* HWY_RESTRICT history, hn::Vec<D>* p, hn::Vec<D>* ab) {
   *p = LookupClass(d32, probs, cls);
   *ab = LookupClass(d32, splits, cls);
   if (!kWithHistory) return;
@@ -6328,8 +6288,7 @@ constexpr CompressTables kCompressTables = MakeCompressTables();
 // 16-lane vectors compress natively.
 template <class D>
 HWY_INLINE hn::Vec<D> CompressLanes(D d32, hn::Vec<D> v, hn::Mask<D> mask, uint32_t bits) {
-  constexpr bool kTables =
-      (HWY_TARGET & (HWY_SVE | HWY_SVE2 | HWY_SVE_256 | HWY_SVE2_128)) == 0;
+  constexpr bool kTables = (HWY_TARGET & (HWY_SVE | HWY_SVE2 | HWY_SVE_256 | HWY_SVE2_128)) == 0;
   if constexpr (kTables && hn::MaxLanes(D()) == 8) {
     HWY_ALIGN static constexpr uint32_t kShifts[8] = {0, 4, 8, 12, 16, 20, 24, 28};
     const auto packed = hn::Set(d32, kCompressTables.nibbles8[bits & 0xFF]);
@@ -6349,8 +6308,8 @@ template <class D>
 HWY_INLINE hn::Vec<D> RanksBelow(D d32, uint32_t mask) {
   if (hn::Lanes(d32) == kRansLanes) {
     HWY_ALIGN static constexpr uint32_t kBelow[kRansLanes] = {
-        0x0, 0x1, 0x3, 0x7, 0xF, 0x1F, 0x3F, 0x7F, 0xFF, 0x1FF, 0x3FF, 0x7FF, 0xFFF,
-        0x1FFF, 0x3FFF, 0x7FFF};
+        0x0,  0x1,   0x3,   0x7,   0xF,   0x1F,   0x3F,   0x7F,
+        0xFF, 0x1FF, 0x3FF, 0x7FF, 0xFFF, 0x1FFF, 0x3FFF, 0x7FFF};
     return hn::PopulationCount(hn::And(hn::Set(d32, mask), hn::Load(d32, kBelow)));
   }
   const hn::Rebind<uint8_t, D> d8;
@@ -6382,11 +6341,9 @@ HWY_INLINE hn::Vec<D> DecodeRansVector(D d32, hn::Vec<D> x, const uint16_t* HWY_
                                        const uint32_t* HWY_RESTRICT probs,
                                        const uint32_t* HWY_RESTRICT splits,
                                        const uint8_t* HWY_RESTRICT words, size_t num_words,
-                                       size_t* HWY_RESTRICT word,
-                                       uint32_t* HWY_RESTRICT positions,
-                                       uint32_t* HWY_RESTRICT xors,
-                                       size_t* HWY_RESTRICT changes, bool* exhausted,
-                                       const uint8_t* HWY_RESTRICT history) {
+                                       size_t* HWY_RESTRICT word, uint32_t* HWY_RESTRICT positions,
+                                       uint32_t* HWY_RESTRICT xors, size_t* HWY_RESTRICT changes,
+                                       bool* exhausted, const uint8_t* HWY_RESTRICT history) {
   const hn::Rebind<uint16_t, D> d16;
   const size_t N = hn::Lanes(d32);
   const auto low = hn::Set(d32, kRansLow);
@@ -6402,16 +6359,18 @@ HWY_INLINE hn::Vec<D> DecodeRansVector(D d32, hn::Vec<D> x, const uint16_t* HWY_
   const auto up = hn::Lt(slot, b);  // with !escape: d = +1
   const auto changed = hn::Lt(slot, p);
   // (start, frequency) of the decoded symbol.
-  const auto start = hn::IfThenElse(changed, hn::IfThenElse(up, hn::IfThenZeroElse(escape, a), b), p);
-  const auto end = hn::IfThenElse(changed, hn::IfThenElse(up, hn::IfThenElse(escape, a, b), p), low);
+  const auto start =
+      hn::IfThenElse(changed, hn::IfThenElse(up, hn::IfThenZeroElse(escape, a), b), p);
+  const auto end =
+      hn::IfThenElse(changed, hn::IfThenElse(up, hn::IfThenElse(escape, a, b), p), low);
   x = hn::Add(MulBelow16(d32, hn::Sub(end, start), hn::ShiftRight<16>(x)), hn::Sub(slot, start));
   const auto renormalize = hn::Lt(x, low);
   const uint32_t mask = MaskBits16(d32, renormalize);
   if (*word + N <= num_words) {
     // Lane l takes word `word + rank(l)`, rank(l) = popcount(mask & (2^l - 1)) < N: one
     // contiguous load (off the states' dependency chain) and a lane permutation.
-    const auto next_words = hn::PromoteTo(
-        d32, hn::LoadU(d16, reinterpret_cast<const uint16_t*>(words + 2 * *word)));
+    const auto next_words =
+        hn::PromoteTo(d32, hn::LoadU(d16, reinterpret_cast<const uint16_t*>(words + 2 * *word)));
     const auto rank = RanksBelow(d32, mask);
     const auto taken = hn::TableLookupLanes(next_words, hn::IndicesFromVec(d32, rank));
     x = hn::IfThenElse(renormalize, hn::Or(hn::ShiftLeft<16>(x), taken), x);
@@ -6425,8 +6384,7 @@ HWY_INLINE hn::Vec<D> DecodeRansVector(D d32, hn::Vec<D> x, const uint16_t* HWY_
         *exhausted = true;
         break;
       }
-      lanes[lane] = (lanes[lane] << 16) | words[2 * *word] |
-                    (uint32_t{words[2 * *word + 1]} << 8);
+      lanes[lane] = (lanes[lane] << 16) | words[2 * *word] | (uint32_t{words[2 * *word + 1]} << 8);
       ++*word;
     }
     x = hn::Load(d32, lanes);
@@ -6455,11 +6413,11 @@ HWY_INLINE hn::Vec<D> DecodeRansVector(D d32, hn::Vec<D> x, const uint16_t* HWY_
 // runs the reference.
 template <bool kWithHistory>
 size_t DecodeRansChangesOf(const uint16_t* HWY_RESTRICT src, size_t count, int class_base,
-                           const uint32_t* HWY_RESTRICT probs,
-                           const uint32_t* HWY_RESTRICT splits, uint32_t* HWY_RESTRICT states,
-                           const uint8_t* HWY_RESTRICT words, size_t num_words,
-                           size_t* HWY_RESTRICT words_used, uint32_t* HWY_RESTRICT positions,
-                           uint32_t* HWY_RESTRICT xors, const uint8_t* HWY_RESTRICT history) {
+                           const uint32_t* HWY_RESTRICT probs, const uint32_t* HWY_RESTRICT splits,
+                           uint32_t* HWY_RESTRICT states, const uint8_t* HWY_RESTRICT words,
+                           size_t num_words, size_t* HWY_RESTRICT words_used,
+                           uint32_t* HWY_RESTRICT positions, uint32_t* HWY_RESTRICT xors,
+                           const uint8_t* HWY_RESTRICT history) {
   const hn::CappedTag<uint32_t, kRansLanes> d32;
   const size_t N = hn::Lanes(d32);
   size_t word = *words_used;
@@ -6470,26 +6428,27 @@ size_t DecodeRansChangesOf(const uint16_t* HWY_RESTRICT src, size_t count, int c
   if (N == kRansLanes) {
     auto x = hn::LoadU(d32, states);
     for (; i + kRansLanes <= count && !exhausted; i += kRansLanes) {
-      x = DecodeRansVector<kWithHistory>(d32, x, src, i, base, probs, splits, words, num_words, &word,
-                           positions, xors, &changes, &exhausted, history);
+      x = DecodeRansVector<kWithHistory>(d32, x, src, i, base, probs, splits, words, num_words,
+                                         &word, positions, xors, &changes, &exhausted, history);
     }
     hn::StoreU(x, d32, states);
   } else if (N * 2 == kRansLanes) {  // AVX2: both halves of the states in registers
     auto low = hn::LoadU(d32, states), high = hn::LoadU(d32, states + N);
     for (; i + kRansLanes <= count && !exhausted; i += kRansLanes) {
-      low = DecodeRansVector<kWithHistory>(d32, low, src, i, base, probs, splits, words, num_words, &word,
-                             positions, xors, &changes, &exhausted, history);
-      high = DecodeRansVector<kWithHistory>(d32, high, src, i + N, base, probs, splits, words, num_words,
-                              &word, positions, xors, &changes, &exhausted, history);
+      low = DecodeRansVector<kWithHistory>(d32, low, src, i, base, probs, splits, words, num_words,
+                                           &word, positions, xors, &changes, &exhausted, history);
+      high = DecodeRansVector<kWithHistory>(d32, high, src, i + N, base, probs, splits, words,
+                                            num_words, &word, positions, xors, &changes, &exhausted,
+                                            history);
     }
     hn::StoreU(low, d32, states);
     hn::StoreU(high, d32, states + N);
   } else {
     for (; i + kRansLanes <= count && !exhausted; i += kRansLanes) {
       for (size_t v = 0; v < kRansLanes; v += N) {
-        const auto x = DecodeRansVector<kWithHistory>(d32, hn::LoadU(d32, states + v), src, i + v, base,
-                                        probs, splits, words, num_words, &word, positions,
-                                        xors, &changes, &exhausted, history);
+        const auto x = DecodeRansVector<kWithHistory>(
+            d32, hn::LoadU(d32, states + v), src, i + v, base, probs, splits, words, num_words,
+            &word, positions, xors, &changes, &exhausted, history);
         hn::StoreU(x, d32, states + v);
       }
     }
@@ -6498,10 +6457,9 @@ size_t DecodeRansChangesOf(const uint16_t* HWY_RESTRICT src, size_t count, int c
   // A copy: were `word` itself passed on, its address would escape and it would live in
   // memory in the loop above.
   size_t tail_word = word;
-  const size_t tail = ref::DecodeRansChanges(src + i, count - i, class_base, probs, splits,
-                                             states, words, num_words, &tail_word,
-                                             positions + changes, xors + changes,
-                                             history != nullptr ? history + i : nullptr);
+  const size_t tail = ref::DecodeRansChanges(
+      src + i, count - i, class_base, probs, splits, states, words, num_words, &tail_word,
+      positions + changes, xors + changes, history != nullptr ? history + i : nullptr);
   if (tail == kRansWordsExhausted) return kRansWordsExhausted;
   for (size_t k = changes; k < changes + tail; ++k) positions[k] += static_cast<uint32_t>(i);
   *words_used = tail_word;
@@ -6539,9 +6497,10 @@ HWY_INLINE hn::Vec<D> EncodeRansVector(D d32, hn::Vec<D> x, const uint16_t* HWY_
   const auto up = hn::Eq(step, hn::Set(d32, 1));
   const auto down = hn::Eq(step, hn::Set(d32, 0xFFFF));
   // (start, end) of the symbol: unchanged [p, 2^16), +1 [a, b), -1 [b, p), escape [0, a).
-  const auto start = hn::IfThenElse(
-      unchanged, p, hn::IfThenElse(up, a, hn::IfThenElse(down, b, hn::Zero(d32))));
-  const auto end = hn::IfThenElse(unchanged, low, hn::IfThenElse(up, b, hn::IfThenElse(down, p, a)));
+  const auto start =
+      hn::IfThenElse(unchanged, p, hn::IfThenElse(up, a, hn::IfThenElse(down, b, hn::Zero(d32))));
+  const auto end =
+      hn::IfThenElse(unchanged, low, hn::IfThenElse(up, b, hn::IfThenElse(down, p, a)));
   const auto freq = hn::Sub(end, start);
   const auto emit = hn::Not(hn::Lt(x, hn::ShiftLeft<16>(freq)));
   if (HWY_UNLIKELY(!hn::AllFalse(d32, emit))) {
@@ -6586,8 +6545,8 @@ size_t EncodeRansElementsOf(const uint16_t* HWY_RESTRICT src, const uint16_t* HW
     auto x = hn::LoadU(d32, states);
     for (size_t i = groups_end; i > 0;) {
       i -= kRansLanes;
-      x = EncodeRansVector<kWithHistory>(d32, x, src, dst, i, base, probs, splits, pushed, &num_pushed,
-                           history);
+      x = EncodeRansVector<kWithHistory>(d32, x, src, dst, i, base, probs, splits, pushed,
+                                         &num_pushed, history);
     }
     hn::StoreU(x, d32, states);
   } else if (N * 2 == kRansLanes) {  // AVX2: both halves of the states in registers
@@ -6595,9 +6554,9 @@ size_t EncodeRansElementsOf(const uint16_t* HWY_RESTRICT src, const uint16_t* HW
     for (size_t i = groups_end; i > 0;) {
       i -= kRansLanes;
       high = EncodeRansVector<kWithHistory>(d32, high, src, dst, i + N, base, probs, splits, pushed,
-                              &num_pushed, history);
-      low = EncodeRansVector<kWithHistory>(d32, low, src, dst, i, base, probs, splits, pushed, &num_pushed,
-                             history);
+                                            &num_pushed, history);
+      low = EncodeRansVector<kWithHistory>(d32, low, src, dst, i, base, probs, splits, pushed,
+                                           &num_pushed, history);
     }
     hn::StoreU(low, d32, states);
     hn::StoreU(high, d32, states + N);
@@ -6606,8 +6565,9 @@ size_t EncodeRansElementsOf(const uint16_t* HWY_RESTRICT src, const uint16_t* HW
       i -= kRansLanes;
       for (size_t v = kRansLanes; v > 0;) {
         v -= N;
-        const auto x = EncodeRansVector<kWithHistory>(d32, hn::LoadU(d32, states + v), src, dst, i + v, base,
-                                        probs, splits, pushed, &num_pushed, history);
+        const auto x =
+            EncodeRansVector<kWithHistory>(d32, hn::LoadU(d32, states + v), src, dst, i + v, base,
+                                           probs, splits, pushed, &num_pushed, history);
         hn::StoreU(x, d32, states + v);
       }
     }
@@ -6632,11 +6592,10 @@ size_t EncodeRansElements(const uint16_t* HWY_RESTRICT src, const uint16_t* HWY_
                           size_t count, int class_base, const uint32_t* HWY_RESTRICT probs,
                           const uint32_t* HWY_RESTRICT splits, uint32_t* HWY_RESTRICT states,
                           uint16_t* HWY_RESTRICT pushed, const uint8_t* HWY_RESTRICT history) {
-  return history != nullptr
-             ? EncodeRansElementsOf<true>(src, dst, count, class_base, probs, splits, states,
-                                          pushed, history)
-             : EncodeRansElementsOf<false>(src, dst, count, class_base, probs, splits, states,
-                                           pushed, nullptr);
+  return history != nullptr ? EncodeRansElementsOf<true>(src, dst, count, class_base, probs, splits,
+                                                         states, pushed, history)
+                            : EncodeRansElementsOf<false>(src, dst, count, class_base, probs,
+                                                          splits, states, pushed, nullptr);
 }
 
 int64_t TargetId() { return HWY_TARGET; }

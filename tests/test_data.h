@@ -28,9 +28,9 @@ inline float FloatFromBf16(uint16_t b) {
 }
 
 struct Mix {
-  double density = 0.01;   // fraction of elements that change
-  double high = 0.015;     // of the changes: exponent changes
-  double sign = 0.001;     // of the changes: sign flips
+  double density = 0.01;  // fraction of elements that change
+  double high = 0.015;    // of the changes: exponent changes
+  double sign = 0.001;    // of the changes: sign flips
 };
 
 // Weights ~ N(0, 0.02); changed elements move by a few ULPs, some across an exponent
@@ -86,8 +86,7 @@ inline std::vector<uint16_t> Step(const std::vector<uint16_t>& w, float lr, std:
 // elements move by one ULP, each in its column's direction with probability `agree` (an
 // output layer's updates share the sign of their input feature), else the other way.
 inline std::vector<uint16_t> ColumnCoherentStep(const std::vector<uint16_t>& w, size_t cols,
-                                                double density, double agree,
-                                                std::mt19937* rng) {
+                                                double density, double agree, std::mt19937* rng) {
   std::uniform_real_distribution<double> uniform(0.0, 1.0);
   std::vector<int> column_up(cols);
   for (int& up : column_up) up = uniform(*rng) < 0.5;

@@ -87,7 +87,8 @@ class PulseSync : public Codec {
     ByteReader reader(raw.data(), raw.size());
     uint32_t nnz = 0;
     std::vector<uint32_t> row_deltas, col_deltas;
-    if (!reader.Get(&nnz) || nnz > tensor.count || !GetIndices<uint8_t>(&reader, nnz, &row_deltas) ||
+    if (!reader.Get(&nnz) || nnz > tensor.count ||
+        !GetIndices<uint8_t>(&reader, nnz, &row_deltas) ||
         !GetIndices<uint16_t>(&reader, nnz, &col_deltas)) {
       return false;
     }

@@ -51,7 +51,8 @@ class TrlDraft : public Codec {
     std::vector<uint32_t> positions(nnz);
     for (uint32_t& p : positions) {
       int32_t index = 0;
-      if (!reader.Get(&index) || index < 0 || static_cast<size_t>(index) >= tensor.count) return false;
+      if (!reader.Get(&index) || index < 0 || static_cast<size_t>(index) >= tensor.count)
+        return false;
       p = static_cast<uint32_t>(index);
     }
     return Scatter(tensor, positions, &reader, out);
@@ -76,7 +77,8 @@ class TrlGapDelta : public Codec {
     ByteReader reader(payload, size);
     uint32_t nnz = 0;
     std::vector<uint32_t> positions;
-    if (!reader.Get(&nnz) || nnz > tensor.count || !GetGaps(&reader, nnz, tensor.count, &positions)) {
+    if (!reader.Get(&nnz) || nnz > tensor.count ||
+        !GetGaps(&reader, nnz, tensor.count, &positions)) {
       return false;
     }
     return Scatter(tensor, positions, &reader, out);

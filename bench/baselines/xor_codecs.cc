@@ -88,7 +88,8 @@ class SlimeDeltasZstd : public Codec {
     ByteReader reader(raw.data(), raw.size());
     uint32_t nnz = 0;
     std::vector<uint32_t> positions;
-    if (!reader.Get(&nnz) || nnz > tensor.count || !GetGaps(&reader, nnz, tensor.count, &positions)) {
+    if (!reader.Get(&nnz) || nnz > tensor.count ||
+        !GetGaps(&reader, nnz, tensor.count, &positions)) {
       return false;
     }
     std::vector<uint16_t> xors(nnz);

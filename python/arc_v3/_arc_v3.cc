@@ -153,8 +153,8 @@ void DecompressInto(const py::buffer& src, const py::buffer& payload, uint64_t c
 
 // Decodes into a fresh bytes object (the raw-buffer path: bytes in, bytes out). The
 // object is not visible to Python until returned, so writing into it is allowed.
-py::bytes DecompressToBytes(const py::buffer& src, const py::buffer& payload,
-                            uint64_t checksum, int threads) {
+py::bytes DecompressToBytes(const py::buffer& src, const py::buffer& payload, uint64_t checksum,
+                            int threads) {
   const U16View s = ViewU16(src, "src", false);
   const py::buffer_info p = payload.request();
   PyObject* raw = PyBytes_FromStringAndSize(nullptr, static_cast<py::ssize_t>(s.count * 2));
@@ -174,11 +174,11 @@ py::bytes DecompressToBytes(const py::buffer& src, const py::buffer& payload,
 
 // Views of two lists of buffers, pairwise of equal length (`second`: "dst" or a writable
 // "out"); `views` holds them (and so the buffers) until the call returns.
-void ViewPairs(const py::list& srcs, const py::list& seconds, const char* second,
-               bool writable, std::vector<U16View>* views) {
+void ViewPairs(const py::list& srcs, const py::list& seconds, const char* second, bool writable,
+               std::vector<U16View>* views) {
   if (srcs.size() != seconds.size()) {
-    throw py::value_error("srcs and " + std::string(second) + "s differ in length: " +
-                          std::to_string(srcs.size()) + " vs " +
+    throw py::value_error("srcs and " + std::string(second) +
+                          "s differ in length: " + std::to_string(srcs.size()) + " vs " +
                           std::to_string(seconds.size()) + " tensors");
   }
   views->reserve(2 * srcs.size());
@@ -189,8 +189,8 @@ void ViewPairs(const py::list& srcs, const py::list& seconds, const char* second
         ViewU16(seconds[t].cast<py::buffer>(), (name + " " + second).c_str(), writable));
     const size_t a = (*views)[2 * t].count, b = (*views)[2 * t + 1].count;
     if (a != b) {
-      throw py::value_error(name + ": src holds " + std::to_string(a) + " values, " + second +
-                            " " + std::to_string(b));
+      throw py::value_error(name + ": src holds " + std::to_string(a) + " values, " + second + " " +
+                            std::to_string(b));
     }
   }
 }
@@ -206,8 +206,8 @@ std::vector<arc_v3::TensorDelta> TensorDeltas(const std::vector<U16View>& views)
 std::vector<arc_v3::TensorOut> TensorOuts(const std::vector<U16View>& views) {
   std::vector<arc_v3::TensorOut> tensors;
   for (size_t t = 0; 2 * t < views.size(); ++t) {
-    tensors.push_back({views[2 * t].data, const_cast<uint16_t*>(views[2 * t + 1].data),
-                       views[2 * t].count});
+    tensors.push_back(
+        {views[2 * t].data, const_cast<uint16_t*>(views[2 * t + 1].data), views[2 * t].count});
   }
   return tensors;
 }
@@ -221,8 +221,8 @@ py::tuple CompressTensors(const py::list& srcs, const py::list& dsts, int format
   const std::vector<arc_v3::TensorDelta> tensors = TensorDeltas(views);
   return RunEncoder(format, effort, threads, chunk_elements,
                     [&](const arc_v3::Options& options, arc_v3::Delta* delta) {
-                      return arc_v3::delta_compress_tensors(tensors.data(), tensors.size(),
-                                                            delta, options);
+                      return arc_v3::delta_compress_tensors(tensors.data(), tensors.size(), delta,
+                                                            options);
                     });
 }
 
@@ -236,10 +236,9 @@ void DecompressTensorsInto(const py::list& srcs, const py::buffer& payload, uint
   arc_v3::Status status;
   {
     py::gil_scoped_release release;
-    status = arc_v3::delta_decompress_tensors(tensors.data(), tensors.size(),
-                                              static_cast<const uint8_t*>(p.ptr),
-                                              static_cast<size_t>(p.size * p.itemsize), checksum,
-                                              threads);
+    status = arc_v3::delta_decompress_tensors(
+        tensors.data(), tensors.size(), static_cast<const uint8_t*>(p.ptr),
+        static_cast<size_t>(p.size * p.itemsize), checksum, threads);
   }
   if (!status.ok()) throw CodecError{AsWrongBase(status)};
 }
@@ -260,12 +259,11 @@ class PySession {
     const U16View s = ViewU16(src, "src", false);
     const U16View d = ViewU16(dst, "dst", false);
     if (s.count != d.count) {
-      throw py::value_error("src and dst differ in length: " + std::to_string(s.count) +
-                            " vs " + std::to_string(d.count) + " values");
+      throw py::value_error("src and dst differ in length: " + std::to_string(s.count) + " vs " +
+                            std::to_string(d.count) + " values");
     }
-    return Run([&](arc_v3::Delta* delta) {
-      return session_.Compress(s.data, d.data, s.count, delta);
-    });
+    return Run(
+        [&](arc_v3::Delta* delta) { return session_.Compress(s.data, d.data, s.count, delta); });
   }
 
   void DecompressInto(const py::buffer& src, const py::buffer& payload, uint64_t checksum,
@@ -293,8 +291,8 @@ class PySession {
     });
   }
 
-  void DecompressTensorsInto(const py::list& srcs, const py::buffer& payload,
-                             uint64_t checksum, const py::list& outs) {
+  void DecompressTensorsInto(const py::list& srcs, const py::buffer& payload, uint64_t checksum,
+                             const py::list& outs) {
     std::vector<U16View> views;
     ViewPairs(srcs, outs, "out", true, &views);
     const std::vector<arc_v3::TensorOut> tensors = TensorOuts(views);
@@ -366,8 +364,8 @@ uint64_t Xxh3(const py::buffer& buffer) {
 py::dict ContainerManifest(const py::buffer& container) {
   const py::buffer_info b = container.request();
   arc_v3::DeltaInfo info;
-  const arc_v3::Status status = arc_v3::InspectDelta(static_cast<const uint8_t*>(b.ptr),
-                                                     static_cast<size_t>(b.size * b.itemsize), &info);
+  const arc_v3::Status status = arc_v3::InspectDelta(
+      static_cast<const uint8_t*>(b.ptr), static_cast<size_t>(b.size * b.itemsize), &info);
   if (!status.ok()) throw CodecError{status};
   py::list tensors;
   for (const arc_v3::DeltaTensorInfo& t : info.tensors) {
@@ -460,8 +458,8 @@ HeldBuffers ReadTensors(const py::list& items) {
     uint64_t expected = arc_v3::DtypeSize(n.dtype);
     for (uint64_t d : n.shape) expected *= d;
     if (bytes != expected) {
-      throw py::value_error("tensor '" + n.name + "': " + std::to_string(bytes) + " bytes, its dtype and shape need " +
-                            std::to_string(expected));
+      throw py::value_error("tensor '" + n.name + "': " + std::to_string(bytes) +
+                            " bytes, its dtype and shape need " + std::to_string(expected));
     }
     held.tensors.push_back(std::move(n));
   }
@@ -477,7 +475,8 @@ arc_v3::StoreSettings Settings(int retries, int connections) {
 
 // The container of `next` against `prev` (lists of (name, dtype, shape, buffer)): what
 // `arc_v3 diff` writes for them saved as single safetensors files, built in memory.
-py::bytes DictsDiff(const py::list& prev, const py::list& next, int format, int effort, int threads) {
+py::bytes DictsDiff(const py::list& prev, const py::list& next, int format, int effort,
+                    int threads) {
   const HeldBuffers p = ReadTensors(prev), n = ReadTensors(next);
   arc_v3::StateDictOptions options;
   options.format = static_cast<arc_v3::Format>(format);
@@ -497,7 +496,8 @@ py::bytes DictsDiff(const py::list& prev, const py::list& next, int format, int 
 // allocate(name, dtype, shape) gives (a writable buffer of the tensor's bytes); returns
 // (name, dtype, shape) of every target tensor in the container's order. Every piece is
 // verified, the target's header and fills included.
-py::list DictsApply(const py::list& prev, const py::buffer& delta, const py::object& allocate, int threads) {
+py::list DictsApply(const py::list& prev, const py::buffer& delta, const py::object& allocate,
+                    int threads) {
   const HeldBuffers p = ReadTensors(prev);
   const py::buffer_info d = delta.request();
   py::list buffers;  // what allocate gave, alive until the apply is over
@@ -510,7 +510,8 @@ py::list DictsApply(const py::list& prev, const py::buffer& delta, const py::obj
       py::object buffer = allocate(name, dtype, shape);
       const py::buffer_info info = py::reinterpret_borrow<py::buffer>(buffer).request(true);
       if (static_cast<uint64_t>(info.size * info.itemsize) != bytes) {
-        return arc_v3::Status(arc_v3::ErrorCode::kInternal, "allocate('" + name + "') gave the wrong size");
+        return arc_v3::Status(arc_v3::ErrorCode::kInternal,
+                              "allocate('" + name + "') gave the wrong size");
       }
       buffers.append(buffer);
       *data = info.ptr;
@@ -524,8 +525,9 @@ py::list DictsApply(const py::list& prev, const py::buffer& delta, const py::obj
   arc_v3::Status status;
   {
     py::gil_scoped_release release;
-    status = arc_v3::StateDictApply(p.tensors, static_cast<const uint8_t*>(d.ptr),
-                                    static_cast<size_t>(d.size * d.itemsize), fresh, threads, &rebuilt);
+    status =
+        arc_v3::StateDictApply(p.tensors, static_cast<const uint8_t*>(d.ptr),
+                               static_cast<size_t>(d.size * d.itemsize), fresh, threads, &rebuilt);
   }
   if (raised) throw *raised;
   if (!status.ok()) throw CodecError{status};
@@ -536,8 +538,8 @@ py::list DictsApply(const py::list& prev, const py::buffer& delta, const py::obj
 
 class PyPublisher {
  public:
-  PyPublisher(const std::string& store, uint32_t shard, uint32_t count, uint64_t anchor_every, int effort,
-              int threads, const std::string& file_name, int retries, int connections,
+  PyPublisher(const std::string& store, uint32_t shard, uint32_t count, uint64_t anchor_every,
+              int effort, int threads, const std::string& file_name, int retries, int connections,
               const std::string& incarnation, const std::string& sign_key) {
     arc_v3::PublisherOptions o;
     o.shard = shard;
@@ -568,8 +570,9 @@ class PyPublisher {
     d["delta_bytes"] = r.delta_bytes;
     d["anchor_bytes"] = r.anchor_bytes;
     d["uploaded_bytes"] = r.uploaded_bytes;
-    d["seconds"] = py::dict(py::arg("encode") = r.encode_seconds, py::arg("upload") = r.upload_seconds,
-                            py::arg("commit") = r.commit_seconds, py::arg("total") = r.total_seconds);
+    d["seconds"] =
+        py::dict(py::arg("encode") = r.encode_seconds, py::arg("upload") = r.upload_seconds,
+                 py::arg("commit") = r.commit_seconds, py::arg("total") = r.total_seconds);
     return d;
   }
   py::object last_step() const {
@@ -621,9 +624,10 @@ arc_v3::MirrorOptions MirrorOptionsOf(py::object step, const std::vector<std::st
 }
 
 py::dict Mirror(const std::string& src, const std::string& dst, py::object step,
-                const std::vector<std::string>& trusted_keys, const std::string& work_dir, int parallel,
-                int retries, int connections) {
-  const arc_v3::MirrorOptions o = MirrorOptionsOf(step, trusted_keys, work_dir, parallel, retries, connections);
+                const std::vector<std::string>& trusted_keys, const std::string& work_dir,
+                int parallel, int retries, int connections) {
+  const arc_v3::MirrorOptions o =
+      MirrorOptionsOf(step, trusted_keys, work_dir, parallel, retries, connections);
   arc_v3::MirrorResult r;
   arc_v3::Status status;
   {
@@ -642,8 +646,9 @@ bool TellEvent(const py::object& on_event, const arc_v3::FollowEvent& e, const p
                      : e.kind == Kind::kWaiting ? "waiting"
                      : e.kind == Kind::kRefused ? "refused"
                                                 : "retrying";
-  const std::string message =
-      e.kind == Kind::kRefused ? "step " + std::to_string(e.step) + " refused: " + e.message : e.message;
+  const std::string message = e.kind == Kind::kRefused
+                                  ? "step " + std::to_string(e.step) + " refused: " + e.message
+                                  : e.message;
   const py::object keep = on_event(kind, report, message, e.failures);
   return keep.is_none() || py::bool_(keep).cast<bool>();
 }
@@ -652,9 +657,9 @@ bool TellEvent(const py::object& on_event, const arc_v3::FollowEvent& e, const p
 // "pulled" (report: as mirror's, with lag_seconds), "waiting", "retrying" or "refused"; a
 // false return stops. A signal (Ctrl-C) ends the wait between polls with its exception.
 void MirrorFollow(const std::string& src, const std::string& dst,
-                  const std::vector<std::string>& trusted_keys, const std::string& work_dir, int parallel,
-                  int retries, int connections, double interval, py::object until, int max_failures,
-                  const std::string& events, py::object on_event) {
+                  const std::vector<std::string>& trusted_keys, const std::string& work_dir,
+                  int parallel, int retries, int connections, double interval, py::object until,
+                  int max_failures, const std::string& events, py::object on_event) {
   const arc_v3::MirrorOptions o =
       MirrorOptionsOf(py::none(), trusted_keys, work_dir, parallel, retries, connections);
   arc_v3::FollowOptions f;
@@ -695,8 +700,9 @@ void MirrorFollow(const std::string& src, const std::string& dst,
 
 class PyFollower {
  public:
-  PyFollower(const std::string& store, const std::string& tensors, uint64_t row_begin, uint64_t row_end, int threads,
-             int retries, int connections, const std::vector<std::string>& trusted_keys, py::object allocate)
+  PyFollower(const std::string& store, const std::string& tensors, uint64_t row_begin,
+             uint64_t row_end, int threads, int retries, int connections,
+             const std::vector<std::string>& trusted_keys, py::object allocate)
       : allocate_(std::move(allocate)) {
     arc_v3::FollowerOptions o;
     o.trusted_keys = trusted_keys;
@@ -708,16 +714,18 @@ class PyFollower {
     arc_v3::Status status = arc_v3::Follower::Open(store, o, &follower_);
     if (!status.ok()) throw CodecError{status};
     follower_->set_allocator([this](const std::string& name, const std::string& dtype,
-                                    const std::vector<uint64_t>& shape, uint64_t begin, uint64_t end, uint64_t bytes,
-                                    void** data, std::shared_ptr<void>* owner) {
+                                    const std::vector<uint64_t>& shape, uint64_t begin,
+                                    uint64_t end, uint64_t bytes, void** data,
+                                    std::shared_ptr<void>* owner) {
       py::gil_scoped_acquire acquire;
       try {
         py::object buffer = allocate_(name, dtype, shape, begin, end);
         const py::buffer_info info = py::reinterpret_borrow<py::buffer>(buffer).request(true);
         if (static_cast<uint64_t>(info.size * info.itemsize) != bytes) {
           return arc_v3::Status(arc_v3::ErrorCode::kInvalidArgument,
-                                "allocate('" + name + "') gave " + std::to_string(info.size * info.itemsize) +
-                                    " bytes, not " + std::to_string(bytes));
+                                "allocate('" + name + "') gave " +
+                                    std::to_string(info.size * info.itemsize) + " bytes, not " +
+                                    std::to_string(bytes));
         }
         *data = info.ptr;
         *owner = std::shared_ptr<void>(new py::object(buffer), [](void* p) {
@@ -726,7 +734,8 @@ class PyFollower {
         });
         return arc_v3::Status::Ok();
       } catch (py::error_already_set& e) {
-        return arc_v3::Status(arc_v3::ErrorCode::kInvalidArgument, std::string("allocate failed: ") + e.what());
+        return arc_v3::Status(arc_v3::ErrorCode::kInvalidArgument,
+                              std::string("allocate failed: ") + e.what());
       }
     });
   }
@@ -763,22 +772,23 @@ class PyFollower {
     arc_v3::Status status;
     {
       py::gil_scoped_release release;
-      status = follower_->Follow(o, [&](const arc_v3::FollowEvent& e, const arc_v3::FollowResult* r) {
-        py::gil_scoped_acquire gil;
-        try {
-          py::object result = py::none();
-          if (r != nullptr) {
-            py::dict d = ResultDict(*r);
-            d["steps_behind"] = e.steps_behind;
-            d["lag_seconds"] = e.lag_seconds;
-            result = d;
-          }
-          return TellEvent(on_event, e, result);
-        } catch (py::error_already_set& err) {
-          error = std::make_unique<py::error_already_set>(std::move(err));
-          return false;
-        }
-      });
+      status =
+          follower_->Follow(o, [&](const arc_v3::FollowEvent& e, const arc_v3::FollowResult* r) {
+            py::gil_scoped_acquire gil;
+            try {
+              py::object result = py::none();
+              if (r != nullptr) {
+                py::dict d = ResultDict(*r);
+                d["steps_behind"] = e.steps_behind;
+                d["lag_seconds"] = e.lag_seconds;
+                result = d;
+              }
+              return TellEvent(on_event, e, result);
+            } catch (py::error_already_set& err) {
+              error = std::make_unique<py::error_already_set>(std::move(err));
+              return false;
+            }
+          });
     }
     if (error) throw std::move(*error);
     if (!status.ok()) throw CodecError{status};
@@ -786,7 +796,8 @@ class PyFollower {
   static py::dict ResultDict(const arc_v3::FollowResult& r) {
     py::dict d;
     d["step"] = r.step;
-    d["from_step"] = r.from_step == arc_v3::kNoStep ? py::object(py::none()) : py::object(py::int_(r.from_step));
+    d["from_step"] =
+        r.from_step == arc_v3::kNoStep ? py::object(py::none()) : py::object(py::int_(r.from_step));
     d["up_to_date"] = r.up_to_date;
     d["route"] = r.route;
     d["rerouted"] = r.rerouted.empty() ? py::object(py::none()) : py::object(py::str(r.rerouted));
@@ -797,8 +808,9 @@ class PyFollower {
     d["undo_bytes"] = r.undo_bytes;
     d["published_at"] = r.published_at;
     d["committed_at"] = r.committed_at;
-    d["seconds"] = py::dict(py::arg("fetch") = r.fetch_seconds, py::arg("decode") = r.decode_seconds,
-                            py::arg("commit") = r.commit_seconds, py::arg("total") = r.total_seconds);
+    d["seconds"] =
+        py::dict(py::arg("fetch") = r.fetch_seconds, py::arg("decode") = r.decode_seconds,
+                 py::arg("commit") = r.commit_seconds, py::arg("total") = r.total_seconds);
     return d;
   }
   py::object step() const {
@@ -834,20 +846,20 @@ PYBIND11_MODULE(_arc_v3, m) {
       if (p) std::rethrow_exception(p);
     } catch (const CodecError& e) {
       const auto code = e.status.code();
-      py::object exc = error_class(static_cast<int>(code), arc_v3::ErrorName(code),
-                                   e.status.message());
+      py::object exc =
+          error_class(static_cast<int>(code), arc_v3::ErrorName(code), e.status.message());
       PyErr_SetObject(error_class.ptr(), exc.ptr());
     }
   });
 
-  m.def("compress", &Compress, py::arg("src"), py::arg("dst"), py::arg("format"),
-        py::arg("effort"), py::arg("threads"), py::arg("chunk_elements"));
-  m.def("decompress_into", &DecompressInto, py::arg("src"), py::arg("payload"),
-        py::arg("checksum"), py::arg("out"), py::arg("threads"));
+  m.def("compress", &Compress, py::arg("src"), py::arg("dst"), py::arg("format"), py::arg("effort"),
+        py::arg("threads"), py::arg("chunk_elements"));
+  m.def("decompress_into", &DecompressInto, py::arg("src"), py::arg("payload"), py::arg("checksum"),
+        py::arg("out"), py::arg("threads"));
   m.def("decompress_to_bytes", &DecompressToBytes, py::arg("src"), py::arg("payload"),
         py::arg("checksum"), py::arg("threads"));
-  m.def("compress_tensors", &CompressTensors, py::arg("srcs"), py::arg("dsts"),
-        py::arg("format"), py::arg("effort"), py::arg("threads"), py::arg("chunk_elements"));
+  m.def("compress_tensors", &CompressTensors, py::arg("srcs"), py::arg("dsts"), py::arg("format"),
+        py::arg("effort"), py::arg("threads"), py::arg("chunk_elements"));
   m.def("decompress_tensors_into", &DecompressTensorsInto, py::arg("srcs"), py::arg("payload"),
         py::arg("checksum"), py::arg("outs"), py::arg("threads"));
   m.def("inspect", &Inspect, py::arg("payload"));
@@ -866,9 +878,10 @@ PYBIND11_MODULE(_arc_v3, m) {
       .def("reset", &PySession::Reset);
   m.def("xxh3_64", &Xxh3, py::arg("buffer"));
   m.def("container_manifest", &ContainerManifest, py::arg("container"));
-  m.def("dicts_diff", &DictsDiff, py::arg("prev"), py::arg("next"), py::arg("format"), py::arg("effort"),
+  m.def("dicts_diff", &DictsDiff, py::arg("prev"), py::arg("next"), py::arg("format"),
+        py::arg("effort"), py::arg("threads"));
+  m.def("dicts_apply", &DictsApply, py::arg("prev"), py::arg("delta"), py::arg("allocate"),
         py::arg("threads"));
-  m.def("dicts_apply", &DictsApply, py::arg("prev"), py::arg("delta"), py::arg("allocate"), py::arg("threads"));
   m.def(
       "keygen",
       [](const std::string& path) {
@@ -885,22 +898,23 @@ PYBIND11_MODULE(_arc_v3, m) {
         py::arg("interval"), py::arg("until"), py::arg("max_failures"), py::arg("events"),
         py::arg("on_event"));
   py::class_<PyPublisher>(m, "Publisher")
-      .def(py::init<const std::string&, uint32_t, uint32_t, uint64_t, int, int, const std::string&, int, int,
-                    const std::string&, const std::string&>(),
-           py::arg("store"), py::arg("shard"), py::arg("count"), py::arg("anchor_every"), py::arg("effort"),
-           py::arg("threads"), py::arg("file_name"), py::arg("retries"), py::arg("connections"),
-           py::arg("incarnation"), py::arg("sign_key"))
+      .def(py::init<const std::string&, uint32_t, uint32_t, uint64_t, int, int, const std::string&,
+                    int, int, const std::string&, const std::string&>(),
+           py::arg("store"), py::arg("shard"), py::arg("count"), py::arg("anchor_every"),
+           py::arg("effort"), py::arg("threads"), py::arg("file_name"), py::arg("retries"),
+           py::arg("connections"), py::arg("incarnation"), py::arg("sign_key"))
       .def("publish", &PyPublisher::Publish, py::arg("step"), py::arg("tensors"))
       .def_property_readonly("last_step", &PyPublisher::last_step)
       .def_property_readonly("held_bytes", &PyPublisher::held_bytes);
   py::class_<PyFollower>(m, "Follower")
       .def(py::init<const std::string&, const std::string&, uint64_t, uint64_t, int, int, int,
                     const std::vector<std::string>&, py::object>(),
-           py::arg("store"), py::arg("tensors"), py::arg("row_begin"), py::arg("row_end"), py::arg("threads"),
-           py::arg("retries"), py::arg("connections"), py::arg("trusted_keys"), py::arg("allocate"))
+           py::arg("store"), py::arg("tensors"), py::arg("row_begin"), py::arg("row_end"),
+           py::arg("threads"), py::arg("retries"), py::arg("connections"), py::arg("trusted_keys"),
+           py::arg("allocate"))
       .def("pull", &PyFollower::Pull, py::arg("step"))
-      .def("follow", &PyFollower::Follow, py::arg("interval"), py::arg("until"), py::arg("max_failures"),
-           py::arg("events"), py::arg("on_event"))
+      .def("follow", &PyFollower::Follow, py::arg("interval"), py::arg("until"),
+           py::arg("max_failures"), py::arg("events"), py::arg("on_event"))
       .def_property_readonly("step", &PyFollower::step)
       .def("tensors", &PyFollower::tensors);
   m.def("_time_direct", &TimeDirect, py::arg("src"), py::arg("dst"), py::arg("format"),
@@ -909,8 +923,7 @@ PYBIND11_MODULE(_arc_v3, m) {
   // Codec constants, so that Python never hard-codes a number the C++ side owns.
   m.attr("FORMAT_DEFAULT") = static_cast<int>(arc_v3::Format::kDefault);
   m.attr("FORMAT_ARC_V3") = static_cast<int>(arc_v3::Format::kPublished);
-  m.attr("CONTAINER_MAGIC") = py::bytes(
-      arc_v3::kDeltaMagic, sizeof(arc_v3::kDeltaMagic));
+  m.attr("CONTAINER_MAGIC") = py::bytes(arc_v3::kDeltaMagic, sizeof(arc_v3::kDeltaMagic));
   py::dict names;
   for (int c = 0; c < static_cast<int>(arc_v3::ErrorCode::kMaxCode); ++c) {
     names[py::int_(c)] = arc_v3::ErrorName(static_cast<arc_v3::ErrorCode>(c));

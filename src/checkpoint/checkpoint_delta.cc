@@ -78,11 +78,12 @@ Status CheckOutput(const std::string& path, bool overwrite) {
   std::error_code ec;
   const fs::path parent = fs::absolute(path, ec).parent_path();
   if (!fs::is_directory(parent, ec)) {
-    return Status(ErrorCode::kInvalidArgument, path + ": cannot create: its folder " + parent.string() +
-                                                   " does not exist");
+    return Status(ErrorCode::kInvalidArgument,
+                  path + ": cannot create: its folder " + parent.string() + " does not exist");
   }
   if (!overwrite && fs::exists(path, ec)) {
-    return Status(ErrorCode::kAlreadyExists, path + " already exists: it is not replaced unless asked to overwrite");
+    return Status(ErrorCode::kAlreadyExists,
+                  path + " already exists: it is not replaced unless asked to overwrite");
   }
   return Status::Ok();
 }
@@ -106,8 +107,9 @@ class AsideFiles {
     Entry e;
     e.final_path = final_path;
     const fs::path p(final_path);
-    e.temp = (p.parent_path() / ("." + p.filename().string() + ".arc_v3-tmp-" +
-                                 std::to_string(getpid()))).string();
+    e.temp = (p.parent_path() /
+              ("." + p.filename().string() + ".arc_v3-tmp-" + std::to_string(getpid())))
+                 .string();
     unlink(e.temp.c_str());  // a leftover of a killed run of this same pid
     e.fd = open(e.temp.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
     if (e.fd < 0) return IoError(e.temp, "cannot create");
@@ -221,7 +223,8 @@ Status CheckBaseRows(const TensorEntry& t, const Piece& p, const uint8_t* base_r
   const uint64_t bytes = PieceBytes(t, p);
   if (Hash(base_rows, bytes) != p.base_xxh3) {
     return WrongBase("tensor '" + t.name + "' rows " + std::to_string(p.row_begin) + ":" +
-                     std::to_string(p.row_end) + " differ from the delta's base (checksum mismatch)");
+                     std::to_string(p.row_end) +
+                     " differ from the delta's base (checksum mismatch)");
   }
   return Status::Ok();
 }
@@ -364,7 +367,8 @@ Status Checkpoint::Open(const std::string& path, Checkpoint* checkpoint) {
     view.size = file.file_size();
     view.raw = file.raw();
     for (const safetensors::TensorInfo& info : file.tensors()) {
-      view.tensors.push_back({info.name, info.dtype, info.shape, file.data(info), info.size(), info.begin});
+      view.tensors.push_back(
+          {info.name, info.dtype, info.shape, file.data(info), info.size(), info.begin});
     }
     result.mapped_.push_back(std::move(file));  // the mapping does not move
     ARC_V3_RETURN_IF_ERROR(result.Add(std::move(view)));
@@ -395,17 +399,22 @@ Status Checkpoint::FromMemory(const std::string& file_name, std::vector<TensorVi
   std::vector<safetensors::TensorInfo> infos;
   for (const TensorView& t : tensors) {
     const size_t element = safetensors::DTypeSize(t.dtype);
-    if (element == 0) return Status(ErrorCode::kInvalidArgument, "tensor '" + t.name + "': unknown dtype '" + t.dtype + "'");
+    if (element == 0)
+      return Status(ErrorCode::kInvalidArgument,
+                    "tensor '" + t.name + "': unknown dtype '" + t.dtype + "'");
     uint64_t bytes = element;
     for (uint64_t d : t.shape) {
-      if (d != 0 && bytes > UINT64_MAX / d) return Status(ErrorCode::kInvalidArgument, "tensor '" + t.name + "' is too big");
+      if (d != 0 && bytes > UINT64_MAX / d)
+        return Status(ErrorCode::kInvalidArgument, "tensor '" + t.name + "' is too big");
       bytes *= d;
     }
     if (t.bytes != 0 && t.bytes != bytes) {
-      return Status(ErrorCode::kInvalidArgument, "tensor '" + t.name + "' has " + std::to_string(t.bytes) +
-                                                     " bytes, its dtype and shape " + std::to_string(bytes));
+      return Status(ErrorCode::kInvalidArgument,
+                    "tensor '" + t.name + "' has " + std::to_string(t.bytes) +
+                        " bytes, its dtype and shape " + std::to_string(bytes));
     }
-    if (t.data == nullptr && bytes != 0) return Status(ErrorCode::kInvalidArgument, "tensor '" + t.name + "' has no data");
+    if (t.data == nullptr && bytes != 0)
+      return Status(ErrorCode::kInvalidArgument, "tensor '" + t.name + "' has no data");
     safetensors::TensorInfo info;
     info.name = t.name;
     info.dtype = t.dtype;
@@ -479,9 +488,9 @@ Status PlanFile(const Checkpoint& prev, const Checkpoint& next, const FileView& 
     t.shape = info.shape;
     t.data_offset = info.offset;
     const TensorView* base = prev.Find(t.name);
-    t.kind = base == nullptr ? TensorKind::kAdded
+    t.kind = base == nullptr                                      ? TensorKind::kAdded
              : (base->dtype != t.dtype || base->shape != t.shape) ? TensorKind::kReshaped
-                                                                   : TensorKind::kDelta;
+                                                                  : TensorKind::kDelta;
     t.pieces = PlanPieces(t);
     f->tensors.push_back(std::move(t));
   }
@@ -513,7 +522,8 @@ struct EncodePlan {
 Status PlanEncode(const Checkpoint& prev, const Checkpoint& next, const RunOptions& options,
                   EncodePlan* plan) {
   if (!prev.empty() && prev.directory() != next.directory()) {
-    return Status(ErrorCode::kInvalidArgument, "PREV and NEXT must both be files or both directories");
+    return Status(ErrorCode::kInvalidArgument,
+                  "PREV and NEXT must both be files or both directories");
   }
   Manifest& m = plan->m;
   m.directory = next.directory();
@@ -559,7 +569,7 @@ struct EncodeTask {
   size_t element_size;
   bool bf16;
   Piece* piece;
-  bool tensor;  // counts towards progress
+  bool tensor;                // counts towards progress
   FileEntry* file = nullptr;  // with `group`, instead of base, target and piece
   Group* group = nullptr;
   uint64_t rows = 0;  // the piece's tensor's (0: not a tensor's piece)
@@ -760,10 +770,12 @@ Status Diff(const Checkpoint& prev, const Checkpoint& next, const std::string& d
   AsideFiles out(options.overwrite);
   size_t index = 0;
   ARC_V3_RETURN_IF_ERROR(out.Create(fs::absolute(delta_path).string(), size, &index));
-  ARC_V3_RETURN_IF_ERROR(file_io::WriteAt(out.fd(index), head.data(), head.size(), 0, out.temp(index)));
+  ARC_V3_RETURN_IF_ERROR(
+      file_io::WriteAt(out.fd(index), head.data(), head.size(), 0, out.temp(index)));
   uint64_t at = head.size();
   for (const auto& o : outputs) {
-    ARC_V3_RETURN_IF_ERROR(file_io::WriteAt(out.fd(index), o.data(), o.size(), at, out.temp(index)));
+    ARC_V3_RETURN_IF_ERROR(
+        file_io::WriteAt(out.fd(index), o.data(), o.size(), at, out.temp(index)));
     at += o.size();
   }
   ARC_V3_RETURN_IF_ERROR(out.SyncAndClose(options.sync));
@@ -782,8 +794,8 @@ Status Diff(const Checkpoint& prev, const Checkpoint& next, const RunOptions& op
   return Status::Ok();
 }
 
-Status Diff(const std::string& prev_path, const std::string& next_path, const std::string& delta_path,
-            const RunOptions& options, RunReport* report) {
+Status Diff(const std::string& prev_path, const std::string& next_path,
+            const std::string& delta_path, const RunOptions& options, RunReport* report) {
   Checkpoint prev, next;
   ARC_V3_RETURN_IF_ERROR(Checkpoint::Open(prev_path, &prev));
   ARC_V3_RETURN_IF_ERROR(Checkpoint::Open(next_path, &next));
@@ -830,7 +842,8 @@ Status WriteHeaderAndFills(const Reader& reader, const FileEntry& f, const Aside
                            size_t index) {
   std::vector<uint8_t> bytes;
   ARC_V3_RETURN_IF_ERROR_IN(f.name + " header", DecodeBytes(reader, f.header, &bytes));
-  ARC_V3_RETURN_IF_ERROR(file_io::WriteAt(out.fd(index), bytes.data(), bytes.size(), 0, out.temp(index)));
+  ARC_V3_RETURN_IF_ERROR(
+      file_io::WriteAt(out.fd(index), bytes.data(), bytes.size(), 0, out.temp(index)));
   if (f.fills.empty()) return Status::Ok();
   ARC_V3_RETURN_IF_ERROR_IN(f.name + " fill", DecodeBytes(reader, f.fill, &bytes));
   uint64_t at = 0;
@@ -874,10 +887,14 @@ int64_t NanosecondsSince(std::chrono::steady_clock::time_point start) {
 // What the tasks of an Apply share: the inputs, the output files, buffers per worker and
 // the time spent decoding and writing.
 struct ApplyRun {
-  ApplyRun(const DeltaAndBase& inputs, const AsideFiles& outputs, bool sync_outputs,
-           size_t workers)
-      : reader(inputs.reader), base(inputs.base), out(outputs), sync(sync_outputs),
-        buffers(workers), scratch(workers), group_buffers(workers) {}
+  ApplyRun(const DeltaAndBase& inputs, const AsideFiles& outputs, bool sync_outputs, size_t workers)
+      : reader(inputs.reader),
+        base(inputs.base),
+        out(outputs),
+        sync(sync_outputs),
+        buffers(workers),
+        scratch(workers),
+        group_buffers(workers) {}
   const Reader& reader;
   const Checkpoint& base;
   const AsideFiles& out;
@@ -898,7 +915,8 @@ Status ApplyGroupTask(const Task& task, size_t w, ApplyRun* run) {
   const int fd = run->out.fd(task.file);
   for (size_t k = 0; k < task.group->members.size() && st.ok(); ++k) {
     const TensorEntry& t = f.tensors[task.group->members[k]];
-    st = file_io::WriteAt(fd, decoded, t.bytes(), f.data_start + t.data_offset, run->out.temp(task.file));
+    st = file_io::WriteAt(fd, decoded, t.bytes(), f.data_start + t.data_offset,
+                          run->out.temp(task.file));
     if (run->sync) StartWriteback(fd, f.data_start + t.data_offset, t.bytes());
     decoded += t.bytes();
   }
@@ -977,8 +995,8 @@ Status CommitApply(const Manifest& m, const std::string& out_path, bool in_place
 
 }  // namespace
 
-Status Apply(const std::string& prev_path, const std::string& delta_path, const std::string& out_path,
-             const RunOptions& options, RunReport* report) {
+Status Apply(const std::string& prev_path, const std::string& delta_path,
+             const std::string& out_path, const RunOptions& options, RunReport* report) {
   DeltaAndBase inputs;
   ARC_V3_RETURN_IF_ERROR(OpenDeltaAndBase(prev_path, delta_path, &inputs));
   const Manifest& m = inputs.reader.manifest();
@@ -1023,8 +1041,8 @@ Status Apply(const std::string& prev_path, const std::string& delta_path, const 
   return Status::Ok();
 }
 
-Status Verify(const std::string& prev_path, const std::string& delta_path, const RunOptions& options,
-              RunReport* report) {
+Status Verify(const std::string& prev_path, const std::string& delta_path,
+              const RunOptions& options, RunReport* report) {
   DeltaAndBase inputs;
   ARC_V3_RETURN_IF_ERROR(OpenDeltaAndBase(prev_path, delta_path, &inputs));
   const Reader& reader = inputs.reader;
@@ -1063,7 +1081,9 @@ Status Verify(const std::string& prev_path, const std::string& delta_path, const
       error.Set(i, GroupBases(base, f, *task.group, "", &member_bases, &bytes));
       const uint8_t* stored = nullptr;
       const Status st = reader.ReadGroup(*task.group, &scratch[w], &stored);
-      if (!st.ok()) error.Set(i, InContext("group of tensor '" + f.tensors[task.group->members[0]].name + "'", st));
+      if (!st.ok())
+        error.Set(
+            i, InContext("group of tensor '" + f.tensors[task.group->members[0]].name + "'", st));
       if (options.progress_done != nullptr) *options.progress_done += GroupBytes(*task.group);
       return;
     }
@@ -1073,7 +1093,8 @@ Status Verify(const std::string& prev_path, const std::string& delta_path, const
     // The piece itself must be intact too, or apply would fail later.
     const uint8_t* stored = nullptr;
     const Status st = reader.ReadPiece(*task.piece, &scratch[w], &stored);
-    if (!st.ok()) error.Set(i, Status(st.code(), "tensor '" + task.tensor->name + "': " + st.message()));
+    if (!st.ok())
+      error.Set(i, Status(st.code(), "tensor '" + task.tensor->name + "': " + st.message()));
     if (options.progress_done != nullptr) *options.progress_done += bytes;
   });
   ARC_V3_RETURN_IF_ERROR(thrown);
@@ -1138,26 +1159,29 @@ Status ApplyRowsCached(const Checkpoint& base, const Reader& delta, const Tensor
     if (p.row_end > row_begin && p.row_begin < row_end) pieces.push_back(&p);
   }
   FirstError error;
-  const Status thrown = TryParallelFor(pieces.size(), WorkerCount(threads, pieces.size()), [&](size_t i, size_t) {
-    if (error.Skip(i)) return;
-    const Piece& p = *pieces[i];
-    const uint8_t* base_rows = base_data ? base_data + p.row_begin * row_bytes : nullptr;
-    if (base_rows != nullptr) {
-      Status st = CheckBaseRows(t, p, base_rows);
-      if (!st.ok()) return error.Set(i, st);
-    }
-    std::vector<uint8_t> scratch, decoded(PieceBytes(t, p));
-    const uint8_t* stored = nullptr;
-    Status st = delta.ReadPiece(p, &scratch, &stored);
-    if (st.ok()) {
-      st = DecodePiece(p, stored, base_rows, decoded.size(), safetensors::DTypeSize(t.dtype),
-                       decoded.data());
-    }
-    if (!st.ok()) return error.Set(i, Status(st.code(), "tensor '" + t.name + "': " + st.message()));
-    const uint64_t first = std::max(p.row_begin, row_begin), last = std::min(p.row_end, row_end);
-    std::memcpy(out + (first - row_begin) * row_bytes, decoded.data() + (first - p.row_begin) * row_bytes,
-                (last - first) * row_bytes);
-  });
+  const Status thrown =
+      TryParallelFor(pieces.size(), WorkerCount(threads, pieces.size()), [&](size_t i, size_t) {
+        if (error.Skip(i)) return;
+        const Piece& p = *pieces[i];
+        const uint8_t* base_rows = base_data ? base_data + p.row_begin * row_bytes : nullptr;
+        if (base_rows != nullptr) {
+          Status st = CheckBaseRows(t, p, base_rows);
+          if (!st.ok()) return error.Set(i, st);
+        }
+        std::vector<uint8_t> scratch, decoded(PieceBytes(t, p));
+        const uint8_t* stored = nullptr;
+        Status st = delta.ReadPiece(p, &scratch, &stored);
+        if (st.ok()) {
+          st = DecodePiece(p, stored, base_rows, decoded.size(), safetensors::DTypeSize(t.dtype),
+                           decoded.data());
+        }
+        if (!st.ok())
+          return error.Set(i, Status(st.code(), "tensor '" + t.name + "': " + st.message()));
+        const uint64_t first = std::max(p.row_begin, row_begin),
+                       last = std::min(p.row_end, row_end);
+        std::memcpy(out + (first - row_begin) * row_bytes,
+                    decoded.data() + (first - p.row_begin) * row_bytes, (last - first) * row_bytes);
+      });
   ARC_V3_RETURN_IF_ERROR(thrown);
   return error.status();
 }
@@ -1191,9 +1215,8 @@ void SelectTensors(const Manifest& m, const std::regex& pattern, uint64_t row_be
 
 // Decodes the selected rows of every selected tensor and writes them after the `header`
 // bytes of aside file `index`.
-Status WriteSelected(const DeltaAndBase& inputs, const PartialSelection& selected,
-                     uint64_t header, const RunOptions& options, const AsideFiles& out,
-                     size_t index) {
+Status WriteSelected(const DeltaAndBase& inputs, const PartialSelection& selected, uint64_t header,
+                     const RunOptions& options, const AsideFiles& out, size_t index) {
   std::vector<uint8_t> buffer;
   GroupCache cache;
   for (size_t i = 0; i < selected.tensors.size(); ++i) {
@@ -1202,7 +1225,7 @@ Status WriteSelected(const DeltaAndBase& inputs, const PartialSelection& selecte
                                            selected.ranges[i].first, selected.ranges[i].second,
                                            buffer.data(), options.threads, &cache));
     ARC_V3_RETURN_IF_ERROR(file_io::WriteAt(out.fd(index), buffer.data(), buffer.size(),
-                                    header + selected.infos[i].begin, out.temp(index)));
+                                            header + selected.infos[i].begin, out.temp(index)));
     if (options.progress_done != nullptr) *options.progress_done += buffer.size();
   }
   return Status::Ok();
@@ -1232,7 +1255,8 @@ Status ApplyPartial(const std::string& prev_path, const std::string& delta_path,
   PartialSelection selected;
   SelectTensors(inputs.reader.manifest(), pattern, row_begin, row_end, &selected);
   if (selected.tensors.empty()) {
-    return Status(ErrorCode::kInvalidArgument, "no tensor of the delta matches '" + tensor_regex + "'");
+    return Status(ErrorCode::kInvalidArgument,
+                  "no tensor of the delta matches '" + tensor_regex + "'");
   }
   // The output is sized by what backs it: delta tensors by the base (the manifest bounds
   // the others by their stored bytes).
@@ -1255,7 +1279,8 @@ Status ApplyPartial(const std::string& prev_path, const std::string& delta_path,
   size_t index = 0;
   ARC_V3_RETURN_IF_ERROR(
       out.Create(fs::absolute(out_path).string(), header.size() + total, &index));
-  ARC_V3_RETURN_IF_ERROR(file_io::WriteAt(out.fd(index), header.data(), header.size(), 0, out.temp(index)));
+  ARC_V3_RETURN_IF_ERROR(
+      file_io::WriteAt(out.fd(index), header.data(), header.size(), 0, out.temp(index)));
   ARC_V3_RETURN_IF_ERROR(WriteSelected(inputs, selected, header.size(), options, out, index));
   ARC_V3_RETURN_IF_ERROR(out.SyncAndClose(options.sync));
   ARC_V3_RETURN_IF_ERROR(out.Commit(options.sync));
@@ -1274,8 +1299,9 @@ Status ApplyPartial(const std::string& prev_path, const std::string& delta_path,
 
 namespace arc_v3 {
 
-Status DiffCheckpoints(const std::string& prev, const std::string& next, const std::string& delta_path,
-                       const CheckpointOptions& options, CheckpointReport* report) {
+Status DiffCheckpoints(const std::string& prev, const std::string& next,
+                       const std::string& delta_path, const CheckpointOptions& options,
+                       CheckpointReport* report) {
   return checkpoint::Diff(prev, next, delta_path, checkpoint::RunOptions(options), report);
 }
 
@@ -1284,15 +1310,16 @@ Status ApplyDelta(const std::string& prev, const std::string& delta_path, const 
   return checkpoint::Apply(prev, delta_path, out, checkpoint::RunOptions(options), report);
 }
 
-Status ApplyDeltaPart(const std::string& prev, const std::string& delta_path, const std::string& tensor_regex,
-                      uint64_t row_begin, uint64_t row_end, const std::string& out_path,
-                      const CheckpointOptions& options, CheckpointReport* report) {
+Status ApplyDeltaPart(const std::string& prev, const std::string& delta_path,
+                      const std::string& tensor_regex, uint64_t row_begin, uint64_t row_end,
+                      const std::string& out_path, const CheckpointOptions& options,
+                      CheckpointReport* report) {
   return checkpoint::ApplyPartial(prev, delta_path, tensor_regex, row_begin, row_end, out_path,
                                   checkpoint::RunOptions(options), report);
 }
 
-Status VerifyDelta(const std::string& prev, const std::string& delta_path, const CheckpointOptions& options,
-                   CheckpointReport* report) {
+Status VerifyDelta(const std::string& prev, const std::string& delta_path,
+                   const CheckpointOptions& options, CheckpointReport* report) {
   return checkpoint::Verify(prev, delta_path, checkpoint::RunOptions(options), report);
 }
 

@@ -37,7 +37,7 @@ struct FileView {
   std::string name;  // a plain file name
   const uint8_t* header = nullptr;
   uint64_t data_start = 0, size = 0;
-  const uint8_t* raw = nullptr;  // the whole file where it is mapped (its gaps are kept)
+  const uint8_t* raw = nullptr;     // the whole file where it is mapped (its gaps are kept)
   std::vector<TensorView> tensors;  // by data offset
 };
 

@@ -98,7 +98,8 @@ OrderedJson PieceToJson(const Piece& p, bool with_base) {
 }
 
 Piece PieceFromJson(const Json& j, bool with_base, uint64_t data_size, const std::string& where) {
-  std::set<std::string> keys = {"rows", "offset", "size", "coder", "xxh3", "target_xxh3", "changed"};
+  std::set<std::string> keys = {"rows", "offset",      "size",   "coder",
+                                "xxh3", "target_xxh3", "changed"};
   if (with_base) keys.insert("base_xxh3");
   CheckKeys(j, keys, where);
   Piece p;
@@ -137,16 +138,18 @@ bool PlainFileName(const std::string& name) {
 void CheckBacked(const Piece& p, uint64_t raw, const std::string& where) {
   switch (p.coder) {
     case Coder::kStored:
-      if (raw != p.size) Fail(where + ": a stored piece of " + std::to_string(p.size) + " bytes cannot produce " + std::to_string(raw));
+      if (raw != p.size)
+        Fail(where + ": a stored piece of " + std::to_string(p.size) + " bytes cannot produce " +
+             std::to_string(raw));
       break;
     case Coder::kZstd:
     case Coder::kZstdPlanes:
       if (p.size < raw / kZstdMaxRatio + (raw % kZstdMaxRatio != 0)) {
-        Fail(where + ": a zstd piece of " + std::to_string(p.size) + " bytes cannot produce " + std::to_string(raw));
+        Fail(where + ": a zstd piece of " + std::to_string(p.size) + " bytes cannot produce " +
+             std::to_string(raw));
       }
       break;
-    case Coder::kArcV3:
-      break;
+    case Coder::kArcV3: break;
   }
 }
 
@@ -345,8 +348,8 @@ FileEntry FileFromJson(const Json& jf, size_t index, ManifestParse* parse) {
     const Json& groups = Field(jf, "groups", where);
     if (!groups.is_array()) Fail(where + ".groups is not an array");
     for (const Json& jg : groups) {
-      f.groups.push_back(GroupFromJson(jg, parse->data_size, where + " group #" +
-                                                                 std::to_string(f.groups.size())));
+      f.groups.push_back(GroupFromJson(jg, parse->data_size,
+                                       where + " group #" + std::to_string(f.groups.size())));
     }
   }
   const Json& tensors = Field(jf, "tensors", where);
@@ -571,7 +574,8 @@ std::vector<uint8_t> SerializeHeaderAndManifest(const Manifest& m, uint64_t data
   // The manifest is mostly names and hex checksums: zstd shrinks it about 3x, which
   // matters for small, sparse deltas.
   std::vector<uint8_t> json(ZSTD_compressBound(text.size()));
-  const size_t packed = ZSTD_compress(json.data(), json.size(), text.data(), text.size(), kManifestLevel);
+  const size_t packed =
+      ZSTD_compress(json.data(), json.size(), text.data(), text.size(), kManifestLevel);
   json.resize(ZSTD_isError(packed) ? 0 : packed);  // cannot fail with a bound-sized buffer
 
   std::vector<uint8_t> out(kHeaderSize + json.size());
@@ -602,14 +606,15 @@ Status DecompressManifest(const uint8_t* text, uint64_t size, std::string* json)
   for (;;) {
     if (used == json->size()) {
       if (used >= cap) {
-        return Corrupt("JSON longer than " + std::to_string(cap) + " bytes (" + std::to_string(size) +
-                       " compressed)");
+        return Corrupt("JSON longer than " + std::to_string(cap) + " bytes (" +
+                       std::to_string(size) + " compressed)");
       }
       json->resize(std::min<uint64_t>(cap, std::max<uint64_t>(uint64_t{1} << 16, 2 * used)));
     }
     ZSTD_outBuffer out = {&(*json)[used], json->size() - used, 0};
     const size_t rc = ZSTD_decompressStream(ctx.get(), &out, &in);
-    if (ZSTD_isError(rc)) return Corrupt(std::string("zstd frame does not decode: ") + ZSTD_getErrorName(rc));
+    if (ZSTD_isError(rc))
+      return Corrupt(std::string("zstd frame does not decode: ") + ZSTD_getErrorName(rc));
     used += out.pos;
     if (rc == 0) break;  // the frame is complete
     if (in.pos == in.size && out.pos < out.size) return Corrupt("zstd frame cut short");
@@ -639,10 +644,9 @@ Status Reader::Open(std::unique_ptr<ByteSource> source, Reader* reader) {
   }
   const uint16_t version = GetU16(h + 4);
   if (version < 1 || version > kVersion) {
-    return Status(ErrorCode::kUnsupportedVersion, "delta container version " +
-                                                      std::to_string(version) +
-                                                      " (this tool reads 1 to " +
-                                                      std::to_string(kVersion) + ")");
+    return Status(ErrorCode::kUnsupportedVersion,
+                  "delta container version " + std::to_string(version) + " (this tool reads 1 to " +
+                      std::to_string(kVersion) + ")");
   }
   if (GetU64(h + 32) != Hash(h, 32)) {
     return Status(ErrorCode::kCorruptHeader, "delta container header checksum mismatch");
@@ -742,9 +746,10 @@ std::vector<const uint16_t*> AlignedMembers(const std::vector<const uint8_t*>& m
 
 }  // namespace
 
-Status EncodeGroup(const std::vector<const uint8_t*>& base, const std::vector<const uint8_t*>& target,
-                   const std::vector<uint64_t>& bytes, int effort, Group* group,
-                   std::vector<uint64_t>* base_xxh3, std::vector<uint8_t>* out) {
+Status EncodeGroup(const std::vector<const uint8_t*>& base,
+                   const std::vector<const uint8_t*>& target, const std::vector<uint64_t>& bytes,
+                   int effort, Group* group, std::vector<uint64_t>* base_xxh3,
+                   std::vector<uint8_t>* out) {
   std::vector<uint16_t> base_copy, target_copy;
   const std::vector<const uint16_t*> src = AlignedMembers(base, bytes, &base_copy);
   const std::vector<const uint16_t*> dst = AlignedMembers(target, bytes, &target_copy);
@@ -775,8 +780,9 @@ bool WorthGrouping(const uint8_t* base, const uint8_t* target, uint64_t bytes) {
   return delta_worth_grouping(src[0], dst[0], bytes / 2);
 }
 
-Status DecodeGroup(const Group& group, const uint8_t* stored, const std::vector<const uint8_t*>& base,
-                   const std::vector<uint64_t>& bytes, std::vector<uint16_t>* out) {
+Status DecodeGroup(const Group& group, const uint8_t* stored,
+                   const std::vector<const uint8_t*>& base, const std::vector<uint64_t>& bytes,
+                   std::vector<uint16_t>* out) {
   std::vector<uint16_t> base_copy;
   const std::vector<const uint16_t*> src = AlignedMembers(base, bytes, &base_copy);
   uint64_t total = 0;
@@ -804,9 +810,8 @@ Status DecodeGroup(const Group& group, const uint8_t* stored, const std::vector<
   return Status::Ok();
 }
 
-Status EncodePiece(const uint8_t* base, const uint8_t* target, uint64_t bytes,
-                   size_t element_size, bool bf16, int effort, Piece* piece,
-                   std::vector<uint8_t>* out, Format format) {
+Status EncodePiece(const uint8_t* base, const uint8_t* target, uint64_t bytes, size_t element_size,
+                   bool bf16, int effort, Piece* piece, std::vector<uint8_t>* out, Format format) {
   if (bf16 && base != nullptr) {
     const size_t count = bytes / 2;
     // Tensors of a safetensors file need not be 2-byte aligned; the codec wants them so.
@@ -866,8 +871,8 @@ Status EncodePiece(const uint8_t* base, const uint8_t* target, uint64_t bytes,
   return Status::Ok();
 }
 
-Status DecodePiece(const Piece& piece, const uint8_t* stored, const uint8_t* base,
-                   uint64_t bytes, size_t element_size, uint8_t* out) {
+Status DecodePiece(const Piece& piece, const uint8_t* stored, const uint8_t* base, uint64_t bytes,
+                   size_t element_size, uint8_t* out) {
   const Status mismatch(ErrorCode::kCorruptChunk,
                         "decoded rows differ from the target checksum (corrupt delta)");
   if (piece.coder == Coder::kArcV3) {
@@ -887,7 +892,8 @@ Status DecodePiece(const Piece& piece, const uint8_t* stored, const uint8_t* bas
   std::vector<uint8_t> planes;
   switch (piece.coder) {
     case Coder::kStored:
-      if (piece.size != bytes) return Status(ErrorCode::kCorruptChunk, "stored piece has the wrong size");
+      if (piece.size != bytes)
+        return Status(ErrorCode::kCorruptChunk, "stored piece has the wrong size");
       std::memcpy(out, stored, bytes);
       break;
     case Coder::kZstd:
@@ -898,7 +904,8 @@ Status DecodePiece(const Piece& piece, const uint8_t* stored, const uint8_t* bas
         dst = planes.data();
       }
       const unsigned long long content = ZSTD_getFrameContentSize(stored, piece.size);
-      if (content != bytes) return Status(ErrorCode::kCorruptChunk, "zstd piece has the wrong size");
+      if (content != bytes)
+        return Status(ErrorCode::kCorruptChunk, "zstd piece has the wrong size");
       const size_t n = ZSTD_decompressDCtx(ThreadDCtx(), dst, bytes, stored, piece.size);
       if (ZSTD_isError(n) || n != bytes) {
         return Status(ErrorCode::kCodecFailure, "zstd piece does not decode");
@@ -909,8 +916,7 @@ Status DecodePiece(const Piece& piece, const uint8_t* stored, const uint8_t* bas
       }
       break;
     }
-    case Coder::kArcV3:
-      break;
+    case Coder::kArcV3: break;
   }
   if (base != nullptr) {
     for (uint64_t i = 0; i < bytes; ++i) out[i] ^= base[i];

@@ -30,7 +30,8 @@ constexpr uint64_t kPieceElements = uint64_t{1} << 21;
 // BF16 delta tensors that arc_v3::delta_worth_grouping picks (under kGroupBelowElements
 // elements, under kGroupMaxChanges changed) are coded in groups of at most
 // kPieceElements elements: each payload of its own would pay a frame, a checksum and
-// the time its adaptive contexts take to learn, plus about 46 manifest bytes per piece. A group holds at least two members.
+// the time its adaptive contexts take to learn, plus about 46 manifest bytes per piece. A group
+// holds at least two members.
 static_assert(kGroupBelowElements <= kPieceElements / 2, "groups of one");
 
 // Random read access to container bytes. A receiver can implement it over HTTP range
@@ -110,8 +111,8 @@ struct TensorEntry {
   std::vector<uint64_t> shape;
   TensorKind kind = TensorKind::kDelta;
   uint64_t data_offset = 0;  // within the target file's data section
-  // Over the pieces' checksums (src/checkpoint/FORMAT.md, "Tensor"). A grouped tensor has no pieces: its
-  // base_xxh3 is that of its base bytes, and its group's target_xxh3 covers its target.
+  // Over the pieces' checksums (src/checkpoint/FORMAT.md, "Tensor"). A grouped tensor has no
+  // pieces: its base_xxh3 is that of its base bytes, and its group's target_xxh3 covers its target.
   uint64_t base_xxh3 = 0, target_xxh3 = 0;
   std::vector<Piece> pieces;
   uint64_t group = kNoGroup;  // index into its file's groups, or kNoGroup
@@ -186,21 +187,22 @@ class Reader {
 // `target`, `bytes` long, elements of `element_size` bytes. arc_v3 for BF16 deltas, else
 // the XOR through stored / zstd / zstd of byte planes, whichever is smallest.
 // `effort` / `format`: arc_v3 Options::effort / Options::format for BF16 pieces.
-Status EncodePiece(const uint8_t* base, const uint8_t* target, uint64_t bytes,
-                   size_t element_size, bool bf16, int effort, Piece* piece,
-                   std::vector<uint8_t>* out, Format format = Format::kDefault);
+Status EncodePiece(const uint8_t* base, const uint8_t* target, uint64_t bytes, size_t element_size,
+                   bool bf16, int effort, Piece* piece, std::vector<uint8_t>* out,
+                   Format format = Format::kDefault);
 
 // Decodes one piece onto `base` (nullptr: zeros) into `out` (`bytes` long, may not alias
 // base), verifying the target checksum. `out` may be clobbered on error.
-Status DecodePiece(const Piece& piece, const uint8_t* stored, const uint8_t* base,
-                   uint64_t bytes, size_t element_size, uint8_t* out);
+Status DecodePiece(const Piece& piece, const uint8_t* stored, const uint8_t* base, uint64_t bytes,
+                   size_t element_size, uint8_t* out);
 
 // Encodes a group: `base[i]` / `target[i]` are the members' bytes, `bytes[i]` long (BF16,
 // any alignment). Sets the group's xxh3, target_xxh3 and size, and `base_xxh3[i]` to the
 // hash of each member's base.
-Status EncodeGroup(const std::vector<const uint8_t*>& base, const std::vector<const uint8_t*>& target,
-                   const std::vector<uint64_t>& bytes, int effort, Group* group,
-                   std::vector<uint64_t>* base_xxh3, std::vector<uint8_t>* out);
+Status EncodeGroup(const std::vector<const uint8_t*>& base,
+                   const std::vector<const uint8_t*>& target, const std::vector<uint64_t>& bytes,
+                   int effort, Group* group, std::vector<uint64_t>* base_xxh3,
+                   std::vector<uint8_t>* out);
 
 // delta_worth_grouping of a BF16 tensor's base and target bytes (`bytes` long, any
 // alignment: odd ones are copied, so Diff asks only for tensors small enough to group).
@@ -209,8 +211,9 @@ bool WorthGrouping(const uint8_t* base, const uint8_t* target, uint64_t bytes);
 // Decodes a group's stored bytes onto the members' bases (`base[i]`, `bytes[i]` long, any
 // alignment) into `out`: the members' target bytes back to back, verified against the
 // group's target_xxh3. `out` may be clobbered on error.
-Status DecodeGroup(const Group& group, const uint8_t* stored, const std::vector<const uint8_t*>& base,
-                   const std::vector<uint64_t>& bytes, std::vector<uint16_t>* out);
+Status DecodeGroup(const Group& group, const uint8_t* stored,
+                   const std::vector<const uint8_t*>& base, const std::vector<uint64_t>& bytes,
+                   std::vector<uint16_t>* out);
 
 uint64_t Hash(const void* data, size_t size);
 // A tensor's checksum: XXH3-64 of its pieces' checksums (u64 little-endian, in order).

@@ -20,14 +20,14 @@ namespace {
 struct TensorInspection {
   const TensorEntry* entry = nullptr;
   uint64_t elements = 0, bytes = 0;
-  uint64_t stored = 0;   // bytes of its pieces
-  uint64_t changed = 0;  // elements that change (a whole tensor: 0)
-  uint64_t high = 0;     // of them, changes of the sign or exponent field (has_high)
-  bool has_high = false;      // arc_v3-coded: `high` and `chunk_modes` are known
-  bool counts_known = true;   // false: modelled chunks that only the base can count
+  uint64_t stored = 0;       // bytes of its pieces
+  uint64_t changed = 0;      // elements that change (a whole tensor: 0)
+  uint64_t high = 0;         // of them, changes of the sign or exponent field (has_high)
+  bool has_high = false;     // arc_v3-coded: `high` and `chunk_modes` are known
+  bool counts_known = true;  // false: modelled chunks that only the base can count
   uint64_t chunk_modes[5] = {0, 0, 0, 0, 0};  // arc_v3 chunks by ChunkMode
-  std::set<std::string> coders;  // CoderName of each piece
-  int64_t group = -1;            // index in Inspection::groups, or -1
+  std::set<std::string> coders;               // CoderName of each piece
+  int64_t group = -1;                         // index in Inspection::groups, or -1
 };
 
 struct GroupInspection {
@@ -40,7 +40,7 @@ struct GroupInspection {
 
 struct Inspection {
   const Reader* reader = nullptr;
-  bool payloads = true;  // the arc_v3 payloads are read (else the manifest alone)
+  bool payloads = true;                   // the arc_v3 payloads are read (else the manifest alone)
   std::vector<TensorInspection> tensors;  // in manifest order
   std::vector<GroupInspection> groups;    // in manifest order
 };
@@ -52,7 +52,8 @@ std::string ArcV3CoderNames(const uint64_t chunk_modes[5]) {
   for (int k = 1; k < 5; ++k) {
     if (chunk_modes[k] > 0) modes += (modes.empty() ? "" : "+") + std::string(kModes[k]);
   }
-  return std::string(CoderName(Coder::kArcV3)) + ":" + (modes.empty() ? std::string(kModes[0]) : modes);
+  return std::string(CoderName(Coder::kArcV3)) + ":" +
+         (modes.empty() ? std::string(kModes[0]) : modes);
 }
 
 ArcV3Chunks Chunks(const uint64_t chunk_modes[5]) {
@@ -116,8 +117,10 @@ DeltaGroupInfo GroupInfo(const GroupInspection& gs, bool payloads) {
 
 // Counts a decoded group's changes into its members' entries (a tensor is in one group at
 // most: workers counting different groups share no entry).
-void CountMembers(const Checkpoint& base, const GroupInspection& g, const std::vector<uint16_t>& decoded,
-                  const std::map<const TensorEntry*, size_t>& index, std::vector<TensorInspection>* tensors) {
+void CountMembers(const Checkpoint& base, const GroupInspection& g,
+                  const std::vector<uint16_t>& decoded,
+                  const std::map<const TensorEntry*, size_t>& index,
+                  std::vector<TensorInspection>* tensors) {
   const uint16_t* next = decoded.data();
   for (size_t member : g.group->members) {
     const TensorEntry& t = g.file->tensors[member];
@@ -135,8 +138,8 @@ void CountMembers(const Checkpoint& base, const GroupInspection& g, const std::v
 
 // Groups: their payloads' chunk coders, and with the base each member's changes, counted
 // on the decoded group (a group's bytes are not split among its members).
-Status InspectGroups(const Checkpoint* base, int threads, const std::map<const TensorEntry*, size_t>& index,
-                     Inspection* out) {
+Status InspectGroups(const Checkpoint* base, int threads,
+                     const std::map<const TensorEntry*, size_t>& index, Inspection* out) {
   const Reader& reader = *out->reader;
   std::vector<Status> errors(out->groups.size());
   ParallelFor(out->groups.size(), WorkerCount(threads, out->groups.size()), [&](size_t i, size_t) {
@@ -174,20 +177,21 @@ Status InspectGroups(const Checkpoint* base, int threads, const std::map<const T
 }
 
 // The statistics of one arc_v3 piece; with its base rows, counted on them.
-Status InspectPiece(const Reader& reader, const TensorEntry& t, const Piece& p, const Checkpoint* base,
-                    PayloadStats* stats) {
+Status InspectPiece(const Reader& reader, const TensorEntry& t, const Piece& p,
+                    const Checkpoint* base, PayloadStats* stats) {
   std::vector<uint8_t> scratch;
   const uint8_t* bytes = nullptr;
   ARC_V3_RETURN_IF_ERROR(reader.ReadPiece(p, &scratch, &bytes));
   const TensorView* info = base == nullptr ? nullptr : base->Find(t.name);
-  if (info == nullptr || info->dtype != t.dtype || info->shape != t.shape) return delta_stats(bytes, p.size, stats);
+  if (info == nullptr || info->dtype != t.dtype || info->shape != t.shape)
+    return delta_stats(bytes, p.size, stats);
   const uint64_t row_bytes = t.row_bytes();
   const size_t n = (p.row_end - p.row_begin) * row_bytes;
   std::vector<uint16_t> rows(n / 2);  // aligned copy of the base rows
   std::memcpy(rows.data(), info->data + p.row_begin * row_bytes, n);
   if (Hash(rows.data(), n) != p.base_xxh3) {
-    return Status(ErrorCode::kChecksumMismatch,
-                  "wrong base: rows " + std::to_string(p.row_begin) + ":" + std::to_string(p.row_end) + " differ");
+    return Status(ErrorCode::kChecksumMismatch, "wrong base: rows " + std::to_string(p.row_begin) +
+                                                    ":" + std::to_string(p.row_end) + " differ");
   }
   return delta_stats(rows.data(), rows.size(), bytes, p.size, stats);
 }
@@ -202,7 +206,8 @@ Status InspectPieces(const Checkpoint* base, int threads, Inspection* out) {
   ParallelFor(pieces.size(), WorkerCount(threads, pieces.size()), [&](size_t i, size_t) {
     const Piece& p = *pieces[i].second;
     if (p.coder != Coder::kArcV3 || !out->payloads) return;
-    errors[i] = InspectPiece(*out->reader, *out->tensors[pieces[i].first].entry, p, base, &payload[i]);
+    errors[i] =
+        InspectPiece(*out->reader, *out->tensors[pieces[i].first].entry, p, base, &payload[i]);
   });
   for (size_t i = 0; i < pieces.size(); ++i) {
     TensorInspection& t = out->tensors[pieces[i].first];
@@ -229,7 +234,8 @@ Status InspectPieces(const Checkpoint* base, int threads, Inspection* out) {
 
 }  // namespace
 
-Status Inspect(const Reader& reader, bool payloads, const Checkpoint* base, int threads, DeltaInfo* info) {
+Status Inspect(const Reader& reader, bool payloads, const Checkpoint* base, int threads,
+               DeltaInfo* info) {
   *info = DeltaInfo();
   Inspection out;
   out.reader = &reader;
@@ -247,7 +253,8 @@ Status Inspect(const Reader& reader, bool payloads, const Checkpoint* base, int 
       out.tensors.push_back(std::move(st));
     }
     for (const Group& g : f.groups) {
-      for (size_t member : g.members) out.tensors[index.at(&f.tensors[member])].group = out.groups.size();
+      for (size_t member : g.members)
+        out.tensors[index.at(&f.tensors[member])].group = out.groups.size();
       GroupInspection gi;
       gi.file = &f;
       gi.group = &g;

@@ -17,7 +17,8 @@ namespace checkpoint {
 // payloads' statistics, and with `base` (may be null; implies payloads) what must be
 // decoded to count every change. Errors: a piece's or group's (naming its tensor),
 // kChecksumMismatch for a base whose rows differ from the ones the delta was made from.
-Status Inspect(const Reader& reader, bool payloads, const Checkpoint* base, int threads, DeltaInfo* info);
+Status Inspect(const Reader& reader, bool payloads, const Checkpoint* base, int threads,
+               DeltaInfo* info);
 
 }  // namespace checkpoint
 }  // namespace arc_v3

@@ -29,9 +29,9 @@ Status Corrupt(const std::string& path, const std::string& what) {
 
 size_t DTypeSize(const std::string& dtype) {
   static const std::map<std::string, size_t> kSizes = {
-      {"BOOL", 1}, {"U8", 1},  {"I8", 1},   {"F8_E4M3", 1}, {"F8_E5M2", 1},
-      {"I16", 2},  {"U16", 2}, {"F16", 2},  {"BF16", 2},    {"I32", 4},
-      {"U32", 4},  {"F32", 4}, {"I64", 8},  {"U64", 8},     {"F64", 8}};
+      {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E4M3", 1}, {"F8_E5M2", 1},
+      {"I16", 2},  {"U16", 2}, {"F16", 2}, {"BF16", 2},    {"I32", 4},
+      {"U32", 4},  {"F32", 4}, {"I64", 8}, {"U64", 8},     {"F64", 8}};
   const auto it = kSizes.find(dtype);
   return it == kSizes.end() ? 0 : it->second;
 }
@@ -236,11 +236,13 @@ Status ListCheckpointFiles(const std::string& path, std::vector<std::string>* fi
     }
     std::set<std::string> shards;
     for (const auto& shard : json["weight_map"]) {
-      if (!shard.is_string()) return Status(ErrorCode::kCorruptHeader, index.string() + ": bad weight_map");
+      if (!shard.is_string())
+        return Status(ErrorCode::kCorruptHeader, index.string() + ": bad weight_map");
       const std::string name = shard.get<std::string>();
       if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos ||
           name.find('\0') != std::string::npos) {
-        return Status(ErrorCode::kCorruptHeader, index.string() + ": shard '" + name + "' is no file of the directory");
+        return Status(ErrorCode::kCorruptHeader,
+                      index.string() + ": shard '" + name + "' is no file of the directory");
       }
       shards.insert(name);
     }

@@ -17,7 +17,7 @@ namespace safetensors {
 
 struct TensorInfo {
   std::string name;
-  std::string dtype;           // as in the file: "BF16", "F32", "I64", ...
+  std::string dtype;  // as in the file: "BF16", "F32", "I64", ...
   std::vector<uint64_t> shape;
   uint64_t begin = 0, end = 0;  // byte range within the data section
   uint64_t size() const { return end - begin; }

@@ -17,8 +17,10 @@ namespace arc_v3 {
 namespace {
 
 static_assert(sizeof(kDeltaMagic) == sizeof(checkpoint::kMagic) &&
-                  kDeltaMagic[0] == checkpoint::kMagic[0] && kDeltaMagic[1] == checkpoint::kMagic[1] &&
-                  kDeltaMagic[2] == checkpoint::kMagic[2] && kDeltaMagic[3] == checkpoint::kMagic[3],
+                  kDeltaMagic[0] == checkpoint::kMagic[0] &&
+                  kDeltaMagic[1] == checkpoint::kMagic[1] &&
+                  kDeltaMagic[2] == checkpoint::kMagic[2] &&
+                  kDeltaMagic[3] == checkpoint::kMagic[3],
               "arc_v3_checkpoint.hpp's kDeltaMagic is the container's");
 
 // The names the state dicts' files take inside the container.
@@ -62,7 +64,8 @@ Status StateDictDiff(const std::vector<NamedTensor>& prev, const std::vector<Nam
 }
 
 Status StateDictApply(const std::vector<NamedTensor>& prev, const uint8_t* delta, size_t size,
-                      const TensorAllocator& allocate, int threads, std::vector<NamedTensor>* next) {
+                      const TensorAllocator& allocate, int threads,
+                      std::vector<NamedTensor>* next) {
   next->clear();
   checkpoint::Reader reader;
   ARC_V3_RETURN_IF_ERROR(OpenDelta(delta, size, &reader));
@@ -81,7 +84,9 @@ Status StateDictApply(const std::vector<NamedTensor>& prev, const uint8_t* delta
     h.data = static_cast<uint8_t*>(const_cast<void*>(t.data));
     held[t.name] = std::move(h);
   }
-  const auto all = [](const checkpoint::TensorEntry& t) { return std::make_pair(uint64_t{0}, t.rows()); };
+  const auto all = [](const checkpoint::TensorEntry& t) {
+    return std::make_pair(uint64_t{0}, t.rows());
+  };
   const auto fresh = [&](const checkpoint::TensorEntry& t, uint64_t, uint64_t,
                          checkpoint::HeldTensor* h) {
     void* data = nullptr;
@@ -103,7 +108,8 @@ Status StateDictApply(const std::vector<NamedTensor>& prev, const uint8_t* delta
     if (it == held.end() && t.bytes() != 0) {
       return Status(ErrorCode::kInternal, "'" + t.name + "' was not rebuilt");
     }
-    next->push_back(NamedTensor{t.name, t.dtype, t.shape, it == held.end() ? nullptr : it->second.data});
+    next->push_back(
+        NamedTensor{t.name, t.dtype, t.shape, it == held.end() ? nullptr : it->second.data});
   }
   return Status::Ok();
 }

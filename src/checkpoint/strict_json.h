@@ -49,7 +49,8 @@ inline Json Parse(const std::string& text, const std::string& where) {
 }
 
 // Rejects unknown fields like reserved bits: a newer writer must bump the version.
-inline void CheckFields(const Json& object, const std::set<std::string>& allowed, const std::string& where) {
+inline void CheckFields(const Json& object, const std::set<std::string>& allowed,
+                        const std::string& where) {
   if (!object.is_object()) Fail(where + " is not an object");
   for (auto it = object.begin(); it != object.end(); ++it) {
     if (allowed.count(it.key()) == 0) Fail(where + " has unknown field '" + it.key() + "'");

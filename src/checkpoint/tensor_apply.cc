@@ -19,7 +19,9 @@ Status WrongBase(const std::string& what) {
   return Status(ErrorCode::kChecksumMismatch, "wrong base: " + what);
 }
 
-std::string Rows(uint64_t begin, uint64_t end) { return std::to_string(begin) + ":" + std::to_string(end); }
+std::string Rows(uint64_t begin, uint64_t end) {
+  return std::to_string(begin) + ":" + std::to_string(end);
+}
 
 std::string Shape(const std::vector<uint64_t>& shape) {
   std::string s = "[";
@@ -27,10 +29,18 @@ std::string Shape(const std::vector<uint64_t>& shape) {
   return s + "]";
 }
 
+// The held rows of a tensor of the container's dtype and shape, or null.
+const HeldTensor* HeldAs(const HeldTensors& held, const TensorEntry& t) {
+  const auto it = held.find(t.name);
+  if (it == held.end() || it->second.dtype != t.dtype || it->second.shape != t.shape)
+    return nullptr;
+  return &it->second;
+}
+
 }  // namespace
 
-Status TensorApply::Plan(const Reader* reader, size_t file, const HeldTensors& held, const RowsWanted& wanted,
-                         const Allocate& allocate, bool in_place) {
+Status TensorApply::Plan(const Reader* reader, size_t file, const HeldTensors& held,
+                         const RowsWanted& wanted, const Allocate& allocate, bool in_place) {
   reader_ = reader;
   file_ = file;
   targets_.clear();
@@ -39,31 +49,28 @@ Status TensorApply::Plan(const Reader* reader, size_t file, const HeldTensors& h
   undo_.clear();
   changed_ = 0;
   const FileEntry& f = reader->manifest().files[file];
-  // The held rows of a tensor of the container's dtype and shape, or null.
-  const auto held_as = [&](const TensorEntry& t) -> const HeldTensor* {
-    const auto it = held.find(t.name);
-    if (it == held.end() || it->second.dtype != t.dtype || it->second.shape != t.shape) return nullptr;
-    return &it->second;
-  };
   std::set<uint64_t> groups;
   for (const TensorEntry& t : f.tensors) {
     const std::pair<uint64_t, uint64_t> rows = wanted(t);
     if (rows.first >= rows.second || t.bytes() == 0) continue;
-    if (rows.second > t.rows()) return Status(ErrorCode::kInternal, "rows past the end of '" + t.name + "'");
+    if (rows.second > t.rows())
+      return Status(ErrorCode::kInternal, "rows past the end of '" + t.name + "'");
     const uint64_t rb = t.row_bytes();
     Target target;
     target.tensor = &t;
-    const HeldTensor* h = held_as(t);
+    const HeldTensor* h = HeldAs(held, t);
     if (t.kind == TensorKind::kDelta) {
       const auto any = held.find(t.name);
-      if (any == held.end()) return WrongBase("tensor '" + t.name + "' is missing from " + base_name_);
+      if (any == held.end())
+        return WrongBase("tensor '" + t.name + "' is missing from " + base_name_);
       if (h == nullptr) {
-        return WrongBase("tensor '" + t.name + "' is " + any->second.dtype + " " + Shape(any->second.shape) +
-                         " in " + base_name_ + ", the delta expects " + t.dtype + " " + Shape(t.shape));
+        return WrongBase("tensor '" + t.name + "' is " + any->second.dtype + " " +
+                         Shape(any->second.shape) + " in " + base_name_ + ", the delta expects " +
+                         t.dtype + " " + Shape(t.shape));
       }
       if (h->row_begin > rows.first || h->row_end < rows.second) {
-        return WrongBase("rows " + Rows(rows.first, rows.second) + " of tensor '" + t.name + "' are not held (only " +
-                         Rows(h->row_begin, h->row_end) + ")");
+        return WrongBase("rows " + Rows(rows.first, rows.second) + " of tensor '" + t.name +
+                         "' are not held (only " + Rows(h->row_begin, h->row_end) + ")");
       }
       target.base = h->data + (rows.first - h->row_begin) * rb;
     }
@@ -78,13 +85,15 @@ Status TensorApply::Plan(const Reader* reader, size_t file, const HeldTensors& h
       ARC_V3_RETURN_IF_ERROR(allocate(t, rows.first, rows.second, &target.held));
     }
     if (t.grouped()) {
-      if (groups.insert(t.group).second) tasks_.push_back({nullptr, &f.groups[t.group], targets_.size()});
+      if (groups.insert(t.group).second)
+        tasks_.push_back({nullptr, &f.groups[t.group], targets_.size()});
     } else {
       for (const Piece& p : t.pieces) {
         if (p.row_end <= rows.first || p.row_begin >= rows.second) continue;
         if (p.row_begin < rows.first || p.row_end > rows.second) {
-          return Status(ErrorCode::kInternal, "rows " + Rows(rows.first, rows.second) + " of '" + t.name +
-                                                  "' cut a piece (rows " + Rows(p.row_begin, p.row_end) + ")");
+          return Status(ErrorCode::kInternal, "rows " + Rows(rows.first, rows.second) + " of '" +
+                                                  t.name + "' cut a piece (rows " +
+                                                  Rows(p.row_begin, p.row_end) + ")");
         }
         tasks_.push_back({&p, nullptr, targets_.size()});
       }
@@ -97,9 +106,10 @@ Status TensorApply::Plan(const Reader* reader, size_t file, const HeldTensors& h
   for (uint64_t g : groups) {
     for (size_t member : f.groups[g].members) {
       const TensorEntry& m = f.tensors[member];
-      const HeldTensor* h = held_as(m);
+      const HeldTensor* h = HeldAs(held, m);
       if (h == nullptr || h->row_begin != 0 || h->row_end != m.rows()) {
-        return WrongBase("tensor '" + m.name + "' is not held whole (its group needs every member)");
+        return WrongBase("tensor '" + m.name +
+                         "' is not held whole (its group needs every member)");
       }
       member_base_[m.name] = h->data;
     }
@@ -197,8 +207,8 @@ Status TensorApply::Decode(int threads) {
   std::vector<uint64_t> changed(tasks_.size(), 0);
   FirstError first;
   // Writes `decoded` over rows of an in-place target from element `at`, keeping the old values.
-  const auto write_in_place = [&](size_t i, size_t target, const uint8_t* decoded, uint64_t bytes, uint64_t at,
-                                  size_t element) {
+  const auto write_in_place = [&](size_t i, size_t target, const uint8_t* decoded, uint64_t bytes,
+                                  uint64_t at, size_t element) {
     const Target& t = targets_[target];
     undo[i].emplace_back();
     Undo& u = undo[i].back();

@@ -34,7 +34,8 @@ using HeldTensors = std::map<std::string, HeldTensor>;
 using RowsWanted = std::function<std::pair<uint64_t, uint64_t>(const TensorEntry&)>;
 // Memory for rows [begin, end) of a tensor that is not held as the container needs
 // (new, reshaped, other rows, or `in_place` off): fills `held` (data, owner).
-using Allocate = std::function<Status(const TensorEntry&, uint64_t begin, uint64_t end, HeldTensor* held)>;
+using Allocate =
+    std::function<Status(const TensorEntry&, uint64_t begin, uint64_t end, HeldTensor* held)>;
 
 class TensorApply {
  public:
@@ -64,7 +65,7 @@ class TensorApply {
  private:
   struct Target {
     const TensorEntry* tensor = nullptr;
-    HeldTensor held;      // where the result goes (new memory, or the held rows in place)
+    HeldTensor held;                // where the result goes (new memory, or the held rows in place)
     const uint8_t* base = nullptr;  // the base rows [held.row_begin, ...) for a delta tensor
     bool in_place = false;
   };

@@ -66,9 +66,9 @@ struct SessionFrame {
 // are first read. `tensors`: for a group of tensors, the element count of each (src and
 // dst are their concatenations), named in the frame header (by its check); nullptr for
 // one tensor.
-Status EncodeFrame(const uint16_t* src, const uint16_t* dst, size_t count,
-                   const Options& options, const uint8_t* history, const SessionFrame* session,
-                   Delta* out, uint64_t* base_checksum = nullptr,
+Status EncodeFrame(const uint16_t* src, const uint16_t* dst, size_t count, const Options& options,
+                   const uint8_t* history, const SessionFrame* session, Delta* out,
+                   uint64_t* base_checksum = nullptr,
                    const std::vector<uint64_t>* tensors = nullptr);
 
 // `expected` / `history` as above. With a session, `next_history` (count bytes) receives
@@ -79,8 +79,8 @@ Status EncodeFrame(const uint16_t* src, const uint16_t* dst, size_t count,
 // which refuses frames of several tensors.
 Status DecodeFrame(const uint16_t* src, size_t count, const uint8_t* bytes, size_t size,
                    uint64_t checksum, uint16_t* out, size_t out_capacity, int threads,
-                   const uint8_t* history, const SessionFrame* expected,
-                   uint8_t* next_history, const std::vector<uint64_t>* tensors = nullptr);
+                   const uint8_t* history, const SessionFrame* expected, uint8_t* next_history,
+                   const std::vector<uint64_t>* tensors = nullptr);
 
 // The element counts of the tensors of delta_compress_tensors / delta_decompress_tensors
 // and their total, after checking that every tensor with elements has both its arrays
@@ -130,8 +130,8 @@ auto BackToBack(const Tensor* tensors, size_t tensor_count, const Field& field)
 
 // The tensors' arrays that `field` picks, copied one after the other into `copy`.
 template <class Tensor, class Field>
-const uint16_t* Gather(const Tensor* tensors, size_t tensor_count, size_t total,
-                       const Field& field, std::vector<uint16_t>* copy) {
+const uint16_t* Gather(const Tensor* tensors, size_t tensor_count, size_t total, const Field& field,
+                       std::vector<uint16_t>* copy) {
   copy->resize(total);
   size_t at = 0;
   for (size_t t = 0; t < tensor_count; ++t) {
@@ -162,8 +162,7 @@ Status ConcatenateTensors(const TensorDelta* tensors, size_t tensor_count,
 Status DecodeTensors(const TensorOut* tensors, size_t tensor_count,
                      const std::vector<uint64_t>& counts, size_t total, const uint8_t* bytes,
                      size_t size, uint64_t checksum, int threads, const uint8_t* history,
-                     const SessionFrame* session, uint8_t* next_history,
-                     uint64_t* base_checksum);
+                     const SessionFrame* session, uint8_t* next_history, uint64_t* base_checksum);
 
 // Checksum() of values given in consecutive pieces (XXH3-64 streaming, seed 0).
 class ChecksumStream {

@@ -116,7 +116,8 @@ Status ParseFrameFields(ByteReader* in, FrameHeader* header) {
   if (header->tensors && !header->continues) {
     uint64_t tensor_count;
     if (!reader.ReadVarint(&tensor_count, &ran_out)) {
-      return Status(ran_out ? ErrorCode::kTruncated : ErrorCode::kCorruptHeader, "bad tensor count");
+      return Status(ran_out ? ErrorCode::kTruncated : ErrorCode::kCorruptHeader,
+                    "bad tensor count");
     }
     header->tensor_count = tensor_count;
     const uint8_t* check;
@@ -146,7 +147,8 @@ Status ParseChunkTable(ByteReader* in, size_t size, FrameHeader* header) {
     uint64_t chunk_size;
     bool ran_out = false;
     if (!reader.ReadVarint(&chunk_size, &ran_out)) {
-      return Status(ran_out ? ErrorCode::kTruncated : ErrorCode::kCorruptHeader, "bad chunk table entry");
+      return Status(ran_out ? ErrorCode::kTruncated : ErrorCode::kCorruptHeader,
+                    "bad chunk table entry");
     }
     if (chunk_size == 0 || chunk_size > size) {
       return Status(ErrorCode::kCorruptHeader, "chunk size out of range");
@@ -176,8 +178,7 @@ Status ParseChunkTable(ByteReader* in, size_t size, FrameHeader* header) {
   return Status::Ok();
 }
 
-Status ParseHeader(const uint8_t* bytes, size_t size, bool with_chunk_table,
-                   FrameHeader* header) {
+Status ParseHeader(const uint8_t* bytes, size_t size, bool with_chunk_table, FrameHeader* header) {
   if (bytes == nullptr && size > 0) return Status(ErrorCode::kInvalidArgument, "bytes is null");
   ByteReader reader(bytes, size);
   ARC_V3_RETURN_IF_ERROR(ParseFrameStart(&reader, header));
@@ -219,18 +220,19 @@ class ChunkDecoder {
       case kChunkUnchanged:
         changes->positions.clear();
         changes->xors.clear();
-        return reader.remaining() == 0 ? Status::Ok() : Inconsistent("bytes after an unchanged chunk");
+        return reader.remaining() == 0 ? Status::Ok()
+                                       : Inconsistent("bytes after an unchanged chunk");
       case kChunkXorStreams:
         return DecodeXorStreams(&reader, chunk_len, /*allow_empty=*/false, changes, stats);
       case kChunkModelled: {
         if (src == nullptr) return Status::Ok();  // statistics without the base
-        const Status status = DecodeChunkModelled(src, chunk_len, reader.current(),
-                                                  reader.remaining(), &changes->positions,
-                                                  &changes->xors, history, carried);
+        const Status status =
+            DecodeChunkModelled(src, chunk_len, reader.current(), reader.remaining(),
+                                &changes->positions, &changes->xors, history, carried);
         if (!status.ok()) {
           // The coding is predicted from src, so a wrong base derails it like corruption.
-          return Status(status.code(), status.message() +
-                                           " (the payload is corrupt, or src is not its base)");
+          return Status(status.code(),
+                        status.message() + " (the payload is corrupt, or src is not its base)");
         }
         if (changes->positions.empty()) {
           return Status(ErrorCode::kCorruptChunk, "modelled chunk without changes");
@@ -249,13 +251,12 @@ class ChunkDecoder {
           return Status(ErrorCode::kCorruptChunk,
                         "rANS chunk coded with a session history outside a session");
         }
-        const Status status = DecodeChunkRans(src, chunk_len, reader.current(),
-                                              reader.remaining(), &changes->positions,
-                                              &changes->xors,
-                                              with_history ? history : nullptr);
+        const Status status =
+            DecodeChunkRans(src, chunk_len, reader.current(), reader.remaining(),
+                            &changes->positions, &changes->xors, with_history ? history : nullptr);
         if (!status.ok()) {
-          return Status(status.code(), status.message() +
-                                           " (the payload is corrupt, or src is not its base)");
+          return Status(status.code(),
+                        status.message() + " (the payload is corrupt, or src is not its base)");
         }
         if (stats != nullptr) {
           stats->modelled_bytes = size;
@@ -263,8 +264,7 @@ class ChunkDecoder {
         }
         return Status::Ok();
       }
-      default:
-        return Status(ErrorCode::kReservedBitsSet, "unknown chunk mode");
+      default: return Status(ErrorCode::kReservedBitsSet, "unknown chunk mode");
     }
   }
 
@@ -358,11 +358,13 @@ class ChunkDecoder {
       return Status(ErrorCode::kCorruptChunk, "stream size inconsistent with the change counts");
     }
     stored_size = raw_size;
-    if (codec != kCodecStored) ARC_V3_RETURN_IF_ERROR(ReadCount(reader, &stored_size, "bad stored stream size"));
+    if (codec != kCodecStored)
+      ARC_V3_RETURN_IF_ERROR(ReadCount(reader, &stored_size, "bad stored stream size"));
     const uint8_t* body;
     if (!reader->ReadSpan(stored_size, &body)) return Truncated("stream body cut short");
     if (raw_size > MaxRawSize(codec, stored_size)) {
-      return Status(ErrorCode::kCodecFailure, "stream claims more bytes than its codec can produce");
+      return Status(ErrorCode::kCodecFailure,
+                    "stream claims more bytes than its codec can produce");
     }
     raw_.resize(raw_size);
     ARC_V3_RETURN_IF_ERROR(decompressor_.Decode(codec, body, stored_size, raw_.data(), raw_size));
@@ -471,20 +473,17 @@ Status DecodeChunks(const uint8_t* bytes, const FrameHeader& header, const uint1
     try {
       chunk_changes->positions.clear();
       chunk_changes->xors.clear();
-      status[c] = decoders[worker]->Decode(header.version, bytes + header.chunk_offset[c],
-                                           header.chunk_size[c],
-                                           src != nullptr ? src + begin : nullptr,
-                                           history != nullptr ? history + begin : nullptr,
-                                           carried, len, chunk_changes,
-                                           stats != nullptr ? &(*stats)[c] : nullptr);
+      status[c] = decoders[worker]->Decode(
+          header.version, bytes + header.chunk_offset[c], header.chunk_size[c],
+          src != nullptr ? src + begin : nullptr, history != nullptr ? history + begin : nullptr,
+          carried, len, chunk_changes, stats != nullptr ? &(*stats)[c] : nullptr);
       if (stats != nullptr) (*stats)[c].changed = chunk_changes->positions.size();
     } catch (const std::bad_alloc&) {
       status[c] = Status(ErrorCode::kOutOfMemory, "out of memory while decoding");
     }
     if (!status[c].ok()) {
       size_t seen = first_failed.load();
-      while (c < seen && !first_failed.compare_exchange_weak(seen, c)) {
-      }
+      while (c < seen && !first_failed.compare_exchange_weak(seen, c)) {}
     }
   });
   for (size_t c = 0; c < num_chunks; ++c) {
@@ -563,17 +562,17 @@ Status CheckTensorList(const FrameHeader& header, const std::vector<uint64_t>* t
   if (tensors != nullptr) {
     const uint64_t listed = header.tensors ? header.tensor_count : 1;
     if (tensors->size() != listed) {
-      return Status(ErrorCode::kSizeMismatch,
-                    "payload holds " + std::to_string(listed) + " tensor(s), the call passes " +
-                        std::to_string(tensors->size()));
+      return Status(ErrorCode::kSizeMismatch, "payload holds " + std::to_string(listed) +
+                                                  " tensor(s), the call passes " +
+                                                  std::to_string(tensors->size()));
     }
     if (header.has_list_check) {
       uint64_t total = 0;
       for (const uint64_t elements : *tensors) total += elements;
       if (total != header.element_count) {
-        return Status(ErrorCode::kSizeMismatch,
-                      "the tensors hold " + std::to_string(total) +
-                          " elements in all, the payload " + std::to_string(header.element_count));
+        return Status(ErrorCode::kSizeMismatch, "the tensors hold " + std::to_string(total) +
+                                                    " elements in all, the payload " +
+                                                    std::to_string(header.element_count));
       }
       if (TensorListCheck(*tensors) != header.tensor_list_check) {
         return Status(ErrorCode::kSizeMismatch,
@@ -585,10 +584,10 @@ Status CheckTensorList(const FrameHeader& header, const std::vector<uint64_t>* t
     for (size_t t = 0; t < listed; ++t) {
       const uint64_t elements = header.tensors ? header.tensor_elements[t] : header.element_count;
       if ((*tensors)[t] != elements) {
-        return Status(ErrorCode::kSizeMismatch,
-                      "tensor " + std::to_string(t) + ": payload holds " +
-                          std::to_string(elements) + " elements, the call passes " +
-                          std::to_string((*tensors)[t]));
+        return Status(ErrorCode::kSizeMismatch, "tensor " + std::to_string(t) + ": payload holds " +
+                                                    std::to_string(elements) +
+                                                    " elements, the call passes " +
+                                                    std::to_string((*tensors)[t]));
       }
     }
   }
@@ -609,14 +608,14 @@ void Scatter(const uint16_t* result, const TensorOut* tensors, size_t tensor_cou
 Status CheckFrameFitsCall(const FrameHeader& header, size_t count, size_t out_capacity,
                           const SessionFrame* expected) {
   if (header.element_count != count) {
-    return Status(ErrorCode::kSizeMismatch,
-                  "payload holds " + std::to_string(header.element_count) +
-                      " elements, src has " + std::to_string(count));
+    return Status(ErrorCode::kSizeMismatch, "payload holds " +
+                                                std::to_string(header.element_count) +
+                                                " elements, src has " + std::to_string(count));
   }
   if (count > out_capacity) {
-    return Status(ErrorCode::kOutputTooSmall,
-                  "payload holds " + std::to_string(count) + " elements, out has room for " +
-                      std::to_string(out_capacity));
+    return Status(ErrorCode::kOutputTooSmall, "payload holds " + std::to_string(count) +
+                                                  " elements, out has room for " +
+                                                  std::to_string(out_capacity));
   }
   if (header.session && expected == nullptr) return SessionPayloadForStatelessDecoder();
   if (!header.session && expected != nullptr) {
@@ -648,14 +647,14 @@ uint64_t HashFrameResult(const uint16_t* src, size_t count, int chunk_log,
   for (size_t c = 0; c < changes.size(); ++c) {
     const size_t begin = c * chunk_elements;
     const size_t len = std::min(chunk_elements, count - begin);
-    ForEachResultTile(src, begin, len, changes[c],
-                      [&](size_t) { return result_tile.data(); },
-                      [&](size_t at, size_t n, const uint16_t* result) {
-                        hash.Update(result, n);
-                        if (next_history != nullptr) {
-                          AdvanceHistory(src + at, result, n, next_history + at);
-                        }
-                      });
+    ForEachResultTile(
+        src, begin, len, changes[c], [&](size_t) { return result_tile.data(); },
+        [&](size_t at, size_t n, const uint16_t* result) {
+          hash.Update(result, n);
+          if (next_history != nullptr) {
+            AdvanceHistory(src + at, result, n, next_history + at);
+          }
+        });
   }
   return hash.Digest();
 }
@@ -674,8 +673,9 @@ void WriteFrameResult(const uint16_t* src, size_t count, int chunk_log,
       }
       return;
     }
-    ForEachResultTile(src, begin, len, changes[c], [&](size_t at) { return out + at; },
-                      [](size_t, size_t, const uint16_t*) {});
+    ForEachResultTile(
+        src, begin, len, changes[c], [&](size_t at) { return out + at; },
+        [](size_t, size_t, const uint16_t*) {});
   });
 }
 
@@ -683,8 +683,8 @@ void WriteFrameResult(const uint16_t* src, size_t count, int chunk_log,
 
 Status DecodeFrame(const uint16_t* src, size_t count, const uint8_t* bytes, size_t size,
                    uint64_t checksum, uint16_t* out, size_t out_capacity, int threads,
-                   const uint8_t* history, const SessionFrame* expected,
-                   uint8_t* next_history, const std::vector<uint64_t>* tensors) {
+                   const uint8_t* history, const SessionFrame* expected, uint8_t* next_history,
+                   const std::vector<uint64_t>* tensors) {
   if (count > 0 && (src == nullptr || out == nullptr)) {
     return Status(ErrorCode::kInvalidArgument, "src or out is null");
   }
@@ -775,9 +775,8 @@ Status DecodeTensors(const TensorOut* tensors, size_t tensor_count,
                      next_history, &counts);
 }
 
-Status delta_decompress_tensors(const TensorOut* tensors, size_t tensor_count,
-                                const uint8_t* bytes, size_t size, uint64_t checksum,
-                                int threads) {
+Status delta_decompress_tensors(const TensorOut* tensors, size_t tensor_count, const uint8_t* bytes,
+                                size_t size, uint64_t checksum, int threads) {
   try {
     std::vector<uint64_t> counts;
     size_t total;

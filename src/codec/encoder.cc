@@ -39,7 +39,7 @@ struct EncoderScratch {
   StreamCompressor compressor;
   std::vector<uint32_t> positions;
   std::vector<uint16_t> xors;
-  std::vector<uint8_t> raw;     // one stream before compression
+  std::vector<uint8_t> raw;  // one stream before compression
   std::vector<uint8_t> bitmap_stream, gaps_stream;
   std::vector<uint8_t> modelled;
   RansScratch rans_words;  // EncodeChunkRans' scratch
@@ -50,8 +50,7 @@ struct EncoderScratch {
 
 // ClassifyChanges of a chunk. With checksum streams, each slice is also hashed right after
 // it is counted, while it is in cache: one pass over memory for both.
-ChangeCounts CountChanges(const uint16_t* src, const uint16_t* dst, size_t len,
-                          EncoderScratch* s) {
+ChangeCounts CountChanges(const uint16_t* src, const uint16_t* dst, size_t len, EncoderScratch* s) {
   if (s->target_stream == nullptr) return ClassifyChanges(src, dst, len);
   constexpr size_t kSlice = 16384;
   ChangeCounts total;
@@ -66,8 +65,7 @@ ChangeCounts CountChanges(const uint16_t* src, const uint16_t* dst, size_t len,
   return total;
 }
 
-void BuildBitmap(const uint32_t* positions, size_t n, size_t chunk_len,
-                 std::vector<uint8_t>* raw) {
+void BuildBitmap(const uint32_t* positions, size_t n, size_t chunk_len, std::vector<uint8_t>* raw) {
   raw->assign((chunk_len + 7) / 8, 0);
   for (size_t k = 0; k < n; ++k) (*raw)[positions[k] >> 3] |= 1u << (positions[k] & 7);
 }
@@ -98,7 +96,8 @@ void BuildHighRecords(const uint16_t* xors, size_t n, std::vector<uint8_t>* raw)
 
 // Density above which a bitmap is chosen without trying gaps (effort < 2): beyond 1/8 a
 // raw bitmap costs less than a byte per change, which LZ4 (no entropy stage) cannot beat
-// with byte-sized gaps. See src/codec/FORMAT.md "Choosing the position mode" (measurements: docs/format_notes.md, "Payload format, Choosing the position mode").
+// with byte-sized gaps. See src/codec/FORMAT.md "Choosing the position mode" (measurements:
+// docs/format_notes.md, "Payload format, Choosing the position mode").
 constexpr double kBitmapDensity = 1.0 / 8;
 
 // Appends the XOR-stream chunk body (src/codec/FORMAT.md "XOR-stream chunk") for a chunk with
@@ -129,8 +128,7 @@ void EncodeXorStreams(const uint16_t* src, const uint16_t* dst, size_t chunk_len
     s->gaps_stream.clear();
     s->compressor.AppendStream(s->raw.data(), s->raw.size(), entrants, &s->gaps_stream, &codec);
   }
-  const bool use_bitmap =
-      try_both ? s->bitmap_stream.size() <= s->gaps_stream.size() : dense;
+  const bool use_bitmap = try_both ? s->bitmap_stream.size() <= s->gaps_stream.size() : dense;
   mode = use_bitmap ? kPositionsBitmap : kPositionsGaps;
   out->push_back(mode);
   const std::vector<uint8_t>& positions = use_bitmap ? s->bitmap_stream : s->gaps_stream;
@@ -148,10 +146,10 @@ void EncodeXorStreams(const uint16_t* src, const uint16_t* dst, size_t chunk_len
 
 // Version 1 chunk: the XOR streams, or a lone 0 when nothing changed.
 Status EncodeChunkPublished(const uint16_t* src, const uint16_t* dst, size_t chunk_len,
-                     const uint8_t* /*history*/, const CarriedModel& /*carried*/,
-                     const std::vector<uint32_t>* /*sign_periods*/,
-                     const RaceEntrants& entrants, int effort, EncoderScratch* s,
-                     std::vector<uint8_t>* out) {
+                            const uint8_t* /*history*/, const CarriedModel& /*carried*/,
+                            const std::vector<uint32_t>* /*sign_periods*/,
+                            const RaceEntrants& entrants, int effort, EncoderScratch* s,
+                            std::vector<uint8_t>* out) {
   out->clear();
   const ChangeCounts counts = CountChanges(src, dst, chunk_len, s);
   if (counts.changed == 0) {
@@ -178,9 +176,8 @@ bool PreferRans(uint64_t changes, size_t chunk_len, bool with_history) {
 // Versions 2 to 8 chunk: a mode byte, then the coding chosen by the effort level.
 Status RaceChunkCodings(const uint16_t* src, const uint16_t* dst, size_t chunk_len,
                         const uint8_t* history, const CarriedModel& carried,
-                        const std::vector<uint32_t>* sign_periods,
-                        const RaceEntrants& entrants, int effort, EncoderScratch* s,
-                        std::vector<uint8_t>* out) {
+                        const std::vector<uint32_t>* sign_periods, const RaceEntrants& entrants,
+                        int effort, EncoderScratch* s, std::vector<uint8_t>* out) {
   out->clear();
   const ChangeCounts counts = CountChanges(src, dst, chunk_len, s);
   if (counts.changed == 0) {
@@ -213,9 +210,8 @@ Status RaceChunkCodings(const uint16_t* src, const uint16_t* dst, size_t chunk_l
     s->modelled.clear();
     s->modelled.push_back(kChunkRans);
     bool with_history = false;
-    ARC_V3_RETURN_IF_ERROR(EncodeChunkRans(src, dst, chunk_len, s->positions.data(),
-                                           counts.changed, &s->modelled, &s->rans_words,
-                                           history, &with_history));
+    ARC_V3_RETURN_IF_ERROR(EncodeChunkRans(src, dst, chunk_len, s->positions.data(), counts.changed,
+                                           &s->modelled, &s->rans_words, history, &with_history));
     if (with_history) s->modelled[0] = kChunkRansHistory;
     if (out->empty() || s->modelled.size() < out->size()) out->swap(s->modelled);
   }
@@ -225,9 +221,9 @@ Status RaceChunkCodings(const uint16_t* src, const uint16_t* dst, size_t chunk_l
 // `carried`: a session's model for this chunk (its `end` is reset unless the chunk ends up
 // modelled, the only coding a decoder learns a state from).
 Status EncodeChunkDefault(const uint16_t* src, const uint16_t* dst, size_t chunk_len,
-                     const uint8_t* history, const CarriedModel& carried,
-                     const std::vector<uint32_t>* sign_periods, const RaceEntrants& entrants,
-                     int effort, EncoderScratch* s, std::vector<uint8_t>* out) {
+                          const uint8_t* history, const CarriedModel& carried,
+                          const std::vector<uint32_t>* sign_periods, const RaceEntrants& entrants,
+                          int effort, EncoderScratch* s, std::vector<uint8_t>* out) {
   const Status status = RaceChunkCodings(src, dst, chunk_len, history, carried, sign_periods,
                                          entrants, effort, s, out);
   if (carried.end != nullptr && (!status.ok() || (*out)[0] != kChunkModelled)) {
@@ -323,8 +319,7 @@ Status ChooseFrameChunkLog(const FrameToEncode& in, int* chunk_log) {
   // A second chunk of under an eighth of the first would pay its own header and learn its
   // probabilities again for little (docs/format_notes.md): one chunk of twice the size.
   const size_t requested = options.chunk_elements;
-  if (in.count > requested && in.count - requested <= requested / 8 &&
-      *chunk_log < kMaxChunkLog) {
+  if (in.count > requested && in.count - requested <= requested / 8 && *chunk_log < kMaxChunkLog) {
     ++*chunk_log;
   }
   return Status::Ok();
@@ -357,10 +352,9 @@ Status EncodeFrameChunks(const FrameToEncode& in, size_t chunk_elements,
     const std::vector<uint32_t>* periods =
         published ? nullptr : &sign_periods.candidates[sign_periods.of_chunk[c]];
     try {
-      status[c] = encode_chunk(in.src + begin, in.dst + begin, len,
-                               in.history != nullptr ? in.history + begin : nullptr, carried,
-                               periods, entrants, in.options.effort, scratch[worker].get(),
-                               &(*chunks)[c]);
+      status[c] = encode_chunk(
+          in.src + begin, in.dst + begin, len, in.history != nullptr ? in.history + begin : nullptr,
+          carried, periods, entrants, in.options.effort, scratch[worker].get(), &(*chunks)[c]);
     } catch (const std::bad_alloc&) {
       status[c] = Status(ErrorCode::kOutOfMemory, "out of memory while encoding");
     }
@@ -418,10 +412,9 @@ void AppendFrameHeader(const FrameToEncode& in, int chunk_log,
 
 }  // namespace
 
-Status EncodeFrame(const uint16_t* src, const uint16_t* dst, size_t count,
-                   const Options& options, const uint8_t* history, const SessionFrame* session,
-                   Delta* out, uint64_t* base_checksum,
-                   const std::vector<uint64_t>* tensors) {
+Status EncodeFrame(const uint16_t* src, const uint16_t* dst, size_t count, const Options& options,
+                   const uint8_t* history, const SessionFrame* session, Delta* out,
+                   uint64_t* base_checksum, const std::vector<uint64_t>* tensors) {
   if (out == nullptr) return Status(ErrorCode::kInvalidArgument, "out is null");
   if (count > 0 && (src == nullptr || dst == nullptr)) {
     return Status(ErrorCode::kInvalidArgument, "src or dst is null");
@@ -432,8 +425,8 @@ Status EncodeFrame(const uint16_t* src, const uint16_t* dst, size_t count,
   try {
     std::vector<std::vector<uint8_t>> chunks;
     uint64_t target_checksum = 0;
-    ARC_V3_RETURN_IF_ERROR(EncodeFrameChunks(in, size_t{1} << chunk_log, &chunks,
-                                             &target_checksum, base_checksum));
+    ARC_V3_RETURN_IF_ERROR(
+        EncodeFrameChunks(in, size_t{1} << chunk_log, &chunks, &target_checksum, base_checksum));
     std::vector<uint8_t>& bytes = out->bytes;
     bytes.clear();
     AppendFrameHeader(in, chunk_log, chunks, &bytes);
@@ -484,8 +477,8 @@ Status delta_compress_tensors(const TensorDelta* tensors, size_t tensor_count, D
   try {
     ConcatenatedTensors group;
     ARC_V3_RETURN_IF_ERROR(ConcatenateTensors(tensors, tensor_count, &group));
-    return EncodeFrame(group.src, group.dst, group.total, options, nullptr, nullptr, out,
-                       nullptr, &group.counts);
+    return EncodeFrame(group.src, group.dst, group.total, options, nullptr, nullptr, out, nullptr,
+                       &group.counts);
   } catch (const std::bad_alloc&) {
     return Status(ErrorCode::kOutOfMemory, "out of memory while encoding");
   }

@@ -18,9 +18,7 @@ namespace arc_v3 {
 RaceEntrants EntrantsForEffort(int effort) {
   RaceEntrants e;
   switch (effort) {
-    case 0:
-      e.lz4 = true;
-      break;
+    case 0: e.lz4 = true; break;
     case 1:
       e.lz4 = true;
       e.zstd_levels[0] = 3;
@@ -45,9 +43,8 @@ RaceEntrants EntrantsForEffort(int effort) {
 StreamCompressor::StreamCompressor() = default;
 StreamCompressor::~StreamCompressor() { ZSTD_freeCCtx(static_cast<ZSTD_CCtx*>(zstd_)); }
 
-bool StreamCompressor::AppendStream(const uint8_t* raw, size_t size,
-                                    const RaceEntrants& entrants, std::vector<uint8_t>* out,
-                                    uint8_t* codec) {
+bool StreamCompressor::AppendStream(const uint8_t* raw, size_t size, const RaceEntrants& entrants,
+                                    std::vector<uint8_t>* out, uint8_t* codec) {
   uint8_t best_codec = kCodecStored;
   size_t best_size = size;  // stored
   // Strictly smaller wins, so ties keep the codec tried first (stored, lz4, zstd).
@@ -71,8 +68,7 @@ bool StreamCompressor::AppendStream(const uint8_t* raw, size_t size,
             ? LZ4_compress_HC_extStateHC(lz4hc_state.get(), reinterpret_cast<const char*>(raw),
                                          reinterpret_cast<char*>(candidate_.data()),
                                          static_cast<int>(size),
-                                         static_cast<int>(candidate_.size()),
-                                         entrants.lz4hc_level)
+                                         static_cast<int>(candidate_.size()), entrants.lz4hc_level)
             : LZ4_compress_default(reinterpret_cast<const char*>(raw),
                                    reinterpret_cast<char*>(candidate_.data()),
                                    static_cast<int>(size), static_cast<int>(candidate_.size()));
@@ -106,8 +102,8 @@ bool StreamCompressor::AppendStream(const uint8_t* raw, size_t size,
 StreamDecompressor::StreamDecompressor() = default;
 StreamDecompressor::~StreamDecompressor() { ZSTD_freeDCtx(static_cast<ZSTD_DCtx*>(zstd_)); }
 
-Status StreamDecompressor::Decode(uint8_t codec, const uint8_t* in, size_t in_size,
-                                  uint8_t* out, size_t raw_size) {
+Status StreamDecompressor::Decode(uint8_t codec, const uint8_t* in, size_t in_size, uint8_t* out,
+                                  size_t raw_size) {
   switch (codec) {
     case kCodecStored:
       if (in_size != raw_size) {
@@ -121,9 +117,9 @@ Status StreamDecompressor::Decode(uint8_t codec, const uint8_t* in, size_t in_si
         return Status(ErrorCode::kCorruptChunk, "lz4 stream larger than lz4 allows");
       }
       // LZ4_decompress_safe never reads or writes outside the given buffers.
-      const int n = LZ4_decompress_safe(reinterpret_cast<const char*>(in),
-                                        reinterpret_cast<char*>(out), static_cast<int>(in_size),
-                                        static_cast<int>(raw_size));
+      const int n =
+          LZ4_decompress_safe(reinterpret_cast<const char*>(in), reinterpret_cast<char*>(out),
+                              static_cast<int>(in_size), static_cast<int>(raw_size));
       if (n < 0 || static_cast<size_t>(n) != raw_size) {
         return Status(ErrorCode::kCodecFailure, "lz4 stream is corrupt");
       }
@@ -145,8 +141,7 @@ Status StreamDecompressor::Decode(uint8_t codec, const uint8_t* in, size_t in_si
       }
       return Status::Ok();
     }
-    default:
-      return Status(ErrorCode::kReservedBitsSet, "unknown stream codec id");
+    default: return Status(ErrorCode::kReservedBitsSet, "unknown stream codec id");
   }
 }
 

@@ -15,7 +15,7 @@ namespace arc_v3 {
 // Which compressors race at an effort level (Options::effort, 0..3).
 struct RaceEntrants {
   bool lz4 = false;
-  int lz4hc_level = 0;  // 0: plain LZ4 (when lz4), otherwise LZ4HC at this level
+  int lz4hc_level = 0;          // 0: plain LZ4 (when lz4), otherwise LZ4HC at this level
   int zstd_levels[2] = {0, 0};  // 0 = unused slot
 };
 RaceEntrants EntrantsForEffort(int effort);
@@ -51,8 +51,7 @@ class StreamDecompressor {
   // Decodes `in` (stored with `codec`) into exactly `raw_size` bytes at `out`.
   // Fails (kCodecFailure / kCorruptChunk) unless the input decodes to exactly raw_size
   // bytes and is consumed entirely. Never writes beyond out + raw_size.
-  Status Decode(uint8_t codec, const uint8_t* in, size_t in_size, uint8_t* out,
-                size_t raw_size);
+  Status Decode(uint8_t codec, const uint8_t* in, size_t in_size, uint8_t* out, size_t raw_size);
 
  private:
   void* zstd_ = nullptr;  // ZSTD_DCtx

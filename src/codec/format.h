@@ -82,7 +82,6 @@ inline uint64_t LoadU64(const uint8_t* bytes) {
   return value;
 }
 
-
 // Bounds-checked reader over untrusted bytes: every read reports failure instead of
 // reading past the end. Varints must be minimal (no redundant 0x80 continuation bytes)
 // so that each value has exactly one encoding.

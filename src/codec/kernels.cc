@@ -28,8 +28,8 @@ uint64_t SumLanes(D d, hn::Vec<D> v) {
   return sum;
 }
 
-ChangeCounts ClassifyChanges(const uint16_t* HWY_RESTRICT src,
-                             const uint16_t* HWY_RESTRICT dst, size_t count) {
+ChangeCounts ClassifyChanges(const uint16_t* HWY_RESTRICT src, const uint16_t* HWY_RESTRICT dst,
+                             size_t count) {
   const hn::ScalableTag<uint16_t> d;
   const size_t N = hn::Lanes(d);
   const auto zero = hn::Zero(d);
@@ -61,8 +61,7 @@ ChangeCounts ClassifyChanges(const uint16_t* HWY_RESTRICT src,
 // stores are emulated lane by lane, its mask is stored as bits (lane 0 = bit 0, whatever
 // the width) and its set bits walked. Either way nothing beyond the changes is written.
 size_t CompactChanges(const uint16_t* HWY_RESTRICT src, const uint16_t* HWY_RESTRICT dst,
-                      size_t count, uint32_t* HWY_RESTRICT positions,
-                      uint16_t* HWY_RESTRICT xors) {
+                      size_t count, uint32_t* HWY_RESTRICT positions, uint16_t* HWY_RESTRICT xors) {
   size_t n = 0;
   size_t i = 0;
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
@@ -114,8 +113,7 @@ size_t CompactChanges(const uint16_t* HWY_RESTRICT src, const uint16_t* HWY_REST
 // N/8 groups. Three shift-and-merge steps halve the fields per lane while doubling the
 // lane width: u32 lanes hold 2 fields (14 bits), u64 lanes 4 (28 bits), and the even
 // u64 lane of each pair then takes its odd neighbour's 28 bits on top.
-void PackMantissas(const uint16_t* HWY_RESTRICT xors, size_t count,
-                   uint8_t* HWY_RESTRICT out) {
+void PackMantissas(const uint16_t* HWY_RESTRICT xors, size_t count, uint8_t* HWY_RESTRICT out) {
   const hn::ScalableTag<uint16_t> d16;
   const hn::Repartition<uint32_t, decltype(d16)> d32;
   const hn::Repartition<uint64_t, decltype(d16)> d64;
@@ -130,8 +128,7 @@ void PackMantissas(const uint16_t* HWY_RESTRICT xors, size_t count,
       const auto v32 = hn::BitCast(d32, m16);
       const auto t32 = hn::Or(hn::And(v32, hn::Set(d32, 0x7Fu)), hn::ShiftRight<9>(v32));
       const auto v64 = hn::BitCast(d64, t32);
-      const auto t64 =
-          hn::Or(hn::And(v64, hn::Set(d64, 0x3FFFull)), hn::ShiftRight<18>(v64));
+      const auto t64 = hn::Or(hn::And(v64, hn::Set(d64, 0x3FFFull)), hn::ShiftRight<18>(v64));
       const auto merged = hn::Or(t64, hn::ShiftLeft<28>(hn::ShiftRightLanes<1>(d64, t64)));
       hn::Store(merged, d64, groups);
       uint8_t* group_out = out + i / 8 * 7;
@@ -162,7 +159,7 @@ void UnpackMantissas(const uint8_t* HWY_RESTRICT packed, size_t count,
       for (size_t g = 0; g < N / 8; ++g) {
         uint64_t value;
         std::memcpy(&value, group_in + 7 * g, 8);
-        halves[2 * g] = value;        // fields 0..3 in the low 28 bits
+        halves[2 * g] = value;            // fields 0..3 in the low 28 bits
         halves[2 * g + 1] = value >> 28;  // fields 4..7
       }
       const auto v64 = hn::And(hn::Load(d64, halves), hn::Set(d64, 0xFFFFFFFull));
@@ -252,8 +249,8 @@ void HistoryRateSums(const uint16_t* HWY_RESTRICT src, const uint8_t* HWY_RESTRI
     const auto looked_up = hn::TableLookupBytes(table, hn::BitCast(bytes, age));
     const auto boost = hn::ShiftRight<8>(hn::ShiftLeft<8>(hn::BitCast(di16, looked_up)));
     const auto capped = hn::BitCast(di16, hn::Min(hn::SaturatedSub(top, exponent), cap));
-    const auto rate_log = hn::Min(hn::Max(hn::Add(capped, boost), hn::Zero(di16)),
-                                  hn::BitCast(di16, cap));
+    const auto rate_log =
+        hn::Min(hn::Max(hn::Add(capped, boost), hn::Zero(di16)), hn::BitCast(di16, cap));
     hn::StoreU(GroupSumOfPowers(d64, hn::BitCast(d64, rate_log)), d64, sums + i / 4);
   }
   ref::HistoryRateSums(src + i, history + i, boosts, groups - i / 4, rate_cap, sums + i / 4);
@@ -388,8 +385,7 @@ HWY_INLINE hn::Vec<D> ClassOf(D d32, hn::Vec<D> bits, hn::Vec<D> class_base) {
 template <bool kWithHistory, class D>
 HWY_INLINE void LookupSymbols(D d32, const uint32_t* HWY_RESTRICT probs,
                               const uint32_t* HWY_RESTRICT splits, hn::Vec<D> cls,
-                              const uint8_t* HWY_RESTRICT history, hn::Vec<D>* p,
-                              hn::Vec<D>* ab) {
+                              const uint8_t* HWY_RESTRICT history, hn::Vec<D>* p, hn::Vec<D>* ab) {
   *p = LookupClass(d32, probs, cls);
   *ab = LookupClass(d32, splits, cls);
   if (!kWithHistory) return;
@@ -455,8 +451,7 @@ constexpr CompressTables kCompressTables = MakeCompressTables();
 // 16-lane vectors compress natively.
 template <class D>
 HWY_INLINE hn::Vec<D> CompressLanes(D d32, hn::Vec<D> v, hn::Mask<D> mask, uint32_t bits) {
-  constexpr bool kTables =
-      (HWY_TARGET & (HWY_SVE | HWY_SVE2 | HWY_SVE_256 | HWY_SVE2_128)) == 0;
+  constexpr bool kTables = (HWY_TARGET & (HWY_SVE | HWY_SVE2 | HWY_SVE_256 | HWY_SVE2_128)) == 0;
   if constexpr (kTables && hn::MaxLanes(D()) == 8) {
     HWY_ALIGN static constexpr uint32_t kShifts[8] = {0, 4, 8, 12, 16, 20, 24, 28};
     const auto packed = hn::Set(d32, kCompressTables.nibbles8[bits & 0xFF]);
@@ -476,8 +471,8 @@ template <class D>
 HWY_INLINE hn::Vec<D> RanksBelow(D d32, uint32_t mask) {
   if (hn::Lanes(d32) == kRansLanes) {
     HWY_ALIGN static constexpr uint32_t kBelow[kRansLanes] = {
-        0x0, 0x1, 0x3, 0x7, 0xF, 0x1F, 0x3F, 0x7F, 0xFF, 0x1FF, 0x3FF, 0x7FF, 0xFFF,
-        0x1FFF, 0x3FFF, 0x7FFF};
+        0x0,  0x1,   0x3,   0x7,   0xF,   0x1F,   0x3F,   0x7F,
+        0xFF, 0x1FF, 0x3FF, 0x7FF, 0xFFF, 0x1FFF, 0x3FFF, 0x7FFF};
     return hn::PopulationCount(hn::And(hn::Set(d32, mask), hn::Load(d32, kBelow)));
   }
   const hn::Rebind<uint8_t, D> d8;
@@ -509,11 +504,9 @@ HWY_INLINE hn::Vec<D> DecodeRansVector(D d32, hn::Vec<D> x, const uint16_t* HWY_
                                        const uint32_t* HWY_RESTRICT probs,
                                        const uint32_t* HWY_RESTRICT splits,
                                        const uint8_t* HWY_RESTRICT words, size_t num_words,
-                                       size_t* HWY_RESTRICT word,
-                                       uint32_t* HWY_RESTRICT positions,
-                                       uint32_t* HWY_RESTRICT xors,
-                                       size_t* HWY_RESTRICT changes, bool* exhausted,
-                                       const uint8_t* HWY_RESTRICT history) {
+                                       size_t* HWY_RESTRICT word, uint32_t* HWY_RESTRICT positions,
+                                       uint32_t* HWY_RESTRICT xors, size_t* HWY_RESTRICT changes,
+                                       bool* exhausted, const uint8_t* HWY_RESTRICT history) {
   const hn::Rebind<uint16_t, D> d16;
   const size_t N = hn::Lanes(d32);
   const auto low = hn::Set(d32, kRansLow);
@@ -529,16 +522,18 @@ HWY_INLINE hn::Vec<D> DecodeRansVector(D d32, hn::Vec<D> x, const uint16_t* HWY_
   const auto up = hn::Lt(slot, b);  // with !escape: d = +1
   const auto changed = hn::Lt(slot, p);
   // (start, frequency) of the decoded symbol.
-  const auto start = hn::IfThenElse(changed, hn::IfThenElse(up, hn::IfThenZeroElse(escape, a), b), p);
-  const auto end = hn::IfThenElse(changed, hn::IfThenElse(up, hn::IfThenElse(escape, a, b), p), low);
+  const auto start =
+      hn::IfThenElse(changed, hn::IfThenElse(up, hn::IfThenZeroElse(escape, a), b), p);
+  const auto end =
+      hn::IfThenElse(changed, hn::IfThenElse(up, hn::IfThenElse(escape, a, b), p), low);
   x = hn::Add(MulBelow16(d32, hn::Sub(end, start), hn::ShiftRight<16>(x)), hn::Sub(slot, start));
   const auto renormalize = hn::Lt(x, low);
   const uint32_t mask = MaskBits16(d32, renormalize);
   if (*word + N <= num_words) {
     // Lane l takes word `word + rank(l)`, rank(l) = popcount(mask & (2^l - 1)) < N: one
     // contiguous load (off the states' dependency chain) and a lane permutation.
-    const auto next_words = hn::PromoteTo(
-        d32, hn::LoadU(d16, reinterpret_cast<const uint16_t*>(words + 2 * *word)));
+    const auto next_words =
+        hn::PromoteTo(d32, hn::LoadU(d16, reinterpret_cast<const uint16_t*>(words + 2 * *word)));
     const auto rank = RanksBelow(d32, mask);
     const auto taken = hn::TableLookupLanes(next_words, hn::IndicesFromVec(d32, rank));
     x = hn::IfThenElse(renormalize, hn::Or(hn::ShiftLeft<16>(x), taken), x);
@@ -552,8 +547,7 @@ HWY_INLINE hn::Vec<D> DecodeRansVector(D d32, hn::Vec<D> x, const uint16_t* HWY_
         *exhausted = true;
         break;
       }
-      lanes[lane] = (lanes[lane] << 16) | words[2 * *word] |
-                    (uint32_t{words[2 * *word + 1]} << 8);
+      lanes[lane] = (lanes[lane] << 16) | words[2 * *word] | (uint32_t{words[2 * *word + 1]} << 8);
       ++*word;
     }
     x = hn::Load(d32, lanes);
@@ -582,11 +576,11 @@ HWY_INLINE hn::Vec<D> DecodeRansVector(D d32, hn::Vec<D> x, const uint16_t* HWY_
 // runs the reference.
 template <bool kWithHistory>
 size_t DecodeRansChangesOf(const uint16_t* HWY_RESTRICT src, size_t count, int class_base,
-                           const uint32_t* HWY_RESTRICT probs,
-                           const uint32_t* HWY_RESTRICT splits, uint32_t* HWY_RESTRICT states,
-                           const uint8_t* HWY_RESTRICT words, size_t num_words,
-                           size_t* HWY_RESTRICT words_used, uint32_t* HWY_RESTRICT positions,
-                           uint32_t* HWY_RESTRICT xors, const uint8_t* HWY_RESTRICT history) {
+                           const uint32_t* HWY_RESTRICT probs, const uint32_t* HWY_RESTRICT splits,
+                           uint32_t* HWY_RESTRICT states, const uint8_t* HWY_RESTRICT words,
+                           size_t num_words, size_t* HWY_RESTRICT words_used,
+                           uint32_t* HWY_RESTRICT positions, uint32_t* HWY_RESTRICT xors,
+                           const uint8_t* HWY_RESTRICT history) {
   const hn::CappedTag<uint32_t, kRansLanes> d32;
   const size_t N = hn::Lanes(d32);
   size_t word = *words_used;
@@ -597,26 +591,27 @@ size_t DecodeRansChangesOf(const uint16_t* HWY_RESTRICT src, size_t count, int c
   if (N == kRansLanes) {
     auto x = hn::LoadU(d32, states);
     for (; i + kRansLanes <= count && !exhausted; i += kRansLanes) {
-      x = DecodeRansVector<kWithHistory>(d32, x, src, i, base, probs, splits, words, num_words, &word,
-                           positions, xors, &changes, &exhausted, history);
+      x = DecodeRansVector<kWithHistory>(d32, x, src, i, base, probs, splits, words, num_words,
+                                         &word, positions, xors, &changes, &exhausted, history);
     }
     hn::StoreU(x, d32, states);
   } else if (N * 2 == kRansLanes) {  // AVX2: both halves of the states in registers
     auto low = hn::LoadU(d32, states), high = hn::LoadU(d32, states + N);
     for (; i + kRansLanes <= count && !exhausted; i += kRansLanes) {
-      low = DecodeRansVector<kWithHistory>(d32, low, src, i, base, probs, splits, words, num_words, &word,
-                             positions, xors, &changes, &exhausted, history);
-      high = DecodeRansVector<kWithHistory>(d32, high, src, i + N, base, probs, splits, words, num_words,
-                              &word, positions, xors, &changes, &exhausted, history);
+      low = DecodeRansVector<kWithHistory>(d32, low, src, i, base, probs, splits, words, num_words,
+                                           &word, positions, xors, &changes, &exhausted, history);
+      high = DecodeRansVector<kWithHistory>(d32, high, src, i + N, base, probs, splits, words,
+                                            num_words, &word, positions, xors, &changes, &exhausted,
+                                            history);
     }
     hn::StoreU(low, d32, states);
     hn::StoreU(high, d32, states + N);
   } else {
     for (; i + kRansLanes <= count && !exhausted; i += kRansLanes) {
       for (size_t v = 0; v < kRansLanes; v += N) {
-        const auto x = DecodeRansVector<kWithHistory>(d32, hn::LoadU(d32, states + v), src, i + v, base,
-                                        probs, splits, words, num_words, &word, positions,
-                                        xors, &changes, &exhausted, history);
+        const auto x = DecodeRansVector<kWithHistory>(
+            d32, hn::LoadU(d32, states + v), src, i + v, base, probs, splits, words, num_words,
+            &word, positions, xors, &changes, &exhausted, history);
         hn::StoreU(x, d32, states + v);
       }
     }
@@ -625,10 +620,9 @@ size_t DecodeRansChangesOf(const uint16_t* HWY_RESTRICT src, size_t count, int c
   // A copy: were `word` itself passed on, its address would escape and it would live in
   // memory in the loop above.
   size_t tail_word = word;
-  const size_t tail = ref::DecodeRansChanges(src + i, count - i, class_base, probs, splits,
-                                             states, words, num_words, &tail_word,
-                                             positions + changes, xors + changes,
-                                             history != nullptr ? history + i : nullptr);
+  const size_t tail = ref::DecodeRansChanges(
+      src + i, count - i, class_base, probs, splits, states, words, num_words, &tail_word,
+      positions + changes, xors + changes, history != nullptr ? history + i : nullptr);
   if (tail == kRansWordsExhausted) return kRansWordsExhausted;
   for (size_t k = changes; k < changes + tail; ++k) positions[k] += static_cast<uint32_t>(i);
   *words_used = tail_word;
@@ -666,9 +660,10 @@ HWY_INLINE hn::Vec<D> EncodeRansVector(D d32, hn::Vec<D> x, const uint16_t* HWY_
   const auto up = hn::Eq(step, hn::Set(d32, 1));
   const auto down = hn::Eq(step, hn::Set(d32, 0xFFFF));
   // (start, end) of the symbol: unchanged [p, 2^16), +1 [a, b), -1 [b, p), escape [0, a).
-  const auto start = hn::IfThenElse(
-      unchanged, p, hn::IfThenElse(up, a, hn::IfThenElse(down, b, hn::Zero(d32))));
-  const auto end = hn::IfThenElse(unchanged, low, hn::IfThenElse(up, b, hn::IfThenElse(down, p, a)));
+  const auto start =
+      hn::IfThenElse(unchanged, p, hn::IfThenElse(up, a, hn::IfThenElse(down, b, hn::Zero(d32))));
+  const auto end =
+      hn::IfThenElse(unchanged, low, hn::IfThenElse(up, b, hn::IfThenElse(down, p, a)));
   const auto freq = hn::Sub(end, start);
   const auto emit = hn::Not(hn::Lt(x, hn::ShiftLeft<16>(freq)));
   if (HWY_UNLIKELY(!hn::AllFalse(d32, emit))) {
@@ -713,8 +708,8 @@ size_t EncodeRansElementsOf(const uint16_t* HWY_RESTRICT src, const uint16_t* HW
     auto x = hn::LoadU(d32, states);
     for (size_t i = groups_end; i > 0;) {
       i -= kRansLanes;
-      x = EncodeRansVector<kWithHistory>(d32, x, src, dst, i, base, probs, splits, pushed, &num_pushed,
-                           history);
+      x = EncodeRansVector<kWithHistory>(d32, x, src, dst, i, base, probs, splits, pushed,
+                                         &num_pushed, history);
     }
     hn::StoreU(x, d32, states);
   } else if (N * 2 == kRansLanes) {  // AVX2: both halves of the states in registers
@@ -722,9 +717,9 @@ size_t EncodeRansElementsOf(const uint16_t* HWY_RESTRICT src, const uint16_t* HW
     for (size_t i = groups_end; i > 0;) {
       i -= kRansLanes;
       high = EncodeRansVector<kWithHistory>(d32, high, src, dst, i + N, base, probs, splits, pushed,
-                              &num_pushed, history);
-      low = EncodeRansVector<kWithHistory>(d32, low, src, dst, i, base, probs, splits, pushed, &num_pushed,
-                             history);
+                                            &num_pushed, history);
+      low = EncodeRansVector<kWithHistory>(d32, low, src, dst, i, base, probs, splits, pushed,
+                                           &num_pushed, history);
     }
     hn::StoreU(low, d32, states);
     hn::StoreU(high, d32, states + N);
@@ -733,8 +728,9 @@ size_t EncodeRansElementsOf(const uint16_t* HWY_RESTRICT src, const uint16_t* HW
       i -= kRansLanes;
       for (size_t v = kRansLanes; v > 0;) {
         v -= N;
-        const auto x = EncodeRansVector<kWithHistory>(d32, hn::LoadU(d32, states + v), src, dst, i + v, base,
-                                        probs, splits, pushed, &num_pushed, history);
+        const auto x =
+            EncodeRansVector<kWithHistory>(d32, hn::LoadU(d32, states + v), src, dst, i + v, base,
+                                           probs, splits, pushed, &num_pushed, history);
         hn::StoreU(x, d32, states + v);
       }
     }
@@ -759,11 +755,10 @@ size_t EncodeRansElements(const uint16_t* HWY_RESTRICT src, const uint16_t* HWY_
                           size_t count, int class_base, const uint32_t* HWY_RESTRICT probs,
                           const uint32_t* HWY_RESTRICT splits, uint32_t* HWY_RESTRICT states,
                           uint16_t* HWY_RESTRICT pushed, const uint8_t* HWY_RESTRICT history) {
-  return history != nullptr
-             ? EncodeRansElementsOf<true>(src, dst, count, class_base, probs, splits, states,
-                                          pushed, history)
-             : EncodeRansElementsOf<false>(src, dst, count, class_base, probs, splits, states,
-                                           pushed, nullptr);
+  return history != nullptr ? EncodeRansElementsOf<true>(src, dst, count, class_base, probs, splits,
+                                                         states, pushed, history)
+                            : EncodeRansElementsOf<false>(src, dst, count, class_base, probs,
+                                                          splits, states, pushed, nullptr);
 }
 
 int64_t TargetId() { return HWY_TARGET; }
@@ -793,8 +788,8 @@ ChangeCounts ClassifyChanges(const uint16_t* src, const uint16_t* dst, size_t co
   return HWY_DYNAMIC_DISPATCH(ClassifyChanges)(src, dst, count);
 }
 
-size_t CompactChanges(const uint16_t* src, const uint16_t* dst, size_t count,
-                      uint32_t* positions, uint16_t* xors) {
+size_t CompactChanges(const uint16_t* src, const uint16_t* dst, size_t count, uint32_t* positions,
+                      uint16_t* xors) {
   return HWY_DYNAMIC_DISPATCH(CompactChanges)(src, dst, count, positions, xors);
 }
 
@@ -827,10 +822,9 @@ void AdvanceHistory(const uint16_t* src, const uint16_t* dst, size_t count, uint
   HWY_DYNAMIC_DISPATCH(AdvanceHistory)(src, dst, count, history);
 }
 
-size_t DecodeRansChanges(const uint16_t* src, size_t count, int class_base,
-                         const uint32_t* probs, const uint32_t* splits,
-                         uint32_t states[kRansLanes], const uint8_t* words, size_t num_words,
-                         size_t* words_used, uint32_t* positions, uint32_t* xors,
+size_t DecodeRansChanges(const uint16_t* src, size_t count, int class_base, const uint32_t* probs,
+                         const uint32_t* splits, uint32_t states[kRansLanes], const uint8_t* words,
+                         size_t num_words, size_t* words_used, uint32_t* positions, uint32_t* xors,
                          const uint8_t* history) {
   return HWY_DYNAMIC_DISPATCH(DecodeRansChanges)(src, count, class_base, probs, splits, states,
                                                  words, num_words, words_used, positions, xors,
@@ -839,15 +833,12 @@ size_t DecodeRansChanges(const uint16_t* src, size_t count, int class_base,
 
 size_t EncodeRansElements(const uint16_t* src, const uint16_t* dst, size_t count, int class_base,
                           const uint32_t* probs, const uint32_t* splits,
-                          uint32_t states[kRansLanes], uint16_t* pushed,
-                          const uint8_t* history) {
+                          uint32_t states[kRansLanes], uint16_t* pushed, const uint8_t* history) {
   return HWY_DYNAMIC_DISPATCH(EncodeRansElements)(src, dst, count, class_base, probs, splits,
                                                   states, pushed, history);
 }
 
-const char* DispatchedTargetName() {
-  return hwy::TargetName(HWY_DYNAMIC_DISPATCH(TargetId)());
-}
+const char* DispatchedTargetName() { return hwy::TargetName(HWY_DYNAMIC_DISPATCH(TargetId)()); }
 
 }  // namespace arc_v3
 #endif  // HWY_ONCE

@@ -34,8 +34,8 @@ ChangeCounts ClassifyChanges(const uint16_t* src, const uint16_t* dst, size_t co
 // Compaction: writes, in element order, the index i (< count <= 2^32) and src[i] ^ dst[i]
 // of every changed element to positions[] / xors[], which must hold as many entries as
 // there are changes. Returns the number of changes. Writes nothing beyond them.
-size_t CompactChanges(const uint16_t* src, const uint16_t* dst, size_t count,
-                      uint32_t* positions, uint16_t* xors);
+size_t CompactChanges(const uint16_t* src, const uint16_t* dst, size_t count, uint32_t* positions,
+                      uint16_t* xors);
 
 // Mantissa packing: the low 7 bits of xors[k] go to bits [7k, 7k+7) of out
 // (bit b = bit b%8 of byte b/8). Writes exactly PackedMantissaBytes(count) bytes.
@@ -155,11 +155,10 @@ constexpr size_t kRansWordsExhausted = ~size_t{0};
 constexpr int RansHistoryClass(uint8_t history) {
   return (history & kHistoryAgeMask) == 0 ? 0 : (history & kHistoryUp) ? 1 : 2;
 }
-size_t DecodeRansChanges(const uint16_t* src, size_t count, int class_base,
-                         const uint32_t* probs, const uint32_t* splits,
-                         uint32_t states[kRansLanes],
-                         const uint8_t* words, size_t num_words, size_t* words_used,
-                         uint32_t* positions, uint32_t* xors, const uint8_t* history = nullptr);
+size_t DecodeRansChanges(const uint16_t* src, size_t count, int class_base, const uint32_t* probs,
+                         const uint32_t* splits, uint32_t states[kRansLanes], const uint8_t* words,
+                         size_t num_words, size_t* words_used, uint32_t* positions, uint32_t* xors,
+                         const uint8_t* history = nullptr);
 
 // The encoder of the element symbols DecodeRansChanges decodes: elements count-1 down to
 // 0 of src -> dst, element i on state i % kRansLanes (states start at kRansLow for a new
@@ -180,8 +179,8 @@ const char* DispatchedTargetName();
 
 namespace ref {
 ChangeCounts ClassifyChanges(const uint16_t* src, const uint16_t* dst, size_t count);
-size_t CompactChanges(const uint16_t* src, const uint16_t* dst, size_t count,
-                      uint32_t* positions, uint16_t* xors);
+size_t CompactChanges(const uint16_t* src, const uint16_t* dst, size_t count, uint32_t* positions,
+                      uint16_t* xors);
 void PackMantissas(const uint16_t* xors, size_t count, uint8_t* out);
 void UnpackMantissas(const uint8_t* packed, size_t count, uint16_t* xors);
 void ApplyXor(const uint16_t* src, const uint16_t* xors, size_t count, uint16_t* out);
@@ -190,11 +189,10 @@ void HistoryRateSums(const uint16_t* src, const uint8_t* history, const int8_t b
                      size_t groups, int rate_cap, uint64_t* sums);
 size_t RecentPositions(const uint8_t* history, size_t count, uint32_t* positions);
 void AdvanceHistory(const uint16_t* src, const uint16_t* dst, size_t count, uint8_t* history);
-size_t DecodeRansChanges(const uint16_t* src, size_t count, int class_base,
-                         const uint32_t* probs, const uint32_t* splits,
-                         uint32_t states[kRansLanes],
-                         const uint8_t* words, size_t num_words, size_t* words_used,
-                         uint32_t* positions, uint32_t* xors, const uint8_t* history = nullptr);
+size_t DecodeRansChanges(const uint16_t* src, size_t count, int class_base, const uint32_t* probs,
+                         const uint32_t* splits, uint32_t states[kRansLanes], const uint8_t* words,
+                         size_t num_words, size_t* words_used, uint32_t* positions, uint32_t* xors,
+                         const uint8_t* history = nullptr);
 size_t EncodeRansElements(const uint16_t* src, const uint16_t* dst, size_t count, int class_base,
                           const uint32_t* probs, const uint32_t* splits,
                           uint32_t states[kRansLanes], uint16_t* pushed,

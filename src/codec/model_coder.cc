@@ -74,15 +74,15 @@ inline uint64_t CappedRate(uint16_t bits, int rate_cap) {
 // 4 * log2(x) for x >= 1, the fraction taken linearly from the two bits below the top bit.
 inline int Log2Q4(uint64_t x) {
   const int top = 63 - __builtin_clzll(x);
-  const int frac = top >= 2 ? static_cast<int>((x >> (top - 2)) & 3)
-                            : static_cast<int>((x << (2 - top)) & 3);
+  const int frac =
+      top >= 2 ? static_cast<int>((x >> (top - 2)) & 3) : static_cast<int>((x << (2 - top)) & 3);
   return 4 * top + frac;
 }
 
 // 2^(q/4) in Q16, clamped to [1, 2^48].
 inline uint64_t Pow2Q4(int q) {
   static constexpr uint64_t kQuarter[4] = {65536, 77936, 92682, 110218};  // 2^(j/4) Q16
-  int octave = q >> 2;  // floor
+  int octave = q >> 2;                                                    // floor
   const uint64_t base = kQuarter[q & 3];
   if (octave >= 32) return uint64_t{1} << 48;
   if (octave >= 0) return base << octave;
@@ -289,13 +289,13 @@ constexpr int kUnaryBits = 15;         // |d| < 2^16: log2 class 0..15
 namespace model_coder {
 
 struct Model {
-  Prob block[kBlockBuckets];  // the block has a change
+  Prob block[kBlockBuckets];               // the block has a change
   Prob split[kNodeLevels][kSplitBuckets];  // left half changed | node changed
   Prob also[kAlsoBuckets];                 // right half changed | left half changed
   Prob unary[kRateLogs][kUnaryBits];
-  Prob bits[16][16];  // [log2 class][bit position]
-  Prob sign[3][2][kRateLogs];  // [history hint][sign of prev][rate log]
-  Prob column_sign[3][4];      // [history hint][column state -2, -1, +1, +2]
+  Prob bits[16][16];                    // [log2 class][bit position]
+  Prob sign[3][2][kRateLogs];           // [history hint][sign of prev][rate log]
+  Prob column_sign[3][4];               // [history hint][column state -2, -1, +1, +2]
   Prob recent[kRecentAges][kRateLogs];  // [age - 1][rate log]: a recent element changed
 
   // Priors from the chunk's rate prior L: elements with summed rate S expect
@@ -310,8 +310,7 @@ struct Model {
       // share of the rate.
       for (int t = 0; t < kSplitBuckets; ++t) {
         const uint64_t share = Pow2Q4(-(t < 32 ? 31 - t : t - 32));
-        level[t].Set(ClampProb(t < 32 ? share : kProbOne - share), split_seen,
-                     kPositionShift);
+        level[t].Set(ClampProb(t < 32 ? share : kProbOne - share), split_seen, kPositionShift);
       }
     }
     for (int t = 0; t < kAlsoBuckets; ++t) {
@@ -348,8 +347,7 @@ struct Model {
     }
     for (auto& by_rate : recent) {
       for (int a = 0; a < kRateLogs; ++a) {
-        by_rate[a].Set(std::max(ProbFromLog(4 * a - L), kRecentPrior), kValueSeen,
-                       kPositionShift);
+        by_rate[a].Set(std::max(ProbFromLog(4 * a - L), kRecentPrior), kValueSeen, kPositionShift);
       }
     }
   }
@@ -517,9 +515,8 @@ class HistoryRates {
 // the right half has one too (from its own rate). `prefix` holds the block's prefix rate
 // sums, indexed from the block's start `base`.
 template <class Io, class Rates>
-void CodeNode(Io* io, Model* model, const uint16_t* src, const Rates& rates,
-              ColumnSigns* columns, const uint64_t* prefix, size_t base, size_t begin,
-              size_t end, int L) {
+void CodeNode(Io* io, Model* model, const uint16_t* src, const Rates& rates, ColumnSigns* columns,
+              const uint64_t* prefix, size_t base, size_t begin, size_t end, int L) {
   while (end - begin > 1) {
     const size_t mid = begin + (end - begin) / 2;
     const uint64_t left = prefix[mid - base] - prefix[begin - base];
@@ -546,20 +543,18 @@ void CodeNode(Io* io, Model* model, const uint16_t* src, const Rates& rates,
 
 // Whether each recent element changed, in ascending order, and if so its value.
 template <class Io>
-void CodeRecent(Io* io, Model* model, const uint16_t* src, const uint8_t* history,
-                size_t len, ColumnSigns* columns) {
+void CodeRecent(Io* io, Model* model, const uint16_t* src, const uint8_t* history, size_t len,
+                ColumnSigns* columns) {
   constexpr size_t kWindow = 4096;
   uint32_t recent[kWindow];
   for (size_t begin = 0; begin < len; begin += kWindow) {
-    const size_t found =
-        RecentPositions(history + begin, std::min(kWindow, len - begin), recent);
+    const size_t found = RecentPositions(history + begin, std::min(kWindow, len - begin), recent);
     for (size_t k = 0; k < found; ++k) {
       const size_t i = begin + recent[k];
       const uint8_t h = history[i];
       Prob* prob = &model->recent[(h & kHistoryAgeMask) - 1][kRates.log[ExponentOf(src[i])]];
       if (io->Code(prob, io->RecentChanged(i))) {
-        io->EmitRecent(i, CodeValue(io, model, src[i], io->Target(i), HintOf(h),
-                                    columns->At(i)));
+        io->EmitRecent(i, CodeValue(io, model, src[i], io->Target(i), HintOf(h), columns->At(i)));
       }
     }
   }
@@ -571,13 +566,11 @@ void CodeRecent(Io* io, Model* model, const uint16_t* src, const uint8_t* histor
 // `block_sums`, if not null, holds rates.Sum of every block (the encoder has them already).
 template <class Io, class Rates>
 void CodeChunk(const uint16_t* src, Rates& rates, size_t len, int log2_block, int L,
-               bool value_priors, uint32_t sign_period,
-               const CarriedModel& carried, Io* io, const uint64_t* block_sums = nullptr,
-               const uint8_t* recent_history = nullptr) {
+               bool value_priors, uint32_t sign_period, const CarriedModel& carried, Io* io,
+               const uint64_t* block_sums = nullptr, const uint8_t* recent_history = nullptr) {
   ColumnSigns columns(sign_period);
-  auto model = carried.start != nullptr
-                   ? std::make_unique<Model>(carried.start->model)
-                   : std::make_unique<Model>(L, value_priors);
+  auto model = carried.start != nullptr ? std::make_unique<Model>(carried.start->model)
+                                        : std::make_unique<Model>(L, value_priors);
   if (recent_history != nullptr) {
     CodeRecent(io, model.get(), src, recent_history, len, &columns);
   }
@@ -724,8 +717,8 @@ uint8_t EstimateBoost(uint64_t changes, uint64_t rate_sum, uint64_t base_changes
                       uint64_t base_rate_sum) {
   if (changes == 0) return 0;
   if (base_changes == 0) return 15;
-  const int q = (Log2Q4(changes) - Log2Q4(rate_sum)) - (Log2Q4(base_changes) -
-                                                         Log2Q4(base_rate_sum));
+  const int q =
+      (Log2Q4(changes) - Log2Q4(rate_sum)) - (Log2Q4(base_changes) - Log2Q4(base_rate_sum));
   return static_cast<uint8_t>(std::min(std::max((q + 2) / 4, 0), 15));
 }
 
@@ -762,8 +755,7 @@ uint32_t ChooseSignPeriod(const uint16_t* src, const uint16_t* dst,
     counters.assign(std::max<uint32_t>(period, 1), 0);
     // i mod period without a division: for i < 2^24 and period <= 2^16, the quotient is
     // i * ceil(2^40 / period) >> 40 exactly.
-    const uint64_t reciprocal =
-        period != 0 ? ((uint64_t{1} << 40) + period - 1) / period : 0;
+    const uint64_t reciprocal = period != 0 ? ((uint64_t{1} << 40) + period - 1) / period : 0;
     uint64_t counts[3][2 * kColumnLimit + 1][2] = {};
     for (size_t k = 0; k < n; ++k) {
       const uint32_t row = static_cast<uint32_t>((changed[k] * reciprocal) >> 40);
@@ -843,8 +835,8 @@ int SumRates(const uint16_t* src, size_t len, int rate_cap, size_t step, uint64_
 
 // The Rate_Cap of a chunk with `total` changes, its rate sums in *all_rates and (not null)
 // step_sums as SumRates writes them.
-int ChooseRateCap(const uint16_t* src, size_t len, uint64_t total, size_t step,
-                  uint64_t* step_sums, uint64_t* all_rates) {
+int ChooseRateCap(const uint16_t* src, size_t len, uint64_t total, size_t step, uint64_t* step_sums,
+                  uint64_t* all_rates) {
   int rate_cap = kDefaultRateCap;
   const int largest = SumRates(src, len, rate_cap, step, step_sums, all_rates);
   if (largest <= rate_cap) return kMaxRateLog;  // the cap changes no rate: left out
@@ -905,8 +897,8 @@ int RatePriorOf(const HistoryTallies& t, uint8_t boost, bool with_history, uint6
   if (with_history) rate_sum += t.recent_elements;  // never 0 in all
   const uint64_t bisected_total = with_history ? t.bisected.size() : total;
   // rate_sum >= len >= changes, so L >= 0 up to the Log2Q4 rounding; <= 4 * 62.
-  return std::min(
-      std::max(Log2Q4(rate_sum) - Log2Q4(std::max<uint64_t>(bisected_total, 1)), 0), 255);
+  return std::min(std::max(Log2Q4(rate_sum) - Log2Q4(std::max<uint64_t>(bisected_total, 1)), 0),
+                  255);
 }
 
 // The chunk header's fields (see the top of this file).
@@ -920,12 +912,10 @@ struct ModelledHeader {
   uint8_t boost;
 
   void AppendTo(std::vector<uint8_t>* out) const {
-    out->push_back(static_cast<uint8_t>((log2_block - kMinModelBlockLog) |
-                                        (with_history ? kModelHistory : 0) |
-                                        (carried ? kModelCarried : 0) |
-                                        (sign_period != 0 ? kModelColumnSigns : 0) |
-                                        (rate_cap < kMaxRateLog ? kModelRateCap : 0) |
-                                        kModelValuePriors));
+    out->push_back(static_cast<uint8_t>(
+        (log2_block - kMinModelBlockLog) | (with_history ? kModelHistory : 0) |
+        (carried ? kModelCarried : 0) | (sign_period != 0 ? kModelColumnSigns : 0) |
+        (rate_cap < kMaxRateLog ? kModelRateCap : 0) | kModelValuePriors));
     out->push_back(static_cast<uint8_t>(rate_prior));
     if (with_history) out->push_back(boost);
     if (sign_period != 0) {
@@ -949,8 +939,7 @@ Status EncodeChunk(const uint16_t* src, const uint16_t* dst, size_t len, int log
   if (log2_block >= 0 && (log2_block < kMinModelBlockLog || log2_block > kMaxModelBlockLog)) {
     return Status(ErrorCode::kInvalidArgument, "EncodeChunkModelled: bad block size");
   }
-  const uint64_t total =
-      counted != kUncounted ? counted : ClassifyChanges(src, dst, len).changed;
+  const uint64_t total = counted != kUncounted ? counted : ClassifyChanges(src, dst, len).changed;
   if (total == 0) return Status::Ok();  // the empty chunk
   std::vector<uint32_t> changed(total);
   std::vector<uint16_t> unused_xors(total);
@@ -981,15 +970,18 @@ Status EncodeChunk(const uint16_t* src, const uint16_t* dst, size_t len, int log
   }
   // With a history the recent elements (classes 1 and 2) are coded first (CodeRecent), and
   // the bisection codes the rest: class 0 and class 3 with its boost.
-  const uint8_t boost =
-      history != nullptr ? EstimateBoost(tallies.changes[3], tallies.rate_sums[3],
-                                         tallies.changes[0], tallies.rate_sums[0])
-                         : 0;
+  const uint8_t boost = history != nullptr ? EstimateBoost(tallies.changes[3], tallies.rate_sums[3],
+                                                           tallies.changes[0], tallies.rate_sums[0])
+                                           : 0;
   if (history != nullptr && choose_block) log2_block = ChooseBlockLog(tallies.bisected.size(), len);
   const ModelledHeader header = {
-      log2_block, history != nullptr, carried.start != nullptr,
+      log2_block,
+      history != nullptr,
+      carried.start != nullptr,
       sign_periods != nullptr ? ChooseSignPeriod(src, dst, changed, history, *sign_periods) : 0,
-      rate_cap, RatePriorOf(tallies, boost, history != nullptr, total), boost};
+      rate_cap,
+      RatePriorOf(tallies, boost, history != nullptr, total),
+      boost};
   header.AppendTo(out);
   EncoderIo io(src, dst, history != nullptr ? &tallies.bisected : &changed, out);
   if (history == nullptr) {
@@ -1015,14 +1007,12 @@ Status EncodeChunkModelledWithBlock(const uint16_t* src, const uint16_t* dst, si
   if (log2_block < 0) {
     return Status(ErrorCode::kInvalidArgument, "EncodeChunkModelled: bad block size");
   }
-  return EncodeChunk(src, dst, len, log2_block, out, history, kUncounted, CarriedModel(),
-                     nullptr);
+  return EncodeChunk(src, dst, len, log2_block, out, history, kUncounted, CarriedModel(), nullptr);
 }
 
 Status EncodeChunkModelled(const uint16_t* src, const uint16_t* dst, size_t len,
-                           std::vector<uint8_t>* out, const uint8_t* history,
-                           uint64_t changes, const CarriedModel& carried,
-                           const std::vector<uint32_t>* sign_periods) {
+                           std::vector<uint8_t>* out, const uint8_t* history, uint64_t changes,
+                           const CarriedModel& carried, const std::vector<uint32_t>* sign_periods) {
   return EncodeChunk(src, dst, len, -1, out, history, changes, carried, sign_periods);
 }
 

@@ -64,9 +64,10 @@ constexpr uint8_t kModelCarried = 0x20;
 // sign period (the row length) in the header (model_coder.cc, ColumnSigns).
 constexpr uint8_t kModelColumnSigns = 0x40;
 
-// Chunk byte 0, bit 7: the rates are capped at 2^Rate_Cap, a header byte: a weight so small that its rate would promise a change in most steps changes in
-// about half of them on the corpus (its sign hovers around zero), and the rates above
-// that only blur the blocks' rate sums. Without it the cap is kMaxRateLog.
+// Chunk byte 0, bit 7: the rates are capped at 2^Rate_Cap, a header byte: a weight so small that
+// its rate would promise a change in most steps changes in about half of them on the corpus (its
+// sign hovers around zero), and the rates above that only blur the blocks' rate sums. Without it
+// the cap is kMaxRateLog.
 constexpr uint8_t kModelRateCap = 0x80;
 
 // A modelled chunk's adaptive probabilities after its last decision. A session keeps one

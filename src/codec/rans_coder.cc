@@ -1,4 +1,5 @@
-// rANS chunk coder (see rans_coder.h; the bytes are specified in src/codec/FORMAT.md, "rANS chunk").
+// rANS chunk coder (see rans_coder.h; the bytes are specified in src/codec/FORMAT.md, "rANS
+// chunk").
 //
 // Chunk bytes (after the frame's Chunk_Mode byte):
 //   Class_Base    1 byte   e0: element i is in class clamp(exponent(src[i]) - e0, 0, 15)
@@ -34,8 +35,8 @@ namespace {
 
 constexpr int kClasses = kRansClasses;
 constexpr int kEscapeLanes = 2;
-constexpr int kUnaryDecisions = 15;  // |d| <= 2^15: log2 class 0..15
-constexpr int kEscapeClasses = 15;   // an escape's log2 class: 1..15
+constexpr int kUnaryDecisions = 15;             // |d| <= 2^15: log2 class 0..15
+constexpr int kEscapeClasses = 15;              // an escape's log2 class: 1..15
 constexpr int kValueZ = 256 + kUnaryDecisions;  // z = exponent + j
 constexpr uint32_t kProbScale = 1u << 16;
 constexpr size_t kHeaderBytes = 1 + kClasses + 4 + 2;
@@ -65,9 +66,9 @@ constexpr HistoryOffsets kHistoryOffsets = MakeHistoryOffsets();
 
 // 2^(t/16) in units of 2^-16, for |t| <= 16 * 24 (rounded; 0 only far below 1).
 inline uint64_t Pow2Sixteenths(int t) {
-  static constexpr uint64_t kPow2[16] = {65536, 68438, 71468,  74632,  77936,  81386,
-                                       84990, 88752, 92682,  96785,  101070, 105545,
-                                       110218, 115098, 120194, 125515};
+  static constexpr uint64_t kPow2[16] = {65536,  68438,  71468,  74632, 77936,  81386,
+                                         84990,  88752,  92682,  96785, 101070, 105545,
+                                         110218, 115098, 120194, 125515};
   const int octave = t >> 4;  // floor
   const uint64_t base = kPow2[t & 15];
   if (octave >= 0) return base << octave;
@@ -182,8 +183,8 @@ uint8_t BestChangeQ(uint64_t n, uint64_t k, uint64_t* cost) {
     return q;
   }
   // q ~ 16 log2(n / k), then the neighbours (rounding of the Q16 logs and of ProbOfQ).
-  const int guess = std::min(
-      static_cast<int>(((uint64_t{Log2Q16(n)} - Log2Q16(k)) * 16 + 32768) >> 16), 255);
+  const int guess =
+      std::min(static_cast<int>(((uint64_t{Log2Q16(n)} - Log2Q16(k)) * 16 + 32768) >> 16), 255);
   uint8_t best = 0;
   *cost = std::numeric_limits<uint64_t>::max();
   for (int q = std::max(guess - 1, 0); q <= std::min(guess + 1, 255); ++q) {
@@ -346,8 +347,7 @@ ValueCurve ChooseValueCurve(const uint64_t* ones, const uint64_t* zeros) {
 // equal exponents in a row do not wait for each other. A template parameter: the loop
 // without a history must not test for one per element.
 template <bool kWithHistory>
-void TallyElements(const uint16_t* src, size_t len, const uint8_t* history,
-                   uint64_t (*all)[256]) {
+void TallyElements(const uint16_t* src, size_t len, const uint8_t* history, uint64_t (*all)[256]) {
   uint32_t partial[4][kRansHistoryClasses * 256] = {};
   // Each element's histogram offset: 256 * its history class.
   const auto offset = [&](size_t i) -> int {
@@ -392,9 +392,10 @@ class RansEncoder {
       words_->push_back(static_cast<uint16_t>(*x));
       *x >>= 16;
     }
-    const uint32_t q = symbol.freq == 1 ? *x
-                                        : static_cast<uint32_t>(
-                                              (static_cast<unsigned __int128>(*x) * symbol.rcp) >> 64);
+    const uint32_t q =
+        symbol.freq == 1
+            ? *x
+            : static_cast<uint32_t>((static_cast<unsigned __int128>(*x) * symbol.rcp) >> 64);
     *x = (q << 16) + (*x - q * symbol.freq) + symbol.start;
   }
   // `bits` uniform bits (1..16): a power-of-two frequency divides by shifting.
@@ -412,8 +413,8 @@ class RansEncoder {
 };
 
 // The states, then the words in decoding order (the reverse of their coding order).
-void AppendStream(const uint32_t* states, int num_states, const uint16_t* words,
-                  size_t num_words, std::vector<uint8_t>* out) {
+void AppendStream(const uint32_t* states, int num_states, const uint16_t* words, size_t num_words,
+                  std::vector<uint8_t>* out) {
   for (int s = 0; s < num_states; ++s) PutU32(states[s], out);
   const size_t at = out->size();
   out->resize(at + 2 * num_words);
@@ -664,23 +665,23 @@ struct RansChunkStreams {
 
 // Reads the header (kHistoryHeaderBytes with a history, kHeaderBytes without) and the
 // element word count, and checks that the streams fit the bytes.
-Status ParseRansChunk(const uint8_t* bytes, size_t size, bool with_history,
-                      const uint8_t** header, RansChunkStreams* streams) {
+Status ParseRansChunk(const uint8_t* bytes, size_t size, bool with_history, const uint8_t** header,
+                      RansChunkStreams* streams) {
   ByteReader reader(bytes, size);
   if (!reader.ReadSpan(with_history ? kHistoryHeaderBytes : kHeaderBytes, header)) {
     return Status(ErrorCode::kTruncated, "rANS chunk: header truncated");
   }
   bool ran_out = false;
   if (!reader.ReadVarint(&streams->element_words, &ran_out)) {
-    return ran_out ? Status(ErrorCode::kTruncated, "rANS chunk: header truncated") : Corrupt("bad word count");
+    return ran_out ? Status(ErrorCode::kTruncated, "rANS chunk: header truncated")
+                   : Corrupt("bad word count");
   }
   const size_t rest = reader.remaining();
   if (rest < kElementStateBytes || streams->element_words > (rest - kElementStateBytes) / 2) {
     return Status(ErrorCode::kTruncated, "rANS chunk: streams truncated");
   }
   streams->element_stream = reader.current();
-  streams->escape_tail =
-      streams->element_stream + kElementStateBytes + 2 * streams->element_words;
+  streams->escape_tail = streams->element_stream + kElementStateBytes + 2 * streams->element_words;
   streams->tail_bytes = static_cast<size_t>(bytes + size - streams->escape_tail);
   if (streams->tail_bytes % 2 != 0) return Corrupt("odd escape stream");
   return Status::Ok();
@@ -714,19 +715,18 @@ struct RansDecodeOutput {
 // buffers: the outputs grow by the changes only. Escapes are noted with their src value
 // while the slice is in cache. Returns the words used, or kRansWordsExhausted.
 size_t DecodeRansSlices(const uint16_t* src, size_t len, const uint8_t* history,
-                        const RansModel& model, const RansChunkStreams& streams,
-                        uint32_t* states, RansDecodeOutput& out) {
+                        const RansModel& model, const RansChunkStreams& streams, uint32_t* states,
+                        RansDecodeOutput& out) {
   constexpr size_t kSlice = 4096;
   uint32_t found_positions[kSlice + kRansLanes], found_xors[kSlice + kRansLanes];
   RansEscapeAt found_escapes[kSlice + kRansLanes + 1];
   size_t words_used = 0;
   for (size_t begin = 0; begin < len; begin += kSlice) {
     const size_t count = std::min(kSlice, len - begin);
-    const size_t n = DecodeRansChanges(src + begin, count, model.class_base, model.change,
-                                       model.splits, states,
-                                       streams.element_stream + kElementStateBytes,
-                                       streams.element_words, &words_used, found_positions,
-                                       found_xors, history != nullptr ? history + begin : nullptr);
+    const size_t n = DecodeRansChanges(
+        src + begin, count, model.class_base, model.change, model.splits, states,
+        streams.element_stream + kElementStateBytes, streams.element_words, &words_used,
+        found_positions, found_xors, history != nullptr ? history + begin : nullptr);
     if (n == kRansWordsExhausted) return kRansWordsExhausted;
     const size_t old_size = out.positions->size();
     out.positions->resize(old_size + n);
@@ -790,8 +790,7 @@ const char* DecodeRansEscapes(const RansModel& model, const RansChunkStreams& st
 
 Status EncodeChunkRans(const uint16_t* src, const uint16_t* dst, size_t len,
                        const uint32_t* positions, size_t changes, std::vector<uint8_t>* out,
-                       RansScratch* scratch, const uint8_t* history,
-                       bool* coded_with_history) {
+                       RansScratch* scratch, const uint8_t* history, bool* coded_with_history) {
   if (out == nullptr || src == nullptr || dst == nullptr || positions == nullptr) {
     return Status(ErrorCode::kInvalidArgument, "EncodeChunkRans: null pointer");
   }

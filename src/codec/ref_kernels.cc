@@ -18,8 +18,8 @@ ChangeCounts ClassifyChanges(const uint16_t* src, const uint16_t* dst, size_t co
   return counts;
 }
 
-size_t CompactChanges(const uint16_t* src, const uint16_t* dst, size_t count,
-                      uint32_t* positions, uint16_t* xors) {
+size_t CompactChanges(const uint16_t* src, const uint16_t* dst, size_t count, uint32_t* positions,
+                      uint16_t* xors) {
   size_t n = 0;
   for (size_t i = 0; i < count; ++i) {
     const uint16_t x = src[i] ^ dst[i];
@@ -116,11 +116,10 @@ void AdvanceHistory(const uint16_t* src, const uint16_t* dst, size_t count, uint
   }
 }
 
-size_t DecodeRansChanges(const uint16_t* src, size_t count, int class_base,
-                         const uint32_t* probs, const uint32_t* splits,
-                         uint32_t states[kRansLanes],
-                         const uint8_t* words, size_t num_words, size_t* words_used,
-                         uint32_t* positions, uint32_t* xors, const uint8_t* history) {
+size_t DecodeRansChanges(const uint16_t* src, size_t count, int class_base, const uint32_t* probs,
+                         const uint32_t* splits, uint32_t states[kRansLanes], const uint8_t* words,
+                         size_t num_words, size_t* words_used, uint32_t* positions, uint32_t* xors,
+                         const uint8_t* history) {
   size_t changes = 0;
   size_t word = *words_used;
   for (size_t i = 0; i < count; ++i) {
@@ -158,8 +157,7 @@ size_t DecodeRansChanges(const uint16_t* src, size_t count, int class_base,
 
 size_t EncodeRansElements(const uint16_t* src, const uint16_t* dst, size_t count, int class_base,
                           const uint32_t* probs, const uint32_t* splits,
-                          uint32_t states[kRansLanes], uint16_t* pushed,
-                          const uint8_t* history) {
+                          uint32_t states[kRansLanes], uint16_t* pushed, const uint8_t* history) {
   size_t num_pushed = 0;
   for (size_t i = count; i-- > 0;) {
     uint32_t& x = states[i % kRansLanes];

@@ -24,9 +24,11 @@ inline Status Error(const std::string& path, const char* what) {
 }
 
 // pwrite of all `size` bytes at `offset` (interrupted and short writes resumed).
-inline Status WriteAt(int fd, const uint8_t* data, uint64_t size, uint64_t offset, const std::string& path) {
+inline Status WriteAt(int fd, const uint8_t* data, uint64_t size, uint64_t offset,
+                      const std::string& path) {
   while (size > 0) {
-    const ssize_t n = pwrite(fd, data, std::min<uint64_t>(size, uint64_t{1} << 30), static_cast<off_t>(offset));
+    const ssize_t n =
+        pwrite(fd, data, std::min<uint64_t>(size, uint64_t{1} << 30), static_cast<off_t>(offset));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return Error(path, "cannot write");
     data += n;
@@ -43,7 +45,8 @@ inline Status Reserve(int fd, uint64_t size, const std::string& path) {
   if (size == 0) return Status::Ok();
   const int rc = posix_fallocate(fd, 0, static_cast<off_t>(size));
   if (rc == EOPNOTSUPP || rc == EINVAL) {
-    return ftruncate(fd, static_cast<off_t>(size)) == 0 ? Status::Ok() : Error(path, "cannot resize");
+    return ftruncate(fd, static_cast<off_t>(size)) == 0 ? Status::Ok()
+                                                        : Error(path, "cannot resize");
   }
   if (rc == 0) return Status::Ok();
   errno = rc;

@@ -19,17 +19,17 @@ inline Status InContext(const std::string& context, const Status& s) {
 
 // Evaluates `expr` (an arc_v3::Status) once and returns it from the enclosing function
 // unless it is ok.
-#define ARC_V3_RETURN_IF_ERROR(expr)                \
-  do {                                              \
-    ::arc_v3::Status arc_v3_status_ = (expr);       \
+#define ARC_V3_RETURN_IF_ERROR(expr)                 \
+  do {                                               \
+    ::arc_v3::Status arc_v3_status_ = (expr);        \
     if (!arc_v3_status_.ok()) return arc_v3_status_; \
   } while (0)
 
 // As ARC_V3_RETURN_IF_ERROR, the error returned with "CONTEXT: " before its message;
 // `context` (a std::string expression) is evaluated only on an error.
-#define ARC_V3_RETURN_IF_ERROR_IN(context, expr)                              \
-  do {                                                                        \
-    ::arc_v3::Status arc_v3_status_ = (expr);                                 \
+#define ARC_V3_RETURN_IF_ERROR_IN(context, expr)                                     \
+  do {                                                                               \
+    ::arc_v3::Status arc_v3_status_ = (expr);                                        \
     if (!arc_v3_status_.ok()) return ::arc_v3::InContext((context), arc_v3_status_); \
   } while (0)
 

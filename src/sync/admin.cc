@@ -37,15 +37,18 @@ Status VerifyStep(Store* store, const Trust& trust, uint64_t step, std::string* 
   StepManifest m;
   std::vector<uint8_t> bytes;
   ARC_V3_RETURN_IF_ERROR(ReadRoot(store, step, &m, &bytes));
-  ARC_V3_RETURN_IF_ERROR(VerifySigned(m.signatures, trust.keys, store->url() + "/" + RootKey(step), keyid));
+  ARC_V3_RETURN_IF_ERROR(
+      VerifySigned(m.signatures, trust.keys, store->url() + "/" + RootKey(step), keyid));
   ReadCost cost;
   ARC_V3_RETURN_IF_ERROR(LoadShards(store, &m, nullptr, nullptr, &cost, /*trusting=*/true));
   for (const ShardRecord& r : m.shards) {
     for (const ObjectRef* ref : {&r.delta, &r.anchor, &r.index}) {
-      if (ref->present() && (ref->sha256.empty() || (ref != &r.index && (ref->head_sha256.empty() ||
-                                                                          ref->sums_sha256.empty())))) {
-        return Status(ErrorCode::kUntrusted, store->url() + "/" + ShardRecordKey(step, r.shard, r.count, r.incarnation) +
-                                                 " names " + ref->key + " without its SHA-256");
+      if (ref->present() &&
+          (ref->sha256.empty() ||
+           (ref != &r.index && (ref->head_sha256.empty() || ref->sums_sha256.empty())))) {
+        return Status(ErrorCode::kUntrusted,
+                      store->url() + "/" + ShardRecordKey(step, r.shard, r.count, r.incarnation) +
+                          " names " + ref->key + " without its SHA-256");
       }
     }
   }
@@ -54,12 +57,14 @@ Status VerifyStep(Store* store, const Trust& trust, uint64_t step, std::string* 
     std::vector<uint8_t> text;
     const Status s = store->Get(index->key, kMaxDocumentBytes, &text, nullptr);
     if (s.code() == ErrorCode::kNotFound) {  // not a pruned step (its root is there): damage
-      return Status(ErrorCode::kCorruptChunk, store->url() + "/" + index->key + ", which its record names, is missing");
+      return Status(ErrorCode::kCorruptChunk,
+                    store->url() + "/" + index->key + ", which its record names, is missing");
     }
     ARC_V3_RETURN_IF_ERROR(s);
     if (DigestHex(Sha256(text.data(), text.size())) != index->sha256) {
-      return Status(ErrorCode::kUntrusted, store->url() + "/" + index->key +
-                                               " is not the index its record names (its SHA-256 differs)");
+      return Status(ErrorCode::kUntrusted,
+                    store->url() + "/" + index->key +
+                        " is not the index its record names (its SHA-256 differs)");
     }
   }
   if (m.base_step != kNoStep) {
@@ -67,8 +72,9 @@ Status VerifyStep(Store* store, const Trust& trust, uint64_t step, std::string* 
     std::vector<uint8_t> base_bytes;
     const Status s = ReadRoot(store, m.base_step, &base, &base_bytes);
     if (s.ok() && DigestHex(Sha256(base_bytes.data(), base_bytes.size())) != m.base_root_sha256) {
-      return Status(ErrorCode::kUntrusted, store->url() + "/" + RootKey(step) + " names another root of step " +
-                                               std::to_string(m.base_step) + " than the store holds");
+      return Status(ErrorCode::kUntrusted,
+                    store->url() + "/" + RootKey(step) + " names another root of step " +
+                        std::to_string(m.base_step) + " than the store holds");
     }
     if (!s.ok() && s.code() != ErrorCode::kNotFound) return s;  // a pruned base: nothing to link
   }
@@ -77,11 +83,13 @@ Status VerifyStep(Store* store, const Trust& trust, uint64_t step, std::string* 
 
 }  // namespace
 
-Status VerifySteps(Store* store, const std::vector<std::string>& trust_files, std::vector<StepVerdict>* verdicts) {
+Status VerifySteps(Store* store, const std::vector<std::string>& trust_files,
+                   std::vector<StepVerdict>* verdicts) {
   verdicts->clear();
   Trust trust;
   ARC_V3_RETURN_IF_ERROR(LoadTrust(trust_files, &trust));
-  if (!trust.on()) return Status(ErrorCode::kInvalidArgument, "verifying needs at least one trusted public key");
+  if (!trust.on())
+    return Status(ErrorCode::kInvalidArgument, "verifying needs at least one trusted public key");
   std::vector<ObjectInfo> roots;
   ARC_V3_RETURN_IF_ERROR(store->List("steps/", &roots));
   for (const ObjectInfo& o : roots) {
@@ -131,9 +139,11 @@ Status ListSteps(Store* store, std::vector<StepListing>* steps, bool load_record
   return Status::Ok();
 }
 
-Status Prune(Store* store, uint32_t keep_anchors, bool dry_run, PruneResult* report, double min_age_seconds) {
+Status Prune(Store* store, uint32_t keep_anchors, bool dry_run, PruneResult* report,
+             double min_age_seconds) {
   *report = PruneResult();
-  if (keep_anchors == 0) return Status(ErrorCode::kInvalidArgument, "pruning must keep at least one anchor");
+  if (keep_anchors == 0)
+    return Status(ErrorCode::kInvalidArgument, "pruning must keep at least one anchor");
   std::vector<StepListing> steps;
   ARC_V3_RETURN_IF_ERROR(ListSteps(store, &steps, false));
   std::vector<uint64_t> anchors;  // committed anchor steps, newest first
@@ -148,10 +158,12 @@ Status Prune(Store* store, uint32_t keep_anchors, bool dry_run, PruneResult* rep
   // A kept step whose chain starts at an older anchor (a base named with --base-step)
   // keeps that chain.
   for (const StepListing& l : steps) {
-    if (l.committed && l.step >= report->keep_from) report->keep_from = std::min(report->keep_from, l.manifest.anchor_step);
+    if (l.committed && l.step >= report->keep_from)
+      report->keep_from = std::min(report->keep_from, l.manifest.anchor_step);
   }
   // A step committed within min_age keeps its anchor's chain: a region may be walking it.
-  const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   for (const StepListing& l : steps) {
     if (l.committed && now - l.manifest.committed_at < min_age_seconds) {
       report->keep_from = std::min(report->keep_from, l.manifest.anchor_step);

@@ -21,7 +21,8 @@ using Clock = std::chrono::steady_clock;
 // background while the one before is decoded.
 class Prefetch {
  public:
-  Prefetch(const HopRun& run, PullReport* report, HopTimes* times) : run_(run), report_(report), times_(times) {}
+  Prefetch(const HopRun& run, PullReport* report, HopTimes* times)
+      : run_(run), report_(report), times_(times) {}
   ~Prefetch() {
     if (ahead_.valid()) ahead_.wait();
   }
@@ -79,20 +80,25 @@ Status DecodeShard(const HopRun& run, size_t k, HopSink* sink, checkpoint::Tenso
     return std::make_pair(need.begin, need.end);
   };
   const auto allocate = [&](const checkpoint::TensorEntry& t, uint64_t begin, uint64_t end,
-                            checkpoint::HeldTensor* held) { return sink->Allocate(k, t, begin, end, held); };
+                            checkpoint::HeldTensor* held) {
+    return sink->Allocate(k, t, begin, end, held);
+  };
   const checkpoint::HeldTensors* base = nullptr;
   Status s = sink->Open(k, f, &base);
-  if (s.ok() && !f.skipped) s = apply->Plan(&f.reader, 0, *base, wanted, allocate, sink->in_place());
+  if (s.ok() && !f.skipped)
+    s = apply->Plan(&f.reader, 0, *base, wanted, allocate, sink->in_place());
   if (s.ok() && !f.skipped) s = apply->Decode(run.threads);
   if (!s.ok()) return InShard(*run.hop, k, s);
-  if (f.source != nullptr) f.source->Release();  // its pieces are written: only the undo record stays
+  if (f.source != nullptr)
+    f.source->Release();  // its pieces are written: only the undo record stays
   return s;
 }
 
 // Decodes the batches in order, the i-th shard of them into applies[i]; `*applied`: how
 // many were decoded, to commit or roll back.
-Status DecodeBatches(const HopRun& run, HopSink* sink, std::vector<checkpoint::TensorApply>* applies,
-                     size_t* applied, PullReport* report, HopTimes* times) {
+Status DecodeBatches(const HopRun& run, HopSink* sink,
+                     std::vector<checkpoint::TensorApply>* applies, size_t* applied,
+                     PullReport* report, HopTimes* times) {
   Prefetch prefetch(run, report, times);
   Status s;
   for (size_t j = 0; j < run.batches.size() && s.ok(); ++j) {
@@ -113,7 +119,8 @@ Status DecodeBatches(const HopRun& run, HopSink* sink, std::vector<checkpoint::T
 
 Status ApplyHop(const HopRun& run, HopSink* sink, PullReport* report, HopTimes* times) {
   std::vector<size_t> shards;
-  for (const std::vector<size_t>& batch : run.batches) shards.insert(shards.end(), batch.begin(), batch.end());
+  for (const std::vector<size_t>& batch : run.batches)
+    shards.insert(shards.end(), batch.begin(), batch.end());
   std::vector<checkpoint::TensorApply> applies(shards.size());
   size_t applied = 0;
   const Status s = DecodeBatches(run, sink, &applies, &applied, report, times);

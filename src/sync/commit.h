@@ -21,7 +21,8 @@ struct Signer {
 };
 
 // Loads `sign_key` (none: an unsigned signer) and the public keys of the `trust` files.
-Status LoadSigner(const std::string& sign_key, const std::vector<std::string>& trust, Signer* signer);
+Status LoadSigner(const std::string& sign_key, const std::vector<std::string>& trust,
+                  Signer* signer);
 
 // What makes `record` another file than `existing`, the same shard of the same step
 // published before ("" if it is the same file: same name, size, base step, tensors and
@@ -30,7 +31,8 @@ std::string FileDifference(const ShardRecord& existing, const ShardRecord& recor
 
 // The kAlreadyExists error for `record` published again with another file (`committed`:
 // its step is committed).
-Status Conflict(Store* store, const ShardRecord& record, const std::string& difference, bool committed);
+Status Conflict(Store* store, const ShardRecord& record, const std::string& difference,
+                bool committed);
 
 // The record of `shard` in a committed step: from the record key of the root's
 // incarnation, checked through its group index.
@@ -38,8 +40,8 @@ Status CommittedRecord(Store* store, const StepManifest& root, uint32_t shard, S
 
 // The step of `ours` once its group is complete, then later steps that waited for it as
 // their base (`ours` null: every group is complete).
-Status CommitFrom(Store* store, uint64_t step, uint32_t count, const std::string& inc, const ShardRecord* ours,
-                  const Signer& signer, CommitResult* result);
+Status CommitFrom(Store* store, uint64_t step, uint32_t count, const std::string& inc,
+                  const ShardRecord* ours, const Signer& signer, CommitResult* result);
 
 }  // namespace sync
 }  // namespace arc_v3

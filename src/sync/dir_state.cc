@@ -35,7 +35,9 @@ std::string StatePath(const std::string& dir, const char* name) {
 }
 
 // A local file operation that failed: kIoError naming `what` and the system's reason.
-Status Errno(const std::string& what) { return Status(ErrorCode::kIoError, what + ": " + std::strerror(errno)); }
+Status Errno(const std::string& what) {
+  return Status(ErrorCode::kIoError, what + ": " + std::strerror(errno));
+}
 
 // Writes `text` to `path` atomically and durably.
 Status WriteDurably(const std::string& path, const std::string& text) {
@@ -73,7 +75,10 @@ OrderedJson SumsJson(const std::vector<TensorChecksum>& sums) {
 }
 
 OrderedJson FileJson(const FileRecord& f) {
-  return {{"path", f.path}, {"size", f.size}, {"mtime_ns", f.mtime_ns}, {"tensors", SumsJson(f.tensors)}};
+  return {{"path", f.path},
+          {"size", f.size},
+          {"mtime_ns", f.mtime_ns},
+          {"tensors", SumsJson(f.tensors)}};
 }
 
 OrderedJson StateToJson(const DirState& s) {
@@ -86,13 +91,16 @@ OrderedJson StateToJson(const DirState& s) {
   OrderedJson selection = nullptr;
   if (s.selection.partial()) {
     selection = {{"tensors", s.selection.tensors},
-                 {"rows", {s.selection.row_begin, s.selection.row_end == UINT64_MAX
-                                                      ? OrderedJson(nullptr)
-                                                      : OrderedJson(s.selection.row_end)}}};
+                 {"rows",
+                  {s.selection.row_begin, s.selection.row_end == UINT64_MAX
+                                              ? OrderedJson(nullptr)
+                                              : OrderedJson(s.selection.row_end)}}};
   }
-  OrderedJson state = {{"format", kProtocolName}, {"version", kProtocolVersion}, {"kind", "directory"},
-                       {"store", s.store},        {"step", s.step},                {"manifest_xxh3", checkpoint::HexU64(s.manifest_xxh3)},
-                       {"selection", selection},  {"shards", shards}};
+  OrderedJson state = {
+      {"format", kProtocolName}, {"version", kProtocolVersion},
+      {"kind", "directory"},     {"store", s.store},
+      {"step", s.step},          {"manifest_xxh3", checkpoint::HexU64(s.manifest_xxh3)},
+      {"selection", selection},  {"shards", shards}};
   if (s.index) state["index"] = true;
   if (s.run != 0) state["run"] = checkpoint::HexU64(s.run);
   if (!s.root_sha256.empty()) state["root_sha256"] = s.root_sha256;
@@ -127,16 +135,19 @@ uint64_t ParseHex(const std::string& text) {
 std::string Sha256Hex(const Json& j) {
   Digest digest;
   const std::string text = j.get<std::string>();
-  if (!ParseDigestHex(text, &digest)) throw std::runtime_error("'" + text + "' is not 64 lowercase hex digits");
+  if (!ParseDigestHex(text, &digest))
+    throw std::runtime_error("'" + text + "' is not 64 lowercase hex digits");
   return text;
 }
 
 // A path inside DIR: relative, without "." or ".." components.
 std::string InsidePath(const Json& j) {
   const std::string path = j.get<std::string>();
-  if (path.empty() || path[0] == '/') throw std::runtime_error("path '" + path + "' is not relative");
+  if (path.empty() || path[0] == '/')
+    throw std::runtime_error("path '" + path + "' is not relative");
   for (const auto& part : fs::path(path)) {
-    if (part == "." || part == ".." || part.empty()) throw std::runtime_error("path '" + path + "' leaves DIR");
+    if (part == "." || part == ".." || part.empty())
+      throw std::runtime_error("path '" + path + "' leaves DIR");
   }
   return path;
 }
@@ -146,7 +157,8 @@ FileRecord FileFromJson(const Json& j) {
   f.path = InsidePath(j.at("path"));
   f.size = U64(j.at("size"));
   f.mtime_ns = I64(j.at("mtime_ns"));
-  for (const Json& t : j.at("tensors")) f.tensors.push_back({t.at(0).get<std::string>(), ParseHex(t.at(1).get<std::string>())});
+  for (const Json& t : j.at("tensors"))
+    f.tensors.push_back({t.at(0).get<std::string>(), ParseHex(t.at(1).get<std::string>())});
   return f;
 }
 
@@ -154,9 +166,11 @@ DirState StateFromJson(const Json& j) {
   // Version 1 (arc_v3 1.x) has the same fields; its manifest_xxh3 names no version-2 root,
   // so such a directory moves to a version-2 store through an anchor.
   const uint64_t version = U64(j.at("version"));
-  if (j.at("format").get<std::string>() != kProtocolName || j.at("kind").get<std::string>() != "directory" ||
+  if (j.at("format").get<std::string>() != kProtocolName ||
+      j.at("kind").get<std::string>() != "directory" ||
       (version != 1 && version != kProtocolVersion)) {
-    throw std::runtime_error("not a directory state of version 1 or " + std::to_string(kProtocolVersion));
+    throw std::runtime_error("not a directory state of version 1 or " +
+                             std::to_string(kProtocolVersion));
   }
   DirState s;
   s.store = j.at("store").get<std::string>();
@@ -166,11 +180,13 @@ DirState StateFromJson(const Json& j) {
   if (j.contains("root_sha256")) s.root_sha256 = Sha256Hex(j.at("root_sha256"));
   if (j.contains("incarnation")) {
     s.incarnation = j.at("incarnation").get<std::string>();
-    if (!ValidIncarnation(s.incarnation)) throw std::runtime_error("not an incarnation: '" + s.incarnation + "'");
+    if (!ValidIncarnation(s.incarnation))
+      throw std::runtime_error("not an incarnation: '" + s.incarnation + "'");
   }
   if (j.contains("trusted_keys")) {
     const Json& keys = j.at("trusted_keys");
-    if (!keys.is_array() || keys.empty()) throw std::runtime_error("trusted_keys is not a list of key ids");
+    if (!keys.is_array() || keys.empty())
+      throw std::runtime_error("trusted_keys is not a list of key ids");
     for (const Json& id : keys) s.trusted_keys.push_back(Sha256Hex(id));
   }
   const Json& sel = j.at("selection");
@@ -205,7 +221,8 @@ DirLock::~DirLock() {
 Status DirLock::Acquire(const std::string& dir) {
   std::error_code ec;
   fs::create_directories(fs::path(dir) / kStateDir, ec);
-  if (ec) return Status(ErrorCode::kIoError, dir + ": cannot create " + kStateDir + ": " + ec.message());
+  if (ec)
+    return Status(ErrorCode::kIoError, dir + ": cannot create " + kStateDir + ": " + ec.message());
   const std::string path = StatePath(dir, "lock");
   fd_ = open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
   if (fd_ < 0) return Errno(path + ": cannot open");
@@ -263,12 +280,14 @@ Status CheckFile(const std::string& dir, FileRecord* record, bool* retimed) {
   const std::string full = Relative(dir, record->path);
   struct stat st;
   const auto differs = [&](const std::string& why) {
-    return Status(ErrorCode::kChecksumMismatch, full + " is not the file the last pull wrote (" + why +
+    return Status(ErrorCode::kChecksumMismatch, full + " is not the file the last pull wrote (" +
+                                                    why +
                                                     "): refusing to apply onto an unknown base");
   };
   if (stat(full.c_str(), &st) != 0) return differs("it is gone");
   const int64_t mtime = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
-  if (static_cast<uint64_t>(st.st_size) == record->size && mtime == record->mtime_ns) return Status::Ok();
+  if (static_cast<uint64_t>(st.st_size) == record->size && mtime == record->mtime_ns)
+    return Status::Ok();
   if (static_cast<uint64_t>(st.st_size) != record->size) return differs("its size changed");
   // Touched, copied or restored: its contents decide.
   FileRecord now;
@@ -277,7 +296,8 @@ Status CheckFile(const std::string& dir, FileRecord* record, bool* retimed) {
   if (now.size != record->size) return differs("its size changed");
   if (now.tensors.size() != record->tensors.size()) return differs("its tensors changed");
   for (size_t i = 0; i < now.tensors.size(); ++i) {
-    if (now.tensors[i].name != record->tensors[i].name || now.tensors[i].xxh3 != record->tensors[i].xxh3) {
+    if (now.tensors[i].name != record->tensors[i].name ||
+        now.tensors[i].xxh3 != record->tensors[i].xxh3) {
       return differs("tensor '" + record->tensors[i].name + "' changed");
     }
   }
@@ -297,7 +317,8 @@ Status RunJournal(const std::string& dir, const Journal& j,
     if (fs::exists(from, ec)) {
       if (rename(from.c_str(), to.c_str()) != 0) return Errno(to + ": cannot rename into place");
     } else if (!fs::exists(to, ec)) {
-      return Status(ErrorCode::kInternal, dir + ": the commit journal names " + move.first + ", which is gone");
+      return Status(ErrorCode::kInternal,
+                    dir + ": the commit journal names " + move.first + ", which is gone");
     }
     if (after_move) after_move(i + 1);
   }
@@ -318,7 +339,8 @@ Status RunJournal(const std::string& dir, const Journal& j,
 std::string JournalJson(const Journal& journal) {
   OrderedJson moves = OrderedJson::array();
   for (const auto& m : journal.moves) moves.push_back({m.first, m.second});
-  const OrderedJson doc = {{"moves", moves}, {"removes", journal.removes}, {"state", StateToJson(journal.state)}};
+  const OrderedJson doc = {
+      {"moves", moves}, {"removes", journal.removes}, {"state", StateToJson(journal.state)}};
   return doc.dump(1) + "\n";
 }
 
@@ -326,7 +348,8 @@ Status ParseJournal(const std::string& text, const std::string& where, Journal* 
   Journal j;
   try {
     const Json doc = strict_json::Parse(text, where);
-    for (const Json& m : doc.at("moves")) j.moves.emplace_back(InsidePath(m.at(0)), InsidePath(m.at(1)));
+    for (const Json& m : doc.at("moves"))
+      j.moves.emplace_back(InsidePath(m.at(0)), InsidePath(m.at(1)));
     for (const Json& r : doc.at("removes")) j.removes.push_back(InsidePath(r));
     j.state = StateFromJson(doc.at("state"));
   } catch (const strict_json::Error& e) {
@@ -348,7 +371,8 @@ Status DropJournal(const std::string& dir) {
   std::error_code ec;
   fs::remove(StatePath(dir, kJournalFile), ec);
   fs::remove_all(fs::path(dir) / kStateDir / "stage", ec);
-  return ec ? Status(ErrorCode::kInvalidArgument, dir + ": cannot drop its commit journal: " + ec.message())
+  return ec ? Status(ErrorCode::kInvalidArgument,
+                     dir + ": cannot drop its commit journal: " + ec.message())
             : file_io::SyncDirectory((fs::path(dir) / kStateDir).string());
 }
 

@@ -47,7 +47,7 @@ struct DirState {
   std::string store;
   uint64_t step = kNoStep;
   uint64_t manifest_xxh3 = 0;  // of the step's manifest bytes: which store's step it is
-  uint64_t run = 0;  // the step's run (0: not recorded, a state written before 2.0)
+  uint64_t run = 0;            // the step's run (0: not recorded, a state written before 2.0)
   // SHA-256 (hex) of the step's root bytes ("": not recorded): a trusting pull's chain
   // joins DIR only where a signed root names this as its base root's.
   std::string root_sha256;

@@ -119,9 +119,10 @@ bool Confirm(const std::string& url) {
   curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT, 10L);
   curl_easy_setopt(curl, CURLOPT_TIMEOUT, 20L);
-  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, +[](char*, size_t size, size_t n, void*) -> size_t {
-    return size * n;  // the answer (a SubscriptionArn) is not needed
-  });
+  curl_easy_setopt(
+      curl, CURLOPT_WRITEFUNCTION, +[](char*, size_t size, size_t n, void*) -> size_t {
+        return size * n;  // the answer (a SubscriptionArn) is not needed
+      });
   long code = 0;
   const bool ok = curl_easy_perform(curl) == CURLE_OK &&
                   curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &code) == CURLE_OK;
@@ -134,7 +135,7 @@ struct Upload {
 };
 
 MHD_Result Reply(MHD_Connection* connection, unsigned code) {
-  const char* text = code == 200 ? "ok\n"
+  const char* text = code == 200   ? "ok\n"
                      : code == 400 ? "not a bucket notification\n"
                      : code == 403 ? "not an SNS subscription this endpoint confirms\n"
                      : code == 405 ? "POST a bucket notification\n"
@@ -258,8 +259,8 @@ Status EventListener::Start(const std::string& host_port, std::unique_ptr<EventL
     host = host.substr(1, host.size() - 2);
   }
   const auto bad = [&](const std::string& why) {
-    return Status(ErrorCode::kInvalidArgument, "cannot listen for store events on '" + host_port +
-                                                   "': " + why);
+    return Status(ErrorCode::kInvalidArgument,
+                  "cannot listen for store events on '" + host_port + "': " + why);
   };
   if (host.empty() || port.empty() || port.size() > 5 ||
       port.find_first_not_of("0123456789") != std::string::npos || std::stoul(port) > 65535) {

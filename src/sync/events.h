@@ -35,10 +35,10 @@ std::vector<EventSource> EventSourcesOf(const std::string& store_url);
 // What a POSTed body asks for.
 struct EventVerdict {
   enum class Kind {
-    kWake,        // a record of a created object names `latest` or a step root of a source
-    kIgnored,     // well-formed, but for other keys, buckets or kinds of event
-    kMalformed,   // not JSON, or JSON of no known shape
-    kSubscribe,   // an SNS SubscriptionConfirmation: `subscribe_url` confirms it
+    kWake,       // a record of a created object names `latest` or a step root of a source
+    kIgnored,    // well-formed, but for other keys, buckets or kinds of event
+    kMalformed,  // not JSON, or JSON of no known shape
+    kSubscribe,  // an SNS SubscriptionConfirmation: `subscribe_url` confirms it
   };
   Kind kind = Kind::kIgnored;
   std::string subscribe_url;

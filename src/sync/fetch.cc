@@ -19,7 +19,6 @@ using checkpoint::Reader;
 using checkpoint::TensorEntry;
 using Clock = std::chrono::steady_clock;
 
-
 }  // namespace
 
 Status CheckLayout(const Reader& reader, const ShardRecord& record, const std::string& name) {
@@ -28,9 +27,10 @@ Status CheckLayout(const Reader& reader, const ShardRecord& record, const std::s
   }
   const checkpoint::FileEntry& file = reader.manifest().files[0];
   if (file.name != record.file || file.size != record.file_size) {
-    return Status(ErrorCode::kCorruptHeader, name + " holds '" + file.name + "' of " + std::to_string(file.size) +
-                                                 " bytes, not the record's '" + record.file + "' of " +
-                                                 std::to_string(record.file_size));
+    return Status(ErrorCode::kCorruptHeader, name + " holds '" + file.name + "' of " +
+                                                 std::to_string(file.size) +
+                                                 " bytes, not the record's '" + record.file +
+                                                 "' of " + std::to_string(record.file_size));
   }
   return Status::Ok();
 }
@@ -58,27 +58,30 @@ Status GetGrowing(Store* store, const std::string& key, uint64_t offset, uint64_
 RangeSource::RangeSource(uint64_t size, Store* store, std::string key, PullReport* report)
     : size_(size), store_(store), key_(std::move(key)), report_(report) {}
 
-void RangeSource::Add(uint64_t offset, std::vector<uint8_t> bytes) { ranges_[offset] = std::move(bytes); }
-
-void RangeSource::Release() {
-  std::map<uint64_t, std::vector<uint8_t>>().swap(ranges_);
+void RangeSource::Add(uint64_t offset, std::vector<uint8_t> bytes) {
+  ranges_[offset] = std::move(bytes);
 }
+
+void RangeSource::Release() { std::map<uint64_t, std::vector<uint8_t>>().swap(ranges_); }
 
 Status RangeSource::Check(uint64_t offset, uint64_t size, const uint8_t* data) const {
   if (!checked_ || size == 0) return Status::Ok();
   const auto it = digests_.find(offset);
   if (it == digests_.end() || it->second.first != size) {
-    return Status(ErrorCode::kUntrusted, key_ + ": bytes " + std::to_string(offset) + "+" + std::to_string(size) +
+    return Status(ErrorCode::kUntrusted, key_ + ": bytes " + std::to_string(offset) + "+" +
+                                             std::to_string(size) +
                                              " are no range its signed digests name");
   }
   if (Sha256(data, size) != it->second.second) {
-    return Status(ErrorCode::kUntrusted, key_ + ": bytes " + std::to_string(offset) + "+" + std::to_string(size) +
+    return Status(ErrorCode::kUntrusted, key_ + ": bytes " + std::to_string(offset) + "+" +
+                                             std::to_string(size) +
                                              " differ from their signed SHA-256");
   }
   return Status::Ok();
 }
 
-Status RangeSource::Read(uint64_t offset, uint64_t size, std::vector<uint8_t>* scratch, const uint8_t** data) const {
+Status RangeSource::Read(uint64_t offset, uint64_t size, std::vector<uint8_t>* scratch,
+                         const uint8_t** data) const {
   auto it = ranges_.upper_bound(offset);
   if (it != ranges_.begin()) {
     --it;
@@ -89,7 +92,8 @@ Status RangeSource::Read(uint64_t offset, uint64_t size, std::vector<uint8_t>* s
     }
   }
   if (store_ == nullptr || offset > size_ || size > size_ - offset) {
-    return Status(ErrorCode::kInternal, "bytes " + std::to_string(offset) + "+" + std::to_string(size) +
+    return Status(ErrorCode::kInternal, "bytes " + std::to_string(offset) + "+" +
+                                            std::to_string(size) +
                                             " of a partially fetched container were not fetched");
   }
   ARC_V3_RETURN_IF_ERROR(GetGrowing(store_, key_, offset, size, scratch));
@@ -104,12 +108,10 @@ Status RangeSource::Read(uint64_t offset, uint64_t size, std::vector<uint8_t>* s
   return Status::Ok();
 }
 
-
 bool Groupable(const TensorEntry& t) {
   const uint64_t elements = t.dtype == "BF16" ? t.bytes() / 2 : 0;
   return t.grouped() || (elements > 0 && elements < kGroupBelowElements);
 }
-
 
 Need Needed(const TensorEntry& t, const Select& select, bool keep_small) {
   const uint64_t rows = t.rows();
@@ -147,7 +149,8 @@ std::vector<std::pair<uint64_t, uint64_t>> NeededRanges(const Reader& reader, co
       continue;
     }
     for (const Piece& p : t.pieces) {
-      if (p.row_end > need.begin && p.row_begin < need.end) ranges.emplace_back(data + p.offset, p.size);
+      if (p.row_end > need.begin && p.row_begin < need.end)
+        ranges.emplace_back(data + p.offset, p.size);
     }
   }
   std::sort(ranges.begin(), ranges.end());
@@ -164,85 +167,107 @@ std::vector<std::pair<uint64_t, uint64_t>> NeededRanges(const Reader& reader, co
   return merged;
 }
 
-
 const FileEntry& Fetched::file() const {
   static const FileEntry kNoTensors;
   return skipped ? kNoTensors : reader.manifest().files[0];
 }
 
-Status FetchHeads(Store* store, const StoreOptions& options, Select* select, std::vector<Fetched>* fetched,
-                  PullReport* report, const Trust& trust) {
+namespace {
+
+// Fetches one container's head (header and manifest), checks it against the record (and,
+// trusting, its piece digests, read into `sums`), and opens its reader.
+Status FetchHead(Store* store, const Trust& trust, PullReport* report, Fetched* fetched,
+                 std::vector<uint8_t>* sums_out) {
+  Fetched& f = *fetched;
+  std::vector<uint8_t>& sums = *sums_out;
+  std::vector<uint8_t> head;
+  Status s = GetGrowing(store, f.ref.key, 0, f.ref.head_size, &head);
+  const std::string name = store->url() + "/" + f.ref.key;
+  if (s.ok() && trust.on() && f.ref.head_sha256.empty()) {
+    s = Status(ErrorCode::kUntrusted, name + ": its record names no SHA-256 (not a signed record)");
+  }
+  // Trusting, the SHA-256 decides first; else damage fails the XXH3 (corrupt: another
+  // route may do), and only bytes made to pass it fail the SHA-256.
+  const bool sha_differs = s.ok() && !f.ref.head_sha256.empty() &&
+                           DigestHex(Sha256(head.data(), head.size())) != f.ref.head_sha256;
+  if (sha_differs && trust.on()) {
+    s = Status(ErrorCode::kUntrusted,
+               name + ": its header or manifest differs from its record's SHA-256");
+  }
+  if (s.ok() && checkpoint::Hash(head.data(), head.size()) != f.ref.head_xxh3) {
+    s = Status(ErrorCode::kCorruptChunk,
+               name + ": its header or manifest does not match its record");
+  }
+  if (s.ok() && sha_differs) {
+    s = Status(ErrorCode::kUntrusted,
+               name + ": its header or manifest differs from its record's SHA-256");
+  }
+  if (s.ok() && trust.on()) {
+    // The digest of every range of its data section, itself named by the record.
+    s = store->Get(SumsKey(f.ref.key), std::min(f.ref.sums_size, kMaxDocumentBytes), &sums,
+                   nullptr);
+    if (s.ok() && (sums.size() != f.ref.sums_size ||
+                   DigestHex(Sha256(sums.data(), sums.size())) != f.ref.sums_sha256)) {
+      s = Status(ErrorCode::kUntrusted,
+                 store->url() + "/" + SumsKey(f.ref.key) + " differs from its record's SHA-256");
+    }
+  }
+  if (s.ok()) {
+    auto source = std::make_unique<RangeSource>(f.ref.size, store, f.ref.key, report);
+    const uint64_t head_size = head.size();
+    source->Add(0, std::move(head));
+    f.source = source.get();
+    s = Reader::Open(std::move(source), &f.reader);
+    if (s.ok()) s = CheckLayout(f.reader, *f.record, name);
+    if (s.ok() && trust.on()) {
+      const auto ranges = StoredRanges(f.reader.manifest());
+      if (ranges.size() * 32 != sums.size()) {
+        s = Status(ErrorCode::kUntrusted,
+                   name + ": its signed piece digests do not list its pieces");
+      } else {
+        std::map<uint64_t, std::pair<uint64_t, Digest>> digests;
+        for (size_t r = 0; r < ranges.size(); ++r) {
+          Digest d;
+          std::copy(sums.begin() + 32 * r, sums.begin() + 32 * (r + 1), d.begin());
+          digests[head_size + ranges[r].first] = {ranges[r].second, d};
+        }
+        f.source->SetDigests(std::move(digests));
+      }
+    }
+    s = InContext(name, s);
+  }
+  return s;
+}
+
+}  // namespace
+
+Status FetchHeads(Store* store, const StoreOptions& options, Select* select,
+                  std::vector<Fetched>* fetched, PullReport* report, const Trust& trust) {
   std::mutex mutex;
   Status first;
   const auto start = Clock::now();
   // The heads: container header and manifest, checked against the shard's record.
-  const Status thrown = TryParallelFor(fetched->size(), WorkerCount(std::max(1, options.connections), fetched->size()), [&](size_t i, size_t) {
-    Fetched& f = (*fetched)[i];
-    if (f.skipped) return;
-    std::vector<uint8_t> head;
-    Status s = GetGrowing(store, f.ref.key, 0, f.ref.head_size, &head);
-    const std::string name = store->url() + "/" + f.ref.key;
-    if (s.ok() && trust.on() && f.ref.head_sha256.empty()) {
-      s = Status(ErrorCode::kUntrusted, name + ": its record names no SHA-256 (not a signed record)");
-    }
-    // Trusting, the SHA-256 decides first; else damage fails the XXH3 (corrupt: another
-    // route may do), and only bytes made to pass it fail the SHA-256.
-    const bool sha_differs = s.ok() && !f.ref.head_sha256.empty() &&
-                             DigestHex(Sha256(head.data(), head.size())) != f.ref.head_sha256;
-    if (sha_differs && trust.on()) {
-      s = Status(ErrorCode::kUntrusted, name + ": its header or manifest differs from its record's SHA-256");
-    }
-    if (s.ok() && checkpoint::Hash(head.data(), head.size()) != f.ref.head_xxh3) {
-      s = Status(ErrorCode::kCorruptChunk, name + ": its header or manifest does not match its record");
-    }
-    if (s.ok() && sha_differs) {
-      s = Status(ErrorCode::kUntrusted, name + ": its header or manifest differs from its record's SHA-256");
-    }
-    std::vector<uint8_t> sums;
-    if (s.ok() && trust.on()) {
-      // The digest of every range of its data section, itself named by the record.
-      s = store->Get(SumsKey(f.ref.key), std::min(f.ref.sums_size, kMaxDocumentBytes), &sums, nullptr);
-      if (s.ok() && (sums.size() != f.ref.sums_size || DigestHex(Sha256(sums.data(), sums.size())) != f.ref.sums_sha256)) {
-        s = Status(ErrorCode::kUntrusted, store->url() + "/" + SumsKey(f.ref.key) +
-                                              " differs from its record's SHA-256");
-      }
-    }
-    if (s.ok()) {
-      auto source = std::make_unique<RangeSource>(f.ref.size, store, f.ref.key, report);
-      const uint64_t head_size = head.size();
-      source->Add(0, std::move(head));
-      f.source = source.get();
-      s = Reader::Open(std::move(source), &f.reader);
-      if (s.ok()) s = CheckLayout(f.reader, *f.record, name);
-      if (s.ok() && trust.on()) {
-        const auto ranges = StoredRanges(f.reader.manifest());
-        if (ranges.size() * 32 != sums.size()) {
-          s = Status(ErrorCode::kUntrusted, name + ": its signed piece digests do not list its pieces");
-        } else {
-          std::map<uint64_t, std::pair<uint64_t, Digest>> digests;
-          for (size_t r = 0; r < ranges.size(); ++r) {
-            Digest d;
-            std::copy(sums.begin() + 32 * r, sums.begin() + 32 * (r + 1), d.begin());
-            digests[head_size + ranges[r].first] = {ranges[r].second, d};
-          }
-          f.source->SetDigests(std::move(digests));
-        }
-      }
-      s = InContext(name, s);
-    }
-    s = UnderTrust(trust, s);
-    std::lock_guard<std::mutex> lock(mutex);
-    report->requests += 1 + (trust.on() ? 1 : 0);
-    report->fetched_bytes += f.ref.head_size + sums.size();
-    if (!s.ok() && first.ok()) first = s;
-  });
+  const Status thrown = TryParallelFor(
+      fetched->size(), WorkerCount(std::max(1, options.connections), fetched->size()),
+      [&](size_t i, size_t) {
+        Fetched& f = (*fetched)[i];
+        if (f.skipped) return;
+        std::vector<uint8_t> sums;
+        Status s = FetchHead(store, trust, report, &f, &sums);
+        s = UnderTrust(trust, s);
+        std::lock_guard<std::mutex> lock(mutex);
+        report->requests += 1 + (trust.on() ? 1 : 0);
+        report->fetched_bytes += f.ref.head_size + sums.size();
+        if (!s.ok() && first.ok()) first = s;
+      });
   if (!thrown.ok()) return thrown;
   if (!first.ok()) return first;
   // Groups need their members' bases where a selected tensor may be grouped (at any hop).
   for (const Fetched& f : *fetched) {
     if (select->keep_small.size() <= f.shard) select->keep_small.resize(f.shard + 1, false);
     for (const TensorEntry& t : f.file().tensors) {
-      if (Groupable(t) && std::regex_match(t.name, select->pattern)) select->keep_small[f.shard] = true;
+      if (Groupable(t) && std::regex_match(t.name, select->pattern))
+        select->keep_small[f.shard] = true;
     }
   }
   for (const Fetched& f : *fetched) report->fetched_objects += !f.skipped;
@@ -253,13 +278,14 @@ Status FetchHeads(Store* store, const StoreOptions& options, Select* select, std
 uint64_t NeededBytes(const Fetched& f, const Select& select) {
   if (f.skipped) return 0;
   uint64_t bytes = 0;
-  for (const auto& r : NeededRanges(f.reader, select, select.keep_small[f.shard])) bytes += r.second;
+  for (const auto& r : NeededRanges(f.reader, select, select.keep_small[f.shard]))
+    bytes += r.second;
   return bytes;
 }
 
-Status FetchRanges(Store* store, const StoreOptions& options, uint64_t prefetch_limit, uint64_t budget,
-                   const Select& select, const std::vector<size_t>& objects, std::vector<Fetched>* fetched,
-                   PullReport* report) {
+Status FetchRanges(Store* store, const StoreOptions& options, uint64_t prefetch_limit,
+                   uint64_t budget, const Select& select, const std::vector<size_t>& objects,
+                   std::vector<Fetched>* fetched, PullReport* report) {
   const auto start = Clock::now();
   // The pieces the selection needs, neighbours merged.
   struct Range {
@@ -282,11 +308,14 @@ Status FetchRanges(Store* store, const StoreOptions& options, uint64_t prefetch_
   std::vector<std::vector<uint8_t>> data(ranges.size());
   std::mutex mutex;
   Status first;
-  const Status thrown = TryParallelFor(ranges.size(), WorkerCount(std::max(1, options.connections), ranges.size()), [&](size_t i, size_t) {
-    const Status s = GetGrowing(store, (*fetched)[ranges[i].object].ref.key, ranges[i].offset, ranges[i].size, &data[i]);
-    std::lock_guard<std::mutex> lock(mutex);
-    if (!s.ok() && first.ok()) first = s;
-  });
+  const Status thrown =
+      TryParallelFor(ranges.size(), WorkerCount(std::max(1, options.connections), ranges.size()),
+                     [&](size_t i, size_t) {
+                       const Status s = GetGrowing(store, (*fetched)[ranges[i].object].ref.key,
+                                                   ranges[i].offset, ranges[i].size, &data[i]);
+                       std::lock_guard<std::mutex> lock(mutex);
+                       if (!s.ok() && first.ok()) first = s;
+                     });
   if (!thrown.ok()) return thrown;
   if (!first.ok()) return first;
   for (size_t i = 0; i < ranges.size(); ++i) {
@@ -298,8 +327,9 @@ Status FetchRanges(Store* store, const StoreOptions& options, uint64_t prefetch_
   return Status::Ok();
 }
 
-Status FetchPieces(Store* store, const StoreOptions& options, uint64_t prefetch_limit, Select* select,
-                   std::vector<Fetched>* fetched, PullReport* report, uint64_t budget, const Trust& trust) {
+Status FetchPieces(Store* store, const StoreOptions& options, uint64_t prefetch_limit,
+                   Select* select, std::vector<Fetched>* fetched, PullReport* report,
+                   uint64_t budget, const Trust& trust) {
   ARC_V3_RETURN_IF_ERROR(FetchHeads(store, options, select, fetched, report, trust));
   std::vector<size_t> all(fetched->size());
   for (size_t i = 0; i < all.size(); ++i) all[i] = i;

@@ -38,7 +38,8 @@ class RangeSource : public checkpoint::ByteSource {
   }
   // Drops every range fetched ahead: later reads fetch what they need.
   void Release();
-  Status Read(uint64_t offset, uint64_t size, std::vector<uint8_t>* scratch, const uint8_t** data) const override;
+  Status Read(uint64_t offset, uint64_t size, std::vector<uint8_t>* scratch,
+              const uint8_t** data) const override;
 
  private:
   uint64_t size_;
@@ -74,17 +75,17 @@ struct Need {
 Need Needed(const checkpoint::TensorEntry& t, const Select& select, bool keep_small);
 
 // The byte ranges (relative to the container) a pull reads of one container, merged.
-std::vector<std::pair<uint64_t, uint64_t>> NeededRanges(const checkpoint::Reader& reader, const Select& select,
-                                                        bool keep_small);
+std::vector<std::pair<uint64_t, uint64_t>> NeededRanges(const checkpoint::Reader& reader,
+                                                        const Select& select, bool keep_small);
 
 // What a pull fetched: one entry per (hop, shard) that needs an object.
 struct Fetched {
   size_t hop = 0, shard = 0;
   ObjectRef ref;
   const ShardRecord* record = nullptr;  // the shard's record at that hop
-  std::string path;  // full pulls: the downloaded object
-  checkpoint::Reader reader;  // partial pulls: over the fetched ranges (a RangeSource)
-  RangeSource* source = nullptr;  // the reader's
+  std::string path;                     // full pulls: the downloaded object
+  checkpoint::Reader reader;            // partial pulls: over the fetched ranges (a RangeSource)
+  RangeSource* source = nullptr;        // the reader's
   // Partial pulls: its shard's records on the route name no selected tensor, so nothing of
   // it is read (no head, no reader): its sidecar and file hold no tensor.
   bool skipped = false;
@@ -94,28 +95,28 @@ struct Fetched {
 
 // A shard's container holds one file (the "file" layout, PROTOCOL.md), the one its record
 // names: of the record's `file` name and `file_size` (kCorruptHeader naming `name`).
-Status CheckLayout(const checkpoint::Reader& reader, const ShardRecord& record, const std::string& name);
-
+Status CheckLayout(const checkpoint::Reader& reader, const ShardRecord& record,
+                   const std::string& name);
 
 // Fetches each container's head (checked against its ObjectRef) and opens its reader;
 // then marks the shards whose small tensors a selected group needs (Select::keep_small).
 // Under trust, each container's head must have its record's SHA-256, and its pieces are
 // read only against its sums object's digests (RangeSource::SetDigests).
-Status FetchHeads(Store* store, const StoreOptions& options, Select* select, std::vector<Fetched>* fetched,
-                  PullReport* report, const Trust& trust = Trust());
+Status FetchHeads(Store* store, const StoreOptions& options, Select* select,
+                  std::vector<Fetched>* fetched, PullReport* report, const Trust& trust = Trust());
 // The bytes of one opened container that `select` needs.
 uint64_t NeededBytes(const Fetched& f, const Select& select);
 // Fetches ahead the pieces `select` needs of the opened containers `objects` (neighbours
 // merged), where an object needs at most `prefetch_limit` bytes and those fetched ahead so
 // far at most `budget` in all; the others are read piece by piece when decoded
 // (RangeSource): memory stays bounded by the budget and the pieces being decoded.
-Status FetchRanges(Store* store, const StoreOptions& options, uint64_t prefetch_limit, uint64_t budget,
-                   const Select& select, const std::vector<size_t>& objects, std::vector<Fetched>* fetched,
-                   PullReport* report);
+Status FetchRanges(Store* store, const StoreOptions& options, uint64_t prefetch_limit,
+                   uint64_t budget, const Select& select, const std::vector<size_t>& objects,
+                   std::vector<Fetched>* fetched, PullReport* report);
 // FetchHeads, then FetchRanges of every object.
-Status FetchPieces(Store* store, const StoreOptions& options, uint64_t prefetch_limit, Select* select,
-                   std::vector<Fetched>* fetched, PullReport* report, uint64_t budget = UINT64_MAX,
-                   const Trust& trust = Trust());
+Status FetchPieces(Store* store, const StoreOptions& options, uint64_t prefetch_limit,
+                   Select* select, std::vector<Fetched>* fetched, PullReport* report,
+                   uint64_t budget = UINT64_MAX, const Trust& trust = Trust());
 
 }  // namespace sync
 }  // namespace arc_v3

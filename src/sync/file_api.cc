@@ -14,7 +14,8 @@ namespace arc_v3 {
 
 namespace {
 
-Status Open(const std::string& url, const StoreSettings& settings, bool create, std::unique_ptr<sync::Store>* store) {
+Status Open(const std::string& url, const StoreSettings& settings, bool create,
+            std::unique_ptr<sync::Store>* store) {
   return sync::OpenStore(url, sync::ToStoreOptions(settings, create), store);
 }
 
@@ -54,7 +55,8 @@ StepInfo ToStepInfo(const sync::StepListing& l) {
 
 }  // namespace
 
-Status PublishFile(const std::string& store_url, const PublishFileOptions& options, PublishFileResult* result) {
+Status PublishFile(const std::string& store_url, const PublishFileOptions& options,
+                   PublishFileResult* result) {
   *result = PublishFileResult();
   // The keys first: a publish that cannot sign leaves no new store directory behind.
   ARC_V3_RETURN_IF_ERROR(sync::CheckPublishKeys(options.sign_key, options.trusted_keys));
@@ -66,17 +68,18 @@ Status PublishFile(const std::string& store_url, const PublishFileOptions& optio
   return Status::Ok();
 }
 
-Status PullFiles(const std::string& store_url, const std::string& dir, const PullFilesOptions& options,
-                 PullFilesResult* result) {
+Status PullFiles(const std::string& store_url, const std::string& dir,
+                 const PullFilesOptions& options, PullFilesResult* result) {
   *result = PullFilesResult();
   std::unique_ptr<sync::Store> store;
   ARC_V3_RETURN_IF_ERROR(Open(store_url, options.store, false, &store));
   return sync::Pull(store.get(), dir, sync::PullOptions(options), result);
 }
 
-Status FollowFiles(const std::string& store_url, const std::string& dir, const PullFilesOptions& options,
-                   const FollowOptions& follow,
-                   const std::function<bool(const FollowEvent& event, const PullFilesResult* pulled)>& on_event) {
+Status FollowFiles(
+    const std::string& store_url, const std::string& dir, const PullFilesOptions& options,
+    const FollowOptions& follow,
+    const std::function<bool(const FollowEvent& event, const PullFilesResult* pulled)>& on_event) {
   return sync::Follow(store_url, dir, sync::PullOptions(options), follow, on_event);
 }
 
@@ -89,10 +92,10 @@ Status MirrorSteps(const std::string& src_url, const std::string& dst_url,
   return sync::Mirror(src.get(), dst.get(), options, /*anchor_route=*/false, result);
 }
 
-Status FollowMirror(const std::string& src_url, const std::string& dst_url,
-                    const MirrorOptions& options, const FollowOptions& follow,
-                    const std::function<bool(const FollowEvent& event,
-                                             const MirrorResult* mirrored)>& on_event) {
+Status FollowMirror(
+    const std::string& src_url, const std::string& dst_url, const MirrorOptions& options,
+    const FollowOptions& follow,
+    const std::function<bool(const FollowEvent& event, const MirrorResult* mirrored)>& on_event) {
   return sync::FollowMirror(src_url, dst_url, options, follow, on_event);
 }
 
@@ -108,15 +111,17 @@ Status ListSteps(const std::string& store_url, const StoreSettings& settings, bo
 }
 
 Status VerifySteps(const std::string& store_url, const StoreSettings& settings,
-                   const std::vector<std::string>& trusted_keys, std::vector<StepVerdict>* verdicts) {
+                   const std::vector<std::string>& trusted_keys,
+                   std::vector<StepVerdict>* verdicts) {
   verdicts->clear();
   std::unique_ptr<sync::Store> store;
   ARC_V3_RETURN_IF_ERROR(Open(store_url, settings, false, &store));
   return sync::VerifySteps(store.get(), trusted_keys, verdicts);
 }
 
-Status PruneSteps(const std::string& store_url, const StoreSettings& settings, uint32_t keep_anchors,
-                  bool dry_run, double min_age_seconds, PruneResult* result) {
+Status PruneSteps(const std::string& store_url, const StoreSettings& settings,
+                  uint32_t keep_anchors, bool dry_run, double min_age_seconds,
+                  PruneResult* result) {
   *result = PruneResult();
   std::unique_ptr<sync::Store> store;
   ARC_V3_RETURN_IF_ERROR(Open(store_url, settings, false, &store));

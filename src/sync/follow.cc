@@ -21,8 +21,8 @@ namespace {
 // Ends early (false) once `events` has woken since `seen`.
 bool Wait(double seconds, const FollowOptions& options, EventListener* events, uint64_t seen) {
   using Clock = std::chrono::steady_clock;
-  const Clock::time_point end =
-      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  const Clock::time_point end = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                   std::chrono::duration<double>(seconds));
   for (;;) {
     if (options.stop_requested && options.stop_requested()) return true;
     const Clock::time_point now = Clock::now();
@@ -63,13 +63,17 @@ class Wakeups {
 // The state of one follow loop between its polls (FollowLatest).
 class FollowLoop {
  public:
-  using Pull = std::function<Status(Store* store, uint64_t step, bool anchor, FollowEvent* event, bool* stop)>;
+  using Pull = std::function<Status(Store* store, uint64_t step, bool anchor, FollowEvent* event,
+                                    bool* stop)>;
   using Note = std::function<bool(const FollowEvent& event)>;
 
-  FollowLoop(uint64_t held, bool trusting, const FollowOptions& options, const Pull& pull, const Note& note)
+  FollowLoop(uint64_t held, bool trusting, const FollowOptions& options, const Pull& pull,
+             const Note& note)
       : held_(held), trusting_(trusting), options_(options), pull_(pull), note_(note) {}
 
-  bool reached() const { return options_.until != kNoStep && held_ != kNoStep && held_ >= options_.until; }
+  bool reached() const {
+    return options_.until != kNoStep && held_ != kNoStep && held_ >= options_.until;
+  }
 
   // One poll of `store` (`opened`: whether it could be opened): reads `latest`, pulls a
   // newer step. Ok with *end to return Ok (told to stop, or done); else the loop's error.
@@ -84,7 +88,8 @@ class FollowLoop {
     // The pointer may lag a racing commit: while it stands still, a committed step after
     // it counts too.
     if (s.ok() && !changed && latest_ != kNoStep) latest_ = ProbeLater(store, latest_);
-    if (s.ok() && latest_ != kNoStep && (held_ == kNoStep || latest_ > held_) && latest_ != refused_) {
+    if (s.ok() && latest_ != kNoStep && (held_ == kNoStep || latest_ > held_) &&
+        latest_ != refused_) {
       bool stop = false;
       s = PullLatest(store, &stop, end);
       if (*end) return Status::Ok();
@@ -197,8 +202,8 @@ class FollowLoop {
 
 Status FollowLatest(const std::function<Status(Store** store)>& open, uint64_t held, bool trusting,
                     const FollowOptions& options,
-                    const std::function<Status(Store* store, uint64_t step, bool anchor, FollowEvent* event,
-                                               bool* stop)>& pull,
+                    const std::function<Status(Store* store, uint64_t step, bool anchor,
+                                               FollowEvent* event, bool* stop)>& pull,
                     const std::function<bool(const FollowEvent& event)>& note) {
   Wakeups wakeups;
   ARC_V3_RETURN_IF_ERROR(wakeups.Start(options.events_listen));
@@ -215,9 +220,10 @@ Status FollowLatest(const std::function<Status(Store** store)>& open, uint64_t h
   }
 }
 
-Status Follow(const std::string& store_url, const std::string& dir, const PullOptions& pull,
-              const FollowOptions& options,
-              const std::function<bool(const FollowEvent& event, const PullReport* pulled)>& on_event) {
+Status Follow(
+    const std::string& store_url, const std::string& dir, const PullOptions& pull,
+    const FollowOptions& options,
+    const std::function<bool(const FollowEvent& event, const PullReport* pulled)>& on_event) {
   ARC_V3_RETURN_IF_ERROR(CheckTrustKept(dir, pull));
   uint64_t held = kNoStep;
   (void)DirectoryStep(dir, &held);  // none yet, or unreadable (the pull says why): kNoStep
@@ -229,7 +235,8 @@ Status Follow(const std::string& store_url, const std::string& dir, const PullOp
     *out = store.get();
     return Status::Ok();
   };
-  const auto pull_step = [&](Store* from, uint64_t step, bool anchor, FollowEvent* event, bool* stop) {
+  const auto pull_step = [&](Store* from, uint64_t step, bool anchor, FollowEvent* event,
+                             bool* stop) {
     PullOptions o = pull;
     o.step = step;
     o.anchor_route = anchor;

@@ -26,10 +26,9 @@ namespace sync {
 // those only wake the next poll; kInvalidArgument at once if it cannot listen there.
 Status FollowLatest(const std::function<Status(Store** store)>& open, uint64_t held, bool trusting,
                     const FollowOptions& options,
-                    const std::function<Status(Store* store, uint64_t step, bool anchor, FollowEvent* event,
-                                               bool* stop)>& pull,
+                    const std::function<Status(Store* store, uint64_t step, bool anchor,
+                                               FollowEvent* event, bool* stop)>& pull,
                     const std::function<bool(const FollowEvent& event)>& note);
-
 
 }  // namespace sync
 }  // namespace arc_v3

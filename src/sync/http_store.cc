@@ -32,30 +32,6 @@ std::string Env(const char* name) {
   return value != nullptr ? value : "";
 }
 
-// RFC 3986 percent-encoding of everything but the unreserved characters (and '/' in paths).
-std::string Encode(const std::string& text, bool keep_slash) {
-  static const char kHex[] = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : text) {
-    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
-        c == '.' || c == '_' || c == '~' || (keep_slash && c == '/')) {
-      out += static_cast<char>(c);
-    } else {
-      out += '%';
-      out += kHex[c >> 4];
-      out += kHex[c & 15];
-    }
-  }
-  return out;
-}
-
-// "?a=1&b=2" with names and values encoded, sorted by name (SigV4's canonical query).
-std::string Query(std::map<std::string, std::string> params) {
-  std::string out;
-  for (const auto& p : params) out += (out.empty() ? "?" : "&") + Encode(p.first, false) + "=" + Encode(p.second, false);
-  return out;
-}
-
 struct Request {
   const char* method = "GET";
   std::string url;
@@ -78,9 +54,9 @@ struct Request {
 struct Response {
   long status = 0;
   AnswerHeaders headers;
-  std::string error_body;  // the first 64 KB of a >= 300 answer
-  uint64_t received = 0;   // body bytes kept
-  bool overflow = false;   // more body than the request allows
+  std::string error_body;    // the first 64 KB of a >= 300 answer
+  uint64_t received = 0;     // body bytes kept
+  bool overflow = false;     // more body than the request allows
   bool wrong_range = false;  // a 206 answer whose Content-Range is not the one asked for
 };
 
@@ -107,14 +83,16 @@ size_t OnBody(char* data, size_t size, size_t count, void* user) {
   Response* r = t->response;
   const Request* q = t->request;
   if (status >= 300) {
-    const size_t keep = std::min<size_t>(n, (64u << 10) - std::min<size_t>(r->error_body.size(), 64u << 10));
+    const size_t keep =
+        std::min<size_t>(n, (64u << 10) - std::min<size_t>(r->error_body.size(), 64u << 10));
     r->error_body.append(data, keep);
     return n;
   }
   const uint8_t* bytes = reinterpret_cast<const uint8_t*>(data);
   uint64_t length = n;
   if (q->out != nullptr) {
-    if (q->range && status == 206 && t->seen == 0 && !RangeMatches(r->headers, q->range_offset, q->out_size)) {
+    if (q->range && status == 206 && t->seen == 0 &&
+        !RangeMatches(r->headers, q->range_offset, q->out_size)) {
       r->wrong_range = true;
       return 0;
     }
@@ -127,7 +105,8 @@ size_t OnBody(char* data, size_t size, size_t count, void* user) {
     bytes += from - begin;
     length = end - from;
     if (r->received + length > q->out_size) {
-      if (q->range && status == 200) length = q->out_size - r->received;  // the rest is not ours
+      if (q->range && status == 200)
+        length = q->out_size - r->received;  // the rest is not ours
       else {
         r->overflow = true;
         return 0;
@@ -182,10 +161,8 @@ bool Retryable(CURLcode code) {
     case CURLE_PARTIAL_FILE:
     case CURLE_SSL_CONNECT_ERROR:
     case CURLE_HTTP2:
-    case CURLE_HTTP2_STREAM:
-      return true;
-    default:
-      return false;
+    case CURLE_HTTP2_STREAM: return true;
+    default: return false;
   }
 }
 
@@ -231,10 +208,11 @@ class HttpClient {
       } else if (code == CURLE_WRITE_ERROR && response->wrong_range) {
         last = "a 206 answer with another Content-Range than the range asked for";
       } else if (code == CURLE_WRITE_ERROR && response->overflow) {
-        return Status(ErrorCode::kCorruptHeader,
-                      what + ": the answer is longer than expected (" +
-                          std::to_string(request.out != nullptr ? request.out_size : request.max_size) +
-                          " bytes)");
+        return Status(
+            ErrorCode::kCorruptHeader,
+            what + ": the answer is longer than expected (" +
+                std::to_string(request.out != nullptr ? request.out_size : request.max_size) +
+                " bytes)");
       } else if (!Retryable(code)) {
         return Status(ErrorCode::kUnavailable, what + ": " + curl_easy_strerror(code));
       } else {
@@ -242,7 +220,8 @@ class HttpClient {
       }
       if (attempt >= std::max(1, options_.attempts)) {
         return Status(ErrorCode::kUnavailable, what + ": " + request.method + " failed " +
-                                                   std::to_string(attempt) + " times, last: " + last);
+                                                   std::to_string(attempt) +
+                                                   " times, last: " + last);
       }
       Backoff(attempt);
     }
@@ -288,7 +267,8 @@ class HttpClient {
     } else if (method == "POST") {
       curl_easy_setopt(curl, CURLOPT_POST, 1L);
       curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(q.body_size));
-      curl_easy_setopt(curl, CURLOPT_POSTFIELDS, q.body != nullptr ? reinterpret_cast<const char*>(q.body) : "");
+      curl_easy_setopt(curl, CURLOPT_POSTFIELDS,
+                       q.body != nullptr ? reinterpret_cast<const char*>(q.body) : "");
     } else if (method != "GET") {
       curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, q.method);
     }
@@ -341,17 +321,16 @@ Status Fail(const Response& r, const std::string& what, const std::string& metho
     return Status(ErrorCode::kNotFound, what + ": not found or not readable (HTTP 403)" + suffix);
   }
   switch (r.status) {
-    case 404:
-      return Status(ErrorCode::kNotFound, what + ": not found" + suffix);
+    case 404: return Status(ErrorCode::kNotFound, what + ": not found" + suffix);
     case 401:
     case 403:
       return Status(ErrorCode::kPermissionDenied,
                     what + ": access denied (HTTP " + std::to_string(r.status) + ")" + suffix +
                         "; check AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and the bucket's policy");
-    case 412:
-      return Status(ErrorCode::kAlreadyExists, what + ": already exists" + suffix);
+    case 412: return Status(ErrorCode::kAlreadyExists, what + ": already exists" + suffix);
     case 416:
-      return Status(ErrorCode::kTruncated, what + ": the object is shorter than the range asked for");
+      return Status(ErrorCode::kTruncated,
+                    what + ": the object is shorter than the range asked for");
     default:
       return Status(ErrorCode::kInvalidArgument,
                     what + ": " + method + " answered HTTP " + std::to_string(r.status) + suffix);
@@ -381,7 +360,8 @@ class CurlStore : public Store {
     ARC_V3_RETURN_IF_ERROR(client_.Perform(q, &r, Name(key)));
     if (!Success(r.status)) return Fail(r, Name(key), "HEAD", ForbiddenIsMissing());
     if (r.headers.content_length == UINT64_MAX) {
-      return Status(ErrorCode::kUnavailable, Name(key) + ": HEAD answered without a well-formed Content-Length");
+      return Status(ErrorCode::kUnavailable,
+                    Name(key) + ": HEAD answered without a well-formed Content-Length");
     }
     *info = {key, r.headers.content_length, r.headers.etag};
     return Status::Ok();
@@ -411,7 +391,8 @@ class CurlStore : public Store {
     if (size == 0) return Status::Ok();
     Request q;
     q.url = Url(key);
-    q.headers.push_back("Range: bytes=" + std::to_string(offset) + "-" + std::to_string(offset + size - 1));
+    q.headers.push_back("Range: bytes=" + std::to_string(offset) + "-" +
+                        std::to_string(offset + size - 1));
     q.out = out;
     q.out_size = size;
     q.range = true;
@@ -420,7 +401,8 @@ class CurlStore : public Store {
     ARC_V3_RETURN_IF_ERROR(client_.Perform(q, &r, Name(key)));
     if (!Success(r.status)) return Fail(r, Name(key), "GET", ForbiddenIsMissing());
     if (r.received != size) {
-      return Status(ErrorCode::kTruncated, Name(key) + ": ends before byte " + std::to_string(offset + size));
+      return Status(ErrorCode::kTruncated,
+                    Name(key) + ": ends before byte " + std::to_string(offset + size));
     }
     return Status::Ok();
   }
@@ -429,7 +411,8 @@ class CurlStore : public Store {
   virtual std::string Url(const std::string& key) const = 0;
   std::string Name(const std::string& key) const { return url_ + "/" + key; }
   Status Check(const std::string& key) const {
-    if (!ValidKey(key)) return Status(ErrorCode::kInvalidArgument, "malformed store key '" + key + "'");
+    if (!ValidKey(key))
+      return Status(ErrorCode::kInvalidArgument, "malformed store key '" + key + "'");
     return Status::Ok();
   }
 
@@ -443,7 +426,9 @@ class S3Store : public CurlStore {
   S3Store(std::string endpoint, std::string bucket, std::string prefix, std::string url,
           const StoreOptions& options, HttpClient::Signing signing)
       : CurlStore(std::move(url), options, std::move(signing)),
-        endpoint_(std::move(endpoint)), bucket_(std::move(bucket)), prefix_(std::move(prefix)) {}
+        endpoint_(std::move(endpoint)),
+        bucket_(std::move(bucket)),
+        prefix_(std::move(prefix)) {}
   bool writable() const override { return true; }
   bool listable() const override { return true; }
 
@@ -491,7 +476,7 @@ class S3Store : public CurlStore {
       std::map<std::string, std::string> params = {{"list-type", "2"}, {"prefix", full}};
       if (!token.empty()) params["continuation-token"] = token;
       Request q;
-      q.url = endpoint_ + "/" + Encode(bucket_, false) + Query(params);
+      q.url = endpoint_ + "/" + PercentEncode(bucket_, false) + CanonicalQuery(params);
       std::vector<uint8_t> body;
       q.out_vec = &body;
       q.max_size = 64u << 20;
@@ -499,8 +484,8 @@ class S3Store : public CurlStore {
       ARC_V3_RETURN_IF_ERROR(client_.Perform(q, &r, url_));
       if (!Success(r.status)) return Fail(r, url_ + " (listing '" + prefix + "')", "GET");
       ListingPage page;
-      ARC_V3_RETURN_IF_ERROR(
-          ParseListing(reinterpret_cast<const char*>(body.data()), body.size(), prefix_, url_, &page));
+      ARC_V3_RETURN_IF_ERROR(ParseListing(reinterpret_cast<const char*>(body.data()), body.size(),
+                                          prefix_, url_, &page));
       objects->insert(objects->end(), page.objects.begin(), page.objects.end());
       if (!page.truncated) break;
       token = page.next_token;
@@ -526,8 +511,8 @@ class S3Store : public CurlStore {
 
  protected:
   std::string Url(const std::string& key) const override {
-    return endpoint_ + "/" + Encode(bucket_, false) + "/" +
-           Encode(prefix_.empty() ? key : prefix_ + "/" + key, true);
+    return endpoint_ + "/" + PercentEncode(bucket_, false) + "/" +
+           PercentEncode(prefix_.empty() ? key : prefix_ + "/" + key, true);
   }
 
  private:
@@ -551,8 +536,9 @@ class S3Store : public CurlStore {
   }
 
   // One POST / DELETE of the multipart protocol; the answer's body into *answer_out.
-  Status Call(const char* method, const std::string& url, const std::string& body, const std::string& key,
-              std::string* answer_out, std::vector<std::string> headers = {}) {
+  Status Call(const char* method, const std::string& url, const std::string& body,
+              const std::string& key, std::string* answer_out,
+              std::vector<std::string> headers = {}) {
     Request q;
     q.method = method;
     q.url = url;
@@ -567,7 +553,8 @@ class S3Store : public CurlStore {
     if (!Success(r.status)) return Fail(r, Name(key), method);
     // CompleteMultipartUpload may fail after a 200, with an Error document.
     const std::string detail = S3Error(std::string(answer.begin(), answer.end()));
-    if (!detail.empty()) return Status(ErrorCode::kUnavailable, Name(key) + ": " + method + ": " + detail);
+    if (!detail.empty())
+      return Status(ErrorCode::kUnavailable, Name(key) + ": " + method + ": " + detail);
     if (answer_out != nullptr) answer_out->assign(answer.begin(), answer.end());
     return Status::Ok();
   }
@@ -580,8 +567,8 @@ class S3Store : public CurlStore {
       if (s.code() != ErrorCode::kNotFound) return s;
     }
     std::string initiated;
-    ARC_V3_RETURN_IF_ERROR(Call("POST", Url(key) + Query({{"uploads", ""}}), "", key, &initiated,
-                                {CacheControl(mode)}));
+    ARC_V3_RETURN_IF_ERROR(Call("POST", Url(key) + CanonicalQuery({{"uploads", ""}}), "", key,
+                                &initiated, {CacheControl(mode)}));
     std::string upload_id;
     Status s = ParseUploadId(initiated.data(), initiated.size(), Name(key), &upload_id);
     if (!s.ok()) return s;
@@ -589,38 +576,43 @@ class S3Store : public CurlStore {
     const size_t parts = static_cast<size_t>((size + part - 1) / part);
     std::vector<std::string> etags(parts);
     std::mutex mutex;
-    ParallelFor(parts, WorkerCount(std::max(1, options_.connections), parts), [&](size_t i, size_t) {
-      {
-        std::lock_guard<std::mutex> lock(mutex);
-        if (!s.ok()) return;
-      }
-      Request q;
-      q.method = "PUT";
-      q.url = Url(key) + Query({{"partNumber", std::to_string(i + 1)}, {"uploadId", upload_id}});
-      q.body_fd = fd;
-      q.body_offset = i * part;
-      q.body_size = std::min(part, size - i * part);
-      std::vector<uint8_t> answer;
-      q.out_vec = &answer;
-      q.max_size = 1u << 20;
-      Response r;
-      Status st = client_.Perform(q, &r, Name(key));
-      if (st.ok() && !Success(r.status)) st = Fail(r, Name(key), "PUT part");
-      if (st.ok() && r.headers.etag.empty()) st = Status(ErrorCode::kUnavailable, Name(key) + ": a part without an ETag");
-      std::lock_guard<std::mutex> lock(mutex);
-      if (!st.ok() && s.ok()) s = st;
-      etags[i] = r.headers.etag;
-    });
+    ParallelFor(
+        parts, WorkerCount(std::max(1, options_.connections), parts), [&](size_t i, size_t) {
+          {
+            std::lock_guard<std::mutex> lock(mutex);
+            if (!s.ok()) return;
+          }
+          Request q;
+          q.method = "PUT";
+          q.url = Url(key) +
+                  CanonicalQuery({{"partNumber", std::to_string(i + 1)}, {"uploadId", upload_id}});
+          q.body_fd = fd;
+          q.body_offset = i * part;
+          q.body_size = std::min(part, size - i * part);
+          std::vector<uint8_t> answer;
+          q.out_vec = &answer;
+          q.max_size = 1u << 20;
+          Response r;
+          Status st = client_.Perform(q, &r, Name(key));
+          if (st.ok() && !Success(r.status)) st = Fail(r, Name(key), "PUT part");
+          if (st.ok() && r.headers.etag.empty())
+            st = Status(ErrorCode::kUnavailable, Name(key) + ": a part without an ETag");
+          std::lock_guard<std::mutex> lock(mutex);
+          if (!st.ok() && s.ok()) s = st;
+          etags[i] = r.headers.etag;
+        });
     if (s.ok()) {
       std::string body = "<CompleteMultipartUpload>";
       for (size_t i = 0; i < parts; ++i) {
-        body += "<Part><PartNumber>" + std::to_string(i + 1) + "</PartNumber><ETag>" + XmlText(etags[i]) + "</ETag></Part>";
+        body += "<Part><PartNumber>" + std::to_string(i + 1) + "</PartNumber><ETag>" +
+                XmlText(etags[i]) + "</ETag></Part>";
       }
       body += "</CompleteMultipartUpload>";
-      s = Call("POST", Url(key) + Query({{"uploadId", upload_id}}), body, key, nullptr);
+      s = Call("POST", Url(key) + CanonicalQuery({{"uploadId", upload_id}}), body, key, nullptr);
     }
     // Best effort: the upload's own error is the one returned.
-    if (!s.ok()) (void)Call("DELETE", Url(key) + Query({{"uploadId", upload_id}}), "", key, nullptr);
+    if (!s.ok())
+      (void)Call("DELETE", Url(key) + CanonicalQuery({{"uploadId", upload_id}}), "", key, nullptr);
     return s;
   }
 
@@ -645,7 +637,9 @@ class HttpStore : public CurlStore {
   }
 
  protected:
-  std::string Url(const std::string& key) const override { return base_ + "/" + Encode(key, true); }
+  std::string Url(const std::string& key) const override {
+    return base_ + "/" + PercentEncode(key, true);
+  }
 
  private:
   Status ReadOnly() const {
@@ -674,7 +668,8 @@ Status NewS3Store(const std::string& bucket, const std::string& prefix, const st
   if (endpoint.empty()) endpoint = "https://s3." + signing.region + ".amazonaws.com";
   while (!endpoint.empty() && endpoint.back() == '/') endpoint.pop_back();
   if (endpoint.compare(0, 7, "http://") != 0 && endpoint.compare(0, 8, "https://") != 0) {
-    return Status(ErrorCode::kInvalidArgument, "AWS_ENDPOINT_URL '" + endpoint + "' is not an http(s) URL");
+    return Status(ErrorCode::kInvalidArgument,
+                  "AWS_ENDPOINT_URL '" + endpoint + "' is not an http(s) URL");
   }
   *store = std::make_unique<S3Store>(endpoint, bucket, prefix, url, options, std::move(signing));
   return Status::Ok();

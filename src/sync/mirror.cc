@@ -298,26 +298,32 @@ class Mirrorer {
     }
     std::vector<const ShardRecord*> shards;
     for (const ShardRecord& r : root.shards) {
-      if (copied_layouts_.count(LayoutKey(r.layout_xxh3)) == 0 && seen.insert(r.layout_xxh3).second) {
+      if (copied_layouts_.count(LayoutKey(r.layout_xxh3)) == 0 &&
+          seen.insert(r.layout_xxh3).second) {
         shards.push_back(&r);
       }
     }
     std::vector<std::vector<uint8_t>> read(shards.size());
-    ARC_V3_RETURN_IF_ERROR(Parallel(shards.size(), [&](size_t i) { return ReadShardLayout(root, *shards[i], &read[i]); }));
-    for (size_t i = 0; i < shards.size(); ++i) out->emplace_back(LayoutKey(shards[i]->layout_xxh3), std::move(read[i]));
+    ARC_V3_RETURN_IF_ERROR(Parallel(
+        shards.size(), [&](size_t i) { return ReadShardLayout(root, *shards[i], &read[i]); }));
+    for (size_t i = 0; i < shards.size(); ++i)
+      out->emplace_back(LayoutKey(shards[i]->layout_xxh3), std::move(read[i]));
     return Status::Ok();
   }
 
   // A record's shard layout: one shard, the record's file.
-  Status ReadShardLayout(const StepManifest& root, const ShardRecord& r, std::vector<uint8_t>* bytes) {
+  Status ReadShardLayout(const StepManifest& root, const ShardRecord& r,
+                         std::vector<uint8_t>* bytes) {
     const std::string key = LayoutKey(r.layout_xxh3), where = src_->url() + "/" + key;
-    ARC_V3_RETURN_IF_ERROR(GetNamed(src_, key, r.layout_xxh3, r.layout_size, r.layout_sha256, trust_.on(), bytes,
-                                    src_->url() + "/" + ShardRecordKey(root.step, r.shard, root.count, r.incarnation)));
+    ARC_V3_RETURN_IF_ERROR(GetNamed(
+        src_, key, r.layout_xxh3, r.layout_size, r.layout_sha256, trust_.on(), bytes,
+        src_->url() + "/" + ShardRecordKey(root.step, r.shard, root.count, r.incarnation)));
     Add(&report_->fetched_bytes, bytes->size());
     Layout layout;
     ARC_V3_RETURN_IF_ERROR(ParseLayout(*bytes, where, &layout));
     if (layout.shards.size() != 1 || layout.shards[0].file != r.file) {
-      return Status(ErrorCode::kCorruptHeader, where + " is not the layout of one shard with its record's file");
+      return Status(ErrorCode::kCorruptHeader,
+                    where + " is not the layout of one shard with its record's file");
     }
     return Status::Ok();
   }

@@ -29,7 +29,8 @@ std::map<std::string, StoreOpener>& Schemes() {
 Status RegisterStoreScheme(const std::string& scheme, StoreOpener opener) {
   bool valid = !scheme.empty() && scheme[0] >= 'a' && scheme[0] <= 'z';
   for (char c : scheme) {
-    valid = valid && ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '+' || c == '.' || c == '-');
+    valid = valid &&
+            ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '+' || c == '.' || c == '-');
   }
   if (!valid || scheme == "s3" || scheme == "http" || scheme == "https" || scheme == "file") {
     return Status(ErrorCode::kInvalidArgument, "cannot register store scheme '" + scheme + "'");
@@ -39,7 +40,8 @@ Status RegisterStoreScheme(const std::string& scheme, StoreOpener opener) {
   return Status::Ok();
 }
 
-Status OpenStore(const std::string& url, const StoreOptions& options, std::unique_ptr<Store>* store) {
+Status OpenStore(const std::string& url, const StoreOptions& options,
+                 std::unique_ptr<Store>* store) {
   const auto has_prefix = [&](const char* p) { return url.compare(0, std::strlen(p), p) == 0; };
   const size_t scheme_end = url.find("://");
   if (scheme_end != std::string::npos) {
@@ -58,9 +60,9 @@ Status OpenStore(const std::string& url, const StoreOptions& options, std::uniqu
     std::string prefix = slash == std::string::npos ? "" : rest.substr(slash + 1);
     while (!prefix.empty() && prefix.back() == '/') prefix.pop_back();
     if (bucket.empty() || (!prefix.empty() && !ValidKey(prefix))) {
-      return Status(ErrorCode::kInvalidArgument,
-                    "malformed store URL '" + url + "': expected s3://BUCKET[/PREFIX], the prefix "
-                    "made of [A-Za-z0-9._-] and '/'");
+      return Status(ErrorCode::kInvalidArgument, "malformed store URL '" + url +
+                                                     "': expected s3://BUCKET[/PREFIX], the prefix "
+                                                     "made of [A-Za-z0-9._-] and '/'");
     }
     return NewS3Store(bucket, prefix, url, options, store);
   }
@@ -69,7 +71,8 @@ Status OpenStore(const std::string& url, const StoreOptions& options, std::uniqu
   if (has_prefix("file://")) path = url.substr(7);
   if (path.empty() || (url.find("://") != std::string::npos && !has_prefix("file://"))) {
     return Status(ErrorCode::kInvalidArgument,
-                  "unknown store URL '" + url + "': use a local store (a directory's path or file://), s3:// or http(s)://");
+                  "unknown store URL '" + url +
+                      "': use a local store (a directory's path or file://), s3:// or http(s)://");
   }
   std::error_code ec;
   if (!fs::is_directory(path, ec)) {

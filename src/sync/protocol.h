@@ -49,13 +49,17 @@ constexpr char kLatestKey[] = "latest";
 std::string RootKey(uint64_t step);  // "steps/000000000042.json"
 // "groups/000000000042/00004/INC/": a step's group indexes of one incarnation.
 std::string GroupIndexPrefix(uint64_t step, uint32_t count, const std::string& incarnation);
-std::string GroupIndexKey(uint64_t step, uint32_t count, const std::string& incarnation, uint32_t group);
+std::string GroupIndexKey(uint64_t step, uint32_t count, const std::string& incarnation,
+                          uint32_t group);
 // "r/HH/000000000042-00004-00000/INC/": a group's shard records of one incarnation.
-std::string GroupRecordPrefix(uint64_t step, uint32_t count, const std::string& incarnation, uint32_t group);
-std::string ShardRecordKey(uint64_t step, uint32_t shard, uint32_t count, const std::string& incarnation);
+std::string GroupRecordPrefix(uint64_t step, uint32_t count, const std::string& incarnation,
+                              uint32_t group);
+std::string ShardRecordKey(uint64_t step, uint32_t shard, uint32_t count,
+                           const std::string& incarnation);
 // "o/HH/000000000042-00004-00001/delta-0123456789abcdef.a3d": named by the object's XXH3,
 // so an object never changes once written.
-std::string PieceKey(uint64_t step, uint32_t shard, uint32_t count, const char* kind, uint64_t xxh3);
+std::string PieceKey(uint64_t step, uint32_t shard, uint32_t count, const char* kind,
+                     uint64_t xxh3);
 // "o/HH/000000000042-00004-00001/index-0123456789abcdef.json": the shard's
 // model.safetensors.index.json, named by its XXH3.
 std::string IndexKey(uint64_t step, uint32_t shard, uint32_t count, uint64_t xxh3);
@@ -96,7 +100,8 @@ struct TensorChecksum {
 // order: what a record holds of them.
 uint64_t TensorListChecksum(const std::vector<TensorChecksum>& tensors);
 // A container's tensors in data-section order (data_offset, then name), and their names.
-std::vector<const checkpoint::TensorEntry*> DataOrder(const std::vector<checkpoint::TensorEntry>& tensors);
+std::vector<const checkpoint::TensorEntry*> DataOrder(
+    const std::vector<checkpoint::TensorEntry>& tensors);
 std::vector<std::string> DataOrderNames(const std::vector<checkpoint::TensorEntry>& tensors);
 
 // What one trainer shard published for a step: its file rebuilt as a delta against the
@@ -168,7 +173,7 @@ struct StepManifest {
   uint64_t step = 0;
   uint32_t count = 1;
   std::string incarnation = kDefaultIncarnation;  // whose records the step holds
-  uint64_t run = 0;  // fixed at the run's first step without a base, inherited after
+  uint64_t run = 0;              // fixed at the run's first step without a base, inherited after
   uint64_t base_step = kNoStep;  // of every shard that has a delta
   // XXH3 of the base step's root bytes (0: none; a step whose every shard has an anchor may
   // be committed before its base): a region at the base step checks the link without
@@ -177,7 +182,7 @@ struct StepManifest {
   uint64_t anchor_step = 0;  // the nearest step at or before this one on its chain
                              // whose every shard has an anchor
   uint64_t chain_bytes = 0, anchor_bytes = 0;  // summed over the groups
-  double published_at = 0;  // the earliest shard's
+  double published_at = 0;                     // the earliest shard's
   double committed_at = 0;
   struct Group {
     uint64_t xxh3 = 0, size = 0;  // of its group index
@@ -208,12 +213,14 @@ std::string LayoutJson(const Layout& layout);
 std::string RootJson(const StepManifest& root, const SigningKey* key = nullptr);
 // The id of the first of `trusted` that signed the document (kUntrusted: unsigned, or by
 // no trusted key), naming it `where`.
-Status VerifySigned(const Signatures& signatures, const std::vector<PublicKey>& trusted, const std::string& where,
-                    std::string* keyid);
+Status VerifySigned(const Signatures& signatures, const std::vector<PublicKey>& trusted,
+                    const std::string& where, std::string* keyid);
 std::string LatestJson(uint64_t step);
 // `where` names the document in errors (its URL).
-Status ParseRecord(const std::vector<uint8_t>& bytes, const std::string& where, ShardRecord* record);
-Status ParseGroupIndex(const std::vector<uint8_t>& bytes, const std::string& where, GroupIndex* group);
+Status ParseRecord(const std::vector<uint8_t>& bytes, const std::string& where,
+                   ShardRecord* record);
+Status ParseGroupIndex(const std::vector<uint8_t>& bytes, const std::string& where,
+                       GroupIndex* group);
 Status ParseLayout(const std::vector<uint8_t>& bytes, const std::string& where, Layout* layout);
 Status ParseRoot(const std::vector<uint8_t>& bytes, const std::string& where, StepManifest* root);
 Status ParseLatest(const std::vector<uint8_t>& bytes, const std::string& where, uint64_t* step);

@@ -63,9 +63,8 @@ struct Built {
   std::string sums;  // signed records: its piece digests (SumsKey)
 };
 
-
-Status Describe(std::unique_ptr<checkpoint::ByteSource> source, uint64_t step, uint32_t shard, uint32_t count,
-                const char* kind, bool digests, Built* built) {
+Status Describe(std::unique_ptr<checkpoint::ByteSource> source, uint64_t step, uint32_t shard,
+                uint32_t count, const char* kind, bool digests, Built* built) {
   const uint8_t* all = nullptr;
   std::vector<uint8_t> scratch;
   ARC_V3_RETURN_IF_ERROR(source->Read(0, source->size(), &scratch, &all));
@@ -74,7 +73,8 @@ Status Describe(std::unique_ptr<checkpoint::ByteSource> source, uint64_t step, u
   Status s = Reader::Open(std::move(source), &built->reader);
   ARC_V3_RETURN_IF_ERROR_IN(std::string(kind) + " container", s);
   if (built->reader.manifest().directory || built->reader.manifest().files.size() != 1) {
-    return Status(ErrorCode::kInternal, std::string(kind) + " container: a shard's container holds one file");
+    return Status(ErrorCode::kInternal,
+                  std::string(kind) + " container: a shard's container holds one file");
   }
   const uint64_t head = built->reader.data_start();
   built->ref = ObjectRef();
@@ -99,7 +99,8 @@ Status Describe(std::unique_ptr<checkpoint::ByteSource> source, uint64_t step, u
 
 // The result checksum of every tensor of the published file, in file order, from the
 // container (grouped tensors, which a group checks together, are hashed from `next`).
-Status ResultChecksums(const Reader& reader, const checkpoint::Checkpoint& next, std::vector<TensorChecksum>* sums) {
+Status ResultChecksums(const Reader& reader, const checkpoint::Checkpoint& next,
+                       std::vector<TensorChecksum>* sums) {
   for (const TensorEntry& t : reader.manifest().files[0].tensors) {
     uint64_t xxh3 = t.target_xxh3;
     if (t.grouped()) {
@@ -118,9 +119,10 @@ Status ResultChecksums(const Reader& reader, const checkpoint::Checkpoint& next,
 // checksum, its tensors' result checksums hashed from its bytes, is the base record's.
 Status CheckBase(const checkpoint::Checkpoint& prev, const ShardRecord& base) {
   std::vector<checkpoint::TensorView> views = prev.files()[0].tensors;
-  std::stable_sort(views.begin(), views.end(), [](const checkpoint::TensorView& a, const checkpoint::TensorView& b) {
-    return a.offset != b.offset ? a.offset < b.offset : a.name < b.name;
-  });
+  std::stable_sort(views.begin(), views.end(),
+                   [](const checkpoint::TensorView& a, const checkpoint::TensorView& b) {
+                     return a.offset != b.offset ? a.offset < b.offset : a.name < b.name;
+                   });
   std::vector<TensorChecksum> sums;
   for (const checkpoint::TensorView& v : views) {
     TensorEntry t;
@@ -129,14 +131,16 @@ Status CheckBase(const checkpoint::Checkpoint& prev, const ShardRecord& base) {
     sums.push_back({v.name, checkpoint::TensorChecksum(t, v.data)});
   }
   if (TensorListChecksum(sums) == base.tensors_xxh3) return Status::Ok();
-  return Status(ErrorCode::kChecksumMismatch, prev.path() + " is not the file shard " + std::to_string(base.shard) +
-                                                  " published for step " + std::to_string(base.step) +
-                                                  ": its tensors (names, order or contents) differ");
+  return Status(ErrorCode::kChecksumMismatch,
+                prev.path() + " is not the file shard " + std::to_string(base.shard) +
+                    " published for step " + std::to_string(base.step) +
+                    ": its tensors (names, order or contents) differ");
 }
 
 // The record's tensors_xxh3 and shard layout (its file and tensor names; `json`, the
 // layout's bytes) from the result checksums.
-void DescribeTensors(const std::vector<TensorChecksum>& sums, bool signing, ShardRecord* r, std::string* json) {
+void DescribeTensors(const std::vector<TensorChecksum>& sums, bool signing, ShardRecord* r,
+                     std::string* json) {
   r->tensors_xxh3 = TensorListChecksum(sums);
   Layout layout;
   layout.shards.push_back({r->file, {}});
@@ -154,7 +158,8 @@ Status ReadIndex(const std::string& path, std::vector<uint8_t>* bytes) {
   const uint64_t size = fs::file_size(path, ec);
   if (ec) return Status(ErrorCode::kInvalidArgument, path + ": cannot read: " + ec.message());
   if (size > kMaxDocumentBytes) {
-    return Status(ErrorCode::kInvalidArgument, path + ": larger than " + std::to_string(kMaxDocumentBytes) + " bytes");
+    return Status(ErrorCode::kInvalidArgument,
+                  path + ": larger than " + std::to_string(kMaxDocumentBytes) + " bytes");
   }
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (f == nullptr) return Status(ErrorCode::kInvalidArgument, path + ": cannot open");
@@ -172,7 +177,8 @@ Status ReadIndex(const std::string& path, std::vector<uint8_t>* bytes) {
     doc = nullptr;
   }
   if (!doc.is_object() || !doc.contains("weight_map") || !doc["weight_map"].is_object()) {
-    return Status(ErrorCode::kInvalidArgument, path + ": not a safetensors index (JSON with a \"weight_map\" object)");
+    return Status(ErrorCode::kInvalidArgument,
+                  path + ": not a safetensors index (JSON with a \"weight_map\" object)");
   }
   return Status::Ok();
 }
@@ -186,7 +192,8 @@ std::string IndexBeside(const std::string& next) {
   const std::string file = fs::path(next).filename().string();
   const nlohmann::json doc = nlohmann::json::parse(bytes.begin(), bytes.end());
   for (const auto& entry : doc["weight_map"].items()) {
-    if (entry.value().is_string() && entry.value().get<std::string>() == file) return candidate.string();
+    if (entry.value().is_string() && entry.value().get<std::string>() == file)
+      return candidate.string();
   }
   return "";
 }
@@ -202,8 +209,9 @@ Status Upload(Store* store, const Built& built) {
   if ((s.ok() || s.code() == ErrorCode::kAlreadyExists) && !built.sums.empty()) {
     // Derived from the object, under its key: one already there is this one (an unsigned
     // publish of the same object wrote none).
-    Status sums = store->Put(SumsKey(built.ref.key), reinterpret_cast<const uint8_t*>(built.sums.data()),
-                             built.sums.size(), PutMode::kCreateOnly);
+    Status sums =
+        store->Put(SumsKey(built.ref.key), reinterpret_cast<const uint8_t*>(built.sums.data()),
+                   built.sums.size(), PutMode::kCreateOnly);
     if (!sums.ok() && sums.code() != ErrorCode::kAlreadyExists) return sums;
   }
   if (s.code() != ErrorCode::kAlreadyExists) return s;
@@ -218,12 +226,13 @@ Status Upload(Store* store, const Built& built) {
   return Status::Ok();
 }
 
-
 // Writes the record once; a record already there (a racing retry of this same publish)
 // must say the same.
 Status PutRecord(Store* store, const ShardRecord& record, const std::string& json) {
-  const std::string key = ShardRecordKey(record.step, record.shard, record.count, record.incarnation);
-  Status s = store->Put(key, reinterpret_cast<const uint8_t*>(json.data()), json.size(), PutMode::kCreateOnly);
+  const std::string key =
+      ShardRecordKey(record.step, record.shard, record.count, record.incarnation);
+  Status s = store->Put(key, reinterpret_cast<const uint8_t*>(json.data()), json.size(),
+                        PutMode::kCreateOnly);
   if (s.code() != ErrorCode::kAlreadyExists) return s;
   std::vector<uint8_t> bytes;
   ARC_V3_RETURN_IF_ERROR(store->Get(key, kMaxDocumentBytes, &bytes, nullptr));
@@ -233,13 +242,12 @@ Status PutRecord(Store* store, const ShardRecord& record, const std::string& jso
   return difference.empty() ? Status::Ok() : Conflict(store, record, difference, false);
 }
 
-
 // One publish in the making: the shard's record, its base's, and what goes up with it.
 struct Publication {
   Signer signer;
   ShardRecord r;
-  ShardRecord base;  // a delta's: the record of the base step's shard
-  WorkDir work;      // the containers' files (none in memory)
+  ShardRecord base;            // a delta's: the record of the base step's shard
+  WorkDir work;                // the containers' files (none in memory)
   std::vector<Built> built;    // the delta's, then the anchor's
   std::vector<uint8_t> index;  // the model.safetensors.index.json it carries
   std::string layout_json;     // the shard layout the record names
@@ -248,25 +256,28 @@ struct Publication {
 
 // The record of publishing `next` onto `prev` (none: an anchor) as `o` says, before its
 // containers are built.
-Status NewRecord(const PublishOptions& o, const checkpoint::Checkpoint& prev, const checkpoint::Checkpoint& next,
-                 ShardRecord* r) {
+Status NewRecord(const PublishOptions& o, const checkpoint::Checkpoint& prev,
+                 const checkpoint::Checkpoint& next, ShardRecord* r) {
   if (o.count == 0 || o.count > kMaxShards || o.shard >= o.count) {
-    return Status(ErrorCode::kInvalidArgument, "shard " + std::to_string(o.shard) + " of " + std::to_string(o.count) +
-                                                   ": a shard is below its count, at most " +
-                                                   std::to_string(kMaxShards));
+    return Status(ErrorCode::kInvalidArgument,
+                  "shard " + std::to_string(o.shard) + " of " + std::to_string(o.count) +
+                      ": a shard is below its count, at most " + std::to_string(kMaxShards));
   }
   if (o.step > kMaxStep) {
-    return Status(ErrorCode::kInvalidArgument,
-                  "step " + std::to_string(o.step) + " is above the last step, " + std::to_string(kMaxStep));
+    return Status(
+        ErrorCode::kInvalidArgument,
+        "step " + std::to_string(o.step) + " is above the last step, " + std::to_string(kMaxStep));
   }
   if (next.directory() || next.files().size() != 1) {
-    return Status(ErrorCode::kInvalidArgument, next.path() + ": a shard publishes one .safetensors file");
+    return Status(ErrorCode::kInvalidArgument,
+                  next.path() + ": a shard publishes one .safetensors file");
   }
   uint64_t base_step = kNoStep;
   if (!prev.empty()) {
     base_step = o.base_step != kNoStep ? o.base_step : o.step - 1;
     if (o.step == 0 || base_step >= o.step) {
-      return Status(ErrorCode::kInvalidArgument, "the base step must come before step " + std::to_string(o.step));
+      return Status(ErrorCode::kInvalidArgument,
+                    "the base step must come before step " + std::to_string(o.step));
     }
   }
   r->step = o.step;
@@ -276,13 +287,17 @@ Status NewRecord(const PublishOptions& o, const checkpoint::Checkpoint& prev, co
   r->file = next.files()[0].name;
   r->file_size = next.files()[0].size;
   r->published_at = UnixSeconds();
-  if (r->file.empty() || r->file[0] == '.' || r->file.size() > 255 || r->file.find('/') != std::string::npos) {
-    return Status(ErrorCode::kInvalidArgument, next.path() + ": a published file's name must not start with '.' "
-                                                   "and must have at most 255 bytes");
+  if (r->file.empty() || r->file[0] == '.' || r->file.size() > 255 ||
+      r->file.find('/') != std::string::npos) {
+    return Status(ErrorCode::kInvalidArgument,
+                  next.path() +
+                      ": a published file's name must not start with '.' "
+                      "and must have at most 255 bytes");
   }
   if (!ValidIncarnation(o.incarnation)) {
-    return Status(ErrorCode::kInvalidArgument,
-                  "incarnation '" + o.incarnation + "' is not 1 to 64 of [A-Za-z0-9._-] (nor . or ..)");
+    return Status(
+        ErrorCode::kInvalidArgument,
+        "incarnation '" + o.incarnation + "' is not 1 to 64 of [A-Za-z0-9._-] (nor . or ..)");
   }
   r->incarnation = o.incarnation;
   return Status::Ok();
@@ -300,27 +315,30 @@ Status ReadBase(Store* store, const PublishOptions& o, uint64_t base_step, Shard
   StepManifest base_root;
   s = ReadRoot(store, base_step, &base_root, nullptr);
   if (s.code() == ErrorCode::kNotFound) {
-    return Status(ErrorCode::kNotFound,
-                  "step " + std::to_string(base_step) + " is not committed in " + store->url() + " and shard " +
-                      std::to_string(o.shard) + " of " + std::to_string(o.count) + " (incarnation " + o.incarnation +
-                      ") never published it: publish an anchor, or a delta from a committed base step");
+    return Status(
+        ErrorCode::kNotFound,
+        "step " + std::to_string(base_step) + " is not committed in " + store->url() +
+            " and shard " + std::to_string(o.shard) + " of " + std::to_string(o.count) +
+            " (incarnation " + o.incarnation +
+            ") never published it: publish an anchor, or a delta from a committed base step");
   }
   ARC_V3_RETURN_IF_ERROR(s);
   if (base_root.count != o.count) {
-    return Status(ErrorCode::kInvalidArgument, "step " + std::to_string(base_step) + " was committed with " +
-                                                   std::to_string(base_root.count) + " shards, not " +
-                                                   std::to_string(o.count) +
-                                                   " (a new shard count starts with an anchor)");
+    return Status(ErrorCode::kInvalidArgument,
+                  "step " + std::to_string(base_step) + " was committed with " +
+                      std::to_string(base_root.count) + " shards, not " + std::to_string(o.count) +
+                      " (a new shard count starts with an anchor)");
   }
   return CommittedRecord(store, base_root, o.shard, base);
 }
 
 // Builds the containers (the delta onto `prev`, if any; the anchor, when due), describes
 // them in the record, and checks them against `next` and the base; reads the index.
-Status Encode(const PublishOptions& o, const checkpoint::Checkpoint& prev, const checkpoint::Checkpoint& next,
-              bool in_memory, Publication* p, PublishReport* report) {
+Status Encode(const PublishOptions& o, const checkpoint::Checkpoint& prev,
+              const checkpoint::Checkpoint& next, bool in_memory, Publication* p,
+              PublishReport* report) {
   checkpoint::RunOptions run(o.checkpoint);
-  run.sync = false;  // scratch files, uploaded and deleted
+  run.sync = false;      // scratch files, uploaded and deleted
   run.row_order = true;  // a region's row slice reads few ranges of each object
   const bool anchor = prev.empty() || (o.anchor_every > 0 && o.step % o.anchor_every == 0);
   const checkpoint::Checkpoint none;
@@ -347,8 +365,8 @@ Status Encode(const PublishOptions& o, const checkpoint::Checkpoint& prev, const
     ARC_V3_RETURN_IF_ERROR(s);
     report->encode_seconds += SecondsSince(t);
     const auto h = std::chrono::steady_clock::now();
-    ARC_V3_RETURN_IF_ERROR(
-        Describe(std::move(source), o.step, o.shard, o.count, kind, p->signer.get() != nullptr, &built));
+    ARC_V3_RETURN_IF_ERROR(Describe(std::move(source), o.step, o.shard, o.count, kind,
+                                    p->signer.get() != nullptr, &built));
     report->hash_seconds += SecondsSince(h);
     (delta ? p->r.delta : p->r.anchor) = built.ref;
   }
@@ -363,7 +381,8 @@ Status Encode(const PublishOptions& o, const checkpoint::Checkpoint& prev, const
     p->r.index.key = IndexKey(p->r.step, p->r.shard, p->r.count, xxh3);
     p->r.index.size = p->index.size();
     p->r.index.xxh3 = xxh3;
-    if (p->signer.get() != nullptr) p->r.index.sha256 = DigestHex(Sha256(p->index.data(), p->index.size()));
+    if (p->signer.get() != nullptr)
+      p->r.index.sha256 = DigestHex(Sha256(p->index.data(), p->index.size()));
   }
   report->hash_seconds += SecondsSince(h);
   return Status::Ok();
@@ -397,14 +416,16 @@ Status FindPublished(Store* store, Publication* p, bool* published, PublishRepor
 // Uploads the containers, then the index and the record.
 Status UploadAll(Store* store, const Publication& p, PublishReport* report) {
   std::vector<Status> uploads(p.built.size());
-  ParallelFor(p.built.size(), p.built.size(), [&](size_t i, size_t) { uploads[i] = Upload(store, p.built[i]); });
+  ParallelFor(p.built.size(), p.built.size(),
+              [&](size_t i, size_t) { uploads[i] = Upload(store, p.built[i]); });
   for (const Status& up : uploads) ARC_V3_RETURN_IF_ERROR(up);
   for (const Built& b : p.built) {
     report->uploaded_bytes += b.ref.size + b.sums.size();
     report->uploaded_objects += b.sums.empty() ? 0 : 1;
   }
   if (p.r.index.present()) {  // named by its XXH3: one already there is this one
-    const Status s = store->Put(p.r.index.key, p.index.data(), p.index.size(), PutMode::kCreateOnly);
+    const Status s =
+        store->Put(p.r.index.key, p.index.data(), p.index.size(), PutMode::kCreateOnly);
     if (!s.ok() && s.code() != ErrorCode::kAlreadyExists) return s;
     report->uploaded_bytes += p.index.size();
     ++report->uploaded_objects;
@@ -412,7 +433,8 @@ Status UploadAll(Store* store, const Publication& p, PublishReport* report) {
   // The shard layout, named by its XXH3 (one already there is this one); not again where
   // the base record names it (layouts are never pruned).
   if (p.base.layout_xxh3 != p.r.layout_xxh3 || p.base.layout_size != p.r.layout_size) {
-    const Status s = store->Put(LayoutKey(p.r.layout_xxh3), reinterpret_cast<const uint8_t*>(p.layout_json.data()),
+    const Status s = store->Put(LayoutKey(p.r.layout_xxh3),
+                                reinterpret_cast<const uint8_t*>(p.layout_json.data()),
                                 p.layout_json.size(), PutMode::kCreateOnly);
     if (!s.ok() && s.code() != ErrorCode::kAlreadyExists) return s;
     report->uploaded_bytes += p.layout_json.size();
@@ -449,10 +471,12 @@ void Describe(PublishReport* report) {
 }  // namespace
 
 Status PublishCheckpoints(Store* store, const PublishOptions& o, const checkpoint::Checkpoint& prev,
-                          const checkpoint::Checkpoint& next, bool in_memory, PublishReport* report) {
+                          const checkpoint::Checkpoint& next, bool in_memory,
+                          PublishReport* report) {
   const auto start = std::chrono::steady_clock::now();
   *report = PublishReport();
-  if (!store->writable()) return Status(ErrorCode::kInvalidArgument, store->url() + " is read-only");
+  if (!store->writable())
+    return Status(ErrorCode::kInvalidArgument, store->url() + " is read-only");
   Publication p;
   ARC_V3_RETURN_IF_ERROR(NewRecord(o, prev, next, &p.r));
   ARC_V3_RETURN_IF_ERROR(LoadSigner(o.sign_key, o.trusted_keys, &p.signer));
@@ -466,7 +490,8 @@ Status PublishCheckpoints(Store* store, const PublishOptions& o, const checkpoin
   // What pullers will check, checked before anything is uploaded.
   p.record_json = RecordJson(p.r, p.signer.get());
   ShardRecord check;
-  const Status s = ParseRecord(std::vector<uint8_t>(p.record_json.begin(), p.record_json.end()), "the record", &check);
+  const Status s = ParseRecord(std::vector<uint8_t>(p.record_json.begin(), p.record_json.end()),
+                               "the record", &check);
   if (!s.ok()) return Status(ErrorCode::kInvalidArgument, "cannot publish: " + s.message());
   bool published = false;
   ARC_V3_RETURN_IF_ERROR(FindPublished(store, &p, &published, report));
@@ -476,7 +501,8 @@ Status PublishCheckpoints(Store* store, const PublishOptions& o, const checkpoin
 
   const auto c = std::chrono::steady_clock::now();
   CommitResult commit;
-  ARC_V3_RETURN_IF_ERROR(CommitFrom(store, p.r.step, p.r.count, p.r.incarnation, &p.r, p.signer, &commit));
+  ARC_V3_RETURN_IF_ERROR(
+      CommitFrom(store, p.r.step, p.r.count, p.r.incarnation, &p.r, p.signer, &commit));
   report->commit_seconds = SecondsSince(c);
   report->committed = commit.committed;
   report->pending = commit.pending;

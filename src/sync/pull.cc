@@ -53,7 +53,8 @@ Status CheckDirectory(const std::string& dir, DirState* state) {
       bool retimed = false;
       Status s = CheckFile(dir, f, &retimed);
       if (!s.ok()) {
-        return Status(s.code(), s.message() + " (it records step " + std::to_string(state->step) + ")");
+        return Status(s.code(),
+                      s.message() + " (it records step " + std::to_string(state->step) + ")");
       }
       retimed_any = retimed_any || retimed;
     }
@@ -61,22 +62,23 @@ Status CheckDirectory(const std::string& dir, DirState* state) {
   return retimed_any ? WriteState(dir, *state) : Status::Ok();
 }
 
-
 // Trust stays on once a pull took it: a pull without keys would take anyone's steps.
 Status KeptTrust(const std::string& dir, const DirState& state, bool trusting) {
   if (trusting || state.trusted_keys.empty()) return Status::Ok();
   const size_t more = state.trusted_keys.size() - 1;
-  return Status(ErrorCode::kUntrusted,
-                dir + " was pulled trusting key " + state.trusted_keys[0].substr(0, 16) +
-                    (more > 0 ? " and " + std::to_string(more) + " more" : "") +
-                    ": a pull without trusted keys would take steps signed by anyone or no one (trust the "
-                    "keys again, or reset the directory to pull it without trust)");
+  return Status(
+      ErrorCode::kUntrusted,
+      dir + " was pulled trusting key " + state.trusted_keys[0].substr(0, 16) +
+          (more > 0 ? " and " + std::to_string(more) + " more" : "") +
+          ": a pull without trusted keys would take steps signed by anyone or no one (trust the "
+          "keys again, or reset the directory to pull it without trust)");
 }
 
 // Which route a retry must not take: DIR's chain (its objects vanished or are damaged, or
 // DIR's rows do not suffice) or the anchor's (its objects are damaged).
 enum class Avoid { kNone, kDir, kAnchor };
-Status PullLocked(Store* store, const std::string& dir, const PullOptions& o, Avoid avoid, PullReport* report);
+Status PullLocked(Store* store, const std::string& dir, const PullOptions& o, Avoid avoid,
+                  PullReport* report);
 
 // The layouts a partial pull read stay in DIR/.arc_v3/layouts/XXH3.json for the next pull
 // (a run's layout rarely changes, so a host pays for them once): a file is used only if its
@@ -90,11 +92,14 @@ void LoadLayoutCache(const std::string& dir, LayoutCache* layouts) {
     const std::string name = it->path().filename().string();
     if (name.size() != 21 || name.compare(16, 5, ".json") != 0) continue;
     std::ifstream in(it->path(), std::ios::binary);
-    const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
+                                     std::istreambuf_iterator<char>());
     const uint64_t xxh3 = checkpoint::Hash(bytes.data(), bytes.size());
     Layout layout;
-    if (checkpoint::HexU64(xxh3) == name.substr(0, 16) && ParseLayout(bytes, it->path().string(), &layout).ok()) {
-      layout.sha256 = DigestHex(Sha256(bytes.data(), bytes.size()));  // what a trusting pull compares
+    if (checkpoint::HexU64(xxh3) == name.substr(0, 16) &&
+        ParseLayout(bytes, it->path().string(), &layout).ok()) {
+      layout.sha256 =
+          DigestHex(Sha256(bytes.data(), bytes.size()));  // what a trusting pull compares
       (*layouts)[xxh3] = std::move(layout);
     } else {
       damaged.push_back(it->path());  // fetched again, and rewritten
@@ -117,7 +122,9 @@ void SaveLayoutCache(const std::string& dir, const LayoutCache& layouts, const S
     if (checkpoint::Hash(json.data(), json.size()) != g.layout_xxh3) continue;
     // A file of other bytes (of the same XXH3) is replaced by the layout the root names.
     std::ifstream in(folder / name, std::ios::binary);
-    if (in && std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()) == json) continue;
+    if (in &&
+        std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()) == json)
+      continue;
     const fs::path tmp = folder / ("." + name + ".tmp");
     {
       std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
@@ -125,7 +132,8 @@ void SaveLayoutCache(const std::string& dir, const LayoutCache& layouts, const S
     }
     fs::rename(tmp, folder / name, ec);
   }
-  for (auto it = fs::directory_iterator(folder, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+  for (auto it = fs::directory_iterator(folder, ec); !ec && it != fs::directory_iterator();
+       it.increment(ec)) {
     if (keep.count(it->path().filename().string()) == 0) fs::remove(it->path(), ec);
   }
 }
@@ -138,8 +146,8 @@ Status Retry(Store* store, const std::string& dir, const PullOptions& o, PullRep
 
 // A route met a damaged object or document: the pull takes the other route, if there is
 // one, and says so; else it fails with what it met.
-Status Reroute(Store* store, const std::string& dir, const PullOptions& o, const Route& route, const Status& met,
-               PullReport* report) {
+Status Reroute(Store* store, const std::string& dir, const PullOptions& o, const Route& route,
+               const Status& met, PullReport* report) {
   PullReport other;
   const Status s = PullLocked(store, dir, o, route.from_dir ? Avoid::kDir : Avoid::kAnchor, &other);
   if (!s.ok()) return NoOtherRoute(met, route.name, s);
@@ -153,11 +161,12 @@ Status Reroute(Store* store, const std::string& dir, const PullOptions& o, const
 // vanished (not_found), or, applying, whose rows do not suffice (`rows_may_lack`), is
 // pulled again by an anchor route; a route that met damage takes the other route. A retry
 // (`retried`) is never retried.
-Status Recover(Store* store, const std::string& dir, const PullOptions& o, const Route& route, bool retried,
-               bool rows_may_lack, const Status& s, PullReport* report) {
+Status Recover(Store* store, const std::string& dir, const PullOptions& o, const Route& route,
+               bool retried, bool rows_may_lack, const Status& s, PullReport* report) {
   if (s.ok() || retried) return s;
   const bool lacks = rows_may_lack && s.code() == ErrorCode::kChecksumMismatch;
-  if (route.from_dir && (s.code() == ErrorCode::kNotFound || lacks)) return Retry(store, dir, o, report);
+  if (route.from_dir && (s.code() == ErrorCode::kNotFound || lacks))
+    return Retry(store, dir, o, report);
   if (Damaged(s.code()) && !route.hops.empty()) return Reroute(store, dir, o, route, s, report);
   return s;
 }
@@ -167,12 +176,14 @@ Status CompileSelect(const PullOptions& o, Select* select) {
   select->sel.tensors = o.tensors;
   select->sel.row_begin = o.row_begin;
   select->sel.row_end = o.row_end;
-  if (!select->sel.partial() && (o.row_begin != 0 || o.row_end != UINT64_MAX)) select->sel.tensors = ".*";
+  if (!select->sel.partial() && (o.row_begin != 0 || o.row_end != UINT64_MAX))
+    select->sel.tensors = ".*";
   try {
-    select->pattern = std::regex(select->sel.partial() ? select->sel.tensors : ".*", std::regex::ECMAScript);
+    select->pattern =
+        std::regex(select->sel.partial() ? select->sel.tensors : ".*", std::regex::ECMAScript);
   } catch (const std::regex_error& e) {
-    return Status(ErrorCode::kInvalidArgument,
-                  "tensor pattern '" + select->sel.tensors + "' is not a regular expression: " + e.what());
+    return Status(ErrorCode::kInvalidArgument, "tensor pattern '" + select->sel.tensors +
+                                                   "' is not a regular expression: " + e.what());
   }
   if (o.row_begin > o.row_end) {
     return Status(ErrorCode::kInvalidArgument, "rows " + std::to_string(o.row_begin) + ":" +
@@ -194,7 +205,8 @@ struct PullPlan {
 
 // DIR's state, after a commit a crash interrupted is finished (a reset drops one it cannot
 // finish); none (have_state false) in a directory never pulled into or under a reset.
-Status ReadDirState(const std::string& dir, const PullOptions& o, PullPlan* plan, PullReport* report) {
+Status ReadDirState(const std::string& dir, const PullOptions& o, PullPlan* plan,
+                    PullReport* report) {
   Status s = RecoverJournal(dir);
   if (!s.ok() && o.reset) s = DropJournal(dir);
   if (!s.ok()) return s;
@@ -210,8 +222,8 @@ Status ReadDirState(const std::string& dir, const PullOptions& o, PullPlan* plan
 
 // One entry per (hop, shard) of the route, downloaded into the stage; `object_of`:
 // [hop][shard] -> index in `fetched`.
-void ListObjects(const Route& route, const Stage& stage, bool partial, std::vector<Fetched>* fetched,
-                 std::vector<std::vector<size_t>>* object_of) {
+void ListObjects(const Route& route, const Stage& stage, bool partial,
+                 std::vector<Fetched>* fetched, std::vector<std::vector<size_t>>* object_of) {
   object_of->assign(route.hops.size(), {});
   for (size_t h = 0; h < route.hops.size(); ++h) {
     for (size_t k = 0; k < route.hops[h].m.count; ++k) {
@@ -232,8 +244,8 @@ void ListObjects(const Route& route, const Stage& stage, bool partial, std::vect
 }
 
 // Fetches, applies and verifies the planned route in a stage, then commits it to DIR.
-Status TakeRoute(Store* store, const std::string& dir, const PullOptions& o, Avoid avoid, PullPlan* plan,
-                 PullReport* report) {
+Status TakeRoute(Store* store, const std::string& dir, const PullOptions& o, Avoid avoid,
+                 PullPlan* plan, PullReport* report) {
   const bool avoid_dir = avoid != Avoid::kNone;  // a retry does not retry again
   const bool partial = plan->select.sel.partial();
   const Route& route = plan->route;
@@ -255,7 +267,8 @@ Status TakeRoute(Store* store, const std::string& dir, const PullOptions& o, Avo
   // first, as if every object had been fetched before the first was applied.
   Status s, applied;
   if (partial) {
-    s = FetchPieces(store, o.transfer_options(), UINT64_MAX, &plan->select, &staged.fetched, report, kPrefetchBudget, trust);
+    s = FetchPieces(store, o.transfer_options(), UINT64_MAX, &plan->select, &staged.fetched, report,
+                    kPrefetchBudget, trust);
   } else {
     ObjectFeed feed(store, o, trust, &staged.fetched, report);
     s = feed.Start();
@@ -273,14 +286,15 @@ Status TakeRoute(Store* store, const std::string& dir, const PullOptions& o, Avo
   if (!s.ok()) return Recover(store, dir, o, route, avoid_dir, partial, s, report);
   if (!partial) {
     const auto verify = Clock::now();
-    s = UnderTrust(trust, VerifyResults(&plan->route.hops.back(), staged.fetched, staged.object_of.back(), current));
+    s = UnderTrust(trust, VerifyResults(&plan->route.hops.back(), staged.fetched,
+                                        staged.object_of.back(), current));
     report->verify_seconds += SecondsSince(verify);
     if (!s.ok()) return Recover(store, dir, o, route, avoid_dir, false, s, report);
   }
 
   Journal journal;
-  ARC_V3_RETURN_IF_ERROR(
-      BuildJournal(store, dir, plan->have_state ? &plan->state : nullptr, staged, trust, &journal, report));
+  ARC_V3_RETURN_IF_ERROR(BuildJournal(store, dir, plan->have_state ? &plan->state : nullptr, staged,
+                                      trust, &journal, report));
   if (o.hook) ARC_V3_RETURN_IF_ERROR(o.hook("commit"));
   const auto commit = Clock::now();
   stage.HandOver();
@@ -295,7 +309,8 @@ Status TakeRoute(Store* store, const std::string& dir, const PullOptions& o, Avo
 // the chain's objects vanished, pruned, while this pull planned, were damaged, or after
 // DIR's rows did not suffice for a partial pull's new selection of groups); kAnchor takes
 // DIR's chain even where the anchor costs less (its objects were damaged).
-Status PullLocked(Store* store, const std::string& dir, const PullOptions& o, Avoid avoid, PullReport* report) {
+Status PullLocked(Store* store, const std::string& dir, const PullOptions& o, Avoid avoid,
+                  PullReport* report) {
   const bool avoid_dir = avoid != Avoid::kNone;  // a retry does not retry again
   PullPlan plan;
   plan.start = Clock::now();
@@ -309,7 +324,8 @@ Status PullLocked(Store* store, const std::string& dir, const PullOptions& o, Av
   if (have_state) ARC_V3_RETURN_IF_ERROR(KeptTrust(dir, state, plan.trust.on()));
   // Under trust DIR's files are a base only if a trusting pull wrote them: the chain from
   // them then links by SHA-256 (PlanRoute); else the pull goes by an anchor.
-  const bool dir_verified = !plan.trust.on() || (!state.trusted_keys.empty() && !state.root_sha256.empty());
+  const bool dir_verified =
+      !plan.trust.on() || (!state.trusted_keys.empty() && !state.root_sha256.empty());
   Hop target;
   ARC_V3_RETURN_IF_ERROR(ReadTarget(store, o.step, &target, report, plan.trust));
   if (have_state) {
@@ -320,8 +336,9 @@ Status PullLocked(Store* store, const std::string& dir, const PullOptions& o, Av
     const Status s = CheckDirectory(dir, &plan.state);
     report->verify_seconds += SecondsSince(verify);
     ARC_V3_RETURN_IF_ERROR(s);
-    if (state.step == target.m.step && state.manifest_xxh3 == target.manifest_xxh3 && dir_verified &&
-        (!plan.trust.on() || state.root_sha256 == target.root_sha256) && state.selection == plan.select.sel) {
+    if (state.step == target.m.step && state.manifest_xxh3 == target.manifest_xxh3 &&
+        dir_verified && (!plan.trust.on() || state.root_sha256 == target.root_sha256) &&
+        state.selection == plan.select.sel) {
       report->up_to_date = true;
       report->route = "up to date";
       for (const ShardState& sh : state.shards) report->checkpoint_bytes += sh.file.size;
@@ -330,14 +347,19 @@ Status PullLocked(Store* store, const std::string& dir, const PullOptions& o, Av
     }
   }
   Route& route = plan.route;
-  const bool usable = have_state && dir_verified && state.selection == plan.select.sel && avoid != Avoid::kDir;
-  RouteFrom from{state.step, state.manifest_xxh3, state.root_sha256, static_cast<uint32_t>(state.shards.size()),
-                 state.incarnation};
+  const bool usable =
+      have_state && dir_verified && state.selection == plan.select.sel && avoid != Avoid::kDir;
+  RouteFrom from{state.step, state.manifest_xxh3, state.root_sha256,
+                 static_cast<uint32_t>(state.shards.size()), state.incarnation};
   from.only_chain = avoid == Avoid::kAnchor;
-  if (from.only_chain && !usable) return Status(ErrorCode::kNotFound, "the directory holds no step on the chain");
-  Status s = PlanRoute(store, usable ? &from : nullptr, std::move(target), &route, report, plan.trust);
+  if (from.only_chain && !usable)
+    return Status(ErrorCode::kNotFound, "the directory holds no step on the chain");
+  Status s =
+      PlanRoute(store, usable ? &from : nullptr, std::move(target), &route, report, plan.trust);
   if (partial) LoadLayoutCache(dir, &plan.layouts);
-  if (s.ok()) s = LoadRoute(store, partial ? &plan.select : nullptr, &plan.layouts, &route, report, plan.trust);
+  if (s.ok())
+    s = LoadRoute(store, partial ? &plan.select : nullptr, &plan.layouts, &route, report,
+                  plan.trust);
   if (!s.ok()) return Recover(store, dir, o, route, avoid_dir, false, s, report);
   report->route = route.name;
   if (o.hook) ARC_V3_RETURN_IF_ERROR(o.hook("planned"));
@@ -345,7 +367,6 @@ Status PullLocked(Store* store, const std::string& dir, const PullOptions& o, Av
 }
 
 }  // namespace
-
 
 Status Pull(Store* store, const std::string& dir, const PullOptions& options, PullReport* report) {
   *report = PullReport();
@@ -359,14 +380,17 @@ Status Pull(Store* store, const std::string& dir, const PullOptions& options, Pu
   // names. It is taken only when asked to.
   if (existed && !had_state_dir && !options.force && !options.reset &&
       fs::directory_iterator(dir, ec) != fs::directory_iterator()) {
-    return Status(ErrorCode::kAlreadyExists,
-                  dir + " holds files but was never pulled into: they are not replaced unless forced");
+    return Status(
+        ErrorCode::kAlreadyExists,
+        dir + " holds files but was never pulled into: they are not replaced unless forced");
   }
   fs::create_directories(dir, ec);
-  if (!fs::is_directory(dir, ec)) return Status(ErrorCode::kInvalidArgument, dir + ": cannot create the directory");
+  if (!fs::is_directory(dir, ec))
+    return Status(ErrorCode::kInvalidArgument, dir + ": cannot create the directory");
   DirLock lock;
   ARC_V3_RETURN_IF_ERROR(lock.Acquire(dir));  // another pull's: never clean up under it
-  Status s = PullLocked(store, dir, options, options.anchor_route ? Avoid::kDir : Avoid::kNone, report);
+  Status s =
+      PullLocked(store, dir, options, options.anchor_route ? Avoid::kDir : Avoid::kNone, report);
   // A first pull that failed leaves nothing behind: not the directory it made, nor the
   // lock and stage it made inside one that existed (removed while the lock is held).
   const fs::path state_dir = fs::path(dir) / kStateDir;
@@ -379,7 +403,8 @@ Status Pull(Store* store, const std::string& dir, const PullOptions& options, Pu
 
 Status CheckTrustKept(const std::string& dir, const PullOptions& options) {
   DirState state;
-  if (options.reset || !options.trusted_keys.empty() || !ReadState(dir, &state).ok()) return Status::Ok();
+  if (options.reset || !options.trusted_keys.empty() || !ReadState(dir, &state).ok())
+    return Status::Ok();
   return KeptTrust(dir, state, false);
 }
 

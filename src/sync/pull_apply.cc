@@ -43,8 +43,6 @@ using checkpoint::FileEntry;
 using checkpoint::Reader;
 using checkpoint::TensorEntry;
 
-
-
 // Sidecar metadata: per tensor, the rows [begin, end) it holds.
 constexpr char kRowsKey[] = "arc_v3_rows";
 
@@ -56,10 +54,12 @@ struct Held {
   Status Load(const safetensors::File* f) {
     file = f;
     const auto it = f->metadata().find(kRowsKey);
-    if (it == f->metadata().end()) return Status(ErrorCode::kCorruptHeader, f->path() + " lacks its row ranges");
+    if (it == f->metadata().end())
+      return Status(ErrorCode::kCorruptHeader, f->path() + " lacks its row ranges");
     try {
       const nlohmann::json j = strict_json::Parse(it->second, f->path());
-      for (auto e = j.begin(); e != j.end(); ++e) rows[e.key()] = {e.value().at(0).get<uint64_t>(), e.value().at(1).get<uint64_t>()};
+      for (auto e = j.begin(); e != j.end(); ++e)
+        rows[e.key()] = {e.value().at(0).get<uint64_t>(), e.value().at(1).get<uint64_t>()};
     } catch (...) {
       return Status(ErrorCode::kCorruptHeader, f->path() + ": unreadable row ranges");
     }
@@ -135,7 +135,8 @@ checkpoint::HeldTensors HeldOf(const Held& held, const FileEntry& file) {
   checkpoint::HeldTensors out;
   for (const TensorEntry& t : file.tensors) {
     const auto r = held.rows.find(t.name);
-    const uint8_t* data = r == held.rows.end() ? nullptr : held.Rows(t, r->second.first, r->second.second);
+    const uint8_t* data =
+        r == held.rows.end() ? nullptr : held.Rows(t, r->second.first, r->second.second);
     if (data == nullptr) continue;
     checkpoint::HeldTensor& h = out[t.name];
     h.dtype = t.dtype;
@@ -166,10 +167,12 @@ class SidecarSink : public HopSink {
     *base = &shard.base;
     return Create(f.file(), select_.keep_small[k], outs_[k], &shard);
   }
-  Status Allocate(size_t k, const TensorEntry& t, uint64_t, uint64_t, checkpoint::HeldTensor* held) override {
+  Status Allocate(size_t k, const TensorEntry& t, uint64_t, uint64_t,
+                  checkpoint::HeldTensor* held) override {
     const Shard& shard = shards_.at(k);
     const auto at = shard.offset.find(t.name);
-    if (at == shard.offset.end()) return Status(ErrorCode::kInternal, outs_[k] + " has no room for '" + t.name + "'");
+    if (at == shard.offset.end())
+      return Status(ErrorCode::kInternal, outs_[k] + " has no room for '" + t.name + "'");
     held->data = shard.out.data() + at->second;
     return Status::Ok();
   }
@@ -190,7 +193,8 @@ class SidecarSink : public HopSink {
     std::map<std::string, uint64_t> offset;  // of each tensor's rows in `out`
   };
   // The new sidecar of `file`: its header (the rows kept, in kRowsKey), then room for them.
-  Status Create(const FileEntry& file, bool keep_small, const std::string& path, Shard* shard) const {
+  Status Create(const FileEntry& file, bool keep_small, const std::string& path,
+                Shard* shard) const {
     std::vector<safetensors::TensorInfo> infos;
     nlohmann::json rows = nlohmann::json::object();
     for (const TensorEntry& t : file.tensors) {
@@ -243,7 +247,8 @@ Status ExportSelection(const safetensors::File& rows_file, const Held& held, con
     info.end = (b - a) * t.row_bytes();
     const uint8_t* data = info.end == 0 ? nullptr : held.Rows(t, a, b);
     if (info.end != 0 && data == nullptr) {
-      return Status(ErrorCode::kInternal, rows_file.path() + " lacks rows of tensor '" + t.name + "'");
+      return Status(ErrorCode::kInternal,
+                    rows_file.path() + " lacks rows of tensor '" + t.name + "'");
     }
     infos.push_back(info);
     sources.push_back(data);
@@ -269,12 +274,15 @@ Status VerifyObject(const Fetched& f, Store* store, const Trust& trust) {
   ARC_V3_RETURN_IF_ERROR(checkpoint::MappedFile::Open(f.path, &file));
   const std::string name = store->url() + "/" + f.ref.key;
   // Trusting, the SHA-256 decides before the XXH3 (whose mismatch another route may avoid).
-  if (trust.on() && (f.ref.sha256.empty() || DigestHex(Sha256(file->data(), file->size())) != f.ref.sha256)) {
-    return Status(ErrorCode::kUntrusted, name + (f.ref.sha256.empty() ? ": its record names no SHA-256"
-                                                                       : " differs from its record's SHA-256"));
+  if (trust.on() &&
+      (f.ref.sha256.empty() || DigestHex(Sha256(file->data(), file->size())) != f.ref.sha256)) {
+    return Status(ErrorCode::kUntrusted,
+                  name + (f.ref.sha256.empty() ? ": its record names no SHA-256"
+                                               : " differs from its record's SHA-256"));
   }
   if (file->size() != f.ref.size || checkpoint::Hash(file->data(), file->size()) != f.ref.xxh3) {
-    return Status(ErrorCode::kCorruptChunk, name + " does not match its record (corrupt or truncated)");
+    return Status(ErrorCode::kCorruptChunk,
+                  name + " does not match its record (corrupt or truncated)");
   }
   Reader reader;
   Status s = Reader::Open(std::move(file), &reader);
@@ -285,8 +293,8 @@ Status VerifyObject(const Fetched& f, Store* store, const Trust& trust) {
 // The result checksums of the last hop's files (ungrouped tensors: the containers'
 // target_xxh3, which apply verified; grouped ones hashed from the rebuilt files), kept in
 // each record's `results`, and their tensor-list checksums checked against the records'.
-Status VerifyResults(Hop* hop, const std::vector<Fetched>& fetched, const std::vector<size_t>& objects,
-                     const std::vector<std::string>& files) {
+Status VerifyResults(Hop* hop, const std::vector<Fetched>& fetched,
+                     const std::vector<size_t>& objects, const std::vector<std::string>& files) {
   for (size_t k = 0; k < hop->m.count; ++k) {
     ShardRecord& r = hop->m.shards[k];
     std::unique_ptr<checkpoint::MappedFile> object;
@@ -294,8 +302,8 @@ Status VerifyResults(Hop* hop, const std::vector<Fetched>& fetched, const std::v
     ARC_V3_RETURN_IF_ERROR(checkpoint::MappedFile::Open(fetched[objects[k]].path, &object));
     ARC_V3_RETURN_IF_ERROR(Reader::Open(std::move(object), &reader));
     const auto differs = [&](const std::string& what) {
-      return Status(ErrorCode::kCorruptHeader,
-                    "step " + std::to_string(hop->m.step) + " shard " + std::to_string(k) + ": " + what);
+      return Status(ErrorCode::kCorruptHeader, "step " + std::to_string(hop->m.step) + " shard " +
+                                                   std::to_string(k) + ": " + what);
     };
     safetensors::File file;
     bool opened = false;
@@ -337,7 +345,8 @@ struct HopFiles {
   void Advance(size_t k) {
     std::error_code ec;
     const std::string& previous = (*current)[k];
-    if (!previous.empty() && previous != outs[k] && previous.rfind(stage, 0) == 0) fs::remove(previous, ec);
+    if (!previous.empty() && previous != outs[k] && previous.rfind(stage, 0) == 0)
+      fs::remove(previous, ec);
     (*current)[k] = outs[k];
   }
 };
@@ -351,12 +360,13 @@ Status ApplyFilesHop(HopFiles* files, const std::vector<Fetched>& fetched, Objec
   for (size_t k = 0; k < hop.m.count; ++k) {
     ARC_V3_RETURN_IF_ERROR(feed->Wait((*files->objects)[k]));
     checkpoint::RunReport applied;
-    const Status s = checkpoint::Apply(hop.anchor[k] ? "" : (*files->current)[k],
-                                       fetched[(*files->objects)[k]].path, files->outs[k], run, &applied);
+    const Status s =
+        checkpoint::Apply(hop.anchor[k] ? "" : (*files->current)[k],
+                          fetched[(*files->objects)[k]].path, files->outs[k], run, &applied);
     report->decode_seconds += applied.decode_seconds;
     report->write_seconds += applied.write_seconds + applied.sync_seconds;
-    ARC_V3_RETURN_IF_ERROR_IN("step " + std::to_string(hop.m.step) + ", shard " + std::to_string(k) + " (" +
-                                  hop.m.shards[k].file + ")",
+    ARC_V3_RETURN_IF_ERROR_IN("step " + std::to_string(hop.m.step) + ", shard " +
+                                  std::to_string(k) + " (" + hop.m.shards[k].file + ")",
                               s);
     files->Advance(k);
   }
@@ -365,8 +375,8 @@ Status ApplyFilesHop(HopFiles* files, const std::vector<Fetched>& fetched, Objec
 
 // One hop of a partial pull: each shard's sidecar rebuilt onto its previous one (none for
 // an anchor) by the hop engine, one shard at a time, all the pieces fetched before.
-Status ApplyRowsHop(HopFiles* files, const Select& select, const std::vector<Fetched>& fetched, int threads,
-                    PullReport* report) {
+Status ApplyRowsHop(HopFiles* files, const Select& select, const std::vector<Fetched>& fetched,
+                    int threads, PullReport* report) {
   const Hop& hop = *files->hop;
   HopRun run;
   run.hop = &hop;
@@ -409,7 +419,8 @@ Status ApplyRoute(StagedRoute* plan, ObjectFeed* feed, const PullOptions& o, Pul
     files.sync = h + 1 == route.hops.size() && o.checkpoint.sync;
     for (size_t k = 0; k < files.hop->m.count; ++k) {
       const std::string& name = files.hop->m.shards[k].file;
-      files.outs.push_back(partial ? stage.Path("rows/" + std::to_string(h) + "-" + name) : stage.Path(name));
+      files.outs.push_back(partial ? stage.Path("rows/" + std::to_string(h) + "-" + name)
+                                   : stage.Path(name));
     }
     const checkpoint::RunOptions run(o.checkpoint);
     ARC_V3_RETURN_IF_ERROR(partial ? ApplyRowsHop(&files, select, fetched, run.threads, report)
@@ -424,20 +435,24 @@ namespace {
 // The step's model.safetensors.index.json, as its record names it: under trust by its
 // signed SHA-256 first (kUntrusted), then by size and XXH3 (kCorruptHeader), then by the
 // SHA-256 a signed record gives (kUntrusted: bytes made to pass the XXH3).
-Status FetchIndex(Store* store, const ObjectRef& index, const Trust& trust, std::vector<uint8_t>* bytes) {
+Status FetchIndex(Store* store, const ObjectRef& index, const Trust& trust,
+                  std::vector<uint8_t>* bytes) {
   const std::string name = store->url() + "/" + index.key;
   if (trust.on() && index.sha256.empty()) {
     return Status(ErrorCode::kUntrusted, name + ": its record names it without a SHA-256");
   }
-  ARC_V3_RETURN_IF_ERROR(UnderTrust(trust, store->Get(index.key, kMaxDocumentBytes, bytes, nullptr)));
+  ARC_V3_RETURN_IF_ERROR(
+      UnderTrust(trust, store->Get(index.key, kMaxDocumentBytes, bytes, nullptr)));
   if (trust.on() && DigestHex(Sha256(bytes->data(), bytes->size())) != index.sha256) {
-    return Status(ErrorCode::kUntrusted, name + " is not the index the step names (its SHA-256 differs)");
+    return Status(ErrorCode::kUntrusted,
+                  name + " is not the index the step names (its SHA-256 differs)");
   }
   if (bytes->size() != index.size || checkpoint::Hash(bytes->data(), bytes->size()) != index.xxh3) {
     return Status(ErrorCode::kCorruptHeader, name + ": not the index the step names");
   }
   if (!index.sha256.empty() && DigestHex(Sha256(bytes->data(), bytes->size())) != index.sha256) {
-    return Status(ErrorCode::kUntrusted, name + " is not the index the step names (its SHA-256 differs)");
+    return Status(ErrorCode::kUntrusted,
+                  name + " is not the index the step names (its SHA-256 differs)");
   }
   return Status::Ok();
 }
@@ -446,8 +461,30 @@ Status FetchIndex(Store* store, const ObjectRef& index, const Trust& trust, std:
 
 // The commit of a pull: the staged files' moves into DIR, the files to remove, the state
 // (with the keys it was pulled trusting).
-Status BuildJournal(Store* store, const std::string& dir, const DirState* old, const StagedRoute& plan,
-                    const Trust& trust, Journal* journal, PullReport* report) {
+namespace {
+
+// Fetches the step's model.safetensors.index.json into the stage, to be moved into DIR.
+Status StageIndex(Store* store, const ObjectRef& index, const Trust& trust, const Stage& stage,
+                  Journal* journal, PullReport* report) {
+  std::vector<uint8_t> bytes;
+  Status s = FetchIndex(store, index, trust, &bytes);
+  ++report->requests;
+  ++report->fetched_objects;
+  report->fetched_bytes += bytes.size();
+  OutFile out;
+  if (s.ok()) s = out.Create(stage.Path(kIndexFileName), bytes, bytes.size());
+  if (s.ok()) s = out.Close(true);
+  if (!s.ok()) return s;
+  journal->moves.emplace_back(Stage::Relative(kIndexFileName), kIndexFileName);
+  journal->state.index = true;
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status BuildJournal(Store* store, const std::string& dir, const DirState* old,
+                    const StagedRoute& plan, const Trust& trust, Journal* journal,
+                    PullReport* report) {
   const Route& route = *plan.route;
   const Select& select = *plan.select;
   const Stage& stage = *plan.stage;
@@ -475,8 +512,9 @@ Status BuildJournal(Store* store, const std::string& dir, const DirState* old, c
       Held held;
       s = safetensors::File::Open(current[k], &rows_file);
       if (s.ok()) s = held.Load(&rows_file);
-      if (s.ok()) s = ExportSelection(rows_file, held, plan.fetched[plan.object_of.back()[k]].file(), select,
-                                         stage.Path(r.file));
+      if (s.ok())
+        s = ExportSelection(rows_file, held, plan.fetched[plan.object_of.back()[k]].file(), select,
+                            stage.Path(r.file));
       const std::string staged_rows = "rows/" + fs::path(current[k]).filename().string();
       if (s.ok()) s = RecordFile(dir, Stage::Relative(staged_rows), &shard.rows);
       if (s.ok()) s = RecordFile(dir, Stage::Relative(r.file), &shard.file);
@@ -486,13 +524,16 @@ Status BuildJournal(Store* store, const std::string& dir, const DirState* old, c
       shard.file.tensors = r.results;
       struct stat st;
       const std::string staged = stage.Path(r.file);
-      if (::stat(staged.c_str(), &st) != 0) return Status(ErrorCode::kInternal, staged + " is missing");
+      if (::stat(staged.c_str(), &st) != 0)
+        return Status(ErrorCode::kInternal, staged + " is missing");
       if (static_cast<uint64_t>(st.st_size) != r.file_size) {
-        return Status(ErrorCode::kCorruptHeader, "step " + std::to_string(final_hop.m.step) + " shard " +
-                                                     std::to_string(k) + ": the record's file size is not the result's");
+        return Status(ErrorCode::kCorruptHeader,
+                      "step " + std::to_string(final_hop.m.step) + " shard " + std::to_string(k) +
+                          ": the record's file size is not the result's");
       }
       shard.file.size = static_cast<uint64_t>(st.st_size);
-      shard.file.mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+      shard.file.mtime_ns =
+          static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
     }
     if (!s.ok()) return s;
     shard.file.path = r.file;
@@ -503,19 +544,8 @@ Status BuildJournal(Store* store, const std::string& dir, const DirState* old, c
   // A full pull carries the step's model.safetensors.index.json (a partial one holds only
   // some tensors: an index of them all would mislead a loader).
   const ObjectRef* index = partial ? nullptr : final_hop.m.index();
-  if (index != nullptr) {
-    std::vector<uint8_t> bytes;
-    Status s = FetchIndex(store, *index, trust, &bytes);
-    ++report->requests;
-    ++report->fetched_objects;
-    report->fetched_bytes += bytes.size();
-    OutFile out;
-    if (s.ok()) s = out.Create(stage.Path(kIndexFileName), bytes, bytes.size());
-    if (s.ok()) s = out.Close(true);
-    if (!s.ok()) return s;
-    journal->moves.emplace_back(Stage::Relative(kIndexFileName), kIndexFileName);
-    journal->state.index = true;
-  }
+  if (index != nullptr)
+    ARC_V3_RETURN_IF_ERROR(StageIndex(store, *index, trust, stage, journal, report));
   if (old != nullptr) {
     for (const ShardState& o : old->shards) {
       const bool gone = names.count(o.name) == 0;

@@ -40,7 +40,11 @@ class ObjectFeed {
  public:
   ObjectFeed(Store* store, const PullOptions& o, const Trust& trust, std::vector<Fetched>* fetched,
              PullReport* report)
-      : store_(store), transfer_(o.transfer_options()), trust_(trust), fetched_(*fetched), report_(report),
+      : store_(store),
+        transfer_(o.transfer_options()),
+        trust_(trust),
+        fetched_(*fetched),
+        report_(report),
         state_(fetched->size()) {}
   ~ObjectFeed() { Join(); }
 
@@ -52,9 +56,11 @@ class ObjectFeed {
     uint64_t bytes = 0;
     for (const Fetched& f : fetched_) bytes += f.ref.size;
     const uint64_t part = std::max<uint64_t>(1, transfer_.part_bytes);
-    const uint64_t parts = fetched_.empty() ? 1 : std::max<uint64_t>(1, (bytes / fetched_.size() + part - 1) / part);
+    const uint64_t parts =
+        fetched_.empty() ? 1 : std::max<uint64_t>(1, (bytes / fetched_.size() + part - 1) / part);
     const int connections = std::max(1, transfer_.connections);
-    const size_t workers = WorkerCount(static_cast<int>(std::max<uint64_t>(1, connections / parts)), fetched_.size());
+    const size_t workers =
+        WorkerCount(static_cast<int>(std::max<uint64_t>(1, connections / parts)), fetched_.size());
     const Status s = StatusOrCaught([&] {
       for (size_t w = 0; w < workers; ++w) threads_.emplace_back([this] { Work(); });
       return Status::Ok();
@@ -93,11 +99,14 @@ class ObjectFeed {
   void Work() {
     for (size_t i = next_++; i < fetched_.size(); i = next_++) {
       const Fetched& f = fetched_[i];
-      Status fetch = StatusOrCaught([&] { return store_->GetToFile(f.ref.key, f.path, f.ref.size, transfer_); });
+      Status fetch = StatusOrCaught(
+          [&] { return store_->GetToFile(f.ref.key, f.path, f.ref.size, transfer_); });
       const auto verify_start = Clock::now();
-      Status verify = fetch.ok() ? StatusOrCaught([&] { return VerifyObject(f, store_, trust_); }) : Status::Ok();
+      Status verify = fetch.ok() ? StatusOrCaught([&] { return VerifyObject(f, store_, trust_); })
+                                 : Status::Ok();
       std::lock_guard<std::mutex> lock(mutex_);
-      report_->requests += std::max<uint64_t>(1, (f.ref.size + transfer_.part_bytes - 1) / transfer_.part_bytes);
+      report_->requests +=
+          std::max<uint64_t>(1, (f.ref.size + transfer_.part_bytes - 1) / transfer_.part_bytes);
       if (fetch.ok()) {
         report_->fetched_bytes += f.ref.size;
         report_->verify_seconds += SecondsSince(verify_start);
@@ -140,16 +149,21 @@ class Stage {
     std::filesystem::remove_all(path_, ec);
     std::filesystem::create_directories(std::filesystem::path(path_) / "objects", ec);
     if (!ec) std::filesystem::create_directories(std::filesystem::path(path_) / "rows", ec);
-    if (!ec) std::filesystem::create_directories(std::filesystem::path(dir) / kStateDir / "rows", ec);
+    if (!ec)
+      std::filesystem::create_directories(std::filesystem::path(dir) / kStateDir / "rows", ec);
     if (ec) return Status(ErrorCode::kInvalidArgument, path_ + ": cannot create: " + ec.message());
     return Status::Ok();
   }
-  std::string Path(const std::string& name) const { return (std::filesystem::path(path_) / name).string(); }
+  std::string Path(const std::string& name) const {
+    return (std::filesystem::path(path_) / name).string();
+  }
   // From now on the commit journal owns the stage (recovery renames out of it): the stage
   // is left for RunJournal to remove.
   void HandOver() { path_.clear(); }
   // Relative to DIR, for the journal.
-  static std::string Relative(const std::string& name) { return std::string(kStateDir) + "/stage/" + name; }
+  static std::string Relative(const std::string& name) {
+    return std::string(kStateDir) + "/stage/" + name;
+  }
 
  private:
   std::string path_;
@@ -170,8 +184,8 @@ struct StagedRoute {
 // tensors: the containers' target_xxh3, which apply verified; grouped ones hashed from the
 // rebuilt `files`) and checks their tensor-list checksum against the record's
 // tensors_xxh3 (kCorruptHeader).
-Status VerifyResults(Hop* hop, const std::vector<Fetched>& fetched, const std::vector<size_t>& objects,
-                     const std::vector<std::string>& files);
+Status VerifyResults(Hop* hop, const std::vector<Fetched>& fetched,
+                     const std::vector<size_t>& objects, const std::vector<std::string>& files);
 
 // Builds every shard's file (full) or sidecar (partial) hop by hop in the stage; `current`
 // starts as DIR's own files (a route from DIR) or empty, and ends as the last hop's.
@@ -180,8 +194,9 @@ Status ApplyRoute(StagedRoute* plan, ObjectFeed* feed, const PullOptions& o, Pul
 
 // The commit of a pull: the staged files' moves into DIR, the files to remove, the state
 // (with the keys it was pulled trusting).
-Status BuildJournal(Store* store, const std::string& dir, const DirState* old, const StagedRoute& plan,
-                    const Trust& trust, Journal* journal, PullReport* report);
+Status BuildJournal(Store* store, const std::string& dir, const DirState* old,
+                    const StagedRoute& plan, const Trust& trust, Journal* journal,
+                    PullReport* report);
 
 }  // namespace sync
 }  // namespace arc_v3

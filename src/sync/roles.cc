@@ -41,8 +41,8 @@ Publisher::~Publisher() = default;
 Status Publisher::Open(const std::string& store_url, const PublisherOptions& options,
                        std::unique_ptr<Publisher>* publisher) {
   if (options.count == 0 || options.shard >= options.count || options.count > sync::kMaxShards) {
-    return Status(ErrorCode::kInvalidArgument, "shard must be below count (at most " +
-                                                   std::to_string(sync::kMaxShards) + ")");
+    return Status(ErrorCode::kInvalidArgument,
+                  "shard must be below count (at most " + std::to_string(sync::kMaxShards) + ")");
   }
   // The key first: a publisher that cannot sign leaves no new store directory behind.
   ARC_V3_RETURN_IF_ERROR(sync::CheckPublishKeys(options.sign_key, {}));
@@ -50,24 +50,28 @@ Status Publisher::Open(const std::string& store_url, const PublisherOptions& opt
   // A local store's first publish makes its directory.
   const sync::StoreOptions store_options = sync::ToStoreOptions(options.store, true);
   ARC_V3_RETURN_IF_ERROR(sync::OpenStore(store_url, store_options, &impl->store));
-  if (!impl->store->writable()) return Status(ErrorCode::kInvalidArgument, store_url + " is read-only");
+  if (!impl->store->writable())
+    return Status(ErrorCode::kInvalidArgument, store_url + " is read-only");
   impl->options = options;
   impl->file_name = options.file_name;
   if (impl->file_name.empty()) {
     char name[64];
-    std::snprintf(name, sizeof(name), "model-%05u-of-%05u.safetensors", options.shard + 1, options.count);
+    std::snprintf(name, sizeof(name), "model-%05u-of-%05u.safetensors", options.shard + 1,
+                  options.count);
     impl->file_name = name;
   }
   publisher->reset(new Publisher(std::move(impl)));
   return Status::Ok();
 }
 
-Status Publisher::Publish(uint64_t step, const std::vector<NamedTensor>& tensors, PublishResult* result) {
+Status Publisher::Publish(uint64_t step, const std::vector<NamedTensor>& tensors,
+                          PublishResult* result) {
   *result = PublishResult();
   Impl& p = *impl_;
   if (p.last_step != kNoStep && step <= p.last_step) {
-    return Status(ErrorCode::kInvalidArgument, "step " + std::to_string(step) + " does not come after step " +
-                                                   std::to_string(p.last_step) + ", the last one published");
+    return Status(ErrorCode::kInvalidArgument,
+                  "step " + std::to_string(step) + " does not come after step " +
+                      std::to_string(p.last_step) + ", the last one published");
   }
   checkpoint::Checkpoint prev, next;
   ARC_V3_RETURN_IF_ERROR(checkpoint::Checkpoint::FromMemory(p.file_name, tensors, &next));
@@ -80,12 +84,14 @@ Status Publisher::Publish(uint64_t step, const std::vector<NamedTensor>& tensors
   o.shard = p.options.shard;
   o.count = p.options.count;
   o.anchor_every = p.options.anchor_every;
-  o.incarnation = p.options.incarnation.empty() ? sync::DefaultIncarnation() : p.options.incarnation;
+  o.incarnation =
+      p.options.incarnation.empty() ? sync::DefaultIncarnation() : p.options.incarnation;
   o.sign_key = p.options.sign_key;
   o.checkpoint.threads = p.options.threads;
   o.checkpoint.effort = p.options.effort;
   sync::PublishReport report;
-  ARC_V3_RETURN_IF_ERROR(sync::PublishCheckpoints(p.store.get(), o, prev, next, /*in_memory=*/true, &report));
+  ARC_V3_RETURN_IF_ERROR(
+      sync::PublishCheckpoints(p.store.get(), o, prev, next, /*in_memory=*/true, &report));
   // The base of the next delta: a copy of what was just published.
   p.bytes.resize(tensors.size());
   p.last = tensors;
@@ -118,12 +124,12 @@ uint64_t Publisher::held_bytes() const {
 // What a follower holds: one step's tensors and the root they are of.
 struct Held {
   uint64_t step = kNoStep;
-  uint64_t manifest_xxh3 = 0;  // of the step's root
-  std::string root_sha256;     // of the step's root, in hex
-  std::string incarnation;     // of the step's root
-  uint64_t run = 0;            // of the step
+  uint64_t manifest_xxh3 = 0;                   // of the step's root
+  std::string root_sha256;                      // of the step's root, in hex
+  std::string incarnation;                      // of the step's root
+  uint64_t run = 0;                             // of the step
   std::vector<checkpoint::HeldTensors> shards;  // per shard
-  std::vector<std::string> order;              // names in shard-then-file order
+  std::vector<std::string> order;               // names in shard-then-file order
 };
 
 struct Follower::Impl {
@@ -134,11 +140,11 @@ struct Follower::Impl {
   Allocator allocator;
   Held held;
   sync::Trust trust;
-  sync::LayoutCache layouts;   // kept across steps: a run's layout rarely changes
-  bool anchor_route = false;   // Follow: the next Pull goes by the anchor route
+  sync::LayoutCache layouts;  // kept across steps: a run's layout rarely changes
+  bool anchor_route = false;  // Follow: the next Pull goes by the anchor route
 
-  Status ApplyHop(const sync::Hop& hop, const std::vector<bool>& touched, Held* into, FollowResult* result,
-                  sync::PullReport* report);
+  Status ApplyHop(const sync::Hop& hop, const std::vector<bool>& touched, Held* into,
+                  FollowResult* result, sync::PullReport* report);
   Status ApplyRoute(const sync::Route& route, FollowResult* result, sync::PullReport* report);
 };
 
@@ -155,16 +161,21 @@ Status Follower::Open(const std::string& store_url, const FollowerOptions& optio
   impl->select.sel.tensors = options.tensors;
   impl->select.sel.row_begin = options.row_begin;
   impl->select.sel.row_end = options.row_end;
-  if (options.row_begin > options.row_end) return Status(ErrorCode::kInvalidArgument, "row_begin > row_end");
+  if (options.row_begin > options.row_end)
+    return Status(ErrorCode::kInvalidArgument, "row_begin > row_end");
   try {
-    impl->select.pattern = std::regex(options.tensors.empty() ? ".*" : options.tensors, std::regex::ECMAScript);
+    impl->select.pattern =
+        std::regex(options.tensors.empty() ? ".*" : options.tensors, std::regex::ECMAScript);
   } catch (const std::regex_error& e) {
-    return Status(ErrorCode::kInvalidArgument, "bad tensors regex '" + options.tensors + "': " + e.what());
+    return Status(ErrorCode::kInvalidArgument,
+                  "bad tensors regex '" + options.tensors + "': " + e.what());
   }
-  impl->allocator = [](const std::string&, const std::string&, const std::vector<uint64_t>&, uint64_t, uint64_t,
-                       uint64_t bytes, void** data, std::shared_ptr<void>* owner) {
+  impl->allocator = [](const std::string&, const std::string&, const std::vector<uint64_t>&,
+                       uint64_t, uint64_t, uint64_t bytes, void** data,
+                       std::shared_ptr<void>* owner) {
     void* memory = std::calloc(1, bytes > 0 ? bytes : 1);
-    if (memory == nullptr) return Status(ErrorCode::kOutOfMemory, "cannot allocate " + std::to_string(bytes) + " bytes");
+    if (memory == nullptr)
+      return Status(ErrorCode::kOutOfMemory, "cannot allocate " + std::to_string(bytes) + " bytes");
     *data = memory;
     *owner = std::shared_ptr<void>(memory, std::free);
     return Status::Ok();
@@ -201,7 +212,8 @@ namespace {
 class TensorSink : public sync::HopSink {
  public:
   // `held`: per shard, what deltas apply onto (null: nothing held).
-  TensorSink(const std::vector<checkpoint::HeldTensors>* held, const Follower::Allocator& allocator, size_t count)
+  TensorSink(const std::vector<checkpoint::HeldTensors>* held, const Follower::Allocator& allocator,
+             size_t count)
       : held_(held), allocator_(allocator), next_(count), files_(count) {}
   Status Open(size_t k, const sync::Fetched& f, const checkpoint::HeldTensors** base) override {
     files_[k] = &f.file();
@@ -211,7 +223,8 @@ class TensorSink : public sync::HopSink {
   Status Allocate(size_t, const checkpoint::TensorEntry& t, uint64_t begin, uint64_t end,
                   checkpoint::HeldTensor* held) override {
     void* data = nullptr;
-    Status a = allocator_(t.name, t.dtype, t.shape, begin, end, (end - begin) * t.row_bytes(), &data, &held->owner);
+    Status a = allocator_(t.name, t.dtype, t.shape, begin, end, (end - begin) * t.row_bytes(),
+                          &data, &held->owner);
     held->data = static_cast<uint8_t*>(data);
     return a;
   }
@@ -249,8 +262,9 @@ Status CheckRecords(const sync::Hop& hop, const std::vector<sync::Fetched>& fetc
     const sync::ShardRecord& r = hop.m.shards[k];
     if (fetched[k].skipped || r.names.empty()) continue;
     if (sync::DataOrderNames(fetched[k].reader.manifest().files[0].tensors) != r.names) {
-      return Status(ErrorCode::kCorruptHeader, "step " + std::to_string(hop.m.step) + " shard " + std::to_string(k) +
-                                                   ": the container's tensors are not its layout's");
+      return Status(ErrorCode::kCorruptHeader,
+                    "step " + std::to_string(hop.m.step) + " shard " + std::to_string(k) +
+                        ": the container's tensors are not its layout's");
     }
   }
   return Status::Ok();
@@ -258,8 +272,8 @@ Status CheckRecords(const sync::Hop& hop, const std::vector<sync::Fetched>& fetc
 
 // Batches of the shards read, in order, each needing at most `ahead_bytes` bytes (a shard
 // needing more is a batch of its own, read piece by piece as it is decoded).
-std::vector<std::vector<size_t>> Batches(const std::vector<sync::Fetched>& fetched, const sync::Select& select,
-                                         uint64_t ahead_bytes) {
+std::vector<std::vector<size_t>> Batches(const std::vector<sync::Fetched>& fetched,
+                                         const sync::Select& select, uint64_t ahead_bytes) {
   std::vector<std::vector<size_t>> batches;
   uint64_t in_batch = 0;
   for (size_t k = 0; k < fetched.size(); ++k) {
@@ -294,7 +308,8 @@ Status Follower::Impl::ApplyHop(const sync::Hop& hop, const std::vector<bool>& t
     fetched[k].skipped = !touched[k];  // holds no selected tensor: nothing of it is read
     object[k] = k;
   }
-  ARC_V3_RETURN_IF_ERROR(sync::FetchHeads(store.get(), store_options, &select, &fetched, report, trust));
+  ARC_V3_RETURN_IF_ERROR(
+      sync::FetchHeads(store.get(), store_options, &select, &fetched, report, trust));
   ARC_V3_RETURN_IF_ERROR(CheckRecords(hop, fetched));
   const uint64_t ahead_bytes = options.fetch_ahead_bytes;
   sync::HopRun job;
@@ -304,8 +319,8 @@ Status Follower::Impl::ApplyHop(const sync::Hop& hop, const std::vector<bool>& t
   job.fetched = &fetched;
   job.batches = Batches(fetched, select, ahead_bytes);
   job.fetch = [&](size_t j, sync::PullReport* counted) {
-    return sync::FetchRanges(store.get(), store_options, ahead_bytes, ahead_bytes, select, job.batches[j], &fetched,
-                             counted);
+    return sync::FetchRanges(store.get(), store_options, ahead_bytes, ahead_bytes, select,
+                             job.batches[j], &fetched, counted);
   };
   job.threads = options.threads;
   result->fetch_seconds += SecondsSince(fetch);
@@ -339,8 +354,10 @@ Status Follower::Impl::ApplyHop(const sync::Hop& hop, const std::vector<bool>& t
 // Applies a route's hops. A route that starts at or below the step held (an anchor route)
 // is applied to new memory until it passes that step, and only then replaces what is held:
 // a route that fails leaves the follower at the step it held or a newer one, never older.
-Status Follower::Impl::ApplyRoute(const sync::Route& route, FollowResult* result, sync::PullReport* report) {
-  const bool behind = held.step != kNoStep && !route.hops.empty() && route.hops.front().m.step <= held.step;
+Status Follower::Impl::ApplyRoute(const sync::Route& route, FollowResult* result,
+                                  sync::PullReport* report) {
+  const bool behind =
+      held.step != kNoStep && !route.hops.empty() && route.hops.front().m.step <= held.step;
   Held ahead;
   Held* into = behind ? &ahead : &held;
   for (const sync::Hop& hop : route.hops) {
@@ -361,14 +378,15 @@ Status Follower::Pull(uint64_t step, FollowResult* result) {
   result->from_step = f.held.step;
   sync::PullReport report;
   sync::Hop target;
+  ARC_V3_RETURN_IF_ERROR(sync::ReadTarget(f.store.get(), step, &target, &report, f.trust));
   ARC_V3_RETURN_IF_ERROR(
-      sync::ReadTarget(f.store.get(), step, &target, &report, f.trust));
-  ARC_V3_RETURN_IF_ERROR(sync::CheckProgress(f.trust, f.held.step, f.held.run, target.m, "the follower"));
+      sync::CheckProgress(f.trust, f.held.step, f.held.run, target.m, "the follower"));
   result->step = target.m.step;
   result->published_at = target.m.published_at;
   result->committed_at = target.m.committed_at;
   Status s;
-  if (f.held.step == target.m.step && f.held.manifest_xxh3 == target.manifest_xxh3 && f.held.root_sha256 == target.root_sha256) {
+  if (f.held.step == target.m.step && f.held.manifest_xxh3 == target.manifest_xxh3 &&
+      f.held.root_sha256 == target.root_sha256) {
     result->up_to_date = true;
     result->route = "up to date";
   } else {
@@ -376,8 +394,8 @@ Status Follower::Pull(uint64_t step, FollowResult* result) {
     const auto go = [&](const sync::RouteFrom* held, sync::Hop to, sync::Route* route) {
       Status st = sync::PlanRoute(f.store.get(), held, std::move(to), route, &report, f.trust);
       if (st.ok()) {
-        st = sync::LoadRoute(f.store.get(), f.select.sel.partial() ? &f.select : nullptr, &f.layouts, route, &report,
-                             f.trust);
+        st = sync::LoadRoute(f.store.get(), f.select.sel.partial() ? &f.select : nullptr,
+                             &f.layouts, route, &report, f.trust);
       }
       if (!st.ok()) return sync::UnderTrust(f.trust, st);
       result->route = route->name;
@@ -385,20 +403,20 @@ Status Follower::Pull(uint64_t step, FollowResult* result) {
       // Under trust what fails a check is kUntrusted, which is never routed around.
       return sync::UnderTrust(f.trust, st);
     };
-    const sync::RouteFrom from{f.held.step, f.held.manifest_xxh3, f.held.root_sha256, static_cast<uint32_t>(f.held.shards.size()),
-                               f.held.incarnation};
+    const sync::RouteFrom from{f.held.step, f.held.manifest_xxh3, f.held.root_sha256,
+                               static_cast<uint32_t>(f.held.shards.size()), f.held.incarnation};
     sync::Route route;
     s = go(f.held.step == kNoStep || f.anchor_route ? nullptr : &from, target, &route);
     if (sync::Damaged(s.code()) && !route.hops.empty()) {
       // The other route around what was met: a chain's step by the anchor route, an
       // anchor's by the chain from the step held now (whatever either costs).
-      sync::RouteFrom now{f.held.step, f.held.manifest_xxh3, f.held.root_sha256, static_cast<uint32_t>(f.held.shards.size()),
-                          f.held.incarnation};
+      sync::RouteFrom now{f.held.step, f.held.manifest_xxh3, f.held.root_sha256,
+                          static_cast<uint32_t>(f.held.shards.size()), f.held.incarnation};
       now.only_chain = true;
       sync::Route other;
-      const Status again = route.from_dir ? go(nullptr, target, &other)
+      const Status again = route.from_dir           ? go(nullptr, target, &other)
                            : f.held.step != kNoStep ? go(&now, target, &other)
-                                                   : Status(ErrorCode::kNotFound, "no step held");
+                                                    : Status(ErrorCode::kNotFound, "no step held");
       if (again.ok()) {
         result->rerouted = sync::ReroutedNote(s, other.name, route.name);
         s = again;
@@ -414,13 +432,15 @@ Status Follower::Pull(uint64_t step, FollowResult* result) {
   return s;
 }
 
-Status Follower::Follow(const FollowOptions& options,
-                        const std::function<bool(const FollowEvent& event, const FollowResult* pulled)>& on_event) {
+Status Follower::Follow(
+    const FollowOptions& options,
+    const std::function<bool(const FollowEvent& event, const FollowResult* pulled)>& on_event) {
   const auto open = [this](sync::Store** store) {
     *store = impl_->store.get();
     return Status::Ok();
   };
-  const auto pull_step = [&](sync::Store*, uint64_t step, bool anchor, FollowEvent* event, bool* stop) {
+  const auto pull_step = [&](sync::Store*, uint64_t step, bool anchor, FollowEvent* event,
+                             bool* stop) {
     FollowResult result;
     impl_->anchor_route = anchor;
     const Status s = Pull(step, &result);
@@ -435,6 +455,8 @@ Status Follower::Follow(const FollowOptions& options,
   return sync::FollowLatest(open, impl_->held.step, impl_->trust.on(), options, pull_step, note);
 }
 
-Status GenerateSigningKey(const std::string& path, std::string* key_id) { return sync::GenerateKey(path, key_id); }
+Status GenerateSigningKey(const std::string& path, std::string* key_id) {
+  return sync::GenerateKey(path, key_id);
+}
 
 }  // namespace arc_v3

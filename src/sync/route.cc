@@ -21,7 +21,6 @@ const ObjectRef& RefOf(const Hop& hop, size_t shard) {
 uint64_t ChainCost(const StepManifest& m) { return m.chain_bytes; }
 uint64_t AnchorCost(const StepManifest& m) { return m.anchor_bytes; }
 
-
 namespace {
 
 // The roots PlanRoute read back from the target: `back` descends from it, to the region's
@@ -37,8 +36,8 @@ struct Walk {
 
 // The root of the base step of `cur` (`*pruned` where it is gone), checked under trust
 // against the SHA-256 `cur` names.
-Status ReadBaseHop(Store* store, const StepManifest& cur, const Trust& trust, Hop* prev, bool* pruned,
-                   PullReport* report) {
+Status ReadBaseHop(Store* store, const StepManifest& cur, const Trust& trust, Hop* prev,
+                   bool* pruned, PullReport* report) {
   std::vector<uint8_t> bytes;
   Status s = ReadRoot(store, cur.base_step, &prev->m, &bytes);
   report->requests += 1;
@@ -52,14 +51,16 @@ Status ReadBaseHop(Store* store, const StepManifest& cur, const Trust& trust, Ho
   if (trust.on()) {
     ARC_V3_RETURN_IF_ERROR(CheckTrusted(trust, prev->m, name));
     if (prev->root_sha256 != cur.base_root_sha256) {
-      return Status(ErrorCode::kUntrusted, name + " is not the base root step " + std::to_string(cur.step) +
+      return Status(ErrorCode::kUntrusted, name + " is not the base root step " +
+                                               std::to_string(cur.step) +
                                                " names (its SHA-256 differs)");
     }
   }
   // The root names its base's bytes by XXH3 too: a route is a chain of hashes.
   if (cur.base_root_xxh3 != 0 && prev->manifest_xxh3 != cur.base_root_xxh3) {
     return UnderTrust(trust, Status(ErrorCode::kCorruptChunk, name + " is not the base root step " +
-                                                                  std::to_string(cur.step) + " names (its XXH3 differs)"));
+                                                                  std::to_string(cur.step) +
+                                                                  " names (its XXH3 differs)"));
   }
   return Status::Ok();
 }
@@ -68,7 +69,8 @@ Status ReadBaseHop(Store* store, const StepManifest& cur, const Trust& trust, Ho
 // and the deltas after it (`only_chain`: the chain or nothing).
 Status ChooseRoute(Store* store, const Walk& walk, bool only_chain, Route* route) {
   const uint64_t S = walk.from, A = walk.anchor_step;
-  const StepManifest* anchor = walk.anchor_index != SIZE_MAX ? &walk.back[walk.anchor_index].m : nullptr;
+  const StepManifest* anchor =
+      walk.anchor_index != SIZE_MAX ? &walk.back[walk.anchor_index].m : nullptr;
   uint64_t chain_cost = UINT64_MAX, anchor_cost = UINT64_MAX;
   if (walk.chain_ok) {
     chain_cost = 0;
@@ -85,11 +87,13 @@ Status ChooseRoute(Store* store, const Walk& walk, bool only_chain, Route* route
   const uint64_t target = walk.back.front().m.step;
   if (chain_cost == UINT64_MAX && anchor_cost == UINT64_MAX) {
     return Status(ErrorCode::kNotFound,
-                  "step " + std::to_string(target) + " cannot be rebuilt: the chain back to its anchor (step " +
+                  "step " + std::to_string(target) +
+                      " cannot be rebuilt: the chain back to its anchor (step " +
                       std::to_string(A) + ") is gone from " + store->url() + " (pruned?)");
   }
   if (only_chain && chain_cost == UINT64_MAX) {
-    return Status(ErrorCode::kNotFound, "the directory's step " + std::to_string(S) + " is not on the chain to step " +
+    return Status(ErrorCode::kNotFound, "the directory's step " + std::to_string(S) +
+                                            " is not on the chain to step " +
                                             std::to_string(target));
   }
   route->from_dir = chain_cost <= anchor_cost || only_chain;
@@ -97,9 +101,10 @@ Status ChooseRoute(Store* store, const Walk& walk, bool only_chain, Route* route
     // The anchor route starts at an anchor step that every step after it names.
     for (const Hop& h : walk.back) {
       if (h.m.step >= A && h.m.anchor_step != A) {
-        return Status(ErrorCode::kCorruptHeader, "step " + std::to_string(h.m.step) + " names step " +
-                                                     std::to_string(h.m.anchor_step) + " as its anchor step, not " +
-                                                     std::to_string(A) + " as step " + std::to_string(target) + " does");
+        return Status(ErrorCode::kCorruptHeader,
+                      "step " + std::to_string(h.m.step) + " names step " +
+                          std::to_string(h.m.anchor_step) + " as its anchor step, not " +
+                          std::to_string(A) + " as step " + std::to_string(target) + " does");
       }
     }
   }
@@ -136,7 +141,8 @@ Status PlanRoute(Store* store, const RouteFrom* state, Hop target, Route* route,
     if (cur.step == A) walk.anchor_index = i;
     if (state != nullptr && cur.step == S) {
       walk.chain_ok = back[i].manifest_xxh3 == state->manifest_xxh3 && cur.count == state->count &&
-                      (!trust.on() || (!state->root_sha256.empty() && back[i].root_sha256 == state->root_sha256));
+                      (!trust.on() ||
+                       (!state->root_sha256.empty() && back[i].root_sha256 == state->root_sha256));
       if (walk.chain_ok) break;
       state = nullptr;  // DIR's step is another store's: only the anchor route is left
     }
@@ -145,7 +151,8 @@ Status PlanRoute(Store* store, const RouteFrom* state, Hop target, Route* route,
     if (state != nullptr && cur.base_step == S && cur.base_root_xxh3 != 0) {
       // Under trust the XXH3 is a pre-check only: the signed link's SHA-256 decides.
       walk.chain_ok = cur.base_root_xxh3 == state->manifest_xxh3 && cur.count == state->count &&
-                      (!trust.on() || (!state->root_sha256.empty() && cur.base_root_sha256 == state->root_sha256));
+                      (!trust.on() ||
+                       (!state->root_sha256.empty() && cur.base_root_sha256 == state->root_sha256));
       if (walk.chain_ok) break;
       state = nullptr;
     }
@@ -153,7 +160,8 @@ Status PlanRoute(Store* store, const RouteFrom* state, Hop target, Route* route,
       // Below the anchor only the route from DIR goes on, while it costs less than the anchor.
       if (state == nullptr || cur.base_step < S) break;
       before_anchor += ChainCost(cur);
-      if (walk.anchor_index != SIZE_MAX && before_anchor > AnchorCost(back[walk.anchor_index].m)) break;
+      if (walk.anchor_index != SIZE_MAX && before_anchor > AnchorCost(back[walk.anchor_index].m))
+        break;
     }
     Hop prev;
     bool pruned = false;
@@ -177,16 +185,18 @@ Status CheckLinks(const Route& route) {
     if (from_region && (!route.from_dir || route.from_incarnation.empty())) continue;
     const uint64_t base_step = from_region ? hop.m.base_step : route.hops[h - 1].m.step;
     const uint32_t base_count = from_region ? hop.m.count : route.hops[h - 1].m.count;
-    const std::string& base_incarnation = from_region ? route.from_incarnation : route.hops[h - 1].m.incarnation;
+    const std::string& base_incarnation =
+        from_region ? route.from_incarnation : route.hops[h - 1].m.incarnation;
     for (size_t k = 0; k < hop.m.count; ++k) {
       const ShardRecord& r = hop.m.shards[k];
       if (hop.anchor[k] || !r.loaded) continue;
       if (hop.m.count != base_count || r.base_incarnation != base_incarnation) {
         return Status(ErrorCode::kCorruptHeader,
                       "step " + std::to_string(hop.m.step) + " shard " + std::to_string(k) +
-                          " continues incarnation '" + r.base_incarnation + "' of " + std::to_string(hop.m.count) +
-                          " shards, but its base step " + std::to_string(base_step) + " is incarnation '" +
-                          base_incarnation + "' of " + std::to_string(base_count));
+                          " continues incarnation '" + r.base_incarnation + "' of " +
+                          std::to_string(hop.m.count) + " shards, but its base step " +
+                          std::to_string(base_step) + " is incarnation '" + base_incarnation +
+                          "' of " + std::to_string(base_count));
       }
     }
   }
@@ -195,8 +205,8 @@ Status CheckLinks(const Route& route) {
 
 }  // namespace
 
-Status LoadRoute(Store* store, const Select* select, LayoutCache* layouts, Route* route, PullReport* report,
-                 const Trust& trust) {
+Status LoadRoute(Store* store, const Select* select, LayoutCache* layouts, Route* route,
+                 PullReport* report, const Trust& trust) {
   const uint32_t count = route->hops.back().m.count;
   ReadCost cost;
   Status s;
@@ -211,17 +221,20 @@ Status LoadRoute(Store* store, const Select* select, LayoutCache* layouts, Route
       if (!s.ok()) break;
       for (size_t k = 0; k < hop.m.count && k < count; ++k) {
         for (const std::string& name : hop.m.shards[k].names) {
-          if (!route->touched[k] && std::regex_match(name, select->pattern)) route->touched[k] = true;
+          if (!route->touched[k] && std::regex_match(name, select->pattern))
+            route->touched[k] = true;
         }
       }
     }
   }
   for (Hop& hop : route->hops) {
     if (!s.ok()) break;
-    s = LoadShards(store, &hop.m, select != nullptr ? &route->touched : nullptr, layouts, &cost, trust.on());
+    s = LoadShards(store, &hop.m, select != nullptr ? &route->touched : nullptr, layouts, &cost,
+                   trust.on());
     hop.anchor.assign(hop.m.count, true);
     const bool start = !route->from_dir && hop.m.step == route->anchor_step;
-    for (size_t k = 0; k < hop.m.count; ++k) hop.anchor[k] = start || !hop.m.shards[k].delta.present();
+    for (size_t k = 0; k < hop.m.count; ++k)
+      hop.anchor[k] = start || !hop.m.shards[k].delta.present();
   }
   if (s.ok()) s = CheckLinks(*route);
   report->requests += cost.requests;
@@ -229,8 +242,8 @@ Status LoadRoute(Store* store, const Select* select, LayoutCache* layouts, Route
   return UnderTrust(trust, s);
 }
 
-
-Status ReadTarget(Store* store, uint64_t step, Hop* target, PullReport* report, const Trust& trust) {
+Status ReadTarget(Store* store, uint64_t step, Hop* target, PullReport* report,
+                  const Trust& trust) {
   const bool latest = step == kLatestStep;
   if (!latest && step > kMaxStep) {
     return Status(ErrorCode::kInvalidArgument,
@@ -250,9 +263,9 @@ Status ReadTarget(Store* store, uint64_t step, Hop* target, PullReport* report, 
   report->requests += 1;
   report->fetched_bytes += bytes.size();
   if (s.code() == ErrorCode::kNotFound && latest) {
-    return Status(ErrorCode::kNotFound, "the latest pointer of " + store->url() + " names step " +
-                                            std::to_string(step) + ", which is not committed (no root); " +
-                                            "nothing was changed");
+    return Status(ErrorCode::kNotFound,
+                  "the latest pointer of " + store->url() + " names step " + std::to_string(step) +
+                      ", which is not committed (no root); " + "nothing was changed");
   }
   if (s.code() == ErrorCode::kNotFound) {
     // A store arc_v3 1.x published to has no roots, and a `latest` of version 1.

@@ -22,8 +22,8 @@
 namespace arc_v3 {
 namespace sync {
 
-// One step of a route: its root (records loaded by LoadRoute), and per shard whether its anchor is applied (else
-// its delta, onto the shard's file of the hop before).
+// One step of a route: its root (records loaded by LoadRoute), and per shard whether its anchor is
+// applied (else its delta, onto the shard's file of the hop before).
 struct Hop {
   StepManifest m;
   uint64_t manifest_xxh3 = 0;
@@ -37,8 +37,8 @@ struct Route {
   std::vector<Hop> hops;  // ascending
   uint64_t bytes = 0;
   uint64_t anchor_step = kNoStep;  // the target's
-  std::string name;  // "chain S -> T" or "anchor A -> T"
-  std::string from_incarnation;  // a route from the region's step: that step's ("": unknown)
+  std::string name;                // "chain S -> T" or "anchor A -> T"
+  std::string from_incarnation;    // a route from the region's step: that step's ("": unknown)
   // Per shard, whether its records were read (LoadRoute): every shard for a full pull, else
   // those holding a selected tensor at some hop.
   std::vector<bool> touched;
@@ -66,28 +66,31 @@ Status PlanRoute(Store* store, const RouteFrom* from, Hop target, Route* route, 
 
 // An error that a damaged document or object of a route gives: the other route may do.
 inline bool Damaged(ErrorCode code) {
-  return code == ErrorCode::kCorruptChunk || code == ErrorCode::kTruncated || code == ErrorCode::kCorruptHeader;
+  return code == ErrorCode::kCorruptChunk || code == ErrorCode::kTruncated ||
+         code == ErrorCode::kCorruptHeader;
 }
 
 // What a pull or follower reports after routing around what it `met`: the note when the
 // other route, `taken`, worked; the error when it did not (`again`: why).
-inline std::string ReroutedNote(const Status& met, const std::string& taken, const std::string& instead) {
+inline std::string ReroutedNote(const Status& met, const std::string& taken,
+                                const std::string& instead) {
   return met.message() + ": took " + taken + " instead of " + instead;
 }
 inline Status NoOtherRoute(const Status& met, const std::string& route, const Status& again) {
-  return Status(met.code(), met.message() + " (on the route " + route + "; no other route: " + again.message() + ")");
+  return Status(met.code(), met.message() + " (on the route " + route +
+                                "; no other route: " + again.message() + ")");
 }
 
 // Reads each hop's records the pull needs and sets per shard whether its anchor applies:
 // every record (select null), or the layouts and then the records of the shards holding a
 // tensor `select` matches at some hop; the others keep only their file and tensor names.
-Status LoadRoute(Store* store, const Select* select, LayoutCache* layouts, Route* route, PullReport* report,
-                 const Trust& trust = Trust());
+Status LoadRoute(Store* store, const Select* select, LayoutCache* layouts, Route* route,
+                 PullReport* report, const Trust& trust = Trust());
 
 // Reads the root of `step` (kLatestStep: the latest, probing past the pointer); a step
 // above kMaxStep is kInvalidArgument.
-Status ReadTarget(Store* store, uint64_t step, Hop* target, PullReport* report, const Trust& trust = Trust());
-
+Status ReadTarget(Store* store, uint64_t step, Hop* target, PullReport* report,
+                  const Trust& trust = Trust());
 
 }  // namespace sync
 }  // namespace arc_v3

@@ -42,7 +42,8 @@ bool ParseContentRange(const std::string& value, AnswerHeaders* h) {
   const size_t dash = value.find('-', 6), slash = value.find('/', 6);
   if (dash == std::string::npos || slash == std::string::npos || dash > slash) return false;
   if (!ParseDecimal(value.substr(6, dash - 6), &h->range_first) ||
-      !ParseDecimal(value.substr(dash + 1, slash - dash - 1), &h->range_last) || h->range_last < h->range_first) {
+      !ParseDecimal(value.substr(dash + 1, slash - dash - 1), &h->range_last) ||
+      h->range_last < h->range_first) {
     return false;
   }
   const std::string total = value.substr(slash + 1);
@@ -65,7 +66,8 @@ void ParseHeaderLine(const char* data, size_t size, AnswerHeaders* headers) {
   const size_t colon = line.find(':');
   if (colon == std::string::npos) return;
   std::string name = line.substr(0, colon);
-  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
+  std::transform(name.begin(), name.end(), name.begin(),
+                 [](unsigned char c) { return std::tolower(c); });
   const std::string value = Trim(line.substr(colon + 1));
   if (name == "etag") {
     headers->etag = CleanTag(value);
@@ -98,13 +100,15 @@ std::string S3ErrorText(const char* data, size_t size) {
   return text;
 }
 
-Status ParseListing(const char* data, size_t size, const std::string& prefix, const std::string& what,
-                    ListingPage* page) {
+Status ParseListing(const char* data, size_t size, const std::string& prefix,
+                    const std::string& what, ListingPage* page) {
   *page = ListingPage();
   pugi::xml_document doc;
-  if (!doc.load_buffer(data, size)) return Status(ErrorCode::kUnavailable, what + ": the listing is not XML");
+  if (!doc.load_buffer(data, size))
+    return Status(ErrorCode::kUnavailable, what + ": the listing is not XML");
   const pugi::xml_node result = doc.child("ListBucketResult");
-  if (!result) return Status(ErrorCode::kUnavailable, what + ": the answer is not a ListBucketResult");
+  if (!result)
+    return Status(ErrorCode::kUnavailable, what + ": the answer is not a ListBucketResult");
   const std::string ours = prefix.empty() ? "" : prefix + "/";
   for (pugi::xml_node c : result.children("Contents")) {
     std::string key = c.child_value("Key");
@@ -113,7 +117,8 @@ Status ParseListing(const char* data, size_t size, const std::string& prefix, co
     if (!ValidKey(key)) continue;
     uint64_t object_size = 0;
     if (!ParseDecimal(Trim(c.child_value("Size")), &object_size)) {
-      return Status(ErrorCode::kUnavailable, what + ": the listing gives '" + key + "' no well-formed Size");
+      return Status(ErrorCode::kUnavailable,
+                    what + ": the listing gives '" + key + "' no well-formed Size");
     }
     page->objects.push_back({key, object_size, CleanTag(c.child_value("ETag"))});
   }
@@ -122,29 +127,61 @@ Status ParseListing(const char* data, size_t size, const std::string& prefix, co
   if (page->truncated) {
     page->next_token = result.child_value("NextContinuationToken");
     if (page->next_token.empty()) {
-      return Status(ErrorCode::kUnavailable, what + ": a truncated listing without a continuation token");
+      return Status(ErrorCode::kUnavailable,
+                    what + ": a truncated listing without a continuation token");
     }
   }
   return Status::Ok();
 }
 
-Status ParseUploadId(const char* data, size_t size, const std::string& what, std::string* upload_id) {
+Status ParseUploadId(const char* data, size_t size, const std::string& what,
+                     std::string* upload_id) {
   upload_id->clear();
   pugi::xml_document doc;
-  if (!doc.load_buffer(data, size)) return Status(ErrorCode::kUnavailable, what + ": the answer is not XML");
+  if (!doc.load_buffer(data, size))
+    return Status(ErrorCode::kUnavailable, what + ": the answer is not XML");
   *upload_id = doc.child("InitiateMultipartUploadResult").child_value("UploadId");
-  if (upload_id->empty()) return Status(ErrorCode::kUnavailable, what + ": no UploadId in the answer");
+  if (upload_id->empty())
+    return Status(ErrorCode::kUnavailable, what + ": no UploadId in the answer");
   return Status::Ok();
 }
 
 std::string XmlText(const std::string& text) {
   std::string out;
   for (char c : text) {
-    if (c == '&') out += "&amp;";
-    else if (c == '<') out += "&lt;";
-    else if (c == '>') out += "&gt;";
-    else out += c;
+    if (c == '&')
+      out += "&amp;";
+    else if (c == '<')
+      out += "&lt;";
+    else if (c == '>')
+      out += "&gt;";
+    else
+      out += c;
   }
+  return out;
+}
+
+std::string PercentEncode(const std::string& text, bool keep_slash) {
+  static const char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : text) {
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+        c == '.' || c == '_' || c == '~' || (keep_slash && c == '/')) {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  return out;
+}
+
+std::string CanonicalQuery(std::map<std::string, std::string> params) {
+  std::string out;
+  for (const auto& p : params)
+    out += (out.empty() ? "?" : "&") + PercentEncode(p.first, false) + "=" +
+           PercentEncode(p.second, false);
   return out;
 }
 

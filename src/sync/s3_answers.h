@@ -1,13 +1,15 @@
 // What the S3 and HTTP stores read of a server's answers (http_store.cc): header fields,
 // S3's XML documents (errors, listings, multipart uploads; and the escaping of what the
-// client writes into one) and the Content-Range check of a range request. Apart from the transport so that they can be fuzzed (tests/fuzz). Every
-// parser takes any bytes: what it cannot read is an error or an empty field, never a guess.
-// Internal to src/sync.
+// client writes into one), the Content-Range check of a range request, and the
+// percent-encoded keys and queries of the requests' URLs. Apart from the transport
+// so that they can be fuzzed (tests/fuzz). Every parser takes any bytes: what it cannot read is an
+// error or an empty field, never a guess. Internal to src/sync.
 #ifndef ARC_V3_SRC_SYNC_S3_ANSWERS_H_
 #define ARC_V3_SRC_SYNC_S3_ANSWERS_H_
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -48,15 +50,22 @@ struct ListingPage {
 };
 // kUnavailable (naming `what`) for an answer that is not a listing, an object without a
 // well-formed Size, or a truncated page without a continuation token.
-Status ParseListing(const char* data, size_t size, const std::string& prefix, const std::string& what,
-                    ListingPage* page);
+Status ParseListing(const char* data, size_t size, const std::string& prefix,
+                    const std::string& what, ListingPage* page);
 
 // The UploadId of an InitiateMultipartUploadResult; kUnavailable if there is none.
-Status ParseUploadId(const char* data, size_t size, const std::string& what, std::string* upload_id);
+Status ParseUploadId(const char* data, size_t size, const std::string& what,
+                     std::string* upload_id);
 
 // `text` as XML character data (an ETag in the CompleteMultipartUpload document the
 // client writes).
 std::string XmlText(const std::string& text);
+
+// RFC 3986 percent-encoding of everything but the unreserved characters (and '/' with
+// `keep_slash`): keys in request paths and query parameters.
+std::string PercentEncode(const std::string& text, bool keep_slash);
+// "?a=1&b=2" with names and values encoded, sorted by name (SigV4's canonical query).
+std::string CanonicalQuery(std::map<std::string, std::string> params);
 
 }  // namespace sync
 }  // namespace arc_v3

@@ -43,7 +43,8 @@ Status ReadText(const std::string& path, std::string* text) {
   if (!in) return Status(ErrorCode::kInvalidArgument, "cannot read key file " + path);
   std::ostringstream s;
   s << in.rdbuf();
-  if (s.str().size() > 64 * 1024) return Status(ErrorCode::kInvalidArgument, path + " is not a key file (too large)");
+  if (s.str().size() > 64 * 1024)
+    return Status(ErrorCode::kInvalidArgument, path + " is not a key file (too large)");
   *text = s.str();
   return Status::Ok();
 }
@@ -56,9 +57,12 @@ struct PemBlock {
 };
 Status SplitPem(const std::string& text, const std::string& name, std::vector<PemBlock>* blocks) {
   blocks->clear();
-  const auto blank = [](const std::string& line) { return line.find_first_not_of(" \t\r") == std::string::npos; };
+  const auto blank = [](const std::string& line) {
+    return line.find_first_not_of(" \t\r") == std::string::npos;
+  };
   const auto trimmed = [](std::string line) {
-    while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t')) line.pop_back();
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t'))
+      line.pop_back();
     return line;
   };
   std::istringstream in(text);
@@ -69,23 +73,30 @@ Status SplitPem(const std::string& text, const std::string& name, std::vector<Pe
     const std::string at = name + ", line " + std::to_string(number);
     if (open == nullptr) {
       if (blank(t)) continue;
-      if (t.rfind("-----BEGIN ", 0) != 0 || t.size() < 16 || t.compare(t.size() - 5, 5, "-----") != 0) {
-        return Status(ErrorCode::kInvalidArgument, at + ": text outside a PEM block (a key file holds PEM keys only)");
+      if (t.rfind("-----BEGIN ", 0) != 0 || t.size() < 16 ||
+          t.compare(t.size() - 5, 5, "-----") != 0) {
+        return Status(ErrorCode::kInvalidArgument,
+                      at + ": text outside a PEM block (a key file holds PEM keys only)");
       }
       blocks->push_back({t.substr(11, t.size() - 16), ""});
       open = &blocks->back();
     } else if (t.rfind("-----", 0) == 0 && t != "-----END " + open->label + "-----") {
-      return Status(ErrorCode::kInvalidArgument, at + ": a PEM block '" + open->label + "' that does not end");
+      return Status(ErrorCode::kInvalidArgument,
+                    at + ": a PEM block '" + open->label + "' that does not end");
     }
     open->text += t + "\n";
     if (t == "-----END " + open->label + "-----") open = nullptr;
   }
-  if (open != nullptr) return Status(ErrorCode::kInvalidArgument, name + ": the PEM block '" + open->label + "' does not end");
+  if (open != nullptr)
+    return Status(ErrorCode::kInvalidArgument,
+                  name + ": the PEM block '" + open->label + "' does not end");
   return Status::Ok();
 }
 
 // What a file of private keys is told when it is given for trust, and the other way round.
-bool PrivateLabel(const std::string& label) { return label.find("PRIVATE KEY") != std::string::npos; }
+bool PrivateLabel(const std::string& label) {
+  return label.find("PRIVATE KEY") != std::string::npos;
+}
 
 // Never asks for a passphrase: an encrypted key is refused with a message instead.
 int NoPassphrase(char*, int, int, void*) { return -1; }
@@ -116,7 +127,8 @@ Status WriteNew(const std::string& path, const std::string& text, mode_t mode) {
     if (errno == EEXIST) return Status(ErrorCode::kAlreadyExists, path + " exists");
     return file_io::Error(path, "cannot create");
   }
-  Status s = file_io::WriteAt(fd, reinterpret_cast<const uint8_t*>(text.data()), text.size(), 0, path);
+  Status s =
+      file_io::WriteAt(fd, reinterpret_cast<const uint8_t*>(text.data()), text.size(), 0, path);
   if (s.ok() && ::fsync(fd) != 0) s = file_io::Error(path, "cannot sync");
   ::close(fd);
   if (!s.ok()) ::unlink(path.c_str());
@@ -173,30 +185,36 @@ bool ParseDigestHex(const std::string& hex, Digest* digest) {
 Status PublicKey::FromPem(const std::string& pem, const std::string& name, PublicKey* key) {
   std::vector<PublicKey> keys;
   ARC_V3_RETURN_IF_ERROR(AllFromPem(pem, name, &keys));
-  if (keys.size() != 1) return Status(ErrorCode::kInvalidArgument, name + " holds more than one public key");
+  if (keys.size() != 1)
+    return Status(ErrorCode::kInvalidArgument, name + " holds more than one public key");
   *key = std::move(keys[0]);
   return Status::Ok();
 }
 
-Status PublicKey::AllFromPem(const std::string& pem, const std::string& name, std::vector<PublicKey>* keys) {
+Status PublicKey::AllFromPem(const std::string& pem, const std::string& name,
+                             std::vector<PublicKey>* keys) {
   std::vector<PemBlock> blocks;
   ARC_V3_RETURN_IF_ERROR(SplitPem(pem, name, &blocks));
   if (blocks.empty()) return Status(ErrorCode::kInvalidArgument, name + " holds no PEM public key");
   keys->clear();
   for (size_t i = 0; i < blocks.size(); ++i) {
-    const std::string which = name + (blocks.size() > 1 ? " (key " + std::to_string(i + 1) + ")" : "");
+    const std::string which =
+        name + (blocks.size() > 1 ? " (key " + std::to_string(i + 1) + ")" : "");
     if (PrivateLabel(blocks[i].label)) {
-      return Status(ErrorCode::kInvalidArgument,
-                    which + " is a private key: trust takes the public half only (KEY.pub, or `openssl pkey -in "
-                            "KEY -pubout`); the private key stays with the trainer");
+      return Status(
+          ErrorCode::kInvalidArgument,
+          which +
+              " is a private key: trust takes the public half only (KEY.pub, or `openssl pkey -in "
+              "KEY -pubout`); the private key stays with the trainer");
     }
     if (blocks[i].label != "PUBLIC KEY") {
-      return Status(ErrorCode::kInvalidArgument, which + " is a PEM '" + blocks[i].label +
-                                                     "', not a public key (-----BEGIN PUBLIC KEY-----)");
+      return Status(ErrorCode::kInvalidArgument,
+                    which + " is a PEM '" + blocks[i].label +
+                        "', not a public key (-----BEGIN PUBLIC KEY-----)");
     }
     const std::string& text = blocks[i].text;
-    std::unique_ptr<BIO, decltype(&BIO_free)> bio(BIO_new_mem_buf(text.data(), static_cast<int>(text.size())),
-                                                  BIO_free);
+    std::unique_ptr<BIO, decltype(&BIO_free)> bio(
+        BIO_new_mem_buf(text.data(), static_cast<int>(text.size())), BIO_free);
     EVP_PKEY* k = PEM_read_bio_PUBKEY(bio.get(), nullptr, NoPassphrase, nullptr);
     ARC_V3_RETURN_IF_ERROR(Ed25519Only(k, which, "public key"));
     PublicKey key;
@@ -217,8 +235,9 @@ bool PublicKey::Verify(const std::string& message, const std::string& signature)
   if (key_ == nullptr || signature.size() != 64) return false;
   std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
   if (EVP_DigestVerifyInit(ctx.get(), nullptr, nullptr, nullptr, Key(key_)) != 1) return false;
-  return EVP_DigestVerify(ctx.get(), reinterpret_cast<const unsigned char*>(signature.data()), signature.size(),
-                          reinterpret_cast<const unsigned char*>(message.data()), message.size()) == 1;
+  return EVP_DigestVerify(ctx.get(), reinterpret_cast<const unsigned char*>(signature.data()),
+                          signature.size(), reinterpret_cast<const unsigned char*>(message.data()),
+                          message.size()) == 1;
 }
 
 Status SigningKey::Generate(SigningKey* key) {
@@ -234,23 +253,28 @@ Status SigningKey::Load(const std::string& path, SigningKey* key) {
   std::vector<PemBlock> blocks;
   ARC_V3_RETURN_IF_ERROR(SplitPem(pem, path, &blocks));
   if (blocks.size() != 1) {
-    return Status(ErrorCode::kInvalidArgument, path + (blocks.empty() ? " holds no PEM private key"
-                                                                      : " holds more than one PEM block"));
+    return Status(
+        ErrorCode::kInvalidArgument,
+        path + (blocks.empty() ? " holds no PEM private key" : " holds more than one PEM block"));
   }
   const std::string& label = blocks[0].label;
   if (label == "ENCRYPTED PRIVATE KEY") {
-    return Status(ErrorCode::kInvalidArgument,
-                  path + " is encrypted: signing reads an unencrypted PKCS#8 key (`openssl pkey -in KEY -out "
-                         "PLAIN`, kept mode 0600 where the trainer runs)");
+    return Status(
+        ErrorCode::kInvalidArgument,
+        path +
+            " is encrypted: signing reads an unencrypted PKCS#8 key (`openssl pkey -in KEY -out "
+            "PLAIN`, kept mode 0600 where the trainer runs)");
   }
   if (label != "PRIVATE KEY") {
     return Status(ErrorCode::kInvalidArgument,
-                  path + " is a PEM '" + label + "', not a PKCS#8 private key (-----BEGIN PRIVATE KEY-----, as " +
+                  path + " is a PEM '" + label +
+                      "', not a PKCS#8 private key (-----BEGIN PRIVATE KEY-----, as " +
                       "`openssl genpkey -algorithm ed25519` writes)" +
                       (label == "PUBLIC KEY" ? ": signing needs the private key" : ""));
   }
   const std::string& text = blocks[0].text;
-  std::unique_ptr<BIO, decltype(&BIO_free)> bio(BIO_new_mem_buf(text.data(), static_cast<int>(text.size())), BIO_free);
+  std::unique_ptr<BIO, decltype(&BIO_free)> bio(
+      BIO_new_mem_buf(text.data(), static_cast<int>(text.size())), BIO_free);
   EVP_PKEY* k = PEM_read_bio_PrivateKey(bio.get(), nullptr, NoPassphrase, nullptr);
   ARC_V3_RETURN_IF_ERROR(Ed25519Only(k, path, "private key"));
   key->key_ = Own(k);
@@ -292,7 +316,8 @@ Status SigningKey::Sign(const std::string& message, std::string* signature) cons
 std::string Base64(const std::string& bytes) {
   std::string text(4 * ((bytes.size() + 2) / 3) + 1, '\0');
   const int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(&text[0]),
-                                reinterpret_cast<const unsigned char*>(bytes.data()), static_cast<int>(bytes.size()));
+                                reinterpret_cast<const unsigned char*>(bytes.data()),
+                                static_cast<int>(bytes.size()));
   text.resize(static_cast<size_t>(n));
   return text;
 }
@@ -303,22 +328,26 @@ bool ParseBase64(const std::string& text, std::string* bytes) {
   // refused here, so that one byte string has one text.
   for (size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
-    const bool alphabet = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '+' ||
-                          c == '/';
-    const bool pad = c == '=' && i + 2 >= text.size() && (i + 1 == text.size() || text[i + 1] == '=');
+    const bool alphabet = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+                          (c >= '0' && c <= '9') || c == '+' || c == '/';
+    const bool pad =
+        c == '=' && i + 2 >= text.size() && (i + 1 == text.size() || text[i + 1] == '=');
     if (!alphabet && !pad) return false;
   }
-  const size_t pads = text.empty() ? 0 : (text.back() == '=') + (text.size() > 1 && text[text.size() - 2] == '=');
+  const size_t pads =
+      text.empty() ? 0 : (text.back() == '=') + (text.size() > 1 && text[text.size() - 2] == '=');
   bytes->assign(3 * (text.size() / 4), '\0');
   const int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(&(*bytes)[0]),
-                                reinterpret_cast<const unsigned char*>(text.data()), static_cast<int>(text.size()));
+                                reinterpret_cast<const unsigned char*>(text.data()),
+                                static_cast<int>(text.size()));
   if (n < 0 || static_cast<size_t>(n) < pads) return false;
   bytes->resize(static_cast<size_t>(n) - pads);
   return Base64(*bytes) == text;  // canonical: no stray bits in the last character
 }
 
 std::string Pae(const std::string& type, const std::string& payload) {
-  return "DSSEv1 " + std::to_string(type.size()) + " " + type + " " + std::to_string(payload.size()) + " " + payload;
+  return "DSSEv1 " + std::to_string(type.size()) + " " + type + " " +
+         std::to_string(payload.size()) + " " + payload;
 }
 
 Status SignEnvelope(const SigningKey& key, const std::string& type, const std::string& payload,
@@ -335,10 +364,14 @@ Status SignEnvelope(const SigningKey& key, const std::string& type, const std::s
 
 bool LooksLikeEnvelope(const std::string& bytes) {
   size_t i = 0;
-  while (i < bytes.size() && (bytes[i] == ' ' || bytes[i] == '\n' || bytes[i] == '\t' || bytes[i] == '\r')) ++i;
+  while (i < bytes.size() &&
+         (bytes[i] == ' ' || bytes[i] == '\n' || bytes[i] == '\t' || bytes[i] == '\r'))
+    ++i;
   if (i >= bytes.size() || bytes[i] != '{') return false;
   ++i;
-  while (i < bytes.size() && (bytes[i] == ' ' || bytes[i] == '\n' || bytes[i] == '\t' || bytes[i] == '\r')) ++i;
+  while (i < bytes.size() &&
+         (bytes[i] == ' ' || bytes[i] == '\n' || bytes[i] == '\t' || bytes[i] == '\r'))
+    ++i;
   return bytes.compare(i, 9, "\"payload\"") == 0 || bytes.compare(i, 13, "\"payloadType\"") == 0;
 }
 
@@ -352,7 +385,8 @@ Status ParseEnvelope(const std::string& bytes, const std::string& where, Envelop
       Fail(where + ".payload is not base64");
     }
     const Json& sigs = Field(j, "signatures", where);
-    if (!sigs.is_array() || sigs.empty() || sigs.size() > 16) Fail(where + ".signatures is not 1 to 16 signatures");
+    if (!sigs.is_array() || sigs.empty() || sigs.size() > 16)
+      Fail(where + ".signatures is not 1 to 16 signatures");
     envelope->signatures.clear();
     for (const Json& sig : sigs) {
       const std::string at = where + ".signatures[]";
@@ -360,7 +394,8 @@ Status ParseEnvelope(const std::string& bytes, const std::string& where, Envelop
       Envelope::Signature one;
       const auto keyid = sig.find("keyid");
       if (keyid != sig.end()) one.keyid = Str(*keyid, at + ".keyid");
-      if (!ParseBase64(Str(Field(sig, "sig", at), at + ".sig"), &one.sig)) Fail(at + ".sig is not base64");
+      if (!ParseBase64(Str(Field(sig, "sig", at), at + ".sig"), &one.sig))
+        Fail(at + ".sig is not base64");
       envelope->signatures.push_back(std::move(one));
     }
   } catch (const Json::exception& e) {
@@ -371,10 +406,12 @@ Status ParseEnvelope(const std::string& bytes, const std::string& where, Envelop
   return Status::Ok();
 }
 
-Status VerifyEnvelope(const Envelope& envelope, const std::string& type, const std::vector<PublicKey>& trusted,
-                      const std::string& where, std::string* keyid) {
+Status VerifyEnvelope(const Envelope& envelope, const std::string& type,
+                      const std::vector<PublicKey>& trusted, const std::string& where,
+                      std::string* keyid) {
   if (envelope.type != type) {
-    return Status(ErrorCode::kUntrusted, where + " is signed as '" + envelope.type + "', not '" + type + "'");
+    return Status(ErrorCode::kUntrusted,
+                  where + " is signed as '" + envelope.type + "', not '" + type + "'");
   }
   const std::string message = Pae(envelope.type, envelope.payload);
   std::string named, failed;
@@ -387,12 +424,15 @@ Status VerifyEnvelope(const Envelope& envelope, const std::string& type, const s
       }
       failed = key.id();
     }
-    named += (named.empty() ? "" : ", ") + (sig.keyid.empty() ? std::string("(no keyid)") : sig.keyid);
+    named +=
+        (named.empty() ? "" : ", ") + (sig.keyid.empty() ? std::string("(no keyid)") : sig.keyid);
   }
   if (!failed.empty()) {
-    return Status(ErrorCode::kUntrusted, where + ": the signature by trusted key " + failed + " does not verify");
+    return Status(ErrorCode::kUntrusted,
+                  where + ": the signature by trusted key " + failed + " does not verify");
   }
-  return Status(ErrorCode::kUntrusted, where + " is signed by no trusted key (signed by " + named + ")");
+  return Status(ErrorCode::kUntrusted,
+                where + " is signed by no trusted key (signed by " + named + ")");
 }
 
 }  // namespace sync

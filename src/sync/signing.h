@@ -46,7 +46,8 @@ class PublicKey {
   // to give instead (unreadable, no key, text outside a block, a private or encrypted key,
   // not Ed25519).
   static Status LoadAll(const std::string& path, std::vector<PublicKey>* keys);
-  static Status AllFromPem(const std::string& pem, const std::string& name, std::vector<PublicKey>* keys);
+  static Status AllFromPem(const std::string& pem, const std::string& name,
+                           std::vector<PublicKey>* keys);
   // The same, for text holding exactly one public key.
   static Status FromPem(const std::string& pem, const std::string& name, PublicKey* key);
   const std::string& id() const { return id_; }
@@ -108,8 +109,9 @@ Status ParseEnvelope(const std::string& bytes, const std::string& where, Envelop
 // signature naming a keyid is tried only against that key), or kUntrusted saying what
 // was found: no signature by a trusted key (naming the keyids), or a signature that does
 // not verify. The envelope's type must be `type` (kUntrusted otherwise).
-Status VerifyEnvelope(const Envelope& envelope, const std::string& type, const std::vector<PublicKey>& trusted,
-                      const std::string& where, std::string* keyid);
+Status VerifyEnvelope(const Envelope& envelope, const std::string& type,
+                      const std::vector<PublicKey>& trusted, const std::string& where,
+                      std::string* keyid);
 
 }  // namespace sync
 }  // namespace arc_v3

@@ -44,11 +44,12 @@ struct ReadCost {
 // `trusting`: a reader with trusted keys, for whom a document whose SHA-256 differs from
 // the one naming it is kUntrusted before its XXH3 is looked at (else XXH3 first: damage
 // is kCorruptChunk, which another route may avoid).
-Status LoadShards(Store* store, StepManifest* root, const std::vector<bool>* want, LayoutCache* layouts,
-                  ReadCost* cost, bool trusting = false);
+Status LoadShards(Store* store, StepManifest* root, const std::vector<bool>* want,
+                  LayoutCache* layouts, ReadCost* cost, bool trusting = false);
 
 // ReadRoot and LoadShards of every shard.
-Status ReadManifest(Store* store, uint64_t step, StepManifest* manifest, std::vector<uint8_t>* bytes);
+Status ReadManifest(Store* store, uint64_t step, StepManifest* manifest,
+                    std::vector<uint8_t>* bytes);
 // Reads the `latest` pointer: kNotFound if nothing was committed yet; a store of another
 // protocol version is kUnsupportedVersion.
 Status ReadLatest(Store* store, uint64_t* step, std::string* etag);

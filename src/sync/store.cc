@@ -39,7 +39,8 @@ Status CreateError(const std::string& what) {
 
 Status ReadAll(int fd, uint8_t* out, uint64_t size, uint64_t offset, const std::string& path) {
   while (size > 0) {
-    const ssize_t n = pread(fd, out, std::min<uint64_t>(size, 1u << 30), static_cast<off_t>(offset));
+    const ssize_t n =
+        pread(fd, out, std::min<uint64_t>(size, 1u << 30), static_cast<off_t>(offset));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return Errno(ErrorCode::kUnavailable, path + ": cannot read");
     if (n == 0) return Status(ErrorCode::kTruncated, path + ": shorter than expected");
@@ -86,8 +87,8 @@ class LocalStore : public Store {
     Status s;
     if (*changed && static_cast<uint64_t>(st.st_size) > max_size) {
       s = Status(ErrorCode::kCorruptHeader, Name(key) + ": " + std::to_string(st.st_size) +
-                                                " bytes, more than the " + std::to_string(max_size) +
-                                                " it may have");
+                                                " bytes, more than the " +
+                                                std::to_string(max_size) + " it may have");
     } else if (*changed) {
       std::vector<uint8_t> bytes(static_cast<size_t>(st.st_size));
       s = ReadAll(fd, bytes.data(), bytes.size(), 0, path);
@@ -109,7 +110,8 @@ class LocalStore : public Store {
     Status s = ReadAll(fd, out, size, offset, path);
     close(fd);
     if (s.code() == ErrorCode::kTruncated) {
-      return Status(ErrorCode::kTruncated, Name(key) + ": ends before byte " + std::to_string(offset + size));
+      return Status(ErrorCode::kTruncated,
+                    Name(key) + ": ends before byte " + std::to_string(offset + size));
     }
     return s;
   }
@@ -117,7 +119,8 @@ class LocalStore : public Store {
   Status Put(const std::string& key, const uint8_t* data, uint64_t size, PutMode mode) override {
     ARC_V3_RETURN_IF_ERROR(CheckKey(key));
     std::string temp;
-    ARC_V3_RETURN_IF_ERROR(WriteTemp(key, &temp, [&](int fd) { return file_io::WriteAt(fd, data, size, 0, temp); }));
+    ARC_V3_RETURN_IF_ERROR(
+        WriteTemp(key, &temp, [&](int fd) { return file_io::WriteAt(fd, data, size, 0, temp); }));
     return Publish(key, temp, mode);
   }
 
@@ -134,7 +137,8 @@ class LocalStore : public Store {
         if (n < 0 && errno == EINTR) continue;
         if (n < 0) return Errno(ErrorCode::kIoError, path + ": cannot read");
         if (n == 0) return Status::Ok();
-        ARC_V3_RETURN_IF_ERROR(file_io::WriteAt(fd, buffer.data(), static_cast<uint64_t>(n), at, temp));
+        ARC_V3_RETURN_IF_ERROR(
+            file_io::WriteAt(fd, buffer.data(), static_cast<uint64_t>(n), at, temp));
         at += static_cast<uint64_t>(n);
       }
     });
@@ -154,10 +158,11 @@ class LocalStore : public Store {
     if (slash != std::string::npos && !ValidKey(prefix.substr(0, slash))) {
       return Status(ErrorCode::kInvalidArgument, "malformed listing prefix '" + prefix + "'");
     }
-    const std::string start = slash == std::string::npos ? root_ : root_ + "/" + prefix.substr(0, slash);
+    const std::string start =
+        slash == std::string::npos ? root_ : root_ + "/" + prefix.substr(0, slash);
     if (!fs::is_directory(start, ec)) return Status::Ok();  // nothing under that prefix
-    for (auto it = fs::recursive_directory_iterator(start, ec); !ec && it != fs::recursive_directory_iterator();
-         it.increment(ec)) {
+    for (auto it = fs::recursive_directory_iterator(start, ec);
+         !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
       if (!it->is_regular_file(ec)) continue;
       const std::string key = fs::relative(it->path(), root_, ec).generic_string();
       // Writes in flight are hidden files (".NAME.tmp-..."), not objects.
@@ -188,7 +193,8 @@ class LocalStore : public Store {
   std::string Name(const std::string& key) const { return url_ + "/" + key; }
 
   Status CheckKey(const std::string& key) const {
-    if (!ValidKey(key)) return Status(ErrorCode::kInvalidArgument, "malformed store key '" + key + "'");
+    if (!ValidKey(key))
+      return Status(ErrorCode::kInvalidArgument, "malformed store key '" + key + "'");
     return Status::Ok();
   }
 
@@ -204,7 +210,8 @@ class LocalStore : public Store {
     } else if (S_ISDIR(st->st_mode)) {
       s = Status(ErrorCode::kNotFound, Name(key) + ": not a file");
     } else if (!S_ISREG(st->st_mode)) {
-      s = Status(ErrorCode::kCorruptHeader, Name(key) + " is not a regular file (a FIFO, socket or device is no object)");
+      s = Status(ErrorCode::kCorruptHeader,
+                 Name(key) + " is not a regular file (a FIFO, socket or device is no object)");
     }
     if (!s.ok()) {
       close(*fd);
@@ -230,11 +237,13 @@ class LocalStore : public Store {
     const fs::path path(Path(key));
     std::error_code ec;
     // Never re-create a store whose directory went away (an unmounted share, say).
-    if (!fs::is_directory(root_, ec)) return Status(ErrorCode::kUnavailable, url_ + ": the store's directory is gone");
+    if (!fs::is_directory(root_, ec))
+      return Status(ErrorCode::kUnavailable, url_ + ": the store's directory is gone");
     fs::create_directories(path.parent_path(), ec);
     if (ec) {
-      return Status(fs::is_directory(root_) ? ErrorCode::kPermissionDenied : ErrorCode::kUnavailable,
-                    Name(key) + ": cannot create its directory: " + ec.message());
+      return Status(
+          fs::is_directory(root_) ? ErrorCode::kPermissionDenied : ErrorCode::kUnavailable,
+          Name(key) + ": cannot create its directory: " + ec.message());
     }
     static std::atomic<uint64_t> counter{0};
     *temp = (path.parent_path() / ("." + path.filename().string() + ".tmp-" +

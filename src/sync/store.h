@@ -73,7 +73,8 @@ class Store {
   virtual Status Head(const std::string& key, ObjectInfo* info) = 0;
   // The whole object; `info` may be null. An object over `max_size` bytes fails with
   // kCorruptHeader before more than max_size bytes are held.
-  Status Get(const std::string& key, uint64_t max_size, std::vector<uint8_t>* data, ObjectInfo* info) {
+  Status Get(const std::string& key, uint64_t max_size, std::vector<uint8_t>* data,
+             ObjectInfo* info) {
     bool changed = true;
     return GetIfChanged(key, "", max_size, data, info, &changed);
   }
@@ -82,10 +83,8 @@ class Store {
   virtual Status GetIfChanged(const std::string& key, const std::string& etag, uint64_t max_size,
                               std::vector<uint8_t>* data, ObjectInfo* info, bool* changed) = 0;
   // Bytes [offset, offset + size) into `out`; kTruncated if the object is shorter.
-  virtual Status GetRange(const std::string& key, uint64_t offset, uint64_t size,
-                          uint8_t* out) = 0;
-  virtual Status Put(const std::string& key, const uint8_t* data, uint64_t size,
-                     PutMode mode) = 0;
+  virtual Status GetRange(const std::string& key, uint64_t offset, uint64_t size, uint8_t* out) = 0;
+  virtual Status Put(const std::string& key, const uint8_t* data, uint64_t size, PutMode mode) = 0;
   // Uploads a file (in parallel parts where it is big). kCreateOnly on a multipart upload
   // checks for the key first: use it for keys named by their contents.
   virtual Status PutFile(const std::string& key, const std::string& path, PutMode mode) = 0;
@@ -106,7 +105,8 @@ class Store {
 // AWS_REGION or AWS_DEFAULT_REGION (default us-east-1). A local store's directory
 // must exist unless options.create. Errors: kInvalidArgument (malformed URL, a path that
 // is not a directory or cannot be created), kNotFound (no such directory).
-Status OpenStore(const std::string& url, const StoreOptions& options, std::unique_ptr<Store>* store);
+Status OpenStore(const std::string& url, const StoreOptions& options,
+                 std::unique_ptr<Store>* store);
 
 // Stores the library does not build in (another backend, a test's fault-injecting store):
 // once registered, OpenStore hands every URL starting with `scheme` + "://" to `opener`,

@@ -65,8 +65,9 @@ Status CheckPublishKeys(const std::string& sign_key, const std::vector<std::stri
 // The same from opened checkpoints (options.next and options.prev unused): `prev` empty
 // for an anchor alone, `next` one file (e.g. Checkpoint::FromMemory of a trainer rank's
 // tensors). `in_memory`: containers stay in memory instead of options.work_dir.
-Status PublishCheckpoints(Store* store, const PublishOptions& options, const checkpoint::Checkpoint& prev,
-                          const checkpoint::Checkpoint& next, bool in_memory, PublishReport* report);
+Status PublishCheckpoints(Store* store, const PublishOptions& options,
+                          const checkpoint::Checkpoint& prev, const checkpoint::Checkpoint& next,
+                          bool in_memory, PublishReport* report);
 
 struct CommitResult {
   bool committed = false;
@@ -120,9 +121,10 @@ Status Pull(Store* store, const std::string& dir, const PullOptions& options, Pu
 // Follower::Follow (arc_v3_sync.hpp), which also says how it polls, waits and gives up. A
 // local store that does not exist yet is waited for. `on_event` (may be empty) is told
 // every event, with the pull's report for a kPulled one; false ends the loop.
-Status Follow(const std::string& store_url, const std::string& dir, const PullOptions& pull,
-              const FollowOptions& options,
-              const std::function<bool(const FollowEvent& event, const PullReport* pulled)>& on_event);
+Status Follow(
+    const std::string& store_url, const std::string& dir, const PullOptions& pull,
+    const FollowOptions& options,
+    const std::function<bool(const FollowEvent& event, const PullReport* pulled)>& on_event);
 
 using ::arc_v3::MirrorOptions;
 using ::arc_v3::MirrorResult;
@@ -134,10 +136,10 @@ Status Mirror(Store* src, Store* dst, const MirrorOptions& options, bool anchor_
               MirrorResult* report);
 
 // Mirror for each step of SRC newer than DST's latest, in the loop of FollowLatest.
-Status FollowMirror(const std::string& src_url, const std::string& dst_url,
-                    const MirrorOptions& options, const FollowOptions& follow,
-                    const std::function<bool(const FollowEvent& event,
-                                             const MirrorResult* mirrored)>& on_event);
+Status FollowMirror(
+    const std::string& src_url, const std::string& dst_url, const MirrorOptions& options,
+    const FollowOptions& follow,
+    const std::function<bool(const FollowEvent& event, const MirrorResult* mirrored)>& on_event);
 
 // kUntrusted where `dir` was pulled trusting keys and `options` name none (and no reset):
 // trust is not switched off by leaving the keys out (PROTOCOL.md, "Trust is kept").
@@ -176,7 +178,8 @@ Status GenerateKey(const std::string& path, std::string* key_id);
 // pieces are gone. `dry_run` only reports. With `min_age_seconds`, a step committed less
 // than that long ago keeps everything back to its anchor step: a slow region may still be
 // fetching the route that step's root named when it started.
-Status Prune(Store* store, uint32_t keep_anchors, bool dry_run, PruneResult* report, double min_age_seconds = 0);
+Status Prune(Store* store, uint32_t keep_anchors, bool dry_run, PruneResult* report,
+             double min_age_seconds = 0);
 
 }  // namespace sync
 }  // namespace arc_v3

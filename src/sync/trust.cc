@@ -33,8 +33,7 @@ Status UnderTrust(const Trust& trust, Status s) {
     case ErrorCode::kTruncated:
     case ErrorCode::kUnsupportedVersion:
       return Status(ErrorCode::kUntrusted, "does not verify: " + s.message());
-    default:
-      return s;
+    default: return s;
   }
 }
 
@@ -45,18 +44,20 @@ Status CheckTrusted(const Trust& trust, const StepManifest& root, const std::str
   return InContext("step " + std::to_string(root.step), s);
 }
 
-Status CheckProgress(const Trust& trust, uint64_t held_step, uint64_t held_run, const StepManifest& target,
-                     const std::string& holder) {
+Status CheckProgress(const Trust& trust, uint64_t held_step, uint64_t held_run,
+                     const StepManifest& target, const std::string& holder) {
   if (!trust.on() || held_step == kNoStep) return Status::Ok();
   if (target.step < held_step) {
-    return Status(ErrorCode::kUntrusted, "step " + std::to_string(target.step) + " is older than step " +
-                                             std::to_string(held_step) + ", which " + holder +
+    return Status(ErrorCode::kUntrusted, "step " + std::to_string(target.step) +
+                                             " is older than step " + std::to_string(held_step) +
+                                             ", which " + holder +
                                              " holds: a trusting reader never goes back");
   }
   if (held_run != 0 && target.run != held_run) {
     return Status(ErrorCode::kUntrusted, "step " + std::to_string(target.step) + " is of run " +
                                              checkpoint::HexU64(target.run) + ", not of run " +
-                                             checkpoint::HexU64(held_run) + " that " + holder + " holds");
+                                             checkpoint::HexU64(held_run) + " that " + holder +
+                                             " holds");
   }
   return Status::Ok();
 }

@@ -33,8 +33,8 @@ Status UnderTrust(const Trust& trust, Status s);
 Status CheckTrusted(const Trust& trust, const StepManifest& root, const std::string& where);
 // Under trust, a holder of `held_step` of run `held_run` (0: not recorded) takes no older
 // step and no step of another run (kUntrusted naming `holder`).
-Status CheckProgress(const Trust& trust, uint64_t held_step, uint64_t held_run, const StepManifest& target,
-                     const std::string& holder);
+Status CheckProgress(const Trust& trust, uint64_t held_step, uint64_t held_run,
+                     const StepManifest& target, const std::string& holder);
 
 }  // namespace sync
 }  // namespace arc_v3

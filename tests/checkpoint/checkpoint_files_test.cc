@@ -55,7 +55,8 @@ void WriteSafetensors(const std::string& path, const std::vector<Tensor>& tensor
   uint64_t offset = 0;
   for (const Tensor& t : tensors) {
     const uint64_t bytes = 2 * t.values.size();
-    header[t.name] = {{"dtype", "BF16"}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+    header[t.name] = {
+        {"dtype", "BF16"}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
   std::string json = header.dump();
@@ -65,7 +66,8 @@ void WriteSafetensors(const std::string& path, const std::vector<Tensor>& tensor
   out.write(reinterpret_cast<const char*>(&length), 8);
   out.write(json.data(), static_cast<std::streamsize>(json.size()));
   for (const Tensor& t : tensors) {
-    out.write(reinterpret_cast<const char*>(t.values.data()), static_cast<std::streamsize>(2 * t.values.size()));
+    out.write(reinterpret_cast<const char*>(t.values.data()),
+              static_cast<std::streamsize>(2 * t.values.size()));
   }
   REQUIRE(out.good());
 }
@@ -116,8 +118,9 @@ TEST_CASE("a file delta: diff, verify, apply bit for bit, inspect; a wrong base 
   CheckpointOptions options;
   options.threads = 2;
   CheckpointReport diffed;
-  REQUIRE(arc_v3::DiffCheckpoints(dir / "prev.safetensors", dir / "next.safetensors", dir / "step.a3d", options,
-                                  &diffed).ok());
+  REQUIRE(arc_v3::DiffCheckpoints(dir / "prev.safetensors", dir / "next.safetensors",
+                                  dir / "step.a3d", options, &diffed)
+              .ok());
   CHECK(diffed.files == 1);
   CHECK(diffed.tensors == 4);
   CHECK(diffed.delta_bytes == fs::file_size(dir / "step.a3d"));
@@ -126,8 +129,9 @@ TEST_CASE("a file delta: diff, verify, apply bit for bit, inspect; a wrong base 
   CheckpointReport verified;
   CHECK(arc_v3::VerifyDelta(dir / "prev.safetensors", dir / "step.a3d", options, &verified).ok());
   CheckpointReport applied;
-  REQUIRE(arc_v3::ApplyDelta(dir / "prev.safetensors", dir / "step.a3d", dir / "out.safetensors", options,
-                             &applied).ok());
+  REQUIRE(arc_v3::ApplyDelta(dir / "prev.safetensors", dir / "step.a3d", dir / "out.safetensors",
+                             options, &applied)
+              .ok());
   CHECK(ReadAll(dir / "out.safetensors") == ReadAll(dir / "next.safetensors"));
   CHECK(applied.written == std::vector<std::string>{dir / "out.safetensors"});
 
@@ -168,7 +172,9 @@ TEST_CASE("a file delta: diff, verify, apply bit for bit, inspect; a wrong base 
   // groups and sizes; no chunk counts.
   const std::string bytes = ReadAll(dir / "step.a3d");
   DeltaInfo from_memory;
-  REQUIRE(arc_v3::InspectDelta(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), &from_memory).ok());
+  REQUIRE(arc_v3::InspectDelta(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(),
+                               &from_memory)
+              .ok());
   REQUIRE(from_memory.tensors.size() == 4);
   CHECK(from_memory.groups.size() == info.groups.size());
   for (size_t i = 0; i < 4; ++i) {
@@ -187,28 +193,32 @@ TEST_CASE("a file delta: diff, verify, apply bit for bit, inspect; a wrong base 
 
   // A wrong base: refused, naming a tensor, and no output appears.
   WriteSafetensors(dir / "other.safetensors", Model(7));
-  const Status wrong = arc_v3::ApplyDelta(dir / "other.safetensors", dir / "step.a3d", dir / "never.safetensors",
-                                          options, &applied);
+  const Status wrong = arc_v3::ApplyDelta(dir / "other.safetensors", dir / "step.a3d",
+                                          dir / "never.safetensors", options, &applied);
   CHECK(wrong.code() == ErrorCode::kChecksumMismatch);
   CHECK_FALSE(fs::exists(dir / "never.safetensors"));
-  CHECK(arc_v3::VerifyDelta(dir / "other.safetensors", dir / "step.a3d", options, &verified).code() ==
-        ErrorCode::kChecksumMismatch);
+  CHECK(
+      arc_v3::VerifyDelta(dir / "other.safetensors", dir / "step.a3d", options, &verified).code() ==
+      ErrorCode::kChecksumMismatch);
   CHECK(arc_v3::InspectDeltaFile(dir / "step.a3d", dir / "other.safetensors", 1, &info).code() ==
         ErrorCode::kChecksumMismatch);
 
   // An output that exists is kept unless overwrite.
   options.overwrite = false;
-  CHECK(arc_v3::ApplyDelta(dir / "prev.safetensors", dir / "step.a3d", dir / "out.safetensors", options, &applied)
+  CHECK(arc_v3::ApplyDelta(dir / "prev.safetensors", dir / "step.a3d", dir / "out.safetensors",
+                           options, &applied)
             .code() == ErrorCode::kAlreadyExists);
-  CHECK(arc_v3::DiffCheckpoints(dir / "prev.safetensors", dir / "next.safetensors", dir / "step.a3d", options,
-                                &diffed).code() == ErrorCode::kAlreadyExists);
+  CHECK(arc_v3::DiffCheckpoints(dir / "prev.safetensors", dir / "next.safetensors",
+                                dir / "step.a3d", options, &diffed)
+            .code() == ErrorCode::kAlreadyExists);
 
   // A damaged delta: refused.
   std::string damaged = bytes;
   damaged[damaged.size() / 2] = static_cast<char>(damaged[damaged.size() / 2] ^ 0x40);
   std::ofstream(dir / "damaged.a3d", std::ios::binary) << damaged;
-  CHECK_FALSE(arc_v3::ApplyDelta(dir / "prev.safetensors", dir / "damaged.a3d", dir / "bad.safetensors",
-                                 CheckpointOptions(), &applied).ok());
+  CHECK_FALSE(arc_v3::ApplyDelta(dir / "prev.safetensors", dir / "damaged.a3d",
+                                 dir / "bad.safetensors", CheckpointOptions(), &applied)
+                  .ok());
   CHECK_FALSE(fs::exists(dir / "bad.safetensors"));
 }
 
@@ -220,10 +230,12 @@ TEST_CASE("a partial apply writes the selected tensors' rows") {
   WriteSafetensors(dir / "prev.safetensors", prev);
   WriteSafetensors(dir / "next.safetensors", next);
   CheckpointReport report;
-  REQUIRE(arc_v3::DiffCheckpoints(dir / "prev.safetensors", dir / "next.safetensors", dir / "step.a3d",
-                                  CheckpointOptions(), &report).ok());
-  REQUIRE(arc_v3::ApplyDeltaPart(dir / "prev.safetensors", dir / "step.a3d", "layers\\.[0-9]+\\.w", 10, 20,
-                                 dir / "part.safetensors", CheckpointOptions(), &report).ok());
+  REQUIRE(arc_v3::DiffCheckpoints(dir / "prev.safetensors", dir / "next.safetensors",
+                                  dir / "step.a3d", CheckpointOptions(), &report)
+              .ok());
+  REQUIRE(arc_v3::ApplyDeltaPart(dir / "prev.safetensors", dir / "step.a3d", "layers\\.[0-9]+\\.w",
+                                 10, 20, dir / "part.safetensors", CheckpointOptions(), &report)
+              .ok());
   CHECK(report.tensors == 2);
   const std::string part = ReadAll(dir / "part.safetensors");
   uint64_t length = 0;
@@ -237,7 +249,8 @@ TEST_CASE("a partial apply writes the selected tensors' rows") {
     REQUIRE(header.contains(t.name));
     CHECK(header[t.name]["shape"] == std::vector<uint64_t>{10, 128});
     const uint64_t begin = header[t.name]["data_offsets"][0];
-    CHECK(std::memcmp(part.data() + 8 + length + begin, t.values.data() + 10 * 128, 10 * 128 * 2) == 0);
+    CHECK(std::memcmp(part.data() + 8 + length + begin, t.values.data() + 10 * 128, 10 * 128 * 2) ==
+          0);
   }
 }
 
@@ -249,15 +262,23 @@ TEST_CASE("a sharded checkpoint directory: diff and apply every file, inspect na
   for (const char* step : {"prev", "next"}) {
     const std::vector<Tensor>& tensors = std::string(step) == "prev" ? model : stepped;
     fs::create_directories(dir / step);
-    WriteSafetensors(dir / (std::string(step) + "/model-00001-of-00002.safetensors"), {tensors[0], tensors[1]});
-    WriteSafetensors(dir / (std::string(step) + "/model-00002-of-00002.safetensors"), {tensors[2], tensors[3]});
+    WriteSafetensors(dir / (std::string(step) + "/model-00001-of-00002.safetensors"),
+                     {tensors[0], tensors[1]});
+    WriteSafetensors(dir / (std::string(step) + "/model-00002-of-00002.safetensors"),
+                     {tensors[2], tensors[3]});
   }
   CheckpointReport report;
-  REQUIRE(arc_v3::DiffCheckpoints(dir / "prev", dir / "next", dir / "step.a3d", CheckpointOptions(), &report).ok());
+  REQUIRE(arc_v3::DiffCheckpoints(dir / "prev", dir / "next", dir / "step.a3d", CheckpointOptions(),
+                                  &report)
+              .ok());
   CHECK(report.files == 2);
-  REQUIRE(arc_v3::ApplyDelta(dir / "prev", dir / "step.a3d", dir / "out", CheckpointOptions(), &report).ok());
-  for (const char* name : {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"}) {
-    CHECK(ReadAll(dir / (std::string("out/") + name)) == ReadAll(dir / (std::string("next/") + name)));
+  REQUIRE(
+      arc_v3::ApplyDelta(dir / "prev", dir / "step.a3d", dir / "out", CheckpointOptions(), &report)
+          .ok());
+  for (const char* name :
+       {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"}) {
+    CHECK(ReadAll(dir / (std::string("out/") + name)) ==
+          ReadAll(dir / (std::string("next/") + name)));
   }
   DeltaInfo info;
   REQUIRE(arc_v3::InspectDeltaFile(dir / "step.a3d", dir / "prev", 1, &info).ok());
@@ -267,8 +288,11 @@ TEST_CASE("a sharded checkpoint directory: diff and apply every file, inspect na
   for (const arc_v3::DeltaTensorInfo& t : info.tensors) counted += t.changed;
   CHECK(counted == changed);
   // Without a base an anchor: an empty prev rebuilds the directory whole.
-  REQUIRE(arc_v3::DiffCheckpoints("", dir / "next", dir / "anchor.a3d", CheckpointOptions(), &report).ok());
-  REQUIRE(arc_v3::ApplyDelta("", dir / "anchor.a3d", dir / "whole", CheckpointOptions(), &report).ok());
+  REQUIRE(
+      arc_v3::DiffCheckpoints("", dir / "next", dir / "anchor.a3d", CheckpointOptions(), &report)
+          .ok());
+  REQUIRE(
+      arc_v3::ApplyDelta("", dir / "anchor.a3d", dir / "whole", CheckpointOptions(), &report).ok());
   CHECK(ReadAll(dir / "whole/model-00002-of-00002.safetensors") ==
         ReadAll(dir / "next/model-00002-of-00002.safetensors"));
   REQUIRE(arc_v3::InspectDeltaFile(dir / "anchor.a3d", "", 1, &info).ok());

@@ -27,11 +27,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
-#define REQUIRE_OK(expr)             \
-  do {                               \
-    const Status status_ = (expr);   \
-    INFO(status_.ToString());        \
-    REQUIRE(status_.ok());           \
+#define REQUIRE_OK(expr)           \
+  do {                             \
+    const Status status_ = (expr); \
+    INFO(status_.ToString());      \
+    REQUIRE(status_.ok());         \
   } while (0)
 
 struct TempDir {
@@ -101,12 +101,14 @@ void WriteSafetensors(const std::string& path, const std::vector<Tensor>& tensor
   const std::vector<uint8_t> header = safetensors::BuildHeader(&infos, metadata);
   std::ofstream out(path, std::ios::binary);
   out.write(reinterpret_cast<const char*>(header.data()), header.size());
-  for (const Tensor& t : tensors) out.write(reinterpret_cast<const char*>(t.bytes.data()), t.bytes.size());
+  for (const Tensor& t : tensors)
+    out.write(reinterpret_cast<const char*>(t.bytes.data()), t.bytes.size());
 }
 
 std::vector<uint8_t> ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  return std::vector<uint8_t>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return std::vector<uint8_t>((std::istreambuf_iterator<char>(in)),
+                              std::istreambuf_iterator<char>());
 }
 void WriteFile(const std::string& path, const std::vector<uint8_t>& bytes) {
   std::ofstream out(path, std::ios::binary);
@@ -116,7 +118,8 @@ void WriteFile(const std::string& path, const std::vector<uint8_t>& bytes) {
 // Every regular file of a directory, by name.
 std::map<std::string, std::vector<uint8_t>> Snapshot(const std::string& dir) {
   std::map<std::string, std::vector<uint8_t>> files;
-  for (const auto& e : fs::directory_iterator(dir)) files[e.path().filename().string()] = ReadFile(e.path().string());
+  for (const auto& e : fs::directory_iterator(dir))
+    files[e.path().filename().string()] = ReadFile(e.path().string());
   return files;
 }
 
@@ -178,7 +181,8 @@ void MakeMixedPair(const std::string& prev, const std::string& next, std::mt1993
       {"F8_E5M2", {50}},      {"I64", {33}},      {"I32", {7, 7}}, {"U8", {99}},
       {"BOOL", {40}},         {"F64", {5}},       {"I8", {12}},    {"BF16", {}}};
   for (size_t i = 0; i < kinds.size(); ++i) {
-    a.push_back(Random("t" + std::to_string(i) + "." + kinds[i].first, kinds[i].first, kinds[i].second, rng));
+    a.push_back(Random("t" + std::to_string(i) + "." + kinds[i].first, kinds[i].first,
+                       kinds[i].second, rng));
     b.push_back(Step(a.back(), 0.01, rng));
   }
   a.push_back(Random("empty", "F32", {0, 4}, rng));
@@ -200,14 +204,18 @@ TEST_CASE("single file, every dtype: diff then apply reproduces NEXT byte for by
   for (int threads : {1, 2, 4}) {
     CAPTURE(threads);
     RunReport report;
-    REQUIRE_OK(Diff(dir / "prev.safetensors", dir / "next.safetensors", dir / "d.a3d", Threads(threads), &report));
-    REQUIRE_OK(Apply(dir / "prev.safetensors", dir / "d.a3d", dir / "out.safetensors", Threads(threads), &report));
+    REQUIRE_OK(Diff(dir / "prev.safetensors", dir / "next.safetensors", dir / "d.a3d",
+                    Threads(threads), &report));
+    REQUIRE_OK(Apply(dir / "prev.safetensors", dir / "d.a3d", dir / "out.safetensors",
+                     Threads(threads), &report));
     CHECK(ReadFile(dir / "out.safetensors") == ReadFile(dir / "next.safetensors"));
   }
   // The delta bytes do not depend on the thread count.
-  REQUIRE_OK(Diff(dir / "prev.safetensors", dir / "next.safetensors", dir / "d1.a3d", Threads(1), nullptr));
+  REQUIRE_OK(Diff(dir / "prev.safetensors", dir / "next.safetensors", dir / "d1.a3d", Threads(1),
+                  nullptr));
   const std::vector<uint8_t> one = ReadFile(dir / "d1.a3d");
-  REQUIRE_OK(Diff(dir / "prev.safetensors", dir / "next.safetensors", dir / "d3.a3d", Threads(3), nullptr));
+  REQUIRE_OK(Diff(dir / "prev.safetensors", dir / "next.safetensors", dir / "d3.a3d", Threads(3),
+                  nullptr));
   CHECK(one == ReadFile(dir / "d3.a3d"));
 
   std::unique_ptr<MappedFile> file;
@@ -231,7 +239,8 @@ TEST_CASE("single file, every dtype: diff then apply reproduces NEXT byte for by
   CHECK(by_name.at("empty")->pieces.empty());
   // In-place apply of a single file.
   fs::copy_file(dir / "prev.safetensors", dir / "inplace.safetensors");
-  REQUIRE_OK(Apply(dir / "inplace.safetensors", dir / "d.a3d", dir / "inplace.safetensors", Threads(2), nullptr));
+  REQUIRE_OK(Apply(dir / "inplace.safetensors", dir / "d.a3d", dir / "inplace.safetensors",
+                   Threads(2), nullptr));
   CHECK(ReadFile(dir / "inplace.safetensors") == ReadFile(dir / "next.safetensors"));
 }
 
@@ -240,14 +249,16 @@ void MakeShardedPair(const std::string& prev, const std::string& next, std::mt19
   fs::create_directories(prev);
   fs::create_directories(next);
   std::vector<Tensor> t;
-  for (int i = 0; i < 6; ++i) t.push_back(Random("layer." + std::to_string(i), "BF16", {300, 256}, rng));
+  for (int i = 0; i < 6; ++i)
+    t.push_back(Random("layer." + std::to_string(i), "BF16", {300, 256}, rng));
   t.push_back(Random("norm", "F32", {256}, rng));
   std::vector<Tensor> u;
   for (const Tensor& x : t) u.push_back(Step(x, 0.02, rng));
   WriteSafetensors(prev + "/model-00001-of-00003.safetensors", {t[0], t[1], t[6]});
   WriteSafetensors(prev + "/model-00002-of-00003.safetensors", {t[2], t[3]});
   WriteSafetensors(prev + "/model-00003-of-00003.safetensors", {t[4], t[5]});
-  const auto map = [&](const std::string& dir, const std::vector<std::pair<std::string, std::string>>& entries) {
+  const auto map = [&](const std::string& dir,
+                       const std::vector<std::pair<std::string, std::string>>& entries) {
     std::string s = R"({"metadata": {"total_size": 1}, "weight_map": {)";
     for (size_t i = 0; i < entries.size(); ++i) {
       s += (i ? ", " : "") + ("\"" + entries[i].first + "\": \"" + entries[i].second + "\"");
@@ -255,15 +266,21 @@ void MakeShardedPair(const std::string& prev, const std::string& next, std::mt19
     s += "}}\n";
     WriteFile(dir + "/model.safetensors.index.json", std::vector<uint8_t>(s.begin(), s.end()));
   };
-  map(prev, {{"layer.0", "model-00001-of-00003.safetensors"}, {"layer.1", "model-00001-of-00003.safetensors"},
-             {"norm", "model-00001-of-00003.safetensors"}, {"layer.2", "model-00002-of-00003.safetensors"},
-             {"layer.3", "model-00002-of-00003.safetensors"}, {"layer.4", "model-00003-of-00003.safetensors"},
+  map(prev, {{"layer.0", "model-00001-of-00003.safetensors"},
+             {"layer.1", "model-00001-of-00003.safetensors"},
+             {"norm", "model-00001-of-00003.safetensors"},
+             {"layer.2", "model-00002-of-00003.safetensors"},
+             {"layer.3", "model-00002-of-00003.safetensors"},
+             {"layer.4", "model-00003-of-00003.safetensors"},
              {"layer.5", "model-00003-of-00003.safetensors"}});
   WriteSafetensors(next + "/model-00001-of-00002.safetensors", {u[0], u[1], u[2], u[6]});
   WriteSafetensors(next + "/model-00002-of-00002.safetensors", {u[3], u[4], u[5]});
-  map(next, {{"layer.0", "model-00001-of-00002.safetensors"}, {"layer.1", "model-00001-of-00002.safetensors"},
-             {"layer.2", "model-00001-of-00002.safetensors"}, {"norm", "model-00001-of-00002.safetensors"},
-             {"layer.3", "model-00002-of-00002.safetensors"}, {"layer.4", "model-00002-of-00002.safetensors"},
+  map(next, {{"layer.0", "model-00001-of-00002.safetensors"},
+             {"layer.1", "model-00001-of-00002.safetensors"},
+             {"layer.2", "model-00001-of-00002.safetensors"},
+             {"norm", "model-00001-of-00002.safetensors"},
+             {"layer.3", "model-00002-of-00002.safetensors"},
+             {"layer.4", "model-00002-of-00002.safetensors"},
              {"layer.5", "model-00002-of-00002.safetensors"}});
 }
 
@@ -274,8 +291,8 @@ TEST_CASE("BF16 pieces are arc_v3 payloads in the requested format; both decode"
   for (const Format format : {Format::kDefault, Format::kPublished}) {
     Piece piece;
     std::vector<uint8_t> stored;
-    REQUIRE_OK(EncodePiece(base.bytes.data(), target.bytes.data(), base.bytes.size(), 2, true,
-                           1, &piece, &stored, format));
+    REQUIRE_OK(EncodePiece(base.bytes.data(), target.bytes.data(), base.bytes.size(), 2, true, 1,
+                           &piece, &stored, format));
     CHECK(piece.coder == Coder::kArcV3);
     PayloadInfo info;
     REQUIRE_OK(delta_inspect(stored.data(), stored.size(), &info));
@@ -300,7 +317,8 @@ TEST_CASE("sharded directories: apply to a new directory and in place") {
   CHECK(Snapshot(dir / "inplace") == Snapshot(dir / "next"));  // the old third shard is gone
 
   // A directory delta needs a directory base, and the reverse.
-  const Status s = Apply(dir / "prev/model-00001-of-00003.safetensors", dir / "d.a3d", dir / "x", Threads(1), nullptr);
+  const Status s = Apply(dir / "prev/model-00001-of-00003.safetensors", dir / "d.a3d", dir / "x",
+                         Threads(1), nullptr);
   CHECK(s.code() == ErrorCode::kInvalidArgument);
   CHECK(Verify(dir / "prev", dir / "d.a3d", Threads(2), nullptr).ok());
 }
@@ -344,7 +362,8 @@ TEST_CASE("partial apply equals the slice of a full apply and reads only what it
   TempDir dir;
   std::mt19937_64 rng(3);
   MakeMixedPair(dir / "prev.safetensors", dir / "next.safetensors", &rng);
-  REQUIRE_OK(Diff(dir / "prev.safetensors", dir / "next.safetensors", dir / "d.a3d", Threads(2), nullptr));
+  REQUIRE_OK(
+      Diff(dir / "prev.safetensors", dir / "next.safetensors", dir / "d.a3d", Threads(2), nullptr));
   safetensors::File next;
   REQUIRE_OK(safetensors::File::Open(dir / "next.safetensors", &next));
 
@@ -366,12 +385,14 @@ TEST_CASE("partial apply equals the slice of a full apply and reads only what it
   // The CLI's form: a regex and a row range into a new safetensors file.
   RunReport report;
   REQUIRE_OK(ApplyPartial(dir / "prev.safetensors", dir / "d.a3d", "t[0-3]\\..*|added", 10, 40,
-                       dir / "part.safetensors", Threads(2), &report));
+                          dir / "part.safetensors", Threads(2), &report));
   CheckRowSlices(dir / "part.safetensors", next, 10, 40, 5);
-  CHECK(ApplyPartial(dir / "prev.safetensors", dir / "d.a3d", "nothing", 0, 5, dir / "p2.safetensors",
-                     Threads(1), nullptr).code() == ErrorCode::kInvalidArgument);
+  CHECK(ApplyPartial(dir / "prev.safetensors", dir / "d.a3d", "nothing", 0, 5,
+                     dir / "p2.safetensors", Threads(1), nullptr)
+            .code() == ErrorCode::kInvalidArgument);
   CHECK(ApplyPartial(dir / "prev.safetensors", dir / "d.a3d", "([", 0, 5, dir / "p2.safetensors",
-                     Threads(1), nullptr).code() == ErrorCode::kInvalidArgument);
+                     Threads(1), nullptr)
+            .code() == ErrorCode::kInvalidArgument);
   CHECK(!fs::exists(dir / "p2.safetensors"));
 }
 
@@ -379,32 +400,38 @@ TEST_CASE("a wrong or incomplete base is refused, naming the tensor, and nothing
   TempDir dir;
   std::mt19937_64 rng(4);
   MakeMixedPair(dir / "prev.safetensors", dir / "next.safetensors", &rng);
-  REQUIRE_OK(Diff(dir / "prev.safetensors", dir / "next.safetensors", dir / "d.a3d", Threads(2), nullptr));
+  REQUIRE_OK(
+      Diff(dir / "prev.safetensors", dir / "next.safetensors", dir / "d.a3d", Threads(2), nullptr));
   // One bit of one element of one tensor.
   WriteWrongBase(dir, "t1.F32", 17, 0x04);
   CheckWrongBaseRefused(dir, "t1.F32", "out.safetensors");
   // The target itself is not a base either.
-  CHECK(Verify(dir / "next.safetensors", dir / "d.a3d", Threads(2), nullptr).code() == ErrorCode::kChecksumMismatch);
+  CHECK(Verify(dir / "next.safetensors", dir / "d.a3d", Threads(2), nullptr).code() ==
+        ErrorCode::kChecksumMismatch);
 
   // A base lacking a tensor.
   std::vector<Tensor> few = {Random("t1.F32", "F32", {300, 70}, &rng)};
   WriteSafetensors(dir / "few.safetensors", few);
-  Status s = Apply(dir / "few.safetensors", dir / "d.a3d", dir / "out.safetensors", Threads(2), nullptr);
+  Status s =
+      Apply(dir / "few.safetensors", dir / "d.a3d", dir / "out.safetensors", Threads(2), nullptr);
   CHECK(s.code() == ErrorCode::kChecksumMismatch);
   CHECK(s.message().find("missing") != std::string::npos);
   // A base with the tensor in another shape.
   std::vector<Tensor> shaped = {Random("t0.BF16", "BF16", {2000, 2500}, &rng)};
   WriteSafetensors(dir / "shaped.safetensors", shaped);
-  s = Apply(dir / "shaped.safetensors", dir / "d.a3d", dir / "out.safetensors", Threads(2), nullptr);
+  s = Apply(dir / "shaped.safetensors", dir / "d.a3d", dir / "out.safetensors", Threads(2),
+            nullptr);
   CHECK(s.code() == ErrorCode::kChecksumMismatch);
   CHECK(s.message().find("t0.BF16") != std::string::npos);
   CHECK(!fs::exists(dir / "out.safetensors"));
   // Missing or malformed inputs.
   CHECK(Apply(dir / "absent", dir / "d.a3d", dir / "out.safetensors", Threads(1), nullptr).code() ==
         ErrorCode::kInvalidArgument);
-  CHECK(Apply(dir / "prev.safetensors", dir / "absent.a3d", dir / "out.safetensors", Threads(1), nullptr).code() ==
-        ErrorCode::kIoError);
-  CHECK(Apply(dir / "prev.safetensors", dir / "prev.safetensors", dir / "out.safetensors", Threads(1), nullptr)
+  CHECK(Apply(dir / "prev.safetensors", dir / "absent.a3d", dir / "out.safetensors", Threads(1),
+              nullptr)
+            .code() == ErrorCode::kIoError);
+  CHECK(Apply(dir / "prev.safetensors", dir / "prev.safetensors", dir / "out.safetensors",
+              Threads(1), nullptr)
             .code() == ErrorCode::kBadMagic);
 }
 
@@ -418,7 +445,8 @@ TEST_CASE("corrupt and truncated deltas always give a clean error and write noth
   b.push_back(Random("new", "I32", {9}, &rng));
   WriteSafetensors(dir / "prev.safetensors", a);
   WriteSafetensors(dir / "next.safetensors", b);
-  REQUIRE_OK(Diff(dir / "prev.safetensors", dir / "next.safetensors", dir / "d.a3d", Threads(1), nullptr));
+  REQUIRE_OK(
+      Diff(dir / "prev.safetensors", dir / "next.safetensors", dir / "d.a3d", Threads(1), nullptr));
   const std::vector<uint8_t> good = ReadFile(dir / "d.a3d");
   REQUIRE(good.size() > kHeaderSize);
   const std::string bad = dir / "bad.a3d", out = dir / "out.safetensors";
@@ -448,7 +476,8 @@ TEST_CASE("corrupt and truncated deltas always give a clean error and write noth
   std::vector<uint8_t> longer = good;
   longer.push_back(0);
   WriteFile(bad, longer);
-  CHECK(Apply(dir / "prev.safetensors", bad, out, Threads(1), nullptr).code() == ErrorCode::kCorruptHeader);
+  CHECK(Apply(dir / "prev.safetensors", bad, out, Threads(1), nullptr).code() ==
+        ErrorCode::kCorruptHeader);
   // A manifest that is valid JSON with a valid checksum but an inconsistent field.
   std::unique_ptr<MappedFile> file;
   REQUIRE_OK(MappedFile::Open(dir / "d.a3d", &file));
@@ -485,7 +514,8 @@ TEST_CASE("corrupt and truncated deltas always give a clean error and write noth
   const uint64_t h = Hash(flagged.data(), 32);
   for (int i = 0; i < 8; ++i) flagged[32 + i] = static_cast<uint8_t>(h >> (8 * i));
   WriteFile(bad, flagged);
-  CHECK(Apply(dir / "prev.safetensors", bad, out, Threads(1), nullptr).code() == ErrorCode::kReservedBitsSet);
+  CHECK(Apply(dir / "prev.safetensors", bad, out, Threads(1), nullptr).code() ==
+        ErrorCode::kReservedBitsSet);
   CHECK(!fs::exists(out));
 }
 
@@ -495,7 +525,8 @@ TEST_CASE("corrupt and truncated deltas always give a clean error and write noth
 void MakeSmallTensorPair(const std::string& prev, const std::string& next, std::mt19937_64* rng) {
   std::vector<Tensor> a, b;
   for (int i = 0; i < 30; ++i) {
-    a.push_back(Random("norm." + std::to_string(i), "BF16", {static_cast<uint64_t>(64 + 8 * i)}, rng));
+    a.push_back(
+        Random("norm." + std::to_string(i), "BF16", {static_cast<uint64_t>(64 + 8 * i)}, rng));
     if (i == 10) a.push_back(Random("flags", "U8", {7}, rng));
     if (i == 20) a.push_back(Random("scale", "F32", {16}, rng));
   }
@@ -504,7 +535,8 @@ void MakeSmallTensorPair(const std::string& prev, const std::string& next, std::
   a.push_back(Random("big", "BF16", {1024, 1024}, rng));  // 2^20 elements: pieces of its own
   // Three tensors just under the limit (with ~5,000 changes each, under
   // kGroupMaxChanges): 3 x 1M elements need two groups of at most 2^21.
-  for (int i = 0; i < 3; ++i) a.push_back(Random("mid." + std::to_string(i), "BF16", {1000, 1000}, rng));
+  for (int i = 0; i < 3; ++i)
+    a.push_back(Random("mid." + std::to_string(i), "BF16", {1000, 1000}, rng));
   for (const Tensor& t : a) {
     const double density = t.name == "dense" ? 0.9 : t.name.rfind("mid.", 0) == 0 ? 0.005 : 0.01;
     b.push_back(Step(t, density, rng));
@@ -527,10 +559,13 @@ TEST_CASE("small BF16 tensors are grouped (container version 2): exact, smaller,
   MakeSmallTensorPair(dir / "prev.safetensors", dir / "next.safetensors", &rng);
   RunOptions ungrouped = Threads(2);
   ungrouped.group = false;
-  REQUIRE_OK(Diff(dir / "prev.safetensors", dir / "next.safetensors", dir / "v1.a3d", ungrouped, nullptr));
+  REQUIRE_OK(
+      Diff(dir / "prev.safetensors", dir / "next.safetensors", dir / "v1.a3d", ungrouped, nullptr));
   for (int threads : {1, 2}) {
-    REQUIRE_OK(Diff(dir / "prev.safetensors", dir / "next.safetensors", dir / "d.a3d", Threads(threads), nullptr));
-    REQUIRE_OK(Apply(dir / "prev.safetensors", dir / "d.a3d", dir / "out.safetensors", Threads(threads), nullptr));
+    REQUIRE_OK(Diff(dir / "prev.safetensors", dir / "next.safetensors", dir / "d.a3d",
+                    Threads(threads), nullptr));
+    REQUIRE_OK(Apply(dir / "prev.safetensors", dir / "d.a3d", dir / "out.safetensors",
+                     Threads(threads), nullptr));
     CHECK(ReadFile(dir / "out.safetensors") == ReadFile(dir / "next.safetensors"));
   }
   const std::vector<uint8_t> grouped_bytes = ReadFile(dir / "d.a3d");
@@ -539,7 +574,8 @@ TEST_CASE("small BF16 tensors are grouped (container version 2): exact, smaller,
   CHECK(grouped_bytes[4] == 2);
   CHECK(v1_bytes[4] == 1);
   CHECK(ReadManifest(dir / "v1.a3d").files[0].groups.empty());
-  REQUIRE_OK(Apply(dir / "prev.safetensors", dir / "v1.a3d", dir / "out1.safetensors", Threads(2), nullptr));
+  REQUIRE_OK(Apply(dir / "prev.safetensors", dir / "v1.a3d", dir / "out1.safetensors", Threads(2),
+                   nullptr));
   CHECK(ReadFile(dir / "out1.safetensors") == ReadFile(dir / "next.safetensors"));
   // 31 small tensors in one payload instead of 31: a smaller delta file.
   CAPTURE(grouped_bytes.size());
@@ -567,8 +603,8 @@ TEST_CASE("small BF16 tensors are grouped (container version 2): exact, smaller,
   // Partial pulls of grouped tensors equal the slice of the full apply.
   safetensors::File next;
   REQUIRE_OK(safetensors::File::Open(dir / "next.safetensors", &next));
-  REQUIRE_OK(ApplyPartial(dir / "prev.safetensors", dir / "d.a3d", "norm\\.1[0-9]|proj|mid\\.1", 3, 70,
-                          dir / "part.safetensors", Threads(2), nullptr));
+  REQUIRE_OK(ApplyPartial(dir / "prev.safetensors", dir / "d.a3d", "norm\\.1[0-9]|proj|mid\\.1", 3,
+                          70, dir / "part.safetensors", Threads(2), nullptr));
   CheckRowSlices(dir / "part.safetensors", next, 3, 70, 12);
   CHECK(Verify(dir / "prev.safetensors", dir / "d.a3d", Threads(2), nullptr).ok());
   // The library call reads exactly the tensor's group.
@@ -579,15 +615,17 @@ TEST_CASE("small BF16 tensors are grouped (container version 2): exact, smaller,
   const uint64_t after_open = delta.counting->read_;
   std::vector<uint8_t> rows(10 * proj.row_bytes());
   REQUIRE_OK(ApplyRows(base, delta.reader, proj, 50, 60, rows.data(), 1));
-  CHECK(std::memcmp(rows.data(), next.data(*next.Find("proj")) + 50 * proj.row_bytes(), rows.size()) == 0);
-  CHECK(delta.counting->read_ - after_open == delta.reader.manifest().files[0].groups[proj.group].size);
+  CHECK(std::memcmp(rows.data(), next.data(*next.Find("proj")) + 50 * proj.row_bytes(),
+                    rows.size()) == 0);
+  CHECK(delta.counting->read_ - after_open ==
+        delta.reader.manifest().files[0].groups[proj.group].size);
 
   // A wrong base under a group names the tensor, in apply, verify and partial pulls of
   // another member of its group; nothing is written.
   WriteWrongBase(dir, "norm.12", 3, 0x01);
   CheckWrongBaseRefused(dir, "norm.12", "out2.safetensors");
   Status s = ApplyPartial(dir / "wrong.safetensors", dir / "d.a3d", "norm\\.3", 0, UINT64_MAX,
-                   dir / "part2.safetensors", Threads(1), nullptr);
+                          dir / "part2.safetensors", Threads(1), nullptr);
   CHECK(s.code() == ErrorCode::kChecksumMismatch);
   CHECK(s.message().find("norm.12") != std::string::npos);
   CHECK(s.message().find("norm.3") != std::string::npos);
@@ -602,7 +640,8 @@ TEST_CASE("small BF16 tensors are grouped (container version 2): exact, smaller,
 }
 
 // Writes `m` over the data section of `good` (a container whose manifest was `m`'s source).
-std::vector<uint8_t> WithManifest(const Manifest& m, const std::vector<uint8_t>& good, uint64_t data_start) {
+std::vector<uint8_t> WithManifest(const Manifest& m, const std::vector<uint8_t>& good,
+                                  uint64_t data_start) {
   std::vector<uint8_t> out = SerializeHeaderAndManifest(m, good.size() - data_start);
   out.insert(out.end(), good.begin() + data_start, good.end());
   return out;
@@ -617,7 +656,8 @@ TEST_CASE("inconsistent groups are refused before anything is written") {
   for (const Tensor& t : a) b.push_back(Step(t, 0.05, &rng));
   WriteSafetensors(dir / "prev.safetensors", a);
   WriteSafetensors(dir / "next.safetensors", b);
-  REQUIRE_OK(Diff(dir / "prev.safetensors", dir / "next.safetensors", dir / "d.a3d", Threads(1), nullptr));
+  REQUIRE_OK(
+      Diff(dir / "prev.safetensors", dir / "next.safetensors", dir / "d.a3d", Threads(1), nullptr));
   const std::vector<uint8_t> good = ReadFile(dir / "d.a3d");
   std::unique_ptr<MappedFile> file;
   REQUIRE_OK(MappedFile::Open(dir / "d.a3d", &file));
@@ -719,11 +759,12 @@ TEST_CASE("committed delta files of every container version still apply exactly"
     const std::string delta = golden + "v" + std::to_string(version) + ".a3d";
     CHECK(ReadFile(delta)[4] == version);
     REQUIRE_OK(Verify(golden + "prev.safetensors", delta, Threads(2), nullptr));
-    REQUIRE_OK(Apply(golden + "prev.safetensors", delta, dir / "out.safetensors", Threads(2), nullptr));
+    REQUIRE_OK(
+        Apply(golden + "prev.safetensors", delta, dir / "out.safetensors", Threads(2), nullptr));
     CHECK(ReadFile(dir / "out.safetensors") == next);
     // And the wrong base is refused.
-    CHECK(Apply(golden + "next.safetensors", delta, dir / "x.safetensors", Threads(1), nullptr).code() ==
-          ErrorCode::kChecksumMismatch);
+    CHECK(Apply(golden + "next.safetensors", delta, dir / "x.safetensors", Threads(1), nullptr)
+              .code() == ErrorCode::kChecksumMismatch);
   }
 }
 
@@ -777,9 +818,11 @@ TEST_CASE("an apply killed or failing midway leaves the old checkpoint intact") 
   RunOptions o;
   o.threads = 2;
   o.hook = [](const char* stage) {
-    return std::strcmp(stage, "rename") == 0 ? Status(ErrorCode::kInternal, "injected") : Status::Ok();
+    return std::strcmp(stage, "rename") == 0 ? Status(ErrorCode::kInternal, "injected")
+                                             : Status::Ok();
   };
-  CHECK(Apply(dir / "work", dir / "d.a3d", dir / "work", o, nullptr).code() == ErrorCode::kInternal);
+  CHECK(Apply(dir / "work", dir / "d.a3d", dir / "work", o, nullptr).code() ==
+        ErrorCode::kInternal);
   CHECK(Snapshot(dir / "work") == before);
   // And the interrupted checkpoint can still be updated afterwards.
   REQUIRE_OK(Apply(dir / "work", dir / "d.a3d", dir / "work", Threads(2), nullptr));
@@ -839,8 +882,8 @@ TEST_CASE("diff and apply keep only the pieces in flight of the mapped checkpoin
   CHECK(peak - before < limit);
   CHECK(ReadManifest(dir / "s.a3d").files[0].groups.size() == 16);
   before = peak = ResidentFileBytes();
-  REQUIRE_OK(Apply(dir / "small_prev.safetensors", dir / "s.a3d", dir / "s_out.safetensors", o,
-                   nullptr));
+  REQUIRE_OK(
+      Apply(dir / "small_prev.safetensors", dir / "s.a3d", dir / "s_out.safetensors", o, nullptr));
   CHECK(peak - before < limit);
   CHECK(ReadFile(dir / "s_out.safetensors") == ReadFile(dir / "small_next.safetensors"));
 }

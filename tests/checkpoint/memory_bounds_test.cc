@@ -63,8 +63,7 @@ int RunLimited(uint64_t extra, const std::function<int()>& body) {
     int rc = 100;  // what body() throws: never back into the test runner
     try {
       rc = body();
-    } catch (...) {
-    }
+    } catch (...) {}
     _exit(rc);
   }
   int status = 0;
@@ -75,7 +74,8 @@ int RunLimited(uint64_t extra, const std::function<int()>& body) {
 // The child's verdict: 0 if `status` has `code`, else 1 (and the status on stderr).
 int Expect(const Status& status, ErrorCode code) {
   if (status.code() == code) return 0;
-  std::fprintf(stderr, "expected code %d, got %s\n", static_cast<int>(code), status.ToString().c_str());
+  std::fprintf(stderr, "expected code %d, got %s\n", static_cast<int>(code),
+               status.ToString().c_str());
   return 1;
 }
 
@@ -162,9 +162,10 @@ TEST_CASE("delta_stats without a base holds one chunk's changes per worker, not 
   constexpr size_t kChunks = 64;
   constexpr size_t n = size_t{1} << kChunkLog;
   std::vector<uint8_t> chunk = XorChunkHead(n);
-  PutZstdStream(n, 0, &chunk);               // gaps
-  PutZstdStream(n * 7 / 8, 0xFF, &chunk);    // packed 7-bit mantissa XORs
-  const std::vector<uint8_t> payload = Frame(kChunkLog, std::vector<std::vector<uint8_t>>(kChunks, chunk));
+  PutZstdStream(n, 0, &chunk);             // gaps
+  PutZstdStream(n * 7 / 8, 0xFF, &chunk);  // packed 7-bit mantissa XORs
+  const std::vector<uint8_t> payload =
+      Frame(kChunkLog, std::vector<std::vector<uint8_t>>(kChunks, chunk));
   MESSAGE("payload bytes: ", payload.size());
   CHECK(payload.size() < 64 * 1024);
   const uint64_t workers = WorkerCount(0, kChunks);
@@ -202,16 +203,17 @@ TEST_CASE("container: the manifest buffer grows as its frame decodes, not by its
   CHECK(bytes.size() < 100);
   const int rc = RunLimited(256 * kMiB, [&] {
     checkpoint::Reader reader;
-    return Expect(checkpoint::Reader::Open(std::make_unique<checkpoint::MemorySource>(bytes), &reader),
-                  ErrorCode::kCorruptHeader);
+    return Expect(
+        checkpoint::Reader::Open(std::make_unique<checkpoint::MemorySource>(bytes), &reader),
+        ErrorCode::kCorruptHeader);
   });
   CHECK(rc == 0);
 }
 
 // A one-file manifest with one tensor of `dtype` [rows] in one piece of `coder`, 16 stored
 // bytes, and the container holding it.
-std::vector<uint8_t> OneTensorContainer(checkpoint::TensorKind kind, const char* dtype, uint64_t rows,
-                                        checkpoint::Coder coder) {
+std::vector<uint8_t> OneTensorContainer(checkpoint::TensorKind kind, const char* dtype,
+                                        uint64_t rows, checkpoint::Coder coder) {
   using namespace checkpoint;
   const std::vector<uint8_t> data(16 + 16, 0);
   Manifest m;
@@ -250,14 +252,18 @@ TEST_CASE("container: a piece without a base must be backed by its stored bytes"
     Coder coder;
     uint64_t rows;  // of F32
     bool ok;
-  } cases[] = {{Coder::kStored, 4, true},         {Coder::kStored, 5, false},
-               {Coder::kZstd, 16 * 8192, true},   {Coder::kZstd, 16 * 8192 + 1, false},
+  } cases[] = {{Coder::kStored, 4, true},
+               {Coder::kStored, 5, false},
+               {Coder::kZstd, 16 * 8192, true},
+               {Coder::kZstd, 16 * 8192 + 1, false},
                {Coder::kZstdPlanes, uint64_t{1} << 40, false}};
   for (const Case& c : cases) {
     CAPTURE(c.rows);
-    const std::vector<uint8_t> bytes = OneTensorContainer(TensorKind::kAdded, "F32", c.rows, c.coder);
+    const std::vector<uint8_t> bytes =
+        OneTensorContainer(TensorKind::kAdded, "F32", c.rows, c.coder);
     checkpoint::Reader reader;
-    const Status s = checkpoint::Reader::Open(std::make_unique<checkpoint::MemorySource>(bytes), &reader);
+    const Status s =
+        checkpoint::Reader::Open(std::make_unique<checkpoint::MemorySource>(bytes), &reader);
     INFO(s.ToString());
     CHECK(s.code() == (c.ok ? ErrorCode::kOk : ErrorCode::kCorruptHeader));
   }
@@ -267,13 +273,14 @@ TEST_CASE("partial apply sizes its output by the base before creating it") {
   // A delta tensor of 2^61 bytes with no base: refused as a wrong base, not by a failed
   // attempt to reserve 2 EiB of disk.
   namespace fs = std::filesystem;
-  const std::vector<uint8_t> bytes =
-      OneTensorContainer(checkpoint::TensorKind::kDelta, "BF16", uint64_t{1} << 60, checkpoint::Coder::kArcV3);
+  const std::vector<uint8_t> bytes = OneTensorContainer(
+      checkpoint::TensorKind::kDelta, "BF16", uint64_t{1} << 60, checkpoint::Coder::kArcV3);
   char name[] = "/tmp/arc_v3_memory_bounds_XXXXXX";
   const std::string dir = mkdtemp(name);
   const std::string delta = dir + "/delta.a3d", out = dir + "/out.safetensors";
-  std::ofstream(delta, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
-                                                static_cast<std::streamsize>(bytes.size()));
+  std::ofstream(delta, std::ios::binary)
+      .write(reinterpret_cast<const char*>(bytes.data()),
+             static_cast<std::streamsize>(bytes.size()));
   const int rc = RunLimited(256 * kMiB, [&] {
     checkpoint::RunOptions options;
     checkpoint::RunReport report;

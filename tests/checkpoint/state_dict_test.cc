@@ -176,8 +176,8 @@ TEST_CASE("a wrong base, a damaged delta and a failing allocator are errors, not
                                               const std::vector<uint64_t>&, uint64_t, void**) {
       return Status(ErrorCode::kOutOfMemory, "no room");
     };
-    const Status s = arc_v3::StateDictApply(p.prev.View(), delta.data(), delta.size(), refuse, 1,
-                                            &rebuilt);
+    const Status s =
+        arc_v3::StateDictApply(p.prev.View(), delta.data(), delta.size(), refuse, 1, &rebuilt);
     CHECK(s.code() == ErrorCode::kOutOfMemory);
     CHECK(rebuilt.empty());
   }

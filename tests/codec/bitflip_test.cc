@@ -36,8 +36,8 @@ FlipResult FlipEveryBit(const std::vector<uint16_t>& src, const std::vector<uint
     ++result.flips;
     if (s.ok()) {
       ++result.decoded;
-      REQUIRE_MESSAGE(std::equal(dst.begin(), dst.end(), out.begin()),
-                      "bit ", bit, " decoded to a wrong tensor reported as success");
+      REQUIRE_MESSAGE(std::equal(dst.begin(), dst.end(), out.begin()), "bit ", bit,
+                      " decoded to a wrong tensor reported as success");
     } else {
       REQUIRE_MESSAGE(s.code() != ErrorCode::kInternal, "bit ", bit, ": ", s.ToString());
       for (size_t i = 0; i < n; ++i) {
@@ -68,8 +68,8 @@ TEST_CASE("every single-bit flip decodes exactly or fails cleanly") {
   size_t total_flips = 0, total_decoded = 0;
   for (const double density : {0.0005, 0.02, 0.3, 1.0}) {
     std::vector<uint16_t> src, dst;
-    test::MakeDelta(n, test::Mix{density, 0.03, 0.01}, static_cast<uint32_t>(density * 1e4),
-                    &src, &dst);
+    test::MakeDelta(n, test::Mix{density, 0.03, 0.01}, static_cast<uint32_t>(density * 1e4), &src,
+                    &dst);
     // One chunk unchanged, so that every chunk mode appears in the payload.
     for (size_t i = 1024; i < 2048; ++i) dst[i] = src[i];
     for (const Format format : {Format::kPublished, Format::kDefault}) {

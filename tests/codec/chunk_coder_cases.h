@@ -79,10 +79,9 @@ inline void CheckDamagedChunks(const ChunkCoder& coder) {
     std::vector<uint16_t> dst = test::Step(src, 5e-4f, &rng);
     dst[n / 2] ^= 0x8001;  // at least one change, one with a large step
     const std::vector<uint8_t> good = coder.round_trips(src, dst);
-    test::ForEachDamagedChunk(good, coder.max_junk, &rng,
-                              [&](const uint8_t* bytes, size_t size) {
-                                coder.check_sane(src, bytes, size);
-                              });
+    test::ForEachDamagedChunk(good, coder.max_junk, &rng, [&](const uint8_t* bytes, size_t size) {
+      coder.check_sane(src, bytes, size);
+    });
     // Another base predicts other probabilities: a wrong result or an error, no crash.
     coder.check_sane(test::GaussianWeights(n, &rng), good.data(), good.size());
   }

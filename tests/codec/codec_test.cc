@@ -35,7 +35,7 @@ Delta RoundTrip(const std::vector<uint16_t>& src, const std::vector<uint16_t>& d
                                           delta.bytes.size(), delta.checksum, out.data());
   REQUIRE_MESSAGE(decoded.ok(), decoded.ToString());
   REQUIRE(std::equal(dst.begin(), dst.end(), out.begin()));  // memcmp rejects null for n = 0
-  CHECK(out[src.size()] == 0xBEEF);  // nothing written past count
+  CHECK(out[src.size()] == 0xBEEF);                          // nothing written past count
   CHECK(out[src.size() + 1] == 0xBEEF);
 
   std::vector<uint16_t> in_place = src;
@@ -54,8 +54,7 @@ Delta RoundTrip(const std::vector<uint16_t>& src, const std::vector<uint16_t>& d
   CHECK(stats.position_bytes + stats.mantissa_bytes + stats.high_bytes + stats.modelled_bytes +
             stats.rans_bytes + stats.overhead_bytes ==
         delta.bytes.size());
-  CHECK(stats.chunk_modes[0] + stats.chunk_modes[1] + stats.chunk_modes[2] +
-            stats.chunk_modes[3] ==
+  CHECK(stats.chunk_modes[0] + stats.chunk_modes[1] + stats.chunk_modes[2] + stats.chunk_modes[3] ==
         stats.info.chunk_count);
 
   // Without the base, modelled chunks can be measured but not counted.
@@ -138,9 +137,8 @@ TEST_CASE("round trip: nothing changed, everything changed") {
 
 TEST_CASE("round trip: sign flips, exponent carries, all class mixes") {
   for (const double density : {0.001, 0.02, 0.1, 0.5, 1.0}) {
-    for (const Mix mix : {Mix{density, 0.0, 0.0}, Mix{density, 0.02, 0.001},
-                          Mix{density, 0.5, 0.0}, Mix{density, 0.0, 1.0},
-                          Mix{density, 0.5, 0.5}}) {
+    for (const Mix mix : {Mix{density, 0.0, 0.0}, Mix{density, 0.02, 0.001}, Mix{density, 0.5, 0.0},
+                          Mix{density, 0.0, 1.0}, Mix{density, 0.5, 0.5}}) {
       std::vector<uint16_t> src, dst;
       MakeDelta(20000, mix, static_cast<uint32_t>(density * 1000), &src, &dst);
       RoundTrip(src, dst, SmallChunks());
@@ -293,7 +291,8 @@ TEST_CASE("bad options and arguments are rejected") {
   CHECK(delta_compress(v.data(), v.data(), v.size(), &delta, options).code() ==
         ErrorCode::kInvalidArgument);
   CHECK(delta_compress(nullptr, v.data(), v.size(), &delta).code() == ErrorCode::kInvalidArgument);
-  CHECK(delta_compress(v.data(), v.data(), v.size(), nullptr).code() == ErrorCode::kInvalidArgument);
+  CHECK(delta_compress(v.data(), v.data(), v.size(), nullptr).code() ==
+        ErrorCode::kInvalidArgument);
   CHECK(delta_compress(nullptr, nullptr, 0, &delta).ok());
 }
 
@@ -331,8 +330,9 @@ TEST_CASE("delta_compress can report src's checksum, with the same payload") {
   }
   std::vector<uint16_t> v(10, 1);
   arc_v3::Delta d;
-  CHECK(arc_v3::delta_compress(v.data(), v.data(), v.size(), &d, arc_v3::Options(), nullptr).code() ==
-        arc_v3::ErrorCode::kInvalidArgument);
+  CHECK(
+      arc_v3::delta_compress(v.data(), v.data(), v.size(), &d, arc_v3::Options(), nullptr).code() ==
+      arc_v3::ErrorCode::kInvalidArgument);
 }
 
 // 1.x keeps the names a 1.0 header had, deprecated, meaning what they meant.

@@ -58,8 +58,8 @@ struct Coding {
   int effort;
   Format format;
 };
-constexpr Coding kCodings[] = {{0, Format::kPublished}, {2, Format::kPublished}, {0, Format::kDefault},
-                               {2, Format::kDefault}};
+constexpr Coding kCodings[] = {
+    {0, Format::kPublished}, {2, Format::kPublished}, {0, Format::kDefault}, {2, Format::kDefault}};
 
 TEST_CASE("truncation at every offset is an error") {
   for (const Coding coding : kCodings) {
@@ -74,32 +74,33 @@ TEST_CASE("truncation at every offset is an error") {
     // version 3 the last chunk runs to the end and the byte is too many for the chunk.
     std::vector<uint8_t> longer = f.delta.bytes;
     longer.push_back(0);
-    CHECK(DecodeGuarded(f, longer, f.delta.checksum).code() ==
-          (coding.format == Format::kPublished ? ErrorCode::kCorruptHeader : ErrorCode::kCorruptChunk));
+    CHECK(DecodeGuarded(f, longer, f.delta.checksum).code() == (coding.format == Format::kPublished
+                                                                    ? ErrorCode::kCorruptHeader
+                                                                    : ErrorCode::kCorruptChunk));
   }
 }
 
 TEST_CASE("every single-bit flip is an error or decodes exactly") {
   for (const Coding coding : kCodings) {
-   for (const double density : {0.01, 0.3}) {
-    Fixture f(2500, density, 1024, coding.effort, coding.format);
-    size_t errors = 0, flips = 0;
-    for (size_t byte = 0; byte < f.delta.bytes.size(); ++byte) {
-      for (int bit = 0; bit < 8; ++bit) {
-        std::vector<uint8_t> flipped = f.delta.bytes;
-        flipped[byte] ^= static_cast<uint8_t>(1u << bit);
-        INFO("byte ", byte, " bit ", bit);
-        errors += !DecodeGuarded(f, flipped, f.delta.checksum).ok();
-        ++flips;
+    for (const double density : {0.01, 0.3}) {
+      Fixture f(2500, density, 1024, coding.effort, coding.format);
+      size_t errors = 0, flips = 0;
+      for (size_t byte = 0; byte < f.delta.bytes.size(); ++byte) {
+        for (int bit = 0; bit < 8; ++bit) {
+          std::vector<uint8_t> flipped = f.delta.bytes;
+          flipped[byte] ^= static_cast<uint8_t>(1u << bit);
+          INFO("byte ", byte, " bit ", bit);
+          errors += !DecodeGuarded(f, flipped, f.delta.checksum).ok();
+          ++flips;
+        }
       }
+      MESSAGE("format ", static_cast<int>(coding.format), " effort ", coding.effort, " density ",
+              density, ": ", errors, " of ", flips, " flips rejected");
+      // Every field is validated and the checksum covers the rest, so a flip can only pass
+      // when it leaves the decoded result unchanged: unused bits of a zstd stream, or the
+      // last bits of a range-coded stream, below the precision its final symbols needed.
+      CHECK(errors * 100 >= flips * 90);
     }
-    MESSAGE("format ", static_cast<int>(coding.format), " effort ", coding.effort, " density ",
-            density, ": ", errors, " of ", flips, " flips rejected");
-    // Every field is validated and the checksum covers the rest, so a flip can only pass
-    // when it leaves the decoded result unchanged: unused bits of a zstd stream, or the
-    // last bits of a range-coded stream, below the precision its final symbols needed.
-    CHECK(errors * 100 >= flips * 90);
-   }
   }
 }
 
@@ -163,12 +164,10 @@ TEST_CASE("size mismatches and a too-small output") {
   CHECK(delta_decompress(f.src.data(), 4000, bytes.data(), bytes.size(), f.delta.checksum,
                          out.data(), 3999)
             .code() == ErrorCode::kOutputTooSmall);
-  CHECK(delta_decompress(f.src.data(), 0, bytes.data(), bytes.size(), f.delta.checksum,
-                         out.data())
+  CHECK(delta_decompress(f.src.data(), 0, bytes.data(), bytes.size(), f.delta.checksum, out.data())
             .code() == ErrorCode::kSizeMismatch);
   for (const uint16_t v : out) REQUIRE(v == kUntouched);
-  CHECK(delta_decompress(nullptr, 4000, bytes.data(), bytes.size(), f.delta.checksum,
-                         out.data())
+  CHECK(delta_decompress(nullptr, 4000, bytes.data(), bytes.size(), f.delta.checksum, out.data())
             .code() == ErrorCode::kInvalidArgument);
   // Partially overlapping src and out.
   std::vector<uint16_t> buffer(8001);

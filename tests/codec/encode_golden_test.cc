@@ -71,12 +71,13 @@ TEST_CASE("the encoder reproduces the committed golden payloads on every target"
     const std::vector<uint16_t> src = ReadBf16(base + ".src.bf16");
     const std::vector<uint16_t> dst = ReadBf16(base + ".dst.bf16");
     const bool exists = std::ifstream(base + ".arc3").good();
-    const std::vector<uint8_t> committed = exists ? ReadFile(base + ".arc3") : std::vector<uint8_t>();
+    const std::vector<uint8_t> committed =
+        exists ? ReadFile(base + ".arc3") : std::vector<uint8_t>();
     // One tensor through delta_compress, several through delta_compress_tensors.
     const auto compress = [&](Delta* delta) {
       if (c.tensors.empty()) return delta_compress(src, dst, delta, c.options);
-      const std::vector<TensorDelta> tensors = test::SplitTensors<TensorDelta>(
-          c.tensors, src.size(), [&](size_t at, size_t count) {
+      const std::vector<TensorDelta> tensors =
+          test::SplitTensors<TensorDelta>(c.tensors, src.size(), [&](size_t at, size_t count) {
             return TensorDelta{src.data() + at, dst.data() + at, count};
           });
       return delta_compress_tensors(tensors.data(), tensors.size(), delta, c.options);

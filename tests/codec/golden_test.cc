@@ -67,12 +67,12 @@ TEST_CASE("golden payloads decode to their committed tensors") {
     std::vector<uint16_t> out(src.size());
     if (!c.tensors.empty()) {
       CHECK(info.tensor_count == c.tensors.size());
-      const std::vector<TensorOut> tensors = test::SplitTensors<TensorOut>(
-          c.tensors, src.size(), [&](size_t at, size_t count) {
+      const std::vector<TensorOut> tensors =
+          test::SplitTensors<TensorOut>(c.tensors, src.size(), [&](size_t at, size_t count) {
             return TensorOut{src.data() + at, out.data() + at, count};
           });
-      const Status status = delta_decompress_tensors(tensors.data(), tensors.size(),
-                                                     payload.data(), payload.size(), c.checksum);
+      const Status status = delta_decompress_tensors(tensors.data(), tensors.size(), payload.data(),
+                                                     payload.size(), c.checksum);
       REQUIRE_MESSAGE(status.ok(), status.ToString());
       CHECK(out == dst);
       continue;
@@ -96,8 +96,8 @@ TEST_CASE("golden broken payloads fail with their named error") {
     INFO("broken payload ", path);
     const std::vector<uint8_t> payload = ReadFile(path);
     std::vector<uint16_t> out(src.size(), 0x1234);
-    const Status status =
-        delta_decompress(src.data(), src.size(), payload.data(), payload.size(), checksum, out.data());
+    const Status status = delta_decompress(src.data(), src.size(), payload.data(), payload.size(),
+                                           checksum, out.data());
     CHECK(std::string(ErrorName(status.code())) == name);
     CHECK(out == std::vector<uint16_t>(src.size(), 0x1234));
     ++tested;

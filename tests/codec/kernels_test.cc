@@ -188,14 +188,16 @@ TEST_CASE("GroupRateSums: every exponent in every lane, and random groups, vs th
     for (const uint16_t other : {uint16_t{0x0000}, uint16_t{0x7F80}}) {
       for (int lane = 0; lane < 4; ++lane) {
         for (int k = 0; k < 4; ++k) {
-          const uint16_t bits = static_cast<uint16_t>((e << 7) | ((e & 1) ? 0x8000 : 0) | (e & 0x7F));
+          const uint16_t bits =
+              static_cast<uint16_t>((e << 7) | ((e & 1) ? 0x8000 : 0) | (e & 0x7F));
           values.push_back(k == lane ? bits : other);
         }
       }
     }
   }
   std::mt19937 rng(9);
-  while (values.size() % 4 != 0 || values.size() < 100100) values.push_back(static_cast<uint16_t>(rng()));
+  while (values.size() % 4 != 0 || values.size() < 100100)
+    values.push_back(static_cast<uint16_t>(rng()));
   // The reference itself against the rate definition: exponent 0 and zeros have rate log
   // 32, or the cap; exponent 134 (2^7) has rate log 0, and 118 rate log 16.
   uint64_t first = 0;
@@ -264,7 +266,7 @@ TEST_CASE("HistoryRateSums: every exponent and history byte, and random boosts, 
   {
     const int8_t boosts[8] = {0, 3, 2, 1, 1, 1, 1, 1};
     const uint16_t src[4] = {0x0000, 0x4300, 0x4300, 0x4300};  // exponents 0, 134, 134, 134
-    const uint8_t ages[4] = {1, 0, 1, 0x92};                     // 0x92: age 2, bit 4 set
+    const uint8_t ages[4] = {1, 0, 1, 0x92};                   // 0x92: age 2, bit 4 set
     uint64_t sum = 0;
     ref::HistoryRateSums(src, ages, boosts, 1, kMaxRateLog, &sum);
     CHECK(sum == (uint64_t{1} << 32) + 1 + 8 + 4);
@@ -276,10 +278,12 @@ TEST_CASE("HistoryRateSums: every exponent and history byte, and random boosts, 
     ref::HistoryRateSums(mixed, mixed_ages, lowering, 1, kMaxRateLog, &sum);
     CHECK(sum == (uint64_t{1} << 11) + 1 + 1 + 1);
   }
-  const int8_t boost_sets[][8] = {
-      {0, 0, 0, 0, 0, 0, 0, 0}, {0, 4, 3, 2, 2, 2, 2, 2}, {0, 15, 15, 15, 15, 15, 15, 15},
-      {7, 1, 2, 3, 4, 5, 6, 127}, {0, -kMaxRateLog, -kMaxRateLog, 3, 3, 3, 3, 3},
-      {-128, -1, -7, -20, 1, 2, -33, 9}};
+  const int8_t boost_sets[][8] = {{0, 0, 0, 0, 0, 0, 0, 0},
+                                  {0, 4, 3, 2, 2, 2, 2, 2},
+                                  {0, 15, 15, 15, 15, 15, 15, 15},
+                                  {7, 1, 2, 3, 4, 5, 6, 127},
+                                  {0, -kMaxRateLog, -kMaxRateLog, 3, 3, 3, 3, 3},
+                                  {-128, -1, -7, -20, 1, 2, -33, 9}};
   test::ForEachTarget([&](const char*) {
     for (const int cap : {0, 12, kMaxRateLog}) {
       for (const auto& boosts : boost_sets) {
@@ -288,8 +292,8 @@ TEST_CASE("HistoryRateSums: every exponent and history byte, and random boosts, 
           for (const size_t mis : kMisalignments) {
             if (4 * groups + mis > values.size()) continue;
             std::vector<uint64_t> want(groups + 1);
-            ref::HistoryRateSums(values.data() + mis, history.data() + mis, boosts, groups,
-                                 cap, want.data());
+            ref::HistoryRateSums(values.data() + mis, history.data() + mis, boosts, groups, cap,
+                                 want.data());
             std::vector<uint64_t> got(groups + 2 * kGuard, 0xA5A5A5A5A5A5A5A5ull);
             HistoryRateSums(values.data() + mis, history.data() + mis, boosts, groups, cap,
                             got.data() + kGuard);
@@ -489,12 +493,12 @@ TEST_CASE("EncodeRansElements: every kind of change, any tables and states, vs t
             std::vector<uint16_t> want(n + kRansLanes);
             std::vector<uint16_t> got(n + kRansLanes + 2 * kGuard, kSentinel16);
             const uint8_t* h = with_history ? history.data() + mis : nullptr;
-            const size_t want_n = ref::EncodeRansElements(src.data() + mis, dst.data() + mis, n,
-                                                          class_base, probs, splits, want_states,
-                                                          want.data(), h);
-            const size_t got_n = EncodeRansElements(src.data() + mis, dst.data() + mis, n,
-                                                    class_base, probs, splits, got_states,
-                                                    got.data() + kGuard, h);
+            const size_t want_n =
+                ref::EncodeRansElements(src.data() + mis, dst.data() + mis, n, class_base, probs,
+                                        splits, want_states, want.data(), h);
+            const size_t got_n =
+                EncodeRansElements(src.data() + mis, dst.data() + mis, n, class_base, probs, splits,
+                                   got_states, got.data() + kGuard, h);
             REQUIRE(got_n == want_n);
             REQUIRE(std::equal(want_states, want_states + kRansLanes, got_states));
             REQUIRE(std::equal(want.begin(), want.begin() + static_cast<std::ptrdiff_t>(want_n),

@@ -50,8 +50,8 @@ TEST_CASE("a tensor of more than 2^31 elements round-trips in both formats") {
     Delta delta;
     const Status s = delta_compress(src.data(), dst.data(), n, &delta, options);
     REQUIRE_MESSAGE(s.ok(), s.ToString());
-    std::printf("format %d: compress %.1f s, %zu bytes\n", static_cast<int>(format),
-                Seconds(start), delta.bytes.size());
+    std::printf("format %d: compress %.1f s, %zu bytes\n", static_cast<int>(format), Seconds(start),
+                delta.bytes.size());
     CHECK(delta.checksum == Checksum(dst.data(), n));
     PayloadInfo info;
     REQUIRE(delta_inspect(delta.bytes.data(), delta.bytes.size(), &info).ok());

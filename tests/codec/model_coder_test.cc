@@ -19,8 +19,8 @@
 namespace arc_v3 {
 namespace {
 
-using test::GaussianWeights;
 using test::ColumnCoherentStep;
+using test::GaussianWeights;
 using test::Step;
 
 struct Decoded {
@@ -44,9 +44,8 @@ std::vector<uint8_t> CheckRoundTrip(const std::vector<uint16_t>& src,
                                     const std::vector<uint32_t>* sign_periods = nullptr) {
   REQUIRE(src.size() == dst.size());
   const auto encode = [&](std::vector<uint8_t>* out) {
-    return log2_block == 0 ? EncodeChunkModelled(src.data(), dst.data(), src.size(), out,
-                                                 history, kUncounted, CarriedModel(),
-                                                 sign_periods)
+    return log2_block == 0 ? EncodeChunkModelled(src.data(), dst.data(), src.size(), out, history,
+                                                 kUncounted, CarriedModel(), sign_periods)
                            : EncodeChunkModelledWithBlock(src.data(), dst.data(), src.size(),
                                                           log2_block, out, history);
   };
@@ -96,8 +95,8 @@ Status CheckSane(const std::vector<uint16_t>& src, const uint8_t* bytes, size_t 
                  const uint8_t* history = nullptr, const CarriedModel& carried = CarriedModel()) {
   std::vector<uint32_t> positions;
   std::vector<uint16_t> xors;
-  const Status s = DecodeChunkModelled(src.data(), src.size(), bytes, size, &positions, &xors,
-                                       history, carried);
+  const Status s =
+      DecodeChunkModelled(src.data(), src.size(), bytes, size, &positions, &xors, history, carried);
   if (!s.ok()) {
     CHECK((s.code() == ErrorCode::kCorruptChunk || s.code() == ErrorCode::kTruncated));
     CHECK(positions.empty());
@@ -141,10 +140,10 @@ TEST_CASE("MonotoneKey is a bijection that orders values, with +-0 adjacent") {
     }
     CHECK(a < b);
   }
-  CHECK(MonotoneKey(0x0000) == MonotoneKey(0x8000) + 1);       // -0 -> +0
-  CHECK(MonotoneKey(0x3F80) == MonotoneKey(0x3F7F) + 1);       // carry into the exponent
-  CHECK(MonotoneKey(0xBF80) + 1 == MonotoneKey(0xBF7F));       // and on the negative side
-  CHECK(MonotoneKey(0x7F80) + 1 == MonotoneKey(0x7F81));       // +Inf -> NaN
+  CHECK(MonotoneKey(0x0000) == MonotoneKey(0x8000) + 1);  // -0 -> +0
+  CHECK(MonotoneKey(0x3F80) == MonotoneKey(0x3F7F) + 1);  // carry into the exponent
+  CHECK(MonotoneKey(0xBF80) + 1 == MonotoneKey(0xBF7F));  // and on the negative side
+  CHECK(MonotoneKey(0x7F80) + 1 == MonotoneKey(0x7F81));  // +Inf -> NaN
 }
 
 TEST_CASE("Round trips: sizes 0, 1, odd, and every block size") {
@@ -187,14 +186,13 @@ TEST_CASE("Bad arguments") {
   std::vector<uint16_t> xors;
   CHECK(EncodeChunkModelled(nullptr, v.data(), 3, &out).code() == ErrorCode::kInvalidArgument);
   CHECK(EncodeChunkModelled(v.data(), nullptr, 3, &out).code() == ErrorCode::kInvalidArgument);
-  CHECK(EncodeChunkModelled(v.data(), v.data(), 3, nullptr).code() ==
-        ErrorCode::kInvalidArgument);
+  CHECK(EncodeChunkModelled(v.data(), v.data(), 3, nullptr).code() == ErrorCode::kInvalidArgument);
   CHECK(EncodeChunkModelled(v.data(), v.data(), kMaxModelledChunk + 1, &out).code() ==
         ErrorCode::kInvalidArgument);
-  CHECK(EncodeChunkModelledWithBlock(v.data(), v.data(), 3, kMaxModelBlockLog + 1, &out)
-            .code() == ErrorCode::kInvalidArgument);
-  CHECK(EncodeChunkModelledWithBlock(v.data(), v.data(), 3, kMinModelBlockLog - 1, &out)
-            .code() == ErrorCode::kInvalidArgument);
+  CHECK(EncodeChunkModelledWithBlock(v.data(), v.data(), 3, kMaxModelBlockLog + 1, &out).code() ==
+        ErrorCode::kInvalidArgument);
+  CHECK(EncodeChunkModelledWithBlock(v.data(), v.data(), 3, kMinModelBlockLog - 1, &out).code() ==
+        ErrorCode::kInvalidArgument);
   CHECK(out.empty());
   const uint8_t byte = 0;
   CHECK(DecodeChunkModelled(nullptr, 3, &byte, 1, &positions, &xors).code() ==
@@ -203,8 +201,8 @@ TEST_CASE("Bad arguments") {
         ErrorCode::kInvalidArgument);
   CHECK(DecodeChunkModelled(v.data(), 3, &byte, 1, nullptr, &xors).code() ==
         ErrorCode::kInvalidArgument);
-  CHECK(DecodeChunkModelled(v.data(), kMaxModelledChunk + 1, &byte, 1, &positions, &xors)
-            .code() == ErrorCode::kInvalidArgument);
+  CHECK(DecodeChunkModelled(v.data(), kMaxModelledChunk + 1, &byte, 1, &positions, &xors).code() ==
+        ErrorCode::kInvalidArgument);
   // Zero elements decode from zero bytes only.
   CHECK(DecodeChunkModelled(nullptr, 0, nullptr, 0, &positions, &xors).ok());
   CHECK(positions.empty());
@@ -273,7 +271,7 @@ TEST_CASE("Rate caps: written where they change a rate, raised on very sparse ch
   // One change in 2^16 weights of rate 2^10 (and a zero): an element of rate 2^26 would
   // change about once a step, so the cap moves two octaves above, to 28 ...
   std::vector<uint16_t> sparse_src(1 << 16, 0x3E00);  // 0.125: exponent 124, rate log 10
-  sparse_src[5] = 0x0000;                              // rate log 32
+  sparse_src[5] = 0x0000;                             // rate log 32
   std::vector<uint16_t> sparse_dst = sparse_src;
   sparse_dst[100] = 0x3E01;
   CHECK(RateCapOf(CheckRoundTrip(sparse_src, sparse_dst)) == 28);
@@ -367,8 +365,7 @@ TEST_CASE("Column signs: the encoder finds the row length, round-trips, and pays
   for (size_t i = 0; i < history.size(); ++i) {
     history[i] = static_cast<uint8_t>(rng() % 37 == 0 ? 1 + rng() % 15 : 0);
   }
-  const std::vector<uint8_t> with_history =
-      CheckRoundTrip(src, dst, 0, history.data(), &periods);
+  const std::vector<uint8_t> with_history = CheckRoundTrip(src, dst, 0, history.data(), &periods);
   CHECK((with_history[0] & kModelColumnSigns) != 0);
   CHECK((with_history[3] | with_history[4] << 8) == cols);  // after the boost byte
   for (const int log2_block : {2, 5, 8}) CheckRoundTrip(src, dst, log2_block, nullptr, &periods);
@@ -377,8 +374,7 @@ TEST_CASE("Column signs: the encoder finds the row length, round-trips, and pays
   std::vector<uint8_t> bad = columns;
   bad[2] = bad[3] = 0;
   CHECK(Decode(src, bad).status.code() == ErrorCode::kCorruptChunk);
-  CHECK(Decode(src, {columns.begin(), columns.begin() + 3}).status.code() ==
-        ErrorCode::kTruncated);
+  CHECK(Decode(src, {columns.begin(), columns.begin() + 3}).status.code() == ErrorCode::kTruncated);
   // Any other period decodes to something (or fails cleanly), never out of bounds.
   for (const uint32_t period : {1u, 7u, 121u, 65535u}) {
     bad = columns;
@@ -449,8 +445,7 @@ TEST_CASE("Sessions: round trips with history, and history pays") {
       if (!bytes.empty() && (bytes[0] & 0x08)) {
         std::vector<uint32_t> positions;
         std::vector<uint16_t> xors;
-        CHECK(DecodeChunkModelled(src.data(), n, bytes.data(), bytes.size(), &positions,
-                                  &xors)
+        CHECK(DecodeChunkModelled(src.data(), n, bytes.data(), bytes.size(), &positions, &xors)
                   .code() == ErrorCode::kCorruptChunk);
       }
       for (int b = kMinModelBlockLog; b <= kMaxModelBlockLog; ++b) {
@@ -602,7 +597,8 @@ TEST_CASE("Sessions: a carried model round-trips, pays, and is needed to decode"
       std::vector<uint8_t> flipped = bytes;
       for (size_t bit = 0; bit < 8 * std::min<size_t>(bytes.size(), 64); ++bit) {
         flipped[bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));
-        (void)CheckSane(src, flipped.data(), flipped.size(), step_history, {carried.get(), nullptr});
+        (void)CheckSane(src, flipped.data(), flipped.size(), step_history,
+                        {carried.get(), nullptr});
         flipped[bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));
       }
     }
@@ -614,8 +610,8 @@ TEST_CASE("Sessions: a carried model round-trips, pays, and is needed to decode"
       REQUIRE(EncodeChunkModelled(dst.data(), next.data(), n, &from_sender, nullptr, kUncounted,
                                   {sender_end.get(), nullptr})
                   .ok());
-      REQUIRE(EncodeChunkModelled(dst.data(), next.data(), n, &from_receiver, nullptr,
-                                  kUncounted, {receiver_end.get(), nullptr})
+      REQUIRE(EncodeChunkModelled(dst.data(), next.data(), n, &from_receiver, nullptr, kUncounted,
+                                  {receiver_end.get(), nullptr})
                   .ok());
       CHECK(from_sender == from_receiver);
     }

@@ -61,8 +61,8 @@ std::vector<uint8_t> CheckRoundTrip(const std::vector<uint16_t>& src,
 
   std::vector<uint32_t> positions = {7, 7};  // stale contents must be replaced
   std::vector<uint16_t> xors = {1};
-  const Status d = DecodeChunkRans(src.data(), src.size(), bytes.data(), bytes.size(),
-                                   &positions, &xors, with_history ? history : nullptr);
+  const Status d = DecodeChunkRans(src.data(), src.size(), bytes.data(), bytes.size(), &positions,
+                                   &xors, with_history ? history : nullptr);
   REQUIRE_MESSAGE(d.ok(), d.ToString());
   std::vector<uint16_t> want_xors;
   for (const uint32_t p : want_positions) want_xors.push_back(src[p] ^ dst[p]);
@@ -77,8 +77,7 @@ void CheckSane(const std::vector<uint16_t>& src, const uint8_t* bytes, size_t si
                const uint8_t* history = nullptr) {
   std::vector<uint32_t> positions;
   std::vector<uint16_t> xors;
-  const Status s = DecodeChunkRans(src.data(), src.size(), bytes, size, &positions, &xors,
-                                   history);
+  const Status s = DecodeChunkRans(src.data(), src.size(), bytes, size, &positions, &xors, history);
   if (!s.ok()) {
     CHECK((s.code() == ErrorCode::kCorruptChunk || s.code() == ErrorCode::kTruncated));
     CHECK(positions.empty());
@@ -165,8 +164,7 @@ TEST_CASE("Malformed chunks are rejected") {
   const auto decode = [&](const std::vector<uint8_t>& bytes) {
     std::vector<uint32_t> positions;
     std::vector<uint16_t> xors;
-    return DecodeChunkRans(src.data(), src.size(), bytes.data(), bytes.size(), &positions,
-                           &xors)
+    return DecodeChunkRans(src.data(), src.size(), bytes.data(), bytes.size(), &positions, &xors)
         .code();
   };
   const size_t words_at = kElementWordsAt;
@@ -229,8 +227,8 @@ TEST_CASE("The escape stream starts in the element states' ends") {
   bad.push_back(0);
   std::vector<uint32_t> positions;
   std::vector<uint16_t> xors;
-  CHECK(DecodeChunkRans(src.data(), src.size(), bad.data(), bad.size(), &positions, &xors)
-            .code() == ErrorCode::kCorruptChunk);
+  CHECK(DecodeChunkRans(src.data(), src.size(), bad.data(), bad.size(), &positions, &xors).code() ==
+        ErrorCode::kCorruptChunk);
   // Large steps: the escape stream outgrows the 16 units, and the rest follows the
   // element words.
   for (size_t i = 3; i < dst.size(); i += 11) {
@@ -260,8 +258,8 @@ TEST_CASE("On dense realistic updates rANS stays within 3% of the modelled coder
     REQUIRE(density > 0.02);
     REQUIRE(density < 0.12);
     std::vector<uint8_t> rans, modelled;
-    REQUIRE(EncodeChunkRans(src.data(), dst.data(), src.size(), positions.data(),
-                            positions.size(), &rans)
+    REQUIRE(EncodeChunkRans(src.data(), dst.data(), src.size(), positions.data(), positions.size(),
+                            &rans)
                 .ok());
     REQUIRE(EncodeChunkModelled(src.data(), dst.data(), src.size(), &modelled).ok());
     MESSAGE("density ", density, ": rANS ", rans.size(), " bytes, modelled ", modelled.size());
@@ -338,8 +336,7 @@ TEST_CASE("With a session history: damaged chunks never crash") {
   std::mt19937 rng(8);
   const SessionStep step = MakeSessionStep(30000, &rng);
   bool used = false;
-  const std::vector<uint8_t> good =
-      CheckRoundTrip(step.src, step.dst, step.history.data(), &used);
+  const std::vector<uint8_t> good = CheckRoundTrip(step.src, step.dst, step.history.data(), &used);
   REQUIRE(used);
   test::ForEachDamagedChunk(good, 120, &rng, [&](const uint8_t* bytes, size_t size) {
     CheckSane(step.src, bytes, size, step.history.data());

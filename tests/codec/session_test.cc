@@ -74,9 +74,10 @@ std::vector<Delta> CompressEverySnapshot(Session* sender, const Steps& steps) {
   const size_t count = steps.snapshots[0].size();
   std::vector<Delta> deltas(steps.snapshots.size() - 1);
   for (size_t s = 0; s < deltas.size(); ++s) {
-    REQUIRE(sender->Compress(steps.snapshots[s].data(), steps.snapshots[s + 1].data(), count,
-                             &deltas[s])
-                .ok());
+    REQUIRE(
+        sender
+            ->Compress(steps.snapshots[s].data(), steps.snapshots[s + 1].data(), count, &deltas[s])
+            .ok());
   }
   return deltas;
 }
@@ -109,11 +110,11 @@ TEST_CASE("a receiver with the wrong base or out of step gets an error, not weig
   // Another session's payload for the same tensors.
   Session other_sender, other_receiver;
   Delta first;
-  REQUIRE(other_sender.Compress(steps.snapshots[0].data(), steps.snapshots[1].data(), count,
-                                &first)
+  REQUIRE(other_sender.Compress(steps.snapshots[0].data(), steps.snapshots[1].data(), count, &first)
               .ok());
-  REQUIRE(other_receiver.Decompress(steps.snapshots[0].data(), count, first.bytes.data(),
-                                    first.bytes.size(), first.checksum, out.data())
+  REQUIRE(other_receiver
+              .Decompress(steps.snapshots[0].data(), count, first.bytes.data(), first.bytes.size(),
+                          first.checksum, out.data())
               .ok());
   // Same first step, same history identity: the identity depends only on the steps.
   Session replica;
@@ -183,11 +184,12 @@ TEST_CASE("carried models: a failed step leaves them as they were") {
   sender.Reset();
   receiver.Reset();
   Delta again;
-  REQUIRE(sender.Compress(steps.snapshots[1].data(), steps.snapshots[2].data(), count, &again)
-              .ok());
+  REQUIRE(
+      sender.Compress(steps.snapshots[1].data(), steps.snapshots[2].data(), count, &again).ok());
   CHECK((again.bytes[5] & kFlagContinues) == 0);
-  REQUIRE(receiver.Decompress(steps.snapshots[1].data(), count, again.bytes.data(),
-                              again.bytes.size(), again.checksum, out.data())
+  REQUIRE(receiver
+              .Decompress(steps.snapshots[1].data(), count, again.bytes.data(), again.bytes.size(),
+                          again.checksum, out.data())
               .ok());
   CHECK(out == steps.snapshots[2]);
 }
@@ -264,8 +266,9 @@ TEST_CASE("a step continues the last one exactly when its base is that step's re
   PayloadInfo info;
   REQUIRE(delta_inspect(delta.bytes.data(), delta.bytes.size(), &info).ok());
   CHECK(!info.continues);
-  REQUIRE(receiver.Decompress(snap[2].data(), count, delta.bytes.data(), delta.bytes.size(),
-                              delta.checksum, out.data())
+  REQUIRE(receiver
+              .Decompress(snap[2].data(), count, delta.bytes.data(), delta.bytes.size(),
+                          delta.checksum, out.data())
               .ok());
   CHECK(out == snap[3]);
 }
@@ -284,8 +287,8 @@ struct GroupViews {
     }
     return tensors;
   }
-  std::vector<TensorOut> Outs(const std::vector<size_t>& sizes,
-                              const std::vector<uint16_t>& base, uint16_t* out) const {
+  std::vector<TensorOut> Outs(const std::vector<size_t>& sizes, const std::vector<uint16_t>& base,
+                              uint16_t* out) const {
     std::vector<TensorOut> tensors;
     size_t at = 0;
     for (const size_t n : sizes) {
@@ -326,9 +329,8 @@ TEST_CASE("a session over a group of tensors round-trips and beats one session p
               .code() == ErrorCode::kHistoryMismatch);
     CHECK(out == std::vector<uint16_t>(count, 7));
     const std::vector<TensorOut> in_place = views.Outs(sizes, weights, weights.data());
-    const Status status = receiver.DecompressTensors(in_place.data(), in_place.size(),
-                                                     delta.bytes.data(), delta.bytes.size(),
-                                                     delta.checksum);
+    const Status status = receiver.DecompressTensors(
+        in_place.data(), in_place.size(), delta.bytes.data(), delta.bytes.size(), delta.checksum);
     REQUIRE_MESSAGE(status.ok(), status.ToString());
     REQUIRE(weights == next);
     CHECK(sender.history_id() == receiver.history_id());
@@ -361,8 +363,7 @@ TEST_CASE("a session over a group of tensors round-trips and beats one session p
   other_split[0] += 1;
   other_split[2] -= 1;
   CHECK(decode(views.Outs(other_split, prev, out.data())).code() == ErrorCode::kSizeMismatch);
-  CHECK(decode(views.Outs(sizes, steps.snapshots[2], out.data())).code() ==
-        ErrorCode::kWrongBase);
+  CHECK(decode(views.Outs(sizes, steps.snapshots[2], out.data())).code() == ErrorCode::kWrongBase);
   CHECK(out == std::vector<uint16_t>(count, 7));
   CHECK(receiver.history_id() == before);
   // Scattered outputs (not back to back) decode the same.
@@ -408,7 +409,8 @@ std::vector<uint8_t> CommittedPayload(const std::string& path, const Delta& made
 TEST_CASE("committed session payloads, one tensor and a group, decode step by step") {
   const std::string dir = std::string(test::kGoldenDir) + "session/";
   std::vector<std::vector<uint16_t>> steps;
-  for (int i = 0; i < 4; ++i) steps.push_back(test::ReadBf16(dir + "step" + std::to_string(i) + ".bf16"));
+  for (int i = 0; i < 4; ++i)
+    steps.push_back(test::ReadBf16(dir + "step" + std::to_string(i) + ".bf16"));
   const size_t count = steps[0].size();
   const std::vector<size_t> sizes = {4096, 8192, 4096};
   const GroupViews views;
@@ -474,9 +476,8 @@ TEST_CASE("committed dense session payloads: rANS with the history") {
     CHECK(stats.info.format_version == kFormatVersion);
     CHECK(stats.info.continues == (i == 2));
     CHECK(stats.chunk_modes[i == 1 ? kChunkRans : kChunkRansHistory] == 1);
-    const Status status =
-        receiver.Decompress(weights.data(), count, bytes.data(), bytes.size(), checksum,
-                            weights.data());
+    const Status status = receiver.Decompress(weights.data(), count, bytes.data(), bytes.size(),
+                                              checksum, weights.data());
     REQUIRE_MESSAGE(status.ok(), status.ToString());
     CHECK(weights == steps[i]);
   }
@@ -500,8 +501,9 @@ TEST_CASE("efforts 1-2 code a chunk as rANS from 1/128 changed, in a session fro
     Delta stateless;
     REQUIRE(delta_compress(steps[1].data(), steps[2].data(), kCount, &stateless).ok());
     PayloadStats stats;
-    REQUIRE(delta_stats(steps[1].data(), kCount, stateless.bytes.data(), stateless.bytes.size(),
-                        &stats).ok());
+    REQUIRE(
+        delta_stats(steps[1].data(), kCount, stateless.bytes.data(), stateless.bytes.size(), &stats)
+            .ok());
     CHECK(stats.chunk_modes[3] == 1);
     // A session's second step, with a history: the modelled coder below 1/64, rANS (with
     // or without the history) from there on.
@@ -510,11 +512,14 @@ TEST_CASE("efforts 1-2 code a chunk as rANS from 1/128 changed, in a session fro
     Delta delta;
     for (size_t s = 0; s < 2; ++s) {
       REQUIRE(sender.Compress(steps[s].data(), steps[s + 1].data(), kCount, &delta).ok());
-      REQUIRE(receiver.Decompress(weights.data(), kCount, delta.bytes.data(), delta.bytes.size(),
-                                  delta.checksum, weights.data()).ok());
+      REQUIRE(receiver
+                  .Decompress(weights.data(), kCount, delta.bytes.data(), delta.bytes.size(),
+                              delta.checksum, weights.data())
+                  .ok());
       REQUIRE(weights == steps[s + 1]);
     }
-    REQUIRE(delta_stats(steps[1].data(), kCount, delta.bytes.data(), delta.bytes.size(), &stats).ok());
+    REQUIRE(
+        delta_stats(steps[1].data(), kCount, delta.bytes.data(), delta.bytes.size(), &stats).ok());
     if (stride == 100) {
       CHECK(stats.chunk_modes[2] == 1);
     } else {

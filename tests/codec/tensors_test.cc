@@ -79,8 +79,8 @@ TEST_CASE("several tensors round-trip through one payload") {
                 .ok());
     CHECK(outs == group.dst);
   }
-  REQUIRE(delta_decompress_tensors(same.data(), same.size(), delta.bytes.data(),
-                                   delta.bytes.size(), delta.checksum)
+  REQUIRE(delta_decompress_tensors(same.data(), same.size(), delta.bytes.data(), delta.bytes.size(),
+                                   delta.checksum)
               .ok());
   CHECK(in_place == group.dst);
 }
@@ -112,8 +112,7 @@ TEST_CASE("the bytes are those of the concatenation, whatever the thread count")
   CHECK(LoadU32(one_thread.bytes.data() + list_at + 1) ==
         TensorListCheck(std::vector<uint64_t>(kSizes.begin(), kSizes.end())));
   CHECK(std::memcmp(one_thread.bytes.data() + list_at + list_bytes,
-                    concatenated.bytes.data() + list_at,
-                    concatenated.bytes.size() - list_at) == 0);
+                    concatenated.bytes.data() + list_at, concatenated.bytes.size() - list_at) == 0);
 }
 
 TEST_CASE("many small tensors cost less in one payload than one by one") {
@@ -139,9 +138,9 @@ TEST_CASE("a one-tensor payload decodes as a list of one, and a group only as a 
   REQUIRE(delta_compress(group.src[0], group.dst[0], &single).ok());
   std::vector<uint16_t> out(3000);
   TensorOut slot{group.src[0].data(), out.data(), 3000};
-  REQUIRE(delta_decompress_tensors(&slot, 1, single.bytes.data(), single.bytes.size(),
-                                   single.checksum)
-              .ok());
+  REQUIRE(
+      delta_decompress_tensors(&slot, 1, single.bytes.data(), single.bytes.size(), single.checksum)
+          .ok());
   CHECK(out == group.dst[0]);
   // A list of one through delta_compress_tensors keeps the Tensors flag.
   const std::vector<TensorDelta> one = group.Deltas();
@@ -156,9 +155,9 @@ TEST_CASE("a one-tensor payload decodes as a list of one, and a group only as a 
   CHECK(refused.code() == ErrorCode::kSizeMismatch);
   CHECK(refused.message().find("delta_decompress_tensors") != std::string::npos);
   std::fill(out.begin(), out.end(), 0);
-  REQUIRE(delta_decompress_tensors(&slot, 1, listed.bytes.data(), listed.bytes.size(),
-                                   listed.checksum)
-              .ok());
+  REQUIRE(
+      delta_decompress_tensors(&slot, 1, listed.bytes.data(), listed.bytes.size(), listed.checksum)
+          .ok());
   CHECK(out == group.dst[0]);
 }
 
@@ -241,7 +240,6 @@ TEST_CASE("the tensor list in the header is validated") {
     const std::vector<uint8_t> head(delta.bytes.begin(), delta.bytes.begin() + cut);
     CHECK(decode(head) == ErrorCode::kTruncated);
   }
-
 }
 
 TEST_CASE("bad arguments") {
@@ -258,13 +256,12 @@ TEST_CASE("bad arguments") {
         ErrorCode::kInvalidArgument);
   // No tensors at all is a valid, empty group.
   REQUIRE(delta_compress_tensors(nullptr, 0, &delta).ok());
-  CHECK(delta_decompress_tensors(nullptr, 0, delta.bytes.data(), delta.bytes.size(),
-                                 delta.checksum)
+  CHECK(delta_decompress_tensors(nullptr, 0, delta.bytes.data(), delta.bytes.size(), delta.checksum)
             .ok());
   TensorOut null_out{group.src[0].data(), nullptr, 100};
-  CHECK(delta_decompress_tensors(&null_out, 1, delta.bytes.data(), delta.bytes.size(),
-                                 delta.checksum)
-            .code() == ErrorCode::kInvalidArgument);
+  CHECK(
+      delta_decompress_tensors(&null_out, 1, delta.bytes.data(), delta.bytes.size(), delta.checksum)
+          .code() == ErrorCode::kInvalidArgument);
 }
 
 TEST_CASE("delta_worth_grouping: small tensors with few changes") {

@@ -18,21 +18,20 @@
 #include "arc_v3.hpp"
 
 // A violated promise is a crash: libFuzzer then saves the input as a reproducer.
-#define FUZZ_CHECK(cond, what)                                                  \
-  do {                                                                          \
-    if (!(cond)) {                                                              \
-      std::fprintf(stderr, "%s:%d: FUZZ_CHECK(%s) failed: %s\n", __FILE__,      \
-                   __LINE__, #cond, what);                                      \
-      std::abort();                                                             \
-    }                                                                           \
+#define FUZZ_CHECK(cond, what)                                                                     \
+  do {                                                                                             \
+    if (!(cond)) {                                                                                 \
+      std::fprintf(stderr, "%s:%d: FUZZ_CHECK(%s) failed: %s\n", __FILE__, __LINE__, #cond, what); \
+      std::abort();                                                                                \
+    }                                                                                              \
   } while (0)
 
 #ifdef ARC_V3_FUZZ_NO_ENTRY
 #define ARC_V3_FUZZ_ENTRY(func)
 #else
-#define ARC_V3_FUZZ_ENTRY(func)                                                 \
-  extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {    \
-    return func(data, size);                                                    \
+#define ARC_V3_FUZZ_ENTRY(func)                                             \
+  extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) { \
+    return func(data, size);                                                \
   }
 #endif
 
@@ -52,8 +51,8 @@ inline uint16_t BaseValue(uint64_t i) {
   }
   const uint16_t sign = static_cast<uint16_t>((h >> 16) & 1) << 15;
   // Exponent 118..125 with a geometric-ish tilt towards the middle.
-  const uint16_t exponent = static_cast<uint16_t>(118 + ((h >> 17) & 3) + ((h >> 19) & 3) +
-                                                  ((h >> 21) & 1));
+  const uint16_t exponent =
+      static_cast<uint16_t>(118 + ((h >> 17) & 3) + ((h >> 19) & 3) + ((h >> 21) & 1));
   return static_cast<uint16_t>(sign | (exponent << 7) | ((h >> 24) & 0x7F));
 }
 

@@ -77,8 +77,8 @@ int FuzzContainer(const uint8_t* data, size_t size) {
   bytes.insert(bytes.end(), section, section + data_size);
 
   checkpoint::Reader reader;
-  const Status opened =
-      checkpoint::Reader::Open(std::unique_ptr<checkpoint::ByteSource>(new MemorySource(bytes)), &reader);
+  const Status opened = checkpoint::Reader::Open(
+      std::unique_ptr<checkpoint::ByteSource>(new MemorySource(bytes)), &reader);
   if (!opened.ok()) return 0;
 
   std::vector<uint8_t> scratch;
@@ -158,11 +158,13 @@ int FuzzContainer(const uint8_t* data, size_t size) {
       tensors += file.tensors.size();
       groups += file.groups.size();
     }
-    FUZZ_CHECK(info.tensors.size() == tensors && info.groups.size() == groups && info.delta_bytes == bytes.size(),
+    FUZZ_CHECK(info.tensors.size() == tensors && info.groups.size() == groups &&
+                   info.delta_bytes == bytes.size(),
                "Inspect lists other tensors or groups than the manifest");
     for (const DeltaTensorInfo& t : info.tensors) {
       FUZZ_CHECK(t.group < static_cast<int64_t>(groups), "Inspect names a group that is not there");
-      FUZZ_CHECK(t.delta_bytes <= data_size, "Inspect counts more bytes than the data section holds");
+      FUZZ_CHECK(t.delta_bytes <= data_size,
+                 "Inspect counts more bytes than the data section holds");
     }
   }
   return 0;

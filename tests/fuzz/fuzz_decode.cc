@@ -111,8 +111,8 @@ int FuzzSessionDecode(const std::vector<uint16_t>& src, const PayloadInfo& info,
   Session primed(options);
   PrimeReceiver(n, group, &primed);
   std::fill(out->begin(), out->end(), 0xBEEF);
-  CheckSessionDecode(&primed, src, group, info.continues ? GroupSplit(n) : TensorList(info),
-                     data, size, checksum, out);
+  CheckSessionDecode(&primed, src, group, info.continues ? GroupSplit(n) : TensorList(info), data,
+                     size, checksum, out);
   return 0;
 }
 
@@ -139,8 +139,8 @@ int FuzzTensorsDecode(const std::vector<uint16_t>& src, const PayloadInfo& info,
     at += count;
   }
   // A list of no tensors cannot hold the frame's elements: refused below.
-  const Status one_thread = delta_decompress_tensors(back_to_back.data(), back_to_back.size(),
-                                                     data, size, checksum, 1);
+  const Status one_thread =
+      delta_decompress_tensors(back_to_back.data(), back_to_back.size(), data, size, checksum, 1);
   FUZZ_CHECK(!one_thread.ok() || n == 0 || Checksum(out->data(), n) == checksum,
              "reported success with a result that does not match the checksum (group)");
   FUZZ_CHECK(!one_thread.ok() || at == n, "a list short of the element count accepted");
@@ -148,8 +148,7 @@ int FuzzTensorsDecode(const std::vector<uint16_t>& src, const PayloadInfo& info,
     for (const uint16_t v : *out) FUZZ_CHECK(v == 0xBEEF, "out written on error (group)");
     const bool list_refused = one_thread.code() == ErrorCode::kSizeMismatch;
     FUZZ_CHECK(!list_refused || info.format_version >= 10, "the frame's own list refused");
-    FUZZ_CHECK(list_refused ||
-                   (one_thread.code() == ErrorCode::kChecksumMismatch) == stats_ok,
+    FUZZ_CHECK(list_refused || (one_thread.code() == ErrorCode::kChecksumMismatch) == stats_ok,
                "delta_stats and delta_decompress_tensors disagree on the payload");
   }
   FUZZ_CHECK((*out)[n] == 0xBEEF, "write past count (group)");
@@ -182,7 +181,8 @@ int FuzzDecode(const uint8_t* data, size_t size) {
   }
   const uint64_t n = info.element_count;
   if (n > kMaxElements) return 0;
-  static const std::vector<uint16_t>* const kBase = new std::vector<uint16_t>(MakeBase(kMaxElements));
+  static const std::vector<uint16_t>* const kBase =
+      new std::vector<uint16_t>(MakeBase(kMaxElements));
   const std::vector<uint16_t> src(kBase->begin(), kBase->begin() + static_cast<std::ptrdiff_t>(n));
   // The result must never be reported as correct: the checksum is of a tensor the payload
   // cannot produce unless it decodes to exactly this sentinel fill.
@@ -195,10 +195,10 @@ int FuzzDecode(const uint8_t* data, size_t size) {
   if (stats_status.ok()) {
     // Session payloads' modelled and rANS chunks need the history: delta_stats only
     // measures them.
-    FUZZ_CHECK(stats.counts_known ||
-                   (session && stats.chunk_modes[2] + stats.chunk_modes[3] +
-                                       stats.chunk_modes[4] > 0),
-               "counts unknown with a base");
+    FUZZ_CHECK(
+        stats.counts_known ||
+            (session && stats.chunk_modes[2] + stats.chunk_modes[3] + stats.chunk_modes[4] > 0),
+        "counts unknown with a base");
     FUZZ_CHECK(stats.changed <= n, "more changes than elements");
     FUZZ_CHECK(stats.exponent_or_sign <= stats.changed, "more high changes than changes");
     FUZZ_CHECK(stats.chunk_modes[0] + stats.chunk_modes[1] + stats.chunk_modes[2] +
@@ -230,8 +230,8 @@ int FuzzDecode(const uint8_t* data, size_t size) {
   FUZZ_CHECK(out[n] == 0xBEEF, "write past count");
 
   std::vector<uint16_t> in_place = src;
-  const Status two_threads = delta_decompress(in_place.data(), n, data, size, checksum,
-                                              in_place.data(), n, /*threads=*/2);
+  const Status two_threads =
+      delta_decompress(in_place.data(), n, data, size, checksum, in_place.data(), n, /*threads=*/2);
   FUZZ_CHECK(two_threads.code() == one_thread.code(), "result depends on the thread count");
   if (!two_threads.ok()) FUZZ_CHECK(in_place == src, "in-place out written on error");
 

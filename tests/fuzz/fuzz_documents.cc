@@ -35,9 +35,13 @@ const sync::SigningKey& FuzzKey() {
   return *key;
 }
 
-std::vector<uint8_t> Bytes(const std::string& s) { return std::vector<uint8_t>(s.begin(), s.end()); }
+std::vector<uint8_t> Bytes(const std::string& s) {
+  return std::vector<uint8_t>(s.begin(), s.end());
+}
 
-void CheckRefused(const Status& s) { FUZZ_CHECK(s.ok() || !s.message().empty(), "an error without a message"); }
+void CheckRefused(const Status& s) {
+  FUZZ_CHECK(s.ok() || !s.message().empty(), "an error without a message");
+}
 
 // parse(bytes) -> document; write(document, key) -> bytes. Accepted documents are written
 // (signed again where they were signed), read back and written again: the same bytes.
@@ -54,7 +58,8 @@ void RoundTrip(const std::vector<uint8_t>& bytes, const Parse& parse, const Writ
   Doc again;
   const Status back = parse(Bytes(once), &again);
   FUZZ_CHECK(back.ok(), back.message().c_str());
-  FUZZ_CHECK((again.signatures != nullptr) == (key != nullptr), "signed-ness changed in a round trip");
+  FUZZ_CHECK((again.signatures != nullptr) == (key != nullptr),
+             "signed-ness changed in a round trip");
   FUZZ_CHECK(write(again, key) == once, "an accepted document does not re-serialise to itself");
 }
 
@@ -67,18 +72,33 @@ int FuzzDocuments(const uint8_t* data, size_t size) {
   switch (data[0] % 6) {
     case 0:
       RoundTrip<StepManifest>(
-          bytes, [&](const std::vector<uint8_t>& b, StepManifest* m) { return sync::ParseRoot(b, where, m); },
-          [](const StepManifest& m, const sync::SigningKey* key) { return sync::RootJson(m, key); });
+          bytes,
+          [&](const std::vector<uint8_t>& b, StepManifest* m) {
+            return sync::ParseRoot(b, where, m);
+          },
+          [](const StepManifest& m, const sync::SigningKey* key) {
+            return sync::RootJson(m, key);
+          });
       break;
     case 1:
       RoundTrip<GroupIndex>(
-          bytes, [&](const std::vector<uint8_t>& b, GroupIndex* g) { return sync::ParseGroupIndex(b, where, g); },
-          [](const GroupIndex& g, const sync::SigningKey* key) { return sync::GroupIndexJson(g, key); });
+          bytes,
+          [&](const std::vector<uint8_t>& b, GroupIndex* g) {
+            return sync::ParseGroupIndex(b, where, g);
+          },
+          [](const GroupIndex& g, const sync::SigningKey* key) {
+            return sync::GroupIndexJson(g, key);
+          });
       break;
     case 2:
       RoundTrip<ShardRecord>(
-          bytes, [&](const std::vector<uint8_t>& b, ShardRecord* r) { return sync::ParseRecord(b, where, r); },
-          [](const ShardRecord& r, const sync::SigningKey* key) { return sync::RecordJson(r, key); });
+          bytes,
+          [&](const std::vector<uint8_t>& b, ShardRecord* r) {
+            return sync::ParseRecord(b, where, r);
+          },
+          [](const ShardRecord& r, const sync::SigningKey* key) {
+            return sync::RecordJson(r, key);
+          });
       break;
     case 3: {
       Layout layout;
@@ -88,7 +108,8 @@ int FuzzDocuments(const uint8_t* data, size_t size) {
         CheckOneReading(std::string(bytes.begin(), bytes.end()));
         const std::string once = sync::LayoutJson(layout);
         Layout again;
-        FUZZ_CHECK(sync::ParseLayout(Bytes(once), where, &again).ok(), "a written layout is refused");
+        FUZZ_CHECK(sync::ParseLayout(Bytes(once), where, &again).ok(),
+                   "a written layout is refused");
         FUZZ_CHECK(sync::LayoutJson(again) == once, "a layout does not re-serialise to itself");
       }
       break;
@@ -100,8 +121,9 @@ int FuzzDocuments(const uint8_t* data, size_t size) {
       if (s.ok()) {
         CheckOneReading(std::string(bytes.begin(), bytes.end()));
         uint64_t again = 0;
-        FUZZ_CHECK(sync::ParseLatest(Bytes(sync::LatestJson(step)), where, &again).ok() && again == step,
-                   "a latest pointer does not round-trip");
+        FUZZ_CHECK(
+            sync::ParseLatest(Bytes(sync::LatestJson(step)), where, &again).ok() && again == step,
+            "a latest pointer does not round-trip");
       }
       break;
     }
@@ -112,17 +134,23 @@ int FuzzDocuments(const uint8_t* data, size_t size) {
       CheckRefused(s);
       if (!s.ok()) break;
       CheckOneReading(text);
-      FUZZ_CHECK(!e.signatures.empty() && e.signatures.size() <= 16, "an envelope of 0 or over 16 signatures");
+      FUZZ_CHECK(!e.signatures.empty() && e.signatures.size() <= 16,
+                 "an envelope of 0 or over 16 signatures");
       // Whatever it holds, no signature of it verifies against a key that did not make it,
       // and a signature made now verifies.
       std::string keyid;
-      const Status foreign = sync::VerifyEnvelope(e, e.type, {FuzzKey().public_key()}, where, &keyid);
-      FUZZ_CHECK(!foreign.ok() && foreign.code() == ErrorCode::kUntrusted, "a forged signature verified");
+      const Status foreign =
+          sync::VerifyEnvelope(e, e.type, {FuzzKey().public_key()}, where, &keyid);
+      FUZZ_CHECK(!foreign.ok() && foreign.code() == ErrorCode::kUntrusted,
+                 "a forged signature verified");
       std::string signed_again;
-      FUZZ_CHECK(sync::SignEnvelope(FuzzKey(), e.type, e.payload, &signed_again).ok(), "signing failed");
+      FUZZ_CHECK(sync::SignEnvelope(FuzzKey(), e.type, e.payload, &signed_again).ok(),
+                 "signing failed");
       sync::Envelope mine;
-      FUZZ_CHECK(sync::ParseEnvelope(signed_again, where, &mine).ok(), "a written envelope is refused");
-      FUZZ_CHECK(mine.payload == e.payload && mine.type == e.type, "an envelope does not round-trip");
+      FUZZ_CHECK(sync::ParseEnvelope(signed_again, where, &mine).ok(),
+                 "a written envelope is refused");
+      FUZZ_CHECK(mine.payload == e.payload && mine.type == e.type,
+                 "an envelope does not round-trip");
       FUZZ_CHECK(sync::VerifyEnvelope(mine, e.type, {FuzzKey().public_key()}, where, &keyid).ok(),
                  "a fresh signature does not verify");
       break;

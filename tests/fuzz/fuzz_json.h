@@ -41,7 +41,9 @@ inline bool RepeatsMember(const std::string& text) {
     }
     bool start_array(std::size_t) override { return true; }
     bool end_array() override { return true; }
-    bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
+    bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override {
+      return false;
+    }
   } names;
   Json::sax_parse(text, &names);
   return names.repeated;

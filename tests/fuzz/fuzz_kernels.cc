@@ -97,16 +97,16 @@ int FuzzKernels(const uint8_t* data, size_t size) {
                               want_encoder_states, want_pushed.data(), rans_history);
   uint32_t start_states[kRansLanes];
   for (size_t l = 0; l < kRansLanes; ++l) {
-    start_states[l] = kRansLow | (l < n ? dst[l] : 0x1234u) | (uint32_t{rest_size > l ? rest[l] : 0u} << 24);
+    start_states[l] =
+        kRansLow | (l < n ? dst[l] : 0x1234u) | (uint32_t{rest_size > l ? rest[l] : 0u} << 24);
   }
   uint32_t want_states[kRansLanes];
   std::copy(start_states, start_states + kRansLanes, want_states);
   std::vector<uint32_t> want_flags(n + kRansLanes), want_flag_xors(n + kRansLanes);
   size_t want_words_used = 0;
-  const size_t want_flag_count =
-      ref::DecodeRansChanges(src.data(), n, class_base, probs, splits, want_states, rest, rest_size / 2,
-                             &want_words_used, want_flags.data(), want_flag_xors.data(),
-                             rans_history);
+  const size_t want_flag_count = ref::DecodeRansChanges(
+      src.data(), n, class_base, probs, splits, want_states, rest, rest_size / 2, &want_words_used,
+      want_flags.data(), want_flag_xors.data(), rans_history);
 
   for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
     hwy::SetSupportedTargetsForTest(target);
@@ -153,8 +153,7 @@ int FuzzKernels(const uint8_t* data, size_t size) {
     Exact<uint8_t> h(n, misalign);
     if (n > 0) std::memcpy(h.data(), history.data(), n);
     HistoryRateSums(d.data(), h.data(), boosts, groups, rate_cap, rates.data());
-    FUZZ_CHECK(groups == 0 ||
-                   std::memcmp(rates.data(), want_history_rates.data(), groups * 8) == 0,
+    FUZZ_CHECK(groups == 0 || std::memcmp(rates.data(), want_history_rates.data(), groups * 8) == 0,
                name);
     Exact<uint32_t> recent(n, misalign);
     FUZZ_CHECK(RecentPositions(h.data(), n, recent.data()) == want_recent_count, name);
@@ -172,29 +171,27 @@ int FuzzKernels(const uint8_t* data, size_t size) {
     Exact<uint8_t> rh(n, misalign);
     if (n > 0) std::memcpy(rh.data(), history.data(), n);
     const uint8_t* hist = rans_history != nullptr ? rh.data() : nullptr;
-    const size_t flag_count = DecodeRansChanges(s.data(), n, class_base, probs, splits, states, rest,
-                                                rest_size / 2, &words_used, flags.data(),
-                                                flag_xors.data(), hist);
+    const size_t flag_count =
+        DecodeRansChanges(s.data(), n, class_base, probs, splits, states, rest, rest_size / 2,
+                          &words_used, flags.data(), flag_xors.data(), hist);
     FUZZ_CHECK(flag_count == want_flag_count, name);
     if (flag_count != kRansWordsExhausted) {
-      FUZZ_CHECK(words_used == want_words_used &&
-                     std::equal(states, states + kRansLanes, want_states) &&
-                     std::equal(flags.data(), flags.data() + flag_count, want_flags.begin()) &&
-                     std::equal(flag_xors.data(), flag_xors.data() + flag_count,
-                                want_flag_xors.begin()),
-                 name);
+      FUZZ_CHECK(
+          words_used == want_words_used && std::equal(states, states + kRansLanes, want_states) &&
+              std::equal(flags.data(), flags.data() + flag_count, want_flags.begin()) &&
+              std::equal(flag_xors.data(), flag_xors.data() + flag_count, want_flag_xors.begin()),
+          name);
     }
 
     uint32_t encoder_states[kRansLanes];
     for (size_t l = 0; l < kRansLanes; ++l) encoder_states[l] = kRansLow + 977 * l;
     Exact<uint16_t> pushed(n + kRansLanes, misalign);
-    FUZZ_CHECK(EncodeRansElements(s.data(), d.data(), n, class_base, probs, splits,
-                                  encoder_states, pushed.data(), hist) == want_pushed_count &&
-                   std::equal(encoder_states, encoder_states + kRansLanes,
-                              want_encoder_states) &&
-                   std::equal(pushed.data(), pushed.data() + want_pushed_count,
-                              want_pushed.begin()),
-               name);
+    FUZZ_CHECK(
+        EncodeRansElements(s.data(), d.data(), n, class_base, probs, splits, encoder_states,
+                           pushed.data(), hist) == want_pushed_count &&
+            std::equal(encoder_states, encoder_states + kRansLanes, want_encoder_states) &&
+            std::equal(pushed.data(), pushed.data() + want_pushed_count, want_pushed.begin()),
+        name);
 
     Exact<uint16_t> applied(n, misalign);
     ApplyXor(s.data(), x.data(), n, applied.data());

@@ -3,7 +3,8 @@
 // and the commit journal `commit.json`. Input: one byte choosing which, then its text.
 // Promises checked: no crash or out-of-bounds access; a refusal is an error with a
 // message; every path accepted stays inside the directory (relative, no `..`); what is
-// accepted names no member twice and re-serialises canonically (written, read back, written again: the same text).
+// accepted names no member twice and re-serialises canonically (written, read back, written again:
+// the same text).
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -21,7 +22,8 @@ void CheckInside(const std::string& path) {
   size_t begin = 0;
   while (begin <= path.size()) {
     const size_t end = std::min(path.find('/', begin), path.size());
-    FUZZ_CHECK(path.compare(begin, end - begin, "..") != 0 || end - begin != 2, "a path leaving the directory was accepted");
+    FUZZ_CHECK(path.compare(begin, end - begin, "..") != 0 || end - begin != 2,
+               "a path leaving the directory was accepted");
     begin = end + 1;
   }
 }
@@ -64,7 +66,8 @@ int FuzzRegionState(const uint8_t* data, size_t size) {
     CheckState(journal.state);
     const std::string once = sync::JournalJson(journal);
     sync::Journal again;
-    FUZZ_CHECK(sync::ParseJournal(once, "commit.json", &again).ok(), "a written journal is refused");
+    FUZZ_CHECK(sync::ParseJournal(once, "commit.json", &again).ok(),
+               "a written journal is refused");
     FUZZ_CHECK(sync::JournalJson(again) == once, "a journal does not re-serialise to itself");
   }
   return 0;

@@ -1,8 +1,8 @@
 // Fuzz target: round trips of fuzzer-built (src, dst) pairs through every format, effort
 // and chunk size. Promises checked: decoding gives dst exactly (out of place and in
 // place), compressing twice and with another thread count gives the same bytes, and the
-// bytes are the same on every SIMD target compiled in (src/codec/FORMAT.md, "Conventions": the payload does not
-// depend on the target).
+// bytes are the same on every SIMD target compiled in (src/codec/FORMAT.md, "Conventions": the
+// payload does not depend on the target).
 //
 // Input: an options byte, a data-mode byte, a length, then data:
 // - mode 0 ("edits"): src is the fixed base; the rest is a list of 3-byte edits
@@ -60,12 +60,8 @@ void BuildPair(Consumer* in, std::vector<uint16_t>* src, std::vector<uint16_t>* 
         d = FromMonotoneKey(static_cast<uint16_t>(key));
         break;
       }
-      case 3:
-        d = static_cast<uint16_t>(s ^ arg ^ (uint16_t{kind} << 8));
-        break;
-      case 4:
-        d = s ^ 0x8000;
-        break;
+      case 3: d = static_cast<uint16_t>(s ^ arg ^ (uint16_t{kind} << 8)); break;
+      case 4: d = s ^ 0x8000; break;
       case 5:  // odd values
         d = static_cast<uint16_t>(arg & 1 ? 0x7F80 | (arg >> 1) : 0x8000 | (arg >> 1));
         break;
@@ -73,9 +69,7 @@ void BuildPair(Consumer* in, std::vector<uint16_t>* src, std::vector<uint16_t>* 
         for (size_t j = i; j < n && j < i + arg; ++j) (*dst)[j] ^= 1 + (j & 0x3);
         d = (*dst)[i];
         break;
-      default:
-        d = static_cast<uint16_t>(s + arg);
-        break;
+      default: d = static_cast<uint16_t>(s + arg); break;
     }
     (*dst)[i] = d;
     ++i;
@@ -103,11 +97,12 @@ int FuzzRoundTrip(const uint8_t* data, size_t size) {
   s = delta_decompress(src.data(), n, delta.bytes.data(), delta.bytes.size(), delta.checksum,
                        out.data(), n, 1);
   FUZZ_CHECK(s.ok(), s.ToString().c_str());
-  FUZZ_CHECK(n == 0 || std::memcmp(out.data(), dst.data(), n * 2) == 0, "decoded a different tensor");
+  FUZZ_CHECK(n == 0 || std::memcmp(out.data(), dst.data(), n * 2) == 0,
+             "decoded a different tensor");
   FUZZ_CHECK(out[n] == 0xBEEF, "write past count");
   std::vector<uint16_t> in_place = src;
-  s = delta_decompress(in_place.data(), n, delta.bytes.data(), delta.bytes.size(),
-                       delta.checksum, in_place.data(), n, 2);
+  s = delta_decompress(in_place.data(), n, delta.bytes.data(), delta.bytes.size(), delta.checksum,
+                       in_place.data(), n, 2);
   FUZZ_CHECK(s.ok() && in_place == dst, "in-place decode differs");
 
   // Determinism: again, with two threads, and on another compiled target.

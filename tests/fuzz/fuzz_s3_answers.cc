@@ -18,7 +18,8 @@ namespace fuzz {
 namespace {
 
 void CheckTag(const std::string& tag) {
-  for (unsigned char c : tag) FUZZ_CHECK(c >= 0x20 && c < 0x7F, "a tag with control bytes was kept");
+  for (unsigned char c : tag)
+    FUZZ_CHECK(c >= 0x20 && c < 0x7F, "a tag with control bytes was kept");
 }
 
 void FuzzHeaders(const uint8_t* data, size_t size) {
@@ -52,9 +53,10 @@ void FuzzHeaders(const uint8_t* data, size_t size) {
     FUZZ_CHECK(headers.has_range && !headers.range_malformed && headers.range_first == offset,
                "a range starting elsewhere was accepted");
     FUZZ_CHECK(headers.range_last - offset < length, "a range longer than asked for was accepted");
-    FUZZ_CHECK(headers.range_last - offset == length - 1 ||
-                   (headers.range_total != UINT64_MAX && headers.range_last + 1 == headers.range_total),
-               "a short range was accepted before the object's end");
+    FUZZ_CHECK(
+        headers.range_last - offset == length - 1 ||
+            (headers.range_total != UINT64_MAX && headers.range_last + 1 == headers.range_total),
+        "a short range was accepted before the object's end");
   }
 }
 
@@ -67,12 +69,8 @@ int FuzzS3Answers(const uint8_t* data, size_t size) {
   --size;
   const char* text = reinterpret_cast<const char*>(data);
   switch (which % 4) {
-    case 0:
-      FuzzHeaders(data, size);
-      break;
-    case 1:
-      (void)sync::S3ErrorText(text, size);
-      break;
+    case 0: FuzzHeaders(data, size); break;
+    case 1: (void)sync::S3ErrorText(text, size); break;
     case 2: {
       const std::string prefix = (which & 4) ? "seed/runs/a" : "";
       sync::ListingPage page;
@@ -89,7 +87,8 @@ int FuzzS3Answers(const uint8_t* data, size_t size) {
     default: {
       std::string upload_id;
       const Status s = sync::ParseUploadId(text, size, "s3://bucket/key", &upload_id);
-      FUZZ_CHECK(s.ok() ? !upload_id.empty() : !s.message().empty(), "an empty upload id or a silent error");
+      FUZZ_CHECK(s.ok() ? !upload_id.empty() : !s.message().empty(),
+                 "an empty upload id or a silent error");
       break;
     }
   }

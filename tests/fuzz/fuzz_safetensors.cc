@@ -34,7 +34,8 @@ void RemoveScratch() {
 const std::string& Scratch() {
   if (scratch_dir == nullptr) {
     const char* tmp = std::getenv("TMPDIR");
-    std::string pattern = std::string(tmp != nullptr && *tmp ? tmp : "/tmp") + "/arc_v3_fuzz_st.XXXXXX";
+    std::string pattern =
+        std::string(tmp != nullptr && *tmp ? tmp : "/tmp") + "/arc_v3_fuzz_st.XXXXXX";
     if (mkdtemp(&pattern[0]) == nullptr) std::abort();
     scratch_dir = new std::string(pattern);
     std::atexit(RemoveScratch);
@@ -65,7 +66,8 @@ void CheckFile(const std::string& path) {
     }
     uint64_t elements = 1;
     for (uint64_t d : t.shape) elements *= d;
-    FUZZ_CHECK(t.size() == elements * safetensors::DTypeSize(t.dtype), "a tensor of the wrong size");
+    FUZZ_CHECK(t.size() == elements * safetensors::DTypeSize(t.dtype),
+               "a tensor of the wrong size");
   }
   // Written again from what was read: the same tensors, the same bytes.
   std::vector<uint8_t> bytes = safetensors::BuildHeader(&tensors, file.metadata());
@@ -85,7 +87,8 @@ void CheckFile(const std::string& path) {
     const safetensors::TensorInfo& b = again.tensors()[i];
     FUZZ_CHECK(a.name == b.name && a.dtype == b.dtype && a.shape == b.shape && a.size() == b.size(),
                "a tensor changed in a round trip");
-    FUZZ_CHECK(std::equal(file.data(a), file.data(a) + a.size(), again.data(b)), "tensor bytes changed");
+    FUZZ_CHECK(std::equal(file.data(a), file.data(a) + a.size(), again.data(b)),
+               "tensor bytes changed");
   }
 }
 

@@ -48,12 +48,14 @@ std::vector<uint8_t> ReadFile(const std::string& path) {
 
 void WriteFile(const std::string& path, const std::vector<uint8_t>& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  out.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
   FUZZ_CHECK(out.good(), "cannot write a scratch file");
 }
 
 std::string ShardFile(uint32_t shard) {
-  return "model-0000" + std::to_string(shard + 1) + "-of-0000" + std::to_string(kShards) + ".safetensors";
+  return "model-0000" + std::to_string(shard + 1) + "-of-0000" + std::to_string(kShards) +
+         ".safetensors";
 }
 
 // A shard's file at `step`: three BF16 tensors (one of them 2-D, for the row pieces) and an
@@ -80,8 +82,10 @@ std::vector<uint8_t> ShardBytes(uint32_t shard, uint64_t step) {
         if ((i * 7 + s * 13 + salt) % 29 == 0) v = static_cast<uint16_t>(v ^ (1 + (s & 3)));
       }
       const uint8_t lo = static_cast<uint8_t>(v), hi = static_cast<uint8_t>(v >> 8);
-      if (width == 4) data.insert(data.end(), {0, 0, lo, hi});
-      else data.insert(data.end(), {lo, hi});
+      if (width == 4)
+        data.insert(data.end(), {0, 0, lo, hi});
+      else
+        data.insert(data.end(), {lo, hi});
     }
     salt += n;
   }
@@ -122,14 +126,15 @@ class FaultStore : public sync::Store {
     *info = {key, bytes.size(), Tag(bytes)};
     return Status::Ok();
   }
-  Status GetIfChanged(const std::string& key, const std::string& etag, uint64_t max_size, std::vector<uint8_t>* data,
-                      sync::ObjectInfo* info, bool* changed) override {
+  Status GetIfChanged(const std::string& key, const std::string& etag, uint64_t max_size,
+                      std::vector<uint8_t>* data, sync::ObjectInfo* info, bool* changed) override {
     std::vector<uint8_t> bytes;
     Status s = Answer(key, &bytes);
     if (!s.ok()) return s;
     *changed = etag.empty() || etag != Tag(bytes);
     if (!*changed) return Status::Ok();
-    if (bytes.size() > max_size) return Status(ErrorCode::kCorruptHeader, key + ": longer than expected");
+    if (bytes.size() > max_size)
+      return Status(ErrorCode::kCorruptHeader, key + ": longer than expected");
     if (info != nullptr) *info = {key, bytes.size(), Tag(bytes)};
     *data = std::move(bytes);
     return Status::Ok();
@@ -139,7 +144,8 @@ class FaultStore : public sync::Store {
     Status s = Answer(key, &bytes);
     if (!s.ok()) return s;
     if (offset > bytes.size() || size > bytes.size() - offset) {
-      return Status(ErrorCode::kTruncated, key + ": ends before byte " + std::to_string(offset + size));
+      return Status(ErrorCode::kTruncated,
+                    key + ": ends before byte " + std::to_string(offset + size));
     }
     if (size != 0) std::memcpy(out, bytes.data() + offset, size);
     return Status::Ok();
@@ -152,12 +158,17 @@ class FaultStore : public sync::Store {
     const std::vector<Objects>& versions = *current.versions;
     const Objects& from = (op >= 224) ? versions[op % versions.size()] : versions.back();
     for (const auto& o : from) {
-      if (o.first.compare(0, prefix.size(), prefix) == 0) objects->push_back({o.first, o.second.size(), Tag(o.second)});
+      if (o.first.compare(0, prefix.size(), prefix) == 0)
+        objects->push_back({o.first, o.second.size(), Tag(o.second)});
     }
     return Status::Ok();
   }
-  Status Put(const std::string&, const uint8_t*, uint64_t, sync::PutMode) override { return ReadOnly(); }
-  Status PutFile(const std::string&, const std::string&, sync::PutMode) override { return ReadOnly(); }
+  Status Put(const std::string&, const uint8_t*, uint64_t, sync::PutMode) override {
+    return ReadOnly();
+  }
+  Status PutFile(const std::string&, const std::string&, sync::PutMode) override {
+    return ReadOnly();
+  }
   Status Delete(const std::string&) override { return ReadOnly(); }
 
  private:
@@ -165,7 +176,9 @@ class FaultStore : public sync::Store {
     return std::to_string(std::hash<std::string>()(std::string(bytes.begin(), bytes.end()))) + "-" +
            std::to_string(bytes.size());
   }
-  Status ReadOnly() const { return Status(ErrorCode::kInvalidArgument, "the fault store is read-only"); }
+  Status ReadOnly() const {
+    return Status(ErrorCode::kInvalidArgument, "the fault store is read-only");
+  }
 
   // The answer to a read of `key`: its latest bytes, spoiled as the next script byte says.
   Status Answer(const std::string& key, std::vector<uint8_t>* bytes) {
@@ -188,7 +201,8 @@ class FaultStore : public sync::Store {
       return Status(ErrorCode::kNotFound, key + ": not found");
     }
     *bytes = it->second;
-    if (op >= 160 && op < 192 && !bytes->empty()) (*bytes)[(arg * 131u + op) % bytes->size()] ^= 1u << (op & 7);
+    if (op >= 160 && op < 192 && !bytes->empty())
+      (*bytes)[(arg * 131u + op) % bytes->size()] ^= 1u << (op & 7);
     if (op >= 192 && op < 224) bytes->resize(bytes->size() * arg / 256);
     std::lock_guard<std::mutex> lock(current.mutex);
     current.previous = *bytes;
@@ -203,21 +217,22 @@ Objects ReadAll(sync::Store* store) {
   FUZZ_CHECK(store->List("", &infos).ok(), "cannot list the run's store");
   Objects objects;
   for (const sync::ObjectInfo& o : infos) {
-    FUZZ_CHECK(store->Get(o.key, UINT64_MAX, &objects[o.key], nullptr).ok(), "cannot read the run's store");
+    FUZZ_CHECK(store->Get(o.key, UINT64_MAX, &objects[o.key], nullptr).ok(),
+               "cannot read the run's store");
   }
   return objects;
 }
 
 struct Run {
-  std::vector<Objects> versions;      // the store after step 1..kSteps
-  std::vector<std::string> trust;     // the public key of a signed run
-  std::vector<std::string> regions;   // a region at nothing, at step 1, at step 2
+  std::vector<Objects> versions;     // the store after step 1..kSteps
+  std::vector<std::string> trust;    // the public key of a signed run
+  std::vector<std::string> regions;  // a region at nothing, at step 1, at step 2
 };
 
 struct World {
   std::string root;
   std::vector<std::vector<std::vector<uint8_t>>> files;  // [step][shard]
-  Run runs[2];                                            // unsigned, signed
+  Run runs[2];                                           // unsigned, signed
 };
 
 World* world = nullptr;
@@ -231,7 +246,8 @@ void CopyDir(const std::string& from, const std::string& to) {
   fs::create_directories(to);
   fs::copy(from, to, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
   for (const auto& e : fs::recursive_directory_iterator(from)) {
-    if (e.is_regular_file()) fs::last_write_time(to / fs::relative(e.path(), from), e.last_write_time());
+    if (e.is_regular_file())
+      fs::last_write_time(to / fs::relative(e.path(), from), e.last_write_time());
   }
 }
 
@@ -240,7 +256,8 @@ World& GetWorld() {
   if (world != nullptr) return *world;
   world = new World;
   const char* tmp = std::getenv("TMPDIR");
-  std::string pattern = std::string(tmp != nullptr && *tmp ? tmp : "/tmp") + "/arc_v3_fuzz_faults.XXXXXX";
+  std::string pattern =
+      std::string(tmp != nullptr && *tmp ? tmp : "/tmp") + "/arc_v3_fuzz_faults.XXXXXX";
   if (mkdtemp(&pattern[0]) == nullptr) std::abort();
   world->root = pattern;
   std::atexit(RemoveWorld);
@@ -250,13 +267,15 @@ World& GetWorld() {
     fs::create_directories(root + "/train/" + std::to_string(step));
     for (uint32_t k = 0; k < kShards; ++k) {
       world->files[step].push_back(ShardBytes(k, step));
-      WriteFile(root + "/train/" + std::to_string(step) + "/" + ShardFile(k), world->files[step][k]);
+      WriteFile(root + "/train/" + std::to_string(step) + "/" + ShardFile(k),
+                world->files[step][k]);
     }
   }
   std::string key_id;
   FUZZ_CHECK(sync::GenerateKey(root + "/key", &key_id).ok(), "cannot make a key");
   const Status registered = sync::RegisterStoreScheme(
-      "fault", [](const std::string&, const sync::StoreOptions&, std::unique_ptr<sync::Store>* store) {
+      "fault",
+      [](const std::string&, const sync::StoreOptions&, std::unique_ptr<sync::Store>* store) {
         *store = std::make_unique<FaultStore>();
         return Status::Ok();
       });
@@ -288,7 +307,8 @@ World& GetWorld() {
       }
       run.versions.push_back(ReadAll(store.get()));
       if (step <= 2) {  // a region that holds this step
-        const std::string region = root + "/region" + std::to_string(r) + "_" + std::to_string(step);
+        const std::string region =
+            root + "/region" + std::to_string(r) + "_" + std::to_string(step);
         fs::create_directories(region);
         sync::PullOptions o;
         o.checkpoint.threads = 1;
@@ -332,7 +352,8 @@ void CheckFollower(const World& w, const Follower& follower, uint64_t step) {
         if (h.shard != k || h.name != t.name) continue;
         found = true;
         FUZZ_CHECK(h.dtype == t.dtype && h.shape == t.shape, "a held tensor of another kind");
-        FUZZ_CHECK(std::memcmp(h.data, file.data(t), t.size()) == 0, "a held tensor differs from the step");
+        FUZZ_CHECK(std::memcmp(h.data, file.data(t), t.size()) == 0,
+                   "a held tensor differs from the step");
       }
       FUZZ_CHECK(found, "a tensor of the step is not held");
     }
@@ -340,11 +361,13 @@ void CheckFollower(const World& w, const Follower& follower, uint64_t step) {
   FUZZ_CHECK(tensors.size() == expected, "the follower holds tensors the step has not");
 }
 
-void FuzzFollower(const World& w, const Run& run, uint64_t start, uint64_t ask, const uint8_t* data, size_t size) {
+void FuzzFollower(const World& w, const Run& run, uint64_t start, uint64_t ask, const uint8_t* data,
+                  size_t size) {
   FollowerOptions options;
   options.trusted_keys = run.trust;
   options.threads = 1;
-  options.fetch_ahead_bytes = (data[0] & 0x80) ? 1 : (uint64_t{64} << 20);  // piece by piece, or all at once
+  options.fetch_ahead_bytes =
+      (data[0] & 0x80) ? 1 : (uint64_t{64} << 20);  // piece by piece, or all at once
   std::unique_ptr<Follower> follower;
   FUZZ_CHECK(Follower::Open("fault://run", options, &follower).ok(), "cannot open the follower");
   if (start != kNoStep) {
@@ -363,7 +386,8 @@ void FuzzFollower(const World& w, const Run& run, uint64_t start, uint64_t ask, 
     // As documented: a long route commits step by step, so the follower holds the last
     // step it completed, which on a rerouted anchor route may be older than the one it held.
     const uint64_t held = follower->step();
-    FUZZ_CHECK(held == start || (held >= 1 && held <= kSteps), "a failed pull left the follower at a step never published");
+    FUZZ_CHECK(held == start || (held >= 1 && held <= kSteps),
+               "a failed pull left the follower at a step never published");
     CheckFollower(w, *follower, held);
     return;
   }
@@ -373,8 +397,8 @@ void FuzzFollower(const World& w, const Run& run, uint64_t start, uint64_t ask, 
   CheckFollower(w, *follower, result.step);
 }
 
-void FuzzDirectory(const World& w, const Run& run, const std::string& start, uint64_t ask, bool reset,
-                   const uint8_t* data, size_t size) {
+void FuzzDirectory(const World& w, const Run& run, const std::string& start, uint64_t ask,
+                   bool reset, const uint8_t* data, size_t size) {
   sync::PullOptions options;
   options.step = ask;
   options.reset = reset;
@@ -387,7 +411,8 @@ void FuzzDirectory(const World& w, const Run& run, const std::string& start, uin
   CopyDir(start, dir);
   const auto before = Snapshot(dir);
   std::unique_ptr<sync::Store> store;
-  FUZZ_CHECK(sync::OpenStore("fault://run", options.transfer_options(), &store).ok(), "cannot open the store");
+  FUZZ_CHECK(sync::OpenStore("fault://run", options.transfer_options(), &store).ok(),
+             "cannot open the store");
   current.armed = true;
   current.script = data + 1;
   current.size = size - 1;
@@ -400,7 +425,8 @@ void FuzzDirectory(const World& w, const Run& run, const std::string& start, uin
     if (after != before) {
       std::fprintf(stderr, "pull failed: %s\n", s.message().c_str());
       for (const auto& f : after) {
-        if (before.count(f.first) == 0 || before.at(f.first) != f.second) std::fprintf(stderr, "  changed: %s\n", f.first.c_str());
+        if (before.count(f.first) == 0 || before.at(f.first) != f.second)
+          std::fprintf(stderr, "  changed: %s\n", f.first.c_str());
       }
       for (const auto& f : before) {
         if (after.count(f.first) == 0) std::fprintf(stderr, "  removed: %s\n", f.first.c_str());
@@ -409,12 +435,15 @@ void FuzzDirectory(const World& w, const Run& run, const std::string& start, uin
     FUZZ_CHECK(after == before, "a failed pull changed the region's directory");
     return;
   }
-  FUZZ_CHECK(report.to_step >= 1 && report.to_step <= kSteps, "a pull ended at a step never published");
+  FUZZ_CHECK(report.to_step >= 1 && report.to_step <= kSteps,
+             "a pull ended at a step never published");
   FUZZ_CHECK(ask == kLatestStep || report.to_step == ask, "a pull ended at another step");
   uint64_t held = sync::kNoStep;
-  FUZZ_CHECK(sync::DirectoryStep(dir, &held).ok() && held == report.to_step, "the directory records another step");
+  FUZZ_CHECK(sync::DirectoryStep(dir, &held).ok() && held == report.to_step,
+             "the directory records another step");
   for (uint32_t k = 0; k < kShards; ++k) {
-    FUZZ_CHECK(ReadFile(dir + "/" + ShardFile(k)) == w.files[report.to_step][k], "a pulled file differs from the step");
+    FUZZ_CHECK(ReadFile(dir + "/" + ShardFile(k)) == w.files[report.to_step][k],
+               "a pulled file differs from the step");
   }
 }
 

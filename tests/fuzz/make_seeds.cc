@@ -30,7 +30,8 @@ namespace {
 
 void Write(const std::string& path, const std::vector<uint8_t>& bytes) {
   std::ofstream out(path, std::ios::binary);
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  out.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
   FUZZ_CHECK(out.good(), path.c_str());
 }
 
@@ -74,8 +75,7 @@ void DecodeSeeds(const std::string& dir) {
       }
       if (n > 0) {
         // Groups of tensors: the same elements split in three, one empty.
-        const std::vector<TensorDelta> tensors =
-            GroupViews<TensorDelta>(n, src.data(), dst.data());
+        const std::vector<TensorDelta> tensors = GroupViews<TensorDelta>(n, src.data(), dst.data());
         const Options options = SeedOptions();
         Delta delta;
         FUZZ_CHECK(delta_compress_tensors(tensors.data(), tensors.size(), &delta, options).ok(),
@@ -112,7 +112,8 @@ void DecodeSeeds(const std::string& dir) {
         FUZZ_CHECK(delta_compress(src.data(), rows.data(), 4096, &delta, options).ok(),
                    "compress columns");
         const size_t layout_at = 4 + 1 + 1 + 2 + 1 + 1;  // magic version flags count log mode
-        FUZZ_CHECK(delta.bytes[4] == kFormatVersion && delta.bytes[layout_at - 1] == kChunkModelled &&
+        FUZZ_CHECK(delta.bytes[4] == kFormatVersion &&
+                       delta.bytes[layout_at - 1] == kChunkModelled &&
                        (delta.bytes[layout_at] & 0x40) != 0,
                    "column signs: one modelled chunk");
         Write(dir + "/columns_" + std::to_string(index++), delta.bytes);
@@ -136,7 +137,7 @@ void RoundTripSeeds(const std::string& dir) {
   for (int i = 0; i < 16; ++i) {
     std::vector<uint8_t> in;
     in.push_back(static_cast<uint8_t>(i * 5));  // options
-    in.push_back(i == 15 ? 1 : 0);             // mode
+    in.push_back(i == 15 ? 1 : 0);              // mode
     const uint16_t n = static_cast<uint16_t>(i == 15 ? 64 : 500 + i * 700);
     in.push_back(static_cast<uint8_t>(n));
     in.push_back(static_cast<uint8_t>(n >> 8));
@@ -172,7 +173,8 @@ void WriteSafetensors(const std::string& path, uint32_t seed, bool extra) {
     }
     if (header.size() > 1) header += ",";
     header += "\"" + name + "\":{\"dtype\":\"" + dtype + "\",\"shape\":" + shape +
-              ",\"data_offsets\":[" + std::to_string(begin) + "," + std::to_string(data.size()) + "]}";
+              ",\"data_offsets\":[" + std::to_string(begin) + "," + std::to_string(data.size()) +
+              "]}";
   };
   add("w", "BF16", "[64,32]", 64 * 32 * 2, true);
   add("b", "F32", "[10]", 40, true);

@@ -49,10 +49,9 @@ std::string MeasureCsv() {
           char bits[32];
           std::snprintf(bits, sizeof(bits), "%.3f",
                         changed ? 8.0 * delta.bytes.size() / changed : 0.0);
-          csv << g.seed << ',' << g.params << ',' << density << ',' << d << ','
-              << 'v' << info.format_version << ',' << effort << ','
-              << src.size() << ',' << changed << ',' << delta.bytes.size() << ',' << bits
-              << '\n';
+          csv << g.seed << ',' << g.params << ',' << density << ',' << d << ',' << 'v'
+              << info.format_version << ',' << effort << ',' << src.size() << ',' << changed << ','
+              << delta.bytes.size() << ',' << bits << '\n';
         }
       }
     }
@@ -74,9 +73,10 @@ TEST_CASE("payload sizes on generated deltas match tests/regression/sizes.csv") 
     return;
   }
   if (measured != committed.str()) {
-    std::printf("measured sizes (new %s):\n%s\nIf the change is intended: "
-                "ARC_V3_UPDATE_SIZES=1 bazel run //tests/regression:sizes_test\n",
-                kCsvPath, measured.c_str());
+    std::printf(
+        "measured sizes (new %s):\n%s\nIf the change is intended: "
+        "ARC_V3_UPDATE_SIZES=1 bazel run //tests/regression:sizes_test\n",
+        kCsvPath, measured.c_str());
   }
   CHECK_MESSAGE(measured == committed.str(),
                 "payload sizes changed: see the printed CSV and update it if intended");

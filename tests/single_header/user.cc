@@ -14,7 +14,8 @@
 //                           line per step with the payloads' sizes and FNV-1a hashes (stdout;
 //                           the targets on stderr). Exit 1 on any mismatch.
 #ifndef ARC_V3_USER_LINKED
-#define ARC_V3_IMPLEMENTATION  // this file compiles the codec: nothing else to link but its libraries
+#define ARC_V3_IMPLEMENTATION  // this file compiles the codec: nothing else to link but its
+                               // libraries
 #endif
 #include "arc_v3.hpp"
 
@@ -142,10 +143,10 @@ int Golden(const std::string& dir) {
       } else {
         s = arc_v3::delta_compress(src, dst, &delta, options);
       }
-      Check(s.ok() && delta.bytes == golden,
-            "encode " + name + " on " + target + ": " + s.ToString() + ", " +
-                std::to_string(delta.bytes.size()) + " bytes, golden " +
-                std::to_string(golden.size()));
+      Check(s.ok() && delta.bytes == golden, "encode " + name + " on " + target + ": " +
+                                                 s.ToString() + ", " +
+                                                 std::to_string(delta.bytes.size()) +
+                                                 " bytes, golden " + std::to_string(golden.size()));
     });
   }
 
@@ -257,13 +258,14 @@ bool LoadCheckpoint(const std::string& path, Checkpoint* checkpoint) {
   for (int i = 7; i >= 0; --i) header = header << 8 | checkpoint->bytes[i];
   if (header > checkpoint->bytes.size() - 8) return false;
   std::vector<std::pair<size_t, size_t>> spans;
-  if (!ParseHeader(std::string(checkpoint->bytes.begin() + 8,
-                               checkpoint->bytes.begin() + 8 + header), &spans)) {
+  if (!ParseHeader(
+          std::string(checkpoint->bytes.begin() + 8, checkpoint->bytes.begin() + 8 + header),
+          &spans)) {
     return false;
   }
   for (const auto& span : spans) {
-    checkpoint->tensors.push_back(Bf16(checkpoint->bytes, 8 + header + span.first,
-                                       8 + header + span.second));
+    checkpoint->tensors.push_back(
+        Bf16(checkpoint->bytes, 8 + header + span.first, 8 + header + span.second));
   }
   return !checkpoint->tensors.empty();
 }
@@ -302,10 +304,13 @@ std::string CodeStep(const Checkpoint& prev, const Checkpoint& next, arc_v3::Ses
     arc_v3::Delta delta;
     ok = session ? sender->CompressTensors(deltas.data(), n, &delta).ok()
                  : arc_v3::delta_compress_tensors(deltas.data(), n, &delta).ok();
-    ok &= session ? receiver->DecompressTensors(results.data(), n, delta.bytes.data(),
-                                                delta.bytes.size(), delta.checksum).ok()
+    ok &= session ? receiver
+                        ->DecompressTensors(results.data(), n, delta.bytes.data(),
+                                            delta.bytes.size(), delta.checksum)
+                        .ok()
                   : arc_v3::delta_decompress_tensors(results.data(), n, delta.bytes.data(),
-                                                     delta.bytes.size(), delta.checksum).ok();
+                                                     delta.bytes.size(), delta.checksum)
+                        .ok();
     ok &= outs == next.tensors;
     std::snprintf(buffer, sizeof(buffer), "; %s %zu bytes %016llx%s",
                   session ? "session" : "grouped", delta.bytes.size(),

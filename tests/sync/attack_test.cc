@@ -40,23 +40,28 @@ using test::TrainerRun;
 using test::TwoShards;
 namespace fs = std::filesystem;
 
-std::string Text(const std::vector<uint8_t>& bytes) { return std::string(bytes.begin(), bytes.end()); }
+std::string Text(const std::vector<uint8_t>& bytes) {
+  return std::string(bytes.begin(), bytes.end());
+}
 
 // A sharded checkpoint's index of 150 to 240 bytes whose first 128 hold the mapping and a
 // padding string: the attacker's forger (xxh3_forge.h) remaps a tensor within its length.
 std::string IndexText() {
-  return "{\"weight_map\":{\"embed\":\"model-00001-of-00002.safetensors\"},\"pad\":\"" + std::string(100, 'p') +
-         "\"}\n";
+  return "{\"weight_map\":{\"embed\":\"model-00001-of-00002.safetensors\"},\"pad\":\"" +
+         std::string(100, 'p') + "\"}\n";
 }
 
 // The files a full pull of `run` leaves in DIR, with the index: each shard's bit for bit.
 void CheckFiles(const std::string& dir, const TrainerRun& run, uint64_t step) {
   for (size_t k = 0; k < run.shards(); ++k) {
-    CHECK(ReadBytes(dir + "/" + TrainerRun::FileName(k, run.shards())) == ReadBytes(run.Path(step, k)));
+    CHECK(ReadBytes(dir + "/" + TrainerRun::FileName(k, run.shards())) ==
+          ReadBytes(run.Path(step, k)));
   }
 }
 
-TEST_CASE("attack: an index of the same size and XXH3 is refused, under trust and without; log --verify says so") {
+TEST_CASE(
+    "attack: an index of the same size and XXH3 is refused, under trust and without; log --verify "
+    "says so") {
   TempDir tmp;
   Keys keys(tmp);
   const std::string pub = keys.trainer + ".pub";
@@ -66,9 +71,11 @@ TEST_CASE("attack: an index of the same size and XXH3 is refused, under trust an
   // The attacker's index: `embed` in the other shard's file, the same size and XXH3.
   std::string wanted = genuine;
   wanted.replace(wanted.find("00001-of"), 5, "00002");
-  const std::string forged = test::ForgeXxh3(genuine, wanted, test::PositionsOf(wanted, "\"pad\":\""));
+  const std::string forged =
+      test::ForgeXxh3(genuine, wanted, test::PositionsOf(wanted, "\"pad\":\""));
   REQUIRE(!forged.empty());
-  REQUIRE(checkpoint::Hash(forged.data(), forged.size()) == checkpoint::Hash(genuine.data(), genuine.size()));
+  REQUIRE(checkpoint::Hash(forged.data(), forged.size()) ==
+          checkpoint::Hash(genuine.data(), genuine.size()));
   REQUIRE(forged.find("\"embed\":\"model-00002-of-00002") != std::string::npos);
   for (Backend& b : test::Backends(tmp, "attack-index")) {
     INFO("store ", b.name);
@@ -129,7 +136,8 @@ TEST_CASE("attack: a cached layout of the same XXH3 as the root's is not used un
     REQUIRE(PullTrusting(store, dir, 0, {pub}, &r, "rows").ok());
     StepManifest m;
     REQUIRE(ReadRoot(store, 0, &m, nullptr).ok());
-    const std::string cached = dir + "/.arc_v3/layouts/" + checkpoint::HexU64(m.groups[0].layout_xxh3) + ".json";
+    const std::string cached =
+        dir + "/.arc_v3/layouts/" + checkpoint::HexU64(m.groups[0].layout_xxh3) + ".json";
     const std::string genuine = Text(ReadBytes(cached));
     REQUIRE(genuine.size() == 236);
     // Another tensor name, of the same XXH3: its last character changed, the others chosen.
@@ -160,7 +168,9 @@ TEST_CASE("attack: a cached layout of the same XXH3 as the root's is not used un
   }
 }
 
-TEST_CASE("attack: under trust the chain joins a region only where a signed root names its root's SHA-256") {
+TEST_CASE(
+    "attack: under trust the chain joins a region only where a signed root names its root's "
+    "SHA-256") {
   TempDir tmp;
   Keys keys(tmp);
   const std::string pub = keys.trainer + ".pub";
@@ -231,7 +241,9 @@ TEST_CASE("attack: trust stays on once taken; emptied keys are no way to switch 
   }
 }
 
-TEST_CASE("attack: every tampering a trusting region meets is kUntrusted, the region untouched; untrusting, damage") {
+TEST_CASE(
+    "attack: every tampering a trusting region meets is kUntrusted, the region untouched; "
+    "untrusting, damage") {
   TempDir tmp;
   Keys keys(tmp);
   const std::string pub = keys.trainer + ".pub";
@@ -251,7 +263,8 @@ TEST_CASE("attack: every tampering a trusting region meets is kUntrusted, the re
     const std::string payload = Base64(e.payload), sig = Base64(e.signatures[0].sig);
     const auto envelope = [&](const std::string& body) { return "{" + body + "}\n"; };
     const std::string type = "\"payloadType\": \"" + e.type + "\"";
-    const std::string sigs = "\"signatures\": [{\"keyid\": \"" + e.signatures[0].keyid + "\", \"sig\": \"" + sig + "\"}]";
+    const std::string sigs = "\"signatures\": [{\"keyid\": \"" + e.signatures[0].keyid +
+                             "\", \"sig\": \"" + sig + "\"}]";
     StepManifest m;
     REQUIRE(ReadManifest(store, 2, &m, nullptr).ok());
     const std::string object = m.shards[1].delta.key;
@@ -264,19 +277,24 @@ TEST_CASE("attack: every tampering a trusting region meets is kUntrusted, the re
     std::string spaced = payload;
     spaced.insert(spaced.size() / 2, " ");
     const std::vector<Case> cases = {
-        {"an older signed root at step 2's key", root2, Text(Get(store, RootKey(1))), ErrorCode::kCorruptHeader},
+        {"an older signed root at step 2's key", root2, Text(Get(store, RootKey(1))),
+         ErrorCode::kCorruptHeader},
         {"another payloadType", root2,
-         envelope("\"payload\": \"" + payload + "\", \"payloadType\": \"application/json\", " + sigs),
+         envelope("\"payload\": \"" + payload + "\", \"payloadType\": \"application/json\", " +
+                  sigs),
          ErrorCode::kCorruptHeader},
-        {"base64 with a space", root2, envelope("\"payload\": \"" + spaced + "\", " + type + ", " + sigs),
+        {"base64 with a space", root2,
+         envelope("\"payload\": \"" + spaced + "\", " + type + ", " + sigs),
          ErrorCode::kCorruptHeader},
-        {"no signature", root2, envelope("\"payload\": \"" + payload + "\", " + type + ", \"signatures\": []"),
+        {"no signature", root2,
+         envelope("\"payload\": \"" + payload + "\", " + type + ", \"signatures\": []"),
          ErrorCode::kCorruptHeader},
         {"a field added", root2,
          envelope("\"payload\": \"" + payload + "\", " + type + ", " + sigs + ", \"note\": \"x\""),
          ErrorCode::kCorruptHeader},
         {"a field named twice", root2,
-         envelope("\"payload\": \"" + payload + "\", " + type + ", " + type + ", " + sigs), ErrorCode::kCorruptHeader},
+         envelope("\"payload\": \"" + payload + "\", " + type + ", " + type + ", " + sigs),
+         ErrorCode::kCorruptHeader},
         {"the root unsigned (its signed fields kept)", root2, e.payload, ErrorCode::kCorruptHeader},
         {"an object cut short", object, Text(honest_object).substr(0, honest_object.size() / 2),
          ErrorCode::kTruncated},
@@ -309,7 +327,9 @@ TEST_CASE("attack: every tampering a trusting region meets is kUntrusted, the re
   }
 }
 
-TEST_CASE("attack: a trusting follower refuses a bad step, keeps what it holds, and takes the next step that verifies") {
+TEST_CASE(
+    "attack: a trusting follower refuses a bad step, keeps what it holds, and takes the next step "
+    "that verifies") {
   TempDir tmp;
   Keys keys(tmp);
   const std::string pub = keys.trainer + ".pub";
@@ -349,7 +369,8 @@ TEST_CASE("attack: a trusting follower refuses a bad step, keeps what it holds, 
     options.interval_seconds = 0.05;
     options.until = 4;
     options.max_failures = 1;
-    Status s = follower->Follow(options, [&](const FollowEvent& e, const FollowResult*) { return on_refused(e); });
+    Status s = follower->Follow(
+        options, [&](const FollowEvent& e, const FollowResult*) { return on_refused(e); });
     INFO(s.ToString());
     REQUIRE(s.ok());
     CHECK(follower->step() == 4);
@@ -375,7 +396,9 @@ TEST_CASE("attack: a trusting follower refuses a bad step, keeps what it holds, 
     events.clear();
     options.until = kNoStep;
     const auto start = std::chrono::steady_clock::now();
-    options.stop_requested = [&] { return std::chrono::steady_clock::now() - start > std::chrono::milliseconds(600); };
+    options.stop_requested = [&] {
+      return std::chrono::steady_clock::now() - start > std::chrono::milliseconds(600);
+    };
     s = Follow(b.url, dir, o, options, [&](const FollowEvent& e, const PullReport*) {
       events.push_back(e);
       return true;
@@ -402,11 +425,13 @@ TEST_CASE("attack: a FIFO or a member named twice in the store is refused at onc
     PublishStep(store, run, 0, keys.trainer, false);
     PullReport r;
     // `latest` naming two steps: one reading only.
-    Put(store, "latest", "{\"format\":\"arc_v3-sync\",\"version\":2,\"kind\":\"latest\",\"step\":0,\"step\":7}\n");
+    Put(store, "latest",
+        "{\"format\":\"arc_v3-sync\",\"version\":2,\"kind\":\"latest\",\"step\":0,\"step\":7}\n");
     Status s = PullTrusting(store, tmp / ("twice-" + b.name), kLatestStep, {}, &r);
     CHECK(s.code() == ErrorCode::kCorruptHeader);
     CHECK(s.message().find("'step' twice") != std::string::npos);
-    CHECK(PullTrusting(store, tmp / ("twice-" + b.name), kLatestStep, {pub}, &r).code() == ErrorCode::kUntrusted);
+    CHECK(PullTrusting(store, tmp / ("twice-" + b.name), kLatestStep, {pub}, &r).code() ==
+          ErrorCode::kUntrusted);
     Put(store, "latest", LatestJson(0));
     if (b.name != "local") continue;
     // A FIFO where `latest` is: no reader waits on it.
@@ -417,7 +442,8 @@ TEST_CASE("attack: a FIFO or a member named twice in the store is refused at onc
     s = PullTrusting(store, tmp / "fifo", kLatestStep, {}, &r);
     CHECK(s.code() == ErrorCode::kCorruptHeader);
     CHECK(s.message().find("not a regular file") != std::string::npos);
-    CHECK(PullTrusting(store, tmp / "fifo", kLatestStep, {pub}, &r).code() == ErrorCode::kUntrusted);
+    CHECK(PullTrusting(store, tmp / "fifo", kLatestStep, {pub}, &r).code() ==
+          ErrorCode::kUntrusted);
     CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(20));
     CHECK(!fs::exists(tmp / "fifo"));
   }

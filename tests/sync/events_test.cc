@@ -115,9 +115,8 @@ TEST_CASE("events: SNS envelopes") {
   const std::string url =
       "https://sns.us-east-1.amazonaws.com/?Action=ConfirmSubscription&TopicArn=t&Token=x";
   const std::vector<EventSource> watched = EventSourcesOf(store);
-  const EventVerdict v =
-      ReadEvent(Sns("SubscriptionConfirmation", "confirm", R"(,"SubscribeURL":")" + url + "\""),
-                &watched);
+  const EventVerdict v = ReadEvent(
+      Sns("SubscriptionConfirmation", "confirm", R"(,"SubscribeURL":")" + url + "\""), &watched);
   CHECK(v.kind == K::kSubscribe);
   CHECK(v.subscribe_url == url);
   CHECK(Read(Sns("SubscriptionConfirmation", "confirm"), store) == K::kMalformed);
@@ -172,8 +171,9 @@ long Post(uint16_t port, const std::string& body, const char* method = "POST",
     curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body.size()));
   }
   curl_easy_setopt(curl, CURLOPT_TIMEOUT, 30L);
-  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION,
-                   +[](char*, size_t size, size_t n, void*) -> size_t { return size * n; });
+  curl_easy_setopt(
+      curl, CURLOPT_WRITEFUNCTION,
+      +[](char*, size_t size, size_t n, void*) -> size_t { return size * n; });
   long code = 0;
   const CURLcode r = curl_easy_perform(curl);
   if (r == CURLE_OK) curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &code);

@@ -43,7 +43,8 @@ void PublishStep(const std::string& url, const TrainerRun& run, uint64_t step, b
   }
 }
 
-TEST_CASE("publish files, pull them into a checkpoint directory, list, verify and prune the store") {
+TEST_CASE(
+    "publish files, pull them into a checkpoint directory, list, verify and prune the store") {
   TempDir tmp;
   TrainerRun run(tmp / "run", TwoShards(), 0.01, 11);
   std::string key_id;
@@ -96,7 +97,8 @@ TEST_CASE("publish files, pull them into a checkpoint directory, list, verify an
       MirrorOptions none;
       none.step = kNoStep;
       MirrorResult mirrored;
-      CHECK(MirrorSteps(url, tmp / ("mirror-" + b.name), none, &mirrored).code() == ErrorCode::kInvalidArgument);
+      CHECK(MirrorSteps(url, tmp / ("mirror-" + b.name), none, &mirrored).code() ==
+            ErrorCode::kInvalidArgument);
       pull.step = kLatestStep;
       REQUIRE(PullFiles(url, dir, pull, &pulled).ok());
       CHECK(pulled.from_step == 5);
@@ -130,7 +132,8 @@ TEST_CASE("publish files, pull them into a checkpoint directory, list, verify an
       }
       // Another key verifies nothing.
       REQUIRE(GenerateSigningKey(tmp / ("other-" + b.name), &key_id).ok());
-      REQUIRE(VerifySteps(url, StoreSettings(), {tmp / ("other-" + b.name + ".pub")}, &verdicts).ok());
+      REQUIRE(
+          VerifySteps(url, StoreSettings(), {tmp / ("other-" + b.name + ".pub")}, &verdicts).ok());
       for (const StepVerdict& v : verdicts) CHECK(v.status.code() == ErrorCode::kUntrusted);
 
       // Anchors at 1, 3, 6: keeping 2 deletes steps 1 and 2; a dry run deletes nothing.
@@ -149,7 +152,8 @@ TEST_CASE("publish files, pull them into a checkpoint directory, list, verify an
   }
 }
 
-TEST_CASE("following files: a region keeps up, and a store that is not there is waited for or refused") {
+TEST_CASE(
+    "following files: a region keeps up, and a store that is not there is waited for or refused") {
   TempDir tmp;
   TrainerRun run(tmp / "run", TwoShards(), 0.01, 12);
   const std::string url = tmp / "store";
@@ -181,8 +185,10 @@ TEST_CASE("following files: a region keeps up, and a store that is not there is 
   run.Advance();
   run.Write(4);
   PublishStep(url, run, 4, true, "", &reports);
-  for (const auto& entry : std::filesystem::recursive_directory_iterator(std::string(tmp / "store") + "/o")) {
-    if (entry.path().string().find("/000000000004-") != std::string::npos && entry.is_regular_file()) {
+  for (const auto& entry :
+       std::filesystem::recursive_directory_iterator(std::string(tmp / "store") + "/o")) {
+    if (entry.path().string().find("/000000000004-") != std::string::npos &&
+        entry.is_regular_file()) {
       std::filesystem::remove(entry.path());
     }
   }
@@ -204,7 +210,8 @@ TEST_CASE("following files: a region keeps up, and a store that is not there is 
   // Pull and list refuse a local store that does not exist; follow waits for it (and here
   // stops when told).
   PullFilesResult report;
-  CHECK(PullFiles(tmp / "nowhere", tmp / "region2", PullFilesOptions(), &report).code() == ErrorCode::kNotFound);
+  CHECK(PullFiles(tmp / "nowhere", tmp / "region2", PullFilesOptions(), &report).code() ==
+        ErrorCode::kNotFound);
   std::vector<StepInfo> steps;
   CHECK(ListSteps(tmp / "nowhere", StoreSettings(), false, &steps).code() == ErrorCode::kNotFound);
   int waits = 0;
@@ -213,7 +220,8 @@ TEST_CASE("following files: a region keeps up, and a store that is not there is 
                     [&](const FollowEvent& e, const PullFilesResult*) {
                       waits += e.kind == FollowEvent::Kind::kWaiting;
                       return true;
-                    }).ok());
+                    })
+            .ok());
   CHECK(waits == 1);
   CHECK(PullFiles("ftp://example/x", tmp / "region2", PullFilesOptions(), &report).code() ==
         ErrorCode::kInvalidArgument);

@@ -33,7 +33,9 @@ using test::TensorSpec;
 using test::TrainerRun;
 namespace fs = std::filesystem;
 
-std::string Text(const std::vector<uint8_t>& bytes) { return std::string(bytes.begin(), bytes.end()); }
+std::string Text(const std::vector<uint8_t>& bytes) {
+  return std::string(bytes.begin(), bytes.end());
+}
 
 // A local store only: these are rules of reading, not of a backend.
 struct LocalStore {
@@ -117,7 +119,9 @@ TEST_CASE("reader rules: the piece-digest object sits at its container's key, .s
   }
 }
 
-TEST_CASE("reader rules: latest leads to the last committed step after it, and to none ahead of the roots") {
+TEST_CASE(
+    "reader rules: latest leads to the last committed step after it, and to none ahead of the "
+    "roots") {
   TempDir tmp;
   LocalStore s(tmp, "store");
   Store* store = s.store.get();
@@ -173,7 +177,9 @@ TEST_CASE("reader rules: a container holds the record's file, of the record's si
   test::PublishSteps(store, &run, 1, "");
   const std::string name0 = TrainerRun::FileName(0, 2);
   // Another name (the layout rewritten alike, so only the container can tell).
-  RewriteRecord(store, 1, 0, [&](const std::string& t) { return Replace(t, name0, "other.safetensors"); }, true);
+  RewriteRecord(
+      store, 1, 0, [&](const std::string& t) { return Replace(t, name0, "other.safetensors"); },
+      true);
   Status st = PullTo(store, tmp / "name", 1);
   CHECK(st.code() == ErrorCode::kCorruptHeader);
   CHECK(st.message().find("not the record's 'other.safetensors'") != std::string::npos);
@@ -199,12 +205,15 @@ TEST_CASE("reader rules: a record of a file of another size is refused, full or 
 TEST_CASE("reader rules: tensors in data-section order, those starting at one offset by name") {
   TempDir tmp;
   LocalStore s(tmp, "store");
-  TrainerRun run(tmp / "trainer", {{{"w", {64, 8}}, {"zb", {0, 4}}, {"za", {0, 4}}, {"v", {16, 8}}}}, 0.05, 66);
+  TrainerRun run(tmp / "trainer",
+                 {{{"w", {64, 8}}, {"zb", {0, 4}}, {"za", {0, 4}}, {"v", {16, 8}}}}, 0.05, 66);
   test::PublishSteps(s.store.get(), &run, 0, "");
   StepManifest m;
   REQUIRE(ReadManifest(s.store.get(), 0, &m, nullptr).ok());
   Layout shard;  // the shard layout the record names
-  REQUIRE(ParseLayout(Get(s.store.get(), LayoutKey(m.shards[0].layout_xxh3)), "shard layout", &shard).ok());
+  REQUIRE(
+      ParseLayout(Get(s.store.get(), LayoutKey(m.shards[0].layout_xxh3)), "shard layout", &shard)
+          .ok());
   const std::vector<std::string> names = shard.shards.at(0).tensors;
   // w at 0; v, za and zb (these two without bytes) all start where w ends: by name.
   CHECK(names == std::vector<std::string>{"w", "v", "za", "zb"});
@@ -225,7 +234,9 @@ TEST_CASE("reader rules: an anchor step's deltas continue the root's base") {
   REQUIRE(m.shards[0].delta.present());
   const std::string region = tmp / "region";
   REQUIRE(PullTo(store, region, 3).ok());
-  RewriteRecord(store, 4, 0, [](const std::string& t) { return Replace(t, "\"base_step\": 3", "\"base_step\": 2"); });
+  RewriteRecord(store, 4, 0, [](const std::string& t) {
+    return Replace(t, "\"base_step\": 3", "\"base_step\": 2");
+  });
   const Status st = PullTo(store, region, 4);
   CHECK(st.code() == ErrorCode::kCorruptHeader);
   CHECK(st.message().find("base_step") != std::string::npos);
@@ -315,17 +326,21 @@ TEST_CASE("reader rules: any signature by a trusted key counts; others are ignor
     return "{\"payload\": \"" + Base64(e.payload) + "\", \"payloadType\": \"" + e.type +
            "\", \"signatures\": [" + signatures + "]}\n";
   };
-  const std::string by_evil = "{\"keyid\": \"" + evil.id() + "\", \"sig\": \"" + Base64(evil_sig) + "\"}";
-  const std::string by_trainer = "{\"keyid\": \"" + trainer_id + "\", \"sig\": \"" + trainer_sig + "\"}";
+  const std::string by_evil =
+      "{\"keyid\": \"" + evil.id() + "\", \"sig\": \"" + Base64(evil_sig) + "\"}";
+  const std::string by_trainer =
+      "{\"keyid\": \"" + trainer_id + "\", \"sig\": \"" + trainer_sig + "\"}";
   const std::string no_keyid = "{\"sig\": \"" + trainer_sig + "\"}";
-  const std::string bad = "{\"keyid\": \"" + trainer_id + "\", \"sig\": \"" + Base64(evil_sig) + "\"}";
+  const std::string bad =
+      "{\"keyid\": \"" + trainer_id + "\", \"sig\": \"" + Base64(evil_sig) + "\"}";
   const std::string pub = keys.trainer + ".pub";
   int n = 0;
-  for (const auto& c : std::vector<std::pair<std::string, bool>>{{by_evil + ", " + by_trainer, true},
-                                                                 {bad + ", " + no_keyid, true},
-                                                                 {no_keyid, true},
-                                                                 {by_evil, false},
-                                                                 {bad, false}}) {
+  for (const auto& c :
+       std::vector<std::pair<std::string, bool>>{{by_evil + ", " + by_trainer, true},
+                                                 {bad + ", " + no_keyid, true},
+                                                 {no_keyid, true},
+                                                 {by_evil, false},
+                                                 {bad, false}}) {
     INFO(c.first);
     Put(store, RootKey(0), with(c.first));
     PullReport r;
@@ -341,7 +356,9 @@ TEST_CASE("reader rules: a document naming a member twice has no one reading") {
   Store* store = s.store.get();
   TrainerRun run(tmp / "trainer", test::TwoShards(), 0.02, 71);
   test::PublishSteps(store, &run, 0, "");
-  RewriteRecord(store, 0, 1, [](const std::string& t) { return Replace(t, "\"step\": 0,", "\"step\": 0, \"step\": 0,"); });
+  RewriteRecord(store, 0, 1, [](const std::string& t) {
+    return Replace(t, "\"step\": 0,", "\"step\": 0, \"step\": 0,");
+  });
   const Status st = PullTo(store, tmp / "region", 0);
   CHECK(st.code() == ErrorCode::kCorruptHeader);
   CHECK(st.message().find("'step' twice") != std::string::npos);

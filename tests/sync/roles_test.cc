@@ -27,7 +27,8 @@ struct Rank {
   std::vector<std::vector<uint16_t>> values;
 
   Rank(int r, uint32_t seed) {
-    names = {"r" + std::to_string(r) + ".big", "r" + std::to_string(r) + ".norm", "r" + std::to_string(r) + ".w"};
+    names = {"r" + std::to_string(r) + ".big", "r" + std::to_string(r) + ".norm",
+             "r" + std::to_string(r) + ".w"};
     shapes = {{12000, 256}, {256}, {1024, 256}};
     std::mt19937 rng(seed);
     std::normal_distribution<float> normal(0.0f, 0.02f);
@@ -53,14 +54,15 @@ struct Rank {
   }
   std::vector<NamedTensor> Tensors() const {
     std::vector<NamedTensor> out;
-    for (size_t i = 0; i < names.size(); ++i) out.push_back({names[i], "BF16", shapes[i], values[i].data()});
+    for (size_t i = 0; i < names.size(); ++i)
+      out.push_back({names[i], "BF16", shapes[i], values[i].data()});
     return out;
   }
 };
 
 // Whether the follower holds exactly the ranks' tensors (rows [begin, end) of `selected`).
-void CheckHolds(const Follower& f, const std::vector<Rank>& ranks, uint64_t begin = 0, uint64_t end = UINT64_MAX,
-                const std::string& selected = "") {
+void CheckHolds(const Follower& f, const std::vector<Rank>& ranks, uint64_t begin = 0,
+                uint64_t end = UINT64_MAX, const std::string& selected = "") {
   std::map<std::string, FollowedTensor> held;
   for (const FollowedTensor& t : f.tensors()) held[t.name] = t;
   for (const Rank& r : ranks) {
@@ -74,27 +76,30 @@ void CheckHolds(const Follower& f, const std::vector<Rank>& ranks, uint64_t begi
       REQUIRE(t.row_begin <= a);
       REQUIRE(t.row_end >= b);
       INFO("tensor ", name);
-      CHECK(std::memcmp(static_cast<const uint16_t*>(t.data) + (a - t.row_begin) * row, r.values[i].data() + a * row,
-                        (b - a) * row * 2) == 0);
+      CHECK(std::memcmp(static_cast<const uint16_t*>(t.data) + (a - t.row_begin) * row,
+                        r.values[i].data() + a * row, (b - a) * row * 2) == 0);
     }
   }
 }
 
 // Flips a bit near the end of shard `shard`'s delta object of `step`; returns the object's
 // key and its bytes before.
-std::pair<std::string, std::vector<uint8_t>> DamageDelta(sync::Store* store, uint64_t step, size_t shard) {
+std::pair<std::string, std::vector<uint8_t>> DamageDelta(sync::Store* store, uint64_t step,
+                                                         size_t shard) {
   sync::StepManifest m;
   REQUIRE(sync::ReadManifest(store, step, &m, nullptr).ok());
   std::vector<uint8_t> bytes;
   REQUIRE(store->Get(m.shards[shard].delta.key, 1u << 30, &bytes, nullptr).ok());
   std::vector<uint8_t> bad = bytes;
   bad[bad.size() - 10] ^= 1;
-  REQUIRE(store->Put(m.shards[shard].delta.key, bad.data(), bad.size(), sync::PutMode::kOverwrite).ok());
+  REQUIRE(store->Put(m.shards[shard].delta.key, bad.data(), bad.size(), sync::PutMode::kOverwrite)
+              .ok());
   return {m.shards[shard].delta.key, bytes};
 }
 
 // A publisher per rank of a world of `ranks`.
-std::vector<std::unique_ptr<Publisher>> Publishers(const std::string& url, uint32_t ranks, uint64_t anchor_every) {
+std::vector<std::unique_ptr<Publisher>> Publishers(const std::string& url, uint32_t ranks,
+                                                   uint64_t anchor_every) {
   std::vector<std::unique_ptr<Publisher>> publishers(ranks);
   for (uint32_t r = 0; r < ranks; ++r) {
     PublisherOptions o;
@@ -106,7 +111,8 @@ std::vector<std::unique_ptr<Publisher>> Publishers(const std::string& url, uint3
   return publishers;
 }
 
-TEST_CASE("roles: ranks publish from memory; followers update in place, catch up, or hold a slice") {
+TEST_CASE(
+    "roles: ranks publish from memory; followers update in place, catch up, or hold a slice") {
   TempDir tmp;
   for (Backend& b : sync::test::Backends(tmp, "roles")) {
     INFO("store ", b.name);
@@ -130,7 +136,9 @@ TEST_CASE("roles: ranks publish from memory; followers update in place, catch up
       std::vector<PublishResult> results(2);
       std::vector<std::thread> threads;
       for (size_t r = 0; r < 2; ++r) {
-        threads.emplace_back([&, r] { published[r] = publishers[r]->Publish(step, ranks[r].Tensors(), &results[r]); });
+        threads.emplace_back([&, r] {
+          published[r] = publishers[r]->Publish(step, ranks[r].Tensors(), &results[r]);
+        });
       }
       for (auto& t : threads) t.join();
       REQUIRE(published[0].ok());
@@ -169,12 +177,15 @@ TEST_CASE("roles: ranks publish from memory; followers update in place, catch up
     CHECK(pulled.up_to_date);
     // A step that does not follow the last one published is refused.
     PublishResult result;
-    CHECK(publishers[0]->Publish(6, ranks[0].Tensors(), &result).code() == ErrorCode::kInvalidArgument);
+    CHECK(publishers[0]->Publish(6, ranks[0].Tensors(), &result).code() ==
+          ErrorCode::kInvalidArgument);
     CHECK(publishers[0]->held_bytes() == (12000 * 256 + 256 + 1024 * 256) * 2);
   }
 }
 
-TEST_CASE("roles: Follow waits for the first step, pulls each newer one as it is committed, and stops when told") {
+TEST_CASE(
+    "roles: Follow waits for the first step, pulls each newer one as it is committed, and stops "
+    "when told") {
   TempDir tmp;
   for (Backend& b : sync::test::Backends(tmp, "roles-follow")) {
     INFO("store ", b.name);
@@ -201,14 +212,16 @@ TEST_CASE("roles: Follow waits for the first step, pulls each newer one as it is
           for (const FollowedTensor& t : follower->tensors()) {
             for (size_t i = 0; i < rank.names.size(); ++i) {
               if (t.name == rank.names[i]) {
-                held_as_published = held_as_published &&
-                                    std::memcmp(t.data, rank.values[i].data(), rank.values[i].size() * 2) == 0;
+                held_as_published =
+                    held_as_published &&
+                    std::memcmp(t.data, rank.values[i].data(), rank.values[i].size() * 2) == 0;
               }
             }
           }
         }
-        held_as_published = held_as_published && r != nullptr && r->step == e.step && e.lag_seconds >= 0 &&
-                            (pulled.empty() ? e.steps_behind == 0 : e.steps_behind == e.step - pulled.back());
+        held_as_published =
+            held_as_published && r != nullptr && r->step == e.step && e.lag_seconds >= 0 &&
+            (pulled.empty() ? e.steps_behind == 0 : e.steps_behind == e.step - pulled.back());
         pulled.push_back(e.step);
         return true;
       });
@@ -224,7 +237,8 @@ TEST_CASE("roles: Follow waits for the first step, pulls each newer one as it is
         published[step] = ranks;
       }
       PublishResult result;
-      for (size_t r = 0; r < 2; ++r) REQUIRE(publishers[r]->Publish(step, ranks[r].Tensors(), &result).ok());
+      for (size_t r = 0; r < 2; ++r)
+        REQUIRE(publishers[r]->Publish(step, ranks[r].Tensors(), &result).ok());
     }
     thread.join();
     REQUIRE(followed.ok());
@@ -240,7 +254,8 @@ TEST_CASE("roles: Follow waits for the first step, pulls each newer one as it is
     std::unique_ptr<Follower> other;
     REQUIRE(Follower::Open(b.url, {}, &other).ok());
     int events = 0;
-    REQUIRE(other->Follow({}, [&](const FollowEvent&, const FollowResult*) { return ++events > 1; }).ok());
+    REQUIRE(other->Follow({}, [&](const FollowEvent&, const FollowResult*) { return ++events > 1; })
+                .ok());
     CHECK(events == 1);
     CHECK(other->step() == 4);
     FollowOptions held;
@@ -275,7 +290,8 @@ TEST_CASE("roles: Follow gives up on a store that keeps failing, after max_failu
   CHECK(retries == 2);
 }
 
-TEST_CASE("roles: kLatestStep asks for the newest step; kNoStep, no step number, is refused as one") {
+TEST_CASE(
+    "roles: kLatestStep asks for the newest step; kNoStep, no step number, is refused as one") {
   TempDir tmp;
   const std::string url = tmp / "store";
   Rank rank(0, 3);
@@ -283,7 +299,8 @@ TEST_CASE("roles: kLatestStep asks for the newest step; kNoStep, no step number,
   REQUIRE(Publisher::Open(url, {}, &publisher).ok());
   CHECK(publisher->last_step() == kNoStep);
   PublishResult published;
-  CHECK(publisher->Publish(kLatestStep, rank.Tensors(), &published).code() == ErrorCode::kInvalidArgument);
+  CHECK(publisher->Publish(kLatestStep, rank.Tensors(), &published).code() ==
+        ErrorCode::kInvalidArgument);
   REQUIRE(publisher->Publish(4, rank.Tensors(), &published).ok());
   std::unique_ptr<Follower> follower;
   REQUIRE(Follower::Open(url, {}, &follower).ok());
@@ -299,7 +316,9 @@ TEST_CASE("roles: kLatestStep asks for the newest step; kNoStep, no step number,
   CHECK(follower->step() == 4);
 }
 
-TEST_CASE("roles: a follower refuses a corrupt piece and keeps its tensors, or routes around it where it can") {
+TEST_CASE(
+    "roles: a follower refuses a corrupt piece and keeps its tensors, or routes around it where it "
+    "can") {
   TempDir tmp;
   for (Backend& b : sync::test::Backends(tmp, "roles-faults")) {
     INFO("store ", b.name);
@@ -339,7 +358,8 @@ TEST_CASE("roles: a follower refuses a corrupt piece and keeps its tensors, or r
     REQUIRE(follower->Pull(kLatestStep, &pulled).ok());
     INFO("rerouted: ", pulled.rerouted);
     CHECK(pulled.route == "anchor 10 -> 10");
-    CHECK(pulled.rerouted.find("took anchor 10 -> 10 instead of chain 8 -> 10") != std::string::npos);
+    CHECK(pulled.rerouted.find("took anchor 10 -> 10 instead of chain 8 -> 10") !=
+          std::string::npos);
     CHECK(follower->step() == 10);
     CheckHolds(*follower, {rank});
   }
@@ -388,7 +408,9 @@ TEST_CASE("roles: a follower whose anchor route fails below the step it held kee
   }
 }
 
-TEST_CASE("roles: a step whose second shard is damaged changes no tensor of the first, fetched ahead or not") {
+TEST_CASE(
+    "roles: a step whose second shard is damaged changes no tensor of the first, fetched ahead or "
+    "not") {
   TempDir tmp;
   for (Backend& b : sync::test::Backends(tmp, "roles-undo")) {
     INFO("store ", b.name);

@@ -21,20 +21,21 @@ namespace sync {
 namespace {
 
 using test::Backend;
-using test::TempDir;
 using test::CheckHolds;
-using test::Snapshot;
-using test::TrainerRun;
-using test::Keys;
+using test::ForgeDelta;
 using test::Get;
-using test::Put;
+using test::Keys;
 using test::PublishStep;
 using test::PullTrusting;
-using test::ForgeDelta;
+using test::Put;
+using test::Snapshot;
+using test::TempDir;
+using test::TrainerRun;
 using test::TwoShards;
 namespace fs = std::filesystem;
 
-TEST_CASE("signed steps: a trusting region takes its trainer's signed steps only, and never goes back") {
+TEST_CASE(
+    "signed steps: a trusting region takes its trainer's signed steps only, and never goes back") {
   TempDir tmp;
   Keys keys(tmp);
   const std::string pub = keys.trainer + ".pub", rotated_pub = keys.rotated + ".pub";
@@ -64,7 +65,8 @@ TEST_CASE("signed steps: a trusting region takes its trainer's signed steps only
     CHECK(s.code() == ErrorCode::kUntrusted);
     CHECK(s.message().find("no trusted key") != std::string::npos);
     CHECK(!fs::exists(none));
-    CHECK(PullTrusting(store, none, 2, {tmp / "trainer.key.missing"}, &r).code() == ErrorCode::kInvalidArgument);
+    CHECK(PullTrusting(store, none, 2, {tmp / "trainer.key.missing"}, &r).code() ==
+          ErrorCode::kInvalidArgument);
 
     // A byte of a piece flipped, and every digest up to the group index rewritten: the
     // signed root's SHA-256 of the group index differs. Up to the root: its signature is
@@ -75,7 +77,8 @@ TEST_CASE("signed steps: a trusting region takes its trainer's signed steps only
     REQUIRE(ReadManifest(store, 3, &honest, nullptr).ok());
     const std::string record3 = ShardRecordKey(3, 0, 2, kDefaultIncarnation);
     const std::string group3 = GroupIndexKey(3, 2, kDefaultIncarnation, 0);
-    const std::vector<uint8_t> honest_record = Get(store, record3), honest_group = Get(store, group3);
+    const std::vector<uint8_t> honest_record = Get(store, record3),
+                               honest_group = Get(store, group3);
     for (bool root : {false, true}) {
       INFO("forged up to the root: ", root);
       ForgeDelta(store, 3, keys.attacker, root);
@@ -89,7 +92,8 @@ TEST_CASE("signed steps: a trusting region takes its trainer's signed steps only
       CHECK(Snapshot(slice) == before_slice);
       if (!root) {
         // Without trust, the group index fails its root's XXH3: damage, as any reader sees it.
-        CHECK(PullTrusting(store, tmp / ("plain-" + b.name), 3, {}, &r).code() == ErrorCode::kCorruptChunk);
+        CHECK(PullTrusting(store, tmp / ("plain-" + b.name), 3, {}, &r).code() ==
+              ErrorCode::kCorruptChunk);
       }
       Put(store, record3, honest_record);
       Put(store, group3, honest_group);
@@ -182,7 +186,9 @@ TEST_CASE("signed steps: a trusting region takes its trainer's signed steps only
   }
 }
 
-TEST_CASE("signed steps: a signing completer takes no unsigned record; a trusting follower refuses as a region does") {
+TEST_CASE(
+    "signed steps: a signing completer takes no unsigned record; a trusting follower refuses as a "
+    "region does") {
   TempDir tmp;
   Keys keys(tmp);
   for (Backend& b : test::Backends(tmp, "signed-roles")) {

@@ -27,7 +27,8 @@ inline std::vector<std::vector<TensorSpec>> TwoShards() {
 
 struct Keys {
   std::string trainer, rotated, attacker;  // private key paths; public ones add .pub
-  explicit Keys(const TempDir& tmp) : trainer(tmp / "trainer.key"), rotated(tmp / "rotated.key"), attacker(tmp / "evil.key") {
+  explicit Keys(const TempDir& tmp)
+      : trainer(tmp / "trainer.key"), rotated(tmp / "rotated.key"), attacker(tmp / "evil.key") {
     for (const std::string* path : {&trainer, &rotated, &attacker}) {
       SigningKey key;
       REQUIRE(SigningKey::Generate(&key).ok());
@@ -38,8 +39,9 @@ struct Keys {
 
 // Publishes `step` of every shard (sequentially: the last one commits), signed by `key`
 // ("": unsigned), as anchors or deltas; every shard carries `index` ("": none).
-inline void PublishStep(Store* store, const TrainerRun& run, uint64_t step, const std::string& key, bool delta,
-                        const std::string& incarnation = kDefaultIncarnation, const std::string& index = "") {
+inline void PublishStep(Store* store, const TrainerRun& run, uint64_t step, const std::string& key,
+                        bool delta, const std::string& incarnation = kDefaultIncarnation,
+                        const std::string& index = "") {
   for (size_t k = 0; k < run.shards(); ++k) {
     PublishOptions o;
     o.step = step;
@@ -69,8 +71,9 @@ inline void PublishSteps(Store* store, TrainerRun* run, uint64_t last, const std
   }
 }
 
-inline Status PullTrusting(Store* store, const std::string& dir, uint64_t step, const std::vector<std::string>& trust,
-                    PullReport* report, const std::string& rows = "") {
+inline Status PullTrusting(Store* store, const std::string& dir, uint64_t step,
+                           const std::vector<std::string>& trust, PullReport* report,
+                           const std::string& rows = "") {
   PullOptions o;
   o.step = step;
   o.trusted_keys = trust;
@@ -94,7 +97,9 @@ inline void Put(Store* store, const std::string& key, const std::vector<uint8_t>
 inline void Put(Store* store, const std::string& key, const std::string& text) {
   Put(store, key, std::vector<uint8_t>(text.begin(), text.end()));
 }
-inline std::string Sha(const std::vector<uint8_t>& bytes) { return DigestHex(Sha256(bytes.data(), bytes.size())); }
+inline std::string Sha(const std::vector<uint8_t>& bytes) {
+  return DigestHex(Sha256(bytes.data(), bytes.size()));
+}
 
 // The attacker: flips a byte in the middle of shard 0's delta of `step`, stores it under
 // its new key with a matching piece-digest object, and rewrites every XXH3 and SHA-256
@@ -114,7 +119,8 @@ inline void ForgeDelta(Store* store, uint64_t step, const std::string& attacker_
   r.delta.sha256 = Sha(object);
   Put(store, r.delta.key, object);
   checkpoint::Reader reader;
-  REQUIRE(checkpoint::Reader::Open(std::make_unique<checkpoint::MemorySource>(object), &reader).ok());
+  REQUIRE(
+      checkpoint::Reader::Open(std::make_unique<checkpoint::MemorySource>(object), &reader).ok());
   std::string sums;
   for (const auto& range : StoredRanges(reader.manifest())) {
     const Digest d = Sha256(object.data() + r.delta.head_size + range.first, range.second);

@@ -22,7 +22,9 @@ std::string ReadAll(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
-void WriteText(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
+void WriteText(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary) << text;
+}
 
 // A file's one public key.
 Status LoadOne(const std::string& path, PublicKey* key) {
@@ -34,8 +36,10 @@ Status LoadOne(const std::string& path, PublicKey* key) {
 }
 
 TEST_CASE("signing: SHA-256 and base64 match their standards' vectors") {
-  CHECK(DigestHex(Sha256(std::string("abc"))) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
-  CHECK(DigestHex(Sha256(std::string())) == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  CHECK(DigestHex(Sha256(std::string("abc"))) ==
+        "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  CHECK(DigestHex(Sha256(std::string())) ==
+        "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
   Sha256Stream stream;
   stream.Update("a", 1);
   stream.Update("bc", 2);
@@ -43,11 +47,16 @@ TEST_CASE("signing: SHA-256 and base64 match their standards' vectors") {
   Digest d{};
   CHECK(ParseDigestHex(DigestHex(Sha256(std::string("abc"))), &d));
   CHECK(d == Sha256(std::string("abc")));
-  CHECK_FALSE(ParseDigestHex("BA7816BF8F01CFEA414140DE5DAE2223B00361A396177A9CB410FF61F20015AD", &d));
+  CHECK_FALSE(
+      ParseDigestHex("BA7816BF8F01CFEA414140DE5DAE2223B00361A396177A9CB410FF61F20015AD", &d));
   CHECK_FALSE(ParseDigestHex("ba78", &d));
   // RFC 4648, section 10.
-  const std::pair<const char*, const char*> vectors[] = {{"", ""},         {"f", "Zg=="},     {"fo", "Zm8="},
-                                                         {"foo", "Zm9v"},  {"foob", "Zm9vYg=="}, {"fooba", "Zm9vYmE="},
+  const std::pair<const char*, const char*> vectors[] = {{"", ""},
+                                                         {"f", "Zg=="},
+                                                         {"fo", "Zm8="},
+                                                         {"foo", "Zm9v"},
+                                                         {"foob", "Zm9vYg=="},
+                                                         {"fooba", "Zm9vYmE="},
                                                          {"foobar", "Zm9vYmFy"}};
   for (const auto& v : vectors) {
     CHECK(Base64(v.first) == v.second);
@@ -56,14 +65,16 @@ TEST_CASE("signing: SHA-256 and base64 match their standards' vectors") {
     CHECK(back == v.first);
   }
   std::string out;
-  for (const char* bad : {"Zg", "Zg=", "Zh==", "Z===", " Zg==", "Zg==\n", "Zm9v\nYmFy", "Zm9-", "=Zg="}) {
+  for (const char* bad :
+       {"Zg", "Zg=", "Zh==", "Z===", " Zg==", "Zg==\n", "Zm9v\nYmFy", "Zm9-", "=Zg="}) {
     INFO("text '", bad, "'");
     CHECK_FALSE(ParseBase64(bad, &out));
   }
 }
 
 TEST_CASE("signing: DSSE's pre-authentication encoding is the specification's") {
-  CHECK(Pae("http://example.com/HelloWorld", "hello world") == "DSSEv1 29 http://example.com/HelloWorld 11 hello world");
+  CHECK(Pae("http://example.com/HelloWorld", "hello world") ==
+        "DSSEv1 29 http://example.com/HelloWorld 11 hello world");
   CHECK(Pae("", "") == "DSSEv1 0  0 ");
 }
 
@@ -111,14 +122,16 @@ TEST_CASE("signing: keys written, loaded and interchangeable with openssl's own 
   CHECK(LoadOne(tmp / "cut.pub", &pub).code() == ErrorCode::kInvalidArgument);
   if (std::system("command -v openssl > /dev/null") == 0) {
     const std::string rsa = tmp / "rsa.pem", ed = tmp / "ed.pem";
-    REQUIRE(std::system(("openssl genpkey -algorithm rsa -pkeyopt rsa_keygen_bits:1024 -out " + rsa +
-                         " 2> /dev/null").c_str()) == 0);
+    REQUIRE(std::system(("openssl genpkey -algorithm rsa -pkeyopt rsa_keygen_bits:1024 -out " +
+                         rsa + " 2> /dev/null")
+                            .c_str()) == 0);
     const Status s = SigningKey::Load(rsa, &loaded);
     CHECK(s.code() == ErrorCode::kInvalidArgument);
     CHECK(s.message().find("not an Ed25519 key") != std::string::npos);
     // openssl's Ed25519 files are ours.
-    REQUIRE(std::system(("openssl genpkey -algorithm ed25519 -out " + ed + " && openssl pkey -in " + ed +
-                         " -pubout -out " + ed + ".pub").c_str()) == 0);
+    REQUIRE(std::system(("openssl genpkey -algorithm ed25519 -out " + ed + " && openssl pkey -in " +
+                         ed + " -pubout -out " + ed + ".pub")
+                            .c_str()) == 0);
     REQUIRE(SigningKey::Load(ed, &loaded).ok());
     REQUIRE(LoadOne(ed + ".pub", &pub).ok());
     CHECK(pub.id() == loaded.id());
@@ -128,14 +141,17 @@ TEST_CASE("signing: keys written, loaded and interchangeable with openssl's own 
     { std::ofstream(tmp / "msg", std::ios::binary) << "payload"; }
     REQUIRE(key.Sign("payload", &sig).ok());
     { std::ofstream(tmp / "msg.sig", std::ios::binary) << sig; }
-    CHECK(std::system(("openssl pkeyutl -verify -pubin -inkey " + path + ".pub -rawin -in " + tmp / "msg" +
-                       " -sigfile " + tmp / "msg.sig > /dev/null").c_str()) == 0);
+    CHECK(std::system(("openssl pkeyutl -verify -pubin -inkey " + path + ".pub -rawin -in " +
+                       tmp / "msg" + " -sigfile " + tmp / "msg.sig > /dev/null")
+                          .c_str()) == 0);
   } else {
     MESSAGE("openssl(1) is not installed: its key files were not tried");
   }
 }
 
-TEST_CASE("signing: a trust file's every key is trusted; what is no public key is refused, saying what to give") {
+TEST_CASE(
+    "signing: a trust file's every key is trusted; what is no public key is refused, saying what "
+    "to give") {
   TempDir tmp;
   SigningKey a, b;
   REQUIRE(SigningKey::Generate(&a).ok());
@@ -152,7 +168,8 @@ TEST_CASE("signing: a trust file's every key is trusted; what is no public key i
   std::string sig;
   REQUIRE(a.Sign("m", &sig).ok());
   CHECK(keys[1].Verify("m", sig));
-  const auto refused = [&](const std::string& name, const std::string& text, const std::string& says) {
+  const auto refused = [&](const std::string& name, const std::string& text,
+                           const std::string& says) {
     INFO(name);
     WriteText(tmp / name, text);
     const Status s = PublicKey::LoadAll(tmp / name, &keys);
@@ -168,7 +185,8 @@ TEST_CASE("signing: a trust file's every key is trusted; what is no public key i
   refused("leading.pub", "# trainer key\n" + a.PublicPem(), "line 1: text outside a PEM block");
   refused("empty.pub", "\n \n", "holds no PEM public key");
   refused("unended.pub", a.PublicPem().substr(0, a.PublicPem().rfind("-----END")), "does not end");
-  refused("cert.pem", "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n", "not a public key");
+  refused("cert.pem", "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n",
+          "not a public key");
   // A signing key must be one unencrypted private key.
   SigningKey loaded;
   Status s = SigningKey::Load(tmp / "a.key.pub", &loaded);
@@ -179,16 +197,20 @@ TEST_CASE("signing: a trust file's every key is trusted; what is no public key i
   if (std::system("command -v openssl > /dev/null") == 0) {
     // Encrypted: refused at once with what to do, never a passphrase prompt (stdin closed).
     const std::string enc = tmp / "enc.key";
-    REQUIRE(std::system(("openssl genpkey -algorithm ed25519 -aes-256-cbc -pass pass:secret -out " + enc +
-                         " 2> /dev/null").c_str()) == 0);
+    REQUIRE(std::system(("openssl genpkey -algorithm ed25519 -aes-256-cbc -pass pass:secret -out " +
+                         enc + " 2> /dev/null")
+                            .c_str()) == 0);
     s = SigningKey::Load(enc, &loaded);
     CHECK(s.code() == ErrorCode::kInvalidArgument);
     CHECK(s.message().find("is encrypted") != std::string::npos);
     CHECK(PublicKey::LoadAll(enc, &keys).code() == ErrorCode::kInvalidArgument);
     // An RSA public key is no trust.
     const std::string rsa = tmp / "rsa.pem";
-    REQUIRE(std::system(("openssl genpkey -algorithm rsa -pkeyopt rsa_keygen_bits:1024 2> /dev/null | openssl pkey "
-                         "-pubout -out " + rsa).c_str()) == 0);
+    REQUIRE(std::system(("openssl genpkey -algorithm rsa -pkeyopt rsa_keygen_bits:1024 2> "
+                         "/dev/null | openssl pkey "
+                         "-pubout -out " +
+                         rsa)
+                            .c_str()) == 0);
     s = PublicKey::LoadAll(rsa, &keys);
     CHECK(s.message().find("not an Ed25519 key") != std::string::npos);
   } else {
@@ -229,7 +251,8 @@ TEST_CASE("signing: envelopes verify by a trusted key only, and damage is refuse
   // and a keyid changed to another trusted key's.
   Envelope changed = e;
   changed.payload[changed.payload.size() - 3] ^= 1;
-  CHECK(VerifyEnvelope(changed, kType, {a.public_key()}, "steps/1", &keyid).code() == ErrorCode::kUntrusted);
+  CHECK(VerifyEnvelope(changed, kType, {a.public_key()}, "steps/1", &keyid).code() ==
+        ErrorCode::kUntrusted);
   Envelope cut = e;
   cut.signatures[0].sig.resize(40);
   s = VerifyEnvelope(cut, kType, {a.public_key()}, "steps/1", &keyid);
@@ -237,11 +260,13 @@ TEST_CASE("signing: envelopes verify by a trusted key only, and damage is refuse
   CHECK(s.message().find("does not verify") != std::string::npos);
   Envelope flipped = e;
   flipped.signatures[0].sig[5] ^= 0x10;
-  CHECK(VerifyEnvelope(flipped, kType, {a.public_key()}, "steps/1", &keyid).code() == ErrorCode::kUntrusted);
+  CHECK(VerifyEnvelope(flipped, kType, {a.public_key()}, "steps/1", &keyid).code() ==
+        ErrorCode::kUntrusted);
   Envelope renamed = e;
   renamed.signatures[0].keyid = b.id();
-  CHECK(VerifyEnvelope(renamed, kType, {a.public_key(), b.public_key()}, "steps/1", &keyid).code() ==
-        ErrorCode::kUntrusted);
+  CHECK(
+      VerifyEnvelope(renamed, kType, {a.public_key(), b.public_key()}, "steps/1", &keyid).code() ==
+      ErrorCode::kUntrusted);
   // A second signature by a trusted key is enough; one without a keyid is tried on every key.
   std::string by_b;
   REQUIRE(b.Sign(Pae(kType, payload), &by_b).ok());
@@ -252,10 +277,13 @@ TEST_CASE("signing: envelopes verify by a trusted key only, and damage is refuse
   // Not envelopes.
   for (const std::string& bad :
        {std::string("{\"payload\": \"e30=\", \"payloadType\": \"t\", \"signatures\": []}"),
-        std::string("{\"payload\": \"e30\", \"payloadType\": \"t\", \"signatures\": [{\"sig\": \"AAAA\"}]}"),
-        std::string("{\"payload\": \"e30=\", \"payloadType\": \"t\", \"signatures\": [{\"sig\": \"AAAA\", \"x\": 1}]}"),
+        std::string("{\"payload\": \"e30\", \"payloadType\": \"t\", \"signatures\": [{\"sig\": "
+                    "\"AAAA\"}]}"),
+        std::string("{\"payload\": \"e30=\", \"payloadType\": \"t\", \"signatures\": [{\"sig\": "
+                    "\"AAAA\", \"x\": 1}]}"),
         std::string("{\"payload\": \"e30=\", \"signatures\": [{\"sig\": \"AAAA\"}]}"),
-        std::string("{\"payload\": \"e30=\", \"payloadType\": 7, \"signatures\": [{\"sig\": \"AAAA\"}]}"),
+        std::string(
+            "{\"payload\": \"e30=\", \"payloadType\": 7, \"signatures\": [{\"sig\": \"AAAA\"}]}"),
         bytes.substr(0, bytes.size() / 2)}) {
     INFO("envelope ", bad);
     CHECK(ParseEnvelope(bad, "steps/1", &e).code() == ErrorCode::kCorruptHeader);

@@ -28,7 +28,9 @@ namespace {
 using test::Backend;
 using test::TempDir;
 
-std::vector<uint8_t> Bytes(const std::string& text) { return std::vector<uint8_t>(text.begin(), text.end()); }
+std::vector<uint8_t> Bytes(const std::string& text) {
+  return std::vector<uint8_t>(text.begin(), text.end());
+}
 
 std::vector<uint8_t> Random(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -44,13 +46,17 @@ class ScopedEnv {
   void Set(const char* name, const char* value) {
     const char* old = std::getenv(name);
     saved_.emplace_back(name, old ? std::optional<std::string>(old) : std::nullopt);
-    if (value) setenv(name, value, 1);
-    else unsetenv(name);
+    if (value)
+      setenv(name, value, 1);
+    else
+      unsetenv(name);
   }
   ~ScopedEnv() {
     for (auto it = saved_.rbegin(); it != saved_.rend(); ++it) {
-      if (it->second) setenv(it->first.c_str(), it->second->c_str(), 1);
-      else unsetenv(it->first.c_str());
+      if (it->second)
+        setenv(it->first.c_str(), it->second->c_str(), 1);
+      else
+        unsetenv(it->first.c_str());
     }
   }
 
@@ -107,7 +113,8 @@ TEST_CASE("stores: put, get, ranges, heads, conditional gets, lists and deletes"
     CHECK(s.Head("dir/none.json", &info).code() == ErrorCode::kNotFound);
     CHECK(s.Get("dir/one.json", 4, &got, nullptr).code() == ErrorCode::kCorruptHeader);
     for (const char* bad : {"", "/abs", "a/../b", "a//b", "a b", "x/./y", "."}) {
-      CHECK(s.Put(bad, a.data(), a.size(), PutMode::kOverwrite).code() == ErrorCode::kInvalidArgument);
+      CHECK(s.Put(bad, a.data(), a.size(), PutMode::kOverwrite).code() ==
+            ErrorCode::kInvalidArgument);
     }
 
     // Listing: sorted, by prefix, sizes.
@@ -134,7 +141,7 @@ TEST_CASE("stores: big objects go up in parallel parts and come down in parallel
   TempDir tmp;
   for (Backend& b : test::Backends(tmp, "big")) {
     INFO("store ", b.name);
-    StoreOptions o = test::FastRetries();  // 5 MiB parts
+    StoreOptions o = test::FastRetries();                             // 5 MiB parts
     const std::vector<uint8_t> big = Random((12u << 20) + 12345, 7);  // three parts
     test::WriteBytes(tmp / "big.bin", big);
     REQUIRE(b.store->PutFile("big/object", tmp / "big.bin", PutMode::kOverwrite).ok());
@@ -147,9 +154,11 @@ TEST_CASE("stores: big objects go up in parallel parts and come down in parallel
     REQUIRE(b.store->GetRange("big/object", (5u << 20) - 500, middle.size(), middle.data()).ok());
     CHECK(std::equal(middle.begin(), middle.end(), big.begin() + (5u << 20) - 500));
     // Write-once of a multipart object: refused where the key exists.
-    CHECK(b.store->PutFile("big/object", tmp / "big.bin", PutMode::kCreateOnly).code() == ErrorCode::kAlreadyExists);
+    CHECK(b.store->PutFile("big/object", tmp / "big.bin", PutMode::kCreateOnly).code() ==
+          ErrorCode::kAlreadyExists);
     // A download of an object that is shorter than expected fails and leaves no file.
-    CHECK(b.store->GetToFile("big/object", tmp / "short.bin", big.size() + 10, o).code() == ErrorCode::kTruncated);
+    CHECK(b.store->GetToFile("big/object", tmp / "short.bin", big.size() + 10, o).code() ==
+          ErrorCode::kTruncated);
     CHECK(!test::fs::exists(tmp / "short.bin"));
   }
 }
@@ -164,7 +173,8 @@ TEST_CASE("stores: of writers racing to create one key, exactly one wins") {
     for (int i = 0; i < kWriters; ++i) {
       threads.emplace_back([&, i] {
         const std::vector<uint8_t> mine = Bytes("writer " + std::to_string(i));
-        results[i] = b.store->Put("race/manifest.json", mine.data(), mine.size(), PutMode::kCreateOnly);
+        results[i] =
+            b.store->Put("race/manifest.json", mine.data(), mine.size(), PutMode::kCreateOnly);
       });
     }
     for (auto& t : threads) t.join();
@@ -221,7 +231,8 @@ TEST_CASE("stores: a store that is gone fails with unavailable after its retries
     std::vector<uint8_t> got;
     const Status s = store->Get("steps/000000000001/manifest.json", 1 << 20, &got, nullptr);
     CHECK(s.code() == ErrorCode::kUnavailable);
-    CHECK(s.message().find("s3://bucket/prefix/steps/000000000001/manifest.json") != std::string::npos);
+    CHECK(s.message().find("s3://bucket/prefix/steps/000000000001/manifest.json") !=
+          std::string::npos);
     CHECK(s.message().find("3 times") != std::string::npos);
     CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
   }
@@ -295,9 +306,12 @@ TEST_CASE("stores: an answer other than the one asked for is refused, not taken"
 TEST_CASE("stores: S3 answers as radosgw writes them, and what is refused of them") {
   // Captured from radosgw (tests/fuzz/corpus/s3_answers holds the same answers whole).
   const std::string listing =
-      "<?xml version=\"1.0\" encoding=\"UTF-8\"?><ListBucketResult xmlns=\"http://s3.amazonaws.com/doc/"
-      "2006-03-01/\"><Name>arc-v3-test</Name><Prefix>seed/runs/a</Prefix><MaxKeys>1</MaxKeys><IsTruncated>"
-      "true</IsTruncated><Contents><Key>seed/runs/a/latest</Key><ETag>&quot;0ab63eb8&quot;</ETag><Size>12"
+      "<?xml version=\"1.0\" encoding=\"UTF-8\"?><ListBucketResult "
+      "xmlns=\"http://s3.amazonaws.com/doc/"
+      "2006-03-01/\"><Name>arc-v3-test</Name><Prefix>seed/runs/a</Prefix><MaxKeys>1</"
+      "MaxKeys><IsTruncated>"
+      "true</IsTruncated><Contents><Key>seed/runs/a/latest</Key><ETag>&quot;0ab63eb8&quot;</"
+      "ETag><Size>12"
       "</Size></Contents><Contents><Key>seed/runs/ab/latest</Key><Size>1</Size></Contents>"
       "<NextContinuationToken>seed/runs/a/latest</NextContinuationToken></ListBucketResult>";
   ListingPage page;
@@ -308,17 +322,22 @@ TEST_CASE("stores: S3 answers as radosgw writes them, and what is refused of the
   CHECK(page.objects[0].etag == "\"0ab63eb8\"");
   CHECK(page.truncated);
   CHECK(page.next_token == "seed/runs/a/latest");
-  const std::string bad_size = "<ListBucketResult><Contents><Key>k</Key><Size>12x</Size></Contents></ListBucketResult>";
-  CHECK(ParseListing(bad_size.data(), bad_size.size(), "", "s3://b", &page).code() == ErrorCode::kUnavailable);
-  const std::string no_token = "<ListBucketResult><IsTruncated>true</IsTruncated></ListBucketResult>";
-  CHECK(ParseListing(no_token.data(), no_token.size(), "", "s3://b", &page).code() == ErrorCode::kUnavailable);
+  const std::string bad_size =
+      "<ListBucketResult><Contents><Key>k</Key><Size>12x</Size></Contents></ListBucketResult>";
+  CHECK(ParseListing(bad_size.data(), bad_size.size(), "", "s3://b", &page).code() ==
+        ErrorCode::kUnavailable);
+  const std::string no_token =
+      "<ListBucketResult><IsTruncated>true</IsTruncated></ListBucketResult>";
+  CHECK(ParseListing(no_token.data(), no_token.size(), "", "s3://b", &page).code() ==
+        ErrorCode::kUnavailable);
   const std::string error = "<Error><Code>NoSuchKey</Code><Message>gone</Message></Error>";
   CHECK(S3ErrorText(error.data(), error.size()) == "NoSuchKey: gone");
   CHECK(S3ErrorText("<Error", 6).empty());
 
   AnswerHeaders h;
-  for (const char* line : {"HTTP/1.1 206 Partial Content\r\n", "Content-Range: bytes 4990-4999/5000\r\n",
-                           "ETag: \"70ea\"\r\n", "Content-Length: 10\r\n"}) {
+  for (const char* line :
+       {"HTTP/1.1 206 Partial Content\r\n", "Content-Range: bytes 4990-4999/5000\r\n",
+        "ETag: \"70ea\"\r\n", "Content-Length: 10\r\n"}) {
     ParseHeaderLine(line, std::strlen(line), &h);
   }
   CHECK(h.etag == "\"70ea\"");
@@ -326,7 +345,8 @@ TEST_CASE("stores: S3 answers as radosgw writes them, and what is refused of the
   CHECK(RangeMatches(h, 4990, 111));  // to the object's end
   CHECK(!RangeMatches(h, 4990, 5));   // longer than asked for
   CHECK(!RangeMatches(h, 4980, 20));  // elsewhere
-  for (const char* line : {"Content-Length: 12 34\r\n", "Content-Range: bytes 9-3/5000\r\n", "ETag: \"a\x01\"\r\n"}) {
+  for (const char* line :
+       {"Content-Length: 12 34\r\n", "Content-Range: bytes 9-3/5000\r\n", "ETag: \"a\x01\"\r\n"}) {
     ParseHeaderLine(line, std::strlen(line), &h);
   }
   CHECK(h.content_length == UINT64_MAX);
@@ -348,7 +368,8 @@ TEST_CASE("stores: wrong credentials are permission_denied, naming the key") {
   CHECK(s.code() == ErrorCode::kPermissionDenied);
   CHECK(s.message().find("creds/latest") != std::string::npos);
   const std::vector<uint8_t> a = Bytes("x");
-  CHECK(store->Put("latest", a.data(), a.size(), PutMode::kOverwrite).code() == ErrorCode::kPermissionDenied);
+  CHECK(store->Put("latest", a.data(), a.size(), PutMode::kOverwrite).code() ==
+        ErrorCode::kPermissionDenied);
   env.Set("AWS_ACCESS_KEY_ID", "nobody");
   REQUIRE(OpenStore(bucket + "/creds", test::FastRetries(), &store).ok());
   ObjectInfo info;
@@ -356,7 +377,8 @@ TEST_CASE("stores: wrong credentials are permission_denied, naming the key") {
 }
 
 TEST_CASE("stores: a read-only http store reads what was published to the bucket behind it") {
-  const std::string bucket = test::Env("ARC_V3_TEST_PUBLIC_S3"), http = test::Env("ARC_V3_TEST_PUBLIC_HTTP");
+  const std::string bucket = test::Env("ARC_V3_TEST_PUBLIC_S3"),
+                    http = test::Env("ARC_V3_TEST_PUBLIC_HTTP");
   if (test::S3Bucket().empty()) return;
   REQUIRE(!bucket.empty());
   REQUIRE(!http.empty());
@@ -382,7 +404,8 @@ TEST_CASE("stores: a read-only http store reads what was published to the bucket
   REQUIRE(web->GetRange("steps/a.bin", 4242, part.size(), part.data()).ok());
   CHECK(std::equal(part.begin(), part.end(), data.begin() + 4242));
   CHECK(web->Get("steps/none", 1 << 20, &got, nullptr).code() == ErrorCode::kNotFound);
-  CHECK(web->Put("steps/b", data.data(), 1, PutMode::kOverwrite).code() == ErrorCode::kInvalidArgument);
+  CHECK(web->Put("steps/b", data.data(), 1, PutMode::kOverwrite).code() ==
+        ErrorCode::kInvalidArgument);
   std::vector<ObjectInfo> list;
   CHECK(web->List("", &list).code() == ErrorCode::kInvalidArgument);
 }
@@ -441,7 +464,7 @@ TEST_CASE("stores: S3 writes say what HTTP caches may keep: write-once for a yea
   REQUIRE(s3->PutFile("o/parts.a3d", tmp / "big.bin", PutMode::kCreateOnly).ok());  // multipart
   REQUIRE(s3->Put("latest", small.data(), small.size(), PutMode::kOverwrite).ok());
   REQUIRE(s3->PutFile("pointer", tmp / "small.bin", PutMode::kOverwrite).ok());
-  REQUIRE(s3->PutFile("pointer.big", tmp / "big.bin", PutMode::kOverwrite).ok());   // multipart
+  REQUIRE(s3->PutFile("pointer.big", tmp / "big.bin", PutMode::kOverwrite).ok());  // multipart
   const std::string immutable = "public, max-age=31536000, immutable";
   const std::string base = http + "/" + prefix + "/";
   CHECK(CacheControlOf(base + "o/once.a3d") == immutable);
@@ -478,7 +501,8 @@ TEST_CASE("stores: a registered scheme opens its own stores by URL") {
   for (const char* scheme : {"s3", "http", "https", "file", "", "9p", "a/b", "A"}) {
     CHECK(RegisterStoreScheme(scheme, nullptr).code() == ErrorCode::kInvalidArgument);
   }
-  CHECK(OpenStore("arc-test+none://x", StoreOptions(), &store).code() == ErrorCode::kInvalidArgument);
+  CHECK(OpenStore("arc-test+none://x", StoreOptions(), &store).code() ==
+        ErrorCode::kInvalidArgument);
 }
 
 TEST_CASE("stores: URLs") {

@@ -28,16 +28,19 @@ namespace sync {
 namespace {
 
 using test::Backend;
-using test::TempDir;
 using test::CheckHolds;
 using test::Snapshot;
+using test::TempDir;
 using test::TrainerRun;
 namespace fs = std::filesystem;
 
 // Shard 0: a 2-piece tensor and small ones a group may take; shard 1: a 3-piece tensor, a
 // one-piece tensor of exactly 2^20 elements, and a small one.
 std::vector<std::vector<test::TensorSpec>> TwoShards() {
-  return {{{"embed", {10000, 256}}, {"layers.0.norm", {256}}, {"layers.0.bias", {256}}, {"layers.0.w", {1024, 256}}},
+  return {{{"embed", {10000, 256}},
+           {"layers.0.norm", {256}},
+           {"layers.0.bias", {256}},
+           {"layers.0.w", {1024, 256}}},
           {{"lm_head", {20000, 256}}, {"layers.1.norm", {256}}, {"layers.1.w", {4096, 256}}}};
 }
 
@@ -59,7 +62,8 @@ void PublishStep(Store* store, const TrainerRun& run, uint64_t step, bool raced 
   std::vector<PublishReport> reports(run.shards());
   std::vector<std::thread> threads;
   for (size_t k = 0; k < run.shards(); ++k) {
-    threads.emplace_back([&, k] { results[k] = Publish(store, Shard(run, step, k, step > 0), &reports[k]); });
+    threads.emplace_back(
+        [&, k] { results[k] = Publish(store, Shard(run, step, k, step > 0), &reports[k]); });
   }
   for (auto& t : threads) t.join();
   bool committed = false;
@@ -80,7 +84,8 @@ Status PullStep(Store* store, const std::string& dir, uint64_t step, PullReport*
 }
 
 // Rows [begin, end) of a BF16 tensor of a safetensors file.
-std::vector<uint8_t> Rows(const std::string& path, const std::string& name, uint64_t begin, uint64_t end) {
+std::vector<uint8_t> Rows(const std::string& path, const std::string& name, uint64_t begin,
+                          uint64_t end) {
   safetensors::File file;
   REQUIRE(safetensors::File::Open(path, &file).ok());
   const safetensors::TensorInfo* info = file.Find(name);
@@ -93,8 +98,9 @@ std::vector<uint8_t> Rows(const std::string& path, const std::string& name, uint
   return std::vector<uint8_t>(data + begin * row, data + end * row);
 }
 
-TEST_CASE("sync: two trainer shards publish a run; regions take every step, miss steps, start fresh, or "
-          "take a slice") {
+TEST_CASE(
+    "sync: two trainer shards publish a run; regions take every step, miss steps, start fresh, or "
+    "take a slice") {
   TempDir tmp;
   for (Backend& b : test::Backends(tmp, "run")) {
     INFO("store ", b.name, " ", b.url);
@@ -115,7 +121,9 @@ TEST_CASE("sync: two trainer shards publish a run; regions take every step, miss
       PullReport r;
       REQUIRE(Pull(store, every, PullOptions(), &r).ok());
       CHECK(r.to_step == step);
-      CHECK(r.route == (step == 0 ? "anchor 0 -> 0" : "chain " + std::to_string(step - 1) + " -> " + std::to_string(step)));
+      CHECK(r.route == (step == 0
+                            ? "anchor 0 -> 0"
+                            : "chain " + std::to_string(step - 1) + " -> " + std::to_string(step)));
       CheckHolds(every, run, step);
       if (step == 1) {
         REQUIRE(PullStep(store, missed, 1, &r).ok());
@@ -129,7 +137,8 @@ TEST_CASE("sync: two trainer shards publish a run; regions take every step, miss
         CHECK(r.route == (step == 2 ? "anchor 0 -> 2" : "chain 2 -> 6"));
         const std::string got = slice + "/" + TrainerRun::FileName(1, 2);
         CHECK(Rows(got, "lm_head", 0, 100) == Rows(run.Path(step, 1), "lm_head", 9000, 9100));
-        CHECK(Rows(got, "layers.1.norm", 0, 100) == Rows(run.Path(step, 1), "layers.1.norm", 9000, 9100));
+        CHECK(Rows(got, "layers.1.norm", 0, 100) ==
+              Rows(run.Path(step, 1), "layers.1.norm", 9000, 9100));
         CHECK(Rows(slice + "/" + TrainerRun::FileName(0, 2), "embed", 0, 100) ==
               Rows(run.Path(step, 0), "embed", 9000, 9100));
         safetensors::File file;
@@ -149,7 +158,8 @@ TEST_CASE("sync: two trainer shards publish a run; regions take every step, miss
     // small tensors of shard 1 (a group may code them), and what lies in the gaps (under
     // 256 KiB) between them, not whole objects. (Publishers store pieces by row fraction,
     // so rows 9000:9100 sit among other tensors' middle pieces.)
-    MESSAGE(b.name, ": slice pull 2 -> 6 fetched ", slice_fetched, " B of the deltas' ", slice_objects_bytes, " B");
+    MESSAGE(b.name, ": slice pull 2 -> 6 fetched ", slice_fetched, " B of the deltas' ",
+            slice_objects_bytes, " B");
     CHECK(slice_fetched * 4 < slice_objects_bytes * 3);
 
     // A region that missed steps 2..5 takes the chain from its step 1: cheaper than anchor 6.
@@ -234,7 +244,9 @@ TEST_CASE("sync: a region whose chain was pruned recovers through an anchor") {
   }
 }
 
-TEST_CASE("sync: prune racing a slow pull: the pull replans through an anchor; with --min-age the chain stays") {
+TEST_CASE(
+    "sync: prune racing a slow pull: the pull replans through an anchor; with --min-age the chain "
+    "stays") {
   TempDir tmp;
   for (Backend& b : test::Backends(tmp, "prune-race")) {
     INFO("store ", b.name);
@@ -321,7 +333,8 @@ TEST_CASE("sync: publishing checks its base and is idempotent") {
     other.next = run.Path(2, 0);
     s = Publish(store, other, &r);
     CHECK(s.code() == ErrorCode::kAlreadyExists);
-    CHECK(s.message().find("its tensors (names, order or contents) differ: tensors_xxh3") != std::string::npos);
+    CHECK(s.message().find("its tensors (names, order or contents) differ: tensors_xxh3") !=
+          std::string::npos);
     other = Shard(run, 1, 0, true);
     other.base_step = 0;
     other.step = 1;
@@ -363,9 +376,11 @@ TEST_CASE("sync: publishing checks its base and is idempotent") {
 
 // Writes the run's model.safetensors.index.json of `step` beside its shard files.
 std::string WriteIndex(const TrainerRun& run, uint64_t step, const std::string& extra) {
-  std::string json = "{\"metadata\": {\"step\": " + std::to_string(step) + extra + "}, \"weight_map\": {";
+  std::string json =
+      "{\"metadata\": {\"step\": " + std::to_string(step) + extra + "}, \"weight_map\": {";
   for (size_t k = 0; k < run.shards(); ++k) {
-    json += (k ? ", " : "") + std::string("\"w") + std::to_string(k) + "\": \"" + TrainerRun::FileName(k, run.shards()) + "\"";
+    json += (k ? ", " : "") + std::string("\"w") + std::to_string(k) + "\": \"" +
+            TrainerRun::FileName(k, run.shards()) + "\"";
   }
   json += "}}\n";
   const std::string path = (fs::path(run.Path(step, 0)).parent_path() / kIndexFileName).string();
@@ -387,7 +402,8 @@ TEST_CASE("sync: a sharded checkpoint's index travels with full pulls, verbatim"
       if (step > 0) run.Advance();
       run.Write(step);
       // Found beside each shard's file (step 2 has none: the region's copy goes too).
-      const std::string index = step < 2 ? WriteIndex(run, step, step == 1 ? ", \"x\": 1" : "") : "";
+      const std::string index =
+          step < 2 ? WriteIndex(run, step, step == 1 ? ", \"x\": 1" : "") : "";
       PublishStep(store, run, step);
       REQUIRE(PullStep(store, dir, step, &r).ok());
       REQUIRE(PullStep(store, part, step, &r, slice).ok());
@@ -410,7 +426,9 @@ TEST_CASE("sync: a sharded checkpoint's index travels with full pulls, verbatim"
   }
 }
 
-TEST_CASE("sync: a first pull that fails leaves nothing; a folder of other files is taken only when forced") {
+TEST_CASE(
+    "sync: a first pull that fails leaves nothing; a folder of other files is taken only when "
+    "forced") {
   TempDir tmp;
   for (Backend& b : test::Backends(tmp, "first")) {
     INFO("store ", b.name);
@@ -455,7 +473,8 @@ TEST_CASE("sync: a first pull that fails leaves nothing; a folder of other files
     force.force = true;
     REQUIRE(PullStep(store, mine, 0, &r, force).ok());
     CHECK(test::ReadBytes(mine + "/notes.txt") == std::vector<uint8_t>{'m', 'i', 'n', 'e'});
-    CHECK(test::ReadBytes(mine + "/" + TrainerRun::FileName(0, 1)) == test::ReadBytes(run.Path(0, 0)));
+    CHECK(test::ReadBytes(mine + "/" + TrainerRun::FileName(0, 1)) ==
+          test::ReadBytes(run.Path(0, 0)));
     // Once pulled into, it is a region's directory: no force needed.
     REQUIRE(PullStep(store, mine, 0, &r).ok());
     CHECK(r.up_to_date);
@@ -510,8 +529,8 @@ TEST_CASE("sync: racing committers of one step write one root") {
       for (size_t i = 0; i < commits.size(); ++i) {
         committers.emplace_back([&, i] {
           CommitResult c;
-          while (!done && (commits[i] = CommitStep(store, step, 2, kDefaultIncarnation, &c)).ok() && !c.committed) {
-          }
+          while (!done && (commits[i] = CommitStep(store, step, 2, kDefaultIncarnation, &c)).ok() &&
+                 !c.committed) {}
         });
       }
       PublishStep(store, run, step, /*raced=*/true);
@@ -524,8 +543,9 @@ TEST_CASE("sync: racing committers of one step write one root") {
       std::set<std::string> keys;
       for (const ObjectInfo& o : objects) keys.insert(o.key);
       const std::string group = GroupIndexKey(step, 2, kDefaultIncarnation, 0);
-      CHECK(keys == std::set<std::string>{group, group + ".claim",
-                                          GroupIndexPrefix(step, 2, kDefaultIncarnation) + "root.claim"});
+      CHECK(keys ==
+            std::set<std::string>{group, group + ".claim",
+                                  GroupIndexPrefix(step, 2, kDefaultIncarnation) + "root.claim"});
       StepManifest m;
       REQUIRE(ReadManifest(store, step, &m, nullptr).ok());
       CHECK(m.count == 2);
@@ -554,8 +574,9 @@ PublishReport HalfAStep(Store* store, TrainerRun* run, const std::string& region
   return r;
 }
 
-TEST_CASE("sync: a trainer restarted mid-step publishes under a new incarnation; a step commits one "
-          "incarnation's records, never a mix; the shard count changes with an anchor step") {
+TEST_CASE(
+    "sync: a trainer restarted mid-step publishes under a new incarnation; a step commits one "
+    "incarnation's records, never a mix; the shard count changes with an anchor step") {
   TempDir tmp;
   for (Backend& b : test::Backends(tmp, "incarnations")) {
     INFO("store ", b.name);
@@ -568,7 +589,8 @@ TEST_CASE("sync: a trainer restarted mid-step publishes under a new incarnation;
     PullReport pulled;
     const std::string zombie = tmp / ("zombie-" + b.name);
     fs::create_directories(zombie);
-    for (size_t k = 0; k < 2; ++k) fs::copy_file(run.Path(2, k), zombie + "/" + TrainerRun::FileName(k, 2));
+    for (size_t k = 0; k < 2; ++k)
+      fs::copy_file(run.Path(2, k), zombie + "/" + TrainerRun::FileName(k, 2));
     // The restarted trainer computes another step 2. Under the old incarnation it is
     // refused, naming the way out; under a new one its records supersede the stale one.
     run.Advance();
@@ -617,7 +639,8 @@ TEST_CASE("sync: a trainer restarted mid-step publishes under a new incarnation;
     CheckHolds(region, run, 3);
 
     // Three shards from step 4 on: an anchor step needs nothing more.
-    TrainerRun three(tmp / ("three-" + b.name), {{{"a", {256, 64}}}, {{"b", {128, 64}}}, {{"c", {64, 64}}}}, 0.02, 5);
+    TrainerRun three(tmp / ("three-" + b.name),
+                     {{{"a", {256, 64}}}, {{"b", {128, 64}}}, {{"c", {64, 64}}}}, 0.02, 5);
     three.Write(4);
     for (size_t k = 0; k < 3; ++k) REQUIRE(Publish(store, Shard(three, 4, k, false), &r).ok());
     CHECK(r.committed);
@@ -627,8 +650,10 @@ TEST_CASE("sync: a trainer restarted mid-step publishes under a new incarnation;
   }
 }
 
-TEST_CASE("sync: a shard that dies before its record leaves its step uncommitted; the next step, published "
-          "against the last committed one, commits and regions skip the dead step") {
+TEST_CASE(
+    "sync: a shard that dies before its record leaves its step uncommitted; the next step, "
+    "published "
+    "against the last committed one, commits and regions skip the dead step") {
   TempDir tmp;
   for (Backend& b : test::Backends(tmp, "dead-shard")) {
     INFO("store ", b.name);
@@ -668,12 +693,17 @@ TEST_CASE("sync: a store arc_v3 1.x published to is refused, naming the versions
   for (Backend& b : test::Backends(tmp, "version-1")) {
     INFO("store ", b.name);
     Store* store = b.store.get();
-    const std::string v1 = "{\"format\":\"arc_v3-sync\",\"version\":1,\"kind\":\"latest\",\"step\":3}\n";
-    REQUIRE(store->Put(kLatestKey, reinterpret_cast<const uint8_t*>(v1.data()), v1.size(), PutMode::kOverwrite).ok());
+    const std::string v1 =
+        "{\"format\":\"arc_v3-sync\",\"version\":1,\"kind\":\"latest\",\"step\":3}\n";
+    REQUIRE(store
+                ->Put(kLatestKey, reinterpret_cast<const uint8_t*>(v1.data()), v1.size(),
+                      PutMode::kOverwrite)
+                .ok());
     PullReport pulled;
     Status s = Pull(store, tmp / ("region-" + b.name), PullOptions(), &pulled);
     CHECK(s.code() == ErrorCode::kUnsupportedVersion);
-    CHECK(s.message().find("sync protocol version 1; this build reads version 2") != std::string::npos);
+    CHECK(s.message().find("sync protocol version 1; this build reads version 2") !=
+          std::string::npos);
     CHECK(s.message().find("CHANGELOG") != std::string::npos);
     CHECK(!fs::exists(tmp / ("region-" + b.name)));
     TrainerRun run(tmp / ("trainer-" + b.name), {{{"a", {64, 64}}}}, 0.02, 3);
@@ -686,7 +716,9 @@ TEST_CASE("sync: a store arc_v3 1.x published to is refused, naming the versions
   }
 }
 
-TEST_CASE("sync: a completer that dies leaves a claim; once it is stale, the next step's shards finish the step") {
+TEST_CASE(
+    "sync: a completer that dies leaves a claim; once it is stale, the next step's shards finish "
+    "the step") {
   TempDir tmp;
   for (Backend& b : test::Backends(tmp, "claims")) {
     INFO("store ", b.name);
@@ -699,10 +731,14 @@ TEST_CASE("sync: a completer that dies leaves a claim; once it is stale, the nex
     // A shard of step 1 claimed its group and died before writing the group index.
     const auto claim = [&](double at) {
       const std::string json = "{\"claimed_at\": " + std::to_string(at) + "}\n";
-      REQUIRE(store->Put(GroupIndexKey(1, 2, kDefaultIncarnation, 0) + ".claim",
-                         reinterpret_cast<const uint8_t*>(json.data()), json.size(), PutMode::kOverwrite).ok());
+      REQUIRE(store
+                  ->Put(GroupIndexKey(1, 2, kDefaultIncarnation, 0) + ".claim",
+                        reinterpret_cast<const uint8_t*>(json.data()), json.size(),
+                        PutMode::kOverwrite)
+                  .ok());
     };
-    const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    const double now =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     claim(now);
     PublishReport r;
     for (size_t k = 0; k < 2; ++k) REQUIRE(Publish(store, Shard(run, 1, k, true), &r).ok());
@@ -730,8 +766,11 @@ TEST_CASE("sync: a completer that dies leaves a claim; once it is stale, the nex
     run.Write(4);
     const auto claim_root = [&](double at) {
       const std::string json = "{\"claimed_at\": " + std::to_string(at) + "}\n";
-      REQUIRE(store->Put(GroupIndexPrefix(3, 2, kDefaultIncarnation) + "root.claim",
-                         reinterpret_cast<const uint8_t*>(json.data()), json.size(), PutMode::kOverwrite).ok());
+      REQUIRE(store
+                  ->Put(GroupIndexPrefix(3, 2, kDefaultIncarnation) + "root.claim",
+                        reinterpret_cast<const uint8_t*>(json.data()), json.size(),
+                        PutMode::kOverwrite)
+                  .ok());
     };
     claim_root(now);
     for (size_t k = 0; k < 2; ++k) REQUIRE(Publish(store, Shard(run, 3, k, true), &r).ok());
@@ -829,7 +868,9 @@ class HeldStore : public CountingStore {
   bool held_ = false;
 };
 
-TEST_CASE("sync: a full pull decodes each object as it arrives; one damaged after the first leaves DIR as it was") {
+TEST_CASE(
+    "sync: a full pull decodes each object as it arrives; one damaged after the first leaves DIR "
+    "as it was") {
   TempDir tmp;
   for (Backend& b : test::Backends(tmp, "overlap")) {
     INFO("store ", b.name);
@@ -837,7 +878,8 @@ TEST_CASE("sync: a full pull decodes each object as it arrives; one damaged afte
     run.Write(0);
     PublishStep(b.store.get(), run, 0);
     const std::string region = tmp / ("region-" + b.name);
-    const std::string first_file = region + "/" + kStateDir + "/stage/" + TrainerRun::FileName(0, 2);
+    const std::string first_file =
+        region + "/" + kStateDir + "/stage/" + TrainerRun::FileName(0, 2);
     PullOptions one_connection;
     one_connection.transfers = test::FastRetries();
     one_connection.transfers->connections = 1;
@@ -869,7 +911,9 @@ TEST_CASE("sync: a full pull decodes each object as it arrives; one damaged afte
   }
 }
 
-TEST_CASE("sync: N shards commit a step in O(N) requests; a pull of one shard's tensor reads only its objects") {
+TEST_CASE(
+    "sync: N shards commit a step in O(N) requests; a pull of one shard's tensor reads only its "
+    "objects") {
   TempDir tmp;
   for (Backend& b : test::Backends(tmp, "commit-cost")) {
     INFO("store ", b.name);
@@ -911,7 +955,8 @@ TEST_CASE("sync: N shards commit a step in O(N) requests; a pull of one shard's 
     const std::string slice = tmp / ("slice-" + b.name);
     before = store.total();
     REQUIRE(Pull(&store, slice, one, &r).ok());
-    INFO("partial pull: ", store.total() - before, " requests, ", r.fetched_bytes, " of ", full_bytes, " bytes");
+    INFO("partial pull: ", store.total() - before, " requests, ", r.fetched_bytes, " of ",
+         full_bytes, " bytes");
     CHECK(store.total() - before <= 4 + 30);
     CHECK(r.fetched_objects == 2);
     for (size_t k = 0; k < kShards; ++k) {
@@ -919,28 +964,34 @@ TEST_CASE("sync: N shards commit a step in O(N) requests; a pull of one shard's 
       REQUIRE(safetensors::File::Open(slice + "/" + TrainerRun::FileName(k, kShards), &file).ok());
       CHECK(file.tensors().size() == (k == 7 ? 1u : 0u));
       if (k == 7) {
-        CHECK(Rows(slice + "/" + TrainerRun::FileName(k, kShards), "w7", 0, 16) == Rows(run.Path(1, 7), "w7", 0, 16));
+        CHECK(Rows(slice + "/" + TrainerRun::FileName(k, kShards), "w7", 0, 16) ==
+              Rows(run.Path(1, 7), "w7", 0, 16));
       }
     }
     // The step's two layouts (one per group of 32 shards) stay with the region: the next
     // step costs `latest`, its root, one group index, and the shard's record, head and piece.
     size_t cached = 0;
-    for (const auto& e : fs::directory_iterator(slice + "/.arc_v3/layouts")) cached += e.is_regular_file();
+    for (const auto& e : fs::directory_iterator(slice + "/.arc_v3/layouts"))
+      cached += e.is_regular_file();
     CHECK(cached == 2);
     run.Advance();
     run.Write(2);
     PublishReport published;
-    for (size_t k = 0; k < kShards; ++k) REQUIRE(Publish(&store, Shard(run, 2, k, true), &published).ok());
+    for (size_t k = 0; k < kShards; ++k)
+      REQUIRE(Publish(&store, Shard(run, 2, k, true), &published).ok());
     before = store.total();
     REQUIRE(Pull(&store, slice, one, &r).ok());
     INFO("next step: ", store.total() - before, " requests");
     CHECK(r.route == "chain 1 -> 2");
     CHECK(store.total() - before <= 7);  // and a HEAD for a later root
-    CHECK(Rows(slice + "/" + TrainerRun::FileName(7, kShards), "w7", 0, 16) == Rows(run.Path(2, 7), "w7", 0, 16));
+    CHECK(Rows(slice + "/" + TrainerRun::FileName(7, kShards), "w7", 0, 16) ==
+          Rows(run.Path(2, 7), "w7", 0, 16));
   }
 }
 
-TEST_CASE("sync: a row slice reads each shard object in a few ranges: publishers store pieces by row fraction") {
+TEST_CASE(
+    "sync: a row slice reads each shard object in a few ranges: publishers store pieces by row "
+    "fraction") {
   TempDir tmp;
   for (Backend& b : test::Backends(tmp, "row-ranges")) {
     INFO("store ", b.name);
@@ -950,8 +1001,9 @@ TEST_CASE("sync: a row slice reads each shard object in a few ranges: publishers
     // apart), 86 of one piece and two small ones.
     std::vector<test::TensorSpec> tensors;
     for (int i = 0; i < 98; ++i) {
-      tensors.push_back({"layers." + std::to_string(i) + ".w", i % 8 == 0 ? std::vector<uint64_t>{16384, 256}
-                                                                          : std::vector<uint64_t>{256, 512}});
+      tensors.push_back(
+          {"layers." + std::to_string(i) + ".w",
+           i % 8 == 0 ? std::vector<uint64_t>{16384, 256} : std::vector<uint64_t>{256, 512}});
     }
     tensors.push_back({"norm.a", {256}});
     tensors.push_back({"norm.b", {256}});
@@ -975,7 +1027,8 @@ TEST_CASE("sync: a row slice reads each shard object in a few ranges: publishers
     CHECK(r.fetched_bytes < published.record.anchor.size * 2 / 3);
     for (const test::TensorSpec& t : tensors) {
       const uint64_t rows = std::min<uint64_t>(t.shape[0], 2048);
-      CHECK(Rows(dir + "/" + TrainerRun::FileName(0, 1), t.name, 0, rows) == Rows(run.Path(0, 0), t.name, 0, rows));
+      CHECK(Rows(dir + "/" + TrainerRun::FileName(0, 1), t.name, 0, rows) ==
+            Rows(run.Path(0, 0), t.name, 0, rows));
     }
   }
 }
@@ -1065,7 +1118,8 @@ struct FaultScene {
   std::vector<std::unique_ptr<TrainerRun>> runs;
   FaultScene() {
     for (Backend& b : backends) {
-      runs.push_back(std::make_unique<TrainerRun>(tmp / ("trainer-" + b.name), TwoShards(), 0.005, 21));
+      runs.push_back(
+          std::make_unique<TrainerRun>(tmp / ("trainer-" + b.name), TwoShards(), 0.005, 21));
       TrainerRun& run = *runs.back();
       for (uint64_t step = 0; step <= 4; ++step) {
         if (step > 0) run.Advance();
@@ -1097,7 +1151,8 @@ struct FaultScene {
 };
 
 // Pulls with `o` and checks that it fails with `code` and leaves `dir` as it was.
-void ExpectRefused(Store* store, const std::string& dir, PullOptions o, ErrorCode code, const char* says = "") {
+void ExpectRefused(Store* store, const std::string& dir, PullOptions o, ErrorCode code,
+                   const char* says = "") {
   const auto before = Snapshot(dir);
   PullReport r;
   o.transfers = test::FastRetries();
@@ -1114,7 +1169,9 @@ PullOptions At(uint64_t step) {
   return o;
 }
 
-TEST_CASE("sync faults: truncated and damaged pieces; damaged roots, group indexes and records; a missing root") {
+TEST_CASE(
+    "sync faults: truncated and damaged pieces; damaged roots, group indexes and records; a "
+    "missing root") {
   FaultScene scene;
   for (size_t i = 0; i < scene.backends.size(); ++i) {
     INFO("store ", scene.backends[i].name);
@@ -1152,7 +1209,8 @@ TEST_CASE("sync faults: truncated and damaged pieces; damaged roots, group index
       REQUIRE(Pull(store, other, o, &got).ok());
       INFO("rerouted: ", got.rerouted);
       CHECK(got.route == "anchor 3 -> 3");
-      CHECK((got.rerouted.find(key) != std::string::npos || got.rerouted.find("step 3, shard 1") != std::string::npos));
+      CHECK((got.rerouted.find(key) != std::string::npos ||
+             got.rerouted.find("step 3, shard 1") != std::string::npos));
       CHECK(got.rerouted.find("took anchor 3 -> 3 instead of chain 2 -> 3") != std::string::npos);
       if (o.tensors.empty()) CheckHolds(other, *scene.runs[i], 3);
     };
@@ -1165,13 +1223,15 @@ TEST_CASE("sync faults: truncated and damaged pieces; damaged roots, group index
     // A byte flipped in the container's header, then in lm_head's first piece: a full
     // pull checks the whole object, a partial one the head and each piece it reads.
     checkpoint::Reader reader;
-    REQUIRE(checkpoint::Reader::Open(std::make_unique<checkpoint::MemorySource>(good), &reader).ok());
+    REQUIRE(
+        checkpoint::Reader::Open(std::make_unique<checkpoint::MemorySource>(good), &reader).ok());
     const checkpoint::TensorEntry* lm_head = nullptr;
     for (const auto& t : reader.manifest().files[0].tensors) {
       if (t.name == "lm_head") lm_head = &t;
     }
     REQUIRE(lm_head != nullptr);
-    const size_t piece_at = reader.data_start() + lm_head->pieces[0].offset + lm_head->pieces[0].size / 2;
+    const size_t piece_at =
+        reader.data_start() + lm_head->pieces[0].offset + lm_head->pieces[0].size / 2;
     for (size_t at : {size_t{20}, piece_at}) {
       std::vector<uint8_t> bad = good;
       bad[at] ^= 0x10;
@@ -1204,7 +1264,8 @@ TEST_CASE("sync faults: truncated and damaged pieces; damaged roots, group index
     // A group index and a record with a byte flipped: their hashes no longer match.
     StepManifest m;
     REQUIRE(ReadRoot(store, 3, &m, nullptr).ok());
-    for (const std::string& doc : {GroupIndexKey(3, 2, m.incarnation, 0), ShardRecordKey(3, 1, 2, m.incarnation)}) {
+    for (const std::string& doc :
+         {GroupIndexKey(3, 2, m.incarnation, 0), ShardRecordKey(3, 1, 2, m.incarnation)}) {
       const std::vector<uint8_t> good_doc = scene.Get(i, doc);
       bad = good_doc;
       bad[bad.size() / 2] ^= 0x01;
@@ -1230,7 +1291,8 @@ TEST_CASE("sync faults: truncated and damaged pieces; damaged roots, group index
   }
 }
 
-TEST_CASE("sync faults: a pointer naming an unfinished step, the store going away, wrong credentials") {
+TEST_CASE(
+    "sync faults: a pointer naming an unfinished step, the store going away, wrong credentials") {
   FaultScene scene;
   for (size_t i = 0; i < scene.backends.size(); ++i) {
     INFO("store ", scene.backends[i].name);
@@ -1251,9 +1313,12 @@ TEST_CASE("sync faults: a pointer naming an unfinished step, the store going awa
     REQUIRE(ReadLatest(store, &latest, nullptr).ok());
     CHECK(latest == 4);
     const std::string pointer = LatestJson(5);
-    REQUIRE(store->Put(kLatestKey, reinterpret_cast<const uint8_t*>(pointer.data()), pointer.size(),
-                       PutMode::kOverwrite).ok());
-    ExpectRefused(store, dir, PullOptions(), ErrorCode::kNotFound, "names step 5, which is not committed");
+    REQUIRE(store
+                ->Put(kLatestKey, reinterpret_cast<const uint8_t*>(pointer.data()), pointer.size(),
+                      PutMode::kOverwrite)
+                .ok());
+    ExpectRefused(store, dir, PullOptions(), ErrorCode::kNotFound,
+                  "names step 5, which is not committed");
     ExpectRefused(store, dir, At(5), ErrorCode::kNotFound, "step 5 is not committed");
     // Shard 1 arrives: it commits the step and the region takes it.
     REQUIRE(Publish(store, Shard(run, 5, 1, true), &published).ok());
@@ -1276,8 +1341,10 @@ TEST_CASE("sync faults: a pointer naming an unfinished step, the store going awa
     PullOptions o = At(5);
     o.hook = [&](const char* stage) {
       if (std::string(stage) == "planned") {
-        if (relay) relay->Cut();
-        else fs::rename(b.directory, b.directory + ".away");
+        if (relay)
+          relay->Cut();
+        else
+          fs::rename(b.directory, b.directory + ".away");
       }
       return Status::Ok();
     };
@@ -1285,9 +1352,10 @@ TEST_CASE("sync faults: a pointer naming an unfinished step, the store going awa
     if (!relay) fs::rename(b.directory + ".away", b.directory);
     if (relay) {
       // ... and in the middle of an object: the first bytes arrive, then nothing.
-      relay = std::make_unique<Relay>(relay ? std::stoi(test::Env("AWS_ENDPOINT_URL").substr(
-                                                  test::Env("AWS_ENDPOINT_URL").rfind(':') + 1))
-                                            : 0);
+      relay = std::make_unique<Relay>(
+          relay ? std::stoi(test::Env("AWS_ENDPOINT_URL")
+                                .substr(test::Env("AWS_ENDPOINT_URL").rfind(':') + 1))
+                : 0);
       const std::string saved = test::Env("AWS_ENDPOINT_URL");
       setenv("AWS_ENDPOINT_URL", ("http://127.0.0.1:" + std::to_string(relay->port())).c_str(), 1);
       REQUIRE(OpenStore(b.url, test::FastRetries(), &flaky).ok());
@@ -1308,7 +1376,8 @@ TEST_CASE("sync faults: a pointer naming an unfinished step, the store going awa
       setenv("AWS_SECRET_ACCESS_KEY", secret.c_str(), 1);
       ExpectRefused(denied.get(), dir, At(5), ErrorCode::kPermissionDenied, "access denied");
       PublishReport r;
-      CHECK(Publish(denied.get(), Shard(run, 5, 0, true), &r).code() == ErrorCode::kPermissionDenied);
+      CHECK(Publish(denied.get(), Shard(run, 5, 0, true), &r).code() ==
+            ErrorCode::kPermissionDenied);
     }
     PullReport r;
     REQUIRE(PullStep(store, dir, 5, &r).ok());
@@ -1334,7 +1403,8 @@ TEST_CASE("sync faults: a region whose files are not the step it records is refu
     std::vector<uint8_t> changed = test::ReadBytes(file);
     changed[changed.size() - 1000] ^= 1;
     test::WriteBytes(file, changed);
-    ExpectRefused(store, dir, At(4), ErrorCode::kChecksumMismatch, "refusing to apply onto an unknown base");
+    ExpectRefused(store, dir, At(4), ErrorCode::kChecksumMismatch,
+                  "refusing to apply onto an unknown base");
     // A shard file gone: refused too.
     const std::string other = dir + "/" + TrainerRun::FileName(0, 2);
     fs::rename(other, other + ".moved");
@@ -1355,7 +1425,9 @@ TEST_CASE("sync faults: a region whose files are not the step it records is refu
   }
 }
 
-TEST_CASE("sync faults: a pull that fails or dies while committing leaves all old files, or after recovery all new") {
+TEST_CASE(
+    "sync faults: a pull that fails or dies while committing leaves all old files, or after "
+    "recovery all new") {
   FaultScene scene;
   for (size_t i = 0; i < scene.backends.size(); ++i) {
     INFO("store ", scene.backends[i].name);
@@ -1364,7 +1436,8 @@ TEST_CASE("sync faults: a pull that fails or dies while committing leaves all ol
     // An error at the last moment before the renames: nothing changes.
     PullOptions o = At(4);
     o.hook = [](const char* stage) {
-      return std::string(stage) == "commit" ? Status(ErrorCode::kInternal, "injected") : Status::Ok();
+      return std::string(stage) == "commit" ? Status(ErrorCode::kInternal, "injected")
+                                            : Status::Ok();
     };
     ExpectRefused(store, dir, o, ErrorCode::kInternal, "injected");
     // A process that dies after the first of the two renames: the region has one new
@@ -1388,8 +1461,10 @@ TEST_CASE("sync faults: a pull that fails or dies while committing leaves all ol
     REQUIRE(WEXITSTATUS(status) == 42);
     CHECK(fs::exists(dir + "/.arc_v3/commit.json"));
     const TrainerRun& run = *scene.runs[i];
-    const bool first_new = test::ReadBytes(dir + "/" + TrainerRun::FileName(0, 2)) == test::ReadBytes(run.Path(4, 0));
-    const bool second_new = test::ReadBytes(dir + "/" + TrainerRun::FileName(1, 2)) == test::ReadBytes(run.Path(4, 1));
+    const bool first_new =
+        test::ReadBytes(dir + "/" + TrainerRun::FileName(0, 2)) == test::ReadBytes(run.Path(4, 0));
+    const bool second_new =
+        test::ReadBytes(dir + "/" + TrainerRun::FileName(1, 2)) == test::ReadBytes(run.Path(4, 1));
     CHECK(first_new != second_new);  // caught half-way
     PullReport r;
     REQUIRE(PullStep(store, dir, 4, &r).ok());
@@ -1399,8 +1474,8 @@ TEST_CASE("sync faults: a pull that fails or dies while committing leaves all ol
   }
 }
 
-
-TEST_CASE("sync: a region's state or journal with a number of another kind is damage, never converted") {
+TEST_CASE(
+    "sync: a region's state or journal with a number of another kind is damage, never converted") {
   // Found by fuzz_region_state: a size of 2.2e53 went through an unchecked float-to-integer
   // conversion (undefined behaviour).
   DirState state;

@@ -94,7 +94,10 @@ inline std::string S3Bucket() {
   if (bucket.empty()) {
     if (Env("ARC_V3_REQUIRE_S3") == "1") FAIL("ARC_V3_REQUIRE_S3=1 but ARC_V3_TEST_S3 is unset");
     static bool warned = false;
-    if (!warned) MESSAGE("SKIP: no S3 server (ARC_V3_TEST_S3 unset): the radosgw half of the sync tests did not run");
+    if (!warned)
+      MESSAGE(
+          "SKIP: no S3 server (ARC_V3_TEST_S3 unset): the radosgw half of the sync tests did not "
+          "run");
     warned = true;
   }
   return bucket;
@@ -138,7 +141,8 @@ inline std::vector<uint8_t> ReadBytes(const std::string& path) {
 
 inline void WriteBytes(const std::string& path, const std::vector<uint8_t>& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  out.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
   REQUIRE(out.good());
 }
 
@@ -152,7 +156,8 @@ struct TensorSpec {
 // exponent untouched, as most optimizer updates), deterministic in the seed.
 class TrainerRun {
  public:
-  TrainerRun(const std::string& dir, std::vector<std::vector<TensorSpec>> shards, double density, uint32_t seed)
+  TrainerRun(const std::string& dir, std::vector<std::vector<TensorSpec>> shards, double density,
+             uint32_t seed)
       : dir_(dir), shards_(std::move(shards)), density_(density), rng_(seed) {
     for (const auto& tensors : shards_) {
       std::vector<std::vector<uint16_t>> values;
@@ -235,7 +240,8 @@ class TrainerRun {
 inline std::map<std::string, std::vector<uint8_t>> Snapshot(const std::string& dir) {
   std::map<std::string, std::vector<uint8_t>> files;
   std::error_code ec;
-  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator(); ++it) {
+  for (auto it = fs::recursive_directory_iterator(dir, ec);
+       !ec && it != fs::recursive_directory_iterator(); ++it) {
     if (it->is_regular_file() && it->path().filename() != "lock") {
       files[fs::relative(it->path(), dir).string()] = ReadBytes(it->path().string());
     }
@@ -247,7 +253,8 @@ inline std::map<std::string, std::vector<uint8_t>> Snapshot(const std::string& d
 inline void CheckHolds(const std::string& dir, const TrainerRun& run, uint64_t step) {
   for (size_t k = 0; k < run.shards(); ++k) {
     INFO(dir, " shard ", k, " of step ", step);
-    CHECK(ReadBytes(dir + "/" + TrainerRun::FileName(k, run.shards())) == ReadBytes(run.Path(step, k)));
+    CHECK(ReadBytes(dir + "/" + TrainerRun::FileName(k, run.shards())) ==
+          ReadBytes(run.Path(step, k)));
   }
   uint64_t held = kNoStep;
   REQUIRE(DirectoryStep(dir, &held).ok());

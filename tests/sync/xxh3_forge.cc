@@ -22,8 +22,8 @@ uint64_t Read64(const uint8_t* p) {
 }
 
 uint64_t Mix16(const uint8_t* input, const uint8_t* secret) {
-  const __uint128_t product =
-      static_cast<__uint128_t>(Read64(input) ^ Read64(secret)) * (Read64(input + 8) ^ Read64(secret + 8));
+  const __uint128_t product = static_cast<__uint128_t>(Read64(input) ^ Read64(secret)) *
+                              (Read64(input + 8) ^ Read64(secret + 8));
   return static_cast<uint64_t>(product) ^ static_cast<uint64_t>(product >> 64);
 }
 
@@ -97,7 +97,8 @@ uint64_t SplitMix(uint64_t* state) {
 
 // Candidate `index` of component `c`: its free positions filled from `alphabet`, the same
 // characters whenever asked again (so lists hold values only).
-void Fill(const Component& c, uint64_t seed, uint32_t index, const std::string& alphabet, std::string* text) {
+void Fill(const Component& c, uint64_t seed, uint32_t index, const std::string& alphabet,
+          std::string* text) {
   uint64_t state = seed ^ (static_cast<uint64_t>(index) << 20) ^ (index * 0x2545F4914F6CDD1Dull);
   for (size_t p : c.free) (*text)[p] = alphabet[SplitMix(&state) % alphabet.size()];
 }
@@ -109,7 +110,8 @@ struct Pair {
 };
 
 // Pairs (a, b) of two lists whose sum's low `bits` bits are `low`.
-std::vector<Pair> Join(const std::vector<uint64_t>& x, const std::vector<uint64_t>& y, int bits, uint64_t low) {
+std::vector<Pair> Join(const std::vector<uint64_t>& x, const std::vector<uint64_t>& y, int bits,
+                       uint64_t low) {
   const uint64_t mask = (uint64_t{1} << bits) - 1;
   std::vector<std::pair<uint64_t, uint32_t>> by_low(y.size());
   for (uint32_t j = 0; j < y.size(); ++j) by_low[j] = {y[j] & mask, j};
@@ -119,7 +121,8 @@ std::vector<Pair> Join(const std::vector<uint64_t>& x, const std::vector<uint64_
   for (uint32_t i = 0; i < x.size(); ++i) {
     const uint64_t need = (low - x[i]) & mask;
     auto it = std::lower_bound(by_low.begin(), by_low.end(), std::make_pair(need, uint32_t{0}));
-    for (; it != by_low.end() && it->first == need; ++it) pairs.push_back({x[i] + y[it->second], i, it->second});
+    for (; it != by_low.end() && it->first == need; ++it)
+      pairs.push_back({x[i] + y[it->second], i, it->second});
   }
   return pairs;
 }
@@ -134,8 +137,8 @@ std::vector<size_t> PositionsOf(const std::string& text, const std::string& open
   return at;
 }
 
-std::string ForgeXxh3(const std::string& genuine, const std::string& wanted, const std::vector<size_t>& free,
-                      const std::string& alphabet) {
+std::string ForgeXxh3(const std::string& genuine, const std::string& wanted,
+                      const std::vector<size_t>& free, const std::string& alphabet) {
   const size_t len = genuine.size();
   if (wanted.size() != len || len <= 16 || len > 240 || alphabet.empty()) return "";
   std::vector<Component> parts = Components(len);
@@ -150,7 +153,8 @@ std::string ForgeXxh3(const std::string& genuine, const std::string& wanted, con
     }
   }
   for (const Component& c : parts) {
-    if (c.groups.size() > 1 && c.Sum(wanted) != c.Sum(genuine)) return "";  // spans both sums: keep it
+    if (c.groups.size() > 1 && c.Sum(wanted) != c.Sum(genuine))
+      return "";  // spans both sums: keep it
   }
   // The group searched: the one where `wanted` differs (group 0 if none); the other must match.
   if (have[0] != target[0] && have[1] != target[1]) return "";
@@ -161,12 +165,14 @@ std::string ForgeXxh3(const std::string& genuine, const std::string& wanted, con
     if (c.groups.size() != 1 || *c.groups.begin() != search) continue;
     for (const Term& t : c.terms) {
       for (size_t p = t.at; p < t.at + 16; ++p) {
-        if (is_free.count(p) && std::find(c.free.begin(), c.free.end(), p) == c.free.end()) c.free.push_back(p);
+        if (is_free.count(p) && std::find(c.free.begin(), c.free.end(), p) == c.free.end())
+          c.free.push_back(p);
       }
     }
     if (c.free.size() >= 4) chosen.push_back(&c);
   }
-  std::sort(chosen.begin(), chosen.end(), [](const Component* a, const Component* b) { return a->free.size() > b->free.size(); });
+  std::sort(chosen.begin(), chosen.end(),
+            [](const Component* a, const Component* b) { return a->free.size() > b->free.size(); });
   if (chosen.size() < 4) return "";
   chosen.resize(4);
   // R: what the four must add up to.
@@ -196,7 +202,8 @@ std::string ForgeXxh3(const std::string& genuine, const std::string& wanted, con
       Fill(*chosen[1], seed + 1, it->b, alphabet, &text);
       Fill(*chosen[2], seed + 2, r.a, alphabet, &text);
       Fill(*chosen[3], seed + 3, r.b, alphabet, &text);
-      if (text != genuine && XXH3_64bits(text.data(), text.size()) == XXH3_64bits(genuine.data(), genuine.size())) {
+      if (text != genuine &&
+          XXH3_64bits(text.data(), text.size()) == XXH3_64bits(genuine.data(), genuine.size())) {
         return text;
       }
     }

@@ -18,8 +18,9 @@ namespace test {
 // positions replaced by characters of `alphabet`, so that its XXH3-64 is `genuine`'s; ""
 // if no such replacement was found (too few free bytes in independent blocks, or, for
 // 129 to 240 bytes, `wanted` differing from `genuine` on both sides of byte 128).
-std::string ForgeXxh3(const std::string& genuine, const std::string& wanted, const std::vector<size_t>& free,
-                      const std::string& alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789");
+std::string ForgeXxh3(
+    const std::string& genuine, const std::string& wanted, const std::vector<size_t>& free,
+    const std::string& alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789");
 
 // The positions of a JSON string's characters in `text`: from the end of the first
 // occurrence of `opening` (which ends with the string's opening quote) to the next '"'.

@@ -23,10 +23,10 @@ TEST_CASE("xxh3 forge: same size and XXH3, other meaning, for 17..128 and 129..2
   const std::string pad(90, 'a');
   for (const std::string& genuine :
        {"{\"p\": \"" + pad.substr(0, 128 - 41) + "\", \"weight_map\": {\"w\": \"m-1.st\"}}\n",
-        "{\"weight_map\": {\"w\": \"m-00001.st\"}, \"metadata\": {\"pad\": \"" + pad +
-            "\"}}\n"}) {
+        "{\"weight_map\": {\"w\": \"m-00001.st\"}, \"metadata\": {\"pad\": \"" + pad + "\"}}\n"}) {
     std::string wanted = genuine;
-    const size_t at = wanted.find("-1.st") != std::string::npos ? wanted.find("-1.st") + 1 : wanted.find("00001.st") + 4;
+    const size_t at = wanted.find("-1.st") != std::string::npos ? wanted.find("-1.st") + 1
+                                                                : wanted.find("00001.st") + 4;
     wanted[at] = '2';
     INFO("bytes ", genuine.size());
     REQUIRE((genuine.size() == 128 || genuine.size() >= 144));

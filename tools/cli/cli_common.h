@@ -11,13 +11,14 @@ namespace arc_v3 {
 
 // Exit codes (documented in --help).
 constexpr int kExitOk = 0;
-constexpr int kExitError = 1;        // I/O errors, bad arguments found after parsing, bugs
-constexpr int kExitUsage = 2;        // command line not understood
-constexpr int kExitWrongBase = 3;    // PREV (or a pulled directory) is not the delta's base
-constexpr int kExitCorrupt = 4;      // a delta file or store object is corrupt, truncated or unknown
+constexpr int kExitError = 1;      // I/O errors, bad arguments found after parsing, bugs
+constexpr int kExitUsage = 2;      // command line not understood
+constexpr int kExitWrongBase = 3;  // PREV (or a pulled directory) is not the delta's base
+constexpr int kExitCorrupt = 4;    // a delta file or store object is corrupt, truncated or unknown
 constexpr int kExitUnreachable = 5;  // the store cannot be reached or refuses the credentials
 constexpr int kExitNotFound = 6;     // the store lacks the step or object asked for
-constexpr int kExitConflict = 7;     // the output exists (no --force), or the store holds other contents
+constexpr int kExitConflict =
+    7;  // the output exists (no --force), or the store holds other contents
 // Refused by --trusted-keys: unsigned, another key or digest, older, another run.
 constexpr int kExitUntrusted = 8;
 
@@ -64,17 +65,21 @@ inline std::string HintFor(const std::string& command, const Status& s) {
   if (command == "pull" || command == "follow") {
     if (c == ErrorCode::kAlreadyExists) return "give -f/--force to pull into it anyway";
     if (c == ErrorCode::kChecksumMismatch || c == ErrorCode::kCorruptHeader) {
-      return "if DIR's own files or state are what is wrong, 'arc_v3 pull --reset STORE DIR' rebuilds DIR "
+      return "if DIR's own files or state are what is wrong, 'arc_v3 pull --reset STORE DIR' "
+             "rebuilds DIR "
              "from an anchor";
     }
-    if (c == ErrorCode::kUntrusted) return "a step older than DIR's, or of another run, is taken only with --reset";
+    if (c == ErrorCode::kUntrusted)
+      return "a step older than DIR's, or of another run, is taken only with --reset";
   }
   if (command == "publish") {
-    if (c == ErrorCode::kChecksumMismatch) return "leave out --prev to publish the step as an anchor";
+    if (c == ErrorCode::kChecksumMismatch)
+      return "leave out --prev to publish the step as an anchor";
     if (c == ErrorCode::kNotFound) {
       return "leave out --prev to publish an anchor, or name a committed base with --base-step";
     }
-    if (c == ErrorCode::kAlreadyExists) return "a restarted trainer publishes under a new --incarnation";
+    if (c == ErrorCode::kAlreadyExists)
+      return "a restarted trainer publishes under a new --incarnation";
   }
   return "";
 }
@@ -104,7 +109,8 @@ inline bool ParseRows(const std::string& text, uint64_t* begin, uint64_t* end) {
   if (colon == std::string::npos) return false;
   const std::string a = text.substr(0, colon), b = text.substr(colon + 1);
   const auto parse = [](const std::string& s, uint64_t* v) {
-    if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos || s.size() > 19) return false;
+    if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos || s.size() > 19)
+      return false;
     *v = std::stoull(s);
     return true;
   };

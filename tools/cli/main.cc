@@ -58,11 +58,12 @@ class Progress {
       const uint64_t d = done, t = total;
       if (t == 0) continue;
       const double frac = std::min(1.0, static_cast<double>(d) / t);
-      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      const double secs =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       const int width = 30, filled = static_cast<int>(frac * width);
-      std::fprintf(stderr, "\r%s [%s%s] %3.0f%% %s/s\033[K", label_, std::string(filled, '#').c_str(),
-                   std::string(width - filled, ' ').c_str(), 100 * frac,
-                   HumanBytes(secs > 0 ? d / secs : 0).c_str());
+      std::fprintf(stderr, "\r%s [%s%s] %3.0f%% %s/s\033[K", label_,
+                   std::string(filled, '#').c_str(), std::string(width - filled, ' ').c_str(),
+                   100 * frac, HumanBytes(secs > 0 ? d / secs : 0).c_str());
       std::fflush(stderr);
     }
   }
@@ -107,12 +108,16 @@ double Seconds(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-int Report(const char* command, const Common& c, const Status& s, const CheckpointReport& r, double secs) {
+int Report(const char* command, const Common& c, const Status& s, const CheckpointReport& r,
+           double secs) {
   if (!s.ok()) {
     PrintError(command, s);
     if (c.json) {
-      Json j = {{"command", command}, {"ok", false}, {"error", ErrorName(s.code())},
-                {"message", s.message()}, {"exit_code", ExitCodeFor(s)}};
+      Json j = {{"command", command},
+                {"ok", false},
+                {"error", ErrorName(s.code())},
+                {"message", s.message()},
+                {"exit_code", ExitCodeFor(s)}};
       if (!HintFor(command, s).empty()) j["hint"] = HintFor(command, s);
       std::cout << j.dump(2) << "\n";
     }
@@ -133,9 +138,11 @@ int Report(const char* command, const Common& c, const Status& s, const Checkpoi
   } else if (!c.quiet && std::strcmp(command, "apply (partial)") == 0) {
     // The output holds some tensors or rows: the delta is not a share of it.
     std::printf("%s: %" PRIu64 " tensors, %s written, read from a delta of %s, %.2f s\n", command,
-                r.tensors, HumanBytes(r.target_bytes).c_str(), HumanBytes(r.delta_bytes).c_str(), secs);
+                r.tensors, HumanBytes(r.target_bytes).c_str(), HumanBytes(r.delta_bytes).c_str(),
+                secs);
   } else if (!c.quiet) {
-    std::printf("%s: %" PRIu64 " file(s), %" PRIu64 " tensors, checkpoint %s, delta %s (%.3f%%), "
+    std::printf("%s: %" PRIu64 " file(s), %" PRIu64
+                " tensors, checkpoint %s, delta %s (%.3f%%), "
                 "%.2f s, %.2f GB/s\n",
                 command, r.files, r.tensors, HumanBytes(r.target_bytes).c_str(),
                 HumanBytes(r.delta_bytes).c_str(),
@@ -145,11 +152,13 @@ int Report(const char* command, const Common& c, const Status& s, const Checkpoi
   return kExitOk;
 }
 
-
 // Per-tensor statistics for `inspect`.
 Json ChunksJson(const ArcV3Chunks& c) {
-  return {{"unchanged", c.unchanged}, {"xor_streams", c.xor_streams}, {"modelled", c.modelled},
-          {"rans", c.rans}, {"rans_history", c.rans_history}};
+  return {{"unchanged", c.unchanged},
+          {"xor_streams", c.xor_streams},
+          {"modelled", c.modelled},
+          {"rans", c.rans},
+          {"rans_history", c.rans_history}};
 }
 
 // What inspect adds up over the tensors and groups.
@@ -161,7 +170,7 @@ struct InspectTotals {
 
 Json TensorJson(const DeltaTensorInfo& t) {
   const std::set<std::string> coders(t.coders.begin(), t.coders.end());
-  Json jt = {{"name", t.name}, {"dtype", t.dtype}, {"shape", t.shape}, {"kind", t.kind},
+  Json jt = {{"name", t.name},     {"dtype", t.dtype}, {"shape", t.shape}, {"kind", t.kind},
              {"pieces", t.pieces}, {"coders", coders}, {"bytes", t.bytes}};
   // A grouped tensor's delta bytes are its group's, listed under "groups".
   if (t.group >= 0) {
@@ -173,7 +182,8 @@ Json TensorJson(const DeltaTensorInfo& t) {
   if (t.changes_known) {
     jt["changed"] = t.changed;
     jt["density"] = t.elements ? static_cast<double>(t.changed) / t.elements : 0;
-    if (t.chunks_known) jt["exponent_or_sign_share"] = t.changed ? static_cast<double>(t.high) / t.changed : 0;
+    if (t.chunks_known)
+      jt["exponent_or_sign_share"] = t.changed ? static_cast<double>(t.high) / t.changed : 0;
   }
   return jt;
 }
@@ -186,7 +196,8 @@ void PrintTensorRow(const DeltaTensorInfo& t) {
   if (t.kind == "delta" && !t.changes_known) std::snprintf(dens, sizeof(dens), "?");
   if (t.changes_known) {
     std::snprintf(dens, sizeof(dens), "%.3f%%", t.elements ? 100.0 * t.changed / t.elements : 0.0);
-    if (t.chunks_known) std::snprintf(hi, sizeof(hi), "%.2f%%", t.changed ? 100.0 * t.high / t.changed : 0.0);
+    if (t.chunks_known)
+      std::snprintf(hi, sizeof(hi), "%.2f%%", t.changed ? 100.0 * t.high / t.changed : 0.0);
   }
   char stored[32], share[16] = "-";
   if (t.group >= 0) {
@@ -200,8 +211,12 @@ void PrintTensorRow(const DeltaTensorInfo& t) {
 }
 
 Json GroupJson(size_t i, const DeltaGroupInfo& g) {
-  Json jg = {{"group", i}, {"file", g.file}, {"tensors", g.tensors}, {"elements", g.elements},
-             {"coders", {g.coder_summary}}, {"delta_bytes", g.delta_bytes}};
+  Json jg = {{"group", i},
+             {"file", g.file},
+             {"tensors", g.tensors},
+             {"elements", g.elements},
+             {"coders", {g.coder_summary}},
+             {"delta_bytes", g.delta_bytes}};
   jg["arc_v3_chunks"] = ChunksJson(g.chunks);
   if (g.changes_known) jg["changed"] = g.changed;
   return jg;
@@ -234,11 +249,12 @@ void PrintInspectTotals(const DeltaInfo& info, const InspectTotals& t) {
     std::snprintf(density, sizeof(density), "%.4f%%",
                   t.elements ? 100.0 * t.changed / t.elements : 0.0);
   }
-  std::printf("tensor data %s, density of deltas %s, delta file %s (%.4f%% of tensor data; "
-              "manifest %s; container version %u)\n",
-              HumanBytes(t.bytes).c_str(), density, HumanBytes(info.delta_bytes).c_str(),
-              t.bytes ? 100.0 * info.delta_bytes / t.bytes : 0.0,
-              HumanBytes(info.manifest_bytes).c_str(), static_cast<unsigned>(info.container_version));
+  std::printf(
+      "tensor data %s, density of deltas %s, delta file %s (%.4f%% of tensor data; "
+      "manifest %s; container version %u)\n",
+      HumanBytes(t.bytes).c_str(), density, HumanBytes(info.delta_bytes).c_str(),
+      t.bytes ? 100.0 * info.delta_bytes / t.bytes : 0.0, HumanBytes(info.manifest_bytes).c_str(),
+      static_cast<unsigned>(info.container_version));
   for (const auto& name : info.removed_files) std::printf("removed file: %s\n", name.c_str());
   for (const auto& name : info.removed_tensors) std::printf("removed tensor: %s\n", name.c_str());
 }
@@ -253,8 +269,8 @@ int Inspect(const std::string& path, const std::string& base_path, const Common&
   InspectTotals totals;
   Json jtensors = Json::array(), jgroups = Json::array();
   if (!c.json) {
-    std::printf("%-44s %-6s %-16s %-8s %8s %9s %-22s %12s %8s\n", "tensor", "dtype", "shape", "kind",
-                "density", "exp/sign", "coder", "bytes", "% size");
+    std::printf("%-44s %-6s %-16s %-8s %8s %9s %-22s %12s %8s\n", "tensor", "dtype", "shape",
+                "kind", "density", "exp/sign", "coder", "bytes", "% size");
   }
   for (const DeltaTensorInfo& t : info.tensors) {
     totals.bytes += t.bytes;
@@ -281,17 +297,23 @@ int Inspect(const std::string& path, const std::string& base_path, const Common&
     PrintInspectTotals(info, totals);
     return kExitOk;
   }
-  Json j = {{"command", "inspect"}, {"ok", true}, {"layout", info.directory ? "directory" : "file"},
-            {"files", info.files}, {"tensors", jtensors}, {"groups", jgroups},
-            {"tensor_bytes", totals.bytes}, {"tensor_delta_bytes", totals.stored},
+  Json j = {{"command", "inspect"},
+            {"ok", true},
+            {"layout", info.directory ? "directory" : "file"},
+            {"files", info.files},
+            {"tensors", jtensors},
+            {"groups", jgroups},
+            {"tensor_bytes", totals.bytes},
+            {"tensor_delta_bytes", totals.stored},
             {"delta_file_bytes", info.delta_bytes},
-            {"manifest_bytes", info.manifest_bytes}, {"container_version", info.container_version},
+            {"manifest_bytes", info.manifest_bytes},
+            {"container_version", info.container_version},
             {"changed", totals.all_known ? Json(totals.changed) : Json(nullptr)},
-            {"removed_tensors", info.removed_tensors}, {"removed_files", info.removed_files}};
+            {"removed_tensors", info.removed_tensors},
+            {"removed_files", info.removed_files}};
   std::cout << j.dump(2) << "\n";
   return kExitOk;
 }
-
 
 // Edits (insert, delete, substitute, swap two neighbours) that turn `a` into `b`.
 size_t EditDistance(const std::string& a, const std::string& b) {
@@ -300,7 +322,8 @@ size_t EditDistance(const std::string& a, const std::string& b) {
   for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
   for (size_t i = 1; i <= a.size(); ++i) {
     for (size_t j = 1; j <= b.size(); ++j) {
-      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] != b[j - 1])});
+      d[i][j] =
+          std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] != b[j - 1])});
       if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
         d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
       }
@@ -340,8 +363,9 @@ bool ReportTypo(const CLI::App& app, int argc, char** argv) {
     const std::string near = Nearest(command, names);
     std::string all;
     for (const std::string& n : names) all += " " + n;
-    std::fprintf(stderr, "arc_v3: '%s' is not a command.%s\nCommands:%s (arc_v3 --help)\n", command.c_str(),
-                 near.empty() ? "" : (" Did you mean '" + near + "'?").c_str(), all.c_str());
+    std::fprintf(stderr, "arc_v3: '%s' is not a command.%s\nCommands:%s (arc_v3 --help)\n",
+                 command.c_str(), near.empty() ? "" : (" Did you mean '" + near + "'?").c_str(),
+                 all.c_str());
     return true;
   }
   std::vector<std::string> flags = {"--help"};
@@ -355,9 +379,10 @@ bool ReportTypo(const CLI::App& app, int argc, char** argv) {
     const std::string flag = arg.substr(0, arg.find('='));
     if (std::find(flags.begin(), flags.end(), flag) != flags.end()) continue;
     const std::string near = Nearest(flag, flags);
-    std::fprintf(stderr, "arc_v3 %s: unknown option '%s'.%s\nRun 'arc_v3 %s --help' for its options.\n",
-                 command.c_str(), flag.c_str(), near.empty() ? "" : (" Did you mean '" + near + "'?").c_str(),
-                 command.c_str());
+    std::fprintf(stderr,
+                 "arc_v3 %s: unknown option '%s'.%s\nRun 'arc_v3 %s --help' for its options.\n",
+                 command.c_str(), flag.c_str(),
+                 near.empty() ? "" : (" Did you mean '" + near + "'?").c_str(), command.c_str());
     return true;
   }
   return false;
@@ -399,8 +424,10 @@ void CheckpointCommands::AddDiff(CLI::App* app) {
   diff_->add_option("NEXT", next_, "New checkpoint, same kind as PREV")->required();
   diff_->add_option("-o,--output", delta_, "Delta file to write (e.g. step_101.a3d)")->required();
   AddCommon(diff_, &common_);
-  diff_->add_option("-e,--effort", common_.effort,
-                    "arc_v3 codec effort 0..3 for BF16 tensors (default 2; higher may be smaller and slower)")
+  diff_
+      ->add_option(
+          "-e,--effort", common_.effort,
+          "arc_v3 codec effort 0..3 for BF16 tensors (default 2; higher may be smaller and slower)")
       ->check(CLI::Range(0, 3));
   diff_->add_flag("-f,--force", common_.force, "Replace OUTPUT if it exists (refused otherwise)");
   diff_->add_flag("--no-group", common_.no_group,
@@ -409,9 +436,9 @@ void CheckpointCommands::AddDiff(CLI::App* app) {
 }
 
 void CheckpointCommands::AddApply(CLI::App* app) {
-  apply_ = app->add_subcommand(
-      "apply",
-      "Rebuild NEXT from PREV and a delta (refuses a wrong PREV, naming the tensor; all or nothing)");
+  apply_ = app->add_subcommand("apply",
+                               "Rebuild NEXT from PREV and a delta (refuses a wrong PREV, naming "
+                               "the tensor; all or nothing)");
   apply_->add_option("PREV", prev_, "Base checkpoint the delta was made from")->required();
   apply_->add_option("DELTA", delta_, "Delta file written by `arc_v3 diff`")->required();
   CLI::Option* out_opt = apply_->add_option(
@@ -419,8 +446,8 @@ void CheckpointCommands::AddApply(CLI::App* app) {
       "Where NEXT goes: a file (or a directory to put it in) for single-file deltas, a\n"
       "directory (created if needed) for sharded ones. With --tensors/--rows: a new\n"
       ".safetensors file holding just the selected tensors/rows");
-  CLI::Option* in_place_opt =
-      apply_->add_flag("--in-place", in_place_, "Replace PREV by NEXT (new files are written aside first)");
+  CLI::Option* in_place_opt = apply_->add_flag(
+      "--in-place", in_place_, "Replace PREV by NEXT (new files are written aside first)");
   out_opt->excludes(in_place_opt);
   tensors_opt_ = apply_->add_option(
       "--tensors", tensors_regex_,
@@ -429,8 +456,9 @@ void CheckpointCommands::AddApply(CLI::App* app) {
       "--rows", rows_, "Partial apply: only rows A:B of the first dimension (A: or :B allowed)");
   tensors_opt_->excludes(in_place_opt);
   rows_opt_->excludes(in_place_opt);
-  apply_->add_flag("-f,--force", common_.force,
-                   "Replace output files that exist (refused otherwise; --in-place always replaces)");
+  apply_->add_flag(
+      "-f,--force", common_.force,
+      "Replace output files that exist (refused otherwise; --in-place always replaces)");
   AddCommon(apply_, &common_);
   apply_->add_flag("--no-sync", common_.no_sync, "Skip fsync (benchmarks only: not crash-safe)");
 }
@@ -470,10 +498,10 @@ Status CheckpointCommands::Apply(Progress* progress, CheckpointReport* report, c
   *name = partial ? "apply (partial)" : "apply";
   if (partial) {
     return ApplyDeltaPart(prev_, delta_, tensors_regex_, row_begin_, row_end_, out_,
-                                   MakeOptions(common_, progress), report);
+                          MakeOptions(common_, progress), report);
   }
   return ApplyDelta(prev_, delta_, in_place_ ? prev_ : out_, MakeOptions(common_, progress),
-                          report);
+                    report);
 }
 
 int CheckpointCommands::Run(const char* label) {
@@ -499,13 +527,15 @@ int CheckpointCommands::Run(const char* label) {
 }
 
 constexpr char kAppHelp[] =
-      ": lossless deltas between safetensors checkpoints (BF16 weights through the arc_v3\n"
+    ": lossless deltas between safetensors checkpoints (BF16 weights through the arc_v3\n"
     "codec, every other dtype through XOR + zstd), for shipping RL weight updates.\n\n"
     "  trainer:   arc_v3 diff  step_100/ step_101/ -o step_101.a3d\n"
     "  receiver:  arc_v3 apply step_100/ step_101.a3d -o step_101/     (or --in-place)\n"
-    "  partial:   arc_v3 apply step_100/ step_101.a3d --tensors 'layers\\.3\\..*' --rows 0:1024 -o part.safetensors\n\n"
+    "  partial:   arc_v3 apply step_100/ step_101.a3d --tensors 'layers\\.3\\..*' --rows 0:1024 -o "
+    "part.safetensors\n\n"
     "Through an object store (each trainer shard publishes, each region pulls):\n"
-    "  trainer:   arc_v3 publish s3://bucket/run --step 101 --next shard0.safetensors --prev old0.safetensors --shard 0/2\n"
+    "  trainer:   arc_v3 publish s3://bucket/run --step 101 --next shard0.safetensors --prev "
+    "old0.safetensors --shard 0/2\n"
     "  region:    arc_v3 follow s3://bucket/run /models/run   (or pull once)\n\n"
     "PREV/NEXT are single .safetensors files or sharded checkpoint directories\n"
     "(model.safetensors.index.json is carried along). Outputs are written to a temporary\n"

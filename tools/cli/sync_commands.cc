@@ -19,8 +19,11 @@ using Json = nlohmann::ordered_json;
 int Fail(const char* command, bool json, const Status& s) {
   PrintError(command, s);
   if (json) {
-    Json j = {{"command", command}, {"ok", false}, {"error", ErrorName(s.code())},
-              {"message", s.message()}, {"exit_code", ExitCodeFor(s)}};
+    Json j = {{"command", command},
+              {"ok", false},
+              {"error", ErrorName(s.code())},
+              {"message", s.message()},
+              {"exit_code", ExitCodeFor(s)}};
     if (!HintFor(command, s).empty()) j["hint"] = HintFor(command, s);
     std::cout << j.dump() << std::endl;
   }
@@ -40,13 +43,14 @@ Json PullJson(const PullFilesResult& r) {
           {"fetched_objects", r.fetched_objects},
           {"requests", r.requests},
           {"checkpoint_bytes", r.checkpoint_bytes},
-          {"seconds", {{"fetch", r.fetch_seconds},
-                       {"verify", r.verify_seconds},
-                       {"decode", r.decode_seconds},
-                       {"wait", r.wait_seconds},
-                       {"write", r.write_seconds},
-                       {"commit", r.commit_seconds},
-                       {"total", r.total_seconds}}},
+          {"seconds",
+           {{"fetch", r.fetch_seconds},
+            {"verify", r.verify_seconds},
+            {"decode", r.decode_seconds},
+            {"wait", r.wait_seconds},
+            {"write", r.write_seconds},
+            {"commit", r.commit_seconds},
+            {"total", r.total_seconds}}},
           {"published_at", r.published_at},
           {"committed_at", r.committed_at}};
 }
@@ -59,14 +63,18 @@ std::string Hex16(uint64_t value) {
 
 void PrintPull(const PullFilesResult& r) {
   if (r.up_to_date) {
-    std::printf("pull: already at step %" PRIu64 " (%s)\n", r.to_step, HumanBytes(r.checkpoint_bytes).c_str());
+    std::printf("pull: already at step %" PRIu64 " (%s)\n", r.to_step,
+                HumanBytes(r.checkpoint_bytes).c_str());
     return;
   }
-  std::printf("pull: step %" PRIu64 " by %s: fetched %s in %" PRIu64 " requests, checkpoint %s, %.3f s "
-              "(fetch %.3f, verify %.3f, decode %.3f, write %.3f, commit %.3f; decode waited %.3f for objects)\n",
+  std::printf("pull: step %" PRIu64 " by %s: fetched %s in %" PRIu64
+              " requests, checkpoint %s, %.3f s "
+              "(fetch %.3f, verify %.3f, decode %.3f, write %.3f, commit %.3f; decode waited %.3f "
+              "for objects)\n",
               r.to_step, r.route.c_str(), HumanBytes(r.fetched_bytes).c_str(), r.requests,
-              HumanBytes(r.checkpoint_bytes).c_str(), r.total_seconds, r.fetch_seconds, r.verify_seconds,
-              r.decode_seconds, r.write_seconds, r.commit_seconds, r.wait_seconds);
+              HumanBytes(r.checkpoint_bytes).c_str(), r.total_seconds, r.fetch_seconds,
+              r.verify_seconds, r.decode_seconds, r.write_seconds, r.commit_seconds,
+              r.wait_seconds);
   if (!r.rerouted.empty()) std::printf("pull: rerouted: %s\n", r.rerouted.c_str());
 }
 
@@ -130,7 +138,8 @@ void SyncCommands::AddCommon(CLI::App* cmd, bool threads) {
   cmd->add_option("--connections", connections_, "Parallel transfers per object (default 8)")
       ->check(CLI::Range(1, 256));
   if (threads) {
-    cmd->add_option("-T,--threads", threads_, "Worker threads (default 0 = all cores)")->check(CLI::NonNegativeNumber);
+    cmd->add_option("-T,--threads", threads_, "Worker threads (default 0 = all cores)")
+        ->check(CLI::NonNegativeNumber);
   }
 }
 
@@ -154,35 +163,44 @@ void SyncCommands::AddPublish(CLI::App* app) {
       "file for a published shard and step is refused (exit 7), naming what differs.");
   publish_->add_option("STORE", store_, kStoreHelp)->required();
   publish_->add_option("--step", step_, "The step's number")->required();
-  publish_->add_option("--next", next_, "This shard's .safetensors file of the step")->required()->check(CLI::ExistingFile);
-  publish_->add_option("--prev", prev_, "This shard's file of the base step (omit: an anchor only)")->check(CLI::ExistingFile);
+  publish_->add_option("--next", next_, "This shard's .safetensors file of the step")
+      ->required()
+      ->check(CLI::ExistingFile);
+  publish_->add_option("--prev", prev_, "This shard's file of the base step (omit: an anchor only)")
+      ->check(CLI::ExistingFile);
   publish_->add_option("--base-step", base_step_, "The step --prev is (default N-1)");
   publish_->add_option("--shard", shard_, "K/COUNT: this is shard K of COUNT (default 0/1)");
-  publish_->add_option("--incarnation", incarnation_,
-                       "Which start of the trainer publishes (default: $ARC_V3_INCARNATION, else\n"
-                       "torchrun's restart count, else 0): a trainer restarted mid-step publishes\n"
-                       "under a new one, whose records supersede the old ones' until the step commits");
+  publish_->add_option(
+      "--incarnation", incarnation_,
+      "Which start of the trainer publishes (default: $ARC_V3_INCARNATION, else\n"
+      "torchrun's restart count, else 0): a trainer restarted mid-step publishes\n"
+      "under a new one, whose records supersede the old ones' until the step commits");
   publish_->add_option("--anchor-every", anchor_every_,
                        "Also write an anchor when N is a multiple of this (default 10; 0: never,\n"
                        "but for a step without --prev)");
-  publish_->add_option("--index", index_,
-                       "The sharded checkpoint's index to carry to full pulls (default: the\n"
-                       "model.safetensors.index.json beside --next, if it names --next's file)")
+  publish_
+      ->add_option("--index", index_,
+                   "The sharded checkpoint's index to carry to full pulls (default: the\n"
+                   "model.safetensors.index.json beside --next, if it names --next's file)")
       ->check(CLI::ExistingFile);
   publish_->add_flag("--no-index", no_index_, "Carry no index file");
-  publish_->add_option("--work-dir", work_dir_, "Where containers are written before upload (default $TMPDIR)");
-  publish_->add_option("-e,--effort", effort_, "arc_v3 codec effort 0..3 (default 2)")->check(CLI::Range(0, 3));
-  publish_->add_option("--sign-key", sign_key_,
-                        "Sign the step with this Ed25519 private key (`arc_v3 keygen`; default\n"
-                        "$ARC_V3_SIGN_KEY): every shard of the run holds it")
+  publish_->add_option("--work-dir", work_dir_,
+                       "Where containers are written before upload (default $TMPDIR)");
+  publish_->add_option("-e,--effort", effort_, "arc_v3 codec effort 0..3 (default 2)")
+      ->check(CLI::Range(0, 3));
+  publish_
+      ->add_option("--sign-key", sign_key_,
+                   "Sign the step with this Ed25519 private key (`arc_v3 keygen`; default\n"
+                   "$ARC_V3_SIGN_KEY): every shard of the run holds it")
       ->envname("ARC_V3_SIGN_KEY");
   AddTrustedKeys(publish_,
                  "A completer also takes records signed by a key of this PEM file of public keys\n"
                  "(a key rotated mid-step; repeatable)",
                  false);
-  publish_->add_option("--format", format_,
-                       "Payload format of BF16 deltas: arc_v3 (default) or arc_v3_published (ARCv3 as\n"
-                       "published: XOR fields and a zstd/lz4 race; smaller tensors are not grouped)")
+  publish_
+      ->add_option("--format", format_,
+                   "Payload format of BF16 deltas: arc_v3 (default) or arc_v3_published (ARCv3 as\n"
+                   "published: XOR fields and a zstd/lz4 race; smaller tensors are not grouped)")
       ->check(CLI::IsMember({"arc_v3", "arc_v3_published"}));
   AddCommon(publish_, true);
 }
@@ -195,13 +213,16 @@ void SyncCommands::AddPull(CLI::App* app) {
       "the deltas after it. DIR records its step only after a verified apply; on any error it\n"
       "is left as it was. A DIR whose files are not the step it records is refused.");
   pull_->add_option("STORE", store_, kStoreHelp)->required();
-  pull_->add_option("DIR", dir_, "The region's checkpoint directory (created if needed)")->required();
+  pull_->add_option("DIR", dir_, "The region's checkpoint directory (created if needed)")
+      ->required();
   pull_->add_option("--step", step_, "The step to hold (default: the latest)");
   pull_->add_option("--tensors", tensors_,
                     "Partial pull: only tensors whose whole name matches this regex (ECMAScript);\n"
                     "fetches only their pieces (and the small tensors a group may need)");
-  pull_->add_option("--rows", rows_, "Partial pull: rows A:B of the first dimension (A: or :B allowed)");
-  pull_->add_flag("--reset", reset_, "Ignore what DIR holds and rebuild it from the nearest anchor");
+  pull_->add_option("--rows", rows_,
+                    "Partial pull: rows A:B of the first dimension (A: or :B allowed)");
+  pull_->add_flag("--reset", reset_,
+                  "Ignore what DIR holds and rebuild it from the nearest anchor");
   pull_->add_flag("-f,--force", force_,
                   "Pull into a DIR that holds other files (refused otherwise): files of the\n"
                   "step's names are replaced, others left alone");
@@ -225,10 +246,12 @@ void SyncCommands::AddFollow(CLI::App* app) {
       "from; retries an unreachable store --max-failures times in a row.");
   follow_->add_option("STORE", store_, kStoreHelp)->required();
   follow_->add_option("DIR", dir_, "The region's checkpoint directory")->required();
-  follow_->add_option("--interval", interval_, "Seconds between polls (default 2)")->check(CLI::PositiveNumber);
-  follow_->add_option("--events", events_,
-                      "Also listen on HOST:PORT for the store's bucket notifications (docs/regions.md):\n"
-                      "one naming `latest` or a step root triggers a poll at once; polling goes on");
+  follow_->add_option("--interval", interval_, "Seconds between polls (default 2)")
+      ->check(CLI::PositiveNumber);
+  follow_->add_option(
+      "--events", events_,
+      "Also listen on HOST:PORT for the store's bucket notifications (docs/regions.md):\n"
+      "one naming `latest` or a step root triggers a poll at once; polling goes on");
   follow_->add_option("--until", until_, "Exit once DIR holds this step or a later one");
   follow_->add_option("--tensors", tensors_, "As pull --tensors");
   follow_->add_option("--rows", rows_, "As pull --rows");
@@ -238,7 +261,9 @@ void SyncCommands::AddFollow(CLI::App* app) {
                  "As pull --trusted-keys (without it, steps are not authenticated); a step that\n"
                  "does not verify is reported and skipped, DIR kept, and the follow goes on",
                  true);
-  follow_->add_option("--max-failures", max_failures_, "Give up after this many failed polls in a row (default 10)")
+  follow_
+      ->add_option("--max-failures", max_failures_,
+                   "Give up after this many failed polls in a row (default 10)")
       ->check(CLI::PositiveNumber);
   AddCommon(follow_, true);
 }
@@ -250,8 +275,9 @@ void SyncCommands::AddMirror(CLI::App* app) {
       "byte (each step crosses into the region once; hosts then pull and follow DST as they\n"
       "would SRC). DST is a valid store at every moment: a mirror stopped anywhere resumes.\n"
       "Prune DST on its own (arc_v3 prune DST).");
-  mirror_->add_option("SRC", store_,
-                      "The trainer's store (s3://, local, or a read-only http(s):// URL)")
+  mirror_
+      ->add_option("SRC", store_,
+                   "The trainer's store (s3://, local, or a read-only http(s):// URL)")
       ->required();
   mirror_->add_option("DST", dst_, "The region's store (s3:// or local; a local one is created)")
       ->required();
@@ -261,13 +287,15 @@ void SyncCommands::AddMirror(CLI::App* app) {
                       "Mirror up to this step (default: SRC's newest; not with --follow)");
   mirror_->add_option("--interval", interval_, "With --follow: seconds between polls (default 2)")
       ->check(CLI::PositiveNumber);
-  mirror_->add_option("--events", events_,
-                      "With --follow: also listen on HOST:PORT for SRC's bucket notifications\n"
-                      "(docs/regions.md): one naming `latest` or a step root triggers a poll at once");
+  mirror_->add_option(
+      "--events", events_,
+      "With --follow: also listen on HOST:PORT for SRC's bucket notifications\n"
+      "(docs/regions.md): one naming `latest` or a step root triggers a poll at once");
   mirror_->add_option("--until", until_,
                       "With --follow: exit once DST holds this step or a later one");
-  mirror_->add_option("--max-failures", max_failures_,
-                      "With --follow: give up after this many failed polls in a row (default 10)")
+  mirror_
+      ->add_option("--max-failures", max_failures_,
+                   "With --follow: give up after this many failed polls in a row (default 10)")
       ->check(CLI::PositiveNumber);
   AddTrustedKeys(mirror_,
                  "Copy only steps signed by a key of this PEM file of public keys (repeatable),\n"
@@ -309,7 +337,8 @@ void SyncCommands::AddPrune(CLI::App* app) {
       "and never the anchor before the newest one or anything after it (a region that began\n"
       "there may still need that chain)");
   prune_->add_option("STORE", store_, "s3:// or local store")->required();
-  prune_->add_option("--keep-anchors", keep_anchors_, "K (at least 1; default 2)")->check(CLI::PositiveNumber);
+  prune_->add_option("--keep-anchors", keep_anchors_, "K (at least 1; default 2)")
+      ->check(CLI::PositiveNumber);
   prune_->add_option("--min-age", min_age_,
                      "DURATION (90s, 15m, 2h, 1d; default 0): a step committed less than this ago\n"
                      "keeps its chain back to its anchor (a slow region may still be fetching it)");
@@ -332,7 +361,8 @@ int SyncCommands::Run() {
   pull.store = Settings();
   pull.tensors = tensors_;
   if (!rows_.empty() && !ParseRows(rows_, &pull.row_begin, &pull.row_end)) {
-    std::fprintf(stderr, "arc_v3 %s: --rows wants A:B with A <= B, got '%s'\n", Name(), rows_.c_str());
+    std::fprintf(stderr, "arc_v3 %s: --rows wants A:B with A <= B, got '%s'\n", Name(),
+                 rows_.c_str());
     return kExitUsage;
   }
   pull.force = force_;
@@ -345,9 +375,10 @@ int SyncCommands::Run() {
     const char* env = std::getenv(name);
     if (trusting_command && trusted_keys_.empty() && env != nullptr &&
         std::string(env).find_first_not_of(" \t\n") == std::string::npos) {
-      return Fail(Name(), json_, Status(ErrorCode::kUntrusted,
-                                        std::string(name) + " is set but empty: name the trusted public key "
-                                        "file(s), or unset it to pull without trust"));
+      return Fail(Name(), json_,
+                  Status(ErrorCode::kUntrusted,
+                         std::string(name) + " is set but empty: name the trusted public key "
+                                             "file(s), or unset it to pull without trust"));
     }
   }
   if (pull_->parsed()) return RunPull(pull);
@@ -379,13 +410,18 @@ int SyncCommands::RunKeygen() {
   const Status s = GenerateSigningKey(key_path_, &id);
   if (!s.ok()) return Fail(Name(), json_, s);
   if (json_) {
-    std::cout << Json{{"command", "keygen"}, {"ok", true}, {"private_key", key_path_},
-                      {"public_key", key_path_ + ".pub"}, {"key_id", id}}.dump(2)
+    std::cout << Json{{"command", "keygen"},
+                      {"ok", true},
+                      {"private_key", key_path_},
+                      {"public_key", key_path_ + ".pub"},
+                      {"key_id", id}}
+                     .dump(2)
               << std::endl;
   } else {
-    std::printf("keygen: wrote %s (private: keep it with the trainer) and %s.pub "
-                "(for --trusted-keys); key id %s\n",
-                key_path_.c_str(), key_path_.c_str(), id.c_str());
+    std::printf(
+        "keygen: wrote %s (private: keep it with the trainer) and %s.pub "
+        "(for --trusted-keys); key id %s\n",
+        key_path_.c_str(), key_path_.c_str(), id.c_str());
   }
   return kExitOk;
 }
@@ -395,7 +431,8 @@ int SyncCommands::RunPublish() {
   unsigned k = 0, count = 0;
   char tail = 0;
   if (std::sscanf(shard_.c_str(), "%u/%u%c", &k, &count, &tail) != 2 || count == 0 || k >= count) {
-    std::fprintf(stderr, "arc_v3 publish: --shard wants K/COUNT with K < COUNT, got '%s'\n", shard_.c_str());
+    std::fprintf(stderr, "arc_v3 publish: --shard wants K/COUNT with K < COUNT, got '%s'\n",
+                 shard_.c_str());
     return kExitUsage;
   }
   o.step = step_;
@@ -422,31 +459,43 @@ int SyncCommands::RunPublish() {
     return object.key.empty() ? Json(nullptr) : Json{{"key", object.key}, {"bytes", object.bytes}};
   };
   if (json_) {
-    const Json j = {{"command", "publish"}, {"ok", true}, {"step", r.step},
-                    {"shard", r.shard}, {"count", r.count}, {"file", r.file},
-                    {"file_bytes", r.file_bytes}, {"delta", ref(r.delta)},
-                    {"anchor", ref(r.anchor)}, {"uploaded_bytes", r.uploaded_bytes},
-                    {"uploaded_objects", r.uploaded_objects}, {"committed", r.committed},
-                    {"pending", r.pending}, {"already_published", r.already_published},
+    const Json j = {{"command", "publish"},
+                    {"ok", true},
+                    {"step", r.step},
+                    {"shard", r.shard},
+                    {"count", r.count},
+                    {"file", r.file},
+                    {"file_bytes", r.file_bytes},
+                    {"delta", ref(r.delta)},
+                    {"anchor", ref(r.anchor)},
+                    {"uploaded_bytes", r.uploaded_bytes},
+                    {"uploaded_objects", r.uploaded_objects},
+                    {"committed", r.committed},
+                    {"pending", r.pending},
+                    {"already_published", r.already_published},
                     {"index", ref(r.index)},
-                    {"seconds", {{"encode", r.encode_seconds}, {"hash", r.hash_seconds},
-                                 {"upload", r.upload_seconds}, {"commit", r.commit_seconds},
-                                 {"total", r.total_seconds}}}};
+                    {"seconds",
+                     {{"encode", r.encode_seconds},
+                      {"hash", r.hash_seconds},
+                      {"upload", r.upload_seconds},
+                      {"commit", r.commit_seconds},
+                      {"total", r.total_seconds}}}};
     std::cout << j.dump(2) << std::endl;
   } else if (!quiet_ && r.already_published) {
-    std::printf("publish: step %" PRIu64 " shard %u/%u (%s): already published, nothing uploaded%s%s; %s\n",
-                r.step, r.shard, r.count, r.file.c_str(),
-                r.note.empty() ? "" : " (", r.note.empty() ? "" : (r.note + ")").c_str(),
+    std::printf("publish: step %" PRIu64
+                " shard %u/%u (%s): already published, nothing uploaded%s%s; %s\n",
+                r.step, r.shard, r.count, r.file.c_str(), r.note.empty() ? "" : " (",
+                r.note.empty() ? "" : (r.note + ")").c_str(),
                 r.committed ? "step committed" : ("not committed yet: " + r.pending).c_str());
   } else if (!quiet_) {
-    std::printf("publish: step %" PRIu64 " shard %u/%u (%s, %s): delta %s, anchor %s; uploaded %s in %.3f s "
+    std::printf("publish: step %" PRIu64
+                " shard %u/%u (%s, %s): delta %s, anchor %s; uploaded %s in %.3f s "
                 "(encode %.3f, hash %.3f, upload %.3f, commit %.3f); %s\n",
-                r.step, r.shard, r.count, r.file.c_str(),
-                HumanBytes(r.file_bytes).c_str(),
+                r.step, r.shard, r.count, r.file.c_str(), HumanBytes(r.file_bytes).c_str(),
                 !r.delta.key.empty() ? HumanBytes(r.delta.bytes).c_str() : "-",
                 !r.anchor.key.empty() ? HumanBytes(r.anchor.bytes).c_str() : "-",
-                HumanBytes(r.uploaded_bytes).c_str(), r.total_seconds, r.encode_seconds, r.hash_seconds,
-                r.upload_seconds, r.commit_seconds,
+                HumanBytes(r.uploaded_bytes).c_str(), r.total_seconds, r.encode_seconds,
+                r.hash_seconds, r.upload_seconds, r.commit_seconds,
                 r.committed ? "step committed" : ("not committed yet: " + r.pending).c_str());
   }
   return kExitOk;
@@ -468,50 +517,64 @@ int SyncCommands::RunPull(PullFilesOptions pull) {
 
 int SyncCommands::RunFollow(const PullFilesOptions& pull) {
   if (trusted_keys_.empty()) {
-    std::fprintf(stderr, "arc_v3 follow: steps are not authenticated (no --trusted-keys): whoever can write to %s "
-                         "chooses what %s holds\n", store_.c_str(), dir_.c_str());
+    std::fprintf(
+        stderr,
+        "arc_v3 follow: steps are not authenticated (no --trusted-keys): whoever can write to %s "
+        "chooses what %s holds\n",
+        store_.c_str(), dir_.c_str());
   }
   FollowOptions follow;
   follow.interval_seconds = interval_;
   follow.until = until_;
   follow.max_failures = max_failures_;
   follow.events_listen = events_;
-  const Status s = FollowFiles(store_, dir_, pull, follow, [&](const FollowEvent& e, const PullFilesResult* r) {
-    if (e.kind == FollowEvent::Kind::kWaiting) {
-      std::fprintf(stderr, "arc_v3 follow: waiting: %s\n", e.message.c_str());
-    } else if (e.kind == FollowEvent::Kind::kRefused) {
-      std::fprintf(stderr, "arc_v3 follow: refused step %" PRIu64 " (%s keeps what it holds; watching for a step that "
-                           "verifies): %s\n", e.step, dir_.c_str(), e.message.c_str());
-      if (json_) {
-        std::cout << Json{{"command", "follow"}, {"refused_step", e.step}, {"error", "untrusted"},
-                          {"exit_code", kExitUntrusted}, {"message", e.message}}.dump()
-                  << std::endl;
-      }
-    } else if (e.kind == FollowEvent::Kind::kRetrying) {
-      std::fprintf(stderr, "arc_v3 follow: retrying (%d of %d): %s\n", e.failures, max_failures_, e.message.c_str());
-    } else if (json_) {
-      Json j = PullJson(*r);
-      j["command"] = "follow";
-      j["steps_behind"] = e.steps_behind;
-      j["lag_seconds"] = e.lag_seconds;
-      std::cout << j.dump() << std::endl;
-    } else if (!quiet_) {
-      std::printf("follow: step %" PRIu64 " (%" PRIu64 " behind before), lag %.3f s since published, "
-                  "fetched %s by %s in %.3f s\n",
-                  e.step, e.steps_behind, e.lag_seconds, HumanBytes(r->fetched_bytes).c_str(), r->route.c_str(),
-                  r->total_seconds);
-      if (!r->rerouted.empty()) std::printf("follow: rerouted: %s\n", r->rerouted.c_str());
-      std::fflush(stdout);
-    }
-    return true;
-  });
+  const Status s =
+      FollowFiles(store_, dir_, pull, follow, [&](const FollowEvent& e, const PullFilesResult* r) {
+        if (e.kind == FollowEvent::Kind::kWaiting) {
+          std::fprintf(stderr, "arc_v3 follow: waiting: %s\n", e.message.c_str());
+        } else if (e.kind == FollowEvent::Kind::kRefused) {
+          std::fprintf(stderr,
+                       "arc_v3 follow: refused step %" PRIu64
+                       " (%s keeps what it holds; watching for a step that "
+                       "verifies): %s\n",
+                       e.step, dir_.c_str(), e.message.c_str());
+          if (json_) {
+            std::cout << Json{{"command", "follow"},
+                              {"refused_step", e.step},
+                              {"error", "untrusted"},
+                              {"exit_code", kExitUntrusted},
+                              {"message", e.message}}
+                             .dump()
+                      << std::endl;
+          }
+        } else if (e.kind == FollowEvent::Kind::kRetrying) {
+          std::fprintf(stderr, "arc_v3 follow: retrying (%d of %d): %s\n", e.failures,
+                       max_failures_, e.message.c_str());
+        } else if (json_) {
+          Json j = PullJson(*r);
+          j["command"] = "follow";
+          j["steps_behind"] = e.steps_behind;
+          j["lag_seconds"] = e.lag_seconds;
+          std::cout << j.dump() << std::endl;
+        } else if (!quiet_) {
+          std::printf("follow: step %" PRIu64 " (%" PRIu64
+                      " behind before), lag %.3f s since published, "
+                      "fetched %s by %s in %.3f s\n",
+                      e.step, e.steps_behind, e.lag_seconds, HumanBytes(r->fetched_bytes).c_str(),
+                      r->route.c_str(), r->total_seconds);
+          if (!r->rerouted.empty()) std::printf("follow: rerouted: %s\n", r->rerouted.c_str());
+          std::fflush(stdout);
+        }
+        return true;
+      });
   if (!s.ok()) return Fail(Name(), json_, s);
   return kExitOk;
 }
 
 int SyncCommands::RunMirror() {
   if (follow_loop_ && step_ != kLatestStep) {
-    std::fprintf(stderr, "arc_v3 mirror: --step is for a single copy; with --follow, use --until\n");
+    std::fprintf(stderr,
+                 "arc_v3 mirror: --step is for a single copy; with --follow, use --until\n");
     return kExitUsage;
   }
   if (!follow_loop_ && !events_.empty()) {
@@ -524,10 +587,11 @@ int SyncCommands::RunMirror() {
   o.parallel = parallel_;
   o.store = Settings();
   if (trusted_keys_.empty()) {
-    std::fprintf(stderr,
-                 "arc_v3 mirror: steps are not authenticated (no --trusted-keys): the mirror checks "
-                 "their hashes, and hosts of %s check what they pull as from %s\n",
-                 dst_.c_str(), store_.c_str());
+    std::fprintf(
+        stderr,
+        "arc_v3 mirror: steps are not authenticated (no --trusted-keys): the mirror checks "
+        "their hashes, and hosts of %s check what they pull as from %s\n",
+        dst_.c_str(), store_.c_str());
   }
   if (!follow_loop_) {
     o.step = step_;
@@ -578,7 +642,8 @@ int SyncCommands::RunVerify() {
   for (const StepVerdict& v : verdicts) {
     all = all && v.status.ok();
     if (json_) {
-      list.push_back({{"step", v.step}, {"verified", v.status.ok()},
+      list.push_back({{"step", v.step},
+                      {"verified", v.status.ok()},
                       {"key_id", v.status.ok() ? Json(v.keyid) : Json(nullptr)},
                       {"error", v.status.ok() ? Json(nullptr) : Json(ErrorName(v.status.code()))},
                       {"message", v.status.ok() ? Json(nullptr) : Json(v.status.message())}});
@@ -600,33 +665,43 @@ int SyncCommands::RunLog() {
   if (!s.ok()) return Fail(Name(), json_, s);
   Json all = Json::array();
   if (!json_ && !quiet_) {
-    std::printf("%12s %12s %7s %9s %6s %12s %12s %10s\n", "step", "base", "anchor", "committed", "shards",
-                "delta", "anchor", "objects");
+    std::printf("%12s %12s %7s %9s %6s %12s %12s %10s\n", "step", "base", "anchor", "committed",
+                "shards", "delta", "anchor", "objects");
   }
-  const auto bytes_or_null = [](uint64_t bytes) { return bytes != 0 ? Json(bytes) : Json(nullptr); };
+  const auto bytes_or_null = [](uint64_t bytes) {
+    return bytes != 0 ? Json(bytes) : Json(nullptr);
+  };
   for (const StepInfo& l : steps) {
     Json shards = Json::array();
     for (const StepShardInfo& r : l.shards) {
-      shards.push_back({{"shard", r.shard}, {"file", r.file}, {"file_bytes", r.file_bytes},
+      shards.push_back({{"shard", r.shard},
+                        {"file", r.file},
+                        {"file_bytes", r.file_bytes},
                         {"delta_bytes", bytes_or_null(r.delta_bytes)},
                         {"anchor_bytes", bytes_or_null(r.anchor_bytes)}});
     }
     if (json_) {
-      all.push_back({{"step", l.step}, {"committed", l.committed},
-                     {"base_step", !l.committed || l.base_step == kNoStep ? Json(nullptr) : Json(l.base_step)},
+      all.push_back({{"step", l.step},
+                     {"committed", l.committed},
+                     {"base_step",
+                      !l.committed || l.base_step == kNoStep ? Json(nullptr) : Json(l.base_step)},
                      {"anchor_step", l.committed ? Json(l.anchor_step) : Json(nullptr)},
                      {"incarnation", l.committed ? Json(l.incarnation) : Json(nullptr)},
                      {"run", l.committed ? Json(Hex16(l.run)) : Json(nullptr)},
-                     {"objects", l.objects}, {"bytes", l.bytes}, {"shards", shards},
+                     {"objects", l.objects},
+                     {"bytes", l.bytes},
+                     {"shards", shards},
                      {"published_at", l.committed ? Json(l.published_at) : Json(nullptr)},
                      {"committed_at", l.committed ? Json(l.committed_at) : Json(nullptr)}});
     } else if (!quiet_) {
-      const std::string base = l.committed && l.base_step != kNoStep ? std::to_string(l.base_step) : "-";
+      const std::string base =
+          l.committed && l.base_step != kNoStep ? std::to_string(l.base_step) : "-";
       std::printf("%12" PRIu64 " %12s %7s %9s %6s %12s %12s %10" PRIu64 "\n", l.step, base.c_str(),
                   l.committed && l.anchor ? "yes" : "", l.committed ? "yes" : "no",
                   l.committed ? std::to_string(l.count).c_str() : "?",
                   l.committed ? HumanBytes(l.delta_bytes).c_str() : "-",
-                  l.committed && l.anchor_bytes ? HumanBytes(l.anchor_bytes).c_str() : "-", l.objects);
+                  l.committed && l.anchor_bytes ? HumanBytes(l.anchor_bytes).c_str() : "-",
+                  l.objects);
     }
   }
   if (json_) std::cout << all.dump(2) << std::endl;
@@ -641,20 +716,29 @@ int SyncCommands::RunPrune() {
     char* end = nullptr;
     const double value = std::strtod(min_age_.c_str(), &end);
     const std::string unit = end != nullptr ? end : "";
-    const double scale = unit.empty() || unit == "s" ? 1 : unit == "m" ? 60 : unit == "h" ? 3600 : unit == "d" ? 86400 : -1;
+    const double scale = unit.empty() || unit == "s" ? 1
+                         : unit == "m"               ? 60
+                         : unit == "h"               ? 3600
+                         : unit == "d"               ? 86400
+                                                     : -1;
     if (end != min_age_.c_str() && value >= 0 && scale > 0) min_age = value * scale;
   }
   if (min_age < 0) {
-    std::fprintf(stderr, "arc_v3 prune: --min-age wants a duration like 90s, 15m, 2h or 1d, got '%s'\n",
+    std::fprintf(stderr,
+                 "arc_v3 prune: --min-age wants a duration like 90s, 15m, 2h or 1d, got '%s'\n",
                  min_age_.c_str());
     return kExitUsage;
   }
   const Status s = PruneSteps(store_, Settings(), keep_anchors_, dry_run_, min_age, &r);
   if (!s.ok()) return Fail(Name(), json_, s);
   if (json_) {
-    const Json j = {{"command", "prune"}, {"ok", true}, {"dry_run", dry_run_}, {"min_age_seconds", min_age},
+    const Json j = {{"command", "prune"},
+                    {"ok", true},
+                    {"dry_run", dry_run_},
+                    {"min_age_seconds", min_age},
                     {"keep_from", r.keep_from == kNoStep ? Json(nullptr) : Json(r.keep_from)},
-                    {"deleted_steps", r.deleted_steps}, {"deleted_objects", r.deleted_objects},
+                    {"deleted_steps", r.deleted_steps},
+                    {"deleted_objects", r.deleted_objects},
                     {"deleted_bytes", r.deleted_bytes}};
     std::cout << j.dump(2) << std::endl;
   } else if (!quiet_) {
@@ -662,8 +746,8 @@ int SyncCommands::RunPrune() {
       std::printf("prune: nothing to delete (fewer than the anchors to keep)\n");
     } else {
       std::printf("prune: %s %zu steps before step %" PRIu64 " (%" PRIu64 " objects, %s)\n",
-                  dry_run_ ? "would delete" : "deleted", r.deleted_steps.size(), r.keep_from, r.deleted_objects,
-                  HumanBytes(r.deleted_bytes).c_str());
+                  dry_run_ ? "would delete" : "deleted", r.deleted_steps.size(), r.keep_from,
+                  r.deleted_objects, HumanBytes(r.deleted_bytes).c_str());
     }
   }
   return kExitOk;

@@ -22,7 +22,7 @@ class SyncCommands {
   int Run();
 
  private:
-  const char* Name() const;  // the chosen subcommand's
+  const char* Name() const;        // the chosen subcommand's
   StoreSettings Settings() const;  // --retries, --connections
   // The options every subcommand takes (--json, -q, --retries, --connections; -T).
   void AddCommon(CLI::App* cmd, bool threads);
@@ -46,14 +46,16 @@ class SyncCommands {
   int RunPrune();
 
   CLI::App *publish_, *pull_, *follow_, *mirror_, *log_, *prune_, *keygen_;
-  std::string store_, dir_, next_, prev_, shard_ = "0/1", incarnation_, work_dir_, tensors_, rows_, format_ = "arc_v3", index_;
+  std::string store_, dir_, next_, prev_, shard_ = "0/1", incarnation_, work_dir_, tensors_, rows_,
+                                          format_ = "arc_v3", index_;
   uint64_t step_ = kLatestStep, base_step_ = kNoStep, anchor_every_ = 10, until_ = kNoStep;
   double interval_ = 2;
   std::string events_;  // follow --events HOST:PORT
   int threads_ = 0, effort_ = kDefaultEffort, retries_ = 5, connections_ = 8, max_failures_ = 10;
   uint32_t keep_anchors_ = 2;
   std::string min_age_ = "0";
-  bool json_ = false, quiet_ = false, reset_ = false, dry_run_ = false, no_sync_ = false, force_ = false;
+  bool json_ = false, quiet_ = false, reset_ = false, dry_run_ = false, no_sync_ = false,
+       force_ = false;
   bool no_index_ = false, verify_ = false, follow_loop_ = false;
   std::string dst_;
   int parallel_ = 8;

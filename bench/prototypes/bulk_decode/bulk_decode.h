@@ -62,18 +62,19 @@ namespace bulk_decode {
 //     padded to a byte) | serial bit area (to the end)
 // The checksum (XXH3-64 of the result) travels beside the payload, as arc_v3's does.
 
-constexpr int K = 8;                 // classes (positions and values)
-constexpr size_t kTile = 16384;      // elements per tile (32 KB of BF16)
+constexpr int K = 8;             // classes (positions and values)
+constexpr size_t kTile = 16384;  // elements per tile (32 KB of BF16)
 constexpr size_t kWords = kTile / 64;
-constexpr int kScaleBits = 12;       // rANS probability scale
+constexpr int kScaleBits = 12;  // rANS probability scale
 constexpr uint32_t kScale = 1u << kScaleBits;
-constexpr uint32_t kL = 1u << 16;    // rANS state lower bound; 16-bit renormalisation
-constexpr int kStates = 4;          // a tensor with fewer than kWideMin changes
-constexpr int kGroups = 2;          // AVX2 registers of states (independent chains; 1 or 2) ...
+constexpr uint32_t kL = 1u << 16;  // rANS state lower bound; 16-bit renormalisation
+constexpr int kStates = 4;         // a tensor with fewer than kWideMin changes
+constexpr int kGroups = 2;         // AVX2 registers of states (independent chains; 1 or 2) ...
 constexpr int kWideStates = 8 * kGroups;  // ... for a tensor with >= kWideMin changes
-constexpr uint64_t kWideMin = 2048; // its 48 more bytes of final states: ~2% of its payload at most
-constexpr int kEscGap = 15;          // gap symbol: coarse >= 15, rest in the serial area
-constexpr int kEscSyms = 30;         // value escape: 2 (j - 1) + neg, j = 1..15
+constexpr uint64_t kWideMin =
+    2048;                     // its 48 more bytes of final states: ~2% of its payload at most
+constexpr int kEscGap = 15;   // gap symbol: coarse >= 15, rest in the serial area
+constexpr int kEscSyms = 30;  // value escape: 2 (j - 1) + neg, j = 1..15
 constexpr int kInactive = 255;
 
 // ---------------------------------------------------------------- tables
@@ -93,22 +94,31 @@ struct Table {
     for (int s = 0; s < n; ++s)
       for (uint32_t k = 0; k < freq[s]; ++k) (*sym_mem)[cum[s] + k] = uint8_t(s);
     sym8 = sym_mem->data();
-    for (int s = 0; s < 16 && s < n; ++s) { freq32[s] = freq[s]; cum32[s] = cum[s]; }
+    for (int s = 0; s < 16 && s < n; ++s) {
+      freq32[s] = freq[s];
+      cum32[s] = cum[s];
+    }
   }
 };
 
 inline void Quantize(const double* p, Table* t) {
   int f[32], sum = 0;
   const int n = t->n;
-  for (int s = 0; s < n; ++s) { f[s] = std::max(1, int(p[s] * kScale + 0.5)); sum += f[s]; }
+  for (int s = 0; s < n; ++s) {
+    f[s] = std::max(1, int(p[s] * kScale + 0.5));
+    sum += f[s];
+  }
   while (sum != int(kScale)) {  // fix the total on the largest symbol(s)
     const int s = int(std::max_element(f, f + n) - f);
     const int delta = std::max(int(kScale) - sum, 1 - f[s]);
-    f[s] += delta; sum += delta;
+    f[s] += delta;
+    sum += delta;
   }
   uint32_t c = 0;
   for (int s = 0; s < n; ++s) {
-    t->freq[s] = uint16_t(f[s]); t->cum[s] = uint16_t(c); t->cost[s] = float(kScaleBits - std::log2(double(f[s])));
+    t->freq[s] = uint16_t(f[s]);
+    t->cum[s] = uint16_t(c);
+    t->cost[s] = float(kScaleBits - std::log2(double(f[s])));
     c += f[s];
   }
   for (int s = 0; s < 32; ++s) t->cmp[s] = s < n ? int16_t(t->cum[s]) : int16_t(0x7FFF);
@@ -134,7 +144,10 @@ inline void BuildGap(int q, Table* t, const std::vector<Table>* built) {
   t->sh = shift(q);
   const double r = std::pow(1 - p, double(1u << t->sh));
   double pr[16], reach = 1;
-  for (int s = 0; s < kEscGap; ++s) { pr[s] = reach * (1 - r); reach *= r; }
+  for (int s = 0; s < kEscGap; ++s) {
+    pr[s] = reach * (1 - r);
+    reach *= r;
+  }
   pr[kEscGap] = reach;
   t->n = 16;
   Quantize(pr, t);
@@ -154,7 +167,8 @@ inline void BuildEsc(int b, Table* t) {
   const double rho = b / 16.0 + 1 / 32.0;
   double pr[kEscSyms], w = 0;
   for (int j = 1; j <= 15; ++j) w += std::pow(rho, j - 1);
-  for (int j = 1; j <= 15; ++j) pr[2 * (j - 1)] = pr[2 * (j - 1) + 1] = std::pow(rho, j - 1) / w / 2;
+  for (int j = 1; j <= 15; ++j)
+    pr[2 * (j - 1)] = pr[2 * (j - 1) + 1] = std::pow(rho, j - 1) / w / 2;
   t->n = kEscSyms;
   Quantize(pr, t);
   t->Finish();
@@ -181,9 +195,11 @@ inline const Codebook& Book() {
 // (0 past n). The class (3 bits) is packed to bytes and its bit planes taken with
 // movemask; each class mask is an AND of three planes or their complements.
 template <bool kCopy>
-inline void ClassMasks(const uint16_t* base, uint16_t* out, size_t n, int e0, unsigned active, uint32_t* bm) {
+inline void ClassMasks(const uint16_t* base, uint16_t* out, size_t n, int e0, unsigned active,
+                       uint32_t* bm) {
   static_assert(K == 8, "three bit planes");
-  const __m256i vmask = _mm256_set1_epi16(0xFF), ve0 = _mm256_set1_epi16(short(e0)), vk = _mm256_set1_epi16(K - 1);
+  const __m256i vmask = _mm256_set1_epi16(0xFF), ve0 = _mm256_set1_epi16(short(e0)),
+                vk = _mm256_set1_epi16(K - 1);
   alignas(32) uint16_t tmp[32];
   for (size_t i = 0; i < kTile; i += 32) {
     const uint16_t* src = base + i;
@@ -208,9 +224,12 @@ inline void ClassMasks(const uint16_t* base, uint16_t* out, size_t n, int e0, un
         std::memcpy(out + i, base + i, 2 * (n - i));
       }
     }
-    const __m256i c0 = _mm256_min_epu16(_mm256_subs_epu16(_mm256_and_si256(_mm256_srli_epi16(v0, 7), vmask), ve0), vk);
-    const __m256i c1 = _mm256_min_epu16(_mm256_subs_epu16(_mm256_and_si256(_mm256_srli_epi16(v1, 7), vmask), ve0), vk);
-    const __m256i cb = _mm256_permute4x64_epi64(_mm256_packus_epi16(c0, c1), 0xD8);  // 32 class bytes in order
+    const __m256i c0 = _mm256_min_epu16(
+        _mm256_subs_epu16(_mm256_and_si256(_mm256_srli_epi16(v0, 7), vmask), ve0), vk);
+    const __m256i c1 = _mm256_min_epu16(
+        _mm256_subs_epu16(_mm256_and_si256(_mm256_srli_epi16(v1, 7), vmask), ve0), vk);
+    const __m256i cb =
+        _mm256_permute4x64_epi64(_mm256_packus_epi16(c0, c1), 0xD8);  // 32 class bytes in order
     const uint32_t p0 = uint32_t(_mm256_movemask_epi8(_mm256_slli_epi16(cb, 7)));
     const uint32_t p1 = uint32_t(_mm256_movemask_epi8(_mm256_slli_epi16(cb, 6)));
     const uint32_t p2 = uint32_t(_mm256_movemask_epi8(_mm256_slli_epi16(cb, 5)));
@@ -222,12 +241,14 @@ inline void ClassMasks(const uint16_t* base, uint16_t* out, size_t n, int e0, un
   }
 }
 
-inline int ClassOf(uint16_t b, int e0) { return std::min(std::max(ExponentField(b) - e0, 0), K - 1); }
+inline int ClassOf(uint16_t b, int e0) {
+  return std::min(std::max(ExponentField(b) - e0, 0), K - 1);
+}
 
 // The BF16 value d steps (monotone order) from b. Written with masks: GCC compiled the
 // conditional form to a branch on the result's sign, mispredicted for half the weights.
 inline uint16_t Apply(uint16_t b, int32_t d) {
-  const int32_t kb = b, sb = -int32_t(b >> 15);             // sb: -1 for a negative base
+  const int32_t kb = b, sb = -int32_t(b >> 15);               // sb: -1 for a negative base
   const int32_t k = ((kb & ~sb) | ((0x7FFF - kb) & sb)) + d;  // MonotoneKey(b) + d
   const int32_t m = k >> 31;
   return uint16_t((k & ~m) | ((0x7FFF - k) & m));
@@ -242,16 +263,25 @@ struct BitWriter {
     if (n == 0) return;
     acc |= (v & ((uint64_t{1} << n) - 1)) << fill;
     fill += n;
-    while (fill >= 8) { bytes.push_back(uint8_t(acc)); acc >>= 8; fill -= 8; }
+    while (fill >= 8) {
+      bytes.push_back(uint8_t(acc));
+      acc >>= 8;
+      fill -= 8;
+    }
   }
-  void Gamma(uint64_t e) {  // e >= 0: v = e + 1 of bit length L: L-1 ones, a zero, the L-1 low bits of v
+  void Gamma(
+      uint64_t e) {  // e >= 0: v = e + 1 of bit length L: L-1 ones, a zero, the L-1 low bits of v
     const uint64_t v = e + 1;
     const int len = 64 - __builtin_clzll(v);
     Put((uint64_t{1} << (len - 1)) - 1, len - 1);
     Put(0, 1);
     Put(v, len - 1);
   }
-  void Flush() { if (fill) bytes.push_back(uint8_t(acc)); acc = 0; fill = 0; }
+  void Flush() {
+    if (fill) bytes.push_back(uint8_t(acc));
+    acc = 0;
+    fill = 0;
+  }
 };
 
 // Reads n <= 32 bits at bit offset pos of p (8 bytes readable from pos / 8).
@@ -262,15 +292,18 @@ inline uint32_t BitsAt(const uint8_t* p, uint64_t pos, int n) {
 }
 
 inline void PutVarint(std::vector<uint8_t>* o, uint64_t v) {
-  while (v >= 128) { o->push_back(uint8_t(v | 128)); v >>= 7; }
+  while (v >= 128) {
+    o->push_back(uint8_t(v | 128));
+    v >>= 7;
+  }
   o->push_back(uint8_t(v));
 }
 
 // ---------------------------------------------------------------- encoder
 struct EncScratch {
   std::vector<uint32_t> bm, pos;
-  std::vector<uint32_t> syms;    // freq << 16 | cum, decode order
-  std::vector<uint8_t> sidx;     // state of each symbol
+  std::vector<uint32_t> syms;  // freq << 16 | cum, decode order
+  std::vector<uint8_t> sidx;   // state of each symbol
   std::vector<uint64_t> rank;
   std::vector<uint8_t> cls;
   std::vector<uint16_t> words;
@@ -289,7 +322,8 @@ inline int ValSym(int32_t d, int* esc, int* j, uint32_t* low) {
 }
 
 // Encodes next given base (count elements) into out (replaced).
-inline void Encode(const uint16_t* base, const uint16_t* next, size_t count, std::vector<uint8_t>* out, EncScratch* s) {
+inline void Encode(const uint16_t* base, const uint16_t* next, size_t count,
+                   std::vector<uint8_t>* out, EncScratch* s) {
   out->clear();
   const Codebook& book = Book();
   // 1. changes and exponent histograms
@@ -304,12 +338,17 @@ inline void Encode(const uint16_t* base, const uint16_t* next, size_t count, std
     for (int e = 0; e < 256; ++e) hist_e[e] = h[0][e] + h[1][e] + h[2][e] + h[3][e];
     i = 0;
     for (; i + 16 <= count; i += 16) {
-      const __m256i eq = _mm256_cmpeq_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(base + i)),
-                                            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(next + i)));
+      const __m256i eq =
+          _mm256_cmpeq_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(base + i)),
+                             _mm256_loadu_si256(reinterpret_cast<const __m256i*>(next + i)));
       uint32_t m = ~uint32_t(_mm256_movemask_epi8(eq)) & 0x55555555u;
-      while (m) { s->pos.push_back(uint32_t(i + __builtin_ctz(m) / 2)); m &= m - 1; }
+      while (m) {
+        s->pos.push_back(uint32_t(i + __builtin_ctz(m) / 2));
+        m &= m - 1;
+      }
     }
-    for (; i < count; ++i) if (base[i] != next[i]) s->pos.push_back(uint32_t(i));
+    for (; i < count; ++i)
+      if (base[i] != next[i]) s->pos.push_back(uint32_t(i));
     for (uint32_t p : s->pos) hist_ce[ExponentField(base[p])]++;
   }
   if (s->pos.empty()) return;
@@ -319,16 +358,28 @@ inline void Encode(const uint16_t* base, const uint16_t* next, size_t count, std
     const double p = changed / members;
     return -members * (p * std::log2(p) + (1 - p) * std::log2(1 - p));
   };
-  int e0 = 0; double best = 1e300;
+  int e0 = 0;
+  double best = 1e300;
   for (int cand = 0; cand < 256; ++cand) {
     double n[K] = {0}, k[K] = {0};
-    for (int e = 0; e < 256; ++e) { const int c = std::min(std::max(e - cand, 0), K - 1); n[c] += hist_e[e]; k[c] += hist_ce[e]; }
+    for (int e = 0; e < 256; ++e) {
+      const int c = std::min(std::max(e - cand, 0), K - 1);
+      n[c] += hist_e[e];
+      k[c] += hist_ce[e];
+    }
     double b = 0;
     for (int c = 0; c < K; ++c) b += entropy_bits(k[c], n[c]);
-    if (b < best - 1e-9) { best = b; e0 = cand; }
+    if (b < best - 1e-9) {
+      best = b;
+      e0 = cand;
+    }
   }
   uint64_t n_c[K] = {0}, k_c[K] = {0};
-  for (int e = 0; e < 256; ++e) { const int c = std::min(std::max(e - e0, 0), K - 1); n_c[c] += hist_e[e]; k_c[c] += hist_ce[e]; }
+  for (int e = 0; e < 256; ++e) {
+    const int c = std::min(std::max(e - e0, 0), K - 1);
+    n_c[c] += hist_e[e];
+    k_c[c] += hist_ce[e];
+  }
   uint8_t gq[K], vq[K];
   uint32_t th[K][3] = {{0}}, eh[K][kEscSyms] = {{0}};
   for (uint32_t p : s->pos) {
@@ -340,20 +391,31 @@ inline void Encode(const uint16_t* base, const uint16_t* next, size_t count, std
     if (t == 2) eh[c][esc]++;
   }
   for (int c = 0; c < K; ++c) {
-    if (!k_c[c]) { gq[c] = kInactive; vq[c] = 0; continue; }
+    if (!k_c[c]) {
+      gq[c] = kInactive;
+      vq[c] = 0;
+      continue;
+    }
     const double p = double(k_c[c]) / double(n_c[c]);
     gq[c] = uint8_t(std::min(254.0, std::max(0.0, std::round(-8 * std::log2(p)))));
-    double bc = 1e300; int ba = 0, bb = 0;
+    double bc = 1e300;
+    int ba = 0, bb = 0;
     for (int a = 0; a < 16; ++a) {
       double cost = 0;
       for (int t = 0; t < 3; ++t) cost += th[c][t] * double(book.tern[a].cost[t]);
-      if (cost < bc) { bc = cost; ba = a; }
+      if (cost < bc) {
+        bc = cost;
+        ba = a;
+      }
     }
     bc = 1e300;
     for (int b = 0; b < 16; ++b) {
       double cost = 0;
       for (int e = 0; e < kEscSyms; ++e) cost += eh[c][e] * double(book.esc[b].cost[e]);
-      if (cost < bc) { bc = cost; bb = b; }
+      if (cost < bc) {
+        bc = cost;
+        bb = b;
+      }
     }
     vq[c] = uint8_t(ba << 4 | bb);
   }
@@ -372,13 +434,18 @@ inline void Encode(const uint16_t* base, const uint16_t* next, size_t count, std
       const uint64_t* bm64 = reinterpret_cast<const uint64_t*>(s->bm.data());
       for (int c = 0; c < K; ++c) {
         uint64_t r = rank_base[c];
-        for (size_t x = 0; x < kWords; ++x) { pre[c][x] = r; r += __builtin_popcountll(bm64[c * kWords + x]); }
+        for (size_t x = 0; x < kWords; ++x) {
+          pre[c][x] = r;
+          r += __builtin_popcountll(bm64[c * kWords + x]);
+        }
         rank_base[c] = r;
       }
       for (; pi < s->pos.size() && s->pos[pi] < t0 + n; ++pi) {
         const uint32_t local = uint32_t(s->pos[pi] - t0);
         const int c = ClassOf(base[s->pos[pi]], e0);
-        s->rank[pi] = pre[c][local / 64] + __builtin_popcountll(bm64[c * kWords + local / 64] & ((uint64_t{1} << (local % 64)) - 1));
+        s->rank[pi] =
+            pre[c][local / 64] + __builtin_popcountll(bm64[c * kWords + local / 64] &
+                                                      ((uint64_t{1} << (local % 64)) - 1));
         s->cls[pi] = uint8_t(c);
       }
     }
@@ -429,7 +496,8 @@ inline void Encode(const uint16_t* base, const uint16_t* next, size_t count, std
       const uint32_t p = s->pos[s->by_class[c][n]];
       int esc = 0, j = 0;
       uint32_t low = 0;
-      if (ValSym(MonotoneKey(next[p]) - MonotoneKey(base[p]), &esc, &j, &low) == 2) serial.Put(low, j);
+      if (ValSym(MonotoneKey(next[p]) - MonotoneKey(base[p]), &esc, &j, &low) == 2)
+        serial.Put(low, j);
     }
   }
   serial.Flush();
@@ -440,7 +508,10 @@ inline void Encode(const uint16_t* base, const uint16_t* next, size_t count, std
   for (size_t k = s->syms.size(); k-- > 0;) {
     const uint32_t f = s->syms[k] >> 16, cum = s->syms[k] & 0xFFFF;
     uint32_t& x = xs[s->sidx[k]];
-    if (x >= (uint32_t{1} << (32 - kScaleBits)) * f) { s->words.push_back(uint16_t(x)); x >>= 16; }
+    if (x >= (uint32_t{1} << (32 - kScaleBits)) * f) {
+      s->words.push_back(uint16_t(x));
+      x >>= 16;
+    }
     x = (x / f << kScaleBits) + x % f + cum;
   }
   std::reverse(s->words.begin(), s->words.end());
@@ -452,7 +523,8 @@ inline void Encode(const uint16_t* base, const uint16_t* next, size_t count, std
     out->push_back(vq[c]);
     PutVarint(out, k_c[c]);
   }
-  for (int j = 0; j < nst; ++j) for (int b = 0; b < 4; ++b) out->push_back(uint8_t(xs[j] >> (8 * b)));
+  for (int j = 0; j < nst; ++j)
+    for (int b = 0; b < 4; ++b) out->push_back(uint8_t(xs[j] >> (8 * b)));
   PutVarint(out, s->words.size());
   const size_t at = out->size();
   out->resize(at + 2 * s->words.size());
@@ -494,8 +566,11 @@ template <bool kWide>
 inline uint32_t DecSmall(uint32_t& x, const Table& t, const uint16_t*& wp) {
   const uint32_t slot = x & (kScale - 1);
   const __m256i vs = _mm256_set1_epi16(short(slot));
-  uint32_t above = uint32_t(_mm_popcnt_u32(uint32_t(_mm256_movemask_epi8(_mm256_cmpgt_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(t.cmp)), vs)))));
-  if (kWide) above += uint32_t(_mm_popcnt_u32(uint32_t(_mm256_movemask_epi8(_mm256_cmpgt_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(t.cmp + 16)), vs)))));
+  uint32_t above = uint32_t(_mm_popcnt_u32(uint32_t(_mm256_movemask_epi8(
+      _mm256_cmpgt_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(t.cmp)), vs)))));
+  if (kWide)
+    above += uint32_t(_mm_popcnt_u32(uint32_t(_mm256_movemask_epi8(
+        _mm256_cmpgt_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(t.cmp + 16)), vs)))));
   const uint32_t s = (kWide ? 31 : 15) - above / 2;
   x = Renorm(t.freq[s] * (x >> kScaleBits) + slot - t.cum[s], wp);
   return s;
@@ -524,7 +599,10 @@ inline void RunStream(States* st, const uint16_t** wpp, uint64_t k, Step step) {
   if (n < k) step(a, n, wp);
   if (n + 1 < k) step(b, n + 1, wp);
   if (n + 2 < k) step(c, n + 2, wp);
-  st->s[0] = a; st->s[1] = b; st->s[2] = c; st->s[3] = d;
+  st->s[0] = a;
+  st->s[1] = b;
+  st->s[2] = c;
+  st->s[3] = d;
   *wpp = wp;
 }
 
@@ -540,7 +618,8 @@ struct LaneTables {
         expand[m][j] = uint32_t(__builtin_popcount(m & ((1 << j) - 1)));
         compress[m][j] = 0;
       }
-      for (int j = 0; j < 8; ++j) if (m >> j & 1) compress[m][k++] = uint32_t(j);
+      for (int j = 0; j < 8; ++j)
+        if (m >> j & 1) compress[m][k++] = uint32_t(j);
     }
   }
 };
@@ -553,32 +632,39 @@ inline const LaneTables& Lanes() {
 inline __m256i RenormWide(__m256i x, const uint16_t*& wp, const LaneTables& lt) {
   const __m256i need = _mm256_cmpeq_epi32(_mm256_srli_epi32(x, 16), _mm256_setzero_si256());
   const uint32_t m = uint32_t(_mm256_movemask_ps(_mm256_castsi256_ps(need)));
-  const __m256i words = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wp)));
-  const __m256i w = _mm256_permutevar8x32_epi32(words, _mm256_load_si256(reinterpret_cast<const __m256i*>(lt.expand[m])));
+  const __m256i words =
+      _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wp)));
+  const __m256i w = _mm256_permutevar8x32_epi32(
+      words, _mm256_load_si256(reinterpret_cast<const __m256i*>(lt.expand[m])));
   wp += _mm_popcnt_u32(m);
   return _mm256_blendv_epi8(x, _mm256_or_si256(_mm256_slli_epi32(x, 16), w), need);
 }
 
 // Appends n + j for the lanes j of mask m to esc[ne..] (8 lanes written).
 inline void AppendLanes(uint32_t m, uint64_t n, uint32_t* esc, size_t& ne, const LaneTables& lt) {
-  const __m256i idx = _mm256_add_epi32(_mm256_set1_epi32(int(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(esc + ne),
-                      _mm256_permutevar8x32_epi32(idx, _mm256_load_si256(reinterpret_cast<const __m256i*>(lt.compress[m]))));
+  const __m256i idx =
+      _mm256_add_epi32(_mm256_set1_epi32(int(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  _mm256_storeu_si256(
+      reinterpret_cast<__m256i*>(esc + ne),
+      _mm256_permutevar8x32_epi32(
+          idx, _mm256_load_si256(reinterpret_cast<const __m256i*>(lt.compress[m]))));
   ne += _mm_popcnt_u32(m);
 }
 
 // Gap stream, groups of 8: symbol by a gather from the 4 KB slot -> symbol table,
 // frequency and start by lane permutes, low bits by a gather at bit offsets f0 + n sh
 // (sh <= 24). Returns the symbols decoded (a multiple of 8; the caller does the rest).
-inline uint64_t GapsWide(__m256i* X, const uint16_t*& wp, const Table& t, uint64_t k, uint32_t* g, const uint8_t* fixed,
-                         uint64_t f0, int sh, uint32_t* esc, size_t& ne) {
+inline uint64_t GapsWide(__m256i* X, const uint16_t*& wp, const Table& t, uint64_t k, uint32_t* g,
+                         const uint8_t* fixed, uint64_t f0, int sh, uint32_t* esc, size_t& ne) {
   const LaneTables& lt = Lanes();
-  const __m256i m12 = _mm256_set1_epi32(kScale - 1), mff = _mm256_set1_epi32(0xFF), seven = _mm256_set1_epi32(7);
+  const __m256i m12 = _mm256_set1_epi32(kScale - 1), mff = _mm256_set1_epi32(0xFF),
+                seven = _mm256_set1_epi32(7);
   const __m256i flo = _mm256_load_si256(reinterpret_cast<const __m256i*>(t.freq32));
   const __m256i fhi = _mm256_load_si256(reinterpret_cast<const __m256i*>(t.freq32 + 8));
   const __m256i clo = _mm256_load_si256(reinterpret_cast<const __m256i*>(t.cum32));
   const __m256i chi = _mm256_load_si256(reinterpret_cast<const __m256i*>(t.cum32 + 8));
-  const __m256i lane_off = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(sh));
+  const __m256i lane_off =
+      _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(sh));
   const __m256i low_mask = _mm256_set1_epi32(int((1u << sh) - 1));
   const __m256i esc_sym = _mm256_set1_epi32(kEscGap);
   const __m128i shc = _mm_cvtsi32_si128(sh);
@@ -588,14 +674,21 @@ inline uint64_t GapsWide(__m256i* X, const uint16_t*& wp, const Table& t, uint64
     const __m256i slot = _mm256_and_si256(x, m12);
     const __m256i sym = _mm256_and_si256(_mm256_i32gather_epi32(sym_base, slot, 1), mff);
     const __m256i hi = _mm256_cmpgt_epi32(sym, seven);
-    const __m256i f = _mm256_blendv_epi8(_mm256_permutevar8x32_epi32(flo, sym), _mm256_permutevar8x32_epi32(fhi, sym), hi);
-    const __m256i cum = _mm256_blendv_epi8(_mm256_permutevar8x32_epi32(clo, sym), _mm256_permutevar8x32_epi32(chi, sym), hi);
-    x = RenormWide(_mm256_add_epi32(_mm256_mullo_epi32(f, _mm256_srli_epi32(x, kScaleBits)), _mm256_sub_epi32(slot, cum)), wp, lt);
+    const __m256i f = _mm256_blendv_epi8(_mm256_permutevar8x32_epi32(flo, sym),
+                                         _mm256_permutevar8x32_epi32(fhi, sym), hi);
+    const __m256i cum = _mm256_blendv_epi8(_mm256_permutevar8x32_epi32(clo, sym),
+                                           _mm256_permutevar8x32_epi32(chi, sym), hi);
+    x = RenormWide(_mm256_add_epi32(_mm256_mullo_epi32(f, _mm256_srli_epi32(x, kScaleBits)),
+                                    _mm256_sub_epi32(slot, cum)),
+                   wp, lt);
     const __m256i off = _mm256_add_epi32(_mm256_set1_epi32(int(f0 + at * sh)), lane_off);
     const __m256i raw = _mm256_i32gather_epi32(fixed_base, _mm256_srli_epi32(off, 3), 1);
-    const __m256i low = _mm256_and_si256(_mm256_srlv_epi32(raw, _mm256_and_si256(off, seven)), low_mask);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(g + at), _mm256_or_si256(_mm256_sll_epi32(sym, shc), low));
-    AppendLanes(uint32_t(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(sym, esc_sym)))), at, esc, ne, lt);
+    const __m256i low =
+        _mm256_and_si256(_mm256_srlv_epi32(raw, _mm256_and_si256(off, seven)), low_mask);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(g + at),
+                        _mm256_or_si256(_mm256_sll_epi32(sym, shc), low));
+    AppendLanes(uint32_t(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(sym, esc_sym)))),
+                at, esc, ne, lt);
   };
   uint64_t n = 0;
   for (; n + 8 * kGroups <= k; n += 8 * kGroups) {
@@ -607,18 +700,23 @@ inline uint64_t GapsWide(__m256i* X, const uint16_t*& wp, const Table& t, uint64
 
 // Ternary value stream, groups of 8: two compares pick the symbol, blends its frequency
 // and start. States as GapsWide. Returns the symbols decoded (a multiple of 8 kGroups).
-inline uint64_t TernWide(__m256i* X, const uint16_t*& wp, const Table& t, uint64_t k, int32_t* v, uint32_t* esc, size_t& ne) {
+inline uint64_t TernWide(__m256i* X, const uint16_t*& wp, const Table& t, uint64_t k, int32_t* v,
+                         uint32_t* esc, size_t& ne) {
   const LaneTables& lt = Lanes();
   const __m256i m12 = _mm256_set1_epi32(kScale - 1), one = _mm256_set1_epi32(1);
-  const __m256i c1m = _mm256_set1_epi32(int(t.cum[1]) - 1), c2m = _mm256_set1_epi32(int(t.cum[2]) - 1);
+  const __m256i c1m = _mm256_set1_epi32(int(t.cum[1]) - 1),
+                c2m = _mm256_set1_epi32(int(t.cum[2]) - 1);
   const __m256i c1 = _mm256_set1_epi32(t.cum[1]), c2 = _mm256_set1_epi32(t.cum[2]);
-  const __m256i f0 = _mm256_set1_epi32(t.freq[0]), f1 = _mm256_set1_epi32(t.freq[1]), f2 = _mm256_set1_epi32(t.freq[2]);
+  const __m256i f0 = _mm256_set1_epi32(t.freq[0]), f1 = _mm256_set1_epi32(t.freq[1]),
+                f2 = _mm256_set1_epi32(t.freq[2]);
   auto step = [&](__m256i& x, uint64_t at) {
     const __m256i slot = _mm256_and_si256(x, m12);
     const __m256i a = _mm256_cmpgt_epi32(slot, c1m), b = _mm256_cmpgt_epi32(slot, c2m);
     const __m256i f = _mm256_blendv_epi8(_mm256_blendv_epi8(f0, f1, a), f2, b);
     const __m256i cum = _mm256_blendv_epi8(_mm256_and_si256(c1, a), c2, b);
-    x = RenormWide(_mm256_add_epi32(_mm256_mullo_epi32(f, _mm256_srli_epi32(x, kScaleBits)), _mm256_sub_epi32(slot, cum)), wp, lt);
+    x = RenormWide(_mm256_add_epi32(_mm256_mullo_epi32(f, _mm256_srli_epi32(x, kScaleBits)),
+                                    _mm256_sub_epi32(slot, cum)),
+                   wp, lt);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(v + at), _mm256_or_si256(a, one));
     AppendLanes(uint32_t(_mm256_movemask_ps(_mm256_castsi256_ps(b))), at, esc, ne, lt);
   };
@@ -641,7 +739,10 @@ inline bool DecodeStreams(const uint8_t* data, size_t size, Streams* st) {
   st->e0 = *p++;
   uint8_t gq[K], vq[K];
   st->active = 0;
-  for (int c = 0; c < K; ++c) { gq[c] = *p++; if (gq[c] != kInactive) st->active |= 1u << c; }
+  for (int c = 0; c < K; ++c) {
+    gq[c] = *p++;
+    if (gq[c] != kInactive) st->active |= 1u << c;
+  }
   auto varint = [&](uint64_t* v) {
     *v = 0;
     for (int sh = 0; sh < 64; sh += 7) {
@@ -670,8 +771,14 @@ inline bool DecodeStreams(const uint8_t* data, size_t size, Streams* st) {
   std::memcpy(wide ? xw : x.s, p, 4 * nst);
   p += 4 * nst;
   __m256i X[kGroups];
-  auto load_x = [&] { for (int j = 0; j < kGroups; ++j) X[j] = _mm256_load_si256(reinterpret_cast<const __m256i*>(xw + 8 * j)); };
-  auto store_x = [&] { for (int j = 0; j < kGroups; ++j) _mm256_store_si256(reinterpret_cast<__m256i*>(xw + 8 * j), X[j]); };
+  auto load_x = [&] {
+    for (int j = 0; j < kGroups; ++j)
+      X[j] = _mm256_load_si256(reinterpret_cast<const __m256i*>(xw + 8 * j));
+  };
+  auto store_x = [&] {
+    for (int j = 0; j < kGroups; ++j)
+      _mm256_store_si256(reinterpret_cast<__m256i*>(xw + 8 * j), X[j]);
+  };
   load_x();
   uint64_t nwords = 0;
   if (!varint(&nwords) || nwords > uint64_t(end - p) / 2) return false;
@@ -679,7 +786,8 @@ inline bool DecodeStreams(const uint8_t* data, size_t size, Streams* st) {
   const uint16_t* wend = wp + nwords;
   const uint8_t* fixed = p + 2 * nwords;
   uint64_t fixed_bits = 0;
-  for (int c = 0; c < K; ++c) if (st->active >> c & 1) fixed_bits += st->k[c] * uint64_t(book.gap[gq[c]].sh);
+  for (int c = 0; c < K; ++c)
+    if (st->active >> c & 1) fixed_bits += st->k[c] * uint64_t(book.gap[gq[c]].sh);
   const uint8_t* serial = fixed + (fixed_bits + 7) / 8;
   if (serial > end) return false;
   const uint64_t serial_bits = uint64_t(end - serial) * 8;
@@ -713,12 +821,13 @@ inline bool DecodeStreams(const uint8_t* data, size_t size, Streams* st) {
       }
       load_x();
     } else {
-      RunStream(&x, &wp, kc, [tp, g, esc, fixed, f0, sh, &ne](uint32_t& xs, uint64_t n, const uint16_t*& w) {
-        const uint32_t s = DecSmall<false>(xs, *tp, w);
-        g[n] = s << sh | BitsAt(fixed, f0 + n * sh, sh);
-        esc[ne] = uint32_t(n);
-        ne += s == kEscGap;
-      });
+      RunStream(&x, &wp, kc,
+                [tp, g, esc, fixed, f0, sh, &ne](uint32_t& xs, uint64_t n, const uint16_t*& w) {
+                  const uint32_t s = DecSmall<false>(xs, *tp, w);
+                  g[n] = s << sh | BitsAt(fixed, f0 + n * sh, sh);
+                  esc[ne] = uint32_t(n);
+                  ne += s == kEscGap;
+                });
     }
     fpos += kc * sh;
     if (wp > wend + kWideStates) return false;
@@ -735,7 +844,10 @@ inline bool DecodeStreams(const uint8_t* data, size_t size, Streams* st) {
       g[esc[e]] += uint32_t((v - 1) << sh);
     }
     uint64_t r = ~uint64_t{0};  // prefix: rank = previous rank + gap + 1
-    for (uint64_t q = 0; q < kc; ++q) { r += uint64_t(g[q]) + 1; g[q] = uint32_t(r); }
+    for (uint64_t q = 0; q < kc; ++q) {
+      r += uint64_t(g[q]) + 1;
+      g[q] = uint32_t(r);
+    }
     if (r >= (uint64_t{1} << 32)) return false;
   }
   for (int c = 0; c < K; ++c) {  // values and their escapes
@@ -766,7 +878,9 @@ inline bool DecodeStreams(const uint8_t* data, size_t size, Streams* st) {
       load_x();
     } else {
       RunStream(&x, &wp, kc, tern);
-      RunStream(&x, &wp, ne, [esc, et](uint32_t& xs, uint64_t e, const uint16_t*& w) { esc[e] |= DecSmall<true>(xs, *et, w) << 26; });
+      RunStream(&x, &wp, ne, [esc, et](uint32_t& xs, uint64_t e, const uint16_t*& w) {
+        esc[e] |= DecSmall<true>(xs, *et, w) << 26;
+      });
     }
     if (wp > wend + kWideStates) return false;
     for (size_t e = 0; e < ne; ++e) {
@@ -780,7 +894,8 @@ inline bool DecodeStreams(const uint8_t* data, size_t size, Streams* st) {
   }
   if (wide) {
     store_x();
-    for (uint32_t xs : xw) if (xs != kL) return false;
+    for (uint32_t xs : xw)
+      if (xs != kL) return false;
   } else if (x.s[0] != kL || x.s[1] != kL || x.s[2] != kL || x.s[3] != kL) {
     return false;
   }
@@ -792,7 +907,8 @@ inline bool DecodeStreams(const uint8_t* data, size_t size, Streams* st) {
 // 64 w + b (0 past n; the select tables mask those elements off). Per 32 elements: the
 // class as bytes, three movemasks, three 32-bit stores, whatever K's classes hold.
 inline void PlanePass(const uint16_t* base, uint16_t* out, size_t n, int e0, uint32_t* pl) {
-  const __m256i vmask = _mm256_set1_epi16(0xFF), ve0 = _mm256_set1_epi16(short(e0)), vk = _mm256_set1_epi16(K - 1);
+  const __m256i vmask = _mm256_set1_epi16(0xFF), ve0 = _mm256_set1_epi16(short(e0)),
+                vk = _mm256_set1_epi16(K - 1);
   alignas(32) uint16_t tmp[32];
   for (size_t i = 0; i < kTile; i += 32) {
     const uint16_t* src = base + i;
@@ -813,8 +929,10 @@ inline void PlanePass(const uint16_t* base, uint16_t* out, size_t n, int e0, uin
     }
     const __m256i v0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
     const __m256i v1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 16));
-    const __m256i c0 = _mm256_min_epu16(_mm256_subs_epu16(_mm256_and_si256(_mm256_srli_epi16(v0, 7), vmask), ve0), vk);
-    const __m256i c1 = _mm256_min_epu16(_mm256_subs_epu16(_mm256_and_si256(_mm256_srli_epi16(v1, 7), vmask), ve0), vk);
+    const __m256i c0 = _mm256_min_epu16(
+        _mm256_subs_epu16(_mm256_and_si256(_mm256_srli_epi16(v0, 7), vmask), ve0), vk);
+    const __m256i c1 = _mm256_min_epu16(
+        _mm256_subs_epu16(_mm256_and_si256(_mm256_srli_epi16(v1, 7), vmask), ve0), vk);
     const __m256i cb = _mm256_permute4x64_epi64(_mm256_packus_epi16(c0, c1), 0xD8);
     pl[i / 32] = uint32_t(_mm256_movemask_epi8(_mm256_slli_epi16(cb, 7)));
     pl[kTile / 32 + i / 32] = uint32_t(_mm256_movemask_epi8(_mm256_slli_epi16(cb, 6)));
@@ -844,25 +962,33 @@ struct SelectTables {
 inline void BuildSelect(const uint64_t* pl, int c, const uint64_t* live, SelectTables* t) {
   uint64_t flip[3];
   for (int j = 0; j < 3; ++j) flip[j] = (c >> j & 1) ? 0 : ~uint64_t{0};
-  const __m256i f0 = _mm256_set1_epi64x(int64_t(flip[0])), f1 = _mm256_set1_epi64x(int64_t(flip[1]));
+  const __m256i f0 = _mm256_set1_epi64x(int64_t(flip[0])),
+                f1 = _mm256_set1_epi64x(int64_t(flip[1]));
   const __m256i f2 = _mm256_set1_epi64x(int64_t(flip[2]));
-  const __m256i nib = _mm256_setr_epi8(0, 1, 1, 2, 1, 2, 2, 3, 1, 2, 2, 3, 2, 3, 3, 4, 0, 1, 1, 2, 1, 2, 2, 3, 1, 2, 2, 3, 2, 3, 3, 4);
+  const __m256i nib = _mm256_setr_epi8(0, 1, 1, 2, 1, 2, 2, 3, 1, 2, 2, 3, 2, 3, 3, 4, 0, 1, 1, 2,
+                                       1, 2, 2, 3, 1, 2, 2, 3, 2, 3, 3, 4);
   const __m256i low4 = _mm256_set1_epi8(0x0F), zero = _mm256_setzero_si256();
   const __m256i hi_lanes = _mm256_setr_epi64x(0, 0, -1, -1);
   const __m256i pick = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
   __m256i run = zero;
   for (size_t x = 0; x < kWords; x += 4) {
     __m256i m = _mm256_and_si256(
-        _mm256_and_si256(_mm256_xor_si256(_mm256_load_si256(reinterpret_cast<const __m256i*>(pl + x)), f0),
-                         _mm256_xor_si256(_mm256_load_si256(reinterpret_cast<const __m256i*>(pl + kWords + x)), f1)),
-        _mm256_xor_si256(_mm256_load_si256(reinterpret_cast<const __m256i*>(pl + 2 * kWords + x)), f2));
-    if (live) m = _mm256_and_si256(m, _mm256_load_si256(reinterpret_cast<const __m256i*>(live + x)));
+        _mm256_and_si256(
+            _mm256_xor_si256(_mm256_load_si256(reinterpret_cast<const __m256i*>(pl + x)), f0),
+            _mm256_xor_si256(_mm256_load_si256(reinterpret_cast<const __m256i*>(pl + kWords + x)),
+                             f1)),
+        _mm256_xor_si256(_mm256_load_si256(reinterpret_cast<const __m256i*>(pl + 2 * kWords + x)),
+                         f2));
+    if (live)
+      m = _mm256_and_si256(m, _mm256_load_si256(reinterpret_cast<const __m256i*>(live + x)));
     _mm256_store_si256(reinterpret_cast<__m256i*>(t->mask + x), m);
-    const __m256i cnt8 = _mm256_add_epi8(_mm256_shuffle_epi8(nib, _mm256_and_si256(m, low4)),
-                                         _mm256_shuffle_epi8(nib, _mm256_and_si256(_mm256_srli_epi16(m, 4), low4)));
-    const __m256i cnt = _mm256_sad_epu8(cnt8, zero);                       // 4 x u64 counts
-    const __m256i s1 = _mm256_add_epi64(cnt, _mm256_slli_si256(cnt, 8));   // [a, a+b | c, c+d]
-    const __m256i s2 = _mm256_add_epi64(s1, _mm256_and_si256(_mm256_permute4x64_epi64(s1, 0x55), hi_lanes));
+    const __m256i cnt8 =
+        _mm256_add_epi8(_mm256_shuffle_epi8(nib, _mm256_and_si256(m, low4)),
+                        _mm256_shuffle_epi8(nib, _mm256_and_si256(_mm256_srli_epi16(m, 4), low4)));
+    const __m256i cnt = _mm256_sad_epu8(cnt8, zero);                      // 4 x u64 counts
+    const __m256i s1 = _mm256_add_epi64(cnt, _mm256_slli_si256(cnt, 8));  // [a, a+b | c, c+d]
+    const __m256i s2 =
+        _mm256_add_epi64(s1, _mm256_and_si256(_mm256_permute4x64_epi64(s1, 0x55), hi_lanes));
     const __m256i excl = _mm256_add_epi64(_mm256_sub_epi64(s2, cnt), run);
     run = _mm256_add_epi64(run, _mm256_permute4x64_epi64(s2, 0xFF));
     const __m128i e32 = _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(excl, pick));
@@ -876,9 +1002,12 @@ inline void BuildSelect(const uint64_t* pl, int c, const uint64_t* live, SelectT
 // word by another, bit by pdep; no branch.
 inline uint32_t Select(const SelectTables& t, uint32_t r) {
   const __m256i vr = _mm256_set1_epi16(short(r));
-  const uint32_t gb = uint32_t(_mm256_movemask_epi8(_mm256_cmpgt_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(t.bp)), vr)));
-  const uint32_t b = 15 - uint32_t(_mm_popcnt_u32(gb)) / 2;  // blocks starting at or before r, less one
-  const uint32_t gw = uint32_t(_mm256_movemask_epi8(_mm256_cmpgt_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(t.wp + 16 * b)), vr)));
+  const uint32_t gb = uint32_t(_mm256_movemask_epi8(
+      _mm256_cmpgt_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(t.bp)), vr)));
+  const uint32_t b =
+      15 - uint32_t(_mm_popcnt_u32(gb)) / 2;  // blocks starting at or before r, less one
+  const uint32_t gw = uint32_t(_mm256_movemask_epi8(
+      _mm256_cmpgt_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(t.wp + 16 * b)), vr)));
   const uint32_t x = 16 * b + 15 - uint32_t(_mm_popcnt_u32(gw)) / 2;
   const uint64_t bit = _pdep_u64(uint64_t{1} << (r - uint32_t(t.wp[x])), t.mask[x]);
   return 64 * x + uint32_t(_tzcnt_u64(bit));
@@ -893,7 +1022,14 @@ struct ExpandScratch {
   alignas(32) uint64_t m[kWords];      // changes of the tile
 };
 
-enum Mode { kPassOnly = 0, kStreamsOnly = 1, kNoApply = 2, kFull = 3, kNoSelect = 4, kExpandNoScan = 5 };
+enum Mode {
+  kPassOnly = 0,
+  kStreamsOnly = 1,
+  kNoApply = 2,
+  kFull = 3,
+  kNoSelect = 4,
+  kExpandNoScan = 5
+};
 enum SelectKind { kSelect2 = 0, kExpand = 1 };
 
 // Decodes into out (count elements) from base; data[size, size + kReadPadding) must be
@@ -904,8 +1040,9 @@ enum SelectKind { kSelect2 = 0, kExpand = 1 };
 // tables, kNoApply = everything but the patch (positions summed into *sink); with kExpand,
 // kExpandNoScan = entropy + class pass + expand into M (no positions, no patch).
 template <Mode kMode, bool kHash, SelectKind kSel = kSelect2>
-inline bool Decode(const uint16_t* base, size_t count, const uint8_t* data, size_t size, uint16_t* out,
-                   uint64_t checksum, XXH3_state_t* hs, Streams* st, uint64_t* sink = nullptr) {
+inline bool Decode(const uint16_t* base, size_t count, const uint8_t* data, size_t size,
+                   uint16_t* out, uint64_t checksum, XXH3_state_t* hs, Streams* st,
+                   uint64_t* sink = nullptr) {
   if (kHash) XXH3_64bits_reset(hs);
   const size_t tiles = (count + kTile - 1) / kTile;
   alignas(64) static thread_local uint32_t pl32[3 * (kTile / 32)];
@@ -932,7 +1069,10 @@ inline bool Decode(const uint16_t* base, size_t count, const uint8_t* data, size
   if (!DecodeStreams(data, size, st)) return false;
   if (kMode == kStreamsOnly) return true;
   uint64_t idx[K], end[K], rank_base[K] = {0};
-  for (int c = 0; c < K; ++c) { idx[c] = st->off[c]; end[c] = st->off[c] + st->k[c]; }
+  for (int c = 0; c < K; ++c) {
+    idx[c] = st->off[c];
+    end[c] = st->off[c] + st->k[c];
+  }
   const uint32_t* rank = st->rank.data();
   const int32_t* val = st->val.data();
   uint64_t acc = 0;
@@ -948,7 +1088,10 @@ inline bool Decode(const uint16_t* base, size_t count, const uint8_t* data, size
     const uint64_t* pl = reinterpret_cast<const uint64_t*>(pl32);
     const uint64_t* lv = nullptr;
     if (n < kTile) {
-      for (size_t x = 0; x < kWords; ++x) live[x] = 64 * x + 64 <= n ? ~uint64_t{0} : 64 * x >= n ? 0 : _bzhi_u64(~uint64_t{0}, unsigned(n - 64 * x));
+      for (size_t x = 0; x < kWords; ++x)
+        live[x] = 64 * x + 64 <= n ? ~uint64_t{0}
+                  : 64 * x >= n    ? 0
+                                   : _bzhi_u64(~uint64_t{0}, unsigned(n - 64 * x));
       lv = live;
     }
     const uint16_t* tb = base + t0;
@@ -968,8 +1111,10 @@ inline bool Decode(const uint16_t* base, size_t count, const uint8_t* data, size
         }
         for (; q < e && rank[q] < lim; ++q) {
           const uint32_t i = Select(s, uint32_t(rank[q] - rank_base[c]));
-          if (kMode == kFull) to[i] = Apply(tb[i], val[q]);
-          else acc += i;
+          if (kMode == kFull)
+            to[i] = Apply(tb[i], val[q]);
+          else
+            acc += i;
         }
         idx[c] = q;
         rank_base[c] = lim;
@@ -998,13 +1143,13 @@ inline bool Decode(const uint16_t* base, size_t count, const uint8_t* data, size
           uint64_t m = ClassWord(pl, flip, x);
           if (lv) m &= lv[x];
           const uint64_t lo = ex.r[off >> 6] >> (off & 63);
-          const uint64_t hi = (ex.r[(off >> 6) + 1] << 1) << (63 - (off & 63));  // 0 when off % 64 == 0
+          const uint64_t hi = (ex.r[(off >> 6) + 1] << 1)
+                              << (63 - (off & 63));  // 0 when off % 64 == 0
           ex.m[x] |= _pdep_u64(lo | hi, m);
           off += uint64_t(_mm_popcnt_u64(m));
         }
         for (q = idx[c]; q < q_hi; ++q) ex.r[(rank[q] - rb) >> 6] = 0;
-        for (q = idx[c]; q < e && rank[q] < rb + off; ++q) {
-        }
+        for (q = idx[c]; q < e && rank[q] < rb + off; ++q) {}
         idx[c] = q;
         rank_base[c] = rb + off;
         if (q == e) pending &= ~(1u << c);
@@ -1021,17 +1166,21 @@ inline bool Decode(const uint16_t* base, size_t count, const uint8_t* data, size
             const uint16_t b = tb[i];
             const int c = ClassOf(b, e0);
             const int32_t d = val[first[c]++];
-            if (kMode == kFull) to[i] = Apply(b, d);
-            else acc += i;
+            if (kMode == kFull)
+              to[i] = Apply(b, d);
+            else
+              acc += i;
           }
         }
-        for (int c = 0; c < K; ++c) if (first[c] != idx[c]) return false;
+        for (int c = 0; c < K; ++c)
+          if (first[c] != idx[c]) return false;
       }
     }
     if (kHash) XXH3_64bits_update(hs, to, 2 * n);
   }
   if (sink) *sink += acc;
-  for (int c = 0; c < K; ++c) if (idx[c] != end[c]) return false;
+  for (int c = 0; c < K; ++c)
+    if (idx[c] != end[c]) return false;
   return !kHash || XXH3_64bits_digest(hs) == checksum;
 }
 

@@ -44,7 +44,8 @@ int Usage(const char* message) {
   std::fprintf(stderr,
                "bulk_decode_bench: %s\n"
                "usage: bulk_decode_bench [--params N] [--deltas D] [--reps R] [--only REGIME]\n"
-               "  --params N  generator model size (default %" PRIu64 ")\n"
+               "  --params N  generator model size (default %" PRIu64
+               ")\n"
                "  --deltas D  step pairs per regime (default %d)\n"
                "  --reps R    interleaved timed passes, medians (default 7)\n"
                "  --only R    one regime (gen_low, gen_mid or gen_high)\n"
@@ -70,14 +71,19 @@ int main(int argc, char** argv) {
       only = argv[++i];
       continue;
     }
-    if (a != "--params" && a != "--deltas" && a != "--reps") return Usage(("unknown option " + a).c_str());
+    if (a != "--params" && a != "--deltas" && a != "--reps")
+      return Usage(("unknown option " + a).c_str());
     if (i + 1 >= argc) return Usage((a + " needs a value").c_str());
     char* rest = nullptr;
     const unsigned long long v = std::strtoull(argv[++i], &rest, 10);
-    if (*rest != '\0' || v < 1 || (a != "--params" && v > 1000000)) return Usage((a + ": bad value").c_str());
-    if (a == "--params") params = v;
-    else if (a == "--deltas") deltas = int(v);
-    else reps = int(v);
+    if (*rest != '\0' || v < 1 || (a != "--params" && v > 1000000))
+      return Usage((a + ": bad value").c_str());
+    if (a == "--params")
+      params = v;
+    else if (a == "--deltas")
+      deltas = int(v);
+    else
+      reps = int(v);
   }
   const std::vector<std::unique_ptr<Codec>> codecs = arc_v3::bench::AllCodecs();
   const Codec* slime = FindCodec(codecs, "slime_zstd");
@@ -85,10 +91,13 @@ int main(int argc, char** argv) {
   bd::Book();
   XXH3_state_t* hs = XXH3_createState();
   bd::Streams st;
-  std::printf("bulk_decode_bench: bulk-decode prototype (AVX2+BMI2), K=%d classes, tile %zu, rANS %d states, scale 2^%d; per tensor, as arc_bench\n",
-              bd::K, bd::kTile, bd::kStates, bd::kScaleBits);
-  std::printf("%-9s %8s %8s | %7s %7s %6s | %9s %9s %6s | %6s %6s %6s | %6s %6s\n", "regime", "changed", "elems",
-              "bd_D", "slimeD", "ratio", "bd_pay%", "default%", "x", "bd_C", "slimeC", "ratio", "memcpy", "+XXH3");
+  std::printf(
+      "bulk_decode_bench: bulk-decode prototype (AVX2+BMI2), K=%d classes, tile %zu, rANS %d "
+      "states, scale 2^%d; per tensor, as arc_bench\n",
+      bd::K, bd::kTile, bd::kStates, bd::kScaleBits);
+  std::printf("%-9s %8s %8s | %7s %7s %6s | %9s %9s %6s | %6s %6s %6s | %6s %6s\n", "regime",
+              "changed", "elems", "bd_D", "slimeD", "ratio", "bd_pay%", "default%", "x", "bd_C",
+              "slimeC", "ratio", "memcpy", "+XXH3");
   std::vector<std::string> breakdown;
   uint64_t sink = 0;
   for (const bd::RegimeSpec& regime : bd::kRegimes) {
@@ -99,11 +108,14 @@ int main(int argc, char** argv) {
     const size_t npairs = snaps.size() - 1;
     std::vector<Task> tasks;
     for (size_t p = 0; p < npairs; ++p)
-      for (const auto& t : run.layout) tasks.push_back(Task{p, t.offset, t.count(), t.rows, t.cols});
-    std::stable_sort(tasks.begin(), tasks.end(), [](const Task& a, const Task& b) { return a.count > b.count; });
+      for (const auto& t : run.layout)
+        tasks.push_back(Task{p, t.offset, t.count(), t.rows, t.cols});
+    std::stable_sort(tasks.begin(), tasks.end(),
+                     [](const Task& a, const Task& b) { return a.count > b.count; });
     auto view = [&](const Task& t, bool with_next) {
-      return TensorView{snaps[t.pair].data() + t.offset, with_next ? snaps[t.pair + 1].data() + t.offset : nullptr,
-                        t.count, t.rows, t.cols};
+      return TensorView{snaps[t.pair].data() + t.offset,
+                        with_next ? snaps[t.pair + 1].data() + t.offset : nullptr, t.count, t.rows,
+                        t.cols};
     };
     std::vector<std::vector<uint16_t>> outs(npairs, std::vector<uint16_t>(snaps[0].size()));
     // bdp[k] holds bd_size[k] payload bytes and kReadPadding zero bytes (Decode's contract).
@@ -128,7 +140,8 @@ int main(int argc, char** argv) {
       }
       sl_bytes += slp[k].size();
       if (!arc_default->Compress(view(t, true), &payload)) {
-        std::printf("%s: compress failed, regime %s task %zu\n", arc_default->Name().c_str(), name, k);
+        std::printf("%s: compress failed, regime %s task %zu\n", arc_default->Name().c_str(), name,
+                    k);
         return 1;
       }
       default_bytes += payload.size();
@@ -138,7 +151,8 @@ int main(int argc, char** argv) {
     auto check = [&](const char* what) {
       for (size_t k = 0; k < tasks.size(); ++k) {
         const Task& t = tasks[k];
-        if (std::memcmp(outs[t.pair].data() + t.offset, snaps[t.pair + 1].data() + t.offset, 2 * t.count)) {
+        if (std::memcmp(outs[t.pair].data() + t.offset, snaps[t.pair + 1].data() + t.offset,
+                        2 * t.count)) {
           std::printf("MISMATCH %s regime %s task %zu\n", what, name, k);
           std::exit(1);
         }
@@ -151,10 +165,12 @@ int main(int argc, char** argv) {
       constexpr bd::SelectKind kSel = decltype(sel_tag)::value;
       for (size_t k = 0; k < tasks.size(); ++k) {
         const Task& t = tasks[k];
-        const bool ok = bd::Decode<kMode, kHash, kSel>(snaps[t.pair].data() + t.offset, t.count, bdp[k].data(), bd_size[k],
-                                                 outs[t.pair].data() + t.offset, sums[k], hs, &st, &sink);
+        const bool ok = bd::Decode<kMode, kHash, kSel>(
+            snaps[t.pair].data() + t.offset, t.count, bdp[k].data(), bd_size[k],
+            outs[t.pair].data() + t.offset, sums[k], hs, &st, &sink);
         if (!ok && (kMode == bd::kFull || kMode == bd::kStreamsOnly)) {
-          std::printf("decode failed regime %s task %zu size %zu count %zu\n", name, k, bd_size[k], t.count);
+          std::printf("decode failed regime %s task %zu size %zu count %zu\n", name, k, bd_size[k],
+                      t.count);
           std::exit(1);
         }
       }
@@ -163,7 +179,8 @@ int main(int argc, char** argv) {
       bool ok = true;
       for (size_t k = 0; k < tasks.size(); ++k) {
         const Task& t = tasks[k];
-        ok &= slime->Decompress(view(t, false), slp[k].data(), slp[k].size(), outs[t.pair].data() + t.offset);
+        ok &= slime->Decompress(view(t, false), slp[k].data(), slp[k].size(),
+                                outs[t.pair].data() + t.offset);
       }
       return ok;
     };
@@ -177,16 +194,35 @@ int main(int argc, char** argv) {
     using MExpNoScan = std::integral_constant<bd::Mode, bd::kExpandNoScan>;
     using S2 = std::integral_constant<bd::SelectKind, bd::kSelect2>;
     using SX = std::integral_constant<bd::SelectKind, bd::kExpand>;
-    bd_decode(MFull(), T(), S2()); check("bd");
-    bd_decode(MFull(), F(), S2()); check("bd nohash");
-    bd_decode(MFull(), T(), SX()); check("bd expand");
+    bd_decode(MFull(), T(), S2());
+    check("bd");
+    bd_decode(MFull(), F(), S2());
+    check("bd nohash");
+    bd_decode(MFull(), T(), SX());
+    check("bd expand");
     if (!slime_decode()) {
       std::printf("slime_zstd: decompress failed, regime %s\n", name);
       return 1;
     }
     check("slime");
-    enum { kFullH, kFullNoHash, kPassH, kPassNoHash, kStreams, kNoSel, kNoApp, kExpH, kExpNoHash, kExpNoScan, kSlimeD, kMemcpy,
-           kMemcpyHash, kBdC, kSlimeC, kN };
+    enum {
+      kFullH,
+      kFullNoHash,
+      kPassH,
+      kPassNoHash,
+      kStreams,
+      kNoSel,
+      kNoApp,
+      kExpH,
+      kExpNoHash,
+      kExpNoScan,
+      kSlimeD,
+      kMemcpy,
+      kMemcpyHash,
+      kBdC,
+      kSlimeC,
+      kN
+    };
     std::vector<std::vector<double>> tm(kN);
     auto timeit = [&](int v, const auto& f) {
       const double t0 = arc_v3::bench::NowSeconds();
@@ -207,25 +243,31 @@ int main(int argc, char** argv) {
       timeit(kPassNoHash, [&] { bd_decode(MPass(), F(), S2()); });
       timeit(kSlimeD, [&] { slime_decode(); });
       timeit(kMemcpy, [&] {
-        for (const Task& t : tasks) std::memcpy(outs[t.pair].data() + t.offset, snaps[t.pair].data() + t.offset, 2 * t.count);
+        for (const Task& t : tasks)
+          std::memcpy(outs[t.pair].data() + t.offset, snaps[t.pair].data() + t.offset, 2 * t.count);
       });
-      timeit(kMemcpyHash, [&] {  // as arc_bench's memcpy+XXH3 row: copy + XXH3 update tile by tile (32K elements)
-        for (const Task& t : tasks) {
-          XXH3_64bits_reset(hs);
-          for (size_t i = 0; i < t.count; i += 32768) {
-            const size_t n = std::min<size_t>(32768, t.count - i);
-            std::memcpy(outs[t.pair].data() + t.offset + i, snaps[t.pair].data() + t.offset + i, 2 * n);
-            XXH3_64bits_update(hs, outs[t.pair].data() + t.offset + i, 2 * n);
-          }
-          volatile uint64_t h = XXH3_64bits_digest(hs);
-          (void)h;
-        }
-      });
+      timeit(
+          kMemcpyHash,
+          [&] {  // as arc_bench's memcpy+XXH3 row: copy + XXH3 update tile by tile (32K elements)
+            for (const Task& t : tasks) {
+              XXH3_64bits_reset(hs);
+              for (size_t i = 0; i < t.count; i += 32768) {
+                const size_t n = std::min<size_t>(32768, t.count - i);
+                std::memcpy(outs[t.pair].data() + t.offset + i, snaps[t.pair].data() + t.offset + i,
+                            2 * n);
+                XXH3_64bits_update(hs, outs[t.pair].data() + t.offset + i, 2 * n);
+              }
+              volatile uint64_t h = XXH3_64bits_digest(hs);
+              (void)h;
+            }
+          });
       if (rep < 5) {
         timeit(kBdC, [&] {
           for (const Task& t : tasks) {
-            bd::Encode(snaps[t.pair].data() + t.offset, snaps[t.pair + 1].data() + t.offset, t.count, &scratch, &es);
-            volatile uint64_t h = XXH3_64bits(snaps[t.pair + 1].data() + t.offset, 2 * t.count);  // the checksum
+            bd::Encode(snaps[t.pair].data() + t.offset, snaps[t.pair + 1].data() + t.offset,
+                       t.count, &scratch, &es);
+            volatile uint64_t h =
+                XXH3_64bits(snaps[t.pair + 1].data() + t.offset, 2 * t.count);  // the checksum
             (void)h;
           }
         });
@@ -234,8 +276,10 @@ int main(int argc, char** argv) {
         });
       }
     }
-    bd_decode(MFull(), T(), S2()); check("bd after timing");
-    bd_decode(MFull(), T(), SX()); check("bd expand after timing");
+    bd_decode(MFull(), T(), S2());
+    check("bd after timing");
+    bd_decode(MFull(), T(), SX());
+    check("bd expand after timing");
     double med[kN];
     for (int v = 0; v < kN; ++v) {
       std::vector<double> x = tm[v];
@@ -249,11 +293,14 @@ int main(int argc, char** argv) {
     const double pay = 100.0 * bd_bytes / bytes;
     const double default_pct = 100.0 * default_bytes / bytes;
     const double pay_sums = 100.0 * (bd_bytes + 8.0 * tasks.size()) / bytes;
-    std::printf("%-9s %7.4f%% %8zu | %7.2f %7.2f %5.2fx | %8.4f%% %8.4f%% %5.3fx | %6.2f %6.2f %5.2fx | %6.2f %6.2f"
-                "   (slime payload %.4f%%; bd with 8 B checksums %.4f%% = %.3fx)\n",
-                name, 100.0 * changes / elems, elems / npairs, gbs(kFullH), gbs(kSlimeD), gbs(kFullH) / gbs(kSlimeD), pay,
-                default_pct, pay / default_pct, gbs(kBdC), gbs(kSlimeC), gbs(kBdC) / gbs(kSlimeC), gbs(kMemcpy),
-                gbs(kMemcpyHash), 100.0 * sl_bytes / bytes, pay_sums, pay_sums / default_pct);
+    std::printf(
+        "%-9s %7.4f%% %8zu | %7.2f %7.2f %5.2fx | %8.4f%% %8.4f%% %5.3fx | %6.2f %6.2f %5.2fx | "
+        "%6.2f %6.2f"
+        "   (slime payload %.4f%%; bd with 8 B checksums %.4f%% = %.3fx)\n",
+        name, 100.0 * changes / elems, elems / npairs, gbs(kFullH), gbs(kSlimeD),
+        gbs(kFullH) / gbs(kSlimeD), pay, default_pct, pay / default_pct, gbs(kBdC), gbs(kSlimeC),
+        gbs(kBdC) / gbs(kSlimeC), gbs(kMemcpy), gbs(kMemcpyHash), 100.0 * sl_bytes / bytes,
+        pay_sums, pay_sums / default_pct);
     std::fflush(stdout);
     const double budget = nsc(med[kSlimeD] - med[kMemcpyHash]);
     // Classes with changes, averaged over the coded tensors (the expand runs once per such
@@ -269,22 +316,30 @@ int main(int argc, char** argv) {
     }
     const double active = coded ? active_sum / double(coded) : 0;
     char line[3072];
-    std::snprintf(line, sizeof line,
-                  "%-9s ns/element: bd full %.3f | bd no-hash %.3f | class pass+copy %.3f (+XXH3 %.3f) | memcpy %.3f | memcpy+XXH3 %.3f | slime %.3f\n"
-                  "          per change (%zu changes), budget (slime - memcpy+XXH3) %.2f ns: whole decode over memcpy+XXH3 %.2f ns\n"
-                  "          stages: class pass over memcpy %.3f ns/el (%.2f ns/chg) | entropy %.2f ns/chg | select tables %.3f ns/el (%.2f ns/chg)"
-                  " | select %.2f ns/chg | apply %.2f ns/chg | XXH3 %.3f ns/el (%.2f ns/chg)\n"
-                  "          expand instead of select: decode %.2f GB/s (%.2fx slime), over memcpy+XXH3 %.2f ns/chg | expand %.3f ns/el"
-                  " (%.1f classes with changes: %.4f ns/el/class; %.2f ns/chg) | positions (tzcnt loop) + merge + apply %.2f ns/chg\n",
-                  name, nse(kFullH), nse(kFullNoHash), nse(kPassNoHash), nse(kPassH), nse(kMemcpy), nse(kMemcpyHash), nse(kSlimeD),
-                  changes, budget, nsc(med[kFullH] - med[kMemcpyHash]),
-                  nse(kPassNoHash) - nse(kMemcpy), nsc(med[kPassNoHash] - med[kMemcpy]), nsc(med[kStreams]),
-                  nse(kNoSel) - nse(kPassNoHash) - nse(kStreams), nsc(med[kNoSel] - med[kPassNoHash] - med[kStreams]),
-                  nsc(med[kNoApp] - med[kNoSel]), nsc(med[kFullNoHash] - med[kNoApp]), nse(kFullH) - nse(kFullNoHash),
-                  nsc(med[kFullH] - med[kFullNoHash]), gbs(kExpH), gbs(kExpH) / gbs(kSlimeD),
-                  nsc(med[kExpH] - med[kMemcpyHash]), nse(kExpNoScan) - nse(kPassNoHash) - nse(kStreams), active,
-                  (nse(kExpNoScan) - nse(kPassNoHash) - nse(kStreams)) / active,
-                  nsc(med[kExpNoScan] - med[kPassNoHash] - med[kStreams]), nsc(med[kExpNoHash] - med[kExpNoScan]));
+    std::snprintf(
+        line, sizeof line,
+        "%-9s ns/element: bd full %.3f | bd no-hash %.3f | class pass+copy %.3f (+XXH3 %.3f) | "
+        "memcpy %.3f | memcpy+XXH3 %.3f | slime %.3f\n"
+        "          per change (%zu changes), budget (slime - memcpy+XXH3) %.2f ns: whole decode "
+        "over memcpy+XXH3 %.2f ns\n"
+        "          stages: class pass over memcpy %.3f ns/el (%.2f ns/chg) | entropy %.2f ns/chg | "
+        "select tables %.3f ns/el (%.2f ns/chg)"
+        " | select %.2f ns/chg | apply %.2f ns/chg | XXH3 %.3f ns/el (%.2f ns/chg)\n"
+        "          expand instead of select: decode %.2f GB/s (%.2fx slime), over memcpy+XXH3 %.2f "
+        "ns/chg | expand %.3f ns/el"
+        " (%.1f classes with changes: %.4f ns/el/class; %.2f ns/chg) | positions (tzcnt loop) + "
+        "merge + apply %.2f ns/chg\n",
+        name, nse(kFullH), nse(kFullNoHash), nse(kPassNoHash), nse(kPassH), nse(kMemcpy),
+        nse(kMemcpyHash), nse(kSlimeD), changes, budget, nsc(med[kFullH] - med[kMemcpyHash]),
+        nse(kPassNoHash) - nse(kMemcpy), nsc(med[kPassNoHash] - med[kMemcpy]), nsc(med[kStreams]),
+        nse(kNoSel) - nse(kPassNoHash) - nse(kStreams),
+        nsc(med[kNoSel] - med[kPassNoHash] - med[kStreams]), nsc(med[kNoApp] - med[kNoSel]),
+        nsc(med[kFullNoHash] - med[kNoApp]), nse(kFullH) - nse(kFullNoHash),
+        nsc(med[kFullH] - med[kFullNoHash]), gbs(kExpH), gbs(kExpH) / gbs(kSlimeD),
+        nsc(med[kExpH] - med[kMemcpyHash]), nse(kExpNoScan) - nse(kPassNoHash) - nse(kStreams),
+        active, (nse(kExpNoScan) - nse(kPassNoHash) - nse(kStreams)) / active,
+        nsc(med[kExpNoScan] - med[kPassNoHash] - med[kStreams]),
+        nsc(med[kExpNoHash] - med[kExpNoScan]));
     breakdown.push_back(line);
   }
   std::printf("\nbreakdown (medians of %d interleaved passes):\n", reps);

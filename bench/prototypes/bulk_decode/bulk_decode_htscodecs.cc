@@ -25,13 +25,19 @@ int main() {
     std::vector<double> p;
   };
   std::vector<Model> models = {{"ternary values", {0.445, 0.445, 0.11}}, {"coarse gaps", {}}};
-  for (int s = 0; s < 16; ++s) models[1].p.push_back(s < 15 ? std::pow(0.7, s) * 0.3 : std::pow(0.7, 15));
+  for (int s = 0; s < 16; ++s)
+    models[1].p.push_back(s < 15 ? std::pow(0.7, s) * 0.3 : std::pow(0.7, 15));
   const size_t kTotal = 2'000'000;
-  std::printf("htscodecs %s order-0 rANS, one thread; ns per decoded symbol and bytes per call over the entropy\n", "1.3.0");
-  std::printf("%-15s %8s | %10s %10s | %12s %12s\n", "model", "stream", "4x16 ns/s", "X32 ns/s", "4x16 B/call", "X32 B/call");
+  std::printf(
+      "htscodecs %s order-0 rANS, one thread; ns per decoded symbol and bytes per call over the "
+      "entropy\n",
+      "1.3.0");
+  std::printf("%-15s %8s | %10s %10s | %12s %12s\n", "model", "stream", "4x16 ns/s", "X32 ns/s",
+              "4x16 B/call", "X32 B/call");
   for (const Model& m : models) {
     double h = 0;
-    for (double q : m.p) if (q > 0) h -= q * std::log2(q);
+    for (double q : m.p)
+      if (q > 0) h -= q * std::log2(q);
     std::discrete_distribution<int> dist(m.p.begin(), m.p.end());
     std::vector<uint8_t> all(kTotal);
     for (uint8_t& b : all) b = uint8_t(dist(rng));
@@ -45,7 +51,10 @@ int main() {
         for (size_t k = 0; k < streams; ++k) {
           unsigned int out_size = 0;
           unsigned char* c = rans_compress_4x16(all.data() + k * n, unsigned(n), &out_size, order);
-          if (!c) { std::fprintf(stderr, "compress failed\n"); return 1; }
+          if (!c) {
+            std::fprintf(stderr, "compress failed\n");
+            return 1;
+          }
           enc[k].assign(c, c + out_size);
           std::free(c);
           bytes += out_size;
@@ -56,7 +65,9 @@ int main() {
           const double t0 = arc_v3::bench::NowSeconds();
           for (size_t k = 0; k < streams; ++k) {
             unsigned int out_size = unsigned(n);
-            if (!rans_uncompress_to_4x16(enc[k].data(), unsigned(enc[k].size()), out.data(), &out_size) || out_size != n) {
+            if (!rans_uncompress_to_4x16(enc[k].data(), unsigned(enc[k].size()), out.data(),
+                                         &out_size) ||
+                out_size != n) {
               std::fprintf(stderr, "decode failed\n");
               return 1;
             }
@@ -71,7 +82,8 @@ int main() {
         ns[v] = times[4] / double(streams * n) * 1e9;
         over[v] = (double(bytes) - h * double(streams * n) / 8) / double(streams);
       }
-      std::printf("%-15s %8zu | %10.2f %10.2f | %12.1f %12.1f\n", m.name, n, ns[0], ns[1], over[0], over[1]);
+      std::printf("%-15s %8zu | %10.2f %10.2f | %12.1f %12.1f\n", m.name, n, ns[0], ns[1], over[0],
+                  over[1]);
     }
   }
   return 0;

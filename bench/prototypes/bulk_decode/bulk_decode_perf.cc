@@ -22,7 +22,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: bulk_decode_perf <regime 0|1|2> <seconds> [expand]\n");
     return 2;
   }
-  const arc_v3::bench::GeneratedRun run = bd::GenerateRegime(bd::kRegimes[ri], bd::kDefaultParams, 1);
+  const arc_v3::bench::GeneratedRun run =
+      bd::GenerateRegime(bd::kRegimes[ri], bd::kDefaultParams, 1);
   const std::vector<uint16_t>& a = run.snapshots[0];
   const std::vector<uint16_t>& b = run.snapshots[1];
   std::vector<std::vector<uint8_t>> pay(run.layout.size());
@@ -51,10 +52,12 @@ int main(int argc, char** argv) {
         }
         continue;
       }
-      const bool ok = expand ? bd::Decode<bd::kFull, true, bd::kExpand>(a.data() + t.offset, t.count(), pay[k].data(), size[k],
-                                                                          out.data() + t.offset, sums[k], hs, &st)
-                             : bd::Decode<bd::kFull, true, bd::kSelect2>(a.data() + t.offset, t.count(), pay[k].data(), size[k],
-                                                                           out.data() + t.offset, sums[k], hs, &st);
+      const bool ok = expand ? bd::Decode<bd::kFull, true, bd::kExpand>(
+                                   a.data() + t.offset, t.count(), pay[k].data(), size[k],
+                                   out.data() + t.offset, sums[k], hs, &st)
+                             : bd::Decode<bd::kFull, true, bd::kSelect2>(
+                                   a.data() + t.offset, t.count(), pay[k].data(), size[k],
+                                   out.data() + t.offset, sums[k], hs, &st);
       if (!ok) {
         std::fprintf(stderr, "decode failed, tensor %zu\n", k);
         return 1;
@@ -65,8 +68,8 @@ int main(int argc, char** argv) {
   const double dt = arc_v3::bench::NowSeconds() - t0;
   size_t changes = 0;
   for (size_t i = 0; i < a.size(); ++i) changes += a[i] != b[i];
-  std::printf("%ld passes, %.3f ns/element, %.2f ns/change\n", passes, dt / passes / double(a.size()) * 1e9,
-              dt / passes / double(changes) * 1e9);
+  std::printf("%ld passes, %.3f ns/element, %.2f ns/change\n", passes,
+              dt / passes / double(a.size()) * 1e9, dt / passes / double(changes) * 1e9);
   XXH3_freeState(hs);
   return 0;
 }

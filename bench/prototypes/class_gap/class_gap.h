@@ -52,24 +52,24 @@ namespace arc_v3 {
 namespace bench {
 namespace class_gap {
 
-constexpr int K = 8;                 // classes
-constexpr size_t kTile = 16384;      // elements per tile (32 KB of BF16)
+constexpr int K = 8;             // classes
+constexpr size_t kTile = 16384;  // elements per tile (32 KB of BF16)
 constexpr size_t kWords = kTile / 64;
-constexpr int kScaleBits = 12;       // rANS probability scale
+constexpr int kScaleBits = 12;  // rANS probability scale
 constexpr uint32_t kScale = 1u << kScaleBits;
-constexpr int kRun = 15;             // gap symbol "coarse += 15, continue"
-constexpr int kEscSyms = 30;         // escape: 2 (j - 1) + neg, j = 1..15
+constexpr int kRun = 15;      // gap symbol "coarse += 15, continue"
+constexpr int kEscSyms = 30;  // escape: 2 (j - 1) + neg, j = 1..15
 constexpr int kInactive = 255;
 
 // ---------------------------------------------------------------- tables
 // Up to 16 symbols, found by comparing the slot with the cumulative frequencies.
 struct alignas(32) Small {
-  uint16_t cum[16];   // unused entries 0xFFFF
+  uint16_t cum[16];  // unused entries 0xFFFF
   uint16_t freq[16];
   float cost[16];
-  int sh = 0;         // gap tables: raw low bits per gap
+  int sh = 0;  // gap tables: raw low bits per gap
 };
-struct Esc {           // 30 symbols, u8 lookup (rarely used)
+struct Esc {  // 30 symbols, u8 lookup (rarely used)
   uint8_t lut[kScale];
   uint16_t cum[kEscSyms], freq[kEscSyms];
   float cost[kEscSyms];
@@ -77,15 +77,21 @@ struct Esc {           // 30 symbols, u8 lookup (rarely used)
 
 inline void Quantize(const double* p, int n, uint16_t* freq, uint16_t* cum, float* cost) {
   int f[32], sum = 0;
-  for (int s = 0; s < n; ++s) { f[s] = std::max(1, int(p[s] * kScale + 0.5)); sum += f[s]; }
+  for (int s = 0; s < n; ++s) {
+    f[s] = std::max(1, int(p[s] * kScale + 0.5));
+    sum += f[s];
+  }
   while (sum != int(kScale)) {  // fix the total on the largest symbol(s)
     const int s = int(std::max_element(f, f + n) - f);
     const int delta = std::max(int(kScale) - sum, 1 - f[s]);
-    f[s] += delta; sum += delta;
+    f[s] += delta;
+    sum += delta;
   }
   uint32_t c = 0;
   for (int s = 0; s < n; ++s) {
-    freq[s] = uint16_t(f[s]); cum[s] = uint16_t(c); cost[s] = float(kScaleBits - std::log2(double(f[s])));
+    freq[s] = uint16_t(f[s]);
+    cum[s] = uint16_t(c);
+    cost[s] = float(kScaleBits - std::log2(double(f[s])));
     c += f[s];
   }
 }
@@ -96,7 +102,10 @@ inline void BuildGap(int q, Small* t) {
   t->sh = mean >= 4 ? int(std::floor(std::log2(mean))) - 1 : 0;
   const double r = std::pow(1 - p, double(1u << t->sh));  // P(coarse >= s+1 | >= s)
   double pr[16], reach = 1;
-  for (int s = 0; s < kRun; ++s) { pr[s] = reach * (1 - r); reach *= r; }
+  for (int s = 0; s < kRun; ++s) {
+    pr[s] = reach * (1 - r);
+    reach *= r;
+  }
   pr[kRun] = reach;
   Quantize(pr, 16, t->freq, t->cum, t->cost);
 }
@@ -104,7 +113,10 @@ inline void BuildGap(int q, Small* t) {
 inline void BuildTernary(int v, Small* t) {
   const double pesc = std::exp2(-((v >> 4) + 1) / 2.0);
   const double pr[3] = {(1 - pesc) / 2, (1 - pesc) / 2, pesc};
-  for (int s = 0; s < 16; ++s) { t->cum[s] = 0xFFFF; t->freq[s] = 0; }
+  for (int s = 0; s < 16; ++s) {
+    t->cum[s] = 0xFFFF;
+    t->freq[s] = 0;
+  }
   Quantize(pr, 3, t->freq, t->cum, t->cost);
 }
 
@@ -112,7 +124,8 @@ inline void BuildEsc(int b, Esc* t) {
   const double rho = b / 16.0 + 1 / 32.0;
   double pr[kEscSyms], w = 0;
   for (int j = 1; j <= 15; ++j) w += std::pow(rho, j - 1);
-  for (int j = 1; j <= 15; ++j) pr[2 * (j - 1)] = pr[2 * (j - 1) + 1] = std::pow(rho, j - 1) / w / 2;
+  for (int j = 1; j <= 15; ++j)
+    pr[2 * (j - 1)] = pr[2 * (j - 1) + 1] = std::pow(rho, j - 1) / w / 2;
   Quantize(pr, kEscSyms, t->freq, t->cum, t->cost);
   for (int s = 0; s < kEscSyms; ++s)
     for (int k = 0; k < t->freq[s]; ++k) t->lut[t->cum[s] + k] = uint8_t(s);
@@ -137,27 +150,35 @@ inline const Codebook& Book() {
 // tile: bit b of u64 word bm[c * kWords + w] = element 64 w + b is in class c (0 past n).
 template <bool kCopy>
 inline void ClassPass(const uint16_t* base, uint16_t* out, size_t n, int e0, uint32_t* bm) {
-  const __m512i vmask = _mm512_set1_epi16(0xFF), ve0 = _mm512_set1_epi16(short(e0)), vkm = _mm512_set1_epi16(K - 1);
+  const __m512i vmask = _mm512_set1_epi16(0xFF), ve0 = _mm512_set1_epi16(short(e0)),
+                vkm = _mm512_set1_epi16(K - 1);
   size_t i = 0;
   for (; i + 32 <= n; i += 32) {
     const __m512i v = _mm512_loadu_si512(base + i);
     if (kCopy) _mm512_storeu_si512(out + i, v);
-    const __m512i c = _mm512_min_epu16(_mm512_subs_epu16(_mm512_and_si512(_mm512_srli_epi16(v, 7), vmask), ve0), vkm);
-    for (int k = 0; k < K; ++k) bm[k * (kTile / 32) + i / 32] = _mm512_cmpeq_epi16_mask(c, _mm512_set1_epi16(short(k)));
+    const __m512i c = _mm512_min_epu16(
+        _mm512_subs_epu16(_mm512_and_si512(_mm512_srli_epi16(v, 7), vmask), ve0), vkm);
+    for (int k = 0; k < K; ++k)
+      bm[k * (kTile / 32) + i / 32] = _mm512_cmpeq_epi16_mask(c, _mm512_set1_epi16(short(k)));
   }
   if (i < n) {
     const __mmask32 live = (1u << (n - i)) - 1;
     const __m512i v = _mm512_maskz_loadu_epi16(live, base + i);
     if (kCopy) _mm512_mask_storeu_epi16(out + i, live, v);
-    const __m512i c = _mm512_min_epu16(_mm512_subs_epu16(_mm512_and_si512(_mm512_srli_epi16(v, 7), vmask), ve0), vkm);
-    for (int k = 0; k < K; ++k) bm[k * (kTile / 32) + i / 32] = _mm512_mask_cmpeq_epi16_mask(live, c, _mm512_set1_epi16(short(k)));
+    const __m512i c = _mm512_min_epu16(
+        _mm512_subs_epu16(_mm512_and_si512(_mm512_srli_epi16(v, 7), vmask), ve0), vkm);
+    for (int k = 0; k < K; ++k)
+      bm[k * (kTile / 32) + i / 32] =
+          _mm512_mask_cmpeq_epi16_mask(live, c, _mm512_set1_epi16(short(k)));
     i += 32;
   }
   for (; i < kTile; i += 32)
     for (int k = 0; k < K; ++k) bm[k * (kTile / 32) + i / 32] = 0;
 }
 
-inline int ClassOf(uint16_t b, int e0) { return std::min(std::max(ExponentField(b) - e0, 0), K - 1); }
+inline int ClassOf(uint16_t b, int e0) {
+  return std::min(std::max(ExponentField(b) - e0, 0), K - 1);
+}
 
 // The BF16 value d steps (monotone order) from b.
 inline uint16_t Apply(uint16_t b, int32_t d) {
@@ -173,13 +194,24 @@ struct BitWriter {
   void Put(uint64_t v, int n) {  // n <= 32
     acc |= v << fill;
     fill += n;
-    while (fill >= 8) { bytes.push_back(uint8_t(acc)); acc >>= 8; fill -= 8; }
+    while (fill >= 8) {
+      bytes.push_back(uint8_t(acc));
+      acc >>= 8;
+      fill -= 8;
+    }
   }
-  void Flush() { if (fill) bytes.push_back(uint8_t(acc)); acc = 0; fill = 0; }
+  void Flush() {
+    if (fill) bytes.push_back(uint8_t(acc));
+    acc = 0;
+    fill = 0;
+  }
 };
 
 inline void PutVarint(std::vector<uint8_t>* o, uint64_t v) {
-  while (v >= 128) { o->push_back(uint8_t(v | 128)); v >>= 7; }
+  while (v >= 128) {
+    o->push_back(uint8_t(v | 128));
+    v >>= 7;
+  }
   o->push_back(uint8_t(v));
 }
 
@@ -203,7 +235,8 @@ inline int ValSym(int32_t d, int* esc, int* j, uint32_t* low) {
 }
 
 // Encodes next given base (count elements) into out (replaced).
-inline void Encode(const uint16_t* base, const uint16_t* next, size_t count, std::vector<uint8_t>* out, EncScratch* s) {
+inline void Encode(const uint16_t* base, const uint16_t* next, size_t count,
+                   std::vector<uint8_t>* out, EncScratch* s) {
   out->clear();
   const Codebook& book = Book();
   // 1. changes and exponent histograms
@@ -218,10 +251,15 @@ inline void Encode(const uint16_t* base, const uint16_t* next, size_t count, std
     for (int e = 0; e < 256; ++e) hist_e[e] = h[0][e] + h[1][e] + h[2][e] + h[3][e];
     i = 0;
     for (; i + 32 <= count; i += 32) {
-      __mmask32 m = _mm512_cmpneq_epi16_mask(_mm512_loadu_si512(base + i), _mm512_loadu_si512(next + i));
-      while (m) { s->pos.push_back(uint32_t(i + __builtin_ctz(m))); m &= m - 1; }
+      __mmask32 m =
+          _mm512_cmpneq_epi16_mask(_mm512_loadu_si512(base + i), _mm512_loadu_si512(next + i));
+      while (m) {
+        s->pos.push_back(uint32_t(i + __builtin_ctz(m)));
+        m &= m - 1;
+      }
     }
-    for (; i < count; ++i) if (base[i] != next[i]) s->pos.push_back(uint32_t(i));
+    for (; i < count; ++i)
+      if (base[i] != next[i]) s->pos.push_back(uint32_t(i));
     for (uint32_t p : s->pos) hist_ce[ExponentField(base[p])]++;
   }
   if (s->pos.empty()) return;
@@ -231,16 +269,28 @@ inline void Encode(const uint16_t* base, const uint16_t* next, size_t count, std
     const double p = changed / members;
     return -members * (p * std::log2(p) + (1 - p) * std::log2(1 - p));
   };
-  int e0 = 0; double best = 1e300;
+  int e0 = 0;
+  double best = 1e300;
   for (int cand = 0; cand < 256; ++cand) {
     double n[K] = {0}, k[K] = {0};
-    for (int e = 0; e < 256; ++e) { const int c = std::min(std::max(e - cand, 0), K - 1); n[c] += hist_e[e]; k[c] += hist_ce[e]; }
+    for (int e = 0; e < 256; ++e) {
+      const int c = std::min(std::max(e - cand, 0), K - 1);
+      n[c] += hist_e[e];
+      k[c] += hist_ce[e];
+    }
     double b = 0;
     for (int c = 0; c < K; ++c) b += entropy_bits(k[c], n[c]);
-    if (b < best - 1e-9) { best = b; e0 = cand; }
+    if (b < best - 1e-9) {
+      best = b;
+      e0 = cand;
+    }
   }
   uint64_t n_c[K] = {0}, k_c[K] = {0};
-  for (int e = 0; e < 256; ++e) { const int c = std::min(std::max(e - e0, 0), K - 1); n_c[c] += hist_e[e]; k_c[c] += hist_ce[e]; }
+  for (int e = 0; e < 256; ++e) {
+    const int c = std::min(std::max(e - e0, 0), K - 1);
+    n_c[c] += hist_e[e];
+    k_c[c] += hist_ce[e];
+  }
   uint8_t gq[K], vq[K];
   uint32_t th[K][3] = {{0}}, eh[K][kEscSyms] = {{0}};
   for (uint32_t p : s->pos) {
@@ -252,20 +302,31 @@ inline void Encode(const uint16_t* base, const uint16_t* next, size_t count, std
     if (t == 2) eh[c][esc]++;
   }
   for (int c = 0; c < K; ++c) {
-    if (!k_c[c]) { gq[c] = kInactive; vq[c] = 0; continue; }
+    if (!k_c[c]) {
+      gq[c] = kInactive;
+      vq[c] = 0;
+      continue;
+    }
     const double p = double(k_c[c]) / double(n_c[c]);
     gq[c] = uint8_t(std::min(254.0, std::max(0.0, std::round(-8 * std::log2(p)))));
-    double bc = 1e300; int ba = 0, bb = 0;
+    double bc = 1e300;
+    int ba = 0, bb = 0;
     for (int a = 0; a < 16; ++a) {
       double cost = 0;
       for (int t = 0; t < 3; ++t) cost += th[c][t] * double(book.tern[a].cost[t]);
-      if (cost < bc) { bc = cost; ba = a; }
+      if (cost < bc) {
+        bc = cost;
+        ba = a;
+      }
     }
     bc = 1e300;
     for (int b = 0; b < 16; ++b) {
       double cost = 0;
       for (int e = 0; e < kEscSyms; ++e) cost += eh[c][e] * double(book.esc[b].cost[e]);
-      if (cost < bc) { bc = cost; bb = b; }
+      if (cost < bc) {
+        bc = cost;
+        bb = b;
+      }
     }
     vq[c] = uint8_t(ba << 4 | bb);
   }
@@ -286,13 +347,18 @@ inline void Encode(const uint16_t* base, const uint16_t* next, size_t count, std
       for (int c = 0; c < K; ++c) {
         if (gq[c] == kInactive) continue;
         uint64_t r = rank_base[c];
-        for (size_t x = 0; x < kWords; ++x) { pre[c][x] = r; r += __builtin_popcountll(bm64[c * kWords + x]); }
+        for (size_t x = 0; x < kWords; ++x) {
+          pre[c][x] = r;
+          r += __builtin_popcountll(bm64[c * kWords + x]);
+        }
         rank_base[c] = r;
       }
       for (; pi < s->pos.size() && s->pos[pi] < t0 + n; ++pi) {
         const uint32_t local = uint32_t(s->pos[pi] - t0);
         const int c = ClassOf(base[s->pos[pi]], e0);
-        s->rank[pi] = pre[c][local / 64] + __builtin_popcountll(bm64[c * kWords + local / 64] & ((uint64_t{1} << (local % 64)) - 1));
+        s->rank[pi] =
+            pre[c][local / 64] + __builtin_popcountll(bm64[c * kWords + local / 64] &
+                                                      ((uint64_t{1} << (local % 64)) - 1));
         s->cls[pi] = uint8_t(c);
       }
     }
@@ -301,13 +367,19 @@ inline void Encode(const uint16_t* base, const uint16_t* next, size_t count, std
   BitWriter bits;
   s->syms.clear();
   s->gap_flag.clear();
-  auto sym = [&](bool gap, uint32_t freq, uint32_t cum) { s->syms.push_back(freq << 16 | cum); s->gap_flag.push_back(gap); };
+  auto sym = [&](bool gap, uint32_t freq, uint32_t cum) {
+    s->syms.push_back(freq << 16 | cum);
+    s->gap_flag.push_back(gap);
+  };
   int64_t last_rank[K];
   for (int c = 0; c < K; ++c) last_rank[c] = -1;
   auto put_gap = [&](int c, uint64_t g) {
     const Small& tb = book.gap[gq[c]];
     uint64_t coarse = g >> tb.sh;
-    while (coarse >= kRun) { sym(true, tb.freq[kRun], tb.cum[kRun]); coarse -= kRun; }
+    while (coarse >= kRun) {
+      sym(true, tb.freq[kRun], tb.cum[kRun]);
+      coarse -= kRun;
+    }
     sym(true, tb.freq[coarse], tb.cum[coarse]);
     bits.Put(g & ((uint64_t{1} << tb.sh) - 1), tb.sh);
   };
@@ -323,7 +395,8 @@ inline void Encode(const uint16_t* base, const uint16_t* next, size_t count, std
       put_gap(c, n_c[c] - uint64_t(last_rank[c] + 1));
     }
   };
-  for (int c = 0; c < K; ++c) if (gq[c] != kInactive) next_gap(c);
+  for (int c = 0; c < K; ++c)
+    if (gq[c] != kInactive) next_gap(c);
   for (size_t t = 0; t < tiles; ++t) {
     const size_t t1 = std::min(count, (t + 1) * kTile);
     for (int c = 0; c < K; ++c) {
@@ -336,7 +409,10 @@ inline void Encode(const uint16_t* base, const uint16_t* next, size_t count, std
         uint32_t low = 0;
         const int t3 = ValSym(MonotoneKey(next[p]) - MonotoneKey(base[p]), &esc, &j, &low);
         sym(false, tt.freq[t3], tt.cum[t3]);
-        if (t3 == 2) { sym(false, et.freq[esc], et.cum[esc]); bits.Put(low, j); }
+        if (t3 == 2) {
+          sym(false, et.freq[esc], et.cum[esc]);
+          bits.Put(low, j);
+        }
         ++cursor[c];
         next_gap(c);
       }
@@ -353,15 +429,20 @@ inline void Encode(const uint16_t* base, const uint16_t* next, size_t count, std
     const uint32_t f = s->syms[k] >> 16, cum = s->syms[k] & 0xFFFF;
     const int kind = s->gap_flag[k];
     uint32_t& x = xs[kind * 2 + (--nk[kind] & 1)];
-    if (x >= (uint32_t{1} << (32 - kScaleBits)) * f) { s->words.push_back(uint16_t(x)); x >>= 16; }
+    if (x >= (uint32_t{1} << (32 - kScaleBits)) * f) {
+      s->words.push_back(uint16_t(x));
+      x >>= 16;
+    }
     x = (x / f << kScaleBits) + x % f + cum;
   }
   std::reverse(s->words.begin(), s->words.end());
   // 6. layout
   out->push_back(uint8_t(e0));
   for (int c = 0; c < K; ++c) out->push_back(gq[c]);
-  for (int c = 0; c < K; ++c) if (gq[c] != kInactive) out->push_back(vq[c]);
-  for (uint32_t x : xs) for (int b = 0; b < 4; ++b) out->push_back(uint8_t(x >> (8 * b)));
+  for (int c = 0; c < K; ++c)
+    if (gq[c] != kInactive) out->push_back(vq[c]);
+  for (uint32_t x : xs)
+    for (int b = 0; b < 4; ++b) out->push_back(uint8_t(x >> (8 * b)));
   PutVarint(out, s->words.size());
   const size_t at = out->size();
   out->resize(at + 2 * s->words.size());
@@ -380,16 +461,18 @@ constexpr size_t kReadPadding = 16;
 // checksum. Timing variants: kWalk = false does the class pass + copy (+ hash) only;
 // kSelect = false decodes the entropy streams without placing the changes (wrong output).
 template <bool kWalk, bool kHash, bool kSelect = true>
-inline bool Decode(const uint16_t* base, size_t count, const uint8_t* data, size_t size, uint16_t* out,
-                   uint64_t checksum, XXH3_state_t* hs) {
+inline bool Decode(const uint16_t* base, size_t count, const uint8_t* data, size_t size,
+                   uint16_t* out, uint64_t checksum, XXH3_state_t* hs) {
   if (kHash) XXH3_64bits_reset(hs);
   const size_t tiles = (count + kTile - 1) / kTile;
   alignas(64) static thread_local uint32_t bm32[K * (kTile / 32)];
   if (size == 0 || !kWalk) {  // no changes: copy (+ hash); !kWalk: the class pass too
     for (size_t t = 0; t < tiles; ++t) {
       const size_t t0 = t * kTile, n = std::min(kTile, count - t0);
-      if (size) ClassPass<true>(base + t0, out + t0, n, data[0], bm32);
-      else std::memcpy(out + t0, base + t0, 2 * n);
+      if (size)
+        ClassPass<true>(base + t0, out + t0, n, data[0], bm32);
+      else
+        std::memcpy(out + t0, base + t0, 2 * n);
       if (kHash) XXH3_64bits_update(hs, out + t0, 2 * n);
     }
     return !kHash || XXH3_64bits_digest(hs) == checksum;
@@ -400,13 +483,23 @@ inline bool Decode(const uint16_t* base, size_t count, const uint8_t* data, size
   const int e0 = *p++;
   uint8_t gq[K], vq[K];
   int active[K], na = 0;
-  for (int c = 0; c < K; ++c) { gq[c] = *p++; if (gq[c] != kInactive) active[na++] = c; }
+  for (int c = 0; c < K; ++c) {
+    gq[c] = *p++;
+    if (gq[c] != kInactive) active[na++] = c;
+  }
   for (int c = 0; c < K; ++c) vq[c] = gq[c] != kInactive ? *p++ : 0;
   uint32_t xA0, xA1, xB0, xB1;
-  std::memcpy(&xA0, p, 4); std::memcpy(&xA1, p + 4, 4); std::memcpy(&xB0, p + 8, 4); std::memcpy(&xB1, p + 12, 4);
+  std::memcpy(&xA0, p, 4);
+  std::memcpy(&xA1, p + 4, 4);
+  std::memcpy(&xB0, p + 8, 4);
+  std::memcpy(&xB1, p + 12, 4);
   p += 16;
   uint64_t nwords = 0;
-  for (int sh = 0;; sh += 7) { const uint8_t b = *p++; nwords |= uint64_t(b & 127) << sh; if (!(b & 128)) break; }
+  for (int sh = 0;; sh += 7) {
+    const uint8_t b = *p++;
+    nwords |= uint64_t(b & 127) << sh;
+    if (!(b & 128)) break;
+  }
   if (p + 2 * nwords > end) return false;
   const uint16_t* wp = reinterpret_cast<const uint16_t*>(p);
   const uint16_t* wend = wp + nwords;
@@ -431,7 +524,8 @@ inline bool Decode(const uint16_t* base, size_t count, const uint8_t* data, size
     uint32_t x = x0;
     const uint32_t slot = x & (kScale - 1);
     const __m256i cv = _mm256_load_si256(reinterpret_cast<const __m256i*>(table.cum));
-    const uint32_t s = 31 - __builtin_clz(_mm256_cmple_epu16_mask(cv, _mm256_set1_epi16(short(slot))));
+    const uint32_t s =
+        31 - __builtin_clz(_mm256_cmple_epu16_mask(cv, _mm256_set1_epi16(short(slot))));
     x = table.freq[s] * (x >> kScaleBits) + slot - table.cum[s];
     renorm(x);
     x0 = x1;
@@ -460,7 +554,8 @@ inline bool Decode(const uint16_t* base, size_t count, const uint8_t* data, size
       const uint64_t* w = bm + c * kWords;
       // members of the class in this tile
       __m512i acc = _mm512_setzero_si512();
-      for (size_t x = 0; x < kWords; x += 8) acc = _mm512_add_epi64(acc, _mm512_popcnt_epi64(_mm512_load_si512(w + x)));
+      for (size_t x = 0; x < kWords; x += 8)
+        acc = _mm512_add_epi64(acc, _mm512_popcnt_epi64(_mm512_load_si512(w + x)));
       // Summed through memory: GCC 12's _mm512_reduce_add_epi64 and _mm512_castsi512_si256
       // trip -Wmaybe-uninitialized in its own headers.
       alignas(64) uint64_t lanes[8];
@@ -468,7 +563,10 @@ inline bool Decode(const uint16_t* base, size_t count, const uint8_t* data, size
       uint64_t members = 0;
       for (uint64_t lane : lanes) members += lane;
       uint64_t r = rem[c];
-      if (r >= members) { rem[c] = r - members; continue; }
+      if (r >= members) {
+        rem[c] = r - members;
+        continue;
+      }
       // 1. entropy: the class's changes in this tile -> (member rank, value); the loop
       //    branch mispredicts once per tile and class, not once per change.
       const Small& tt = book.tern[vq[c] >> 4];
@@ -480,13 +578,15 @@ inline bool Decode(const uint16_t* base, size_t count, const uint8_t* data, size
         const uint32_t s3 = (slot >= tt.cum[1]) + (slot >= tt.cum[2]);
         uint32_t x = tt.freq[s3] * (xA0 >> kScaleBits) + slot - tt.cum[s3];
         renorm(x);
-        xA0 = xA1; xA1 = x;
+        xA0 = xA1;
+        xA1 = x;
         int32_t d = 1 - 2 * int32_t(s3 & 1);
         if (__builtin_expect(s3 == 2, 0)) {
           const uint32_t es = et.lut[xA0 & (kScale - 1)];
           x = et.freq[es] * (xA0 >> kScaleBits) + (xA0 & (kScale - 1)) - et.cum[es];
           renorm(x);
-          xA0 = xA1; xA1 = x;
+          xA0 = xA1;
+          xA1 = x;
           const int j = int(es >> 1) + 1;
           const int32_t mag = int32_t((1u << j) | read_bits(j));
           d = (es & 1) ? -mag : mag;
@@ -496,7 +596,10 @@ inline bool Decode(const uint16_t* base, size_t count, const uint8_t* data, size
       } while (r < members);
       rem[c] = r - members;
       // 2. select: member ranks -> positions (walk the class bitmap), 3. scatter
-      if (!kSelect) { to[ranks[k - 1] & (kTile - 1)] ^= uint16_t(vals[k - 1]); continue; }  // keeps the decode live
+      if (!kSelect) {
+        to[ranks[k - 1] & (kTile - 1)] ^= uint16_t(vals[k - 1]);
+        continue;
+      }  // keeps the decode live
       size_t x = 0;
       uint64_t cum = 0, pc = __builtin_popcountll(w[0]);
       for (size_t q = 0; q < k; ++q) {
@@ -512,7 +615,8 @@ inline bool Decode(const uint16_t* base, size_t count, const uint8_t* data, size
     }
     if (kHash) XXH3_64bits_update(hs, to, 2 * n);
   }
-  for (int a = 0; a < na; ++a) if (rem[active[a]] != 0) return false;
+  for (int a = 0; a < na; ++a)
+    if (rem[active[a]] != 0) return false;
   const uint32_t L = 1u << 16;
   if (wp != wend || xA0 != L || xA1 != L || xB0 != L || xB1 != L) return false;
   return !kHash || XXH3_64bits_digest(hs) == checksum;

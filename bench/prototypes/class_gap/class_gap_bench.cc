@@ -47,7 +47,8 @@ int Usage(const char* message) {
   std::fprintf(stderr,
                "class_gap_bench: %s\n"
                "usage: class_gap_bench [--params N] [--deltas D] [--reps R] [--concat]\n"
-               "  --params N  generator model size (default %" PRIu64 ")\n"
+               "  --params N  generator model size (default %" PRIu64
+               ")\n"
                "  --deltas D  step pairs per regime (default %d)\n"
                "  --reps R    interleaved timed passes, medians (default 7)\n"
                "  --concat    code each pair's whole snapshot as one tensor\n",
@@ -67,24 +68,33 @@ int main(int argc, char** argv) {
       concat = true;
       continue;
     }
-    if (a != "--params" && a != "--deltas" && a != "--reps") return Usage(("unknown option " + a).c_str());
+    if (a != "--params" && a != "--deltas" && a != "--reps")
+      return Usage(("unknown option " + a).c_str());
     if (i + 1 >= argc) return Usage((a + " needs a value").c_str());
     char* rest = nullptr;
     const unsigned long long v = std::strtoull(argv[++i], &rest, 10);
-    if (*rest != '\0' || v < 1 || (a != "--params" && v > 1000000)) return Usage((a + ": bad value").c_str());
-    if (a == "--params") params = v;
-    else if (a == "--deltas") deltas = int(v);
-    else reps = int(v);
+    if (*rest != '\0' || v < 1 || (a != "--params" && v > 1000000))
+      return Usage((a + ": bad value").c_str());
+    if (a == "--params")
+      params = v;
+    else if (a == "--deltas")
+      deltas = int(v);
+    else
+      reps = int(v);
   }
   const std::vector<std::unique_ptr<Codec>> codecs = arc_v3::bench::AllCodecs();
   const Codec* slime = FindCodec(codecs, "slime_zstd");
   const Codec* arc_default = FindCodec(codecs, arc_v3::bench::kDefaultCodec);
   cg::Book();
   XXH3_state_t* hs = XXH3_createState();
-  std::printf("class_gap_bench: class-gap prototype, K=%d classes, tile %zu, rANS 2+2 states (values/gaps), scale 2^%d; %s\n",
-              cg::K, cg::kTile, cg::kScaleBits, concat ? "one tensor per pair (concatenated)" : "per tensor, as arc_bench");
-  std::printf("%-9s %8s %8s | %7s %7s %6s | %9s %9s %6s | %6s %6s %6s | %6s %6s\n", "regime", "changed", "elems",
-              "cg_D", "slimeD", "ratio", "cg_pay%", "default%", "x", "cg_C", "slimeC", "ratio", "memcpy", "+XXH3");
+  std::printf(
+      "class_gap_bench: class-gap prototype, K=%d classes, tile %zu, rANS 2+2 states "
+      "(values/gaps), scale 2^%d; %s\n",
+      cg::K, cg::kTile, cg::kScaleBits,
+      concat ? "one tensor per pair (concatenated)" : "per tensor, as arc_bench");
+  std::printf("%-9s %8s %8s | %7s %7s %6s | %9s %9s %6s | %6s %6s %6s | %6s %6s\n", "regime",
+              "changed", "elems", "cg_D", "slimeD", "ratio", "cg_pay%", "default%", "x", "cg_C",
+              "slimeC", "ratio", "memcpy", "+XXH3");
   std::vector<std::string> breakdown;
   for (const cg::RegimeSpec& regime : cg::kRegimes) {
     const char* name = regime.name;
@@ -93,13 +103,18 @@ int main(int argc, char** argv) {
     const size_t npairs = snaps.size() - 1;
     std::vector<Task> tasks;
     for (size_t p = 0; p < npairs; ++p) {
-      if (concat) tasks.push_back(Task{p, 0, snaps[p].size(), snaps[p].size(), 1});
-      else for (const auto& t : run.layout) tasks.push_back(Task{p, t.offset, t.count(), t.rows, t.cols});
+      if (concat)
+        tasks.push_back(Task{p, 0, snaps[p].size(), snaps[p].size(), 1});
+      else
+        for (const auto& t : run.layout)
+          tasks.push_back(Task{p, t.offset, t.count(), t.rows, t.cols});
     }
-    std::stable_sort(tasks.begin(), tasks.end(), [](const Task& a, const Task& b) { return a.count > b.count; });
+    std::stable_sort(tasks.begin(), tasks.end(),
+                     [](const Task& a, const Task& b) { return a.count > b.count; });
     auto view = [&](const Task& t, bool with_next) {
-      return TensorView{snaps[t.pair].data() + t.offset, with_next ? snaps[t.pair + 1].data() + t.offset : nullptr,
-                        t.count, t.rows, t.cols};
+      return TensorView{snaps[t.pair].data() + t.offset,
+                        with_next ? snaps[t.pair + 1].data() + t.offset : nullptr, t.count, t.rows,
+                        t.cols};
     };
     std::vector<std::vector<uint16_t>> outs(npairs, std::vector<uint16_t>(snaps[0].size()));
     // cgp[k] holds cg_size[k] payload bytes and kReadPadding zero bytes (Decode's contract).
@@ -131,9 +146,11 @@ int main(int argc, char** argv) {
       std::vector<uint8_t> payload;
       for (size_t p = 0; p < npairs; ++p) {
         for (const auto& t : run.layout) {
-          const TensorView tv{snaps[p].data() + t.offset, snaps[p + 1].data() + t.offset, t.count(), t.rows, t.cols};
+          const TensorView tv{snaps[p].data() + t.offset, snaps[p + 1].data() + t.offset, t.count(),
+                              t.rows, t.cols};
           if (!arc_default->Compress(tv, &payload)) {
-            std::printf("%s: compress failed, regime %s tensor %s\n", arc_default->Name().c_str(), name, t.name.c_str());
+            std::printf("%s: compress failed, regime %s tensor %s\n", arc_default->Name().c_str(),
+                        name, t.name.c_str());
             return 1;
           }
           default_bytes += payload.size();
@@ -143,7 +160,8 @@ int main(int argc, char** argv) {
     auto check = [&](const char* what) {
       for (size_t k = 0; k < tasks.size(); ++k) {
         const Task& t = tasks[k];
-        if (std::memcmp(outs[t.pair].data() + t.offset, snaps[t.pair + 1].data() + t.offset, 2 * t.count)) {
+        if (std::memcmp(outs[t.pair].data() + t.offset, snaps[t.pair + 1].data() + t.offset,
+                        2 * t.count)) {
           std::printf("MISMATCH %s regime %s task %zu\n", what, name, k);
           std::exit(1);
         }
@@ -154,11 +172,12 @@ int main(int argc, char** argv) {
       constexpr bool kWalk = decltype(walk)::value, kHash = decltype(hash)::value;
       for (size_t k = 0; k < tasks.size(); ++k) {
         const Task& t = tasks[k];
-        const bool ok = cg::Decode<kWalk, kHash>(snaps[t.pair].data() + t.offset, t.count, cgp[k].data(), cg_size[k],
-                                                 outs[t.pair].data() + t.offset, sums[k], hs);
+        const bool ok =
+            cg::Decode<kWalk, kHash>(snaps[t.pair].data() + t.offset, t.count, cgp[k].data(),
+                                     cg_size[k], outs[t.pair].data() + t.offset, sums[k], hs);
         if (!ok && kWalk) {
-          std::printf("decode failed regime %s task %zu size %zu count %zu pair %zu off %zu\n", name, k, cg_size[k],
-                      t.count, t.pair, t.offset);
+          std::printf("decode failed regime %s task %zu size %zu count %zu pair %zu off %zu\n",
+                      name, k, cg_size[k], t.count, t.pair, t.offset);
           std::exit(1);
         }
       }
@@ -167,21 +186,36 @@ int main(int argc, char** argv) {
       bool ok = true;
       for (size_t k = 0; k < tasks.size(); ++k) {
         const Task& t = tasks[k];
-        ok &= slime->Decompress(view(t, false), slp[k].data(), slp[k].size(), outs[t.pair].data() + t.offset);
+        ok &= slime->Decompress(view(t, false), slp[k].data(), slp[k].size(),
+                                outs[t.pair].data() + t.offset);
       }
       return ok;
     };
     using T = std::true_type;
     using F = std::false_type;
-    cg_decode(T(), T()); check("cg");
-    cg_decode(T(), F()); check("cg nohash");
+    cg_decode(T(), T());
+    check("cg");
+    cg_decode(T(), F());
+    check("cg nohash");
     if (!slime_decode()) {
       std::printf("slime_zstd: decompress failed, regime %s\n", name);
       return 1;
     }
     check("slime");
     // Timed: every variant once per rep, interleaved; medians.
-    enum { kEntropyOnly, kFull, kFullNoHash, kPass, kPassNoHash, kSlimeD, kMemcpy, kMemcpyHash, kCgC, kSlimeC, kN };
+    enum {
+      kEntropyOnly,
+      kFull,
+      kFullNoHash,
+      kPass,
+      kPassNoHash,
+      kSlimeD,
+      kMemcpy,
+      kMemcpyHash,
+      kCgC,
+      kSlimeC,
+      kN
+    };
     std::vector<std::vector<double>> tm(kN);
     auto timeit = [&](int v, const auto& f) {
       const double t0 = arc_v3::bench::NowSeconds();
@@ -194,8 +228,8 @@ int main(int argc, char** argv) {
       timeit(kEntropyOnly, [&] {  // class pass + copy + entropy decode, no select/scatter, no hash
         for (size_t k = 0; k < tasks.size(); ++k) {
           const Task& t = tasks[k];
-          cg::Decode<true, false, false>(snaps[t.pair].data() + t.offset, t.count, cgp[k].data(), cg_size[k],
-                                         outs[t.pair].data() + t.offset, sums[k], hs);
+          cg::Decode<true, false, false>(snaps[t.pair].data() + t.offset, t.count, cgp[k].data(),
+                                         cg_size[k], outs[t.pair].data() + t.offset, sums[k], hs);
         }
       });
       timeit(kFullNoHash, [&] { cg_decode(T(), F()); });
@@ -203,25 +237,31 @@ int main(int argc, char** argv) {
       timeit(kPassNoHash, [&] { cg_decode(F(), F()); });
       timeit(kSlimeD, [&] { slime_decode(); });
       timeit(kMemcpy, [&] {
-        for (const Task& t : tasks) std::memcpy(outs[t.pair].data() + t.offset, snaps[t.pair].data() + t.offset, 2 * t.count);
+        for (const Task& t : tasks)
+          std::memcpy(outs[t.pair].data() + t.offset, snaps[t.pair].data() + t.offset, 2 * t.count);
       });
-      timeit(kMemcpyHash, [&] {  // as arc_bench's memcpy+XXH3 row: copy + XXH3 update tile by tile (32K elements)
-        for (const Task& t : tasks) {
-          XXH3_64bits_reset(hs);
-          for (size_t i = 0; i < t.count; i += 32768) {
-            const size_t n = std::min<size_t>(32768, t.count - i);
-            std::memcpy(outs[t.pair].data() + t.offset + i, snaps[t.pair].data() + t.offset + i, 2 * n);
-            XXH3_64bits_update(hs, outs[t.pair].data() + t.offset + i, 2 * n);
-          }
-          volatile uint64_t h = XXH3_64bits_digest(hs);
-          (void)h;
-        }
-      });
+      timeit(
+          kMemcpyHash,
+          [&] {  // as arc_bench's memcpy+XXH3 row: copy + XXH3 update tile by tile (32K elements)
+            for (const Task& t : tasks) {
+              XXH3_64bits_reset(hs);
+              for (size_t i = 0; i < t.count; i += 32768) {
+                const size_t n = std::min<size_t>(32768, t.count - i);
+                std::memcpy(outs[t.pair].data() + t.offset + i, snaps[t.pair].data() + t.offset + i,
+                            2 * n);
+                XXH3_64bits_update(hs, outs[t.pair].data() + t.offset + i, 2 * n);
+              }
+              volatile uint64_t h = XXH3_64bits_digest(hs);
+              (void)h;
+            }
+          });
       if (rep < 5) {
         timeit(kCgC, [&] {
           for (const Task& t : tasks) {
-            cg::Encode(snaps[t.pair].data() + t.offset, snaps[t.pair + 1].data() + t.offset, t.count, &scratch, &es);
-            volatile uint64_t h = XXH3_64bits(snaps[t.pair + 1].data() + t.offset, 2 * t.count);  // the checksum
+            cg::Encode(snaps[t.pair].data() + t.offset, snaps[t.pair + 1].data() + t.offset,
+                       t.count, &scratch, &es);
+            volatile uint64_t h =
+                XXH3_64bits(snaps[t.pair + 1].data() + t.offset, 2 * t.count);  // the checksum
             (void)h;
           }
         });
@@ -230,7 +270,8 @@ int main(int argc, char** argv) {
         });
       }
     }
-    cg_decode(T(), T()); check("cg after timing");
+    cg_decode(T(), T());
+    check("cg after timing");
     double med[kN];
     for (int v = 0; v < kN; ++v) {
       std::vector<double> x = tm[v];
@@ -243,21 +284,29 @@ int main(int argc, char** argv) {
     const double pay = 100.0 * cg_bytes / bytes;
     const double default_pct = 100.0 * default_bytes / bytes;
     const double pay_sums = 100.0 * (cg_bytes + 8.0 * tasks.size()) / bytes;
-    std::printf("%-9s %7.4f%% %8zu | %7.2f %7.2f %5.2fx | %8.4f%% %8.4f%% %5.3fx | %6.2f %6.2f %5.2fx | %6.2f %6.2f"
-                "   (slime payload %.4f%%; cg with 8 B checksums %.4f%% = %.3fx)\n",
-                name, 100.0 * changes / elems, elems / npairs, gbs(kFull), gbs(kSlimeD), gbs(kFull) / gbs(kSlimeD), pay,
-                default_pct, pay / default_pct, gbs(kCgC), gbs(kSlimeC), gbs(kCgC) / gbs(kSlimeC), gbs(kMemcpy),
-                gbs(kMemcpyHash), 100.0 * sl_bytes / bytes, pay_sums, pay_sums / default_pct);
+    std::printf(
+        "%-9s %7.4f%% %8zu | %7.2f %7.2f %5.2fx | %8.4f%% %8.4f%% %5.3fx | %6.2f %6.2f %5.2fx | "
+        "%6.2f %6.2f"
+        "   (slime payload %.4f%%; cg with 8 B checksums %.4f%% = %.3fx)\n",
+        name, 100.0 * changes / elems, elems / npairs, gbs(kFull), gbs(kSlimeD),
+        gbs(kFull) / gbs(kSlimeD), pay, default_pct, pay / default_pct, gbs(kCgC), gbs(kSlimeC),
+        gbs(kCgC) / gbs(kSlimeC), gbs(kMemcpy), gbs(kMemcpyHash), 100.0 * sl_bytes / bytes,
+        pay_sums, pay_sums / default_pct);
     char line[1024];
-    std::snprintf(line, sizeof line,
-                  "%-9s ns/element: cg full %.3f | class pass+copy %.3f | +XXH3 %.3f | cg no-hash %.3f | memcpy %.3f | memcpy+XXH3 %.3f | slime %.3f\n"
-                  "          per change (%zu changes): entropy+select+scatter %.2f ns (full - pass, with hash), %.2f ns (no hash); "
-                  "hash %.3f ns/el; pass over memcpy %.3f ns/el; budget to match slime: %.3f ns/el\n"
-                  "          per change: entropy decode alone %.2f ns, select+scatter %.2f ns\n",
-                  name, nse(kFull), nse(kPassNoHash), nse(kPass), nse(kFullNoHash), nse(kMemcpy), nse(kMemcpyHash), nse(kSlimeD),
-                  changes, (med[kFull] - med[kPass]) / changes * 1e9, (med[kFullNoHash] - med[kPassNoHash]) / changes * 1e9,
-                  nse(kPass) - nse(kPassNoHash), nse(kPassNoHash) - nse(kMemcpy), nse(kSlimeD),
-                  (med[kEntropyOnly] - med[kPassNoHash]) / changes * 1e9, (med[kFullNoHash] - med[kEntropyOnly]) / changes * 1e9);
+    std::snprintf(
+        line, sizeof line,
+        "%-9s ns/element: cg full %.3f | class pass+copy %.3f | +XXH3 %.3f | cg no-hash %.3f | "
+        "memcpy %.3f | memcpy+XXH3 %.3f | slime %.3f\n"
+        "          per change (%zu changes): entropy+select+scatter %.2f ns (full - pass, with "
+        "hash), %.2f ns (no hash); "
+        "hash %.3f ns/el; pass over memcpy %.3f ns/el; budget to match slime: %.3f ns/el\n"
+        "          per change: entropy decode alone %.2f ns, select+scatter %.2f ns\n",
+        name, nse(kFull), nse(kPassNoHash), nse(kPass), nse(kFullNoHash), nse(kMemcpy),
+        nse(kMemcpyHash), nse(kSlimeD), changes, (med[kFull] - med[kPass]) / changes * 1e9,
+        (med[kFullNoHash] - med[kPassNoHash]) / changes * 1e9, nse(kPass) - nse(kPassNoHash),
+        nse(kPassNoHash) - nse(kMemcpy), nse(kSlimeD),
+        (med[kEntropyOnly] - med[kPassNoHash]) / changes * 1e9,
+        (med[kFullNoHash] - med[kEntropyOnly]) / changes * 1e9);
     breakdown.push_back(line);
   }
   std::printf("\nbreakdown (medians of %d interleaved passes):\n", reps);

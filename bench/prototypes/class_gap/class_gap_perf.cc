@@ -18,7 +18,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: class_gap_perf <regime 0|1|2> <seconds>\n");
     return 2;
   }
-  const arc_v3::bench::GeneratedRun run = cg::GenerateRegime(cg::kRegimes[ri], cg::kDefaultParams, cg::kDefaultDeltas);
+  const arc_v3::bench::GeneratedRun run =
+      cg::GenerateRegime(cg::kRegimes[ri], cg::kDefaultParams, cg::kDefaultDeltas);
   const std::vector<uint16_t>& prev = run.snapshots[0];
   const std::vector<uint16_t>& next = run.snapshots[1];
   struct Coded {
@@ -45,11 +46,13 @@ int main(int argc, char** argv) {
   int it = 0;
   while (arc_v3::bench::NowSeconds() - t0 < secs) {
     for (const Coded& c : coded) {
-      if (!cg::Decode<true, true>(c.base, c.count, c.payload.data(), c.size, c.out, c.sum, hs)) return 1;
+      if (!cg::Decode<true, true>(c.base, c.count, c.payload.data(), c.size, c.out, c.sum, hs))
+        return 1;
     }
     ++it;
   }
-  std::printf("%d iters, %.3f ns/el\n", it, (arc_v3::bench::NowSeconds() - t0) / it / prev.size() * 1e9);
+  std::printf("%d iters, %.3f ns/el\n", it,
+              (arc_v3::bench::NowSeconds() - t0) / it / prev.size() * 1e9);
   XXH3_freeState(hs);
   return 0;
 }

@@ -24,7 +24,6 @@ int main() {
     }
     prev = next;
   }
-  std::printf("split build: ok (%s, format %u)\n", arc_v3::ActiveTarget(),
-              arc_v3::FormatVersion());
+  std::printf("split build: ok (%s, format %u)\n", arc_v3::ActiveTarget(), arc_v3::FormatVersion());
   return 0;
 }

@@ -239,8 +239,8 @@ struct PublishFileOptions {
   uint64_t base_step = kNoStep;   // the step `prev` is; kNoStep: step - 1
   uint32_t shard = 0, count = 1;  // this is shard `shard` of `count`
   std::string incarnation;        // as PublisherOptions::incarnation
-  uint64_t anchor_every =
-      10;  // also an anchor when step % anchor_every == 0 (0: only without prev)
+  // Also an anchor when step % anchor_every == 0 (0: only without prev).
+  uint64_t anchor_every = 10;
   // The sharded checkpoint's model.safetensors.index.json, carried to full pulls ("": the
   // one beside `next` if it names next's file; no_index: none).
   std::string index;
@@ -342,7 +342,7 @@ Status FollowFiles(
 
 // --- A regional mirror ---
 // Copies the committed steps of the trainer's store SRC into a store DST in a region, byte
-// for byte (src/sync/PROTOCOL.md, "Mirroring"): the region's hosts then pull and follow DST
+// for byte (src/sync/MIRRORING.md, "Mirroring"): the region's hosts then pull and follow DST
 // as they would SRC, signed steps included, and each step crosses into the region once.
 // SRC is any store a puller reads (http(s):// included: a mirror never lists); DST any
 // writable store (a local one is created if missing). DST stays a valid store at every

@@ -90,7 +90,7 @@ def mirror(src, dst, *, step=None, trusted_keys=None, follow=False, interval=2.0
            max_failures=10, on_step=None, on_wait=None, work_dir=None, parallel=8, retries=5,
            connections=8, events=None):
     """Copies the trainer's committed steps from store ``src`` into store ``dst`` in a
-    region, byte for byte, as ``arc_v3 mirror`` does (src/sync/PROTOCOL.md, "Mirroring"):
+    region, byte for byte, as ``arc_v3 mirror`` does (src/sync/MIRRORING.md, "Mirroring"):
     hosts then pull and follow ``dst`` as they would ``src``, signed steps included. ``dst``
     is a valid store at every moment; a mirror stopped anywhere resumes; prune ``dst`` on
     its own. ``src`` may be a read-only ``http(s)://`` URL; a local ``dst`` is created.

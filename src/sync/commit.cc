@@ -1,4 +1,4 @@
-// The commit of a step (src/sync/PROTOCOL.md, "Committing"): claims on who completes a
+// The commit of a step (src/sync/PUBLISHING.md, "Committing"): claims on who completes a
 // group or a step, the group indexes, the step root linked to its base, and the latest
 // pointer. Publishers call it after their record is up (CommitFrom); CommitStep is the
 // stand-alone entry of sync.h. Racing committers write the same bytes or one root.

@@ -1,4 +1,4 @@
-// A regional mirror (PROTOCOL.md, "Mirroring"): the committed steps of one store copied
+// A regional mirror (MIRRORING.md, "Mirroring"): the committed steps of one store copied
 // into another, byte for byte, in an order that keeps the copy a valid store throughout.
 #include <unistd.h>
 
@@ -192,7 +192,7 @@ class Mirrorer {
     return Status::Ok();
   }
 
-  // The steps to copy, ascending (PROTOCOL.md, "Mirroring", "Which steps"); `joined` gets
+  // The steps to copy, ascending (MIRRORING.md, "Mirroring", "Which steps"); `joined` gets
   // DST's root where the walk met a step DST holds.
   Status Walk(uint64_t target, bool anchor_route, std::vector<Planned>* steps,
               std::vector<uint8_t>* joined) {
@@ -425,7 +425,7 @@ class Mirrorer {
     return Status::Ok();
   }
 
-  // The downloaded bytes against what the record names (PROTOCOL.md, "Mirroring", step 2).
+  // The downloaded bytes against what the record names (MIRRORING.md, "Mirroring", step 2).
   Status CheckObject(const Job& j, const std::string& path) const {
     std::unique_ptr<checkpoint::MappedFile> file;
     ARC_V3_RETURN_IF_ERROR(checkpoint::MappedFile::Open(path, &file));

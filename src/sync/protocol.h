@@ -34,7 +34,7 @@ constexpr uint32_t kFanIn = 32;
 // The most bytes a reader accepts for a document.
 constexpr uint64_t kMaxDocumentBytes = uint64_t{64} << 20;
 constexpr char kDefaultIncarnation[] = "0";
-// The DSSE payload type of a signed document (PROTOCOL.md, "Signed steps").
+// The DSSE payload type of a signed document (SIGNED_STEPS.md, "Signed steps").
 constexpr char kSignedType[] = "application/vnd.arc-v3.sync+json";
 
 // A document stored as a DSSE envelope (signed), or plain (null).

@@ -1,4 +1,4 @@
-// Signed steps' cryptography (src/sync/PROTOCOL.md, "Signed steps"), all of it OpenSSL's
+// Signed steps' cryptography (src/sync/SIGNED_STEPS.md, "Signed steps"), all of it OpenSSL's
 // libcrypto: Ed25519 keys in PEM files (PKCS#8 private, SubjectPublicKeyInfo public: the
 // files `openssl genpkey -algorithm ed25519` and `openssl pkey -pubout` write), SHA-256
 // digests, and DSSE envelopes (the signature wrapper of in-toto and OpenSSF model signing).

@@ -129,7 +129,7 @@ Status Follow(
 using ::arc_v3::MirrorOptions;
 using ::arc_v3::MirrorResult;
 
-// Copies SRC's committed steps up to options.step into DST (PROTOCOL.md, "Mirroring").
+// Copies SRC's committed steps up to options.step into DST (MIRRORING.md, "Mirroring").
 // `anchor_route`: start at the target's anchor step unless DST holds a step above it
 // (never walk below the anchor step). options.store is not used: the stores are open.
 Status Mirror(Store* src, Store* dst, const MirrorOptions& options, bool anchor_route,

@@ -1,4 +1,4 @@
-// What a reader trusts (PROTOCOL.md, "Signed steps") and the checks trust makes of the
+// What a reader trusts (SIGNED_STEPS.md, "Signed steps") and the checks trust makes of the
 // steps a pull or follower takes: signed roots, no step older than or of another run than
 // the one held, and damage that is kUntrusted rather than routed around. Internal to src/sync.
 #ifndef ARC_V3_SRC_SYNC_TRUST_H_
@@ -15,7 +15,7 @@
 namespace arc_v3 {
 namespace sync {
 
-// What a reader trusts (PROTOCOL.md, "Signed steps"): no key, and steps are taken
+// What a reader trusts (SIGNED_STEPS.md, "Signed steps"): no key, and steps are taken
 // unauthenticated; else every root on a route must be signed by one of `keys`, and every
 // document and byte it names must have the SHA-256 the signed documents give.
 struct Trust {

@@ -1,4 +1,4 @@
-// Signed steps under attack (src/sync/PROTOCOL.md, "Signed steps"), by an attacker who can
+// Signed steps under attack (src/sync/SIGNED_STEPS.md, "Signed steps"), by an attacker who can
 // write anything in the bucket but does not hold the trainer's key: this test, through the
 // store, its files and the region's settings. Each case is one that a 1.0 trusting region
 // took, or answered with another code than kUntrusted (exit 8): XXH3-equal forgeries of the

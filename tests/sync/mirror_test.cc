@@ -1,4 +1,4 @@
-// The regional mirror (src/sync/PROTOCOL.md, "Mirroring") on real stores: steps copied
+// The regional mirror (src/sync/MIRRORING.md, "Mirroring") on real stores: steps copied
 // from a trainer's store into a region's (a directory, radosgw, from an http:// source)
 // and pulled from there bit-exactly; a copy that fails at every write in turn leaves a
 // valid store that a rerun completes; signed steps mirrored and pulled trusting; damage

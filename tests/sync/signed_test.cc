@@ -1,4 +1,4 @@
-// Signed steps (src/sync/PROTOCOL.md, "Signed steps") on both stores: honest signed
+// Signed steps (src/sync/SIGNED_STEPS.md, "Signed steps") on both stores: honest signed
 // steps are pulled bit-exactly by trusting regions, full and partial, and by trusting
 // followers; an attacker who holds the bucket's credentials (this test, through the
 // store) cannot make a trusting region load anything else or go back.

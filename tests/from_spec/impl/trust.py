@@ -1,4 +1,4 @@
-"""Signed steps (PROTOCOL.md, "Signed steps"): trusted public keys and DSSE envelopes."""
+"""Signed steps (SIGNED_STEPS.md, "Signed steps"): trusted public keys and DSSE envelopes."""
 import base64
 import binascii
 import hashlib

@@ -32,6 +32,11 @@ Status CheckLayout(const Reader& reader, const ShardRecord& record, const std::s
                                                  " bytes, not the record's '" + record.file +
                                                  "' of " + std::to_string(record.file_size));
   }
+  // Read beside its layout (a partial read), its tensors are the layout's.
+  if (record.named && DataOrderNames(file.tensors) != record.names) {
+    return Status(ErrorCode::kCorruptHeader,
+                  name + ": its tensors are not the ones its layout lists");
+  }
   return Status::Ok();
 }
 

@@ -94,7 +94,8 @@ struct Fetched {
 };
 
 // A shard's container holds one file (the "file" layout, PROTOCOL.md), the one its record
-// names: of the record's `file` name and `file_size` (kCorruptHeader naming `name`).
+// names: of the record's `file` name and `file_size`, and, where the record's names are its
+// layout's, those tensors in data-section order (kCorruptHeader naming `name`).
 Status CheckLayout(const checkpoint::Reader& reader, const ShardRecord& record,
                    const std::string& name);
 

@@ -127,6 +127,7 @@ struct ShardRecord {
   // In memory only: the tensor names, in data-section order, where a layout was read
   // (empty otherwise: a full read takes them from the containers).
   std::vector<std::string> names;
+  bool named = false;  // `names` are a layout's
   // In memory only: the result checksums a full pull computed, in data-section order.
   std::vector<TensorChecksum> results;
   double published_at = 0;  // Unix time the shard started publishing (informative)

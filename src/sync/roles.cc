@@ -255,21 +255,6 @@ class TensorSink : public sync::HopSink {
   uint64_t changed_ = 0, undo_bytes_ = 0;
 };
 
-// A container read beside its layout lists the layout's tensor names, in data-section order
-// (its checksums are checked as it is decoded: pieces, groups and results).
-Status CheckRecords(const sync::Hop& hop, const std::vector<sync::Fetched>& fetched) {
-  for (size_t k = 0; k < hop.m.count; ++k) {
-    const sync::ShardRecord& r = hop.m.shards[k];
-    if (fetched[k].skipped || r.names.empty()) continue;
-    if (sync::DataOrderNames(fetched[k].reader.manifest().files[0].tensors) != r.names) {
-      return Status(ErrorCode::kCorruptHeader,
-                    "step " + std::to_string(hop.m.step) + " shard " + std::to_string(k) +
-                        ": the container's tensors are not its layout's");
-    }
-  }
-  return Status::Ok();
-}
-
 // Batches of the shards read, in order, each needing at most `ahead_bytes` bytes (a shard
 // needing more is a batch of its own, read piece by piece as it is decoded).
 std::vector<std::vector<size_t>> Batches(const std::vector<sync::Fetched>& fetched,
@@ -310,7 +295,6 @@ Status Follower::Impl::ApplyHop(const sync::Hop& hop, const std::vector<bool>& t
   }
   ARC_V3_RETURN_IF_ERROR(
       sync::FetchHeads(store.get(), store_options, &select, &fetched, report, trust));
-  ARC_V3_RETURN_IF_ERROR(CheckRecords(hop, fetched));
   const uint64_t ahead_bytes = options.fetch_ahead_bytes;
   sync::HopRun job;
   job.hop = &hop;

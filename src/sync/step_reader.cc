@@ -124,6 +124,7 @@ class ShardLoader {
         r.incarnation = m_->incarnation;
         r.file = layout.shards[i].file;
         r.names = layout.shards[i].tensors;
+        r.named = true;
         r.loaded = false;
       }
     }
@@ -167,6 +168,7 @@ class ShardLoader {
       if (s.ok()) s = CheckRecord(k, r, group, where);
       if (s.ok()) {
         r.names = std::move(m_->shards[k].names);  // the layout's, where it was read
+        r.named = m_->shards[k].named;
         m_->shards[k] = std::move(r);
       }
       return s;

@@ -8,6 +8,7 @@
 #include <doctest/doctest.h>
 
 #include <filesystem>
+#include <map>
 #include <fstream>
 
 #include "arc_v3_sync.hpp"
@@ -49,9 +50,11 @@ struct LocalStore {
 
 // Rewrites shard k's record of `step` in an unsigned store by `edit` (of its JSON text),
 // then the group index and root that name it, so that only the reader's rules can tell.
-// With `layout`, the group's layout is rewritten from the edited record's file and tensors.
+// With `layout`, the group's layout is rewritten from the edited record's file and tensors,
+// shard k's tensor names renamed by `rename`.
 template <class Edit>
-void RewriteRecord(Store* store, uint64_t step, uint32_t k, const Edit& edit, bool layout = false) {
+void RewriteRecord(Store* store, uint64_t step, uint32_t k, const Edit& edit, bool layout = false,
+                   const std::map<std::string, std::string>& rename = {}) {
   StepManifest m;
   REQUIRE(ReadManifest(store, step, &m, nullptr).ok());
   const std::string record = edit(RecordJson(m.shards[k]));
@@ -70,6 +73,9 @@ void RewriteRecord(Store* store, uint64_t step, uint32_t k, const Edit& edit, bo
       Layout shard;  // the shard layout its record names
       REQUIRE(ParseLayout(Get(store, LayoutKey(s.layout_xxh3)), "shard layout", &shard).ok());
       REQUIRE(shard.shards.size() == 1);
+      for (std::string& name : shard.shards[0].tensors) {
+        if (i == k && rename.count(name) != 0) name = rename.at(name);
+      }
       l.shards.push_back({s.file, shard.shards[0].tensors});
     }
     const std::string text = LayoutJson(l);
@@ -184,6 +190,22 @@ TEST_CASE("reader rules: a container holds the record's file, of the record's si
   CHECK(st.code() == ErrorCode::kCorruptHeader);
   CHECK(st.message().find("not the record's 'other.safetensors'") != std::string::npos);
   CHECK(PullTo(store, tmp / "name-rows", 1, true).code() == ErrorCode::kCorruptHeader);
+}
+
+TEST_CASE("reader rules: a container read beside its layout holds the layout's tensors") {
+  TempDir tmp;
+  LocalStore s(tmp, "store");
+  Store* store = s.store.get();
+  TrainerRun run(tmp / "trainer", test::TwoShards(), 0.02, 67);
+  test::PublishSteps(store, &run, 1, "");
+  // The group layout names another tensor for shard 0 (root and group index rewritten to
+  // name it): only a partial pull reads layouts, and only the container can tell.
+  RewriteRecord(store, 1, 0, [](const std::string& t) { return t; }, true,
+                {{"layers.0.w", "layers.0.renamed"}});
+  CHECK(PullTo(store, tmp / "full", 1).ok());
+  const Status st = PullTo(store, tmp / "rows", 1, true);
+  CHECK(st.code() == ErrorCode::kCorruptHeader);
+  CHECK(st.message().find("its tensors are not the ones its layout lists") != std::string::npos);
 }
 
 TEST_CASE("reader rules: a record of a file of another size is refused, full or sliced") {

@@ -37,7 +37,7 @@ unset ARC_V3_SIGN_KEY ARC_V3_TRUST ARC_V3_TRUSTED_KEYS
 fail() { echo "make_sync_golden: $*" >&2; exit 1; }
 
 cat > "$W/tool.py" <<'EOF'
-import hashlib, json, os, sys, zlib
+import hashlib, json, os, re, sys, zlib
 import numpy as np
 
 def write_st(path, tensors, metadata=None):
@@ -166,7 +166,9 @@ def pull_entry(report, rc, step, trust, tensors, rows, after, pulled, note, w):
          "after": int(after) if after else None, "expect": expect, "exit": int(rc),
          "sha256": manifest(pulled) if ok else None, "note": note}
     if not ok:
-        e["message"] = r.get("message", "").replace(w + "/", "")
+        # Paths of the machine that ran the generator are dropped: "store" is the case's store.
+        msg = r.get("message", "").replace(w + "/", "")
+        e["message"] = re.sub(r"(?<!\S)/\S*/store(?=/|\s|$)", "store", msg)
     print(json.dumps(e))
     print(expect, file=sys.stderr)
 
